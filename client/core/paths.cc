@@ -1,0 +1,30 @@
+#include "paths.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace snapd {
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+}  // namespace
+
+std::string DefaultSocketPath() {
+  if (auto s = Env("SNAPD_SOCKET"); !s.empty()) return s;
+  if (geteuid() == 0) return "/run/snapd/snapd.sock";
+  if (auto x = Env("XDG_RUNTIME_DIR"); !x.empty()) return x + "/snapd/snapd.sock";
+  return "/tmp/snapd-" + std::to_string(geteuid()) + "/snapd.sock";
+}
+
+std::string DefaultStateDir() {
+  if (geteuid() == 0) return "/var/lib/snapd";
+  if (auto x = Env("XDG_STATE_HOME"); !x.empty()) return x + "/snapd";
+  return Env("HOME") + "/.local/state/snapd";
+}
+
+}  // namespace snapd

@@ -1,0 +1,229 @@
+#include "ucx.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace snapd::ucx {
+
+Status FromUcs(ucs_status_t s, const std::string& what) {
+  if (s == UCS_OK) return Status::Ok();
+  std::string m = what + ": " + ucs_status_string(s);
+  switch (s) {
+    case UCS_ERR_NO_MEMORY:
+    case UCS_ERR_NO_RESOURCE:
+    case UCS_ERR_EXCEEDS_LIMIT:
+      return Status::ResourceExhausted(m);
+    case UCS_ERR_INVALID_PARAM:
+    case UCS_ERR_MESSAGE_TRUNCATED:
+      return Status::InvalidArgument(m);
+    case UCS_ERR_CANCELED:
+      return Status::Aborted(m);
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_IO_ERROR:
+      return Status::Unavailable(m);
+    default:
+      return Status::Internal(m);
+  }
+}
+
+ScopedFd& ScopedFd::operator=(ScopedFd&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+ScopedFd::~ScopedFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+namespace {
+
+// The request is released here, after completion, rather than right after posting.
+void SendTrampoline(void* request, ucs_status_t status, void* user_data) {
+  auto* fn = static_cast<DoneFn*>(user_data);
+  (*fn)(status, 0);
+  delete fn;
+  ucp_request_free(request);
+}
+
+void RecvDataTrampoline(void* request, ucs_status_t status, size_t length, void* user_data) {
+  auto* fn = static_cast<DoneFn*>(user_data);
+  (*fn)(status, length);
+  delete fn;
+  ucp_request_free(request);
+}
+
+ucp_request_param_t ParamWith(DoneFn done) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.user_data = new DoneFn(std::move(done));
+  return p;
+}
+
+}  // namespace
+
+ucp_request_param_t SendParam(DoneFn done) {
+  ucp_request_param_t p = ParamWith(std::move(done));
+  p.cb.send = SendTrampoline;
+  return p;
+}
+
+ucp_request_param_t RecvDataParam(DoneFn done) {
+  ucp_request_param_t p = ParamWith(std::move(done));
+  p.cb.recv_am = RecvDataTrampoline;
+  return p;
+}
+
+void Track(ucs_status_ptr_t request, const ucp_request_param_t& param) {
+  auto* fn = static_cast<DoneFn*>(param.user_data);
+  if (UCS_PTR_IS_ERR(request)) {
+    (*fn)(UCS_PTR_STATUS(request), 0);
+    delete fn;
+  } else if (request == nullptr) {  // completed in place; no callback will follow
+    (*fn)(UCS_OK, 0);
+    delete fn;
+  }  // else: pending; the trampoline fires the callback and frees the request
+}
+
+Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+  if (s != UCS_OK) return FromUcs(s, "reading UCX configuration");
+  // Rendezvous by receiver pull: the receiver (snapd on push, the client on fetch) reads the
+  // sender's buffer straight into its destination, one copy (CMA on the same node). UCX 1.13's
+  // default scheme may pick a put-based path that stalls for AM rendezvous; an explicit
+  // UCX_RNDV_SCHEME from the user still wins.
+  if (std::getenv("UCX_RNDV_SCHEME") == nullptr) {
+    ucp_config_modify(config, "RNDV_SCHEME", "get_zcopy");
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.name = name.c_str();
+  ucp_context_h raw_context = nullptr;
+  s = ucp_init(&params, config, &raw_context);
+  ucp_config_release(config);
+  if (s != UCS_OK) return FromUcs(s, "initialising UCX (ucp_init)");
+  ContextPtr context(raw_context);
+
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the loop thread touches the worker
+  ucp_worker_h raw_worker = nullptr;
+  s = ucp_worker_create(context.get(), &wparams, &raw_worker);
+  if (s != UCS_OK) return FromUcs(s, "creating UCX worker");
+  WorkerPtr worker(raw_worker);
+
+  int worker_fd = -1;
+  s = ucp_worker_get_efd(worker.get(), &worker_fd);
+  if (s != UCS_OK) return FromUcs(s, "getting UCX worker event fd");
+  ScopedFd epoll_fd(epoll_create1(EPOLL_CLOEXEC));
+  ScopedFd wake_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (epoll_fd.get() < 0 || wake_fd.get() < 0) {
+    return Status::Internal(std::string("creating progress loop fds: ") + std::strerror(errno));
+  }
+  for (int fd : {worker_fd, wake_fd.get()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      return Status::Internal(std::string("epoll_ctl: ") + std::strerror(errno));
+    }
+  }
+  return std::unique_ptr<WorkerLoop>(new WorkerLoop(std::move(context), std::move(worker),
+                                                    std::move(epoll_fd), std::move(wake_fd)));
+}
+
+WorkerLoop::WorkerLoop(ContextPtr context, WorkerPtr worker, ScopedFd epoll_fd,
+                       ScopedFd wake_fd)
+    : context_(std::move(context)),
+      worker_(std::move(worker)),
+      epoll_fd_(std::move(epoll_fd)),
+      wake_fd_(std::move(wake_fd)) {}
+
+WorkerLoop::~WorkerLoop() { Stop(); }
+
+void WorkerLoop::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void WorkerLoop::Post(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
+}
+
+void WorkerLoop::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+}
+
+bool WorkerLoop::RunTasks() {
+  std::deque<std::function<void()>> batch;
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(tasks_);
+    stopping = stopping_;
+  }
+  for (auto& t : batch) t();
+  return stopping && batch.empty();
+}
+
+void WorkerLoop::ProgressUntil(const std::function<bool()>& done) {
+  while (!done()) ucp_worker_progress(worker_.get());
+}
+
+void WorkerLoop::Run() {
+  // Spin a little before sleeping: a backward pass issues requests back to back, and an
+  // epoll round trip costs more than a few hundred empty progress calls.
+  constexpr int kSpinsBeforeSleep = 2000;
+  int idle = 0;
+  for (;;) {
+    if (RunTasks()) break;
+    if (ucp_worker_progress(worker_.get()) != 0) {
+      idle = 0;
+      continue;
+    }
+    if (++idle < kSpinsBeforeSleep) continue;
+    idle = 0;
+    if (ucp_worker_arm(worker_.get()) == UCS_ERR_BUSY) continue;
+    epoll_event events[2];
+    int n = epoll_wait(epoll_fd_.get(), events, 2, 100);
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.fd == wake_fd_.get()) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = ::read(wake_fd_.get(), &v, sizeof v);
+      }
+    }
+  }
+}
+
+void CloseEndpoint(WorkerLoop& loop, ucp_ep_h ep, bool force) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &p);
+  if (req == nullptr || UCS_PTR_IS_ERR(req)) return;
+  loop.ProgressUntil([&] { return ucp_request_check_status(req) != UCS_INPROGRESS; });
+  ucp_request_free(req);
+}
+
+}  // namespace snapd::ucx

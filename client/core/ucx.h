@@ -1,0 +1,105 @@
+// RAII ownership of UCX handles and the one-thread-per-worker progress loop that both snapd
+// peers (the daemon and libsnapd) use.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "snapd/status.h"
+#include "thread_annotations.h"
+
+namespace snapd::ucx {
+
+// Maps a UCX status to a snapd Status; `what` names the operation that failed.
+Status FromUcs(ucs_status_t s, const std::string& what);
+
+struct ContextDeleter {
+  void operator()(ucp_context* c) const { ucp_cleanup(c); }
+};
+struct WorkerDeleter {
+  void operator()(ucp_worker* w) const { ucp_worker_destroy(w); }
+};
+using ContextPtr = std::unique_ptr<ucp_context, ContextDeleter>;
+using WorkerPtr = std::unique_ptr<ucp_worker, WorkerDeleter>;
+
+// Move-only owner of one file descriptor.
+class ScopedFd {
+ public:
+  ScopedFd() = default;
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ScopedFd(ScopedFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  ScopedFd& operator=(ScopedFd&& o) noexcept;
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  ~ScopedFd();
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+// Called once when a non-blocking UCX operation completes, with its final status and, for
+// receives, the length received.
+using DoneFn = std::function<void(ucs_status_t, size_t)>;
+
+// Request parameters that route completion to `done` (heap-owned until it fires). Completion is
+// reported exactly once: through the callback, or from Track() when the call completed in place.
+ucp_request_param_t SendParam(DoneFn done);
+ucp_request_param_t RecvDataParam(DoneFn done);
+
+// Finishes the bookkeeping of an *_nbx call made with SendParam/RecvDataParam: an immediate
+// error fires the callback now; a pending request fires it from progress.
+void Track(ucs_status_ptr_t request, const ucp_request_param_t& param);
+
+// Owns a UCX context and one worker, driven by a dedicated progress thread.
+//
+// Threading contract: after Start(), the worker (and every endpoint and request on it) is
+// touched only from the loop thread. Other threads hand it work with Post(), which is
+// thread-safe and wakes the loop. Before Start(), the creating thread may use worker() to set
+// handlers. Stop() runs every task posted before it, then joins; the destructor calls Stop().
+// Members are destroyed worker before context (reverse declaration order), as UCX requires.
+class WorkerLoop {
+ public:
+  static Result<std::unique_ptr<WorkerLoop>> Create(const std::string& name);
+  ~WorkerLoop();
+  WorkerLoop(const WorkerLoop&) = delete;
+  WorkerLoop& operator=(const WorkerLoop&) = delete;
+
+  ucp_context_h context() const { return context_.get(); }
+  ucp_worker_h worker() const { return worker_.get(); }
+
+  void Start();
+  void Post(std::function<void()> task) SNAPD_EXCLUDES(mu_);
+  void Stop() SNAPD_EXCLUDES(mu_);
+  bool InLoopThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+  // Progresses the worker until `*request` is complete; loop thread only. For teardown paths
+  // (closing endpoints) that must finish before the worker goes away.
+  void ProgressUntil(const std::function<bool()>& done);
+
+ private:
+  WorkerLoop(ContextPtr context, WorkerPtr worker, ScopedFd epoll_fd, ScopedFd wake_fd);
+  void Run();
+  bool RunTasks() SNAPD_EXCLUDES(mu_);
+
+  ContextPtr context_;
+  WorkerPtr worker_;
+  ScopedFd epoll_fd_;
+  ScopedFd wake_fd_;
+  std::mutex mu_;
+  std::deque<std::function<void()>> tasks_ SNAPD_GUARDED_BY(mu_);
+  bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// Closes `ep` from the loop thread, waiting for the close to complete. `force` skips flushing.
+void CloseEndpoint(WorkerLoop& loop, ucp_ep_h ep, bool force);
+
+}  // namespace snapd::ucx

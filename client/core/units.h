@@ -1,0 +1,16 @@
+// Byte sizes as people write them ("64M", "4GiB", "1073741824") and back.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "snapd/status.h"
+
+namespace snapd {
+
+// Accepts an integer with an optional binary suffix K, M, G, T (with optional "i"/"iB"/"B").
+Result<uint64_t> ParseBytes(const std::string& text);
+// "64.0 MiB"
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace snapd

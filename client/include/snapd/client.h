@@ -1,0 +1,129 @@
+// libsnapd: the solver-side client of snapd.
+//
+// A solver connects once, opens a run per adjoint computation, pushes one snapshot per time
+// step during the forward pass and fetches them back in reverse during the backward pass.
+//
+//   auto client = snapd::Client::Connect().value();
+//   auto run = client->OpenRun({.name = "shot-17", .steps = n, .bytes_per_step = bytes}).value();
+//   for (t = 0; t < n; ++t) { step(u); client->Push(run.run_id, t, u, bytes)->WaitReleased(); }
+//   for (t = n; t-- > 0;)   { client->Fetch(run.run_id, t, u, bytes); adjoint_step(u); }
+//
+// Thread-safety: every Client method may be called from any thread concurrently. Calls are
+// handed to the client's one UCX progress thread; the calling thread blocks only in Wait*()
+// and in the synchronous calls (Fetch, control-plane calls). The client never prints: every
+// failure is a Status whose message says what was wrong.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "snapd/status.h"
+
+namespace snapd {
+
+enum class Dtype { kUnspecified = 0, kFloat32 = 1, kFloat64 = 2, kInt32 = 3, kInt64 = 4, kUint8 = 5 };
+enum class Tier { kUnspecified = 0, kDevice = 1, kHost = 2, kDisk = 3, kLost = 4 };
+const char* TierName(Tier tier);
+
+struct RunSpec {
+  std::string name;             // unique per tenant: [A-Za-z0-9._-]{1,128}
+  uint64_t steps = 0;           // declared step count; 0 = unknown
+  uint64_t bytes_per_step = 0;  // every push and fetch moves exactly this many bytes
+  Dtype dtype = Dtype::kUnspecified;
+  std::vector<uint64_t> shape;  // optional; must agree with bytes_per_step and dtype
+};
+
+struct RunInfo {
+  uint64_t run_id = 0;
+  RunSpec spec;
+  bool closed = false;
+  bool created = false;  // OpenRun: false when it attached to an existing run
+  uint64_t snapshots = 0;
+  uint64_t stored_bytes = 0;
+};
+
+struct Location {
+  uint64_t step = 0;
+  Tier tier = Tier::kUnspecified;
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+  uint64_t checksum = 0;  // valid when checksum_recorded
+  bool checksum_recorded = false;
+};
+
+struct ClientOptions {
+  std::string socket_path;  // empty: $SNAPD_SOCKET, else the daemon's default socket
+  std::string client_name;  // shown in daemon logs
+};
+
+namespace detail {
+struct OpState;
+}
+
+// The two completions of a push. *Released*: the caller's buffer may be overwritten.
+// *Stored*: the snapshot is in its tier and in the catalog. A solver waits only on released.
+// Copyable; all copies observe the same push.
+class PushHandle {
+ public:
+  PushHandle() = default;
+  explicit PushHandle(std::shared_ptr<detail::OpState> state) : state_(std::move(state)) {}
+  // Blocks until the buffer is reusable; an error means the push failed before its bytes left.
+  Status WaitReleased() const;
+  // Blocks until the daemon stored the snapshot or rejected it (the status says why).
+  Status WaitStored() const;
+  bool released() const;
+  bool stored() const;
+
+ private:
+  std::shared_ptr<detail::OpState> state_;
+};
+
+// An asynchronous fetch; the caller's buffer is filled when Wait() returns OK.
+class FetchHandle {
+ public:
+  FetchHandle() = default;
+  explicit FetchHandle(std::shared_ptr<detail::OpState> state) : state_(std::move(state)) {}
+  Status Wait() const;
+  bool done() const;
+
+ private:
+  std::shared_ptr<detail::OpState> state_;
+};
+
+class Client {
+ public:
+  // Opens a control-plane session and a UCX endpoint bound to it. UNAVAILABLE, with how to
+  // start snapd, when no daemon answers on the socket.
+  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options = {});
+  // Closes the session. Pushes not yet stored may be dropped; wait on them first.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  Result<RunInfo> OpenRun(const RunSpec& spec);
+  Status CloseRun(const std::string& name);
+  Status DeleteRun(const std::string& name);
+  Result<std::vector<RunInfo>> ListRuns();
+  Result<Location> Locate(const std::string& name, uint64_t step);
+
+  // Starts a push of `bytes` bytes at `data` as step `step`. `data` must stay untouched until
+  // the handle is released. Host memory crosses with at most one CPU copy.
+  Result<PushHandle> Push(uint64_t run_id, uint64_t step, const void* data, size_t bytes);
+  // Starts a fetch of step `step` into `data` (exactly bytes_per_step bytes).
+  Result<FetchHandle> FetchAsync(uint64_t run_id, uint64_t step, void* data, size_t bytes);
+  // FetchAsync + Wait.
+  Status Fetch(uint64_t run_id, uint64_t step, void* data, size_t bytes);
+
+  const std::string& socket_path() const;
+  const std::string& data_plane_address() const;
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace snapd

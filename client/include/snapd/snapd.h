@@ -1,0 +1,65 @@
+/* libsnapd C API: opaque handles over the C++ client (snapd/client.h), same semantics.
+ * Every call returns a snapd_code (0 = OK, otherwise a gRPC status code); the message of the
+ * last failure on the calling thread is snapd_last_error(). Thread-safe as the C++ API. */
+#ifndef SNAPD_SNAPD_H_
+#define SNAPD_SNAPD_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int snapd_code;
+enum { SNAPD_OK = 0, SNAPD_NOT_FOUND = 5, SNAPD_ALREADY_EXISTS = 6,
+       SNAPD_RESOURCE_EXHAUSTED = 8, SNAPD_UNAVAILABLE = 14, SNAPD_DATA_LOSS = 15 };
+
+typedef struct snapd_client snapd_client;
+typedef struct snapd_push_handle snapd_push_handle;
+
+typedef struct snapd_run_spec {
+  const char* name;
+  uint64_t steps;          /* 0 = unknown */
+  uint64_t bytes_per_step;
+  int dtype;               /* 0 bytes, 1 float32, 2 float64, 3 int32, 4 int64, 5 uint8 */
+  const uint64_t* shape;   /* may be NULL */
+  size_t ndim;
+} snapd_run_spec;
+
+typedef struct snapd_location {
+  uint64_t step;
+  int tier;                /* 1 device, 2 host, 3 disk, 4 lost */
+  uint64_t raw_bytes;
+  uint64_t stored_bytes;
+  uint64_t checksum;
+  int checksum_recorded;
+} snapd_location;
+
+/* Message of the last failed call on this thread ("" if none). Valid until the next call. */
+const char* snapd_last_error(void);
+
+/* socket_path may be NULL for the default. */
+snapd_code snapd_connect(const char* socket_path, snapd_client** out);
+void snapd_disconnect(snapd_client* client);
+
+snapd_code snapd_open_run(snapd_client* client, const snapd_run_spec* spec, uint64_t* run_id);
+snapd_code snapd_close_run(snapd_client* client, const char* name);
+snapd_code snapd_delete_run(snapd_client* client, const char* name);
+snapd_code snapd_locate(snapd_client* client, const char* name, uint64_t step,
+                        snapd_location* out);
+
+snapd_code snapd_push(snapd_client* client, uint64_t run_id, uint64_t step, const void* data,
+                      size_t bytes, snapd_push_handle** out);
+snapd_code snapd_push_wait_released(snapd_push_handle* push);
+snapd_code snapd_push_wait_stored(snapd_push_handle* push);
+void snapd_push_free(snapd_push_handle* push);
+
+snapd_code snapd_fetch(snapd_client* client, uint64_t run_id, uint64_t step, void* data,
+                       size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SNAPD_SNAPD_H_ */

@@ -1,0 +1,107 @@
+// The C API: opaque handles over the C++ client; errors become codes + a thread-local message.
+#include "snapd/snapd.h"
+
+#include <string>
+
+#include "snapd/client.h"
+
+struct snapd_client {
+  std::unique_ptr<snapd::Client> client;
+};
+struct snapd_push_handle {
+  snapd::PushHandle handle;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+snapd_code Report(const snapd::Status& s) {
+  g_last_error = s.ok() ? "" : s.ToString();
+  return static_cast<snapd_code>(s.code());
+}
+
+snapd_code NullArgument(const char* what) {
+  return Report(snapd::Status::InvalidArgument(std::string(what) + " must not be NULL"));
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* snapd_last_error(void) { return g_last_error.c_str(); }
+
+snapd_code snapd_connect(const char* socket_path, snapd_client** out) {
+  if (!out) return NullArgument("out");
+  snapd::ClientOptions options;
+  if (socket_path) options.socket_path = socket_path;
+  auto client = snapd::Client::Connect(options);
+  if (!client.ok()) return Report(client.status());
+  *out = new snapd_client{std::move(client).value()};
+  return SNAPD_OK;
+}
+
+void snapd_disconnect(snapd_client* client) { delete client; }
+
+snapd_code snapd_open_run(snapd_client* client, const snapd_run_spec* spec, uint64_t* run_id) {
+  if (!client || !spec || !run_id) return NullArgument("client, spec and run_id");
+  snapd::RunSpec s;
+  s.name = spec->name ? spec->name : "";
+  s.steps = spec->steps;
+  s.bytes_per_step = spec->bytes_per_step;
+  s.dtype = static_cast<snapd::Dtype>(spec->dtype);
+  if (spec->shape) s.shape.assign(spec->shape, spec->shape + spec->ndim);
+  auto run = client->client->OpenRun(s);
+  if (!run.ok()) return Report(run.status());
+  *run_id = run->run_id;
+  return Report(snapd::Status::Ok());
+}
+
+snapd_code snapd_close_run(snapd_client* client, const char* name) {
+  if (!client || !name) return NullArgument("client and name");
+  return Report(client->client->CloseRun(name));
+}
+
+snapd_code snapd_delete_run(snapd_client* client, const char* name) {
+  if (!client || !name) return NullArgument("client and name");
+  return Report(client->client->DeleteRun(name));
+}
+
+snapd_code snapd_locate(snapd_client* client, const char* name, uint64_t step,
+                        snapd_location* out) {
+  if (!client || !name || !out) return NullArgument("client, name and out");
+  auto loc = client->client->Locate(name, step);
+  if (!loc.ok()) return Report(loc.status());
+  *out = snapd_location{loc->step,         static_cast<int>(loc->tier), loc->raw_bytes,
+                        loc->stored_bytes, loc->checksum,               loc->checksum_recorded};
+  return Report(snapd::Status::Ok());
+}
+
+snapd_code snapd_push(snapd_client* client, uint64_t run_id, uint64_t step, const void* data,
+                      size_t bytes, snapd_push_handle** out) {
+  if (!client || !out) return NullArgument("client and out");
+  auto handle = client->client->Push(run_id, step, data, bytes);
+  if (!handle.ok()) return Report(handle.status());
+  *out = new snapd_push_handle{std::move(handle).value()};
+  return Report(snapd::Status::Ok());
+}
+
+snapd_code snapd_push_wait_released(snapd_push_handle* push) {
+  if (!push) return NullArgument("push");
+  return Report(push->handle.WaitReleased());
+}
+
+snapd_code snapd_push_wait_stored(snapd_push_handle* push) {
+  if (!push) return NullArgument("push");
+  return Report(push->handle.WaitStored());
+}
+
+void snapd_push_free(snapd_push_handle* push) { delete push; }
+
+snapd_code snapd_fetch(snapd_client* client, uint64_t run_id, uint64_t step, void* data,
+                       size_t bytes) {
+  if (!client) return NullArgument("client");
+  return Report(client->client->Fetch(run_id, step, data, bytes));
+}
+
+}  // extern "C"

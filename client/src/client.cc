@@ -1,0 +1,418 @@
+#include "snapd/client.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <unordered_map>
+
+#include "op_state.h"
+#include "paths.h"
+#include "snapd/v1/control.grpc.pb.h"
+#include "snapd/wire.h"
+#include "ucx.h"
+
+namespace snapd {
+
+const char* TierName(Tier tier) {
+  switch (tier) {
+    case Tier::kDevice: return "device";
+    case Tier::kHost: return "host";
+    case Tier::kDisk: return "disk";
+    case Tier::kLost: return "lost";
+    default: return "unknown";
+  }
+}
+
+Status PushHandle::WaitReleased() const { return state_->WaitReleased(); }
+Status PushHandle::WaitStored() const { return state_->WaitCompleted(); }
+bool PushHandle::released() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->released;
+}
+bool PushHandle::stored() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->completed;
+}
+Status FetchHandle::Wait() const { return state_->WaitCompleted(); }
+bool FetchHandle::done() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->completed;
+}
+
+namespace {
+
+constexpr auto kControlDeadline = std::chrono::seconds(30);
+
+Status FromGrpc(const grpc::Status& s) {
+  return Status(static_cast<Code>(s.error_code()), s.error_message());
+}
+
+// A plain connect() tells "no daemon" apart from other failures, with errno, before gRPC
+// retries hide the cause.
+Status ProbeSocket(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) {
+    return Status::InvalidArgument("socket path '" + path + "' is too long");
+  }
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::Internal(std::string("socket(): ") + std::strerror(errno));
+  int rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int err = errno;
+  close(fd);
+  if (rc == 0) return Status::Ok();
+  return Status::Unavailable("snapd is not running at " + path + " (" + std::strerror(err) +
+                             "). Start it with `snapd` (or `systemctl start snapd`), or set "
+                             "SNAPD_SOCKET to the socket it listens on");
+}
+
+RunSpec FromProto(const v1::RunSpec& p) {
+  RunSpec s;
+  s.name = p.name();
+  s.steps = p.steps();
+  s.bytes_per_step = p.bytes_per_step();
+  s.dtype = static_cast<Dtype>(p.dtype());
+  s.shape.assign(p.shape().begin(), p.shape().end());
+  return s;
+}
+
+RunInfo FromProto(const v1::RunInfo& p) {
+  RunInfo r;
+  r.run_id = p.run_id();
+  r.spec = FromProto(p.spec());
+  r.closed = p.state() == v1::RUN_CLOSED;
+  r.snapshots = p.snapshots();
+  r.stored_bytes = p.stored_bytes();
+  return r;
+}
+
+}  // namespace
+
+// Threading: the fields after `loop` belong to the loop thread; everything before is set
+// during Connect and then read-only.
+struct Client::Impl {
+  enum class Kind { kHello, kPush, kFetch };
+  struct Pending {
+    Kind kind;
+    std::shared_ptr<detail::OpState> state;
+    void* buffer = nullptr;  // fetch destination
+    size_t bytes = 0;
+  };
+
+  std::string socket_path;
+  std::unique_ptr<v1::Control::Stub> stub;
+  uint64_t session_id = 0;
+  uint64_t token = 0;
+  std::string data_plane_address;
+  std::atomic<uint64_t> next_request{1};
+  std::unique_ptr<ucx::WorkerLoop> loop;
+  // Loop-thread state.
+  ucp_ep_h ep = nullptr;
+  Status ep_error;  // set when the endpoint failed; later requests fail with it
+  std::unordered_map<uint64_t, Pending> pending;
+
+  ~Impl();
+  Status Control(const std::function<grpc::Status(grpc::ClientContext*)>& call);
+  Status CreateEndpoint();
+  void FailAll(const Status& s);
+  // Sends one request on the loop thread; `data` (push only) travels as AM data.
+  void Send(std::shared_ptr<const void> header, size_t header_bytes, uint64_t request_id,
+            wire::AmId op, Pending pending_entry, const void* data, size_t data_bytes);
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static ucs_status_t OnReply(void* arg, const void* header, size_t header_length, void* data,
+                              size_t length, const ucp_am_recv_param_t* param);
+};
+
+Client::Impl::~Impl() {
+  if (loop) {
+    loop->Post([this] {
+      if (ep) ucx::CloseEndpoint(*loop, ep, /*force=*/false);
+      ep = nullptr;
+      FailAll(Status::Aborted("client disconnected"));
+    });
+    loop->Stop();
+  }
+  if (stub && session_id) {
+    v1::CloseSessionRequest req;
+    req.set_session_id(session_id);
+    req.set_token(token);
+    v1::CloseSessionResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    (void)stub->CloseSession(&ctx, req, &resp);  // the daemon also drops dead endpoints
+  }
+}
+
+Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + kControlDeadline);
+  grpc::Status s = call(&ctx);
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    SNAPD_RETURN_IF_ERROR(ProbeSocket(socket_path));
+  }
+  return FromGrpc(s);
+}
+
+void Client::Impl::FailAll(const Status& s) {
+  auto failed = std::move(pending);
+  pending.clear();
+  for (auto& [id, p] : failed) p.state->Complete(s);
+}
+
+void Client::Impl::OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* self = static_cast<Impl*>(arg);
+  self->ep_error = ucx::FromUcs(status, "data-plane connection to snapd lost");
+  self->FailAll(self->ep_error);
+}
+
+ucs_status_t Client::Impl::OnReply(void* arg, const void* header, size_t header_length,
+                                   void* data, size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Impl*>(arg);
+  if (header_length != sizeof(wire::Reply)) return UCS_OK;  // not a reply we understand
+  wire::Reply reply;
+  std::memcpy(&reply, header, sizeof reply);
+  auto it = self->pending.find(reply.header.request_id);
+  if (it == self->pending.end()) return UCS_OK;
+  Pending p = std::move(it->second);
+  self->pending.erase(it);
+  size_t n = std::min<size_t>(reply.message_length, wire::kMaxReplyMessage);
+  Status status(static_cast<Code>(reply.code), std::string(reply.message, n));
+  if (p.kind != Kind::kFetch || !status.ok()) {
+    p.state->Complete(status);
+    return UCS_OK;
+  }
+  if (length != p.bytes) {
+    p.state->Complete(Status::Internal("snapd sent " + std::to_string(length) +
+                                       " bytes for a fetch of " + std::to_string(p.bytes)));
+    return UCS_OK;
+  }
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {  // eager: data are here already
+    std::memcpy(p.buffer, data, length);
+    p.state->Complete(Status::Ok());
+    return UCS_OK;
+  }
+  auto state = p.state;
+  ucp_request_param_t rp = ucx::RecvDataParam([state](ucs_status_t s, size_t) {
+    state->Complete(ucx::FromUcs(s, "receiving the snapshot"));
+  });
+  ucx::Track(ucp_am_recv_data_nbx(self->loop->worker(), data, p.buffer, length, &rp), rp);
+  return UCS_OK;
+}
+
+Status Client::Impl::CreateEndpoint() {
+  size_t colon = data_plane_address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (colon == std::string::npos ||
+      inet_pton(AF_INET, data_plane_address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
+    return Status::Internal("snapd announced a malformed data-plane address '" +
+                            data_plane_address + "'");
+  }
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(data_plane_address.substr(colon + 1))));
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
+  p.sockaddr.addrlen = sizeof addr;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = &Impl::OnEndpointError;
+  p.err_handler.arg = this;
+  return ucx::FromUcs(ucp_ep_create(loop->worker(), &p, &ep),
+                      "connecting to the snapd data plane at " + data_plane_address);
+}
+
+void Client::Impl::Send(std::shared_ptr<const void> header, size_t header_bytes,
+                        uint64_t request_id, wire::AmId op, Pending entry, const void* data,
+                        size_t data_bytes) {
+  auto state = entry.state;
+  if (!ep_error.ok() || ep == nullptr) {
+    state->Complete(ep_error.ok() ? Status::Unavailable("not connected to snapd") : ep_error);
+    return;
+  }
+  pending.emplace(request_id, std::move(entry));
+  bool is_push = op == wire::kPush;
+  ucp_request_param_t p = ucx::SendParam([state, header, is_push](ucs_status_t s, size_t) {
+    // A rejected push completes its send with OK; its Reply carries the reason.
+    if (is_push) state->Release(ucx::FromUcs(s, "sending the snapshot"));
+    if (s != UCS_OK) state->Complete(ucx::FromUcs(s, "sending to snapd"));
+  });
+  p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  // The header must stay valid until the send completes; the callback holds it.
+  ucx::Track(ucp_am_send_nbx(ep, op, header.get(), header_bytes, data, data_bytes, &p), p);
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->socket_path = options.socket_path.empty() ? DefaultSocketPath() : options.socket_path;
+  SNAPD_RETURN_IF_ERROR(ProbeSocket(impl->socket_path));
+  impl->stub = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + impl->socket_path, grpc::InsecureChannelCredentials()));
+
+  v1::OpenSessionRequest req;
+  req.set_client_name(options.client_name);
+  v1::OpenSessionResponse resp;
+  SNAPD_RETURN_IF_ERROR(impl->Control(
+      [&](grpc::ClientContext* ctx) { return impl->stub->OpenSession(ctx, req, &resp); }));
+  if (resp.wire_version() != wire::kVersion) {
+    return Status::FailedPrecondition("snapd speaks data-plane wire version " +
+                                      std::to_string(resp.wire_version()) +
+                                      " but this libsnapd speaks " +
+                                      std::to_string(wire::kVersion) + "; upgrade the older one");
+  }
+  impl->session_id = resp.session_id();
+  impl->token = resp.token();
+  impl->data_plane_address = resp.data_plane_address();
+
+  SNAPD_ASSIGN_OR_RETURN(impl->loop, ucx::WorkerLoop::Create("libsnapd"));
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = wire::kReply;
+  hp.cb = &Impl::OnReply;
+  hp.arg = impl.get();
+  SNAPD_RETURN_IF_ERROR(ucx::FromUcs(ucp_worker_set_am_recv_handler(impl->loop->worker(), &hp),
+                                     "registering the reply handler"));
+  impl->loop->Start();
+
+  // Connect and bind the endpoint to the session with Hello.
+  auto hello = std::make_shared<detail::OpState>();
+  Impl* raw = impl.get();
+  raw->loop->Post([raw, hello] {
+    Status s = raw->CreateEndpoint();
+    if (!s.ok()) {
+      raw->ep_error = s;
+      hello->Complete(s);
+      return;
+    }
+    uint64_t id = raw->next_request++;
+    auto header = std::make_shared<wire::HelloRequest>(
+        wire::HelloRequest{wire::MakeHeader(wire::kHello, raw->token, id), raw->session_id});
+    raw->Send(header, sizeof *header, id, wire::kHello, Impl::Pending{Impl::Kind::kHello, hello},
+              nullptr, 0);
+  });
+  Status bound = hello->WaitCompleted();
+  if (!bound.ok()) {
+    return Status(bound.code(), "binding the data plane to the session: " + bound.message());
+  }
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
+  v1::OpenRunRequest req;
+  v1::RunSpec* p = req.mutable_spec();
+  p->set_name(spec.name);
+  p->set_steps(spec.steps);
+  p->set_bytes_per_step(spec.bytes_per_step);
+  p->set_dtype(static_cast<v1::Dtype>(spec.dtype));
+  for (uint64_t d : spec.shape) p->add_shape(d);
+  v1::OpenRunResponse resp;
+  SNAPD_RETURN_IF_ERROR(impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->OpenRun(ctx, req, &resp); }));
+  RunInfo info = FromProto(resp.run());
+  info.created = resp.created();
+  return info;
+}
+
+Status Client::CloseRun(const std::string& name) {
+  v1::CloseRunRequest req;
+  req.set_name(name);
+  v1::CloseRunResponse resp;
+  return impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->CloseRun(ctx, req, &resp); });
+}
+
+Status Client::DeleteRun(const std::string& name) {
+  v1::DeleteRunRequest req;
+  req.set_name(name);
+  v1::DeleteRunResponse resp;
+  return impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteRun(ctx, req, &resp); });
+}
+
+Result<std::vector<RunInfo>> Client::ListRuns() {
+  v1::ListRunsRequest req;
+  v1::ListRunsResponse resp;
+  SNAPD_RETURN_IF_ERROR(impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->ListRuns(ctx, req, &resp); }));
+  std::vector<RunInfo> runs;
+  for (const auto& r : resp.runs()) runs.push_back(FromProto(r));
+  return runs;
+}
+
+Result<Location> Client::Locate(const std::string& name, uint64_t step) {
+  v1::LocateRequest req;
+  req.set_name(name);
+  req.set_step(step);
+  v1::LocateResponse resp;
+  SNAPD_RETURN_IF_ERROR(impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->Locate(ctx, req, &resp); }));
+  const v1::SnapshotInfo& s = resp.snapshot();
+  Location loc;
+  loc.step = s.step();
+  loc.tier = static_cast<Tier>(s.tier());
+  loc.raw_bytes = s.raw_bytes();
+  loc.stored_bytes = s.stored_bytes();
+  loc.checksum = s.checksum();
+  loc.checksum_recorded = s.checksum_state() == v1::CHECKSUM_RECORDED;
+  return loc;
+}
+
+Result<PushHandle> Client::Push(uint64_t run_id, uint64_t step, const void* data,
+                                size_t bytes) {
+  if (data == nullptr && bytes != 0) {
+    return Status::InvalidArgument("push of step " + std::to_string(step) +
+                                   ": data is null but bytes is " + std::to_string(bytes));
+  }
+  auto state = std::make_shared<detail::OpState>();
+  uint64_t id = impl_->next_request++;
+  auto header = std::make_shared<wire::PushRequest>(wire::PushRequest{
+      wire::MakeHeader(wire::kPush, impl_->token, id), run_id, step, bytes});
+  Impl* impl = impl_.get();
+  impl->loop->Post([impl, header, id, state, data, bytes] {
+    impl->Send(header, sizeof *header, id, wire::kPush, Impl::Pending{Impl::Kind::kPush, state},
+               data, bytes);
+  });
+  return PushHandle(state);
+}
+
+Result<FetchHandle> Client::FetchAsync(uint64_t run_id, uint64_t step, void* data,
+                                       size_t bytes) {
+  if (data == nullptr) {
+    return Status::InvalidArgument("fetch of step " + std::to_string(step) +
+                                   ": destination buffer is null");
+  }
+  auto state = std::make_shared<detail::OpState>();
+  uint64_t id = impl_->next_request++;
+  auto header = std::make_shared<wire::FetchRequest>(wire::FetchRequest{
+      wire::MakeHeader(wire::kFetch, impl_->token, id), run_id, step, bytes});
+  Impl* impl = impl_.get();
+  impl->loop->Post([impl, header, id, state, data, bytes] {
+    impl->Send(header, sizeof *header, id, wire::kFetch,
+               Impl::Pending{Impl::Kind::kFetch, state, data, bytes}, nullptr, 0);
+  });
+  return FetchHandle(state);
+}
+
+Status Client::Fetch(uint64_t run_id, uint64_t step, void* data, size_t bytes) {
+  SNAPD_ASSIGN_OR_RETURN(FetchHandle h, FetchAsync(run_id, step, data, bytes));
+  return h.Wait();
+}
+
+const std::string& Client::socket_path() const { return impl_->socket_path; }
+const std::string& Client::data_plane_address() const { return impl_->data_plane_address; }
+
+}  // namespace snapd

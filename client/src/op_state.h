@@ -1,0 +1,52 @@
+// Completion state shared by a request's handle (caller threads) and the progress thread.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+
+#include "snapd/status.h"
+#include "thread_annotations.h"
+
+namespace snapd::detail {
+
+// Two phases: released (the caller's buffer is free) and completed (the final outcome).
+// Completion implies release. Thread-safe.
+struct OpState {
+  void Release(const Status& s) SNAPD_EXCLUDES(mu) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (released) return;
+    released = true;
+    release_status = s;
+    cv.notify_all();
+  }
+  void Complete(const Status& s) SNAPD_EXCLUDES(mu) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (completed) return;
+    if (!released) {
+      released = true;
+      release_status = s;
+    }
+    completed = true;
+    final_status = s;
+    cv.notify_all();
+  }
+  Status WaitReleased() SNAPD_EXCLUDES(mu) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return released; });
+    return release_status;
+  }
+  Status WaitCompleted() SNAPD_EXCLUDES(mu) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return completed && released; });
+    return final_status;
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released SNAPD_GUARDED_BY(mu) = false;
+  bool completed SNAPD_GUARDED_BY(mu) = false;
+  Status release_status SNAPD_GUARDED_BY(mu);
+  Status final_status SNAPD_GUARDED_BY(mu);
+};
+
+}  // namespace snapd::detail

@@ -1,0 +1,118 @@
+#include "catalog/catalog.h"
+
+#include <rocksdb/write_batch.h>
+
+namespace snapd {
+namespace {
+
+void AppendBe64(std::string* s, uint64_t v) {
+  for (int i = 7; i >= 0; --i) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint64_t ReadBe64(const std::string& s) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8 && i < s.size(); ++i) v = (v << 8) | static_cast<unsigned char>(s[i]);
+  return v;
+}
+
+std::string RunKey(uint64_t run_id) {
+  std::string k = "r:";
+  AppendBe64(&k, run_id);
+  return k;
+}
+
+std::string SnapshotPrefix(uint64_t run_id) {
+  std::string k = "s:";
+  AppendBe64(&k, run_id);
+  return k;
+}
+
+std::string SnapshotKey(uint64_t run_id, uint64_t step) {
+  std::string k = SnapshotPrefix(run_id);
+  AppendBe64(&k, step);
+  return k;
+}
+
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::Ok();
+  return Status::Internal("catalog " + what + " failed: " + s.ToString());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
+  if (!s.ok()) {
+    return Status::Unavailable("opening catalog at '" + dir + "' failed: " + s.ToString() +
+                               " (is another snapd using this state_dir?)");
+  }
+  return std::unique_ptr<Catalog>(new Catalog(std::unique_ptr<rocksdb::DB>(raw)));
+}
+
+Result<uint64_t> Catalog::Increment(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &value);
+  if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "read of " + key);
+  uint64_t next = (s.ok() ? ReadBe64(value) : 0) + 1;
+  std::string encoded;
+  AppendBe64(&encoded, next);
+  rocksdb::WriteOptions w;
+  w.sync = true;  // ids and epochs must never repeat after a crash
+  SNAPD_RETURN_IF_ERROR(FromRocks(db_->Put(w, key, encoded), "write of " + key));
+  return next;
+}
+
+Result<uint64_t> Catalog::BeginEpoch() { return Increment("m:epoch"); }
+Result<uint64_t> Catalog::AllocateRunId() { return Increment("m:next_run_id"); }
+
+Status Catalog::PutRun(const v1::RunRecord& run) {
+  return FromRocks(db_->Put(rocksdb::WriteOptions(), RunKey(run.run_id()),
+                            run.SerializeAsString()),
+                   "write of run " + std::to_string(run.run_id()));
+}
+
+Status Catalog::PutSnapshot(const v1::SnapshotRecord& snap) {
+  return FromRocks(db_->Put(rocksdb::WriteOptions(), SnapshotKey(snap.run_id(), snap.step()),
+                            snap.SerializeAsString()),
+                   "write of snapshot " + std::to_string(snap.run_id()) + "/" +
+                       std::to_string(snap.step()));
+}
+
+Status Catalog::DeleteRun(uint64_t run_id) {
+  rocksdb::WriteBatch batch;
+  batch.Delete(RunKey(run_id));
+  std::string begin = SnapshotPrefix(run_id);
+  std::string end = SnapshotPrefix(run_id + 1);
+  batch.DeleteRange(begin, end);
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
+                   "delete of run " + std::to_string(run_id));
+}
+
+Status Catalog::LoadAll(std::vector<v1::RunRecord>* runs,
+                        std::vector<v1::SnapshotRecord>* snapshots) {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("r:"); it->Valid() && it->key().starts_with("r:"); it->Next()) {
+    v1::RunRecord r;
+    if (!r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return Status::DataLoss("catalog run record at key " + it->key().ToString(true) +
+                              " does not parse");
+    }
+    runs->push_back(std::move(r));
+  }
+  for (it->Seek("s:"); it->Valid() && it->key().starts_with("s:"); it->Next()) {
+    v1::SnapshotRecord s;
+    if (!s.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return Status::DataLoss("catalog snapshot record at key " + it->key().ToString(true) +
+                              " does not parse");
+    }
+    snapshots->push_back(std::move(s));
+  }
+  return FromRocks(it->status(), "scan");
+}
+
+}  // namespace snapd

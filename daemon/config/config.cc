@@ -1,0 +1,195 @@
+#include "config/config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "paths.h"
+#include "units.h"
+
+namespace snapd {
+
+const std::vector<OptionDoc>& ConfigOptions() {
+  static const std::vector<OptionDoc> kOptions = {
+      {"socket", "SNAPD_SOCKET",
+       "control-plane unix socket (default /run/snapd/snapd.sock for root, else "
+       "$XDG_RUNTIME_DIR/snapd/snapd.sock)"},
+      {"state_dir", "SNAPD_STATE_DIR",
+       "catalog directory (default /var/lib/snapd for root, else ~/.local/state/snapd)"},
+      {"host_mem", "SNAPD_HOST_MEM", "host-tier budget, e.g. 8G; 0 = use host_mem_perc (default 0)"},
+      {"host_mem_perc", "SNAPD_HOST_MEM_PERC",
+       "host-tier budget as a fraction of MemAvailable at start (default 0.7)"},
+      {"listen_address", "SNAPD_LISTEN_ADDRESS", "UCX listener address (default 127.0.0.1)"},
+      {"listen_port", "SNAPD_LISTEN_PORT", "UCX listener port; 0 = any free port (default 0)"},
+      {"log_level", "SNAPD_LOG_LEVEL", "debug, info, warn or error (default info)"},
+  };
+  return kOptions;
+}
+
+namespace {
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+Status Set(Config& c, const std::string& key, const std::string& value,
+           const std::string& source) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(source + ": " + key + " = '" + value + "': " + why);
+  };
+  if (key == "socket") {
+    if (value.empty()) return bad("must not be empty");
+    c.socket = value;
+  } else if (key == "state_dir") {
+    if (value.empty()) return bad("must not be empty");
+    c.state_dir = value;
+  } else if (key == "host_mem") {
+    auto v = ParseBytes(value);
+    if (!v.ok()) return bad(v.status().message());
+    c.host_mem = *v;
+  } else if (key == "host_mem_perc") {
+    char* end = nullptr;
+    double d = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() || *end != '\0' || !(d > 0.0 && d <= 1.0)) {
+      return bad("must be a fraction in (0, 1], e.g. 0.7");
+    }
+    c.host_mem_perc = d;
+  } else if (key == "listen_address") {
+    c.listen_address = value;
+  } else if (key == "listen_port") {
+    char* end = nullptr;
+    long p = std::strtol(value.c_str(), &end, 10);
+    if (end == value.c_str() || *end != '\0' || p < 0 || p > 65535) {
+      return bad("must be a port number 0..65535");
+    }
+    c.listen_port = static_cast<uint32_t>(p);
+  } else if (key == "log_level") {
+    if (value != "debug" && value != "info" && value != "warn" && value != "error") {
+      return bad("must be debug, info, warn or error");
+    }
+    c.log_level = value;
+  } else {
+    return Status::InvalidArgument(source + ": unknown option '" + key +
+                                   "' (see `snapd --help` for the list)");
+  }
+  return Status::Ok();
+}
+
+Status LoadFile(Config& c, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("config file '" + path + "' cannot be opened");
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    std::string source = path + ":" + std::to_string(lineno);
+    size_t hash = line.find('#');
+    if (hash != std::string::npos && line.find('"') > hash) line = line.substr(0, hash);
+    line = Trim(line);
+    if (line.empty() || line[0] == '[') continue;  // TOML table headers carry no options
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) {
+      return Status::InvalidArgument(source + ": expected 'key = value', got '" + line + "'");
+    }
+    std::string key = Trim(line.substr(0, eq));
+    std::string value = Trim(line.substr(eq + 1));
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+      value = value.substr(1, value.size() - 2);
+    }
+    SNAPD_RETURN_IF_ERROR(Set(c, key, value, source));
+  }
+  return Status::Ok();
+}
+
+std::string FlagKey(std::string flag) {
+  for (char& ch : flag) {
+    if (ch == '-') ch = '_';
+  }
+  return flag;
+}
+
+}  // namespace
+
+Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
+                                const std::map<std::string, std::string>& env) {
+  LoadedConfig out;
+  Config& c = out.config;
+  c.socket = DefaultSocketPath();
+  c.state_dir = DefaultStateDir();
+
+  // Flags are parsed first only to find --config; they are applied last.
+  std::vector<std::pair<std::string, std::string>> flags;
+  std::string config_file;
+  if (auto it = env.find("SNAPD_CONFIG"); it != env.end()) config_file = it->second;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      out.help = true;
+      continue;
+    }
+    if (a == "--print-config") {
+      out.print_config = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) {
+      return Status::InvalidArgument("unexpected argument '" + a + "' (see `snapd --help`)");
+    }
+    std::string name = a.substr(2), value;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return Status::InvalidArgument("flag --" + name + " needs a value");
+    }
+    if (name == "config") {
+      config_file = value;
+    } else {
+      flags.emplace_back(FlagKey(name), value);
+    }
+  }
+  if (!config_file.empty()) SNAPD_RETURN_IF_ERROR(LoadFile(c, config_file));
+  for (const OptionDoc& o : ConfigOptions()) {
+    if (auto it = env.find(o.env); it != env.end()) {
+      SNAPD_RETURN_IF_ERROR(Set(c, o.key, it->second, std::string("environment ") + o.env));
+    }
+  }
+  for (const auto& [key, value] : flags) {
+    SNAPD_RETURN_IF_ERROR(Set(c, key, value, "flag --" + key));
+  }
+  return out;
+}
+
+std::string FormatConfig(const Config& c) {
+  std::ostringstream o;
+  o << "socket = \"" << c.socket << "\"\n"
+    << "state_dir = \"" << c.state_dir << "\"\n"
+    << "host_mem = \"" << c.host_mem << "\"\n"
+    << "host_mem_perc = " << c.host_mem_perc << "\n"
+    << "listen_address = \"" << c.listen_address << "\"\n"
+    << "listen_port = " << c.listen_port << "\n"
+    << "log_level = \"" << c.log_level << "\"\n";
+  return o.str();
+}
+
+uint64_t HostBudget(const Config& c, uint64_t mem_available) {
+  if (c.host_mem != 0) return c.host_mem;
+  return static_cast<uint64_t>(static_cast<double>(mem_available) * c.host_mem_perc);
+}
+
+Result<uint64_t> MemAvailable() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return Status::Internal("MemAvailable not found in /proc/meminfo");
+}
+
+}  // namespace snapd

@@ -1,0 +1,52 @@
+// snapd's configuration: embedded defaults, overridden by a config file, then by SNAPD_*
+// environment variables, then by command-line flags (each layer wins over the one before).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "snapd/status.h"
+
+namespace snapd {
+
+struct Config {
+  std::string socket;           // gRPC control-plane unix socket
+  std::string state_dir;        // holds the RocksDB catalog
+  uint64_t host_mem = 0;        // host-tier budget in bytes; 0 = host_mem_perc of MemAvailable
+  double host_mem_perc = 0.7;   // fraction of MemAvailable at start, used when host_mem is 0
+  std::string listen_address = "127.0.0.1";  // UCX data-plane listener address
+  uint32_t listen_port = 0;     // 0 = any free port (clients learn it from OpenSession)
+  std::string log_level = "info";
+};
+
+// One option as documented by `snapd --help` and docs/configuration.md.
+struct OptionDoc {
+  const char* key;
+  const char* env;
+  const char* help;
+};
+const std::vector<OptionDoc>& ConfigOptions();
+
+struct LoadedConfig {
+  Config config;
+  bool print_config = false;
+  bool help = false;
+};
+
+// Builds the effective configuration. `env` holds the process environment (tests pass their
+// own). Errors name the source (file:line, variable or flag) and the offending value.
+Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
+                                const std::map<std::string, std::string>& env);
+
+// `key = value` lines (TOML-compatible) with every effective value.
+std::string FormatConfig(const Config& config);
+
+// Host-tier budget in bytes: host_mem, or host_mem_perc of `mem_available`.
+uint64_t HostBudget(const Config& config, uint64_t mem_available);
+
+// MemAvailable from /proc/meminfo, in bytes.
+Result<uint64_t> MemAvailable();
+
+}  // namespace snapd

@@ -1,0 +1,121 @@
+#include "control/control_service.h"
+
+#include "snapd/wire.h"
+
+namespace snapd {
+namespace {
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status& s) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message()));
+  return reactor;
+}
+
+}  // namespace
+
+ControlService::ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane)
+    : store_(store),
+      sessions_(sessions),
+      data_plane_(data_plane),
+      started_(std::chrono::steady_clock::now()) {}
+
+grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContext* ctx,
+                                                      const v1::OpenSessionRequest* req,
+                                                      v1::OpenSessionResponse* resp) {
+  // Tenancy by SO_PEERCRED is not wired yet: every session is recorded as uid 0.
+  Session s = sessions_->Open(req->client_name(), 0);
+  resp->set_session_id(s.id);
+  resp->set_token(s.token);
+  resp->set_data_plane_address(data_plane_->address());
+  resp->set_wire_version(wire::kVersion);
+  resp->set_max_message_bytes(store_->host_budget());
+  return Finish(ctx, Status::Ok());
+}
+
+grpc::ServerUnaryReactor* ControlService::CloseSession(grpc::CallbackServerContext* ctx,
+                                                       const v1::CloseSessionRequest* req,
+                                                       v1::CloseSessionResponse*) {
+  Status s = sessions_->Close(req->session_id(), req->token());
+  if (s.ok()) data_plane_->DropSession(req->session_id());
+  return Finish(ctx, s);
+}
+
+grpc::ServerUnaryReactor* ControlService::OpenRun(grpc::CallbackServerContext* ctx,
+                                                  const v1::OpenRunRequest* req,
+                                                  v1::OpenRunResponse* resp) {
+  bool created = false;
+  auto run = store_->OpenRun(req->spec(), 0, &created);
+  if (run.ok()) {
+    *resp->mutable_run() = std::move(run).value();
+    resp->set_created(created);
+  }
+  return Finish(ctx, run.status());
+}
+
+grpc::ServerUnaryReactor* ControlService::CloseRun(grpc::CallbackServerContext* ctx,
+                                                   const v1::CloseRunRequest* req,
+                                                   v1::CloseRunResponse* resp) {
+  auto run = store_->CloseRun(req->name());
+  if (run.ok()) *resp->mutable_run() = std::move(run).value();
+  return Finish(ctx, run.status());
+}
+
+grpc::ServerUnaryReactor* ControlService::DeleteRun(grpc::CallbackServerContext* ctx,
+                                                    const v1::DeleteRunRequest* req,
+                                                    v1::DeleteRunResponse* resp) {
+  auto freed = store_->DeleteRun(req->name());
+  if (freed.ok()) resp->set_freed_bytes(*freed);
+  return Finish(ctx, freed.status());
+}
+
+grpc::ServerUnaryReactor* ControlService::Locate(grpc::CallbackServerContext* ctx,
+                                                 const v1::LocateRequest* req,
+                                                 v1::LocateResponse* resp) {
+  auto snap = store_->Locate(req->name(), req->step());
+  if (snap.ok()) *resp->mutable_snapshot() = std::move(snap).value();
+  return Finish(ctx, snap.status());
+}
+
+grpc::ServerUnaryReactor* ControlService::ListRuns(grpc::CallbackServerContext* ctx,
+                                                   const v1::ListRunsRequest*,
+                                                   v1::ListRunsResponse* resp) {
+  for (auto& run : store_->ListRuns()) *resp->add_runs() = std::move(run);
+  return Finish(ctx, Status::Ok());
+}
+
+grpc::ServerUnaryReactor* ControlService::ListSnapshots(grpc::CallbackServerContext* ctx,
+                                                        const v1::ListSnapshotsRequest* req,
+                                                        v1::ListSnapshotsResponse* resp) {
+  auto snaps = store_->ListSnapshots(req->name(), resp->mutable_run());
+  if (snaps.ok()) {
+    for (auto& s : *snaps) *resp->add_snapshots() = std::move(s);
+  }
+  return Finish(ctx, snaps.status());
+}
+
+grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx,
+                                                const v1::StatsRequest*,
+                                                v1::StatsResponse* resp) {
+  StoreCounters c = store_->Counters();
+  resp->set_version(SNAPD_VERSION);
+  resp->set_wire_version(wire::kVersion);
+  resp->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - started_)
+                          .count());
+  resp->set_runs(c.runs);
+  resp->set_sessions(sessions_->size());
+  v1::TierStats* host = resp->add_tiers();
+  host->set_tier(v1::TIER_HOST);
+  host->set_budget_bytes(store_->host_budget());
+  host->set_used_bytes(store_->host_used());
+  host->set_snapshots(c.host_snapshots);
+  resp->set_data_plane_address(data_plane_->address());
+  const DataPlaneCounters& d = data_plane_->counters();
+  resp->set_pushes(d.pushes.load());
+  resp->set_fetches(d.fetches.load());
+  resp->set_rejected_messages(d.rejected.load());
+  resp->set_lost_snapshots(c.lost_snapshots);
+  return Finish(ctx, Status::Ok());
+}
+
+}  // namespace snapd

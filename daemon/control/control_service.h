@@ -1,0 +1,55 @@
+// The gRPC control plane (snapd.v1.Control), served with the callback API. Each RPC is a thin
+// translation between protobuf and the Store/SessionTable; grpc::Status appears only here.
+// Reactions never wait on the data plane: they take the store's mutex briefly and, for
+// changes, write one catalog record.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "data_plane/data_plane.h"
+#include "sessions/sessions.h"
+#include "snapd/v1/control.grpc.pb.h"
+#include "store/store.h"
+
+namespace snapd {
+
+class ControlService final : public v1::Control::CallbackService {
+ public:
+  ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane);
+
+  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
+                                        const v1::OpenSessionRequest* req,
+                                        v1::OpenSessionResponse* resp) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* ctx,
+                                         const v1::CloseSessionRequest* req,
+                                         v1::CloseSessionResponse* resp) override;
+  grpc::ServerUnaryReactor* OpenRun(grpc::CallbackServerContext* ctx,
+                                    const v1::OpenRunRequest* req,
+                                    v1::OpenRunResponse* resp) override;
+  grpc::ServerUnaryReactor* CloseRun(grpc::CallbackServerContext* ctx,
+                                     const v1::CloseRunRequest* req,
+                                     v1::CloseRunResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteRun(grpc::CallbackServerContext* ctx,
+                                      const v1::DeleteRunRequest* req,
+                                      v1::DeleteRunResponse* resp) override;
+  grpc::ServerUnaryReactor* Locate(grpc::CallbackServerContext* ctx,
+                                   const v1::LocateRequest* req,
+                                   v1::LocateResponse* resp) override;
+  grpc::ServerUnaryReactor* ListRuns(grpc::CallbackServerContext* ctx,
+                                     const v1::ListRunsRequest* req,
+                                     v1::ListRunsResponse* resp) override;
+  grpc::ServerUnaryReactor* ListSnapshots(grpc::CallbackServerContext* ctx,
+                                          const v1::ListSnapshotsRequest* req,
+                                          v1::ListSnapshotsResponse* resp) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
+                                  v1::StatsResponse* resp) override;
+
+ private:
+  Store* const store_;
+  SessionTable* const sessions_;
+  DataPlane* const data_plane_;
+  const std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace snapd

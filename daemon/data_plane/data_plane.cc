@@ -1,0 +1,307 @@
+#include "data_plane/data_plane.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstring>
+
+#include "log.h"
+
+namespace snapd {
+
+DataPlane::DataPlane(Store* store, SessionTable* sessions, std::unique_ptr<ucx::WorkerLoop> loop)
+    : store_(store), sessions_(sessions), loop_(std::move(loop)) {}
+
+Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Store* store,
+                                                    SessionTable* sessions) {
+  SNAPD_ASSIGN_OR_RETURN(auto loop, ucx::WorkerLoop::Create("snapd"));
+  std::unique_ptr<DataPlane> dp(new DataPlane(store, sessions, std::move(loop)));
+  dp->RegisterHandler(wire::kHello, &DataPlane::OnHello);
+  dp->RegisterHandler(wire::kPush, &DataPlane::OnPush);
+  dp->RegisterHandler(wire::kFetch, &DataPlane::OnFetch);
+  SNAPD_RETURN_IF_ERROR(dp->Listen(options));
+  dp->loop_->Start();
+  return dp;
+}
+
+DataPlane::~DataPlane() {
+  loop_->Post([this] {
+    if (listener_) ucp_listener_destroy(listener_);
+    for (auto& [ep, conn] : conns_) ucx::CloseEndpoint(*loop_, ep, /*force=*/true);
+    conns_.clear();
+  });
+  loop_->Stop();
+}
+
+void DataPlane::RegisterHandler(wire::AmId id, ucp_am_recv_callback_t cb) {
+  ucp_am_handler_param_t p{};
+  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                 UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  p.id = id;
+  p.cb = cb;
+  p.arg = this;
+  // Registration only fails on invalid parameters, which are fixed here.
+  [[maybe_unused]] ucs_status_t s = ucp_worker_set_am_recv_handler(loop_->worker(), &p);
+}
+
+Status DataPlane::Listen(const Options& options) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(options.port));
+  if (inet_pton(AF_INET, options.address.c_str(), &addr.sin_addr) != 1) {
+    return Status::InvalidArgument("listen_address '" + options.address +
+                                   "' is not an IPv4 address");
+  }
+  ucp_listener_params_t p{};
+  p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
+  p.sockaddr.addrlen = sizeof addr;
+  p.conn_handler.cb = &DataPlane::OnConnRequest;
+  p.conn_handler.arg = this;
+  ucs_status_t s = ucp_listener_create(loop_->worker(), &p, &listener_);
+  if (s != UCS_OK) {
+    return ucx::FromUcs(s, "UCX listener on " + options.address + ":" +
+                               std::to_string(options.port));
+  }
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  s = ucp_listener_query(listener_, &attr);
+  if (s != UCS_OK) return ucx::FromUcs(s, "querying the UCX listener");
+  auto* bound = reinterpret_cast<const sockaddr_in*>(&attr.sockaddr);
+  address_ = options.address + ":" + std::to_string(ntohs(bound->sin_port));
+  return Status::Ok();
+}
+
+void DataPlane::OnConnRequest(ucp_conn_request_h request, void* arg) {
+  auto* self = static_cast<DataPlane*>(arg);
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.conn_request = request;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // a dead client must not take the daemon down
+  p.err_handler.cb = &DataPlane::OnEndpointError;
+  p.err_handler.arg = self;
+  ucp_ep_h ep = nullptr;
+  ucs_status_t s = ucp_ep_create(self->loop_->worker(), &p, &ep);
+  if (s != UCS_OK) {
+    SNAPD_LOG_WARN("accepting a data-plane connection failed: %s", ucs_status_string(s));
+    return;
+  }
+  self->conns_[ep] = Conn{};
+}
+
+void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto* self = static_cast<DataPlane*>(arg);
+  auto it = self->conns_.find(ep);
+  if (it == self->conns_.end()) return;
+  SNAPD_LOG_INFO("session %llu: data-plane endpoint closed (%s)",
+                 static_cast<unsigned long long>(it->second.session_id),
+                 ucs_status_string(status));
+  self->conns_.erase(it);
+  self->CloseLater(ep);
+}
+
+void DataPlane::CloseLater(ucp_ep_h ep) {
+  // Closing from inside a UCX callback is not allowed; do it from the loop.
+  loop_->Post([ep] {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &p);
+    if (req != nullptr && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
+  });
+}
+
+void DataPlane::DropSession(uint64_t session_id) {
+  loop_->Post([this, session_id] {
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      if (it->second.session_id == session_id) {
+        CloseLater(it->first);
+        it = conns_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  });
+}
+
+DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* header,
+                                  size_t header_length, size_t expected_length, wire::AmId op,
+                                  bool needs_session) {
+  counters_.rejected.fetch_add(1, std::memory_order_relaxed);  // undone on success
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return nullptr;  // cannot answer
+  ucp_ep_h ep = param->reply_ep;
+  auto it = conns_.find(ep);
+  if (it == conns_.end()) return nullptr;
+  Conn& conn = it->second;
+  wire::Header h{};
+  if (header_length < sizeof h) {
+    Reply(ep, 0, Status::InvalidArgument("malformed message: header of " +
+                                         std::to_string(header_length) + " bytes, expected " +
+                                         std::to_string(expected_length)));
+    return nullptr;
+  }
+  std::memcpy(&h, header, sizeof h);
+  if (h.magic != wire::kMagic || h.version != wire::kVersion) {
+    Reply(ep, h.request_id,
+          Status::InvalidArgument("unsupported wire format (magic " + std::to_string(h.magic) +
+                                  ", version " + std::to_string(h.version) +
+                                  "); this snapd speaks version " +
+                                  std::to_string(wire::kVersion)));
+    return nullptr;
+  }
+  if (header_length != expected_length || h.op != op) {
+    Reply(ep, h.request_id,
+          Status::InvalidArgument("malformed message for AM id " + std::to_string(op) +
+                                  ": header of " + std::to_string(header_length) +
+                                  " bytes with op " + std::to_string(h.op) + ", expected " +
+                                  std::to_string(expected_length) + " bytes with op " +
+                                  std::to_string(op)));
+    return nullptr;
+  }
+  if (needs_session) {
+    if (conn.session_id == 0) {
+      Reply(ep, h.request_id,
+            Status::Unauthenticated("endpoint is not bound to a session: send Hello with the "
+                                    "OpenSession token first"));
+      return nullptr;
+    }
+    if (h.token != conn.token || !sessions_->Find(conn.session_id, h.token)) {
+      Reply(ep, h.request_id,
+            Status::Unauthenticated("token does not match an open session for this endpoint"));
+      return nullptr;
+    }
+  }
+  counters_.rejected.fetch_sub(1, std::memory_order_relaxed);
+  return &conn;
+}
+
+ucs_status_t DataPlane::OnHello(void* arg, const void* header, size_t header_length, void*,
+                                size_t, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<DataPlane*>(arg);
+  Conn* conn = self->Admit(param, header, header_length, sizeof(wire::HelloRequest),
+                           wire::kHello, /*needs_session=*/false);
+  if (!conn) return UCS_OK;
+  wire::HelloRequest req;
+  std::memcpy(&req, header, sizeof req);
+  if (!self->sessions_->Find(req.session_id, req.header.token)) {
+    self->counters_.rejected.fetch_add(1, std::memory_order_relaxed);
+    self->Reply(param->reply_ep, req.header.request_id,
+                Status::Unauthenticated("session " + std::to_string(req.session_id) +
+                                        " with this token is not open; call OpenSession"));
+    return UCS_OK;
+  }
+  conn->session_id = req.session_id;
+  conn->token = req.header.token;
+  self->Reply(param->reply_ep, req.header.request_id, Status::Ok());
+  return UCS_OK;
+}
+
+ucs_status_t DataPlane::OnPush(void* arg, const void* header, size_t header_length, void* data,
+                               size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<DataPlane*>(arg);
+  if (!self->Admit(param, header, header_length, sizeof(wire::PushRequest), wire::kPush,
+                   /*needs_session=*/true)) {
+    return UCS_OK;  // UCX drops eager data and cancels a rendezvous we did not receive
+  }
+  wire::PushRequest req;
+  std::memcpy(&req, header, sizeof req);
+  self->HandlePush(param->reply_ep, req, data, length, param);
+  return UCS_OK;
+}
+
+void DataPlane::HandlePush(ucp_ep_h ep, const wire::PushRequest& req, void* data, size_t length,
+                           const ucp_am_recv_param_t* param) {
+  uint64_t id = req.header.request_id;
+  if (length != req.bytes) {
+    Reply(ep, id, Status::InvalidArgument("push header says " + std::to_string(req.bytes) +
+                                          " bytes but " + std::to_string(length) +
+                                          " bytes of data arrived"));
+    return;
+  }
+  auto ticket = store_->BeginPush(req.run_id, req.step, req.bytes);
+  if (!ticket.ok()) {
+    Reply(ep, id, ticket.status());
+    return;
+  }
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {  // eager: data are here already
+    std::memcpy(ticket->block->data(), data, length);
+    FinishPush(ep, id, *ticket);
+    return;
+  }
+  Store::PushTicket t = std::move(ticket).value();
+  void* dest = t.block->data();
+  SNAPD_LOG_DEBUG("push run %llu step %llu: rendezvous receive of %zu bytes",
+                  static_cast<unsigned long long>(t.run_id),
+                  static_cast<unsigned long long>(t.step), length);
+  ucp_request_param_t p = ucx::RecvDataParam([this, ep, id, t](ucs_status_t s, size_t) {
+    SNAPD_LOG_DEBUG("push run %llu step %llu: receive done: %s",
+                    static_cast<unsigned long long>(t.run_id),
+                    static_cast<unsigned long long>(t.step), ucs_status_string(s));
+    if (s == UCS_OK) {
+      FinishPush(ep, id, t);
+    } else {
+      store_->AbortPush(t);
+      SNAPD_LOG_WARN("push of run %llu step %llu abandoned: %s",
+                     static_cast<unsigned long long>(t.run_id),
+                     static_cast<unsigned long long>(t.step), ucs_status_string(s));
+      Reply(ep, id, ucx::FromUcs(s, "receiving the snapshot"));
+    }
+  });
+  ucx::Track(ucp_am_recv_data_nbx(loop_->worker(), data, dest, length, &p), p);
+}
+
+void DataPlane::FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTicket& ticket) {
+  Status s = store_->CommitPush(ticket);
+  if (s.ok()) {
+    counters_.pushes.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    store_->AbortPush(ticket);
+  }
+  Reply(ep, request_id, s);
+}
+
+ucs_status_t DataPlane::OnFetch(void* arg, const void* header, size_t header_length, void*,
+                                size_t, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<DataPlane*>(arg);
+  if (!self->Admit(param, header, header_length, sizeof(wire::FetchRequest), wire::kFetch,
+                   /*needs_session=*/true)) {
+    return UCS_OK;
+  }
+  wire::FetchRequest req;
+  std::memcpy(&req, header, sizeof req);
+  auto block = self->store_->BeginFetch(req.run_id, req.step, req.bytes);
+  if (!block.ok()) {
+    self->Reply(param->reply_ep, req.header.request_id, block.status());
+    return UCS_OK;
+  }
+  const void* bytes = (*block)->data();
+  self->Reply(param->reply_ep, req.header.request_id, Status::Ok(), req.bytes, bytes,
+              std::move(block).value());
+  return UCS_OK;
+}
+
+void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, uint64_t bytes,
+                      const void* data, std::shared_ptr<HostBlock> keep) {
+  auto reply = std::make_shared<wire::Reply>();
+  std::memset(reply.get(), 0, sizeof *reply);
+  reply->header = wire::MakeHeader(wire::kReply, 0, request_id);
+  reply->code = static_cast<int32_t>(status.code());
+  reply->bytes = data ? bytes : 0;
+  size_t n = std::min(status.message().size(), wire::kMaxReplyMessage);
+  std::memcpy(reply->message, status.message().data(), n);
+  reply->message_length = static_cast<uint32_t>(n);
+  bool is_fetch = data != nullptr;
+  // Sent from the loop, not from inside the UCX callback that produced it.
+  loop_->Post([this, ep, reply, data, keep = std::move(keep), is_fetch] {
+    if (!conns_.count(ep)) return;  // client went away; nothing to answer
+    ucp_request_param_t p = ucx::SendParam([this, reply, keep, is_fetch](ucs_status_t s, size_t) {
+      if (is_fetch && s == UCS_OK) counters_.fetches.fetch_add(1, std::memory_order_relaxed);
+    });
+    ucx::Track(ucp_am_send_nbx(ep, wire::kReply, reply.get(), sizeof *reply, data,
+                               reply->bytes, &p),
+               p);
+  });
+}
+
+}  // namespace snapd

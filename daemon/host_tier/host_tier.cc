@@ -1,0 +1,80 @@
+#include "host_tier/host_tier.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "units.h"
+
+namespace snapd {
+
+HostBlock::~HostBlock() { tier_->Free(offset_, size_); }
+
+Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes) {
+  uint64_t budget = budget_bytes / kAlignment * kAlignment;
+  if (budget == 0) {
+    return Status::InvalidArgument("host-tier budget " + std::to_string(budget_bytes) +
+                                   " bytes is below one page; set host_mem or host_mem_perc");
+  }
+  // NORESERVE: the budget is a ceiling, not an up-front commitment of RAM.
+  void* base = mmap(nullptr, budget, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    return Status::ResourceExhausted("reserving " + FormatBytes(budget) +
+                                     " for the host tier failed: " + std::strerror(errno));
+  }
+  madvise(base, budget, MADV_HUGEPAGE);  // best effort: fewer TLB misses on large copies
+  return std::unique_ptr<HostTier>(new HostTier(base, budget));
+}
+
+HostTier::HostTier(void* base, uint64_t budget) : base_(base), budget_(budget) {
+  free_.emplace(0, budget);
+}
+
+HostTier::~HostTier() { munmap(base_, budget_); }
+
+uint64_t HostTier::used() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_;
+}
+
+Result<std::shared_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes) {
+  if (bytes == 0) return Status::InvalidArgument("host-tier allocation of 0 bytes");
+  uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < size) continue;
+    uint64_t offset = it->first;
+    uint64_t remaining = it->second - size;
+    free_.erase(it);
+    if (remaining) free_.emplace(offset + size, remaining);
+    used_ += size;
+    return std::make_shared<HostBlock>(this, offset, size, static_cast<char*>(base_) + offset);
+  }
+  std::string why = used_ + size > budget_ ? "" : " (free space is fragmented)";
+  return Status::ResourceExhausted("host tier full: " + FormatBytes(bytes) + " requested, " +
+                                   FormatBytes(used_) + " of " + FormatBytes(budget_) +
+                                   " in use" + why +
+                                   "; delete finished runs or raise host_mem");
+}
+
+void HostTier::Free(uint64_t offset, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  used_ -= size;
+  auto next = free_.lower_bound(offset);
+  if (next != free_.end() && offset + size == next->first) {
+    size += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      prev->second += size;
+      return;
+    }
+  }
+  free_.emplace(offset, size);
+}
+
+}  // namespace snapd

@@ -1,0 +1,67 @@
+// The host-RAM tier: one region of exactly `budget` bytes, reserved at start, carved into
+// page-aligned blocks. Because every block lives inside the region, the tier cannot hand out
+// more than its budget, whatever the allocation pattern.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "snapd/status.h"
+#include "thread_annotations.h"
+
+namespace snapd {
+
+class HostTier;
+
+// One allocation; returns its bytes to the tier when the last reference goes. Holders (the
+// store, an in-flight send) share it, so a snapshot deleted mid-fetch stays valid until the
+// fetch completes. The tier must outlive every block.
+class HostBlock {
+ public:
+  HostBlock(HostTier* tier, uint64_t offset, uint64_t size, void* data)
+      : tier_(tier), offset_(offset), size_(size), data_(data) {}
+  ~HostBlock();
+  HostBlock(const HostBlock&) = delete;
+  HostBlock& operator=(const HostBlock&) = delete;
+
+  void* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  HostTier* const tier_;
+  const uint64_t offset_;
+  const uint64_t size_;
+  void* const data_;
+};
+
+// Thread-safe: Allocate and block release may run on any thread.
+// Pages are populated on first touch and kept after a block is freed, so a steady stream of
+// same-sized snapshots (the common case) reuses warm pages instead of faulting fresh ones.
+class HostTier {
+ public:
+  static constexpr uint64_t kAlignment = 4096;
+
+  static Result<std::unique_ptr<HostTier>> Create(uint64_t budget_bytes);
+  ~HostTier();
+
+  // RESOURCE_EXHAUSTED, naming the request, the use and the budget, when it does not fit.
+  Result<std::shared_ptr<HostBlock>> Allocate(uint64_t bytes) SNAPD_EXCLUDES(mu_);
+
+  uint64_t budget() const { return budget_; }
+  uint64_t used() const SNAPD_EXCLUDES(mu_);
+
+ private:
+  friend class HostBlock;
+  HostTier(void* base, uint64_t budget);
+  void Free(uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
+
+  void* const base_;
+  const uint64_t budget_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, uint64_t> free_ SNAPD_GUARDED_BY(mu_);  // offset -> length, coalesced
+  uint64_t used_ SNAPD_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace snapd

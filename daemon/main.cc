@@ -1,0 +1,157 @@
+// snapd: the per-node snapshot storage daemon. Start-up order is the dependency order
+// (catalog, host tier, store, sessions, data plane, control plane); shutdown on SIGTERM or
+// SIGINT runs it backwards so nothing is freed while still in use.
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "catalog/catalog.h"
+#include "config/config.h"
+#include "control/control_service.h"
+#include "data_plane/data_plane.h"
+#include "host_tier/host_tier.h"
+#include "log.h"
+#include "sessions/sessions.h"
+#include "store/store.h"
+#include "units.h"
+
+extern char** environ;
+
+namespace snapd {
+namespace {
+
+void PrintHelp() {
+  std::printf(
+      "usage: snapd [--config FILE] [--print-config] [--KEY VALUE ...]\n\n"
+      "Per-node snapshot storage daemon for adjoint solvers.\n"
+      "Each option is read from the config file (KEY = VALUE), then the environment, then the\n"
+      "flag --KEY (dashes or underscores), the later winning.\n\n");
+  for (const OptionDoc& o : ConfigOptions()) {
+    std::printf("  --%-16s %-22s %s\n", o.key, o.env, o.help);
+  }
+}
+
+// Fails when a live daemon already answers on `path`; removes a stale socket file.
+Status ClaimSocket(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  if (ec) return Status::PermissionDenied("creating the socket directory for " + path + ": " +
+                                          ec.message());
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) {
+    return Status::InvalidArgument("socket path '" + path + "' is longer than " +
+                                   std::to_string(sizeof addr.sun_path - 1) + " bytes");
+  }
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  bool live = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  if (fd >= 0) close(fd);
+  if (live) {
+    return Status::AlreadyExists("another snapd is already serving " + path +
+                                 "; stop it or pick another socket");
+  }
+  unlink(path.c_str());
+  return Status::Ok();
+}
+
+int Run(int argc, char** argv) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    if (size_t eq = kv.find('='); eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  auto loaded = LoadConfig(std::vector<std::string>(argv + 1, argv + argc), env);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "snapd: %s\n", loaded.status().message().c_str());
+    return 2;
+  }
+  if (loaded->help) {
+    PrintHelp();
+    return 0;
+  }
+  const Config& config = loaded->config;
+  if (loaded->print_config) {
+    std::fputs(FormatConfig(config).c_str(), stdout);
+    return 0;
+  }
+  log::Level level;
+  if (log::ParseLevel(config.log_level.c_str(), &level)) log::SetLevel(level);
+
+  // Block the shutdown signals before any thread starts so only sigwait() below sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto fail = [](const Status& s) {
+    SNAPD_LOG_ERROR("%s", s.ToString().c_str());
+    return 1;
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(config.state_dir, ec);
+  if (ec) return fail(Status::PermissionDenied("creating state_dir " + config.state_dir + ": " +
+                                               ec.message()));
+  auto mem = MemAvailable();
+  if (!mem.ok()) return fail(mem.status());
+  uint64_t budget = HostBudget(config, *mem);
+
+  auto catalog = Catalog::Open(config.state_dir + "/catalog");
+  if (!catalog.ok()) return fail(catalog.status());
+  auto epoch = (*catalog)->BeginEpoch();
+  if (!epoch.ok()) return fail(epoch.status());
+  auto host = HostTier::Create(budget);
+  if (!host.ok()) return fail(host.status());
+  auto store = Store::Open(catalog->get(), host->get(), *epoch);
+  if (!store.ok()) return fail(store.status());
+  SessionTable sessions;
+  DataPlane::Options dp_options{config.listen_address, config.listen_port};
+  auto data_plane = DataPlane::Start(dp_options, store->get(), &sessions);
+  if (!data_plane.ok()) return fail(data_plane.status());
+
+  Status claimed = ClaimSocket(config.socket);
+  if (!claimed.ok()) return fail(claimed);
+  ControlService service(store->get(), &sessions, data_plane->get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) return fail(Status::Unavailable("cannot serve gRPC on unix:" + config.socket));
+  chmod(config.socket.c_str(), 0666);  // reachable by every local user; tenancy is per uid
+  server->GetHealthCheckService()->SetServingStatus("snapd.v1.Control", true);
+
+  SNAPD_LOG_INFO("snapd %s serving on unix:%s, UCX data plane on %s, host tier %s, catalog %s",
+                 SNAPD_VERSION, config.socket.c_str(), (*data_plane)->address().c_str(),
+                 FormatBytes(budget).c_str(), config.state_dir.c_str());
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  SNAPD_LOG_INFO("received %s, shutting down", strsignal(sig));
+  server->GetHealthCheckService()->SetServingStatus(false);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Wait();
+  data_plane->reset();  // no more traffic into the store
+  store->reset();
+  host->reset();
+  catalog->reset();
+  unlink(config.socket.c_str());
+  SNAPD_LOG_INFO("stopped cleanly");
+  return 0;
+}
+
+}  // namespace
+}  // namespace snapd
+
+int main(int argc, char** argv) { return snapd::Run(argc, argv); }

@@ -1,0 +1,47 @@
+#include "sessions/sessions.h"
+
+#include <sys/random.h>
+
+namespace snapd {
+namespace {
+
+uint64_t RandomToken() {
+  uint64_t token = 0;
+  while (token == 0) {  // 0 is reserved for "no token"
+    if (getrandom(&token, sizeof token, 0) != sizeof token) token = 0;
+  }
+  return token;
+}
+
+}  // namespace
+
+Session SessionTable::Open(const std::string& client_name, uint32_t uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Session s{next_id_++, RandomToken(), uid, client_name};
+  sessions_[s.id] = s;
+  return s;
+}
+
+Status SessionTable::Close(uint64_t id, uint64_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second.token != token) {
+    return Status::NotFound("session " + std::to_string(id) + " is not open");
+  }
+  sessions_.erase(it);
+  return Status::Ok();
+}
+
+std::optional<Session> SessionTable::Find(uint64_t id, uint64_t token) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second.token != token) return std::nullopt;
+  return it->second;
+}
+
+size_t SessionTable::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sessions_.size();
+}
+
+}  // namespace snapd

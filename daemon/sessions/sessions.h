@@ -1,0 +1,38 @@
+// Control-plane sessions. A session hands out a random 64-bit token; a UCX endpoint must
+// present it (wire::HelloRequest) before it may push or fetch.
+// Thread-safe: one mutex guards the table.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "snapd/status.h"
+#include "thread_annotations.h"
+
+namespace snapd {
+
+struct Session {
+  uint64_t id = 0;
+  uint64_t token = 0;
+  uint32_t uid = 0;
+  std::string client_name;
+};
+
+class SessionTable {
+ public:
+  Session Open(const std::string& client_name, uint32_t uid) SNAPD_EXCLUDES(mu_);
+  // NOT_FOUND unless both id and token match an open session.
+  Status Close(uint64_t id, uint64_t token) SNAPD_EXCLUDES(mu_);
+  std::optional<Session> Find(uint64_t id, uint64_t token) const SNAPD_EXCLUDES(mu_);
+  size_t size() const SNAPD_EXCLUDES(mu_);
+
+ private:
+  mutable std::mutex mu_;
+  uint64_t next_id_ SNAPD_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, Session> sessions_ SNAPD_GUARDED_BY(mu_);
+};
+
+}  // namespace snapd

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs snapd's build and test dependencies from Debian packages.
+# Idempotent: skips apt entirely when every package is already present.
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libucx-dev ucx-utils
+  librocksdb-dev
+  libzfp-dev
+  libgtest-dev
+  python3 python3-numpy
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo_cmd=""
+  [[ $(id -u) -eq 0 ]] || sudo_cmd="sudo"
+  echo "snapd: installing ${missing[*]}"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
