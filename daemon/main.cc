@@ -17,6 +17,7 @@
 #include "catalog/catalog.h"
 #include "config/config.h"
 #include "control/control_service.h"
+#include "data_plane/arena_socket.h"
 #include "data_plane/data_plane.h"
 #include "host_tier/host_tier.h"
 #include "log.h"
@@ -122,7 +123,9 @@ int Run(int argc, char** argv) {
 
   Status claimed = ClaimSocket(config.socket);
   if (!claimed.ok()) return fail(claimed);
-  ControlService service(store->get(), &sessions, data_plane->get());
+  auto arena = ArenaSocket::Start(config.socket + ".arena", host->get(), &sessions);
+  if (!arena.ok()) return fail(arena.status());
+  ControlService service(store->get(), &sessions, data_plane->get(), (*arena)->path());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
@@ -142,6 +145,7 @@ int Run(int argc, char** argv) {
   server->GetHealthCheckService()->SetServingStatus(false);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
+  arena->reset();
   data_plane->reset();  // no more traffic into the store
   store->reset();
   host->reset();

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "copy_thread.h"
 #include "op_state.h"
 #include "paths.h"
 #include "snapd/v1/control.grpc.pb.h"
@@ -75,6 +77,54 @@ Status ProbeSocket(const std::string& path) {
                              "SNAPD_SOCKET to the socket it listens on");
 }
 
+// Asks the arena socket for the host tier's memfd and maps it. The daemon refuses clients of
+// another uid; the caller then uses the copied UCX path.
+Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, char** base,
+                uint64_t* bytes) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof addr.sun_path) {
+    return Status::Unavailable("snapd offers no arena socket");
+  }
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  ucx::ScopedFd sock(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (sock.get() < 0 || connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr)) {
+    return Status::Unavailable("arena socket " + path + ": " + std::strerror(errno));
+  }
+  wire::ArenaRequest req{session_id, token};
+  if (send(sock.get(), &req, sizeof req, MSG_NOSIGNAL) != sizeof req) {
+    return Status::Unavailable("arena socket " + path + ": send failed");
+  }
+  wire::ArenaReply reply{};
+  iovec iov{&reply, sizeof reply};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (recvmsg(sock.get(), &msg, MSG_WAITALL | MSG_CMSG_CLOEXEC) != sizeof reply) {
+    return Status::Unavailable("arena socket " + path + ": short reply");
+  }
+  if (reply.code != 0) {
+    size_t n = std::min<size_t>(reply.message_length, wire::kMaxReplyMessage);
+    return Status(static_cast<Code>(reply.code), std::string(reply.message, n));
+  }
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (c == nullptr || c->cmsg_type != SCM_RIGHTS) {
+    return Status::Internal("arena socket replied without a file descriptor");
+  }
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  ucx::ScopedFd arena_fd(fd);
+  void* p = mmap(nullptr, reply.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return Status::Internal(std::string("mapping the host tier: ") +
+                                               std::strerror(errno));
+  *base = static_cast<char*>(p);
+  *bytes = reply.arena_bytes;
+  return Status::Ok();
+}
+
 RunSpec FromProto(const v1::RunSpec& p) {
   RunSpec s;
   s.name = p.name();
@@ -100,15 +150,21 @@ RunInfo FromProto(const v1::RunInfo& p) {
 // Threading: the fields after `loop` belong to the loop thread; everything before is set
 // during Connect and then read-only.
 struct Client::Impl {
-  enum class Kind { kHello, kPush, kFetch };
+  enum class Kind { kHello, kPush, kFetch, kReserve, kCommit, kFetchMapped };
   struct Pending {
     Kind kind;
     std::shared_ptr<detail::OpState> state;
-    void* buffer = nullptr;  // fetch destination
+    void* buffer = nullptr;  // fetch destination, or (kReserve) the push source
     size_t bytes = 0;
+    uint64_t run_id = 0;     // kReserve: what to commit once copied
+    uint64_t step = 0;
   };
 
   std::string socket_path;
+  char* arena = nullptr;  // the daemon's host tier, mapped; null on the UCX path
+  uint64_t arena_bytes = 0;
+  std::string data_path_reason;
+  std::unique_ptr<detail::CopyThread> copier;
   std::unique_ptr<v1::Control::Stub> stub;
   uint64_t session_id = 0;
   uint64_t token = 0;
@@ -125,14 +181,29 @@ struct Client::Impl {
   Status CreateEndpoint();
   void FailAll(const Status& s);
   // Sends one request on the loop thread; `data` (push only) travels as AM data.
+  // Sends one request on the loop thread; `data` (copied push only) travels as AM data. An
+  // entry without state expects no Reply.
   void Send(std::shared_ptr<const void> header, size_t header_bytes, uint64_t request_id,
             wire::AmId op, Pending pending_entry, const void* data, size_t data_bytes);
+  // Loop thread: sends a header-only request of type T built from `fields`.
+  template <typename T>
+  void SendHeader(wire::AmId op, T fields, Pending entry) {
+    uint64_t id = next_request++;
+    fields.header = wire::MakeHeader(op, token, id);
+    auto header = std::make_shared<T>(fields);
+    Send(header, sizeof(T), id, op, std::move(entry), nullptr, 0);
+  }
+  // Progress thread: a reservation or lease arrived; copy on the copy thread.
+  void CopyIn(Pending p, uint64_t offset);
+  void CopyOut(Pending p, uint64_t offset, uint64_t lease);
+  Status CheckRange(uint64_t offset, size_t bytes) const;
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t OnReply(void* arg, const void* header, size_t header_length, void* data,
                               size_t length, const ucp_am_recv_param_t* param);
 };
 
 Client::Impl::~Impl() {
+  copier.reset();  // finishes copies already started; they only post to the loop
   if (loop) {
     loop->Post([this] {
       if (ep) ucx::CloseEndpoint(*loop, ep, /*force=*/false);
@@ -150,6 +221,49 @@ Client::Impl::~Impl() {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     (void)stub->CloseSession(&ctx, req, &resp);  // the daemon also drops dead endpoints
   }
+  if (arena) munmap(arena, arena_bytes);
+}
+
+Status Client::Impl::CheckRange(uint64_t offset, size_t bytes) const {
+  if (offset > arena_bytes || bytes > arena_bytes - offset) {
+    return Status::Internal("snapd named arena offset " + std::to_string(offset) +
+                            " outside its " + std::to_string(arena_bytes) + "-byte host tier");
+  }
+  return Status::Ok();
+}
+
+void Client::Impl::CopyIn(Pending p, uint64_t offset) {
+  if (Status s = CheckRange(offset, p.bytes); !s.ok()) {
+    p.state->Complete(s);
+    return;
+  }
+  copier->Submit([this, p, offset] {
+    std::memcpy(arena + offset, p.buffer, p.bytes);
+    p.state->Release(Status::Ok());
+    loop->Post([this, p] {
+      wire::PushRequest commit{};
+      commit.run_id = p.run_id;
+      commit.step = p.step;
+      commit.bytes = p.bytes;
+      SendHeader(wire::kCommit, commit, Pending{Kind::kCommit, p.state});
+    });
+  });
+}
+
+void Client::Impl::CopyOut(Pending p, uint64_t offset, uint64_t lease) {
+  if (Status s = CheckRange(offset, p.bytes); !s.ok()) {
+    p.state->Complete(s);
+    return;
+  }
+  copier->Submit([this, p, offset, lease] {
+    std::memcpy(p.buffer, arena + offset, p.bytes);
+    loop->Post([this, lease] {
+      wire::LeaseRelease release{};
+      release.lease = lease;
+      SendHeader(wire::kReleaseLease, release, Pending{Kind::kFetchMapped, nullptr});
+    });
+    p.state->Complete(Status::Ok());
+  });
 }
 
 Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
@@ -186,6 +300,14 @@ ucs_status_t Client::Impl::OnReply(void* arg, const void* header, size_t header_
   self->pending.erase(it);
   size_t n = std::min<size_t>(reply.message_length, wire::kMaxReplyMessage);
   Status status(static_cast<Code>(reply.code), std::string(reply.message, n));
+  if (status.ok() && p.kind == Kind::kReserve) {
+    self->CopyIn(std::move(p), reply.offset);
+    return UCS_OK;
+  }
+  if (status.ok() && p.kind == Kind::kFetchMapped) {
+    self->CopyOut(std::move(p), reply.offset, reply.header.request_id);
+    return UCS_OK;
+  }
   if (p.kind != Kind::kFetch || !status.ok()) {
     p.state->Complete(status);
     return UCS_OK;
@@ -236,12 +358,14 @@ void Client::Impl::Send(std::shared_ptr<const void> header, size_t header_bytes,
                         size_t data_bytes) {
   auto state = entry.state;
   if (!ep_error.ok() || ep == nullptr) {
-    state->Complete(ep_error.ok() ? Status::Unavailable("not connected to snapd") : ep_error);
+    if (state) state->Complete(ep_error.ok() ? Status::Unavailable("not connected to snapd")
+                                             : ep_error);
     return;
   }
-  pending.emplace(request_id, std::move(entry));
+  if (state) pending.emplace(request_id, std::move(entry));
   bool is_push = op == wire::kPush;
   ucp_request_param_t p = ucx::SendParam([state, header, is_push](ucs_status_t s, size_t) {
+    if (!state) return;
     // A rejected push completes its send with OK; its Reply carries the reason.
     if (is_push) state->Release(ucx::FromUcs(s, "sending the snapshot"));
     if (s != UCS_OK) state->Complete(ucx::FromUcs(s, "sending to snapd"));
@@ -276,6 +400,16 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   impl->session_id = resp.session_id();
   impl->token = resp.token();
   impl->data_plane_address = resp.data_plane_address();
+  const char* path_env = std::getenv("SNAPD_DATA_PATH");
+  if (!options.map_host_tier || (path_env && std::string(path_env) == "ucx")) {
+    impl->data_path_reason = "mapping turned off by the caller";
+  } else if (Status s = MapArena(resp.arena_socket(), impl->session_id, impl->token,
+                                 &impl->arena, &impl->arena_bytes);
+             !s.ok()) {
+    impl->data_path_reason = s.ToString();
+  } else {
+    impl->copier = std::make_unique<detail::CopyThread>();
+  }
 
   SNAPD_ASSIGN_OR_RETURN(impl->loop, ucx::WorkerLoop::Create("libsnapd"));
   ucp_am_handler_param_t hp{};
@@ -298,11 +432,9 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
       hello->Complete(s);
       return;
     }
-    uint64_t id = raw->next_request++;
-    auto header = std::make_shared<wire::HelloRequest>(
-        wire::HelloRequest{wire::MakeHeader(wire::kHello, raw->token, id), raw->session_id});
-    raw->Send(header, sizeof *header, id, wire::kHello, Impl::Pending{Impl::Kind::kHello, hello},
-              nullptr, 0);
+    wire::HelloRequest h{};
+    h.session_id = raw->session_id;
+    raw->SendHeader(wire::kHello, h, Impl::Pending{Impl::Kind::kHello, hello});
   });
   Status bound = hello->WaitCompleted();
   if (!bound.ok()) {
@@ -378,10 +510,22 @@ Result<PushHandle> Client::Push(uint64_t run_id, uint64_t step, const void* data
                                    ": data is null but bytes is " + std::to_string(bytes));
   }
   auto state = std::make_shared<detail::OpState>();
+  Impl* impl = impl_.get();
+  if (impl->arena) {
+    impl->loop->Post([impl, state, run_id, step, data, bytes] {
+      wire::PushRequest reserve{};
+      reserve.run_id = run_id;
+      reserve.step = step;
+      reserve.bytes = bytes;
+      impl->SendHeader(wire::kReserve, reserve,
+                       Impl::Pending{Impl::Kind::kReserve, state, const_cast<void*>(data), bytes,
+                                     run_id, step});
+    });
+    return PushHandle(state);
+  }
   uint64_t id = impl_->next_request++;
   auto header = std::make_shared<wire::PushRequest>(wire::PushRequest{
       wire::MakeHeader(wire::kPush, impl_->token, id), run_id, step, bytes});
-  Impl* impl = impl_.get();
   impl->loop->Post([impl, header, id, state, data, bytes] {
     impl->Send(header, sizeof *header, id, wire::kPush, Impl::Pending{Impl::Kind::kPush, state},
                data, bytes);
@@ -396,13 +540,19 @@ Result<FetchHandle> Client::FetchAsync(uint64_t run_id, uint64_t step, void* dat
                                    ": destination buffer is null");
   }
   auto state = std::make_shared<detail::OpState>();
-  uint64_t id = impl_->next_request++;
-  auto header = std::make_shared<wire::FetchRequest>(wire::FetchRequest{
-      wire::MakeHeader(wire::kFetch, impl_->token, id), run_id, step, bytes});
   Impl* impl = impl_.get();
-  impl->loop->Post([impl, header, id, state, data, bytes] {
-    impl->Send(header, sizeof *header, id, wire::kFetch,
-               Impl::Pending{Impl::Kind::kFetch, state, data, bytes}, nullptr, 0);
+  bool mapped = impl->arena != nullptr;
+  impl->loop->Post([impl, mapped, state, run_id, step, data, bytes] {
+    wire::FetchRequest fetch{};
+    fetch.run_id = run_id;
+    fetch.step = step;
+    fetch.bytes = bytes;
+    if (mapped) {
+      impl->SendHeader(wire::kFetchMapped, fetch,
+                       Impl::Pending{Impl::Kind::kFetchMapped, state, data, bytes});
+    } else {
+      impl->SendHeader(wire::kFetch, fetch, Impl::Pending{Impl::Kind::kFetch, state, data, bytes});
+    }
   });
   return FetchHandle(state);
 }
@@ -414,5 +564,9 @@ Status Client::Fetch(uint64_t run_id, uint64_t step, void* data, size_t bytes) {
 
 const std::string& Client::socket_path() const { return impl_->socket_path; }
 const std::string& Client::data_plane_address() const { return impl_->data_plane_address; }
+DataPath Client::data_path() const {
+  return impl_->arena ? DataPath::kMappedHostTier : DataPath::kUcx;
+}
+const std::string& Client::data_path_reason() const { return impl_->data_path_reason; }
 
 }  // namespace snapd

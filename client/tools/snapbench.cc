@@ -1,1 +1,283 @@
-int main(){}
+// snapbench: snapd throughput against the physical limits, measured in the same run.
+//
+// Forward: N pushes of S bytes through libsnapd (two source buffers, each reused only after
+// its push is released, as a solver does), timed until every snapshot is stored.
+// Backward: N fetches in reverse step order into one buffer.
+// Reference 1: single-thread memcpy of S bytes between two warm buffers.
+// Reference 2: a raw UCX put (ucp_put_nbx + flush) of S bytes between two UCX workers of this
+// process, over the same UCX_TLS, with the target memory pre-registered.
+// A warm-up pass (push, fetch, delete) runs first so the host tier's pages are resident, as
+// they are in a daemon serving many runs; --cold skips it.
+//
+//   snapbench [--steps N] [--bytes S] [--socket PATH] [--cold] [--json]
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "snapd/client.h"
+#include "units.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Args {
+  uint64_t steps = 32;
+  uint64_t bytes = 64ull << 20;
+  std::string socket;
+  bool cold = false;
+  bool json = false;
+};
+
+// Best of `reps` single-thread memcpy runs of `bytes`, in bytes per second.
+double MemcpyRate(uint64_t bytes, int reps) {
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    auto t1 = Clock::now();
+    asm volatile("" : : "r"(b.data()) : "memory");
+    best = std::max(best, bytes / Seconds(t0, t1));
+  }
+  return best;
+}
+
+// Raw UCX put between two workers in this process. Returns bytes per second (best of reps),
+// or a negative value with `error` set.
+double UcxPutRate(uint64_t bytes, int reps, std::string* error) {
+  auto fail = [&](const char* what, ucs_status_t s) {
+    *error = std::string(what) + ": " + ucs_status_string(s);
+    return -1.0;
+  };
+  ucp_config_t* config = nullptr;
+  if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) {
+    return fail("ucp_config_read", s);
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA;
+  ucp_context_h ctx[2] = {};
+  ucp_worker_h wrk[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    if (ucs_status_t s = ucp_init(&params, config, &ctx[i]); s != UCS_OK) {
+      return fail("ucp_init", s);
+    }
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if (ucs_status_t s = ucp_worker_create(ctx[i], &wp, &wrk[i]); s != UCS_OK) {
+      return fail("ucp_worker_create", s);
+    }
+  }
+  ucp_config_release(config);
+  auto progress = [&] {
+    ucp_worker_progress(wrk[0]);
+    ucp_worker_progress(wrk[1]);
+  };
+  auto wait = [&](ucs_status_ptr_t req) -> ucs_status_t {
+    if (req == nullptr) return UCS_OK;
+    if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
+    ucs_status_t s;
+    while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS) progress();
+    ucp_request_free(req);
+    return s;
+  };
+  ucp_address_t* addr = nullptr;
+  size_t addr_len = 0;
+  ucp_worker_get_address(wrk[1], &addr, &addr_len);
+  ucp_ep_params_t ep_params{};
+  ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  ep_params.address = addr;
+  ucp_ep_h ep = nullptr;
+  if (ucs_status_t s = ucp_ep_create(wrk[0], &ep_params, &ep); s != UCS_OK) {
+    return fail("ucp_ep_create", s);
+  }
+  ucp_worker_release_address(wrk[1], addr);
+
+  std::vector<char> src(bytes, 3);
+  std::vector<char> dst(bytes, 4);
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = dst.data();
+  mp.length = bytes;
+  ucp_mem_h memh = nullptr;
+  if (ucs_status_t s = ucp_mem_map(ctx[1], &mp, &memh); s != UCS_OK) {
+    return fail("ucp_mem_map", s);
+  }
+  void* rkey_buf = nullptr;
+  size_t rkey_len = 0;
+  ucp_rkey_pack(ctx[1], memh, &rkey_buf, &rkey_len);
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t us = ucp_ep_rkey_unpack(ep, rkey_buf, &rkey);
+  ucp_rkey_buffer_release(rkey_buf);
+  if (us != UCS_OK) return fail("ucp_ep_rkey_unpack", us);
+
+  double best = 0;
+  ucp_request_param_t rp{};
+  for (int r = 0; r < reps + 1; ++r) {  // the first put wires up lanes; not timed
+    auto t0 = Clock::now();
+    ucs_status_t s = wait(ucp_put_nbx(ep, src.data(), bytes,
+                                      reinterpret_cast<uint64_t>(dst.data()), rkey, &rp));
+    if (s == UCS_OK) s = wait(ucp_ep_flush_nbx(ep, &rp));
+    auto t1 = Clock::now();
+    if (s != UCS_OK) return fail("ucp_put_nbx", s);
+    if (r > 0) best = std::max(best, bytes / Seconds(t0, t1));
+  }
+  if (std::memcmp(src.data(), dst.data(), bytes) != 0) {
+    *error = "raw UCX put delivered different bytes";
+    return -1.0;
+  }
+  ucp_rkey_destroy(rkey);
+  ucp_request_param_t cp{};
+  cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  (void)wait(ucp_ep_close_nbx(ep, &cp));
+  ucp_mem_unmap(ctx[1], memh);
+  for (int i = 1; i >= 0; --i) {
+    ucp_worker_destroy(wrk[i]);
+    ucp_cleanup(ctx[i]);
+  }
+  return best;
+}
+
+struct PassResult {
+  double push_rate = 0;
+  double fetch_rate = 0;
+};
+
+snapd::Result<PassResult> Pass(snapd::Client& c, const Args& a, const std::string& name,
+                               std::vector<std::vector<char>>& src, std::vector<char>& dst) {
+  (void)c.DeleteRun(name);
+  snapd::RunSpec spec;
+  spec.name = name;
+  spec.steps = a.steps;
+  spec.bytes_per_step = a.bytes;
+  SNAPD_ASSIGN_OR_RETURN(snapd::RunInfo run, c.OpenRun(spec));
+  std::vector<snapd::PushHandle> handles(a.steps);
+  auto t0 = Clock::now();
+  for (uint64_t t = 0; t < a.steps; ++t) {
+    size_t b = t % src.size();
+    if (t >= src.size()) SNAPD_RETURN_IF_ERROR(handles[t - src.size()].WaitReleased());
+    SNAPD_ASSIGN_OR_RETURN(handles[t], c.Push(run.run_id, t, src[b].data(), a.bytes));
+  }
+  for (auto& h : handles) SNAPD_RETURN_IF_ERROR(h.WaitStored());
+  auto t1 = Clock::now();
+  for (uint64_t t = a.steps; t-- > 0;) {
+    SNAPD_RETURN_IF_ERROR(c.Fetch(run.run_id, t, dst.data(), a.bytes));
+  }
+  auto t2 = Clock::now();
+  // Spot-check the last fetch (step 0) against its source buffer.
+  if (std::memcmp(dst.data(), src[0].data(), a.bytes) != 0) {
+    return snapd::Status::DataLoss("step 0 came back with different bytes");
+  }
+  SNAPD_RETURN_IF_ERROR(c.DeleteRun(name));
+  double total = static_cast<double>(a.steps) * a.bytes;
+  return PassResult{total / Seconds(t0, t1), total / Seconds(t1, t2)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (k == "--json") {
+      a.json = true;
+    } else if (k == "--cold") {
+      a.cold = true;
+    } else if (k == "--steps" && v) {
+      a.steps = std::strtoull(argv[++i], nullptr, 10);
+    } else if (k == "--bytes" && v) {
+      auto b = snapd::ParseBytes(argv[++i]);
+      if (!b.ok()) {
+        std::fprintf(stderr, "snapbench: --bytes: %s\n", b.status().message().c_str());
+        return 2;
+      }
+      a.bytes = *b;
+    } else if (k == "--socket" && v) {
+      a.socket = argv[++i];
+    } else {
+      std::fprintf(stderr,
+                   "usage: snapbench [--steps N] [--bytes S] [--socket PATH] [--cold] [--json]\n");
+      return 2;
+    }
+  }
+  if (a.steps < 2 || a.bytes == 0) {
+    std::fprintf(stderr, "snapbench: need --steps >= 2 and --bytes > 0\n");
+    return 2;
+  }
+  snapd::ClientOptions opts;
+  opts.socket_path = a.socket;
+  opts.client_name = "snapbench";
+  auto client = snapd::Client::Connect(opts);
+  if (!client.ok()) {
+    std::fprintf(stderr, "snapbench: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<std::vector<char>> src(2, std::vector<char>(a.bytes));
+  for (size_t b = 0; b < src.size(); ++b) {
+    for (uint64_t i = 0; i < a.bytes; i += 4096) src[b][i] = static_cast<char>(i / 4096 + b);
+  }
+  std::vector<char> dst(a.bytes, 0);
+  if (!a.cold) {
+    auto warm = Pass(**client, a, "snapbench-warmup", src, dst);
+    if (!warm.ok()) {
+      std::fprintf(stderr, "snapbench: warm-up: %s\n", warm.status().ToString().c_str());
+      return 1;
+    }
+  }
+  auto r = Pass(**client, a, "snapbench", src, dst);
+  if (!r.ok()) {
+    std::fprintf(stderr, "snapbench: %s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  double memcpy_rate = MemcpyRate(a.bytes, 5);
+  std::string put_error;
+  double put_rate = UcxPutRate(a.bytes, 5, &put_error);
+  const char* tls = std::getenv("UCX_TLS");
+  const char* path =
+      (*client)->data_path() == snapd::DataPath::kMappedHostTier ? "mapped-host-tier" : "ucx";
+  auto gbs = [](double r) { return r / 1e9; };
+  if (a.json) {
+    std::printf(
+        "{\"steps\": %llu, \"bytes\": %llu, \"data_path\": \"%s\", \"ucx_tls\": \"%s\","
+        " \"warm\": %s,\n"
+        " \"push_gbs\": %.3f, \"fetch_gbs\": %.3f, \"memcpy_gbs\": %.3f, \"ucx_put_gbs\": %.3f,\n"
+        " \"push_vs_memcpy\": %.3f, \"fetch_vs_memcpy\": %.3f,"
+        " \"push_vs_ucx_put\": %.3f, \"fetch_vs_ucx_put\": %.3f}\n",
+        (unsigned long long)a.steps, (unsigned long long)a.bytes, path, tls ? tls : "default",
+        a.cold ? "false" : "true", gbs(r->push_rate), gbs(r->fetch_rate), gbs(memcpy_rate),
+        gbs(put_rate), r->push_rate / memcpy_rate, r->fetch_rate / memcpy_rate,
+        put_rate > 0 ? r->push_rate / put_rate : 0.0,
+        put_rate > 0 ? r->fetch_rate / put_rate : 0.0);
+  } else {
+    std::printf("snapbench: %llu steps x %s, data path %s, UCX_TLS=%s, %s tier pages\n",
+                (unsigned long long)a.steps, snapd::FormatBytes(a.bytes).c_str(), path,
+                tls ? tls : "default", a.cold ? "cold" : "warm");
+    std::printf("%-22s %8s %10s %10s\n", "", "GB/s", "vs memcpy", "vs UCX put");
+    std::printf("%-22s %8.2f %10s %10s\n", "memcpy (1 thread)", gbs(memcpy_rate), "1.00", "");
+    if (put_rate > 0) {
+      std::printf("%-22s %8.2f %10.2f %10s\n", "raw UCX put", gbs(put_rate),
+                  put_rate / memcpy_rate, "1.00");
+    } else {
+      std::printf("%-22s  unavailable: %s\n", "raw UCX put", put_error.c_str());
+    }
+    for (auto [label, rate] : {std::pair<const char*, double>{"snapd push (stored)", r->push_rate},
+                               {"snapd fetch (reverse)", r->fetch_rate}}) {
+      std::printf("%-22s %8.2f %10.2f %10.2f\n", label, gbs(rate), rate / memcpy_rate,
+                  put_rate > 0 ? rate / put_rate : 0.0);
+    }
+  }
+  return 0;
+}

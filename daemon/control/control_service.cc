@@ -13,10 +13,12 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status&
 
 }  // namespace
 
-ControlService::ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane)
+ControlService::ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane,
+                               std::string arena_socket)
     : store_(store),
       sessions_(sessions),
       data_plane_(data_plane),
+      arena_socket_(std::move(arena_socket)),
       started_(std::chrono::steady_clock::now()) {}
 
 grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContext* ctx,
@@ -29,6 +31,7 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
   resp->set_data_plane_address(data_plane_->address());
   resp->set_wire_version(wire::kVersion);
   resp->set_max_message_bytes(store_->host_budget());
+  resp->set_arena_socket(arena_socket_);
   return Finish(ctx, Status::Ok());
 }
 

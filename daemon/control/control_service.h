@@ -16,7 +16,8 @@ namespace snapd {
 
 class ControlService final : public v1::Control::CallbackService {
  public:
-  ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane);
+  ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane,
+                 std::string arena_socket);
 
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
                                         const v1::OpenSessionRequest* req,
@@ -49,6 +50,7 @@ class ControlService final : public v1::Control::CallbackService {
   Store* const store_;
   SessionTable* const sessions_;
   DataPlane* const data_plane_;
+  const std::string arena_socket_;
   const std::chrono::steady_clock::time_point started_;
 };
 

@@ -19,6 +19,10 @@ Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Stor
   dp->RegisterHandler(wire::kHello, &DataPlane::OnHello);
   dp->RegisterHandler(wire::kPush, &DataPlane::OnPush);
   dp->RegisterHandler(wire::kFetch, &DataPlane::OnFetch);
+  dp->RegisterHandler(wire::kReserve, &DataPlane::OnReserve);
+  dp->RegisterHandler(wire::kCommit, &DataPlane::OnCommit);
+  dp->RegisterHandler(wire::kFetchMapped, &DataPlane::OnFetchMapped);
+  dp->RegisterHandler(wire::kReleaseLease, &DataPlane::OnReleaseLease);
   SNAPD_RETURN_IF_ERROR(dp->Listen(options));
   dp->loop_->Start();
   return dp;
@@ -27,8 +31,11 @@ Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Stor
 DataPlane::~DataPlane() {
   loop_->Post([this] {
     if (listener_) ucp_listener_destroy(listener_);
-    for (auto& [ep, conn] : conns_) ucx::CloseEndpoint(*loop_, ep, /*force=*/true);
-    conns_.clear();
+    while (!conns_.empty()) {
+      ucp_ep_h ep = conns_.begin()->first;
+      Forget(conns_.begin());
+      ucx::CloseEndpoint(*loop_, ep, /*force=*/true);
+    }
   });
   loop_->Stop();
 }
@@ -97,8 +104,13 @@ void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   SNAPD_LOG_INFO("session %llu: data-plane endpoint closed (%s)",
                  static_cast<unsigned long long>(it->second.session_id),
                  ucs_status_string(status));
-  self->conns_.erase(it);
+  self->Forget(it);
   self->CloseLater(ep);
+}
+
+void DataPlane::Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it) {
+  for (const auto& [key, ticket] : it->second.reserved) store_->AbortPush(ticket);
+  conns_.erase(it);
 }
 
 void DataPlane::CloseLater(ucp_ep_h ep) {
@@ -117,7 +129,7 @@ void DataPlane::DropSession(uint64_t session_id) {
     for (auto it = conns_.begin(); it != conns_.end();) {
       if (it->second.session_id == session_id) {
         CloseLater(it->first);
-        it = conns_.erase(it);
+        Forget(it++);
       } else {
         ++it;
       }
@@ -275,29 +287,111 @@ ucs_status_t DataPlane::OnFetch(void* arg, const void* header, size_t header_len
     self->Reply(param->reply_ep, req.header.request_id, block.status());
     return UCS_OK;
   }
-  const void* bytes = (*block)->data();
-  self->Reply(param->reply_ep, req.header.request_id, Status::Ok(), req.bytes, bytes,
-              std::move(block).value());
+  ReplyBody body;
+  body.bytes = req.bytes;
+  body.data = (*block)->data();
+  body.keep = std::move(block).value();
+  self->Reply(param->reply_ep, req.header.request_id, Status::Ok(), std::move(body));
   return UCS_OK;
 }
 
-void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, uint64_t bytes,
-                      const void* data, std::shared_ptr<HostBlock> keep) {
+ucs_status_t DataPlane::OnReserve(void* arg, const void* header, size_t header_length, void*,
+                                  size_t, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<DataPlane*>(arg);
+  Conn* conn = self->Admit(param, header, header_length, sizeof(wire::PushRequest),
+                           wire::kReserve, /*needs_session=*/true);
+  if (!conn) return UCS_OK;
+  wire::PushRequest req;
+  std::memcpy(&req, header, sizeof req);
+  auto ticket = self->store_->BeginPush(req.run_id, req.step, req.bytes);
+  if (!ticket.ok()) {
+    self->Reply(param->reply_ep, req.header.request_id, ticket.status());
+    return UCS_OK;
+  }
+  ReplyBody body;
+  body.offset = ticket->block->offset();
+  conn->reserved[{req.run_id, req.step}] = std::move(ticket).value();
+  self->Reply(param->reply_ep, req.header.request_id, Status::Ok(), std::move(body));
+  return UCS_OK;
+}
+
+ucs_status_t DataPlane::OnCommit(void* arg, const void* header, size_t header_length, void*,
+                                 size_t, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<DataPlane*>(arg);
+  Conn* conn = self->Admit(param, header, header_length, sizeof(wire::PushRequest),
+                           wire::kCommit, /*needs_session=*/true);
+  if (!conn) return UCS_OK;
+  wire::PushRequest req;
+  std::memcpy(&req, header, sizeof req);
+  auto it = conn->reserved.find({req.run_id, req.step});
+  if (it == conn->reserved.end()) {
+    self->Reply(param->reply_ep, req.header.request_id,
+                Status::FailedPrecondition("commit of step " + std::to_string(req.step) +
+                                           " of run id " + std::to_string(req.run_id) +
+                                           " without a reservation on this endpoint"));
+    return UCS_OK;
+  }
+  Store::PushTicket ticket = std::move(it->second);
+  conn->reserved.erase(it);
+  self->FinishPush(param->reply_ep, req.header.request_id, ticket);
+  return UCS_OK;
+}
+
+ucs_status_t DataPlane::OnFetchMapped(void* arg, const void* header, size_t header_length, void*,
+                                      size_t, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<DataPlane*>(arg);
+  Conn* conn = self->Admit(param, header, header_length, sizeof(wire::FetchRequest),
+                           wire::kFetchMapped, /*needs_session=*/true);
+  if (!conn) return UCS_OK;
+  wire::FetchRequest req;
+  std::memcpy(&req, header, sizeof req);
+  auto block = self->store_->BeginFetch(req.run_id, req.step, req.bytes);
+  if (!block.ok()) {
+    self->Reply(param->reply_ep, req.header.request_id, block.status());
+    return UCS_OK;
+  }
+  ReplyBody body;
+  body.offset = (*block)->offset();
+  conn->leases[req.header.request_id] = std::move(block).value();
+  self->counters_.fetches.fetch_add(1, std::memory_order_relaxed);
+  self->Reply(param->reply_ep, req.header.request_id, Status::Ok(), std::move(body));
+  return UCS_OK;
+}
+
+ucs_status_t DataPlane::OnReleaseLease(void* arg, const void* header, size_t header_length,
+                                       void*, size_t, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<DataPlane*>(arg);
+  Conn* conn = self->Admit(param, header, header_length, sizeof(wire::LeaseRelease),
+                           wire::kReleaseLease, /*needs_session=*/true);
+  if (!conn) return UCS_OK;
+  wire::LeaseRelease req;
+  std::memcpy(&req, header, sizeof req);
+  conn->leases.erase(req.lease);  // unknown leases are ignored: release is idempotent
+  return UCS_OK;
+}
+
+void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status) {
+  Reply(ep, request_id, status, ReplyBody());
+}
+
+void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, ReplyBody body) {
   auto reply = std::make_shared<wire::Reply>();
   std::memset(reply.get(), 0, sizeof *reply);
   reply->header = wire::MakeHeader(wire::kReply, 0, request_id);
   reply->code = static_cast<int32_t>(status.code());
-  reply->bytes = data ? bytes : 0;
+  reply->bytes = body.data ? body.bytes : 0;
+  reply->offset = body.offset;
   size_t n = std::min(status.message().size(), wire::kMaxReplyMessage);
   std::memcpy(reply->message, status.message().data(), n);
   reply->message_length = static_cast<uint32_t>(n);
-  bool is_fetch = data != nullptr;
   // Sent from the loop, not from inside the UCX callback that produced it.
-  loop_->Post([this, ep, reply, data, keep = std::move(keep), is_fetch] {
+  loop_->Post([this, ep, reply, data = body.data, keep = std::move(body.keep)] {
     if (!conns_.count(ep)) return;  // client went away; nothing to answer
+    bool is_fetch = data != nullptr;
     ucp_request_param_t p = ucx::SendParam([this, reply, keep, is_fetch](ucs_status_t s, size_t) {
       if (is_fetch && s == UCS_OK) counters_.fetches.fetch_add(1, std::memory_order_relaxed);
     });
+    // The header must stay valid until the send completes; the callback holds it.
     ucx::Track(ucp_am_send_nbx(ep, wire::kReply, reply.get(), sizeof *reply, data,
                                reply->bytes, &p),
                p);

@@ -1,12 +1,14 @@
 // The UCX data plane of snapd: a UCX listener and the active-message handlers that move
 // snapshot bytes between solver processes and the tiers (wire format: proto/snapd/wire.h).
 //
-// Push: the client sends kPush with the snapshot as AM data. The handler validates the header
-// and reserves tier memory through the Store, then receives the data straight into that tier
-// block (rendezvous: one copy, done by UCX's transport, e.g. CMA on the same node) and
-// commits. A push rejected up front never moves its bytes.
-// Fetch: the handler sends the tier block as the AM data of its Reply; the client receives it
-// straight into the caller's buffer.
+// Mapped path (same node, same uid, the default there): the client holds the host-tier arena
+// mapped and copies bytes itself; these handlers only reserve/commit steps and lease blocks
+// (kReserve, kCommit, kFetchMapped, kReleaseLease).
+// Copied path (any client, e.g. over tcp): kPush carries the snapshot as AM data; the handler
+// validates the header, reserves tier memory through the Store, then receives the data
+// straight into that block (rendezvous: one copy by UCX's transport) and commits. A push
+// rejected up front never moves its bytes. kFetch: the tier block is sent as the AM data of
+// the Reply, received straight into the caller's buffer.
 //
 // Threading: one WorkerLoop thread owns the UCX worker, the listener and every endpoint; all
 // handlers run on it. DropSession() is thread-safe (it posts to the loop). Counters are atomic.
@@ -14,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -54,6 +57,17 @@ class DataPlane {
   struct Conn {
     uint64_t session_id = 0;  // 0 until a valid Hello
     uint64_t token = 0;
+    // Mapped pushes between kReserve and kCommit, by (run_id, step).
+    std::map<std::pair<uint64_t, uint64_t>, Store::PushTicket> reserved;
+    // Blocks pinned for mapped fetches, by lease (the kFetchMapped request_id).
+    std::unordered_map<uint64_t, std::shared_ptr<HostBlock>> leases;
+  };
+  // What a Reply carries besides its status.
+  struct ReplyBody {
+    uint64_t offset = 0;               // arena offset (kReserve, kFetchMapped)
+    uint64_t bytes = 0;                // length of `data`
+    const void* data = nullptr;        // copied fetch: the snapshot bytes
+    std::shared_ptr<HostBlock> keep;   // keeps `data` alive until sent
   };
 
   DataPlane(Store* store, SessionTable* sessions, std::unique_ptr<ucx::WorkerLoop> loop);
@@ -68,6 +82,16 @@ class DataPlane {
                              size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t OnFetch(void* arg, const void* header, size_t header_length, void* data,
                               size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnReserve(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnCommit(void* arg, const void* header, size_t header_length, void* data,
+                               size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnFetchMapped(void* arg, const void* header, size_t header_length,
+                                    void* data, size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnReleaseLease(void* arg, const void* header, size_t header_length,
+                                     void* data, size_t length, const ucp_am_recv_param_t* param);
+  // Forgets a connection: aborts its reservations, drops its leases.
+  void Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it);
 
   // Checks endpoint, header size, magic, version, op and (unless Hello) the session token.
   // On failure counts the message as rejected, answers it when it can, and returns null.
@@ -76,9 +100,9 @@ class DataPlane {
   void HandlePush(ucp_ep_h ep, const wire::PushRequest& req, void* data, size_t length,
                   const ucp_am_recv_param_t* param);
   void FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTicket& ticket);
-  // Posts a Reply (and optional data kept alive by `keep`) to `ep` if it is still connected.
-  void Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, uint64_t bytes = 0,
-             const void* data = nullptr, std::shared_ptr<HostBlock> keep = nullptr);
+  // Posts a Reply to `ep` if it is still connected.
+  void Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, ReplyBody body);
+  void Reply(ucp_ep_h ep, uint64_t request_id, const Status& status);
   void CloseLater(ucp_ep_h ep);
 
   Store* const store_;

@@ -1,6 +1,7 @@
 #include "host_tier/host_tier.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -17,22 +18,33 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes) {
     return Status::InvalidArgument("host-tier budget " + std::to_string(budget_bytes) +
                                    " bytes is below one page; set host_mem or host_mem_perc");
   }
-  // NORESERVE: the budget is a ceiling, not an up-front commitment of RAM.
-  void* base = mmap(nullptr, budget, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) {
-    return Status::ResourceExhausted("reserving " + FormatBytes(budget) +
-                                     " for the host tier failed: " + std::strerror(errno));
+  // A sparse memfd: the budget is a ceiling, not an up-front commitment of RAM.
+  int fd = memfd_create("snapd-host-tier", MFD_CLOEXEC);
+  if (fd < 0) return Status::Internal(std::string("memfd_create: ") + std::strerror(errno));
+  if (ftruncate(fd, static_cast<off_t>(budget)) != 0) {
+    int err = errno;
+    close(fd);
+    return Status::ResourceExhausted("sizing the host tier to " + FormatBytes(budget) +
+                                     " failed: " + std::strerror(err));
   }
-  madvise(base, budget, MADV_HUGEPAGE);  // best effort: fewer TLB misses on large copies
-  return std::unique_ptr<HostTier>(new HostTier(base, budget));
+  void* base = mmap(nullptr, budget, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    return Status::ResourceExhausted("mapping " + FormatBytes(budget) +
+                                     " for the host tier failed: " + std::strerror(err));
+  }
+  return std::unique_ptr<HostTier>(new HostTier(fd, base, budget));
 }
 
-HostTier::HostTier(void* base, uint64_t budget) : base_(base), budget_(budget) {
+HostTier::HostTier(int fd, void* base, uint64_t budget) : fd_(fd), base_(base), budget_(budget) {
   free_.emplace(0, budget);
 }
 
-HostTier::~HostTier() { munmap(base_, budget_); }
+HostTier::~HostTier() {
+  munmap(base_, budget_);
+  close(fd_);
+}
 
 uint64_t HostTier::used() const {
   std::lock_guard<std::mutex> lock(mu_);

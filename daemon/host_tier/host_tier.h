@@ -1,6 +1,8 @@
 // The host-RAM tier: one region of exactly `budget` bytes, reserved at start, carved into
 // page-aligned blocks. Because every block lives inside the region, the tier cannot hand out
-// more than its budget, whatever the allocation pattern.
+// more than its budget, whatever the allocation pattern. The region is a memfd mapped shared,
+// so a same-node client given the fd (see data_plane/arena_socket.h) copies snapshots straight
+// into tier memory: the one CPU copy of a push.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@ class HostBlock {
 
   void* data() const { return data_; }
   uint64_t size() const { return size_; }
+  uint64_t offset() const { return offset_; }  // from the start of the arena
 
  private:
   HostTier* const tier_;
@@ -51,12 +54,14 @@ class HostTier {
 
   uint64_t budget() const { return budget_; }
   uint64_t used() const SNAPD_EXCLUDES(mu_);
+  int fd() const { return fd_; }  // the arena memfd; owned by the tier
 
  private:
   friend class HostBlock;
-  HostTier(void* base, uint64_t budget);
+  HostTier(int fd, void* base, uint64_t budget);
   void Free(uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
 
+  const int fd_;
   void* const base_;
   const uint64_t budget_;
   mutable std::mutex mu_;

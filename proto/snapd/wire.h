@@ -6,15 +6,27 @@
 // integers are little-endian; structs are packed by construction (only 8-byte fields after an
 // 8-byte header) and their sizes are part of the format.
 //
-//  AM id        header            data            direction   meaning
-//  kHello       HelloRequest      none            client->d   bind this endpoint to a session
-//  kPush        PushRequest       snapshot bytes  client->d   store step `step` of `run_id`
-//  kFetch       FetchRequest      none            client->d   send step `step` of `run_id`
-//  kReply       Reply             none / bytes    d->client   completes request `request_id`
+//  AM id          header         data            direction   meaning
+//  kHello         HelloRequest   none            client->d   bind this endpoint to a session
+//  kPush          PushRequest    snapshot bytes  client->d   store step `step` of `run_id`
+//  kFetch         FetchRequest   none            client->d   send step `step` of `run_id`
+//  kReply         Reply          none / bytes    d->client   completes request `request_id`
+//  kReserve       PushRequest    none            client->d   mapped push, phase 1 (below)
+//  kCommit        PushRequest    none            client->d   mapped push, phase 2
+//  kFetchMapped   FetchRequest   none            client->d   mapped fetch: lease the block
+//  kReleaseLease  LeaseRelease   none            client->d   mapped fetch done; no Reply
 //
-// A push is answered by one Reply once the snapshot is *stored* (in its tier and in the
-// catalog) or rejected; the client's own send completion is the *released* phase. A fetch is
-// answered by one Reply whose data are the snapshot bytes (code 0) or empty (error).
+// Copied push: answered by one Reply once the snapshot is *stored* (in its tier and in the
+// catalog) or rejected; the client's own send completion is the *released* phase. Copied
+// fetch: one Reply whose data are the snapshot bytes (code 0) or empty (error).
+//
+// Mapped path (same node, same uid): the client holds the daemon's host-tier arena mapped
+// (its memfd arrives over the arena socket, ArenaRequest/ArenaReply below). kReserve reserves
+// the step and tier memory and answers with Reply.offset; the client copies its snapshot to
+// arena + offset (the one CPU copy; *released*), then kCommit records it (*stored* on Reply).
+// kFetchMapped answers with the block's offset and pins the block under lease `request_id`
+// until kReleaseLease; the client copies out of the arena. An endpoint that goes away aborts
+// its reservations and drops its leases.
 // Any message whose header size, magic, version or token is wrong is dropped and counted;
 // when it carries a plausible request_id it is answered with an error Reply.
 #pragma once
@@ -34,6 +46,10 @@ enum AmId : uint16_t {
   kPush = 2,
   kFetch = 3,
   kReply = 4,
+  kReserve = 5,
+  kCommit = 6,
+  kFetchMapped = 7,
+  kReleaseLease = 8,
 };
 
 struct Header {
@@ -63,12 +79,33 @@ struct FetchRequest {
   uint64_t bytes;  // size of the caller's buffer; must equal the run's bytes_per_step
 };
 
+struct LeaseRelease {
+  Header header;
+  uint64_t lease;  // request_id of the kFetchMapped that took the lease
+};
+
 struct Reply {
   Header header;
   int32_t code;       // snapd::Code (gRPC status code numbering)
   uint32_t message_length;
-  uint64_t bytes;     // bytes carried as AM data (fetch) or stored (push)
+  uint64_t bytes;     // bytes carried as AM data (copied fetch)
+  uint64_t offset;    // arena offset of the block (kReserve, kFetchMapped)
   char message[kMaxReplyMessage];  // not NUL-terminated; message_length bytes are valid
+};
+
+// Arena socket (unix stream, path from OpenSession): the client sends one ArenaRequest; the
+// daemon answers one ArenaReply, carrying the arena memfd as SCM_RIGHTS when code is 0. Only
+// clients whose uid (SO_PEERCRED) is the daemon's, or root, are answered with the fd.
+struct ArenaRequest {
+  uint64_t session_id;
+  uint64_t token;
+};
+
+struct ArenaReply {
+  int32_t code;
+  uint32_t message_length;
+  uint64_t arena_bytes;
+  char message[kMaxReplyMessage];
 };
 
 static_assert(std::is_trivially_copyable_v<Reply>);
@@ -76,7 +113,10 @@ static_assert(sizeof(Header) == 24);
 static_assert(sizeof(HelloRequest) == 32);
 static_assert(sizeof(PushRequest) == 48);
 static_assert(sizeof(FetchRequest) == 48);
-static_assert(sizeof(Reply) == 272);
+static_assert(sizeof(LeaseRelease) == 32);
+static_assert(sizeof(Reply) == 280);
+static_assert(sizeof(ArenaRequest) == 16);
+static_assert(sizeof(ArenaReply) == 248);
 
 inline Header MakeHeader(AmId op, uint64_t token, uint64_t request_id) {
   return Header{kMagic, kVersion, static_cast<uint16_t>(op), token, request_id};

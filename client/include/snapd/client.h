@@ -57,6 +57,16 @@ struct Location {
 struct ClientOptions {
   std::string socket_path;  // empty: $SNAPD_SOCKET, else the daemon's default socket
   std::string client_name;  // shown in daemon logs
+  // Map the daemon's host tier when it allows (same node, same uid) and copy snapshots
+  // straight into it; otherwise, or when false, bytes travel as UCX messages (one copy by the
+  // transport). SNAPD_DATA_PATH=ucx in the environment also turns mapping off.
+  bool map_host_tier = true;
+};
+
+// How a client's snapshot bytes travel.
+enum class DataPath {
+  kMappedHostTier,  // one memcpy into/out of daemon tier memory mapped in this process
+  kUcx,             // UCX active-message rendezvous (CMA on the same node, tcp across nodes)
 };
 
 namespace detail {
@@ -119,6 +129,9 @@ class Client {
 
   const std::string& socket_path() const;
   const std::string& data_plane_address() const;
+  DataPath data_path() const;
+  // Why the host tier is not mapped ("" when it is).
+  const std::string& data_path_reason() const;
 
  private:
   struct Impl;

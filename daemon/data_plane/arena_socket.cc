@@ -1,0 +1,119 @@
+#include "data_plane/arena_socket.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "log.h"
+#include "snapd/wire.h"
+
+namespace snapd {
+namespace {
+
+void SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
+  wire::ArenaReply reply{};
+  reply.code = static_cast<int32_t>(s.code());
+  size_t n = std::min(s.message().size(), wire::kMaxReplyMessage);
+  std::memcpy(reply.message, s.message().data(), n);
+  reply.message_length = static_cast<uint32_t>(n);
+  reply.arena_bytes = arena_bytes;
+  iovec iov{&reply, sizeof reply};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (pass_fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  if (sendmsg(fd, &msg, MSG_NOSIGNAL) < 0) {
+    SNAPD_LOG_WARN("arena socket: reply failed: %s", std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ArenaSocket>> ArenaSocket::Start(const std::string& path,
+                                                        const HostTier* tier,
+                                                        SessionTable* sessions) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) {
+    return Status::InvalidArgument("arena socket path '" + path + "' is too long");
+  }
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  ucx::ScopedFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return Status::Internal(std::string("socket: ") + std::strerror(errno));
+  unlink(path.c_str());
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(fd.get(), 64) != 0) {
+    return Status::Unavailable("arena socket " + path + ": " + std::strerror(errno));
+  }
+  chmod(path.c_str(), 0666);  // the uid check happens per connection
+  std::unique_ptr<ArenaSocket> s(new ArenaSocket(path, std::move(fd), tier, sessions));
+  s->thread_ = std::thread([p = s.get()] { p->Serve(); });
+  return s;
+}
+
+ArenaSocket::ArenaSocket(std::string path, ucx::ScopedFd listen_fd, const HostTier* tier,
+                         SessionTable* sessions)
+    : path_(std::move(path)), listen_fd_(std::move(listen_fd)), tier_(tier), sessions_(sessions) {}
+
+ArenaSocket::~ArenaSocket() {
+  shutdown(listen_fd_.get(), SHUT_RDWR);  // wakes accept() in Serve
+  if (thread_.joinable()) thread_.join();
+  unlink(path_.c_str());
+}
+
+void ArenaSocket::Serve() {
+  for (;;) {
+    int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // listening socket shut down
+    }
+    ucx::ScopedFd conn(fd);
+    Answer(conn.get());
+  }
+}
+
+void ArenaSocket::Answer(int fd) {
+  // A client that connects and sends nothing must not stall the others for long.
+  pollfd p{fd, POLLIN, 0};
+  wire::ArenaRequest req{};
+  if (poll(&p, 1, 2000) != 1 || recv(fd, &req, sizeof req, MSG_WAITALL) != sizeof req) {
+    SendReply(fd, Status::InvalidArgument("expected a 16-byte ArenaRequest"), 0, -1);
+    return;
+  }
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    SendReply(fd, Status::Internal("SO_PEERCRED failed"), 0, -1);
+    return;
+  }
+  if (!sessions_->Find(req.session_id, req.token)) {
+    SendReply(fd, Status::Unauthenticated("no open session with this id and token"), 0, -1);
+    return;
+  }
+  if (cred.uid != geteuid() && cred.uid != 0) {
+    SendReply(fd,
+              Status::PermissionDenied("the mapped host tier is shared only with uid " +
+                                       std::to_string(geteuid()) + "; uid " +
+                                       std::to_string(cred.uid) + " uses the copied UCX path"),
+              0, -1);
+    return;
+  }
+  SendReply(fd, Status::Ok(), tier_->budget(), tier_->fd());
+}
+
+}  // namespace snapd
