@@ -1,5 +1,7 @@
 #include "ucx.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -214,6 +216,34 @@ void WorkerLoop::Run() {
       }
     }
   }
+}
+
+Result<ucp_ep_h> ConnectTo(ucp_worker_h worker, const std::string& address,
+                           ucp_err_handler_cb_t on_error, void* arg) {
+  size_t colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  char* end = nullptr;
+  unsigned long port = colon == std::string::npos ? 0 : std::strtoul(&address[colon + 1], &end, 10);
+  if (colon == std::string::npos || *end != '\0' || port == 0 || port > 65535 ||
+      inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
+    return Status::InvalidArgument("malformed data-plane address '" + address +
+                                   "' (expected IPv4:PORT)");
+  }
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
+  p.sockaddr.addrlen = sizeof addr;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = on_error;
+  p.err_handler.arg = arg;
+  ucp_ep_h ep = nullptr;
+  SNAPD_RETURN_IF_ERROR(
+      FromUcs(ucp_ep_create(worker, &p, &ep), "connecting to the snapd data plane at " + address));
+  return ep;
 }
 
 void CloseEndpoint(WorkerLoop& loop, ucp_ep_h ep, bool force) {

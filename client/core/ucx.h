@@ -99,6 +99,11 @@ class WorkerLoop {
   std::thread thread_;
 };
 
+// Connects `worker` to a UCX listener at "IPv4:PORT", with peer-failure handling reported to
+// `on_error(arg, ep, status)`.
+Result<ucp_ep_h> ConnectTo(ucp_worker_h worker, const std::string& address,
+                           ucp_err_handler_cb_t on_error, void* arg);
+
 // Closes `ep` from the loop thread, waiting for the close to complete. `force` skips flushing.
 void CloseEndpoint(WorkerLoop& loop, ucp_ep_h ep, bool force);
 

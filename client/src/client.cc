@@ -1,8 +1,6 @@
 #include "snapd/client.h"
 
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -331,26 +329,9 @@ ucs_status_t Client::Impl::OnReply(void* arg, const void* header, size_t header_
 }
 
 Status Client::Impl::CreateEndpoint() {
-  size_t colon = data_plane_address.rfind(':');
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  if (colon == std::string::npos ||
-      inet_pton(AF_INET, data_plane_address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
-    return Status::Internal("snapd announced a malformed data-plane address '" +
-                            data_plane_address + "'");
-  }
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(data_plane_address.substr(colon + 1))));
-  ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
-  p.sockaddr.addrlen = sizeof addr;
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  p.err_handler.cb = &Impl::OnEndpointError;
-  p.err_handler.arg = this;
-  return ucx::FromUcs(ucp_ep_create(loop->worker(), &p, &ep),
-                      "connecting to the snapd data plane at " + data_plane_address);
+  SNAPD_ASSIGN_OR_RETURN(ep, ucx::ConnectTo(loop->worker(), data_plane_address,
+                                            &Impl::OnEndpointError, this));
+  return Status::Ok();
 }
 
 void Client::Impl::Send(std::shared_ptr<const void> header, size_t header_bytes,

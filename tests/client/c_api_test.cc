@@ -1,0 +1,52 @@
+#include "snapd/snapd.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "daemon_process.h"
+
+namespace snapd::testing {
+namespace {
+
+TEST(CApi, PushFetchLocateRoundTrip) {
+  TempDir dir;
+  auto d = DaemonProcess::Start({dir.path(), "64M", {}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  snapd_client* c = nullptr;
+  ASSERT_EQ(snapd_connect((*d)->socket().c_str(), &c), SNAPD_OK) << snapd_last_error();
+  uint64_t shape[2] = {64, 64};
+  snapd_run_spec spec{"c-run", 4, 64 * 64 * 4, 1, shape, 2};
+  uint64_t run = 0;
+  ASSERT_EQ(snapd_open_run(c, &spec, &run), SNAPD_OK) << snapd_last_error();
+  std::vector<float> field(64 * 64), back(64 * 64);
+  for (uint64_t t = 0; t < 4; ++t) {
+    for (size_t i = 0; i < field.size(); ++i) field[i] = static_cast<float>(t * 10000 + i);
+    snapd_push_handle* h = nullptr;
+    ASSERT_EQ(snapd_push(c, run, t, field.data(), field.size() * 4, &h), SNAPD_OK);
+    ASSERT_EQ(snapd_push_wait_released(h), SNAPD_OK);
+    ASSERT_EQ(snapd_push_wait_stored(h), SNAPD_OK) << snapd_last_error();
+    snapd_push_free(h);
+  }
+  ASSERT_EQ(snapd_fetch(c, run, 2, back.data(), back.size() * 4), SNAPD_OK);
+  EXPECT_EQ(back[5], 20005.0f);
+  snapd_location loc{};
+  ASSERT_EQ(snapd_locate(c, "c-run", 3, &loc), SNAPD_OK);
+  EXPECT_EQ(loc.tier, 2);
+  EXPECT_EQ(loc.raw_bytes, 64u * 64 * 4);
+  EXPECT_EQ(snapd_fetch(c, run, 9, back.data(), back.size() * 4), SNAPD_NOT_FOUND);
+  EXPECT_NE(std::string(snapd_last_error()).find("never stored"), std::string::npos);
+  EXPECT_EQ(snapd_delete_run(c, "c-run"), SNAPD_OK);
+  snapd_disconnect(c);
+  EXPECT_EQ((*d)->Stop(), 0);
+}
+
+TEST(CApi, NullArgumentsAreInvalid) {
+  EXPECT_EQ(snapd_connect(nullptr, nullptr), 3);
+  EXPECT_NE(std::string(snapd_last_error()).find("must not be NULL"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace snapd::testing

@@ -1,0 +1,32 @@
+#include "units.h"
+
+#include <gtest/gtest.h>
+
+namespace snapd {
+namespace {
+
+TEST(ParseBytes, AcceptsBinarySuffixes) {
+  EXPECT_EQ(*ParseBytes("4096"), 4096u);
+  EXPECT_EQ(*ParseBytes("64M"), 64ull << 20);
+  EXPECT_EQ(*ParseBytes("4GiB"), 4ull << 30);
+  EXPECT_EQ(*ParseBytes("2k"), 2048u);
+  EXPECT_EQ(*ParseBytes("1T"), 1ull << 40);
+}
+
+TEST(ParseBytes, RejectsGarbageWithTheReason) {
+  auto r = ParseBytes("12Q");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("unknown suffix 'Q'"), std::string::npos);
+  EXPECT_FALSE(ParseBytes("").ok());
+  EXPECT_FALSE(ParseBytes("M").ok());
+  EXPECT_FALSE(ParseBytes("99999999999999999999").ok());
+  EXPECT_FALSE(ParseBytes("20000000T").ok());
+}
+
+TEST(FormatBytes, UsesBinaryUnits) {
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(64ull << 20), "64.0 MiB");
+}
+
+}  // namespace
+}  // namespace snapd

@@ -1,0 +1,65 @@
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace snapd {
+namespace {
+
+TEST(Config, LaterLayersWinFileThenEnvironmentThenFlags) {
+  std::string path = (std::filesystem::temp_directory_path() / "snapd-config-test.toml").string();
+  {
+    std::ofstream f(path);
+    f << "# snapd\n[snapd]\nhost_mem = \"1G\"\nlog_level = \"warn\"\nlisten_port = 7000\n";
+  }
+  auto c = LoadConfig({"--config", path, "--listen-port=7002"},
+                      {{"SNAPD_LOG_LEVEL", "debug"}, {"SNAPD_LISTEN_PORT", "7001"}});
+  std::remove(path.c_str());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->config.host_mem, 1ull << 30);      // file
+  EXPECT_EQ(c->config.log_level, "debug");        // environment over file
+  EXPECT_EQ(c->config.listen_port, 7002u);        // flag over environment
+}
+
+TEST(Config, DefaultsAreDocumentedValues) {
+  auto c = LoadConfig({}, {});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->config.host_mem, 0u);
+  EXPECT_DOUBLE_EQ(c->config.host_mem_perc, 0.7);
+  EXPECT_EQ(HostBudget(c->config, 1000), 700u);
+  c->config.host_mem = 123;
+  EXPECT_EQ(HostBudget(c->config, 1000), 123u);
+}
+
+TEST(Config, ErrorsNameTheSourceAndTheValue) {
+  auto bad_env = LoadConfig({}, {{"SNAPD_HOST_MEM_PERC", "1.5"}});
+  ASSERT_FALSE(bad_env.ok());
+  EXPECT_NE(bad_env.status().message().find("environment SNAPD_HOST_MEM_PERC"),
+            std::string::npos);
+  auto bad_flag = LoadConfig({"--nonsense", "1"}, {});
+  ASSERT_FALSE(bad_flag.ok());
+  EXPECT_NE(bad_flag.status().message().find("unknown option 'nonsense'"), std::string::npos);
+  auto missing = LoadConfig({"--config", "/nonexistent/snapd.toml"}, {});
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+}
+
+TEST(Config, PrintConfigRoundTripsThroughTheFileParser) {
+  auto c = LoadConfig({"--host-mem", "2G", "--socket", "/tmp/x.sock"}, {});
+  ASSERT_TRUE(c.ok());
+  std::string path = (std::filesystem::temp_directory_path() / "snapd-config-rt.toml").string();
+  {
+    std::ofstream f(path);
+    f << FormatConfig(c->config);
+  }
+  auto again = LoadConfig({"--config", path}, {});
+  std::remove(path.c_str());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->config.host_mem, 2ull << 30);
+  EXPECT_EQ(again->config.socket, "/tmp/x.sock");
+}
+
+}  // namespace
+}  // namespace snapd

@@ -1,0 +1,186 @@
+// Bad input at every entry point gets a clear error naming the problem, on both data paths,
+// and the daemon keeps serving.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "daemon_process.h"
+#include "snapd/client.h"
+
+namespace snapd::testing {
+namespace {
+
+class BadInputTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    auto d = DaemonProcess::Start({dir_.path(), "8M", {}});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    daemon_ = std::move(d).value();
+    ClientOptions o;
+    o.socket_path = daemon_->socket();
+    o.map_host_tier = GetParam();
+    auto c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(c).value();
+    RunSpec spec;
+    spec.name = "run";
+    spec.steps = 10;
+    spec.bytes_per_step = kBytes;
+    spec.dtype = Dtype::kFloat32;
+    spec.shape = {kBytes / 4};
+    auto run = client_->OpenRun(spec);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    run_id_ = run->run_id;
+    buf_.assign(kBytes * 2, 1);
+  }
+  void TearDown() override {
+    if (daemon_) EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+  }
+  Status Push(uint64_t run, uint64_t step, size_t bytes) {
+    auto h = client_->Push(run, step, buf_.data(), bytes);
+    if (!h.ok()) return h.status();
+    return h->WaitStored();
+  }
+  static void ExpectError(const Status& s, Code code, const std::string& text) {
+    EXPECT_EQ(s.code(), code) << s.ToString();
+    EXPECT_NE(s.message().find(text), std::string::npos)
+        << "'" << s.message() << "' should mention '" << text << "'";
+  }
+
+  static constexpr size_t kBytes = 64 * 1024;
+  TempDir dir_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<Client> client_;
+  uint64_t run_id_ = 0;
+  std::vector<char> buf_;
+};
+
+TEST_P(BadInputTest, UnknownRunIsNotFound) {
+  ExpectError(Push(run_id_ + 1000, 0, kBytes), Code::kNotFound, "run id");
+  ExpectError(client_->Locate("no-such-run", 0).status(), Code::kNotFound, "'no-such-run'");
+  ExpectError(client_->DeleteRun("no-such-run"), Code::kNotFound, "does not exist");
+}
+
+TEST_P(BadInputTest, UnknownStepIsNotFound) {
+  ASSERT_TRUE(Push(run_id_, 1, kBytes).ok());
+  ExpectError(client_->Fetch(run_id_, 2, buf_.data(), kBytes), Code::kNotFound,
+              "step 2 of run 'run' was never stored");
+  ExpectError(client_->Locate("run", 2).status(), Code::kNotFound, "never stored");
+}
+
+TEST_P(BadInputTest, DuplicateStepIsRejectedAndTheFirstCopyKept) {
+  FillPattern(buf_.data(), kBytes, 1, 3);
+  ASSERT_TRUE(Push(run_id_, 3, kBytes).ok());
+  std::vector<char> original(buf_.begin(), buf_.begin() + kBytes);
+  FillPattern(buf_.data(), kBytes, 2, 3);
+  ExpectError(Push(run_id_, 3, kBytes), Code::kAlreadyExists, "already stored");
+  std::vector<char> got(kBytes);
+  ASSERT_TRUE(client_->Fetch(run_id_, 3, got.data(), kBytes).ok());
+  EXPECT_EQ(got, original);
+}
+
+TEST_P(BadInputTest, WrongSizeNamesBothSizes) {
+  ExpectError(Push(run_id_, 0, kBytes + 8), Code::kInvalidArgument, std::to_string(kBytes + 8));
+  ExpectError(Push(run_id_, 0, kBytes - 8), Code::kInvalidArgument, std::to_string(kBytes));
+  ASSERT_TRUE(Push(run_id_, 0, kBytes).ok());
+  ExpectError(client_->Fetch(run_id_, 0, buf_.data(), kBytes / 2), Code::kInvalidArgument,
+              "buffer of " + std::to_string(kBytes / 2));
+}
+
+TEST_P(BadInputTest, StepOutsideDeclaredRangeIsOutOfRange) {
+  ExpectError(Push(run_id_, 10, kBytes), Code::kOutOfRange, "declared steps 0..9");
+}
+
+TEST_P(BadInputTest, RequestAboveHostBudgetIsResourceExhausted) {
+  RunSpec big;
+  big.name = "too-big";
+  big.bytes_per_step = 16 << 20;  // the daemon's host tier is 8 MiB
+  ExpectError(client_->OpenRun(big).status(), Code::kResourceExhausted,
+              "exceeds the whole host tier");
+  // Filling the tier: the push that does not fit fails, the stored ones stay.
+  RunSpec fill;
+  fill.name = "fill";
+  fill.bytes_per_step = 3 << 20;
+  auto run = client_->OpenRun(fill);
+  ASSERT_TRUE(run.ok());
+  std::vector<char> b(3 << 20, 7);
+  for (uint64_t t = 0; t < 2; ++t) {
+    auto h = client_->Push(run->run_id, t, b.data(), b.size());
+    ASSERT_TRUE(h.ok() && h->WaitStored().ok());
+  }
+  auto h = client_->Push(run->run_id, 2, b.data(), b.size());
+  ASSERT_TRUE(h.ok());
+  ExpectError(h->WaitStored(), Code::kResourceExhausted, "host tier full");
+  std::vector<char> got(b.size());
+  EXPECT_TRUE(client_->Fetch(run->run_id, 1, got.data(), got.size()).ok());
+  EXPECT_EQ(got, b);
+  ASSERT_TRUE(client_->DeleteRun("fill").ok());  // frees the tier for the next push
+  ASSERT_TRUE(Push(run_id_, 0, kBytes).ok());
+}
+
+TEST_P(BadInputTest, ClosedRunTakesNoMorePushes) {
+  ASSERT_TRUE(client_->CloseRun("run").ok());
+  ExpectError(Push(run_id_, 0, kBytes), Code::kFailedPrecondition, "closed");
+}
+
+TEST_P(BadInputTest, ReopeningWithAnotherSpecNamesTheField) {
+  RunSpec spec;
+  spec.name = "run";
+  spec.steps = 11;
+  spec.bytes_per_step = kBytes;
+  ExpectError(client_->OpenRun(spec).status(), Code::kAlreadyExists, "steps (10 vs 11)");
+}
+
+TEST_P(BadInputTest, MalformedSpecsAreInvalid) {
+  RunSpec spec;
+  spec.name = "bad name!";
+  spec.bytes_per_step = 4;
+  ExpectError(client_->OpenRun(spec).status(), Code::kInvalidArgument, "may contain only");
+  spec.name = "shape";
+  spec.bytes_per_step = 400;
+  spec.dtype = Dtype::kFloat64;
+  spec.shape = {10, 10};
+  ExpectError(client_->OpenRun(spec).status(), Code::kInvalidArgument, "shape holds 800 bytes");
+  spec.shape.clear();
+  spec.bytes_per_step = 0;
+  ExpectError(client_->OpenRun(spec).status(), Code::kInvalidArgument, "bytes_per_step");
+}
+
+INSTANTIATE_TEST_SUITE_P(DataPaths, BadInputTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "mapped" : "ucx"; });
+
+TEST(DaemonNotRunning, ConnectSaysHowToStartIt) {
+  TempDir dir;
+  ClientOptions o;
+  o.socket_path = dir.path() + "/absent.sock";
+  auto c = Client::Connect(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kUnavailable);
+  EXPECT_NE(c.status().message().find("snapd is not running at " + o.socket_path),
+            std::string::npos)
+      << c.status().message();
+  EXPECT_NE(c.status().message().find("Start it with `snapd`"), std::string::npos);
+}
+
+TEST(DaemonStartup, BadConfigurationExitsWithTheReason) {
+  std::string err;
+  int rc = RunProgram({SNAPD_BINARY, "--host-mem", "12Q"}, nullptr, &err);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("host_mem = '12Q'"), std::string::npos) << err;
+}
+
+TEST(DaemonStartup, SecondDaemonOnTheSameSocketRefusesToStart) {
+  TempDir dir;
+  auto first = DaemonProcess::Start({dir.path(), "8M", {}});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  std::string err;
+  int rc = RunProgram({SNAPD_BINARY, "--socket", (*first)->socket(), "--state-dir",
+                       dir.path() + "/state2", "--host-mem", "8M"},
+                      nullptr, &err);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("another snapd is already serving"), std::string::npos) << err;
+  EXPECT_EQ((*first)->Stop(), 0);
+}
+
+}  // namespace
+}  // namespace snapd::testing

@@ -1,0 +1,224 @@
+// End-to-end behaviour of the real snapd binary over each data path: UCX over tcp, UCX over
+// shared memory (rendezvous by CMA), and the mapped host tier.
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "daemon_process.h"
+#include "snapd/client.h"
+#include "snapd/v1/control.grpc.pb.h"
+
+namespace snapd::testing {
+namespace {
+
+struct Transport {
+  const char* name;
+  const char* ucx_tls;
+  bool mapped;
+};
+
+class DataPlaneTest : public ::testing::TestWithParam<Transport> {
+ protected:
+  void SetUp() override {
+    setenv("UCX_TLS", GetParam().ucx_tls, 1);
+    StartDaemon();
+  }
+  void TearDown() override {
+    if (daemon_) {
+      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();  // clean SIGTERM shutdown
+    }
+    unsetenv("UCX_TLS");
+  }
+  void StartDaemon() {
+    auto d = DaemonProcess::Start({dir_.path(), "512M", {}});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    daemon_ = std::move(d).value();
+  }
+  std::unique_ptr<Client> Connect() {
+    ClientOptions o;
+    o.socket_path = daemon_->socket();
+    o.map_host_tier = GetParam().mapped;
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (!c.ok()) return nullptr;
+    EXPECT_EQ((*c)->data_path(), GetParam().mapped ? DataPath::kMappedHostTier : DataPath::kUcx)
+        << (*c)->data_path_reason();
+    return std::move(c).value();
+  }
+  v1::StatsResponse Stats() {
+    auto stub = v1::Control::NewStub(
+        grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::StatsResponse r;
+    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &r).ok());
+    return r;
+  }
+  // Pushes steps [0, n) of `run` (pattern seed `seed`), forward, then fetches them in reverse
+  // and checks every byte.
+  static void RoundTrip(Client& c, const std::string& run_name, uint64_t n, size_t bytes,
+                        uint64_t seed) {
+    RunSpec spec;
+    spec.name = run_name;
+    spec.steps = n;
+    spec.bytes_per_step = bytes;
+    auto run = c.OpenRun(spec);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    std::vector<std::vector<char>> src(3, std::vector<char>(bytes));
+    std::vector<PushHandle> handles(n);
+    for (uint64_t t = 0; t < n; ++t) {
+      if (t >= 3) ASSERT_TRUE(handles[t - 3].WaitReleased().ok());
+      FillPattern(src[t % 3].data(), bytes, seed, t);
+      auto h = c.Push(run->run_id, t, src[t % 3].data(), bytes);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      handles[t] = *h;
+    }
+    for (auto& h : handles) ASSERT_TRUE(h.WaitStored().ok()) << h.WaitStored().ToString();
+    std::vector<char> got(bytes), want(bytes);
+    for (uint64_t t = n; t-- > 0;) {
+      std::memset(got.data(), 0, bytes);
+      Status s = c.Fetch(run->run_id, t, got.data(), bytes);
+      ASSERT_TRUE(s.ok()) << "step " << t << ": " << s.ToString();
+      FillPattern(want.data(), bytes, seed, t);
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), bytes)) << "step " << t << " differs";
+    }
+  }
+
+  TempDir dir_;
+  std::unique_ptr<DaemonProcess> daemon_;
+};
+
+// 256 KiB + 24 bytes: rendezvous-sized, and not a multiple of a page or of the checksum block.
+constexpr size_t kStepBytes = 256 * 1024 + 24;
+
+TEST_P(DataPlaneTest, RoundTripOf100StepsIsByteExact) {
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  RoundTrip(*c, "roundtrip", 100, kStepBytes, 1);
+  auto where = c->Locate("roundtrip", 99);
+  ASSERT_TRUE(where.ok());
+  EXPECT_EQ(where->tier, Tier::kHost);
+  EXPECT_EQ(where->raw_bytes, kStepBytes);
+  EXPECT_EQ(Stats().pushes(), 100u);
+}
+
+TEST_P(DataPlaneTest, SmallSnapshotsTravelEagerlyAndStayExact) {
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  RoundTrip(*c, "small", 20, 100, 2);
+}
+
+TEST_P(DataPlaneTest, TwoClientsInParallelKeepTheirRunsApart) {
+  auto a = Connect();
+  auto b = Connect();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::thread ta([&] { RoundTrip(*a, "client-a", 50, kStepBytes, 10); });
+  std::thread tb([&] { RoundTrip(*b, "client-b", 50, kStepBytes, 20); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(Stats().pushes(), 100u);
+}
+
+TEST_P(DataPlaneTest, ClientKilledMidPushLeavesCatalogConsistent) {
+  const size_t bytes = 1 << 20;
+  std::string out_path = dir_.path() + "/helper.out";
+  std::string cmd_out;
+  pid_t pid = -1;
+  {
+    // The helper's stdout goes to a file we poll for progress.
+    std::string sh = std::string(PUSH_UNTIL_KILLED_BINARY) + " " + daemon_->socket() +
+                     " victim " + std::to_string(bytes) + " > " + out_path;
+    pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      if (!GetParam().mapped) setenv("SNAPD_DATA_PATH", "ucx", 1);
+      execl("/bin/sh", "sh", "-c", ("exec " + sh).c_str(), nullptr);
+      _exit(127);
+    }
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {  // wait until the helper has pushed a few steps, then kill it mid-stream
+    std::ifstream in(out_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (ss.str().find("pushed 20\n") != std::string::npos) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "helper made no progress";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+
+  // Every recorded snapshot is complete and exact; the tier holds exactly those.
+  auto stub = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  auto runs = c->ListRuns();
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 1u);
+  uint64_t run_id = (*runs)[0].run_id;
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  v1::ListSnapshotsResponse list;
+  for (;;) {  // the daemon notices the dead endpoint and drops its in-flight pushes
+    list.Clear();
+    grpc::ClientContext ctx;
+    v1::ListSnapshotsRequest req;
+    req.set_name("victim");
+    ASSERT_TRUE(stub->ListSnapshots(&ctx, req, &list).ok());
+    uint64_t used = Stats().tiers(0).used_bytes();
+    if (used == list.snapshots_size() * bytes) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "host tier holds " << used << " bytes for " << list.snapshots_size() << " snapshots";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(list.snapshots_size(), 18);
+  std::vector<char> got(bytes), want(bytes);
+  for (const auto& s : list.snapshots()) {
+    ASSERT_TRUE(c->Fetch(run_id, s.step(), got.data(), bytes).ok());
+    FillPattern(want.data(), bytes, 7, s.step());
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), bytes)) << "step " << s.step();
+  }
+  RoundTrip(*c, "after-crash", 10, kStepBytes, 3);  // and the daemon serves everyone else
+}
+
+TEST_P(DataPlaneTest, RestartedDaemonReportsHostStepsLostAndServesNewRuns) {
+  {
+    auto c = Connect();
+    ASSERT_NE(c, nullptr);
+    RoundTrip(*c, "before", 5, kStepBytes, 4);
+  }
+  ASSERT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+  daemon_.reset();
+  StartDaemon();
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  auto where = c->Locate("before", 2);
+  ASSERT_TRUE(where.ok()) << where.status().ToString();
+  EXPECT_EQ(where->tier, Tier::kLost);
+  auto runs = c->ListRuns();
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 1u);
+  std::vector<char> buf(kStepBytes);
+  Status s = c->Fetch((*runs)[0].run_id, 2, buf.data(), kStepBytes);
+  EXPECT_EQ(s.code(), Code::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("lost"), std::string::npos) << s.message();
+  EXPECT_EQ(Stats().lost_snapshots(), 5u);
+  RoundTrip(*c, "after", 10, kStepBytes, 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DataPlaneTest,
+                         ::testing::Values(Transport{"tcp", "tcp", false},
+                                           Transport{"shm", "sm,tcp", false},
+                                           Transport{"shm_mapped", "sm,tcp", true}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace snapd::testing

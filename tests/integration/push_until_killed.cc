@@ -1,0 +1,37 @@
+// Test helper: connects to snapd, opens run NAME with BYTES per step, and pushes steps until it
+// is killed, printing "pushed T" after issuing each push. Used to kill a client mid-push.
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "daemon_process.h"
+#include "snapd/client.h"
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: push_until_killed SOCKET RUN BYTES\n");
+    return 2;
+  }
+  snapd::ClientOptions o;
+  o.socket_path = argv[1];
+  auto client = snapd::Client::Connect(o);
+  if (!client.ok()) return 1;
+  uint64_t bytes = std::strtoull(argv[3], nullptr, 10);
+  snapd::RunSpec spec;
+  spec.name = argv[2];
+  spec.bytes_per_step = bytes;
+  auto run = (*client)->OpenRun(spec);
+  if (!run.ok()) return 1;
+  std::vector<std::vector<char>> buf(2, std::vector<char>(bytes));
+  std::vector<snapd::PushHandle> handles;
+  for (uint64_t t = 0;; ++t) {
+    auto& b = buf[t % 2];
+    if (t >= 2 && !handles[t - 2].WaitReleased().ok()) return 1;
+    snapd::testing::FillPattern(b.data(), bytes, 7, t);
+    auto h = (*client)->Push(run->run_id, t, b.data(), bytes);
+    if (!h.ok()) return 1;
+    handles.push_back(*h);
+    std::printf("pushed %llu\n", static_cast<unsigned long long>(t));
+    std::fflush(stdout);
+  }
+}

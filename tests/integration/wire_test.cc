@@ -1,0 +1,235 @@
+// Malformed and unauthenticated data-plane messages from a raw UCX peer are rejected with a
+// clear error, counted, and do not disturb the daemon.
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "daemon_process.h"
+#include "snapd/client.h"
+#include "snapd/v1/control.grpc.pb.h"
+#include "snapd/wire.h"
+#include "ucx.h"
+
+namespace snapd::testing {
+namespace {
+
+// A UCX peer that speaks raw wire messages to snapd and records the Replies it gets.
+class RawPeer {
+ public:
+  static std::unique_ptr<RawPeer> Connect(const std::string& address) {
+    auto loop = ucx::WorkerLoop::Create("raw-peer");
+    if (!loop.ok()) return nullptr;
+    auto peer = std::unique_ptr<RawPeer>(new RawPeer(std::move(loop).value()));
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = wire::kReply;
+    hp.cb = &RawPeer::OnReply;
+    hp.arg = peer.get();
+    if (ucp_worker_set_am_recv_handler(peer->loop_->worker(), &hp) != UCS_OK) return nullptr;
+    auto ep = ucx::ConnectTo(peer->loop_->worker(), address, &RawPeer::OnError, peer.get());
+    if (!ep.ok()) return nullptr;
+    peer->ep_ = *ep;
+    peer->loop_->Start();
+    return peer;
+  }
+  ~RawPeer() {
+    loop_->Post([this] { ucx::CloseEndpoint(*loop_, ep_, true); });
+    loop_->Stop();
+  }
+
+  // Sends one AM and waits for its send to complete.
+  void Send(uint16_t id, const void* header, size_t header_bytes) {
+    std::vector<char> h(static_cast<const char*>(header),
+                        static_cast<const char*>(header) + header_bytes);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    loop_->Post([&, h = std::move(h)]() mutable {
+      auto keep = std::make_shared<std::vector<char>>(std::move(h));
+      ucp_request_param_t p = ucx::SendParam([&, keep](ucs_status_t, size_t) {
+        std::lock_guard<std::mutex> lock(mu);
+        done = true;
+        cv.notify_all();
+      });
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_AM_SEND_FLAG_REPLY;
+      ucx::Track(ucp_am_send_nbx(ep_, id, keep->data(), keep->size(), nullptr, 0, &p), p);
+    });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+
+  // The Reply to `request_id`, waiting up to 10 s.
+  std::optional<wire::Reply> WaitReply(uint64_t request_id) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return replies_.count(request_id) > 0; });
+    auto it = replies_.find(request_id);
+    if (it == replies_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  explicit RawPeer(std::unique_ptr<ucx::WorkerLoop> loop) : loop_(std::move(loop)) {}
+  static ucs_status_t OnReply(void* arg, const void* header, size_t length, void*, size_t,
+                              const ucp_am_recv_param_t*) {
+    auto* self = static_cast<RawPeer*>(arg);
+    if (length != sizeof(wire::Reply)) return UCS_OK;
+    wire::Reply r;
+    std::memcpy(&r, header, sizeof r);
+    std::lock_guard<std::mutex> lock(self->mu_);
+    self->replies_[r.header.request_id] = r;
+    self->cv_.notify_all();
+    return UCS_OK;
+  }
+  static void OnError(void*, ucp_ep_h, ucs_status_t) {}
+
+  std::unique_ptr<ucx::WorkerLoop> loop_;
+  ucp_ep_h ep_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, wire::Reply> replies_;
+};
+
+std::string Message(const wire::Reply& r) { return std::string(r.message, r.message_length); }
+
+class WireTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto d = DaemonProcess::Start({dir_.path(), "64M", {}});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    daemon_ = std::move(d).value();
+    stub_ = v1::Control::NewStub(
+        grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->OpenSession(&ctx, v1::OpenSessionRequest(), &session_).ok());
+    peer_ = RawPeer::Connect(session_.data_plane_address());
+    ASSERT_NE(peer_, nullptr);
+  }
+  void TearDown() override {
+    peer_.reset();
+    if (daemon_) EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+  }
+  uint64_t Rejected() {
+    grpc::ClientContext ctx;
+    v1::StatsResponse r;
+    EXPECT_TRUE(stub_->Stats(&ctx, v1::StatsRequest(), &r).ok());
+    return r.rejected_messages();
+  }
+  void Hello(uint64_t request_id) {
+    wire::HelloRequest h{wire::MakeHeader(wire::kHello, session_.token(), request_id),
+                         session_.session_id()};
+    peer_->Send(wire::kHello, &h, sizeof h);
+    auto r = peer_->WaitReply(request_id);
+    ASSERT_TRUE(r.has_value());
+    ASSERT_EQ(r->code, 0) << Message(*r);
+  }
+  // The daemon still serves a well-behaved client end to end.
+  void ExpectDaemonServes() {
+    ClientOptions o;
+    o.socket_path = daemon_->socket();
+    auto c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    RunSpec spec;
+    spec.name = "healthy";
+    spec.bytes_per_step = 4096;
+    auto run = (*c)->OpenRun(spec);
+    ASSERT_TRUE(run.ok());
+    std::vector<char> a(4096, 5), b(4096, 0);
+    auto h = (*c)->Push(run->run_id, 0, a.data(), a.size());
+    ASSERT_TRUE(h.ok() && h->WaitStored().ok());
+    ASSERT_TRUE((*c)->Fetch(run->run_id, 0, b.data(), b.size()).ok());
+    EXPECT_EQ(a, b);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<v1::Control::Stub> stub_;
+  v1::OpenSessionResponse session_;
+  std::unique_ptr<RawPeer> peer_;
+};
+
+TEST_F(WireTest, TruncatedHeaderIsRejected) {
+  char junk[5] = {1, 2, 3, 4, 5};
+  peer_->Send(wire::kPush, junk, sizeof junk);
+  auto r = peer_->WaitReply(0);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, static_cast<int>(Code::kInvalidArgument));
+  EXPECT_NE(Message(*r).find("malformed message: header of 5 bytes"), std::string::npos)
+      << Message(*r);
+  EXPECT_EQ(Rejected(), 1u);
+  ExpectDaemonServes();
+}
+
+TEST_F(WireTest, WrongVersionIsRejectedNamingTheVersion) {
+  wire::PushRequest p{wire::MakeHeader(wire::kPush, session_.token(), 41), 1, 0, 0};
+  p.header.version = 99;
+  peer_->Send(wire::kPush, &p, sizeof p);
+  auto r = peer_->WaitReply(41);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, static_cast<int>(Code::kInvalidArgument));
+  EXPECT_NE(Message(*r).find("version 99"), std::string::npos) << Message(*r);
+  ExpectDaemonServes();
+}
+
+TEST_F(WireTest, WrongHeaderSizeForOpIsRejected) {
+  Hello(1);
+  wire::HelloRequest short_fetch{wire::MakeHeader(wire::kFetch, session_.token(), 42), 0};
+  peer_->Send(wire::kFetch, &short_fetch, sizeof short_fetch);
+  auto r = peer_->WaitReply(42);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, static_cast<int>(Code::kInvalidArgument));
+  EXPECT_NE(Message(*r).find("expected 48 bytes"), std::string::npos) << Message(*r);
+}
+
+TEST_F(WireTest, PushWithoutHelloIsUnauthenticated) {
+  wire::PushRequest p{wire::MakeHeader(wire::kReserve, session_.token(), 43), 1, 0, 4096};
+  peer_->Send(wire::kReserve, &p, sizeof p);
+  auto r = peer_->WaitReply(43);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, static_cast<int>(Code::kUnauthenticated));
+  EXPECT_NE(Message(*r).find("not bound to a session"), std::string::npos) << Message(*r);
+}
+
+TEST_F(WireTest, HelloWithWrongTokenIsUnauthenticated) {
+  wire::HelloRequest h{wire::MakeHeader(wire::kHello, session_.token() ^ 1, 44),
+                       session_.session_id()};
+  peer_->Send(wire::kHello, &h, sizeof h);
+  auto r = peer_->WaitReply(44);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, static_cast<int>(Code::kUnauthenticated));
+}
+
+TEST_F(WireTest, RequestWithAnotherTokenAfterHelloIsUnauthenticated) {
+  Hello(1);
+  wire::FetchRequest f{wire::MakeHeader(wire::kFetch, session_.token() + 1, 45), 1, 0, 4096};
+  peer_->Send(wire::kFetch, &f, sizeof f);
+  auto r = peer_->WaitReply(45);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, static_cast<int>(Code::kUnauthenticated));
+  EXPECT_NE(Message(*r).find("token does not match"), std::string::npos) << Message(*r);
+}
+
+TEST_F(WireTest, CommitWithoutReservationIsRefused) {
+  Hello(1);
+  wire::PushRequest p{wire::MakeHeader(wire::kCommit, session_.token(), 46), 1, 0, 4096};
+  peer_->Send(wire::kCommit, &p, sizeof p);
+  auto r = peer_->WaitReply(46);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, static_cast<int>(Code::kFailedPrecondition));
+  EXPECT_NE(Message(*r).find("without a reservation"), std::string::npos) << Message(*r);
+}
+
+TEST_F(WireTest, UnknownMessageIdLeavesTheDaemonServing) {
+  char junk[64] = {};
+  peer_->Send(77, junk, sizeof junk);
+  ExpectDaemonServes();
+}
+
+}  // namespace
+}  // namespace snapd::testing
