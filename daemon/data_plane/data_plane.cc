@@ -101,7 +101,7 @@ void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* self = static_cast<DataPlane*>(arg);
   auto it = self->conns_.find(ep);
   if (it == self->conns_.end()) return;
-  SNAPD_LOG_INFO("session %llu: data-plane endpoint closed (%s)",
+  SNAPD_LOG_INFO("session %llu: client disconnected (%s)",
                  static_cast<unsigned long long>(it->second.session_id),
                  ucs_status_string(status));
   self->Forget(it);

@@ -34,7 +34,9 @@ class BadInputTest : public ::testing::TestWithParam<bool> {
     buf_.assign(kBytes * 2, 1);
   }
   void TearDown() override {
-    if (daemon_) EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    if (daemon_) {
+      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    }
   }
   Status Push(uint64_t run, uint64_t step, size_t bytes) {
     auto h = client_->Push(run, step, buf_.data(), bytes);

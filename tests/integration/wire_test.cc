@@ -113,7 +113,9 @@ class WireTest : public ::testing::Test {
   }
   void TearDown() override {
     peer_.reset();
-    if (daemon_) EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    if (daemon_) {
+      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    }
   }
   uint64_t Rejected() {
     grpc::ClientContext ctx;
