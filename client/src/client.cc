@@ -456,6 +456,15 @@ Status Client::DeleteRun(const std::string& name) {
       [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteRun(ctx, req, &resp); });
 }
 
+Status Client::DeleteSnapshot(const std::string& name, uint64_t step) {
+  v1::DeleteSnapshotRequest req;
+  req.set_name(name);
+  req.set_step(step);
+  v1::DeleteSnapshotResponse resp;
+  return impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteSnapshot(ctx, req, &resp); });
+}
+
 Result<std::vector<RunInfo>> Client::ListRuns() {
   v1::ListRunsRequest req;
   v1::ListRunsResponse resp;

@@ -93,6 +93,11 @@ Status Catalog::DeleteRun(uint64_t run_id) {
                    "delete of run " + std::to_string(run_id));
 }
 
+Status Catalog::DeleteSnapshot(uint64_t run_id, uint64_t step) {
+  return FromRocks(db_->Delete(rocksdb::WriteOptions(), SnapshotKey(run_id, step)),
+                   "delete of snapshot " + std::to_string(run_id) + "/" + std::to_string(step));
+}
+
 Status Catalog::LoadAll(std::vector<v1::RunRecord>* runs,
                         std::vector<v1::SnapshotRecord>* snapshots) {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));

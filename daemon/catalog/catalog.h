@@ -34,6 +34,7 @@ class Catalog {
   Status PutRun(const v1::RunRecord& run);
   Status PutSnapshot(const v1::SnapshotRecord& snapshot);
   Status DeleteRun(uint64_t run_id);
+  Status DeleteSnapshot(uint64_t run_id, uint64_t step);
 
   Status LoadAll(std::vector<v1::RunRecord>* runs, std::vector<v1::SnapshotRecord>* snapshots);
 

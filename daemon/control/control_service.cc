@@ -71,6 +71,14 @@ grpc::ServerUnaryReactor* ControlService::DeleteRun(grpc::CallbackServerContext*
   return Finish(ctx, freed.status());
 }
 
+grpc::ServerUnaryReactor* ControlService::DeleteSnapshot(grpc::CallbackServerContext* ctx,
+                                                         const v1::DeleteSnapshotRequest* req,
+                                                         v1::DeleteSnapshotResponse* resp) {
+  auto freed = store_->DeleteSnapshot(req->name(), req->step());
+  if (freed.ok()) resp->set_freed_bytes(*freed);
+  return Finish(ctx, freed.status());
+}
+
 grpc::ServerUnaryReactor* ControlService::Locate(grpc::CallbackServerContext* ctx,
                                                  const v1::LocateRequest* req,
                                                  v1::LocateResponse* resp) {

@@ -34,6 +34,9 @@ class ControlService final : public v1::Control::CallbackService {
   grpc::ServerUnaryReactor* DeleteRun(grpc::CallbackServerContext* ctx,
                                       const v1::DeleteRunRequest* req,
                                       v1::DeleteRunResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteSnapshot(grpc::CallbackServerContext* ctx,
+                                           const v1::DeleteSnapshotRequest* req,
+                                           v1::DeleteSnapshotResponse* resp) override;
   grpc::ServerUnaryReactor* Locate(grpc::CallbackServerContext* ctx,
                                    const v1::LocateRequest* req,
                                    v1::LocateResponse* resp) override;

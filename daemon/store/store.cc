@@ -242,6 +242,21 @@ Result<uint64_t> Store::DeleteRun(const std::string& name) {
   return freed;
 }
 
+Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name));
+  auto it = run->snapshots.find(step);
+  if (it == run->snapshots.end()) {
+    return Status::NotFound(StepName(run->record, step) + " was never stored");
+  }
+  SNAPD_RETURN_IF_ERROR(catalog_->DeleteSnapshot(run->record.run_id(), step));
+  uint64_t freed = it->second.record.stored_bytes();
+  if (it->second.record.tier() == v1::TIER_LOST) --lost_snapshots_;
+  run->stored_bytes -= freed;
+  run->snapshots.erase(it);  // an in-flight fetch keeps the block until it completes
+  return freed;
+}
+
 std::vector<v1::RunInfo> Store::ListRuns() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<v1::RunInfo> out;

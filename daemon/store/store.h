@@ -46,6 +46,8 @@ class Store {
   Result<v1::RunInfo> CloseRun(const std::string& name) SNAPD_EXCLUDES(mu_);
   // Returns the host-tier bytes released.
   Result<uint64_t> DeleteRun(const std::string& name) SNAPD_EXCLUDES(mu_);
+  // Removes one snapshot; returns the tier bytes released.
+  Result<uint64_t> DeleteSnapshot(const std::string& name, uint64_t step) SNAPD_EXCLUDES(mu_);
   std::vector<v1::RunInfo> ListRuns() const SNAPD_EXCLUDES(mu_);
   Result<std::vector<v1::SnapshotInfo>> ListSnapshots(const std::string& name,
                                                       v1::RunInfo* run) const SNAPD_EXCLUDES(mu_);

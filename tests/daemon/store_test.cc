@@ -116,6 +116,21 @@ TEST_F(StoreTest, DeletingARunDuringAFetchKeepsTheFetchedBytes) {
   EXPECT_EQ(tier_->used(), 0u);
 }
 
+TEST_F(StoreTest, ADeletedStepFreesItsMemoryAndCanBePushedAgain) {
+  uint64_t id = OpenRun("r", 2, 4096);
+  {
+    auto t = store_->BeginPush(id, 1, 4096);
+    ASSERT_TRUE(t.ok() && store_->CommitPush(*t).ok());
+  }
+  store_->WaitChecksumsIdle();
+  EXPECT_EQ(*store_->DeleteSnapshot("r", 1), 4096u);
+  EXPECT_EQ(tier_->used(), 0u);
+  EXPECT_EQ(store_->Locate("r", 1).status().code(), Code::kNotFound);
+  EXPECT_EQ(store_->DeleteSnapshot("r", 1).status().code(), Code::kNotFound);
+  auto again = store_->BeginPush(id, 1, 4096);
+  ASSERT_TRUE(again.ok() && store_->CommitPush(*again).ok());
+}
+
 TEST(RunSpecValidation, NamesTheProblem) {
   v1::RunSpec s;
   s.set_name("x");

@@ -116,6 +116,8 @@ class Client {
   Result<RunInfo> OpenRun(const RunSpec& spec);
   Status CloseRun(const std::string& name);
   Status DeleteRun(const std::string& name);
+  // Removes one snapshot; the step may be pushed again afterwards.
+  Status DeleteSnapshot(const std::string& name, uint64_t step);
   Result<std::vector<RunInfo>> ListRuns();
   Result<Location> Locate(const std::string& name, uint64_t step);
 
