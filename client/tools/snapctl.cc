@@ -12,11 +12,15 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "paths.h"
+#include "snapd/schedule.h"
 #include "snapd/v1/control.grpc.pb.h"
 #include "units.h"
 
 namespace snapd {
 namespace {
+
+using snapd::Code;
+using snapd::Result;
 
 const char* kUsage =
     "usage: snapctl [--socket PATH] [--json] COMMAND\n\n"
@@ -25,7 +29,12 @@ const char* kUsage =
     "  runs               every run with its snapshot count and bytes\n"
     "  ls RUN             snapshots of RUN: step, tier, bytes, checksum\n"
     "  locate RUN STEP    where one snapshot is\n"
-    "  rm RUN             delete RUN and free its snapshots\n\n"
+    "  rm RUN             delete RUN and free its snapshots\n"
+    "  plan --steps N --bytes-per-step S [--compute-time T] [--backward-time T]\n"
+    "       [--codec none]\n"
+    "                     checkpoint schedule for an adjoint run of N steps of S bytes on this\n"
+    "                     node's tiers, with the write/read costs snapd has measured; T in\n"
+    "                     seconds per forward (backward) step\n\n"
     "The socket defaults to $SNAPD_SOCKET, else snapd's default socket.\n";
 
 struct Options {
@@ -104,12 +113,14 @@ int Status(v1::Control::Stub& stub, grpc::Channel& channel, const Options& o) {
               (unsigned long long)r.sessions(), (unsigned long long)r.runs(),
               (unsigned long long)r.pushes(), (unsigned long long)r.fetches(),
               (unsigned long long)r.rejected_messages(), (unsigned long long)r.lost_snapshots());
-  std::printf("%-8s %12s %12s %7s %10s\n", "TIER", "USED", "BUDGET", "USE%", "SNAPSHOTS");
+  std::printf("%-8s %12s %12s %7s %10s %10s %10s\n", "TIER", "USED", "BUDGET", "USE%",
+              "SNAPSHOTS", "WRITE GB/s", "READ GB/s");
   for (const auto& t : r.tiers()) {
     double pct = t.budget_bytes() ? 100.0 * t.used_bytes() / t.budget_bytes() : 0.0;
-    std::printf("%-8s %12s %12s %6.1f%% %10llu\n", TierName(t.tier()).c_str(),
+    std::printf("%-8s %12s %12s %6.1f%% %10llu %10.2f %10.2f\n", TierName(t.tier()).c_str(),
                 FormatBytes(t.used_bytes()).c_str(), FormatBytes(t.budget_bytes()).c_str(), pct,
-                (unsigned long long)t.snapshots());
+                (unsigned long long)t.snapshots(), t.write_bytes_per_second() / 1e9,
+                t.read_bytes_per_second() / 1e9);
   }
   return 0;
 }
@@ -213,6 +224,163 @@ int Rm(v1::Control::Stub& stub, const Options& o) {
   return 0;
 }
 
+// Options of `plan`, parsed from the arguments after the command.
+struct PlanArgs {
+  uint64_t steps = 0;
+  uint64_t bytes = 0;
+  double forward = 0;   // seconds per forward step; 0 = not given
+  double backward = -1; // seconds per backward step; < 0 = same as forward
+  std::string codec = "none";
+};
+
+int Plan(v1::Control::Stub& stub, const Options& o) {
+  PlanArgs p;
+  for (size_t i = 1; i < o.args.size(); ++i) {
+    const std::string& k = o.args[i];
+    if (i + 1 >= o.args.size()) {
+      std::fprintf(stderr, "snapctl plan: %s needs a value\n", k.c_str());
+      return 2;
+    }
+    const std::string& v = o.args[++i];
+    if (k == "steps") {
+      if (!ParseStep(v, &p.steps) || p.steps == 0) {
+        std::fprintf(stderr, "snapctl plan: --steps must be a positive integer, got '%s'\n",
+                     v.c_str());
+        return 2;
+      }
+    } else if (k == "bytes-per-step") {
+      auto b = ParseBytes(v);
+      if (!b.ok() || *b == 0) {
+        std::fprintf(stderr, "snapctl plan: --bytes-per-step '%s': %s\n", v.c_str(),
+                     b.ok() ? "must be > 0" : b.status().message().c_str());
+        return 2;
+      }
+      p.bytes = *b;
+    } else if (k == "compute-time" || k == "backward-time") {
+      char* end = nullptr;
+      double d = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || d < 0) {
+        std::fprintf(stderr, "snapctl plan: --%s must be seconds >= 0, got '%s'\n", k.c_str(),
+                     v.c_str());
+        return 2;
+      }
+      (k == "compute-time" ? p.forward : p.backward) = d;
+    } else if (k == "codec") {
+      p.codec = v;
+    } else {
+      std::fprintf(stderr, "snapctl plan: unknown option --%s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (p.steps == 0 || p.bytes == 0) {
+    std::fprintf(stderr, "snapctl plan: --steps and --bytes-per-step are required\n");
+    return 2;
+  }
+  if (p.codec != "none") {
+    std::fprintf(stderr,
+                 "snapctl plan: codec '%s' is not available: this snapd stores snapshots "
+                 "uncompressed (use --codec none)\n",
+                 p.codec.c_str());
+    return 2;
+  }
+  if (p.backward < 0) p.backward = p.forward;
+  v1::StatsResponse r;
+  grpc::Status gs = stub.Stats(Context().get(), v1::StatsRequest(), &r);
+  if (!gs.ok()) return Fail("plan", gs, o);
+
+  // This node's tiers as schedule levels: capacity in snapshots, measured costs per snapshot.
+  std::vector<schedule::Level> levels;
+  std::vector<std::string> cost_source;
+  uint64_t slot_bytes = (p.bytes + 4095) / 4096 * 4096;
+  for (const auto& t : r.tiers()) {
+    schedule::Level l;
+    l.name = TierName(t.tier());
+    uint64_t free_bytes = t.budget_bytes() > t.used_bytes() ? t.budget_bytes() - t.used_bytes() : 0;
+    l.slots = free_bytes / slot_bytes;
+    bool measured = t.write_bytes_per_second() > 0 && t.read_bytes_per_second() > 0;
+    if (measured && p.forward > 0) {
+      l.write = p.bytes / t.write_bytes_per_second();
+      l.read = p.bytes / t.read_bytes_per_second();
+    }
+    cost_source.push_back(!measured ? "not measured yet (treated as free)"
+                          : p.forward > 0 ? "measured by snapd"
+                                          : "ignored (no --compute-time)");
+    levels.push_back(l);
+  }
+  schedule::StepCosts costs{p.forward > 0 ? p.forward : 1.0, p.forward > 0 ? p.backward : 0.0};
+  std::string note;
+  Result<schedule::Schedule> plan = schedule::Schedule();
+  uint64_t total_slots = 0;
+  for (const auto& l : levels) total_slots += l.slots;
+  if (!levels.empty() && levels[0].slots >= p.steps) {
+    plan = schedule::StoreAll(p.steps, levels[0], 0, costs);
+  } else {
+    plan = schedule::HRevolve(p.steps, levels, costs);
+    if (!plan.ok() && plan.status().code() == Code::kResourceExhausted && total_slots > 0) {
+      // Too large for the exact table: Revolve's closed form on the fastest tier.
+      auto fwd = schedule::RevolveForwardSteps(p.steps, levels[0].slots);
+      if (fwd.ok()) {
+        schedule::Schedule s;
+        s.method = "revolve (closed form; storage costs not optimised)";
+        s.steps = p.steps;
+        s.forward_steps = *fwd;
+        s.cost = *fwd * costs.forward + p.steps * costs.backward;
+        s.peak_slots = {std::min(levels[0].slots, p.steps)};
+        plan = s;
+        note = "exact multi-level table too large for this size";
+      }
+    }
+  }
+  if (!plan.ok()) {
+    std::fprintf(stderr, "snapctl plan: %s\n", plan.status().message().c_str());
+    return 1;
+  }
+  const schedule::Schedule& s = *plan;
+  double baseline = (p.steps - 1) * costs.forward + p.steps * costs.backward;
+  double overhead = baseline > 0 ? s.cost / baseline - 1.0 : 0.0;
+  if (o.json) {
+    std::printf("{\"steps\": %llu, \"bytes_per_step\": %llu, \"codec\": \"%s\",\n",
+                (unsigned long long)p.steps, (unsigned long long)p.bytes, p.codec.c_str());
+    std::printf(" \"method\": \"%s\", \"forward_steps\": %llu, \"recomputation_factor\": %.4f,\n",
+                s.method.c_str(), (unsigned long long)s.forward_steps, s.RecomputationFactor());
+    std::printf(" \"predicted_seconds\": %.6g, \"baseline_seconds\": %.6g, "
+                "\"overhead\": %.4f, \"timed\": %s,\n",
+                p.forward > 0 ? s.cost : 0.0, p.forward > 0 ? baseline : 0.0, overhead,
+                p.forward > 0 ? "true" : "false");
+    std::printf(" \"tiers\": [");
+    for (size_t i = 0; i < levels.size(); ++i) {
+      std::printf("%s{\"tier\": \"%s\", \"slots_available\": %llu, \"snapshots\": %llu, "
+                  "\"write_seconds\": %.6g, \"read_seconds\": %.6g, \"costs\": \"%s\"}",
+                  i ? ", " : "", levels[i].name.c_str(), (unsigned long long)levels[i].slots,
+                  (unsigned long long)(i < s.peak_slots.size() ? s.peak_slots[i] : 0),
+                  levels[i].write, levels[i].read, cost_source[i].c_str());
+    }
+    std::printf("]}\n");
+    return 0;
+  }
+  std::printf("plan for %llu steps x %s (codec %s)\n", (unsigned long long)p.steps,
+              FormatBytes(p.bytes).c_str(), p.codec.c_str());
+  std::printf("schedule      %s%s%s\n", s.method.c_str(), note.empty() ? "" : "  -- ",
+              note.c_str());
+  std::printf("%-8s %14s %12s %12s %12s  %s\n", "TIER", "SLOTS FREE", "SNAPSHOTS", "WRITE s",
+              "READ s", "COSTS");
+  for (size_t i = 0; i < levels.size(); ++i) {
+    std::printf("%-8s %14llu %12llu %12.4g %12.4g  %s\n", levels[i].name.c_str(),
+                (unsigned long long)levels[i].slots,
+                (unsigned long long)(i < s.peak_slots.size() ? s.peak_slots[i] : 0),
+                levels[i].write, levels[i].read, cost_source[i].c_str());
+  }
+  std::printf("forward steps %llu (recomputation factor %.3f)\n",
+              (unsigned long long)s.forward_steps, s.RecomputationFactor());
+  if (p.forward > 0) {
+    std::printf("predicted     %.4g s vs %.4g s without storage limits: overhead %.1f%%\n",
+                s.cost, baseline, 100.0 * overhead);
+  } else {
+    std::printf("predicted     pass --compute-time to predict times\n");
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -226,6 +394,8 @@ int Main(int argc, char** argv) {
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
+    } else if (!o.args.empty() && o.args[0] == "plan" && a.rfind("--", 0) == 0) {
+      o.args.push_back(a.substr(2));  // plan's own options, parsed by Plan()
     } else if (a.rfind("--", 0) == 0) {
       std::fprintf(stderr, "snapctl: unknown option %s\n%s", a.c_str(), kUsage);
       return 2;
@@ -245,6 +415,7 @@ int Main(int argc, char** argv) {
   if (cmd == "ls") return Ls(*stub, o);
   if (cmd == "locate") return Locate(*stub, o);
   if (cmd == "rm") return Rm(*stub, o);
+  if (cmd == "plan") return Plan(*stub, o);
   std::fprintf(stderr, "snapctl: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

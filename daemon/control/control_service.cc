@@ -122,6 +122,11 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
   host->set_snapshots(c.host_snapshots);
   resp->set_data_plane_address(data_plane_->address());
   const DataPlaneCounters& d = data_plane_->counters();
+  auto rate = [](uint64_t bytes, uint64_t ns) {
+    return ns ? static_cast<double>(bytes) * 1e9 / static_cast<double>(ns) : 0.0;
+  };
+  host->set_write_bytes_per_second(rate(d.write_bytes.load(), d.write_ns.load()));
+  host->set_read_bytes_per_second(rate(d.read_bytes.load(), d.read_ns.load()));
   resp->set_pushes(d.pushes.load());
   resp->set_fetches(d.fetches.load());
   resp->set_rejected_messages(d.rejected.load());

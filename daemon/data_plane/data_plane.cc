@@ -9,6 +9,22 @@
 
 namespace snapd {
 
+void DataPlaneCounters::AddWrite(uint64_t bytes, std::chrono::steady_clock::time_point since) {
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::steady_clock::now() - since)
+                .count();
+  write_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  write_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+}
+
+void DataPlaneCounters::AddRead(uint64_t bytes, std::chrono::steady_clock::time_point since) {
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::steady_clock::now() - since)
+                .count();
+  read_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  read_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+}
+
 DataPlane::DataPlane(Store* store, SessionTable* sessions, std::unique_ptr<ucx::WorkerLoop> loop)
     : store_(store), sessions_(sessions), loop_(std::move(loop)) {}
 
@@ -109,7 +125,7 @@ void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
 }
 
 void DataPlane::Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it) {
-  for (const auto& [key, ticket] : it->second.reserved) store_->AbortPush(ticket);
+  for (const auto& [key, r] : it->second.reserved) store_->AbortPush(r.ticket);
   conns_.erase(it);
 }
 
@@ -243,14 +259,17 @@ void DataPlane::HandlePush(ucp_ep_h ep, const wire::PushRequest& req, void* data
   }
   Store::PushTicket t = std::move(ticket).value();
   void* dest = t.block->data();
+  auto since = std::chrono::steady_clock::now();
   SNAPD_LOG_DEBUG("push run %llu step %llu: rendezvous receive of %zu bytes",
                   static_cast<unsigned long long>(t.run_id),
                   static_cast<unsigned long long>(t.step), length);
-  ucp_request_param_t p = ucx::RecvDataParam([this, ep, id, t](ucs_status_t s, size_t) {
+  ucp_request_param_t p = ucx::RecvDataParam([this, ep, id, t, since, length](ucs_status_t s,
+                                                                              size_t) {
     SNAPD_LOG_DEBUG("push run %llu step %llu: receive done: %s",
                     static_cast<unsigned long long>(t.run_id),
                     static_cast<unsigned long long>(t.step), ucs_status_string(s));
     if (s == UCS_OK) {
+      counters_.AddWrite(length, since);
       FinishPush(ep, id, t);
     } else {
       store_->AbortPush(t);
@@ -291,6 +310,7 @@ ucs_status_t DataPlane::OnFetch(void* arg, const void* header, size_t header_len
   body.bytes = req.bytes;
   body.data = (*block)->data();
   body.keep = std::move(block).value();
+  body.since = std::chrono::steady_clock::now();
   self->Reply(param->reply_ep, req.header.request_id, Status::Ok(), std::move(body));
   return UCS_OK;
 }
@@ -310,7 +330,8 @@ ucs_status_t DataPlane::OnReserve(void* arg, const void* header, size_t header_l
   }
   ReplyBody body;
   body.offset = ticket->block->offset();
-  conn->reserved[{req.run_id, req.step}] = std::move(ticket).value();
+  conn->reserved[{req.run_id, req.step}] =
+      Conn::Reservation{std::move(ticket).value(), std::chrono::steady_clock::now()};
   self->Reply(param->reply_ep, req.header.request_id, Status::Ok(), std::move(body));
   return UCS_OK;
 }
@@ -331,7 +352,8 @@ ucs_status_t DataPlane::OnCommit(void* arg, const void* header, size_t header_le
                                            " without a reservation on this endpoint"));
     return UCS_OK;
   }
-  Store::PushTicket ticket = std::move(it->second);
+  Store::PushTicket ticket = std::move(it->second.ticket);
+  self->counters_.AddWrite(req.bytes, it->second.since);
   conn->reserved.erase(it);
   self->FinishPush(param->reply_ep, req.header.request_id, ticket);
   return UCS_OK;
@@ -352,7 +374,8 @@ ucs_status_t DataPlane::OnFetchMapped(void* arg, const void* header, size_t head
   }
   ReplyBody body;
   body.offset = (*block)->offset();
-  conn->leases[req.header.request_id] = std::move(block).value();
+  conn->leases[req.header.request_id] =
+      Conn::Lease{std::move(block).value(), req.bytes, std::chrono::steady_clock::now()};
   self->counters_.fetches.fetch_add(1, std::memory_order_relaxed);
   self->Reply(param->reply_ep, req.header.request_id, Status::Ok(), std::move(body));
   return UCS_OK;
@@ -366,7 +389,10 @@ ucs_status_t DataPlane::OnReleaseLease(void* arg, const void* header, size_t hea
   if (!conn) return UCS_OK;
   wire::LeaseRelease req;
   std::memcpy(&req, header, sizeof req);
-  conn->leases.erase(req.lease);  // unknown leases are ignored: release is idempotent
+  auto lease = conn->leases.find(req.lease);
+  if (lease == conn->leases.end()) return UCS_OK;  // release is idempotent
+  self->counters_.AddRead(lease->second.bytes, lease->second.since);
+  conn->leases.erase(lease);
   return UCS_OK;
 }
 
@@ -385,12 +411,17 @@ void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, Re
   std::memcpy(reply->message, status.message().data(), n);
   reply->message_length = static_cast<uint32_t>(n);
   // Sent from the loop, not from inside the UCX callback that produced it.
-  loop_->Post([this, ep, reply, data = body.data, keep = std::move(body.keep)] {
+  loop_->Post([this, ep, reply, data = body.data, keep = std::move(body.keep),
+               since = body.since] {
     if (!conns_.count(ep)) return;  // client went away; nothing to answer
     bool is_fetch = data != nullptr;
-    ucp_request_param_t p = ucx::SendParam([this, reply, keep, is_fetch](ucs_status_t s, size_t) {
-      if (is_fetch && s == UCS_OK) counters_.fetches.fetch_add(1, std::memory_order_relaxed);
-    });
+    ucp_request_param_t p =
+        ucx::SendParam([this, reply, keep, is_fetch, since](ucs_status_t s, size_t) {
+          if (is_fetch && s == UCS_OK) {
+            counters_.fetches.fetch_add(1, std::memory_order_relaxed);
+            counters_.AddRead(reply->bytes, since);
+          }
+        });
     // The header must stay valid until the send completes; the callback holds it.
     ucx::Track(ucp_am_send_nbx(ep, wire::kReply, reply.get(), sizeof *reply, data,
                                reply->bytes, &p),

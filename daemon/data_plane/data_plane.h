@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -32,6 +33,13 @@ struct DataPlaneCounters {
   std::atomic<uint64_t> pushes{0};
   std::atomic<uint64_t> fetches{0};
   std::atomic<uint64_t> rejected{0};
+  // Bytes and nanoseconds of completed transfers into (write) and out of (read) the host tier.
+  std::atomic<uint64_t> write_bytes{0};
+  std::atomic<uint64_t> write_ns{0};
+  std::atomic<uint64_t> read_bytes{0};
+  std::atomic<uint64_t> read_ns{0};
+  void AddWrite(uint64_t bytes, std::chrono::steady_clock::time_point since);
+  void AddRead(uint64_t bytes, std::chrono::steady_clock::time_point since);
 };
 
 class DataPlane {
@@ -57,10 +65,19 @@ class DataPlane {
   struct Conn {
     uint64_t session_id = 0;  // 0 until a valid Hello
     uint64_t token = 0;
+    struct Reservation {
+      Store::PushTicket ticket;
+      std::chrono::steady_clock::time_point since;
+    };
+    struct Lease {
+      std::shared_ptr<HostBlock> block;
+      uint64_t bytes;
+      std::chrono::steady_clock::time_point since;
+    };
     // Mapped pushes between kReserve and kCommit, by (run_id, step).
-    std::map<std::pair<uint64_t, uint64_t>, Store::PushTicket> reserved;
+    std::map<std::pair<uint64_t, uint64_t>, Reservation> reserved;
     // Blocks pinned for mapped fetches, by lease (the kFetchMapped request_id).
-    std::unordered_map<uint64_t, std::shared_ptr<HostBlock>> leases;
+    std::unordered_map<uint64_t, Lease> leases;
   };
   // What a Reply carries besides its status.
   struct ReplyBody {
@@ -68,6 +85,7 @@ class DataPlane {
     uint64_t bytes = 0;                // length of `data`
     const void* data = nullptr;        // copied fetch: the snapshot bytes
     std::shared_ptr<HostBlock> keep;   // keeps `data` alive until sent
+    std::chrono::steady_clock::time_point since;  // copied fetch: when it was requested
   };
 
   DataPlane(Store* store, SessionTable* sessions, std::unique_ptr<ucx::WorkerLoop> loop);

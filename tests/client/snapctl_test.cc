@@ -5,6 +5,7 @@
 
 #include "daemon_process.h"
 #include "snapd/client.h"
+#include "snapd/schedule.h"
 
 namespace snapd::testing {
 namespace {
@@ -71,6 +72,35 @@ TEST_F(SnapctlTest, RmDeletesAndErrorsAreClear) {
   EXPECT_EQ(Snapctl({"locate", "shot-7", "minus-one"}, &out, &err), 2);
   EXPECT_EQ(Snapctl({"frobnicate"}, &out, &err), 2);
   EXPECT_NE(err.find("unknown command 'frobnicate'"), std::string::npos) << err;
+}
+
+TEST_F(SnapctlTest, PlanRevolvesWhenTheHostTierCannotHoldEveryStep) {
+  // 64 MiB tier with 3 MiB stored: 61 free 1 MiB slots for 100 steps.
+  std::string out;
+  ASSERT_EQ(Snapctl({"--json", "plan", "--steps", "100", "--bytes-per-step", "1M"}, &out), 0);
+  EXPECT_NE(out.find("\"method\": \"h-revolve\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"slots_available\": 61"), std::string::npos) << out;
+  uint64_t expected = *schedule::RevolveForwardSteps(100, 61);
+  EXPECT_NE(out.find("\"forward_steps\": " + std::to_string(expected) + ","), std::string::npos)
+      << out;
+  ASSERT_EQ(Snapctl({"plan", "--steps", "100", "--bytes-per-step", "1M", "--compute-time",
+                     "0.01"},
+                    &out),
+            0);
+  EXPECT_NE(out.find("overhead"), std::string::npos) << out;
+}
+
+TEST_F(SnapctlTest, PlanStoresAllWhenEverythingFitsAndRejectsBadOptions) {
+  std::string out, err;
+  ASSERT_EQ(Snapctl({"--json", "plan", "--steps", "20", "--bytes-per-step", "1M"}, &out), 0);
+  EXPECT_NE(out.find("\"method\": \"store-all\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"forward_steps\": 19,"), std::string::npos) << out;
+  EXPECT_EQ(Snapctl({"plan", "--steps", "20", "--bytes-per-step", "1M", "--codec", "zfp-rate"},
+                    &out, &err),
+            2);
+  EXPECT_NE(err.find("codec 'zfp-rate' is not available"), std::string::npos) << err;
+  EXPECT_EQ(Snapctl({"plan", "--steps", "0", "--bytes-per-step", "1M"}, &out, &err), 2);
+  EXPECT_NE(err.find("--steps must be a positive integer"), std::string::npos) << err;
 }
 
 TEST(SnapctlNoDaemon, SaysHowToStartIt) {
