@@ -201,15 +201,21 @@ struct Client::Impl {
 };
 
 Client::Impl::~Impl() {
-  copier.reset();  // finishes copies already started; they only post to the loop
+  // Order matters: (1) on the loop, close the endpoint so no more replies can hand work to
+  // the copy thread, and fail what is pending; (2) drain the copy thread, whose follow-ups fail
+  // fast on the loop for want of an endpoint; (3) stop the loop.
   if (loop) {
-    loop->Post([this] {
+    auto closed = std::make_shared<detail::OpState>();
+    loop->Post([this, closed] {
       if (ep) ucx::CloseEndpoint(*loop, ep, /*force=*/false);
       ep = nullptr;
       FailAll(Status::Aborted("client disconnected"));
+      closed->Complete(Status::Ok());
     });
-    loop->Stop();
+    (void)closed->WaitCompleted();
   }
+  copier.reset();
+  if (loop) loop->Stop();
   if (stub && session_id) {
     v1::CloseSessionRequest req;
     req.set_session_id(session_id);

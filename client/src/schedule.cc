@@ -185,6 +185,8 @@ class Table {
   void Solve(uint64_t l, int k, size_t ci, const std::vector<uint64_t>& c) {
     size_t i = Index(l, k, ci);
     const double uf = costs_.forward, ub = costs_.backward, rk = levels_[k].read;
+    // The segment's first state occupies a slot of level k, so k cannot have all its slots free.
+    if (radix_[k] > 1 && c[k] + 1 >= radix_[k]) return;  // unreachable: stays infinite
     if (l == 1) {
       cost_[i] = ub;
       choice_[i] = kReverseOne;

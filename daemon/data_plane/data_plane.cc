@@ -32,13 +32,14 @@ Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Stor
                                                     SessionTable* sessions) {
   SNAPD_ASSIGN_OR_RETURN(auto loop, ucx::WorkerLoop::Create("snapd"));
   std::unique_ptr<DataPlane> dp(new DataPlane(store, sessions, std::move(loop)));
-  dp->RegisterHandler(wire::kHello, &DataPlane::OnHello);
-  dp->RegisterHandler(wire::kPush, &DataPlane::OnPush);
-  dp->RegisterHandler(wire::kFetch, &DataPlane::OnFetch);
-  dp->RegisterHandler(wire::kReserve, &DataPlane::OnReserve);
-  dp->RegisterHandler(wire::kCommit, &DataPlane::OnCommit);
-  dp->RegisterHandler(wire::kFetchMapped, &DataPlane::OnFetchMapped);
-  dp->RegisterHandler(wire::kReleaseLease, &DataPlane::OnReleaseLease);
+  using wire::FetchRequest, wire::PushRequest;
+  dp->Register<wire::HelloRequest, wire::kHello, false, &DataPlane::HandleHello>();
+  dp->Register<PushRequest, wire::kPush, true, &DataPlane::HandlePush>();
+  dp->Register<FetchRequest, wire::kFetch, true, &DataPlane::HandleFetch>();
+  dp->Register<PushRequest, wire::kReserve, true, &DataPlane::HandleReserve>();
+  dp->Register<PushRequest, wire::kCommit, true, &DataPlane::HandleCommit>();
+  dp->Register<FetchRequest, wire::kFetchMapped, true, &DataPlane::HandleFetchMapped>();
+  dp->Register<wire::LeaseRelease, wire::kReleaseLease, true, &DataPlane::HandleReleaseLease>();
   SNAPD_RETURN_IF_ERROR(dp->Listen(options));
   dp->loop_->Start();
   return dp;
@@ -56,12 +57,25 @@ DataPlane::~DataPlane() {
   loop_->Stop();
 }
 
-void DataPlane::RegisterHandler(wire::AmId id, ucp_am_recv_callback_t cb) {
+template <typename T, wire::AmId kOp, bool kNeedsSession, DataPlane::Handler<T> H>
+ucs_status_t DataPlane::Dispatch(void* arg, const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<DataPlane*>(arg);
+  Conn* conn = self->Admit(param, header, header_length, sizeof(T), kOp, kNeedsSession);
+  if (conn == nullptr) return UCS_OK;  // UCX drops eager data and cancels an unread rendezvous
+  T req;
+  std::memcpy(&req, header, sizeof req);
+  (self->*H)(*conn, param->reply_ep, req, data, length, param);
+  return UCS_OK;
+}
+
+template <typename T, wire::AmId kOp, bool kNeedsSession, DataPlane::Handler<T> H>
+void DataPlane::Register() {
   ucp_am_handler_param_t p{};
   p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  p.id = id;
-  p.cb = cb;
+  p.id = kOp;
+  p.cb = &DataPlane::Dispatch<T, kOp, kNeedsSession, H>;
   p.arg = this;
   // Registration only fails on invalid parameters, which are fixed here.
   [[maybe_unused]] ucs_status_t s = ucp_worker_set_am_recv_handler(loop_->worker(), &p);
@@ -204,42 +218,22 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
   return &conn;
 }
 
-ucs_status_t DataPlane::OnHello(void* arg, const void* header, size_t header_length, void*,
-                                size_t, const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<DataPlane*>(arg);
-  Conn* conn = self->Admit(param, header, header_length, sizeof(wire::HelloRequest),
-                           wire::kHello, /*needs_session=*/false);
-  if (!conn) return UCS_OK;
-  wire::HelloRequest req;
-  std::memcpy(&req, header, sizeof req);
-  if (!self->sessions_->Find(req.session_id, req.header.token)) {
-    self->counters_.rejected.fetch_add(1, std::memory_order_relaxed);
-    self->Reply(param->reply_ep, req.header.request_id,
-                Status::Unauthenticated("session " + std::to_string(req.session_id) +
-                                        " with this token is not open; call OpenSession"));
-    return UCS_OK;
+void DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req, void*,
+                            size_t, const ucp_am_recv_param_t*) {
+  if (!sessions_->Find(req.session_id, req.header.token)) {
+    counters_.rejected.fetch_add(1, std::memory_order_relaxed);
+    Reply(ep, req.header.request_id,
+          Status::Unauthenticated("session " + std::to_string(req.session_id) +
+                                  " with this token is not open; call OpenSession"));
+    return;
   }
-  conn->session_id = req.session_id;
-  conn->token = req.header.token;
-  self->Reply(param->reply_ep, req.header.request_id, Status::Ok());
-  return UCS_OK;
+  conn.session_id = req.session_id;
+  conn.token = req.header.token;
+  Reply(ep, req.header.request_id, Status::Ok());
 }
 
-ucs_status_t DataPlane::OnPush(void* arg, const void* header, size_t header_length, void* data,
-                               size_t length, const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<DataPlane*>(arg);
-  if (!self->Admit(param, header, header_length, sizeof(wire::PushRequest), wire::kPush,
-                   /*needs_session=*/true)) {
-    return UCS_OK;  // UCX drops eager data and cancels a rendezvous we did not receive
-  }
-  wire::PushRequest req;
-  std::memcpy(&req, header, sizeof req);
-  self->HandlePush(param->reply_ep, req, data, length, param);
-  return UCS_OK;
-}
-
-void DataPlane::HandlePush(ucp_ep_h ep, const wire::PushRequest& req, void* data, size_t length,
-                           const ucp_am_recv_param_t* param) {
+void DataPlane::HandlePush(Conn&, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+                           size_t length, const ucp_am_recv_param_t* param) {
   uint64_t id = req.header.request_id;
   if (length != req.bytes) {
     Reply(ep, id, Status::InvalidArgument("push header says " + std::to_string(req.bytes) +
@@ -292,108 +286,72 @@ void DataPlane::FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTi
   Reply(ep, request_id, s);
 }
 
-ucs_status_t DataPlane::OnFetch(void* arg, const void* header, size_t header_length, void*,
-                                size_t, const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<DataPlane*>(arg);
-  if (!self->Admit(param, header, header_length, sizeof(wire::FetchRequest), wire::kFetch,
-                   /*needs_session=*/true)) {
-    return UCS_OK;
-  }
-  wire::FetchRequest req;
-  std::memcpy(&req, header, sizeof req);
-  auto block = self->store_->BeginFetch(req.run_id, req.step, req.bytes);
+void DataPlane::HandleFetch(Conn&, ucp_ep_h ep, const wire::FetchRequest& req, void*, size_t,
+                            const ucp_am_recv_param_t*) {
+  auto block = store_->BeginFetch(req.run_id, req.step, req.bytes);
   if (!block.ok()) {
-    self->Reply(param->reply_ep, req.header.request_id, block.status());
-    return UCS_OK;
+    Reply(ep, req.header.request_id, block.status());
+    return;
   }
   ReplyBody body;
   body.bytes = req.bytes;
   body.data = (*block)->data();
   body.keep = std::move(block).value();
   body.since = std::chrono::steady_clock::now();
-  self->Reply(param->reply_ep, req.header.request_id, Status::Ok(), std::move(body));
-  return UCS_OK;
+  Reply(ep, req.header.request_id, Status::Ok(), std::move(body));
 }
 
-ucs_status_t DataPlane::OnReserve(void* arg, const void* header, size_t header_length, void*,
-                                  size_t, const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<DataPlane*>(arg);
-  Conn* conn = self->Admit(param, header, header_length, sizeof(wire::PushRequest),
-                           wire::kReserve, /*needs_session=*/true);
-  if (!conn) return UCS_OK;
-  wire::PushRequest req;
-  std::memcpy(&req, header, sizeof req);
-  auto ticket = self->store_->BeginPush(req.run_id, req.step, req.bytes);
+void DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void*,
+                              size_t, const ucp_am_recv_param_t*) {
+  auto ticket = store_->BeginPush(req.run_id, req.step, req.bytes);
   if (!ticket.ok()) {
-    self->Reply(param->reply_ep, req.header.request_id, ticket.status());
-    return UCS_OK;
+    Reply(ep, req.header.request_id, ticket.status());
+    return;
   }
   ReplyBody body;
   body.offset = ticket->block->offset();
-  conn->reserved[{req.run_id, req.step}] =
+  conn.reserved[{req.run_id, req.step}] =
       Conn::Reservation{std::move(ticket).value(), std::chrono::steady_clock::now()};
-  self->Reply(param->reply_ep, req.header.request_id, Status::Ok(), std::move(body));
-  return UCS_OK;
+  Reply(ep, req.header.request_id, Status::Ok(), std::move(body));
 }
 
-ucs_status_t DataPlane::OnCommit(void* arg, const void* header, size_t header_length, void*,
-                                 size_t, const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<DataPlane*>(arg);
-  Conn* conn = self->Admit(param, header, header_length, sizeof(wire::PushRequest),
-                           wire::kCommit, /*needs_session=*/true);
-  if (!conn) return UCS_OK;
-  wire::PushRequest req;
-  std::memcpy(&req, header, sizeof req);
-  auto it = conn->reserved.find({req.run_id, req.step});
-  if (it == conn->reserved.end()) {
-    self->Reply(param->reply_ep, req.header.request_id,
-                Status::FailedPrecondition("commit of step " + std::to_string(req.step) +
-                                           " of run id " + std::to_string(req.run_id) +
-                                           " without a reservation on this endpoint"));
-    return UCS_OK;
+void DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void*,
+                             size_t, const ucp_am_recv_param_t*) {
+  auto it = conn.reserved.find({req.run_id, req.step});
+  if (it == conn.reserved.end()) {
+    Reply(ep, req.header.request_id,
+          Status::FailedPrecondition("commit of step " + std::to_string(req.step) +
+                                     " of run id " + std::to_string(req.run_id) +
+                                     " without a reservation on this endpoint"));
+    return;
   }
   Store::PushTicket ticket = std::move(it->second.ticket);
-  self->counters_.AddWrite(req.bytes, it->second.since);
-  conn->reserved.erase(it);
-  self->FinishPush(param->reply_ep, req.header.request_id, ticket);
-  return UCS_OK;
+  counters_.AddWrite(req.bytes, it->second.since);
+  conn.reserved.erase(it);
+  FinishPush(ep, req.header.request_id, ticket);
 }
 
-ucs_status_t DataPlane::OnFetchMapped(void* arg, const void* header, size_t header_length, void*,
-                                      size_t, const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<DataPlane*>(arg);
-  Conn* conn = self->Admit(param, header, header_length, sizeof(wire::FetchRequest),
-                           wire::kFetchMapped, /*needs_session=*/true);
-  if (!conn) return UCS_OK;
-  wire::FetchRequest req;
-  std::memcpy(&req, header, sizeof req);
-  auto block = self->store_->BeginFetch(req.run_id, req.step, req.bytes);
+void DataPlane::HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void*,
+                                  size_t, const ucp_am_recv_param_t*) {
+  auto block = store_->BeginFetch(req.run_id, req.step, req.bytes);
   if (!block.ok()) {
-    self->Reply(param->reply_ep, req.header.request_id, block.status());
-    return UCS_OK;
+    Reply(ep, req.header.request_id, block.status());
+    return;
   }
   ReplyBody body;
   body.offset = (*block)->offset();
-  conn->leases[req.header.request_id] =
+  conn.leases[req.header.request_id] =
       Conn::Lease{std::move(block).value(), req.bytes, std::chrono::steady_clock::now()};
-  self->counters_.fetches.fetch_add(1, std::memory_order_relaxed);
-  self->Reply(param->reply_ep, req.header.request_id, Status::Ok(), std::move(body));
-  return UCS_OK;
+  counters_.fetches.fetch_add(1, std::memory_order_relaxed);
+  Reply(ep, req.header.request_id, Status::Ok(), std::move(body));
 }
 
-ucs_status_t DataPlane::OnReleaseLease(void* arg, const void* header, size_t header_length,
-                                       void*, size_t, const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<DataPlane*>(arg);
-  Conn* conn = self->Admit(param, header, header_length, sizeof(wire::LeaseRelease),
-                           wire::kReleaseLease, /*needs_session=*/true);
-  if (!conn) return UCS_OK;
-  wire::LeaseRelease req;
-  std::memcpy(&req, header, sizeof req);
-  auto lease = conn->leases.find(req.lease);
-  if (lease == conn->leases.end()) return UCS_OK;  // release is idempotent
-  self->counters_.AddRead(lease->second.bytes, lease->second.since);
-  conn->leases.erase(lease);
-  return UCS_OK;
+void DataPlane::HandleReleaseLease(Conn& conn, ucp_ep_h, const wire::LeaseRelease& req, void*,
+                                   size_t, const ucp_am_recv_param_t*) {
+  auto lease = conn.leases.find(req.lease);
+  if (lease == conn.leases.end()) return;  // release is idempotent
+  counters_.AddRead(lease->second.bytes, lease->second.since);
+  conn.leases.erase(lease);
 }
 
 void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status) {

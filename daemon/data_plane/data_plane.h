@@ -90,24 +90,37 @@ class DataPlane {
 
   DataPlane(Store* store, SessionTable* sessions, std::unique_ptr<ucx::WorkerLoop> loop);
   Status Listen(const Options& options);
-  void RegisterHandler(wire::AmId id, ucp_am_recv_callback_t cb);
 
   static void OnConnRequest(ucp_conn_request_h request, void* arg);
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
-  static ucs_status_t OnHello(void* arg, const void* header, size_t header_length, void* data,
-                              size_t length, const ucp_am_recv_param_t* param);
-  static ucs_status_t OnPush(void* arg, const void* header, size_t header_length, void* data,
-                             size_t length, const ucp_am_recv_param_t* param);
-  static ucs_status_t OnFetch(void* arg, const void* header, size_t header_length, void* data,
-                              size_t length, const ucp_am_recv_param_t* param);
-  static ucs_status_t OnReserve(void* arg, const void* header, size_t header_length, void* data,
-                                size_t length, const ucp_am_recv_param_t* param);
-  static ucs_status_t OnCommit(void* arg, const void* header, size_t header_length, void* data,
+
+  // Every AM handler: the admitted connection, its endpoint, the parsed header, and the AM
+  // data (only kPush carries any).
+  template <typename T>
+  using Handler = void (DataPlane::*)(Conn& conn, ucp_ep_h ep, const T& req, void* data,
+                                      size_t length, const ucp_am_recv_param_t* param);
+  // The UCX callback for AM id `kOp`: admits the message (see Admit), copies its header into a
+  // T, and calls `H`.
+  template <typename T, wire::AmId kOp, bool kNeedsSession, Handler<T> H>
+  static ucs_status_t Dispatch(void* arg, const void* header, size_t header_length, void* data,
                                size_t length, const ucp_am_recv_param_t* param);
-  static ucs_status_t OnFetchMapped(void* arg, const void* header, size_t header_length,
-                                    void* data, size_t length, const ucp_am_recv_param_t* param);
-  static ucs_status_t OnReleaseLease(void* arg, const void* header, size_t header_length,
-                                     void* data, size_t length, const ucp_am_recv_param_t* param);
+  template <typename T, wire::AmId kOp, bool kNeedsSession, Handler<T> H>
+  void Register();
+
+  void HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req, void* data,
+                   size_t length, const ucp_am_recv_param_t* param);
+  void HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+                  size_t length, const ucp_am_recv_param_t* param);
+  void HandleFetch(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
+                   size_t length, const ucp_am_recv_param_t* param);
+  void HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+                     size_t length, const ucp_am_recv_param_t* param);
+  void HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+                    size_t length, const ucp_am_recv_param_t* param);
+  void HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
+                         size_t length, const ucp_am_recv_param_t* param);
+  void HandleReleaseLease(Conn& conn, ucp_ep_h ep, const wire::LeaseRelease& req, void* data,
+                          size_t length, const ucp_am_recv_param_t* param);
   // Forgets a connection: aborts its reservations, drops its leases.
   void Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it);
 
@@ -115,8 +128,6 @@ class DataPlane {
   // On failure counts the message as rejected, answers it when it can, and returns null.
   Conn* Admit(const ucp_am_recv_param_t* param, const void* header, size_t header_length,
               size_t expected_length, wire::AmId op, bool needs_session);
-  void HandlePush(ucp_ep_h ep, const wire::PushRequest& req, void* data, size_t length,
-                  const ucp_am_recv_param_t* param);
   void FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTicket& ticket);
   // Posts a Reply to `ep` if it is still connected.
   void Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, ReplyBody body);
