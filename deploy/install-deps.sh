@@ -3,7 +3,7 @@
 # Idempotent: skips apt entirely when every package is already present.
 set -euo pipefail
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config clang
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libucx-dev ucx-utils
   librocksdb-dev

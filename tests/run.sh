@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies, builds,
-# runs every test, then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs
-# every test again. GPU-labelled tests skip cleanly where no GPU is present.
+# Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies, checks
+# the thread-safety annotations with clang, builds, runs every test, then rebuilds with
+# AddressSanitizer + UndefinedBehaviorSanitizer and runs every test again.
 #   bash tests/run.sh            # both passes
 #   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only
 set -euo pipefail
@@ -17,6 +17,12 @@ run_pass() {  # run_pass BUILD_DIR [cmake args...]
   cmake --build "$dir" -j "$jobs"
   ctest --test-dir "$dir" -j "$jobs" --output-on-failure --timeout 600
 }
+
+echo "== clang -Wthread-safety: the locking contracts in the code hold"
+CC=clang CXX=clang++ cmake -S . -B build-clang -DSNAPD_BUILD_TESTS=OFF -DSNAPD_WITH_CUDA=OFF \
+  -DCMAKE_CXX_FLAGS=-Werror=thread-safety > build-clang.configure.log 2>&1 ||
+  { cat build-clang.configure.log; exit 1; }
+cmake --build build-clang -j "$jobs" --target snapd snapd_client snapctl
 
 echo "== snapd tests"
 run_pass build-tests

@@ -160,7 +160,7 @@ void WorkerLoop::Start() { thread_ = std::thread([this] { Run(); }); }
 
 void WorkerLoop::Post(std::function<void()> task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     tasks_.push_back(std::move(task));
   }
   uint64_t one = 1;
@@ -169,7 +169,7 @@ void WorkerLoop::Post(std::function<void()> task) {
 
 void WorkerLoop::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   uint64_t one = 1;
@@ -181,7 +181,7 @@ bool WorkerLoop::RunTasks() {
   std::deque<std::function<void()>> batch;
   bool stopping;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     batch.swap(tasks_);
     stopping = stopping_;
   }

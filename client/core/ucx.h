@@ -93,7 +93,7 @@ class WorkerLoop {
   WorkerPtr worker_;
   ScopedFd epoll_fd_;
   ScopedFd wake_fd_;
-  std::mutex mu_;
+  Mutex mu_;
   std::deque<std::function<void()>> tasks_ SNAPD_GUARDED_BY(mu_);
   bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -34,16 +34,16 @@ const char* TierName(Tier tier) {
 Status PushHandle::WaitReleased() const { return state_->WaitReleased(); }
 Status PushHandle::WaitStored() const { return state_->WaitCompleted(); }
 bool PushHandle::released() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->released;
 }
 bool PushHandle::stored() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->completed;
 }
 Status FetchHandle::Wait() const { return state_->WaitCompleted(); }
 bool FetchHandle::done() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->completed;
 }
 

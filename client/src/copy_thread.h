@@ -4,7 +4,6 @@
 // the tasks already submitted, then joins.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -19,10 +18,10 @@ class CopyThread {
   CopyThread() : thread_([this] { Run(); }) {}
   ~CopyThread() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
     }
-    cv_.notify_one();
+    cv_.NotifyOne();
     thread_.join();
   }
   CopyThread(const CopyThread&) = delete;
@@ -30,28 +29,28 @@ class CopyThread {
 
   void Submit(std::function<void()> task) SNAPD_EXCLUDES(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       tasks_.push_back(std::move(task));
     }
-    cv_.notify_one();
+    cv_.NotifyOne();
   }
 
  private:
   void Run() SNAPD_EXCLUDES(mu_) {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) { return stopping_ || !tasks_.empty(); });
       if (tasks_.empty()) return;  // stopping, and drained
       auto task = std::move(tasks_.front());
       tasks_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       task();
-      lock.lock();
+      lock.Lock();
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
+  Mutex mu_;
+  CondVar cv_;
   std::deque<std::function<void()>> tasks_ SNAPD_GUARDED_BY(mu_);
   bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
   std::thread thread_;  // declared last: starts once the members above exist

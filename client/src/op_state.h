@@ -1,7 +1,6 @@
 // Completion state shared by a request's handle (caller threads) and the progress thread.
 #pragma once
 
-#include <condition_variable>
 #include <mutex>
 
 #include "snapd/status.h"
@@ -13,14 +12,14 @@ namespace snapd::detail {
 // Completion implies release. Thread-safe.
 struct OpState {
   void Release(const Status& s) SNAPD_EXCLUDES(mu) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (released) return;
     released = true;
     release_status = s;
-    cv.notify_all();
+    cv.NotifyAll();
   }
   void Complete(const Status& s) SNAPD_EXCLUDES(mu) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (completed) return;
     if (!released) {
       released = true;
@@ -28,21 +27,21 @@ struct OpState {
     }
     completed = true;
     final_status = s;
-    cv.notify_all();
+    cv.NotifyAll();
   }
   Status WaitReleased() SNAPD_EXCLUDES(mu) {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return released; });
+    MutexLock lock(mu);
+    cv.Wait(mu, [&]() SNAPD_REQUIRES(mu) { return released; });
     return release_status;
   }
   Status WaitCompleted() SNAPD_EXCLUDES(mu) {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return completed && released; });
+    MutexLock lock(mu);
+    cv.Wait(mu, [&]() SNAPD_REQUIRES(mu) { return completed && released; });
     return final_status;
   }
 
-  std::mutex mu;
-  std::condition_variable cv;
+  Mutex mu;
+  CondVar cv;
   bool released SNAPD_GUARDED_BY(mu) = false;
   bool completed SNAPD_GUARDED_BY(mu) = false;
   Status release_status SNAPD_GUARDED_BY(mu);

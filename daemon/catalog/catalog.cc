@@ -54,7 +54,7 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
 }
 
 Result<uint64_t> Catalog::Increment(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &value);
   if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "read of " + key);

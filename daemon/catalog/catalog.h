@@ -43,7 +43,7 @@ class Catalog {
   Result<uint64_t> Increment(const std::string& key);
 
   std::unique_ptr<rocksdb::DB> db_;
-  std::mutex mu_;  // serialises read-modify-write of counters
+  Mutex mu_;  // serialises read-modify-write of counters
 };
 
 }  // namespace snapd

@@ -47,14 +47,14 @@ HostTier::~HostTier() {
 }
 
 uint64_t HostTier::used() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return used_;
 }
 
 Result<std::shared_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes) {
   if (bytes == 0) return Status::InvalidArgument("host-tier allocation of 0 bytes");
   uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < size) continue;
     uint64_t offset = it->first;
@@ -72,7 +72,7 @@ Result<std::shared_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes) {
 }
 
 void HostTier::Free(uint64_t offset, uint64_t size) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   used_ -= size;
   auto next = free_.lower_bound(offset);
   if (next != free_.end() && offset + size == next->first) {

@@ -64,7 +64,7 @@ class HostTier {
   const int fd_;
   void* const base_;
   const uint64_t budget_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<uint64_t, uint64_t> free_ SNAPD_GUARDED_BY(mu_);  // offset -> length, coalesced
   uint64_t used_ SNAPD_GUARDED_BY(mu_) = 0;
 };

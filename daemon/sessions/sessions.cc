@@ -16,14 +16,14 @@ uint64_t RandomToken() {
 }  // namespace
 
 Session SessionTable::Open(const std::string& client_name, uint32_t uid) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Session s{next_id_++, RandomToken(), uid, client_name};
   sessions_[s.id] = s;
   return s;
 }
 
 Status SessionTable::Close(uint64_t id, uint64_t token) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second.token != token) {
     return Status::NotFound("session " + std::to_string(id) + " is not open");
@@ -33,14 +33,14 @@ Status SessionTable::Close(uint64_t id, uint64_t token) {
 }
 
 std::optional<Session> SessionTable::Find(uint64_t id, uint64_t token) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second.token != token) return std::nullopt;
   return it->second;
 }
 
 size_t SessionTable::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return sessions_.size();
 }
 

@@ -30,7 +30,7 @@ class SessionTable {
   size_t size() const SNAPD_EXCLUDES(mu_);
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   uint64_t next_id_ SNAPD_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Session> sessions_ SNAPD_GUARDED_BY(mu_);
 };

@@ -107,10 +107,10 @@ Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, uin
 
 Store::~Store() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  checksum_cv_.notify_all();
+  checksum_cv_.NotifyAll();
   if (checksum_thread_.joinable()) checksum_thread_.join();
 }
 
@@ -118,7 +118,7 @@ Status Store::Load() {
   std::vector<v1::RunRecord> runs;
   std::vector<v1::SnapshotRecord> snapshots;
   SNAPD_RETURN_IF_ERROR(catalog_->LoadAll(&runs, &snapshots));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& r : runs) {
     uint64_t id = r.run_id();
     by_name_[r.spec().name()] = id;
@@ -143,11 +143,19 @@ Status Store::Load() {
   return Status::Ok();
 }
 
+static Status RunNotFound(const std::string& name) {
+  return Status::NotFound("run '" + name + "' does not exist (list runs with `snapctl runs`)");
+}
+
+Result<const Store::Run*> Store::FindByName(const std::string& name) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return RunNotFound(name);
+  return &runs_.at(it->second);
+}
+
 Result<Store::Run*> Store::FindByName(const std::string& name) {
   auto it = by_name_.find(name);
-  if (it == by_name_.end()) {
-    return Status::NotFound("run '" + name + "' does not exist (list runs with `snapctl runs`)");
-  }
+  if (it == by_name_.end()) return RunNotFound(name);
   return &runs_.at(it->second);
 }
 
@@ -191,7 +199,7 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, 
         " exceeds the whole host tier (" + FormatBytes(host_->budget()) +
         "); raise host_mem or split the snapshot");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = by_name_.find(spec.name()); it != by_name_.end()) {
     Run& run = runs_.at(it->second);
     std::string diff = SpecDifference(run.record.spec(), spec);
@@ -217,7 +225,7 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, 
 }
 
 Result<v1::RunInfo> Store::CloseRun(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name));
   if (run->record.state() != v1::RUN_CLOSED) {
     v1::RunRecord updated = run->record;
@@ -229,7 +237,7 @@ Result<v1::RunInfo> Store::CloseRun(const std::string& name) {
 }
 
 Result<uint64_t> Store::DeleteRun(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name));
   uint64_t id = run->record.run_id();
   SNAPD_RETURN_IF_ERROR(catalog_->DeleteRun(id));
@@ -243,7 +251,7 @@ Result<uint64_t> Store::DeleteRun(const std::string& name) {
 }
 
 Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name));
   auto it = run->snapshots.find(step);
   if (it == run->snapshots.end()) {
@@ -258,7 +266,7 @@ Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step) {
 }
 
 std::vector<v1::RunInfo> Store::ListRuns() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<v1::RunInfo> out;
   for (const auto& [id, run] : runs_) out.push_back(Info(run));
   return out;
@@ -266,9 +274,8 @@ std::vector<v1::RunInfo> Store::ListRuns() const {
 
 Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& name,
                                                            v1::RunInfo* info) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto* self = const_cast<Store*>(this);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, self->FindByName(name));
+  MutexLock lock(mu_);
+  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name));
   *info = Info(*run);
   std::vector<v1::SnapshotInfo> out;
   out.reserve(run->snapshots.size());
@@ -277,9 +284,8 @@ Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& na
 }
 
 Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto* self = const_cast<Store*>(this);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, self->FindByName(name));
+  MutexLock lock(mu_);
+  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name));
   auto it = run->snapshots.find(step);
   if (it == run->snapshots.end()) {
     return Status::NotFound(StepName(run->record, step) + " was never stored");
@@ -288,7 +294,7 @@ Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step) c
 }
 
 Result<Store::PushTicket> Store::BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id));
   const v1::RunRecord& r = run->record;
   if (r.state() == v1::RUN_CLOSED) {
@@ -318,7 +324,7 @@ Result<Store::PushTicket> Store::BeginPush(uint64_t run_id, uint64_t step, uint6
 }
 
 Status Store::CommitPush(const PushTicket& t) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = runs_.find(t.run_id);
   if (it == runs_.end()) {
     return Status::NotFound("run id " + std::to_string(t.run_id) +
@@ -340,18 +346,18 @@ Status Store::CommitPush(const PushTicket& t) {
   run.snapshots[t.step] = Snapshot{std::move(rec), t.block};
   run.stored_bytes += raw;
   checksum_queue_.push_back({t.run_id, t.step, raw, t.block});
-  checksum_cv_.notify_one();
+  checksum_cv_.NotifyOne();
   return Status::Ok();
 }
 
 void Store::AbortPush(const PushTicket& t) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = runs_.find(t.run_id); it != runs_.end()) it->second.in_flight.erase(t.step);
 }
 
 Result<std::shared_ptr<HostBlock>> Store::BeginFetch(uint64_t run_id, uint64_t step,
                                                      uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id));
   const v1::RunRecord& r = run->record;
   if (bytes != r.spec().bytes_per_step()) {
@@ -371,7 +377,7 @@ Result<std::shared_ptr<HostBlock>> Store::BeginFetch(uint64_t run_id, uint64_t s
 }
 
 StoreCounters Store::Counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   StoreCounters c;
   c.runs = runs_.size();
   c.lost_snapshots = lost_snapshots_;
@@ -384,21 +390,25 @@ StoreCounters Store::Counters() const {
 }
 
 void Store::WaitChecksumsIdle() {
-  std::unique_lock<std::mutex> lock(mu_);
-  checksum_cv_.wait(lock, [&] { return checksum_queue_.empty() && !checksum_busy_; });
+  MutexLock lock(mu_);
+  checksum_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) {
+    return checksum_queue_.empty() && !checksum_busy_;
+  });
 }
 
 void Store::ChecksumLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    checksum_cv_.wait(lock, [&] { return stopping_ || !checksum_queue_.empty(); });
+    checksum_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) {
+      return stopping_ || !checksum_queue_.empty();
+    });
     if (stopping_) return;
     ChecksumJob job = std::move(checksum_queue_.front());
     checksum_queue_.pop_front();
     checksum_busy_ = true;
-    lock.unlock();
+    lock.Unlock();
     uint64_t sum = Checksum(job.block->data(), job.bytes);
-    lock.lock();
+    lock.Lock();
     checksum_busy_ = false;
     // Record it only if the snapshot is still the one hashed (the run may have been deleted).
     if (auto run = runs_.find(job.run_id); run != runs_.end()) {
@@ -415,7 +425,7 @@ void Store::ChecksumLoop() {
         }
       }
     }
-    checksum_cv_.notify_all();
+    checksum_cv_.NotifyAll();
   }
 }
 

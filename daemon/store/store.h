@@ -9,7 +9,6 @@
 // computes each stored snapshot's checksum and records it.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -97,6 +96,7 @@ class Store {
   Store(Catalog* catalog, HostTier* host, uint64_t epoch);
   Status Load();
   void ChecksumLoop() SNAPD_EXCLUDES(mu_);
+  Result<const Run*> FindByName(const std::string& name) const SNAPD_REQUIRES(mu_);
   Result<Run*> FindByName(const std::string& name) SNAPD_REQUIRES(mu_);
   Result<Run*> FindById(uint64_t run_id) SNAPD_REQUIRES(mu_);
   static v1::RunInfo Info(const Run& run);
@@ -106,14 +106,14 @@ class Store {
   HostTier* const host_;
   const uint64_t epoch_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<uint64_t, Run> runs_ SNAPD_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> by_name_ SNAPD_GUARDED_BY(mu_);
   uint64_t lost_snapshots_ SNAPD_GUARDED_BY(mu_) = 0;
   std::deque<ChecksumJob> checksum_queue_ SNAPD_GUARDED_BY(mu_);
   bool checksum_busy_ SNAPD_GUARDED_BY(mu_) = false;
   bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
-  std::condition_variable checksum_cv_;
+  CondVar checksum_cv_;
   std::thread checksum_thread_;  // declared last: started once everything above exists
 };
 
