@@ -80,7 +80,7 @@ class WorkerLoop {
   void Stop() SNAPD_EXCLUDES(mu_);
   bool InLoopThread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
-  // Progresses the worker until `*request` is complete; loop thread only. For teardown paths
+  // Progresses the worker until `done()` returns true; loop thread only. For teardown paths
   // (closing endpoints) that must finish before the worker goes away.
   void ProgressUntil(const std::function<bool()>& done);
 

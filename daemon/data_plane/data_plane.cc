@@ -303,6 +303,14 @@ void DataPlane::HandleFetch(Conn&, ucp_ep_h ep, const wire::FetchRequest& req, v
 
 void DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void*,
                               size_t, const ucp_am_recv_param_t*) {
+  if (conn.reserved.size() >= kMaxReservationsPerEndpoint) {
+    Reply(ep, req.header.request_id,
+          Status::ResourceExhausted(
+              std::to_string(kMaxReservationsPerEndpoint) +
+              " pushes are already reserved and not committed on this endpoint; wait for "
+              "earlier pushes to be stored"));
+    return;
+  }
   auto ticket = store_->BeginPush(req.run_id, req.step, req.bytes);
   if (!ticket.ok()) {
     Reply(ep, req.header.request_id, ticket.status());

@@ -44,6 +44,10 @@ struct DataPlaneCounters {
 
 class DataPlane {
  public:
+  // A client may hold this many mapped pushes reserved but not committed; more are refused,
+  // so one client cannot pin the host tier with reservations it never fills.
+  static constexpr size_t kMaxReservationsPerEndpoint = 64;
+
   struct Options {
     std::string address = "127.0.0.1";
     uint32_t port = 0;

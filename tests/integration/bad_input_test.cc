@@ -34,6 +34,7 @@ class BadInputTest : public ::testing::TestWithParam<bool> {
     buf_.assign(kBytes * 2, 1);
   }
   void TearDown() override {
+    client_.reset();  // clients leave first, as they would in a real shutdown
     if (daemon_) {
       EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
     }

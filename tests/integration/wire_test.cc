@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "daemon_process.h"
 #include "snapd/client.h"
@@ -113,6 +114,7 @@ class WireTest : public ::testing::Test {
   }
   void TearDown() override {
     peer_.reset();
+    stub_.reset();  // clients leave first, as they would in a real shutdown
     if (daemon_) {
       EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
     }
@@ -225,6 +227,41 @@ TEST_F(WireTest, CommitWithoutReservationIsRefused) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->code, static_cast<int>(Code::kFailedPrecondition));
   EXPECT_NE(Message(*r).find("without a reservation"), std::string::npos) << Message(*r);
+}
+
+TEST_F(WireTest, ReservationsBeyondThePerEndpointCapAreRefused) {
+  Hello(1);
+  grpc::ClientContext ctx;
+  v1::OpenRunRequest open;
+  open.mutable_spec()->set_name("pinned");
+  open.mutable_spec()->set_bytes_per_step(4096);
+  v1::OpenRunResponse run;
+  ASSERT_TRUE(stub_->OpenRun(&ctx, open, &run).ok());
+  const uint64_t cap = 64;  // DataPlane::kMaxReservationsPerEndpoint
+  for (uint64_t step = 0; step <= cap; ++step) {
+    wire::PushRequest p{wire::MakeHeader(wire::kReserve, session_.token(), 100 + step),
+                        run.run().run_id(), step, 4096};
+    peer_->Send(wire::kReserve, &p, sizeof p);
+    auto r = peer_->WaitReply(100 + step);
+    ASSERT_TRUE(r.has_value());
+    if (step < cap) {
+      ASSERT_EQ(r->code, 0) << Message(*r);
+    } else {
+      EXPECT_EQ(r->code, static_cast<int>(Code::kResourceExhausted));
+      EXPECT_NE(Message(*r).find("already reserved"), std::string::npos) << Message(*r);
+    }
+  }
+  peer_.reset();  // disconnecting releases every reservation
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    grpc::ClientContext sctx;
+    v1::StatsResponse stats;
+    ASSERT_TRUE(stub_->Stats(&sctx, v1::StatsRequest(), &stats).ok());
+    if (stats.tiers(0).used_bytes() == 0) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << stats.tiers(0).used_bytes();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ExpectDaemonServes();
 }
 
 TEST_F(WireTest, UnknownMessageIdLeavesTheDaemonServing) {
