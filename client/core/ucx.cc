@@ -102,13 +102,6 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return FromUcs(s, "reading UCX configuration");
-  // Rendezvous by receiver pull: the receiver (snapd on push, the client on fetch) reads the
-  // sender's buffer straight into its destination, one copy (CMA on the same node). UCX 1.13's
-  // default scheme may pick a put-based path that stalls for AM rendezvous; an explicit
-  // UCX_RNDV_SCHEME from the user still wins.
-  if (std::getenv("UCX_RNDV_SCHEME") == nullptr) {
-    ucp_config_modify(config, "RNDV_SCHEME", "get_zcopy");
-  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
