@@ -211,6 +211,17 @@ void WorkerLoop::Run() {
   }
 }
 
+Status SetAmHandler(ucp_worker_h worker, uint16_t id, ucp_am_recv_callback_t cb, void* arg) {
+  ucp_am_handler_param_t p{};
+  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                 UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  p.id = id;
+  p.cb = cb;
+  p.arg = arg;
+  return FromUcs(ucp_worker_set_am_recv_handler(worker, &p),
+                 "registering the handler of AM id " + std::to_string(id));
+}
+
 Result<ucp_ep_h> ConnectTo(ucp_worker_h worker, const std::string& address,
                            ucp_err_handler_cb_t on_error, void* arg) {
   size_t colon = address.rfind(':');

@@ -99,6 +99,9 @@ class WorkerLoop {
   std::thread thread_;
 };
 
+// Registers `cb(arg, ...)` as the handler of active-message id `id` on `worker`.
+Status SetAmHandler(ucp_worker_h worker, uint16_t id, ucp_am_recv_callback_t cb, void* arg);
+
 // Connects `worker` to a UCX listener at "IPv4:PORT", with peer-failure handling reported to
 // `on_error(arg, ep, status)`.
 Result<ucp_ep_h> ConnectTo(ucp_worker_h worker, const std::string& address,

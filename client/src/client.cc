@@ -399,14 +399,8 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   }
 
   SNAPD_ASSIGN_OR_RETURN(impl->loop, ucx::WorkerLoop::Create("libsnapd"));
-  ucp_am_handler_param_t hp{};
-  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  hp.id = wire::kReply;
-  hp.cb = &Impl::OnReply;
-  hp.arg = impl.get();
-  SNAPD_RETURN_IF_ERROR(ucx::FromUcs(ucp_worker_set_am_recv_handler(impl->loop->worker(), &hp),
-                                     "registering the reply handler"));
+  SNAPD_RETURN_IF_ERROR(
+      ucx::SetAmHandler(impl->loop->worker(), wire::kReply, &Impl::OnReply, impl.get()));
   impl->loop->Start();
 
   // Connect and bind the endpoint to the session with Hello.

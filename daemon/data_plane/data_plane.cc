@@ -9,20 +9,25 @@
 
 namespace snapd {
 
-void DataPlaneCounters::AddWrite(uint64_t bytes, std::chrono::steady_clock::time_point since) {
+namespace {
+
+void AddTransfer(std::atomic<uint64_t>& total_bytes, std::atomic<uint64_t>& total_ns,
+                 uint64_t bytes, std::chrono::steady_clock::time_point since) {
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 std::chrono::steady_clock::now() - since)
                 .count();
-  write_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  write_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  total_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  total_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void DataPlaneCounters::AddWrite(uint64_t bytes, std::chrono::steady_clock::time_point since) {
+  AddTransfer(write_bytes, write_ns, bytes, since);
 }
 
 void DataPlaneCounters::AddRead(uint64_t bytes, std::chrono::steady_clock::time_point since) {
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                std::chrono::steady_clock::now() - since)
-                .count();
-  read_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  read_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  AddTransfer(read_bytes, read_ns, bytes, since);
 }
 
 DataPlane::DataPlane(Store* store, SessionTable* sessions, std::unique_ptr<ucx::WorkerLoop> loop)
@@ -71,14 +76,9 @@ ucs_status_t DataPlane::Dispatch(void* arg, const void* header, size_t header_le
 
 template <typename T, wire::AmId kOp, bool kNeedsSession, DataPlane::Handler<T> H>
 void DataPlane::Register() {
-  ucp_am_handler_param_t p{};
-  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                 UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  p.id = kOp;
-  p.cb = &DataPlane::Dispatch<T, kOp, kNeedsSession, H>;
-  p.arg = this;
   // Registration only fails on invalid parameters, which are fixed here.
-  [[maybe_unused]] ucs_status_t s = ucp_worker_set_am_recv_handler(loop_->worker(), &p);
+  (void)ucx::SetAmHandler(loop_->worker(), kOp, &DataPlane::Dispatch<T, kOp, kNeedsSession, H>,
+                          this);
 }
 
 Status DataPlane::Listen(const Options& options) {

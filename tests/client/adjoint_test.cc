@@ -62,10 +62,8 @@ class AdjointTest : public ::testing::Test {
     auto d = DaemonProcess::Start({dir_.path(), "64M", {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
-    ClientOptions o;
-    o.socket_path = daemon_->socket();
-    auto c = Client::Connect(o);
-    ASSERT_TRUE(c.ok());
+    auto c = ConnectClient(*daemon_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(c).value();
   }
   void TearDown() override {

@@ -16,10 +16,8 @@ class SnapctlTest : public ::testing::Test {
     auto d = DaemonProcess::Start({dir_.path(), "64M", {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
-    ClientOptions o;
-    o.socket_path = daemon_->socket();
-    auto c = Client::Connect(o);
-    ASSERT_TRUE(c.ok());
+    auto c = ConnectClient(*daemon_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
     RunSpec spec;
     spec.name = "shot-7";
     spec.steps = 3;

@@ -16,10 +16,7 @@ class BadInputTest : public ::testing::TestWithParam<bool> {
     auto d = DaemonProcess::Start({dir_.path(), "8M", {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
-    ClientOptions o;
-    o.socket_path = daemon_->socket();
-    o.map_host_tier = GetParam();
-    auto c = Client::Connect(o);
+    auto c = ConnectClient(*daemon_, /*map_host_tier=*/GetParam());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(c).value();
     RunSpec spec;

@@ -110,6 +110,13 @@ void DaemonProcess::Kill() {
 
 std::string DaemonProcess::Log() const { return ReadFile(log_path_); }
 
+Result<std::unique_ptr<Client>> ConnectClient(const DaemonProcess& daemon, bool map_host_tier) {
+  ClientOptions o;
+  o.socket_path = daemon.socket();
+  o.map_host_tier = map_host_tier;
+  return Client::Connect(o);
+}
+
 int RunProgram(const std::vector<std::string>& argv, std::string* out, std::string* err) {
   TempDir dir;
   pid_t pid = Spawn(argv, dir.path() + "/out", dir.path() + "/err");

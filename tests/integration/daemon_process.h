@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "snapd/client.h"
 #include "snapd/status.h"
 
 namespace snapd::testing {
@@ -51,6 +52,10 @@ class DaemonProcess {
   std::string socket_;
   std::string log_path_;
 };
+
+// Connects a client to `daemon`'s socket.
+Result<std::unique_ptr<Client>> ConnectClient(const DaemonProcess& daemon,
+                                              bool map_host_tier = true);
 
 // Runs a program to completion; returns its exit status and fills stdout/stderr.
 int RunProgram(const std::vector<std::string>& argv, std::string* out, std::string* err);

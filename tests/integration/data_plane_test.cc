@@ -43,10 +43,7 @@ class DataPlaneTest : public ::testing::TestWithParam<Transport> {
     daemon_ = std::move(d).value();
   }
   std::unique_ptr<Client> Connect() {
-    ClientOptions o;
-    o.socket_path = daemon_->socket();
-    o.map_host_tier = GetParam().mapped;
-    auto c = Client::Connect(o);
+    auto c = ConnectClient(*daemon_, GetParam().mapped);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     if (!c.ok()) return nullptr;
     EXPECT_EQ((*c)->data_path(), GetParam().mapped ? DataPath::kMappedHostTier : DataPath::kUcx)

@@ -26,13 +26,10 @@ class RawPeer {
     auto loop = ucx::WorkerLoop::Create("raw-peer");
     if (!loop.ok()) return nullptr;
     auto peer = std::unique_ptr<RawPeer>(new RawPeer(std::move(loop).value()));
-    ucp_am_handler_param_t hp{};
-    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    hp.id = wire::kReply;
-    hp.cb = &RawPeer::OnReply;
-    hp.arg = peer.get();
-    if (ucp_worker_set_am_recv_handler(peer->loop_->worker(), &hp) != UCS_OK) return nullptr;
+    if (!ucx::SetAmHandler(peer->loop_->worker(), wire::kReply, &RawPeer::OnReply, peer.get())
+             .ok()) {
+      return nullptr;
+    }
     auto ep = ucx::ConnectTo(peer->loop_->worker(), address, &RawPeer::OnError, peer.get());
     if (!ep.ok()) return nullptr;
     peer->ep_ = *ep;
@@ -135,9 +132,7 @@ class WireTest : public ::testing::Test {
   }
   // The daemon still serves a well-behaved client end to end.
   void ExpectDaemonServes() {
-    ClientOptions o;
-    o.socket_path = daemon_->socket();
-    auto c = Client::Connect(o);
+    auto c = ConnectClient(*daemon_);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     RunSpec spec;
     spec.name = "healthy";
