@@ -9,7 +9,6 @@ packages=(
   librocksdb-dev
   libzfp-dev
   libgtest-dev
-  python3 python3-numpy
 )
 missing=()
 for p in "${packages[@]}"; do
