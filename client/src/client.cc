@@ -75,6 +75,12 @@ Status ProbeSocket(const std::string& path) {
                              "SNAPD_SOCKET to the socket it listens on");
 }
 
+uint64_t NanosSince(std::chrono::steady_clock::time_point t0) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - t0)
+                                   .count());
+}
+
 // Asks the arena socket for the host tier's memfd and maps it. The daemon refuses clients of
 // another uid; the caller then uses the copied UCX path.
 Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, char** base,
@@ -242,13 +248,16 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
     return;
   }
   copier->Submit([this, p, offset] {
+    auto t0 = std::chrono::steady_clock::now();
     std::memcpy(arena + offset, p.buffer, p.bytes);
+    uint64_t ns = NanosSince(t0);
     p.state->Release(Status::Ok());
-    loop->Post([this, p] {
+    loop->Post([this, p, ns] {
       wire::PushRequest commit{};
       commit.run_id = p.run_id;
       commit.step = p.step;
       commit.bytes = p.bytes;
+      commit.copy_ns = ns;
       SendHeader(wire::kCommit, commit, Pending{Kind::kCommit, p.state});
     });
   });
@@ -260,10 +269,13 @@ void Client::Impl::CopyOut(Pending p, uint64_t offset, uint64_t lease) {
     return;
   }
   copier->Submit([this, p, offset, lease] {
+    auto t0 = std::chrono::steady_clock::now();
     std::memcpy(p.buffer, arena + offset, p.bytes);
-    loop->Post([this, lease] {
+    uint64_t ns = NanosSince(t0);
+    loop->Post([this, lease, ns] {
       wire::LeaseRelease release{};
       release.lease = lease;
+      release.copy_ns = ns;
       SendHeader(wire::kReleaseLease, release, Pending{Kind::kFetchMapped, nullptr});
     });
     p.state->Complete(Status::Ok());

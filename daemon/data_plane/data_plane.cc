@@ -11,23 +11,30 @@ namespace snapd {
 
 namespace {
 
-void AddTransfer(std::atomic<uint64_t>& total_bytes, std::atomic<uint64_t>& total_ns,
-                 uint64_t bytes, std::chrono::steady_clock::time_point since) {
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                std::chrono::steady_clock::now() - since)
-                .count();
-  total_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  total_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+uint64_t NanosSince(std::chrono::steady_clock::time_point since) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - since)
+                                   .count());
 }
 
 }  // namespace
 
+void DataPlaneCounters::AddWrite(uint64_t bytes, uint64_t ns) {
+  write_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  write_ns.fetch_add(ns, std::memory_order_relaxed);
+}
+
+void DataPlaneCounters::AddRead(uint64_t bytes, uint64_t ns) {
+  read_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  read_ns.fetch_add(ns, std::memory_order_relaxed);
+}
+
 void DataPlaneCounters::AddWrite(uint64_t bytes, std::chrono::steady_clock::time_point since) {
-  AddTransfer(write_bytes, write_ns, bytes, since);
+  AddWrite(bytes, NanosSince(since));
 }
 
 void DataPlaneCounters::AddRead(uint64_t bytes, std::chrono::steady_clock::time_point since) {
-  AddTransfer(read_bytes, read_ns, bytes, since);
+  AddRead(bytes, NanosSince(since));
 }
 
 DataPlane::DataPlane(Store* store, SessionTable* sessions, std::unique_ptr<ucx::WorkerLoop> loop)
@@ -334,7 +341,13 @@ void DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& r
     return;
   }
   Store::PushTicket ticket = std::move(it->second.ticket);
-  counters_.AddWrite(req.bytes, it->second.since);
+  // The client's own copy time when reported: reservation-to-commit would also count time
+  // the push spent queued behind earlier copies in a pipelining client.
+  if (req.copy_ns) {
+    counters_.AddWrite(req.bytes, req.copy_ns);
+  } else {
+    counters_.AddWrite(req.bytes, it->second.since);
+  }
   conn.reserved.erase(it);
   FinishPush(ep, req.header.request_id, ticket);
 }
@@ -358,7 +371,11 @@ void DataPlane::HandleReleaseLease(Conn& conn, ucp_ep_h, const wire::LeaseReleas
                                    size_t, const ucp_am_recv_param_t*) {
   auto lease = conn.leases.find(req.lease);
   if (lease == conn.leases.end()) return;  // release is idempotent
-  counters_.AddRead(lease->second.bytes, lease->second.since);
+  if (req.copy_ns) {
+    counters_.AddRead(lease->second.bytes, req.copy_ns);
+  } else {
+    counters_.AddRead(lease->second.bytes, lease->second.since);
+  }
   conn.leases.erase(lease);
 }
 

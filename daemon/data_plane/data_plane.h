@@ -40,6 +40,9 @@ struct DataPlaneCounters {
   std::atomic<uint64_t> read_ns{0};
   void AddWrite(uint64_t bytes, std::chrono::steady_clock::time_point since);
   void AddRead(uint64_t bytes, std::chrono::steady_clock::time_point since);
+  // With a duration the client measured for its own copy (mapped path).
+  void AddWrite(uint64_t bytes, uint64_t ns);
+  void AddRead(uint64_t bytes, uint64_t ns);
 };
 
 class DataPlane {

@@ -69,7 +69,8 @@ struct PushRequest {
   Header header;
   uint64_t run_id;
   uint64_t step;
-  uint64_t bytes;  // must equal the run's bytes_per_step and the AM data length
+  uint64_t bytes;    // must equal the run's bytes_per_step and the AM data length
+  uint64_t copy_ns;  // kCommit: how long the client's copy into the arena took (0 = unknown)
 };
 
 struct FetchRequest {
@@ -81,7 +82,8 @@ struct FetchRequest {
 
 struct LeaseRelease {
   Header header;
-  uint64_t lease;  // request_id of the kFetchMapped that took the lease
+  uint64_t lease;    // request_id of the kFetchMapped that took the lease
+  uint64_t copy_ns;  // how long the client's copy out of the arena took (0 = unknown)
 };
 
 struct Reply {
@@ -111,9 +113,9 @@ struct ArenaReply {
 static_assert(std::is_trivially_copyable_v<Reply>);
 static_assert(sizeof(Header) == 24);
 static_assert(sizeof(HelloRequest) == 32);
-static_assert(sizeof(PushRequest) == 48);
+static_assert(sizeof(PushRequest) == 56);
 static_assert(sizeof(FetchRequest) == 48);
-static_assert(sizeof(LeaseRelease) == 32);
+static_assert(sizeof(LeaseRelease) == 40);
 static_assert(sizeof(Reply) == 280);
 static_assert(sizeof(ArenaRequest) == 16);
 static_assert(sizeof(ArenaReply) == 248);
