@@ -1,5 +1,7 @@
 // Test helper: connects to snapd, opens run NAME with BYTES per step, and pushes steps until it
 // is killed, printing "pushed T" after issuing each push. Used to kill a client mid-push.
+// Before issuing push T it has seen push T-4 stored, so "pushed T" guarantees steps 0..T-4
+// are in the catalog while later ones are still in flight.
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
   for (uint64_t t = 0;; ++t) {
     auto& b = buf[t % 2];
     if (t >= 2 && !handles[t - 2].WaitReleased().ok()) return 1;
+    if (t >= 4 && !handles[t - 4].WaitStored().ok()) return 1;
     snapd::testing::FillPattern(b.data(), bytes, 7, t);
     auto h = (*client)->Push(run->run_id, t, b.data(), bytes);
     if (!h.ok()) return 1;
