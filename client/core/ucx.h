@@ -79,6 +79,8 @@ class WorkerLoop {
   void Post(std::function<void()> task) SNAPD_EXCLUDES(mu_);
   void Stop() SNAPD_EXCLUDES(mu_);
   bool InLoopThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // True between Start() and Stop(); only a running loop executes posted tasks.
+  bool running() const { return thread_.joinable(); }
 
   // Progresses the worker until `done()` returns true; loop thread only. For teardown paths
   // (closing endpoints) that must finish before the worker goes away.

@@ -210,7 +210,7 @@ Client::Impl::~Impl() {
   // Order matters: (1) on the loop, close the endpoint so no more replies can hand work to
   // the copy thread, and fail what is pending; (2) drain the copy thread, whose follow-ups fail
   // fast on the loop for want of an endpoint; (3) stop the loop.
-  if (loop) {
+  if (loop && loop->running()) {  // not running: Connect failed before any endpoint existed
     auto closed = std::make_shared<detail::OpState>();
     loop->Post([this, closed] {
       if (ep) ucx::CloseEndpoint(*loop, ep, /*force=*/false);
@@ -527,7 +527,7 @@ Result<PushHandle> Client::Push(uint64_t run_id, uint64_t step, const void* data
   }
   uint64_t id = impl_->next_request++;
   auto header = std::make_shared<wire::PushRequest>(wire::PushRequest{
-      wire::MakeHeader(wire::kPush, impl_->token, id), run_id, step, bytes});
+      wire::MakeHeader(wire::kPush, impl_->token, id), run_id, step, bytes, /*copy_ns=*/0});
   impl->loop->Post([impl, header, id, state, data, bytes] {
     impl->Send(header, sizeof *header, id, wire::kPush, Impl::Pending{Impl::Kind::kPush, state},
                data, bytes);

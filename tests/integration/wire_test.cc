@@ -166,7 +166,7 @@ TEST_F(WireTest, TruncatedHeaderIsRejected) {
 }
 
 TEST_F(WireTest, WrongVersionIsRejectedNamingTheVersion) {
-  wire::PushRequest p{wire::MakeHeader(wire::kPush, session_.token(), 41), 1, 0, 0};
+  wire::PushRequest p{wire::MakeHeader(wire::kPush, session_.token(), 41), 1, 0, 0, 0};
   p.header.version = 99;
   peer_->Send(wire::kPush, &p, sizeof p);
   auto r = peer_->WaitReply(41);
@@ -187,7 +187,7 @@ TEST_F(WireTest, WrongHeaderSizeForOpIsRejected) {
 }
 
 TEST_F(WireTest, PushWithoutHelloIsUnauthenticated) {
-  wire::PushRequest p{wire::MakeHeader(wire::kReserve, session_.token(), 43), 1, 0, 4096};
+  wire::PushRequest p{wire::MakeHeader(wire::kReserve, session_.token(), 43), 1, 0, 4096, 0};
   peer_->Send(wire::kReserve, &p, sizeof p);
   auto r = peer_->WaitReply(43);
   ASSERT_TRUE(r.has_value());
@@ -216,7 +216,7 @@ TEST_F(WireTest, RequestWithAnotherTokenAfterHelloIsUnauthenticated) {
 
 TEST_F(WireTest, CommitWithoutReservationIsRefused) {
   Hello(1);
-  wire::PushRequest p{wire::MakeHeader(wire::kCommit, session_.token(), 46), 1, 0, 4096};
+  wire::PushRequest p{wire::MakeHeader(wire::kCommit, session_.token(), 46), 1, 0, 4096, 0};
   peer_->Send(wire::kCommit, &p, sizeof p);
   auto r = peer_->WaitReply(46);
   ASSERT_TRUE(r.has_value());
@@ -235,7 +235,7 @@ TEST_F(WireTest, ReservationsBeyondThePerEndpointCapAreRefused) {
   const uint64_t cap = 64;  // DataPlane::kMaxReservationsPerEndpoint
   for (uint64_t step = 0; step <= cap; ++step) {
     wire::PushRequest p{wire::MakeHeader(wire::kReserve, session_.token(), 100 + step),
-                        run.run().run_id(), step, 4096};
+                        run.run().run_id(), step, 4096, 0};
     peer_->Send(wire::kReserve, &p, sizeof p);
     auto r = peer_->WaitReply(100 + step);
     ASSERT_TRUE(r.has_value());
