@@ -24,6 +24,7 @@
 #include "sessions/sessions.h"
 #include "store/store.h"
 #include "units.h"
+#include "unix_socket.h"
 
 extern char** environ;
 
@@ -47,17 +48,9 @@ Status ClaimSocket(const std::string& path) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   if (ec) return Status::PermissionDenied("creating the socket directory for " + path + ": " +
                                           ec.message());
-  sockaddr_un addr{};
-  if (path.size() >= sizeof addr.sun_path) {
-    return Status::InvalidArgument("socket path '" + path + "' is longer than " +
-                                   std::to_string(sizeof addr.sun_path - 1) + " bytes");
-  }
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  bool live = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  if (fd >= 0) close(fd);
-  if (live) {
+  auto live = ConnectUnix(path);
+  if (live.status().code() == Code::kInvalidArgument) return live.status();
+  if (live.ok()) {
     return Status::AlreadyExists("another snapd is already serving " + path +
                                  "; stop it or pick another socket");
   }

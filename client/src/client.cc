@@ -18,6 +18,7 @@
 #include "snapd/v1/control.grpc.pb.h"
 #include "snapd/wire.h"
 #include "ucx.h"
+#include "unix_socket.h"
 
 namespace snapd {
 
@@ -58,19 +59,9 @@ Status FromGrpc(const grpc::Status& s) {
 // A plain connect() tells "no daemon" apart from other failures, with errno, before gRPC
 // retries hide the cause.
 Status ProbeSocket(const std::string& path) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof addr.sun_path) {
-    return Status::InvalidArgument("socket path '" + path + "' is too long");
-  }
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status::Internal(std::string("socket(): ") + std::strerror(errno));
-  int rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  int err = errno;
-  close(fd);
-  if (rc == 0) return Status::Ok();
-  return Status::Unavailable("snapd is not running at " + path + " (" + std::strerror(err) +
+  auto fd = ConnectUnix(path);
+  if (fd.ok() || fd.status().code() != Code::kUnavailable) return fd.status();
+  return Status::Unavailable("snapd is not running at " + path + " (" + fd.status().message() +
                              "). Start it with `snapd` (or `systemctl start snapd`), or set "
                              "SNAPD_SOCKET to the socket it listens on");
 }
@@ -85,16 +76,12 @@ uint64_t NanosSince(std::chrono::steady_clock::time_point t0) {
 // another uid; the caller then uses the copied UCX path.
 Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, char** base,
                 uint64_t* bytes) {
-  sockaddr_un addr{};
-  if (path.empty() || path.size() >= sizeof addr.sun_path) {
-    return Status::Unavailable("snapd offers no arena socket");
+  if (path.empty()) return Status::Unavailable("snapd offers no arena socket");
+  auto connected = ConnectUnix(path);
+  if (!connected.ok()) {
+    return Status::Unavailable("arena socket " + path + ": " + connected.status().message());
   }
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  ucx::ScopedFd sock(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (sock.get() < 0 || connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr)) {
-    return Status::Unavailable("arena socket " + path + ": " + std::strerror(errno));
-  }
+  ucx::ScopedFd sock = std::move(connected).value();
   wire::ArenaRequest req{session_id, token};
   if (send(sock.get(), &req, sizeof req, MSG_NOSIGNAL) != sizeof req) {
     return Status::Unavailable("arena socket " + path + ": send failed");

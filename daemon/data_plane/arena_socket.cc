@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "snapd/wire.h"
+#include "unix_socket.h"
 
 namespace snapd {
 namespace {
@@ -46,12 +47,8 @@ void SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
 Result<std::unique_ptr<ArenaSocket>> ArenaSocket::Start(const std::string& path,
                                                         const HostTier* tier,
                                                         SessionTable* sessions) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof addr.sun_path) {
-    return Status::InvalidArgument("arena socket path '" + path + "' is too long");
-  }
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  sockaddr_un addr;
+  SNAPD_RETURN_IF_ERROR(UnixAddress(path, &addr));
   ucx::ScopedFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return Status::Internal(std::string("socket: ") + std::strerror(errno));
   unlink(path.c_str());

@@ -1,0 +1,32 @@
+#include "unix_socket.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace snapd {
+
+Status UnixAddress(const std::string& path, sockaddr_un* out) {
+  *out = sockaddr_un{};
+  if (path.empty() || path.size() >= sizeof out->sun_path) {
+    return Status::InvalidArgument("socket path '" + path + "' must be 1 to " +
+                                   std::to_string(sizeof out->sun_path - 1) + " bytes long");
+  }
+  out->sun_family = AF_UNIX;
+  std::memcpy(out->sun_path, path.c_str(), path.size());
+  return Status::Ok();
+}
+
+Result<ucx::ScopedFd> ConnectUnix(const std::string& path) {
+  sockaddr_un addr;
+  SNAPD_RETURN_IF_ERROR(UnixAddress(path, &addr));
+  ucx::ScopedFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return Status::Internal(std::string("socket(): ") + std::strerror(errno));
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    return Status::Unavailable(std::strerror(errno));
+  }
+  return fd;
+}
+
+}  // namespace snapd

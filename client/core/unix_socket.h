@@ -1,0 +1,20 @@
+// Unix-domain stream sockets by path, shared by the daemon's sockets and the client's probes.
+#pragma once
+
+#include <sys/un.h>
+
+#include <string>
+
+#include "snapd/status.h"
+#include "ucx.h"  // ScopedFd
+
+namespace snapd {
+
+// The address of the socket at `path`; INVALID_ARGUMENT when the path does not fit.
+Status UnixAddress(const std::string& path, sockaddr_un* out);
+
+// A connected stream socket to `path`. INVALID_ARGUMENT for a path that does not fit;
+// UNAVAILABLE whose message is the system's reason (strerror) when nothing accepts there.
+Result<ucx::ScopedFd> ConnectUnix(const std::string& path);
+
+}  // namespace snapd
