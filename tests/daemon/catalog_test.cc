@@ -1,21 +1,15 @@
 #include "catalog/catalog.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
-
-#include <filesystem>
+#include "temp_dir.h"
 
 namespace snapd {
 namespace {
 
 class CatalogTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "catalog-XXXXXX").string();
-    dir_ = mkdtemp(tmpl.data());
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string dir_;
+  testing::TempDir tmp_;
+  const std::string dir_ = tmp_.path();
 };
 
 v1::SnapshotRecord Snap(uint64_t run, uint64_t step) {

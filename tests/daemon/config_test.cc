@@ -2,22 +2,22 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <filesystem>
 #include <fstream>
+
+#include "temp_dir.h"
 
 namespace snapd {
 namespace {
 
 TEST(Config, LaterLayersWinFileThenEnvironmentThenFlags) {
-  std::string path = (std::filesystem::temp_directory_path() / "snapd-config-test.toml").string();
+  testing::TempDir tmp;
+  std::string path = tmp.path() + "/snapd.toml";
   {
     std::ofstream f(path);
     f << "# snapd\n[snapd]\nhost_mem = \"1G\"\nlog_level = \"warn\"\nlisten_port = 7000\n";
   }
   auto c = LoadConfig({"--config", path, "--listen-port=7002"},
                       {{"SNAPD_LOG_LEVEL", "debug"}, {"SNAPD_LISTEN_PORT", "7001"}});
-  std::remove(path.c_str());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->config.host_mem, 1ull << 30);      // file
   EXPECT_EQ(c->config.log_level, "debug");        // environment over file
@@ -49,13 +49,13 @@ TEST(Config, ErrorsNameTheSourceAndTheValue) {
 TEST(Config, PrintConfigRoundTripsThroughTheFileParser) {
   auto c = LoadConfig({"--host-mem", "2G", "--socket", "/tmp/x.sock"}, {});
   ASSERT_TRUE(c.ok());
-  std::string path = (std::filesystem::temp_directory_path() / "snapd-config-rt.toml").string();
+  testing::TempDir tmp;
+  std::string path = tmp.path() + "/snapd.toml";
   {
     std::ofstream f(path);
     f << FormatConfig(c->config);
   }
   auto again = LoadConfig({"--config", path}, {});
-  std::remove(path.c_str());
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->config.host_mem, 2ull << 30);
   EXPECT_EQ(again->config.socket, "/tmp/x.sock");

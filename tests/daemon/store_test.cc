@@ -1,27 +1,21 @@
 #include "store/store.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cstring>
-#include <filesystem>
 
 #include "checksum.h"
+#include "temp_dir.h"
 
 namespace snapd {
 namespace {
 
 class StoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "store-XXXXXX").string();
-    dir_ = mkdtemp(tmpl.data());
-    Open();
-  }
+  void SetUp() override { Open(); }
   void TearDown() override {
     store_.reset();
     catalog_.reset();
-    std::filesystem::remove_all(dir_);
   }
   void Open() {
     store_.reset();
@@ -42,7 +36,8 @@ class StoreTest : public ::testing::Test {
     return run.ok() ? run->run_id() : 0;
   }
 
-  std::string dir_;
+  testing::TempDir tmp_;
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<HostTier> tier_;
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<Store> store_;

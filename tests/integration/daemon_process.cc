@@ -18,16 +18,6 @@ extern char** environ;
 
 namespace snapd::testing {
 
-TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "snapd-test-XXXXXX").string();
-  path_ = mkdtemp(tmpl.data()) ? tmpl : "";
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 namespace {
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path,

@@ -11,19 +11,9 @@
 
 #include "snapd/client.h"
 #include "snapd/status.h"
+#include "temp_dir.h"
 
 namespace snapd::testing {
-
-// A private temporary directory, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 struct DaemonOptions {
   std::string dir;               // holds the socket and the state directory
