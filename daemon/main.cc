@@ -19,6 +19,7 @@
 #include "control/control_service.h"
 #include "data_plane/arena_socket.h"
 #include "data_plane/data_plane.h"
+#include "disk_tier/disk_tier.h"
 #include "host_tier/host_tier.h"
 #include "log.h"
 #include "sessions/sessions.h"
@@ -107,7 +108,17 @@ int Run(int argc, char** argv) {
   if (!epoch.ok()) return fail(epoch.status());
   auto host = HostTier::Create(budget);
   if (!host.ok()) return fail(host.status());
-  auto store = Store::Open(catalog->get(), host->get(), *epoch);
+  std::unique_ptr<DiskTier> disk;
+  if (std::vector<std::string> spools = SpoolDirs(config); !spools.empty()) {
+    auto opened = DiskTier::Open({spools, config.disk_mem, config.disk_mem_perc});
+    if (!opened.ok()) return fail(opened.status());
+    disk = std::move(opened).value();
+  }
+  StoreOptions store_options;
+  store_options.epoch = *epoch;
+  store_options.io_threads = static_cast<int>(config.io_threads);
+  store_options.max_prefetch = config.prefetch_depth;
+  auto store = Store::Open(catalog->get(), host->get(), disk.get(), store_options);
   if (!store.ok()) return fail(store.status());
   SessionTable sessions;
   DataPlane::Options dp_options{config.listen_address, config.listen_port};
@@ -128,9 +139,11 @@ int Run(int argc, char** argv) {
   chmod(config.socket.c_str(), 0666);  // reachable by every local user; tenancy is per uid
   server->GetHealthCheckService()->SetServingStatus("snapd.v1.Control", true);
 
-  SNAPD_LOG_INFO("snapd %s serving on unix:%s, UCX data plane on %s, host tier %s, catalog %s",
+  SNAPD_LOG_INFO("snapd %s serving on unix:%s, UCX data plane on %s, host tier %s, disk tier %s "
+                 "(%s), catalog %s",
                  SNAPD_VERSION, config.socket.c_str(), (*data_plane)->address().c_str(),
-                 FormatBytes(budget).c_str(), config.state_dir.c_str());
+                 FormatBytes(budget).c_str(), disk ? FormatBytes(disk->budget()).c_str() : "none",
+                 SpoolDirsText(config).c_str(), config.state_dir.c_str());
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -141,6 +154,7 @@ int Run(int argc, char** argv) {
   arena->reset();
   data_plane->reset();  // no more traffic into the store
   store->reset();
+  disk.reset();
   host->reset();
   catalog->reset();
   unlink(config.socket.c_str());

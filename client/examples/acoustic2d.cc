@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
   spec.bytes_per_step = bytes;
   spec.dtype = snapd::Dtype::kFloat32;
   spec.shape = {static_cast<uint64_t>(ny), static_cast<uint64_t>(nx)};
+  spec.keep = a.keep;  // otherwise each step is released as the backward pass reads it
   auto run = c.OpenRun(spec);
   if (!run.ok()) return Fail("open run", run.status());
   std::printf("acoustic2d: %dx%d grid, %d steps, %s per snapshot, run '%s' (id %llu)\n", nx, ny,

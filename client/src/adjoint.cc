@@ -22,6 +22,7 @@ Status RunAdjoint(const schedule::Schedule& plan, const std::vector<Storage>& st
     spec.name = run_name;
     spec.steps = plan.steps;
     spec.bytes_per_step = solver.bytes;
+    spec.keep = true;  // a schedule restores a checkpoint more than once, then deletes it
     SNAPD_ASSIGN_OR_RETURN(RunInfo run, client->OpenRun(spec));
     if (!run.created) {
       return Status::AlreadyExists("run '" + run_name + "' already exists; RunAdjoint needs a "

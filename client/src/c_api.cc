@@ -51,6 +51,9 @@ snapd_code snapd_open_run(snapd_client* client, const snapd_run_spec* spec, uint
   s.bytes_per_step = spec->bytes_per_step;
   s.dtype = static_cast<snapd::Dtype>(spec->dtype);
   if (spec->shape) s.shape.assign(spec->shape, spec->shape + spec->ndim);
+  s.layers = spec->layers ? spec->layers : "";
+  s.keep = spec->keep != 0;
+  s.block_when_full = spec->block_when_full != 0;
   auto run = client->client->OpenRun(s);
   if (!run.ok()) return Report(run.status());
   *run_id = run->run_id;
@@ -73,7 +76,8 @@ snapd_code snapd_locate(snapd_client* client, const char* name, uint64_t step,
   auto loc = client->client->Locate(name, step);
   if (!loc.ok()) return Report(loc.status());
   *out = snapd_location{loc->step,         static_cast<int>(loc->tier), loc->raw_bytes,
-                        loc->stored_bytes, loc->checksum,               loc->checksum_recorded};
+                        loc->stored_bytes, loc->checksum,               loc->checksum_recorded,
+                        loc->on_disk};
   return Report(snapd::Status::Ok());
 }
 

@@ -16,6 +16,7 @@
 #include "op_state.h"
 #include "paths.h"
 #include "snapd/v1/control.grpc.pb.h"
+#include "snapd/layers.h"
 #include "snapd/wire.h"
 #include "ucx.h"
 #include "unix_socket.h"
@@ -123,7 +124,22 @@ RunSpec FromProto(const v1::RunSpec& p) {
   s.bytes_per_step = p.bytes_per_step();
   s.dtype = static_cast<Dtype>(p.dtype());
   s.shape.assign(p.shape().begin(), p.shape().end());
+  s.layers = p.layers() == v1::LAYERS_DEFAULT ? "" : LayersName(p.layers());
+  s.keep = p.keep();
+  s.block_when_full = p.block_when_full();
   return s;
+}
+
+Location FromProto(const v1::SnapshotInfo& s) {
+  Location loc;
+  loc.step = s.step();
+  loc.tier = static_cast<Tier>(s.tier());
+  loc.raw_bytes = s.raw_bytes();
+  loc.stored_bytes = s.stored_bytes();
+  loc.checksum = s.checksum();
+  loc.checksum_recorded = s.checksum_state() == v1::CHECKSUM_RECORDED;
+  loc.on_disk = s.on_disk();
+  return loc;
 }
 
 RunInfo FromProto(const v1::RunInfo& p) {
@@ -133,6 +149,7 @@ RunInfo FromProto(const v1::RunInfo& p) {
   r.closed = p.state() == v1::RUN_CLOSED;
   r.snapshots = p.snapshots();
   r.stored_bytes = p.stored_bytes();
+  r.host_boundary = p.host_boundary();
   return r;
 }
 
@@ -431,6 +448,15 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   p->set_bytes_per_step(spec.bytes_per_step);
   p->set_dtype(static_cast<v1::Dtype>(spec.dtype));
   for (uint64_t d : spec.shape) p->add_shape(d);
+  v1::Layers layers;
+  if (!ParseLayers(spec.layers, &layers)) {
+    return Status::InvalidArgument("run '" + spec.name + "': unknown layers '" + spec.layers +
+                                   "' (DiskHostDevice, HostDevice, DiskHost, Host, Device, "
+                                   "Disk or NoLayers)");
+  }
+  p->set_layers(layers);
+  p->set_keep(spec.keep);
+  p->set_block_when_full(spec.block_when_full);
   v1::OpenRunResponse resp;
   SNAPD_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->OpenRun(ctx, req, &resp); }));
@@ -481,15 +507,29 @@ Result<Location> Client::Locate(const std::string& name, uint64_t step) {
   v1::LocateResponse resp;
   SNAPD_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->Locate(ctx, req, &resp); }));
-  const v1::SnapshotInfo& s = resp.snapshot();
-  Location loc;
-  loc.step = s.step();
-  loc.tier = static_cast<Tier>(s.tier());
-  loc.raw_bytes = s.raw_bytes();
-  loc.stored_bytes = s.stored_bytes();
-  loc.checksum = s.checksum();
-  loc.checksum_recorded = s.checksum_state() == v1::CHECKSUM_RECORDED;
-  return loc;
+  return FromProto(resp.snapshot());
+}
+
+Result<std::vector<Location>> Client::ListSnapshots(const std::string& name) {
+  v1::ListSnapshotsRequest req;
+  req.set_name(name);
+  v1::ListSnapshotsResponse resp;
+  SNAPD_RETURN_IF_ERROR(impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->ListSnapshots(ctx, req, &resp); }));
+  std::vector<Location> out;
+  out.reserve(resp.snapshots_size());
+  for (const auto& s : resp.snapshots()) out.push_back(FromProto(s));
+  return out;
+}
+
+Result<uint64_t> Client::Prefetch(const std::string& name, const std::vector<uint64_t>& steps) {
+  v1::PrefetchRequest req;
+  req.set_name(name);
+  for (uint64_t s : steps) req.add_steps(s);
+  v1::PrefetchResponse resp;
+  SNAPD_RETURN_IF_ERROR(impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->Prefetch(ctx, req, &resp); }));
+  return resp.scheduled();
 }
 
 Result<PushHandle> Client::Push(uint64_t run_id, uint64_t step, const void* data,

@@ -19,6 +19,16 @@ const std::vector<OptionDoc>& ConfigOptions() {
       {"host_mem", "SNAPD_HOST_MEM", "host-tier budget, e.g. 8G; 0 = use host_mem_perc (default 0)"},
       {"host_mem_perc", "SNAPD_HOST_MEM_PERC",
        "host-tier budget as a fraction of MemAvailable at start (default 0.7)"},
+      {"spool_dirs", "SNAPD_SPOOL_DIRS",
+       "disk-tier spool directories, comma-separated (NVMe); none = no disk tier (default "
+       "<state_dir>/spool)"},
+      {"disk_mem", "SNAPD_DISK_MEM",
+       "disk-tier budget over all spools, e.g. 500G; 0 = use disk_mem_perc (default 0)"},
+      {"disk_mem_perc", "SNAPD_DISK_MEM_PERC",
+       "disk-tier budget as a fraction of each spool's free space at start (default 0.7)"},
+      {"io_threads", "SNAPD_IO_THREADS", "disk I/O threads (default 2)"},
+      {"prefetch_depth", "SNAPD_PREFETCH_DEPTH",
+       "most steps read ahead of the backward pass; the depth adapts below it (default 8)"},
       {"listen_address", "SNAPD_LISTEN_ADDRESS", "UCX listener address (default 127.0.0.1)"},
       {"listen_port", "SNAPD_LISTEN_PORT", "UCX listener port; 0 = any free port (default 0)"},
       {"log_level", "SNAPD_LOG_LEVEL", "debug, info, warn or error (default info)"},
@@ -50,13 +60,36 @@ Status Set(Config& c, const std::string& key, const std::string& value,
     auto v = ParseBytes(value);
     if (!v.ok()) return bad(v.status().message());
     c.host_mem = *v;
-  } else if (key == "host_mem_perc") {
+  } else if (key == "host_mem_perc" || key == "disk_mem_perc") {
     char* end = nullptr;
     double d = std::strtod(value.c_str(), &end);
     if (end == value.c_str() || *end != '\0' || !(d > 0.0 && d <= 1.0)) {
       return bad("must be a fraction in (0, 1], e.g. 0.7");
     }
-    c.host_mem_perc = d;
+    (key == "host_mem_perc" ? c.host_mem_perc : c.disk_mem_perc) = d;
+  } else if (key == "disk_mem") {
+    auto v = ParseBytes(value);
+    if (!v.ok()) return bad(v.status().message());
+    c.disk_mem = *v;
+  } else if (key == "spool_dirs") {
+    std::vector<std::string> dirs;
+    std::stringstream in(value);
+    for (std::string d; std::getline(in, d, ',');) {
+      d = Trim(d);
+      if (d.empty()) return bad("empty directory in the list");
+      dirs.push_back(d);
+    }
+    if (dirs.empty()) return bad("must name a directory, or be none");
+    if (dirs.size() == 1 && dirs[0] == "none") dirs.clear();
+    c.spool_dirs = dirs;
+    c.spool_dirs_set = true;
+  } else if (key == "io_threads" || key == "prefetch_depth") {
+    char* end = nullptr;
+    long n = std::strtol(value.c_str(), &end, 10);
+    if (end == value.c_str() || *end != '\0' || n < 1 || n > 256) {
+      return bad("must be an integer 1..256");
+    }
+    (key == "io_threads" ? c.io_threads : c.prefetch_depth) = static_cast<uint32_t>(n);
   } else if (key == "listen_address") {
     c.listen_address = value;
   } else if (key == "listen_port") {
@@ -170,10 +203,28 @@ std::string FormatConfig(const Config& c) {
     << "state_dir = \"" << c.state_dir << "\"\n"
     << "host_mem = \"" << c.host_mem << "\"\n"
     << "host_mem_perc = " << c.host_mem_perc << "\n"
+    << "spool_dirs = \"" << SpoolDirsText(c) << "\"\n"
+    << "disk_mem = \"" << c.disk_mem << "\"\n"
+    << "disk_mem_perc = " << c.disk_mem_perc << "\n"
+    << "io_threads = " << c.io_threads << "\n"
+    << "prefetch_depth = " << c.prefetch_depth << "\n"
     << "listen_address = \"" << c.listen_address << "\"\n"
     << "listen_port = " << c.listen_port << "\n"
     << "log_level = \"" << c.log_level << "\"\n";
   return o.str();
+}
+
+std::vector<std::string> SpoolDirs(const Config& c) {
+  if (!c.spool_dirs_set) return {c.state_dir + "/spool"};
+  return c.spool_dirs;
+}
+
+std::string SpoolDirsText(const Config& c) {
+  std::vector<std::string> dirs = SpoolDirs(c);
+  if (dirs.empty()) return "none";
+  std::string out;
+  for (const auto& d : dirs) out += (out.empty() ? "" : ",") + d;
+  return out;
 }
 
 uint64_t HostBudget(const Config& c, uint64_t mem_available) {

@@ -16,6 +16,12 @@ struct Config {
   std::string state_dir;        // holds the RocksDB catalog
   uint64_t host_mem = 0;        // host-tier budget in bytes; 0 = host_mem_perc of MemAvailable
   double host_mem_perc = 0.7;   // fraction of MemAvailable at start, used when host_mem is 0
+  std::vector<std::string> spool_dirs;  // disk-tier spools; see SpoolDirs()
+  bool spool_dirs_set = false;          // false: the default, <state_dir>/spool
+  uint64_t disk_mem = 0;                // disk-tier budget; 0 = disk_mem_perc of free space
+  double disk_mem_perc = 0.7;
+  uint32_t io_threads = 2;
+  uint32_t prefetch_depth = 8;
   std::string listen_address = "127.0.0.1";  // UCX data-plane listener address
   uint32_t listen_port = 0;     // 0 = any free port (clients learn it from OpenSession)
   std::string log_level = "info";
@@ -42,6 +48,10 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
 
 // `key = value` lines (TOML-compatible) with every effective value.
 std::string FormatConfig(const Config& config);
+
+// The spool directories in effect (empty: no disk tier), and as written in a config file.
+std::vector<std::string> SpoolDirs(const Config& config);
+std::string SpoolDirsText(const Config& config);
 
 // Host-tier budget in bytes: host_mem, or host_mem_perc of `mem_available`.
 uint64_t HostBudget(const Config& config, uint64_t mem_available);

@@ -127,11 +127,164 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
   };
   host->set_write_bytes_per_second(rate(d.write_bytes.load(), d.write_ns.load()));
   host->set_read_bytes_per_second(rate(d.read_bytes.load(), d.read_ns.load()));
+  if (const DiskTier* disk = store_->disk()) {
+    v1::TierStats* t = resp->add_tiers();
+    t->set_tier(v1::TIER_DISK);
+    t->set_budget_bytes(disk->budget());
+    t->set_used_bytes(disk->used());
+    t->set_snapshots(c.disk_snapshots);
+    DiskIoCounters w = disk->writes(), r = disk->reads();
+    t->set_write_bytes_per_second(rate(w.bytes, w.busy_ns));
+    t->set_read_bytes_per_second(rate(r.bytes, r.busy_ns));
+  }
+  resp->set_demotions(c.demotions);
+  resp->set_disk_reads(c.disk_reads);
+  resp->set_prefetch_hits(c.prefetch_hits);
+  resp->set_demand_reads(c.demand_reads);
+  resp->set_released(c.released);
   resp->set_pushes(d.pushes.load());
   resp->set_fetches(d.fetches.load());
   resp->set_rejected_messages(d.rejected.load());
   resp->set_lost_snapshots(c.lost_snapshots);
   return Finish(ctx, Status::Ok());
+}
+
+grpc::ServerUnaryReactor* ControlService::Prefetch(grpc::CallbackServerContext* ctx,
+                                                   const v1::PrefetchRequest* req,
+                                                   v1::PrefetchResponse* resp) {
+  auto started = store_->Prefetch(req->name(),
+                                  std::vector<uint64_t>(req->steps().begin(), req->steps().end()));
+  if (started.ok()) resp->set_scheduled(*started);
+  return Finish(ctx, started.status());
+}
+
+grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* ctx,
+                                                const v1::DrainRequest*,
+                                                v1::DrainResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  store_->Drain([reactor, resp](Result<Store::DrainResult> r) {
+    if (r.ok()) {
+      resp->set_moved(r->moved);
+      resp->set_moved_bytes(r->moved_bytes);
+    }
+    const Status& s = r.status();
+    reactor->Finish(grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message()));
+  });
+  return reactor;
+}
+
+namespace {
+
+class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
+ public:
+  static constexpr uint64_t kChunk = 1 << 20;
+
+  DumpReactor(Store* store, const v1::DumpRequest& req) : store_(store) {
+    v1::RunInfo run;
+    auto snaps = store->ListSnapshots(req.name(), &run);
+    if (!snaps.ok()) {
+      FinishWith(snaps.status());
+      return;
+    }
+    run_id_ = run.run_id();
+    bytes_ = run.spec().bytes_per_step();
+    uint64_t end = req.end_step() ? req.end_step() : UINT64_MAX;
+    for (const auto& s : *snaps) {
+      if (s.step() >= req.first_step() && s.step() < end) steps_.push_back(s);
+    }
+    NextStep();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client stopped reading"));
+      return;
+    }
+    if (block_ && offset_ < bytes_) {
+      WriteChunk();
+      return;
+    }
+    block_.reset();
+    ++index_;
+    NextStep();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void FinishWith(const Status& s) {
+    Finish(grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message()));
+  }
+
+  void NextStep() {
+    if (index_ == steps_.size()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const v1::SnapshotInfo& info = steps_[index_];
+    if (info.tier() == v1::TIER_LOST) {
+      WriteLost(info.step());
+      return;
+    }
+    auto grant = store_->BeginFetch(run_id_, info.step(), bytes_, /*backward=*/false,
+                                    [this](Result<Store::FetchGrant> g) { OnBlock(std::move(g)); });
+    if (!grant.ok()) {
+      OnBlock(grant.status());
+    } else if (grant->has_value()) {
+      OnBlock(std::move(**grant));
+    }
+  }
+
+  void OnBlock(Result<Store::FetchGrant> grant) {
+    if (!grant.ok()) {
+      if (grant.status().code() == Code::kDataLoss) {
+        WriteLost(steps_[index_].step());
+      } else {
+        FinishWith(grant.status());
+      }
+      return;
+    }
+    block_ = std::move(grant->block);
+    offset_ = 0;
+    WriteChunk();
+  }
+
+  void WriteChunk() {
+    const v1::SnapshotInfo& info = steps_[index_];
+    uint64_t n = std::min(kChunk, bytes_ - offset_);
+    chunk_.Clear();
+    chunk_.set_step(info.step());
+    chunk_.set_offset(offset_);
+    chunk_.set_step_bytes(bytes_);
+    if (offset_ == 0) chunk_.set_checksum(info.checksum());
+    chunk_.set_data(static_cast<const char*>(block_->data()) + offset_, n);
+    offset_ += n;
+    StartWrite(&chunk_);
+  }
+
+  void WriteLost(uint64_t step) {
+    block_.reset();
+    chunk_.Clear();
+    chunk_.set_step(step);
+    chunk_.set_step_bytes(bytes_);
+    chunk_.set_lost(true);
+    StartWrite(&chunk_);
+  }
+
+  Store* const store_;
+  uint64_t run_id_ = 0;
+  uint64_t bytes_ = 0;
+  std::vector<v1::SnapshotInfo> steps_;
+  size_t index_ = 0;
+  std::shared_ptr<HostBlock> block_;  // the step being streamed
+  uint64_t offset_ = 0;
+  v1::DumpChunk chunk_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::DumpChunk>* ControlService::Dump(grpc::CallbackServerContext*,
+                                                              const v1::DumpRequest* req) {
+  return new DumpReactor(store_, *req);
 }
 
 }  // namespace snapd

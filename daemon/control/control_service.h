@@ -1,7 +1,7 @@
 // The gRPC control plane (snapd.v1.Control), served with the callback API. Each RPC is a thin
 // translation between protobuf and the Store/SessionTable; grpc::Status appears only here.
-// Reactions never wait on the data plane: they take the store's mutex briefly and, for
-// changes, write one catalog record.
+// Reactions never wait on the data plane or the disk: they take the store's mutex briefly and,
+// for changes, write one catalog record; Drain and Dump finish from store callbacks.
 #pragma once
 
 #include <chrono>
@@ -48,6 +48,16 @@ class ControlService final : public v1::Control::CallbackService {
                                           v1::ListSnapshotsResponse* resp) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
                                   v1::StatsResponse* resp) override;
+  grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* ctx,
+                                     const v1::PrefetchRequest* req,
+                                     v1::PrefetchResponse* resp) override;
+  // Answers from the store's tiering thread once every host-only snapshot is on disk.
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest* req,
+                                  v1::DrainResponse* resp) override;
+  // One step at a time: the store hands over the step's host bytes (reading them from disk on
+  // an I/O thread if needed), then 1 MiB chunks are written, each after the previous finished.
+  grpc::ServerWriteReactor<v1::DumpChunk>* Dump(grpc::CallbackServerContext* ctx,
+                                                const v1::DumpRequest* req) override;
 
  private:
   Store* const store_;

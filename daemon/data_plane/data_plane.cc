@@ -58,6 +58,10 @@ Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Stor
 }
 
 DataPlane::~DataPlane() {
+  {
+    MutexLock lock(liveness_->mu);
+    liveness_->alive = false;
+  }
   loop_->Post([this] {
     if (listener_) ucp_listener_destroy(listener_);
     while (!conns_.empty()) {
@@ -77,8 +81,16 @@ ucs_status_t DataPlane::Dispatch(void* arg, const void* header, size_t header_le
   if (conn == nullptr) return UCS_OK;  // UCX drops eager data and cancels an unread rendezvous
   T req;
   std::memcpy(&req, header, sizeof req);
-  (self->*H)(*conn, param->reply_ep, req, data, length, param);
-  return UCS_OK;
+  return (self->*H)(*conn, param->reply_ep, req, data, length, param);
+}
+
+template <typename T>
+std::function<void(T)> DataPlane::OnLoop(std::function<void(T)> f) {
+  return [this, liveness = liveness_, f = std::move(f)](T value) {
+    MutexLock lock(liveness->mu);
+    if (!liveness->alive) return;  // shutting down: nobody left to answer
+    loop_->Post([f, value = std::move(value)]() mutable { f(std::move(value)); });
+  };
 }
 
 template <typename T, wire::AmId kOp, bool kNeedsSession, DataPlane::Handler<T> H>
@@ -225,50 +237,69 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
   return &conn;
 }
 
-void DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req, void*,
-                            size_t, const ucp_am_recv_param_t*) {
+ucs_status_t DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req,
+                                    void*, size_t, const ucp_am_recv_param_t*) {
   if (!sessions_->Find(req.session_id, req.header.token)) {
     counters_.rejected.fetch_add(1, std::memory_order_relaxed);
     Reply(ep, req.header.request_id,
           Status::Unauthenticated("session " + std::to_string(req.session_id) +
                                   " with this token is not open; call OpenSession"));
-    return;
+    return UCS_OK;
   }
   conn.session_id = req.session_id;
   conn.token = req.header.token;
   Reply(ep, req.header.request_id, Status::Ok());
+  return UCS_OK;
 }
 
-void DataPlane::HandlePush(Conn&, ucp_ep_h ep, const wire::PushRequest& req, void* data,
-                           size_t length, const ucp_am_recv_param_t* param) {
+ucs_status_t DataPlane::HandlePush(Conn&, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+                                   size_t length, const ucp_am_recv_param_t* param) {
   uint64_t id = req.header.request_id;
   if (length != req.bytes) {
     Reply(ep, id, Status::InvalidArgument("push header says " + std::to_string(req.bytes) +
                                           " bytes but " + std::to_string(length) +
                                           " bytes of data arrived"));
-    return;
+    return UCS_OK;
   }
-  auto ticket = store_->BeginPush(req.run_id, req.step, req.bytes);
+  bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  // Eager data live only during this callback: a push that must wait keeps a copy.
+  auto eager = std::make_shared<std::vector<char>>();
+  auto ticket = store_->BeginPush(
+      req.run_id, req.step, req.bytes,
+      OnLoop<Result<Store::PushTicket>>([this, ep, id, data, length, rndv,
+                                         eager](Result<Store::PushTicket> t) {
+        if (!conns_.count(ep) || !t.ok()) {
+          if (t.ok()) store_->AbortPush(*t);
+          if (rndv) ucp_am_data_release(loop_->worker(), data);
+          if (!t.ok()) Reply(ep, id, t.status());
+          return;
+        }
+        ReceivePush(ep, id, std::move(t).value(), data, length, rndv, eager.get());
+      }));
   if (!ticket.ok()) {
     Reply(ep, id, ticket.status());
+    return UCS_OK;
+  }
+  if (!ticket->has_value()) {  // waiting for host room
+    if (rndv) return UCS_INPROGRESS;  // the descriptor stays valid until received or released
+    eager->assign(static_cast<char*>(data), static_cast<char*>(data) + length);
+    return UCS_OK;
+  }
+  ReceivePush(ep, id, std::move(**ticket), data, length, rndv, nullptr);
+  return UCS_OK;
+}
+
+void DataPlane::ReceivePush(ucp_ep_h ep, uint64_t id, Store::PushTicket t, void* data,
+                            size_t length, bool rndv, const std::vector<char>* eager) {
+  if (!rndv) {
+    std::memcpy(t.block->data(), eager ? eager->data() : data, length);
+    FinishPush(ep, id, t);
     return;
   }
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {  // eager: data are here already
-    std::memcpy(ticket->block->data(), data, length);
-    FinishPush(ep, id, *ticket);
-    return;
-  }
-  Store::PushTicket t = std::move(ticket).value();
   void* dest = t.block->data();
   auto since = std::chrono::steady_clock::now();
-  SNAPD_LOG_DEBUG("push run %llu step %llu: rendezvous receive of %zu bytes",
-                  static_cast<unsigned long long>(t.run_id),
-                  static_cast<unsigned long long>(t.step), length);
   ucp_request_param_t p = ucx::RecvDataParam([this, ep, id, t, since, length](ucs_status_t s,
                                                                               size_t) {
-    SNAPD_LOG_DEBUG("push run %llu step %llu: receive done: %s",
-                    static_cast<unsigned long long>(t.run_id),
-                    static_cast<unsigned long long>(t.step), ucs_status_string(s));
     if (s == UCS_OK) {
       counters_.AddWrite(length, since);
       FinishPush(ep, id, t);
@@ -293,52 +324,119 @@ void DataPlane::FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTi
   Reply(ep, request_id, s);
 }
 
-void DataPlane::HandleFetch(Conn&, ucp_ep_h ep, const wire::FetchRequest& req, void*, size_t,
-                            const ucp_am_recv_param_t*) {
-  auto block = store_->BeginFetch(req.run_id, req.step, req.bytes);
-  if (!block.ok()) {
-    Reply(ep, req.header.request_id, block.status());
-    return;
+ucs_status_t DataPlane::HandleFetch(Conn&, ucp_ep_h ep, const wire::FetchRequest& req, void*,
+                                    size_t, const ucp_am_recv_param_t*) {
+  auto grant = store_->BeginFetch(
+      req.run_id, req.step, req.bytes, /*backward=*/true,
+      OnLoop<Result<Store::FetchGrant>>([this, ep, req](Result<Store::FetchGrant> g) {
+        OnFetched(ep, req.header.request_id, /*mapped=*/false, req, std::move(g));
+      }));
+  if (!grant.ok()) {
+    Reply(ep, req.header.request_id, grant.status());
+  } else if (grant->has_value()) {
+    OnFetched(ep, req.header.request_id, /*mapped=*/false, req, std::move(**grant));
   }
-  ReplyBody body;
-  body.bytes = req.bytes;
-  body.data = (*block)->data();
-  body.keep = std::move(block).value();
-  body.since = std::chrono::steady_clock::now();
-  Reply(ep, req.header.request_id, Status::Ok(), std::move(body));
+  return UCS_OK;
 }
 
-void DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void*,
-                              size_t, const ucp_am_recv_param_t*) {
-  if (conn.reserved.size() >= kMaxReservationsPerEndpoint) {
-    Reply(ep, req.header.request_id,
+ucs_status_t DataPlane::HandleFetchMapped(Conn&, ucp_ep_h ep, const wire::FetchRequest& req,
+                                          void*, size_t, const ucp_am_recv_param_t*) {
+  auto grant = store_->BeginFetch(
+      req.run_id, req.step, req.bytes, /*backward=*/true,
+      OnLoop<Result<Store::FetchGrant>>([this, ep, req](Result<Store::FetchGrant> g) {
+        OnFetched(ep, req.header.request_id, /*mapped=*/true, req, std::move(g));
+      }));
+  if (!grant.ok()) {
+    Reply(ep, req.header.request_id, grant.status());
+  } else if (grant->has_value()) {
+    OnFetched(ep, req.header.request_id, /*mapped=*/true, req, std::move(**grant));
+  }
+  return UCS_OK;
+}
+
+void DataPlane::OnFetched(ucp_ep_h ep, uint64_t id, bool mapped, const wire::FetchRequest& req,
+                          Result<Store::FetchGrant> grant) {
+  auto conn = conns_.find(ep);
+  if (conn == conns_.end()) return;  // the client left; the step stays stored
+  if (!grant.ok()) {
+    Reply(ep, id, grant.status());
+    return;
+  }
+  Store::FetchGrant g = std::move(grant).value();
+  ReplyBody body;
+  if (mapped) {
+    body.offset = g.block->offset();
+    conn->second.leases[id] = Conn::Lease{std::move(g.block), req.bytes,
+                                          std::chrono::steady_clock::now(), req.run_id, req.step,
+                                          g.generation};
+    counters_.fetches.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    body.bytes = req.bytes;
+    body.data = g.block->data();
+    body.keep = std::move(g.block);
+    body.since = std::chrono::steady_clock::now();
+    body.on_sent = [this, run = req.run_id, step = req.step, gen = g.generation] {
+      store_->Consumed(run, step, gen);
+    };
+  }
+  Reply(ep, id, Status::Ok(), std::move(body));
+}
+
+ucs_status_t DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
+                                      void*, size_t, const ucp_am_recv_param_t*) {
+  uint64_t id = req.header.request_id;
+  if (conn.reserved.size() + conn.parked >= kMaxReservationsPerEndpoint) {
+    Reply(ep, id,
           Status::ResourceExhausted(
               std::to_string(kMaxReservationsPerEndpoint) +
               " pushes are already reserved and not committed on this endpoint; wait for "
               "earlier pushes to be stored"));
+    return UCS_OK;
+  }
+  auto ticket = store_->BeginPush(
+      req.run_id, req.step, req.bytes,
+      OnLoop<Result<Store::PushTicket>>([this, ep, id](Result<Store::PushTicket> t) {
+        OnReserved(ep, id, /*parked=*/true, std::move(t));
+      }));
+  if (!ticket.ok()) {
+    Reply(ep, id, ticket.status());
+  } else if (ticket->has_value()) {
+    OnReserved(ep, id, /*parked=*/false, std::move(**ticket));
+  } else {
+    ++conn.parked;
+  }
+  return UCS_OK;
+}
+
+void DataPlane::OnReserved(ucp_ep_h ep, uint64_t id, bool parked, Result<Store::PushTicket> t) {
+  auto it = conns_.find(ep);
+  if (it == conns_.end()) {
+    if (t.ok()) store_->AbortPush(*t);
     return;
   }
-  auto ticket = store_->BeginPush(req.run_id, req.step, req.bytes);
-  if (!ticket.ok()) {
-    Reply(ep, req.header.request_id, ticket.status());
+  Conn& conn = it->second;
+  if (parked) --conn.parked;
+  if (!t.ok()) {
+    Reply(ep, id, t.status());
     return;
   }
   ReplyBody body;
-  body.offset = ticket->block->offset();
-  conn.reserved[{req.run_id, req.step}] =
-      Conn::Reservation{std::move(ticket).value(), std::chrono::steady_clock::now()};
-  Reply(ep, req.header.request_id, Status::Ok(), std::move(body));
+  body.offset = t->block->offset();
+  Store::PushTicket ticket = std::move(t).value();
+  conn.reserved[{ticket.run_id, ticket.step}] =
+      Conn::Reservation{std::move(ticket), std::chrono::steady_clock::now()};
+  Reply(ep, id, Status::Ok(), std::move(body));
 }
 
-void DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void*,
-                             size_t, const ucp_am_recv_param_t*) {
+ucs_status_t DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
+                                     void*, size_t, const ucp_am_recv_param_t*) {
   auto it = conn.reserved.find({req.run_id, req.step});
   if (it == conn.reserved.end()) {
     Reply(ep, req.header.request_id,
           Status::FailedPrecondition("commit of step " + std::to_string(req.step) +
                                      " of run id " + std::to_string(req.run_id) +
                                      " without a reservation on this endpoint"));
-    return;
+    return UCS_OK;
   }
   Store::PushTicket ticket = std::move(it->second.ticket);
   // The client's own copy time when reported: reservation-to-commit would also count time
@@ -350,33 +448,23 @@ void DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& r
   }
   conn.reserved.erase(it);
   FinishPush(ep, req.header.request_id, ticket);
+  return UCS_OK;
 }
 
-void DataPlane::HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void*,
-                                  size_t, const ucp_am_recv_param_t*) {
-  auto block = store_->BeginFetch(req.run_id, req.step, req.bytes);
-  if (!block.ok()) {
-    Reply(ep, req.header.request_id, block.status());
-    return;
-  }
-  ReplyBody body;
-  body.offset = (*block)->offset();
-  conn.leases[req.header.request_id] =
-      Conn::Lease{std::move(block).value(), req.bytes, std::chrono::steady_clock::now()};
-  counters_.fetches.fetch_add(1, std::memory_order_relaxed);
-  Reply(ep, req.header.request_id, Status::Ok(), std::move(body));
-}
-
-void DataPlane::HandleReleaseLease(Conn& conn, ucp_ep_h, const wire::LeaseRelease& req, void*,
-                                   size_t, const ucp_am_recv_param_t*) {
+ucs_status_t DataPlane::HandleReleaseLease(Conn& conn, ucp_ep_h, const wire::LeaseRelease& req,
+                                           void*, size_t, const ucp_am_recv_param_t*) {
   auto lease = conn.leases.find(req.lease);
-  if (lease == conn.leases.end()) return;  // release is idempotent
+  if (lease == conn.leases.end()) return UCS_OK;  // release is idempotent
+  const Conn::Lease& l = lease->second;
   if (req.copy_ns) {
-    counters_.AddRead(lease->second.bytes, req.copy_ns);
+    counters_.AddRead(l.bytes, req.copy_ns);
   } else {
-    counters_.AddRead(lease->second.bytes, lease->second.since);
+    counters_.AddRead(l.bytes, l.since);
   }
+  uint64_t run = l.run_id, step = l.step, gen = l.generation;
   conn.leases.erase(lease);
+  store_->Consumed(run, step, gen);  // the client has the bytes: read-once release
+  return UCS_OK;
 }
 
 void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status) {
@@ -395,14 +483,15 @@ void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, Re
   reply->message_length = static_cast<uint32_t>(n);
   // Sent from the loop, not from inside the UCX callback that produced it.
   loop_->Post([this, ep, reply, data = body.data, keep = std::move(body.keep),
-               since = body.since] {
+               since = body.since, on_sent = std::move(body.on_sent)] {
     if (!conns_.count(ep)) return;  // client went away; nothing to answer
     bool is_fetch = data != nullptr;
     ucp_request_param_t p =
-        ucx::SendParam([this, reply, keep, is_fetch, since](ucs_status_t s, size_t) {
+        ucx::SendParam([this, reply, keep, is_fetch, since, on_sent](ucs_status_t s, size_t) {
           if (is_fetch && s == UCS_OK) {
             counters_.fetches.fetch_add(1, std::memory_order_relaxed);
             counters_.AddRead(reply->bytes, since);
+            if (on_sent) on_sent();
           }
         });
     // The header must stay valid until the send completes; the callback holds it.

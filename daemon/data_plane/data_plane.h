@@ -21,6 +21,8 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
+#include <functional>
 
 #include "sessions/sessions.h"
 #include "store/store.h"
@@ -80,11 +82,16 @@ class DataPlane {
       std::shared_ptr<HostBlock> block;
       uint64_t bytes;
       std::chrono::steady_clock::time_point since;
+      uint64_t run_id;
+      uint64_t step;
+      uint64_t generation;  // for read-once release when the client is done
     };
     // Mapped pushes between kReserve and kCommit, by (run_id, step).
     std::map<std::pair<uint64_t, uint64_t>, Reservation> reserved;
     // Blocks pinned for mapped fetches, by lease (the kFetchMapped request_id).
     std::unordered_map<uint64_t, Lease> leases;
+    // Mapped pushes waiting for host room (counted against kMaxReservationsPerEndpoint).
+    size_t parked = 0;
   };
   // What a Reply carries besides its status.
   struct ReplyBody {
@@ -93,7 +100,17 @@ class DataPlane {
     const void* data = nullptr;        // copied fetch: the snapshot bytes
     std::shared_ptr<HostBlock> keep;   // keeps `data` alive until sent
     std::chrono::steady_clock::time_point since;  // copied fetch: when it was requested
+    std::function<void()> on_sent;     // copied fetch: runs once the bytes were delivered
   };
+  // Set to false (under mu) before the loop stops: store callbacks that arrive later, from
+  // I/O threads, find no data plane to post to and are dropped.
+  struct Liveness {
+    Mutex mu;
+    bool alive SNAPD_GUARDED_BY(mu) = true;
+  };
+  // Wraps a store callback so it runs on the loop thread, if the data plane still exists.
+  template <typename T>
+  std::function<void(T)> OnLoop(std::function<void(T)> f);
 
   DataPlane(Store* store, SessionTable* sessions, std::unique_ptr<ucx::WorkerLoop> loop);
   Status Listen(const Options& options);
@@ -103,9 +120,12 @@ class DataPlane {
 
   // Every AM handler: the admitted connection, its endpoint, the parsed header, and the AM
   // data (only kPush carries any).
+  // Returns UCS_INPROGRESS when it keeps a rendezvous descriptor past the callback (a push
+  // waiting for host room), else UCS_OK.
   template <typename T>
-  using Handler = void (DataPlane::*)(Conn& conn, ucp_ep_h ep, const T& req, void* data,
-                                      size_t length, const ucp_am_recv_param_t* param);
+  using Handler = ucs_status_t (DataPlane::*)(Conn& conn, ucp_ep_h ep, const T& req,
+                                              void* data, size_t length,
+                                              const ucp_am_recv_param_t* param);
   // The UCX callback for AM id `kOp`: admits the message (see Admit), copies its header into a
   // T, and calls `H`.
   template <typename T, wire::AmId kOp, bool kNeedsSession, Handler<T> H>
@@ -114,19 +134,19 @@ class DataPlane {
   template <typename T, wire::AmId kOp, bool kNeedsSession, Handler<T> H>
   void Register();
 
-  void HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req, void* data,
+  ucs_status_t HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req, void* data,
                    size_t length, const ucp_am_recv_param_t* param);
-  void HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+  ucs_status_t HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
                   size_t length, const ucp_am_recv_param_t* param);
-  void HandleFetch(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
+  ucs_status_t HandleFetch(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
                    size_t length, const ucp_am_recv_param_t* param);
-  void HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+  ucs_status_t HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
                      size_t length, const ucp_am_recv_param_t* param);
-  void HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+  ucs_status_t HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
                     size_t length, const ucp_am_recv_param_t* param);
-  void HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
+  ucs_status_t HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
                          size_t length, const ucp_am_recv_param_t* param);
-  void HandleReleaseLease(Conn& conn, ucp_ep_h ep, const wire::LeaseRelease& req, void* data,
+  ucs_status_t HandleReleaseLease(Conn& conn, ucp_ep_h ep, const wire::LeaseRelease& req, void* data,
                           size_t length, const ucp_am_recv_param_t* param);
   // Forgets a connection: aborts its reservations, drops its leases.
   void Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it);
@@ -136,6 +156,13 @@ class DataPlane {
   Conn* Admit(const ucp_am_recv_param_t* param, const void* header, size_t header_length,
               size_t expected_length, wire::AmId op, bool needs_session);
   void FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTicket& ticket);
+  // A copied push has its tier memory: receives the data (eager: from `eager`; rendezvous:
+  // from the descriptor `data`) and commits.
+  void ReceivePush(ucp_ep_h ep, uint64_t request_id, Store::PushTicket ticket, void* data,
+                   size_t length, bool rndv, const std::vector<char>* eager);
+  void OnReserved(ucp_ep_h ep, uint64_t request_id, bool parked, Result<Store::PushTicket> t);
+  void OnFetched(ucp_ep_h ep, uint64_t request_id, bool mapped, const wire::FetchRequest& req,
+                 Result<Store::FetchGrant> grant);
   // Posts a Reply to `ep` if it is still connected.
   void Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, ReplyBody body);
   void Reply(ucp_ep_h ep, uint64_t request_id, const Status& status);
@@ -145,6 +172,7 @@ class DataPlane {
   SessionTable* const sessions_;
   DataPlaneCounters counters_;
   std::string address_;
+  std::shared_ptr<Liveness> liveness_ = std::make_shared<Liveness>();
   // Loop-thread state. Declared before loop_ so it outlives the progress thread.
   std::unordered_map<ucp_ep_h, Conn> conns_;
   ucp_listener_h listener_ = nullptr;

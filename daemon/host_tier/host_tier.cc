@@ -10,7 +10,20 @@
 
 namespace snapd {
 
-HostBlock::~HostBlock() { tier_->Free(offset_, size_); }
+HostBlock::~HostBlock() {
+  tier_->Free(offset_, size_);
+  std::function<void()> listener;
+  {
+    MutexLock lock(tier_->listener_mu_);
+    listener = tier_->listener_;
+  }
+  if (listener) listener();
+}
+
+void HostTier::SetReleaseListener(std::function<void()> listener) {
+  MutexLock lock(listener_mu_);
+  listener_ = std::move(listener);
+}
 
 Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes) {
   uint64_t budget = budget_bytes / kAlignment * kAlignment;

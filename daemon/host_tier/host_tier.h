@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,6 +55,9 @@ class HostTier {
 
   uint64_t budget() const { return budget_; }
   uint64_t used() const SNAPD_EXCLUDES(mu_);
+  // Called (without the tier's lock) after every block release, on the releasing thread; the
+  // store uses it to hand freed room to waiting pushes. Pass nullptr to clear.
+  void SetReleaseListener(std::function<void()> listener) SNAPD_EXCLUDES(listener_mu_);
   int fd() const { return fd_; }  // the arena memfd; owned by the tier
 
  private:
@@ -67,6 +71,8 @@ class HostTier {
   mutable Mutex mu_;
   std::map<uint64_t, uint64_t> free_ SNAPD_GUARDED_BY(mu_);  // offset -> length, coalesced
   uint64_t used_ SNAPD_GUARDED_BY(mu_) = 0;
+  mutable Mutex listener_mu_;
+  std::function<void()> listener_ SNAPD_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace snapd

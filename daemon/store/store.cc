@@ -4,6 +4,7 @@
 
 #include "checksum.h"
 #include "log.h"
+#include "placement/placement.h"
 #include "units.h"
 
 namespace snapd {
@@ -15,10 +16,6 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string StepName(const v1::RunRecord& run, uint64_t step) {
-  return "step " + std::to_string(step) + " of run '" + run.spec().name() + "'";
 }
 
 // Names the first field in which two specs differ, or "" when equal.
@@ -37,10 +34,21 @@ std::string SpecDifference(const v1::RunSpec& a, const v1::RunSpec& b) {
       !std::equal(a.shape().begin(), a.shape().end(), b.shape().begin())) {
     return "shape";
   }
+  // `b` is the request: default layers attach to whatever the run resolved them to.
+  if (b.layers() != v1::LAYERS_DEFAULT && a.layers() != b.layers()) {
+    return std::string("layers (") + LayersName(a.layers()) + " vs " + LayersName(b.layers()) +
+           ")";
+  }
+  if (a.keep() != b.keep()) return "keep";
+  if (a.block_when_full() != b.block_when_full()) return "block_when_full";
   return "";
 }
 
 }  // namespace
+
+std::string StepName(const v1::RunRecord& run, uint64_t step) {
+  return "step " + std::to_string(step) + " of run '" + run.spec().name() + "'";
+}
 
 uint64_t DtypeBytes(v1::Dtype dtype) {
   switch (dtype) {
@@ -66,6 +74,10 @@ Status ValidateRunSpec(const v1::RunSpec& spec) {
       return Status::InvalidArgument("run name '" + name +
                                      "' may contain only letters, digits, '.', '_' and '-'");
     }
+  }
+  if (!v1::Layers_IsValid(spec.layers())) {
+    return Status::InvalidArgument("run '" + name + "': unknown layers " +
+                                   std::to_string(spec.layers()));
   }
   if (!v1::Dtype_IsValid(spec.dtype())) {
     return Status::InvalidArgument("run '" + name + "': unknown dtype " +
@@ -95,13 +107,26 @@ Status ValidateRunSpec(const v1::RunSpec& spec) {
   return Status::Ok();
 }
 
-Store::Store(Catalog* catalog, HostTier* host, uint64_t epoch)
-    : catalog_(catalog), host_(host), epoch_(epoch) {}
+Store::Store(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOptions& options)
+    : catalog_(catalog), host_(host), disk_(disk), options_(options) {}
 
-Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, uint64_t epoch) {
-  std::unique_ptr<Store> store(new Store(catalog, host, epoch));
+Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, DiskTier* disk,
+                                           const StoreOptions& options) {
+  std::unique_ptr<Store> store(new Store(catalog, host, disk, options));
   SNAPD_RETURN_IF_ERROR(store->Load());
-  store->checksum_thread_ = std::thread([s = store.get()] { s->ChecksumLoop(); });
+  Store* s = store.get();
+  host->SetReleaseListener([s] { s->Wake(); });
+  s->io_ = std::make_unique<IoPool>(std::max(1, options.io_threads));
+  s->checksum_thread_ = std::thread([s] { s->ChecksumLoop(); });
+  s->tiering_thread_ = std::thread([s] { s->TieringLoop(); });
+  {
+    MutexLock lock(s->mu_);
+    for (auto& [id, run] : s->runs_) {
+      for (auto& [step, snap] : run.snapshots) {
+        if (!snap.verified) s->StartScrub(id, step);
+      }
+    }
+  }
   return store;
 }
 
@@ -110,8 +135,33 @@ Store::~Store() {
     MutexLock lock(mu_);
     stopping_ = true;
   }
+  {
+    MutexLock lock(wake_mu_);
+    wake_stop_ = true;
+  }
+  wake_cv_.NotifyAll();
   checksum_cv_.NotifyAll();
+  if (tiering_thread_.joinable()) tiering_thread_.join();
   if (checksum_thread_.joinable()) checksum_thread_.join();
+  io_.reset();  // finishes the I/O already queued; completions still find the index intact
+  host_->SetReleaseListener(nullptr);
+  // Whoever still waits gets an answer.
+  Deferred deferred;
+  {
+    MutexLock lock(mu_);
+    Status down = Status::Unavailable("snapd is shutting down");
+    for (auto& p : parked_pushes_) deferred.push_back([l = std::move(p.later), down] { l(down); });
+    parked_pushes_.clear();
+    for (auto& [id, run] : runs_) {
+      for (auto& [step, snap] : run.snapshots) {
+        for (auto& w : snap.waiters) deferred.push_back([l = std::move(w), down] { l(down); });
+        snap.waiters.clear();
+      }
+    }
+    for (auto& d : drains_) deferred.push_back([l = std::move(d.done), down] { l(down); });
+    drains_.clear();
+  }
+  for (auto& f : deferred) f();
 }
 
 Status Store::Load() {
@@ -124,23 +174,62 @@ Status Store::Load() {
     by_name_[r.spec().name()] = id;
     runs_[id].record = std::move(r);
   }
-  for (auto& s : snapshots) {
-    auto it = runs_.find(s.run_id());
+  std::set<std::string> keep;
+  uint64_t lost_host = 0, recovered = 0;
+  for (auto& rec : snapshots) {
+    auto it = runs_.find(rec.run_id());
     if (it == runs_.end()) continue;  // unreachable: DeleteRun removes both in one batch
-    if (s.tier() == v1::TIER_HOST && s.daemon_epoch() != epoch_) {
-      s.set_tier(v1::TIER_LOST);
-      s.set_stored_bytes(0);
-      SNAPD_RETURN_IF_ERROR(catalog_->PutSnapshot(s));
+    Run& run = it->second;
+    Snapshot& snap = run.snapshots[rec.step()];
+    snap.record = std::move(rec);
+    snap.generation = next_generation_++;
+    v1::SnapshotRecord& r = snap.record;
+    if (r.tier() == v1::TIER_HOST && r.daemon_epoch() != options_.epoch) {
+      ++lost_host;
+      MarkLost(run, snap, "");
+    } else if (r.tier() == v1::TIER_DISK) {
+      Status adopted = disk_ ? disk_->Adopt(r.spool(), r.run_id(), r.disk_name(), r.raw_bytes())
+                             : Status::FailedPrecondition("snapd now runs without a disk tier");
+      if (adopted.ok()) {
+        keep.insert(DiskTier::Key(r.spool(), r.run_id(), r.disk_name()));
+        snap.verified = false;  // checked by a background scrub (StartScrub) and on every read
+        ++recovered;
+      } else {
+        SNAPD_LOG_WARN("%s: %s", StepName(run.record, r.step()).c_str(),
+                       adopted.message().c_str());
+        MarkLost(run, snap, "");
+      }
     }
-    if (s.tier() == v1::TIER_LOST) ++lost_snapshots_;
-    uint64_t step = s.step();
-    it->second.snapshots[step].record = std::move(s);
+    run.stored_bytes += snap.record.stored_bytes();
   }
-  if (lost_snapshots_) {
+  if (disk_) {
+    uint64_t orphans = disk_->RemoveOrphans(keep);
+    if (orphans) {
+      SNAPD_LOG_INFO("removed %llu spool files no snapshot record names (interrupted writes)",
+                     static_cast<unsigned long long>(orphans));
+    }
+  }
+  if (lost_host) {
     SNAPD_LOG_WARN("%llu host-tier snapshots from an earlier start are lost",
-                   static_cast<unsigned long long>(lost_snapshots_));
+                   static_cast<unsigned long long>(lost_host));
+  }
+  if (recovered) {
+    SNAPD_LOG_INFO("recovered %llu disk-tier snapshots; verifying their checksums",
+                   static_cast<unsigned long long>(recovered));
   }
   return Status::Ok();
+}
+
+void Store::MarkLost(Run& run, Snapshot& snap, const std::string& why) {
+  v1::SnapshotRecord& r = snap.record;
+  if (!why.empty()) SNAPD_LOG_ERROR("%s is lost: %s", StepName(run.record, r.step()).c_str(),
+                                    why.c_str());
+  run.stored_bytes -= r.stored_bytes();
+  r.set_tier(v1::TIER_LOST);
+  r.set_stored_bytes(0);
+  snap.block.reset();
+  Status s = catalog_->PutSnapshot(r);
+  if (!s.ok()) SNAPD_LOG_ERROR("recording a lost snapshot: %s", s.ToString().c_str());
 }
 
 static Status RunNotFound(const std::string& name) {
@@ -168,6 +257,22 @@ Result<Store::Run*> Store::FindById(uint64_t run_id) {
   return &it->second;
 }
 
+Store::Snapshot* Store::FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) {
+  auto run = runs_.find(run_id);
+  if (run == runs_.end()) return nullptr;
+  auto snap = run->second.snapshots.find(step);
+  if (snap == run->second.snapshots.end() || snap->second.generation != generation) {
+    return nullptr;
+  }
+  return &snap->second;
+}
+
+Result<uint64_t> Store::RunId(const std::string& name) const {
+  MutexLock lock(mu_);
+  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name));
+  return run->record.run_id();
+}
+
 v1::RunInfo Store::Info(const Run& run) {
   v1::RunInfo info;
   info.set_run_id(run.record.run_id());
@@ -177,13 +282,16 @@ v1::RunInfo Store::Info(const Run& run) {
   info.set_stored_bytes(run.stored_bytes);
   info.set_owner_uid(run.record.owner_uid());
   info.set_created_unix_ms(run.record.created_unix_ms());
+  info.set_host_boundary(run.record.host_boundary());
   return info;
 }
 
-v1::SnapshotInfo Store::Info(const v1::SnapshotRecord& rec) {
+v1::SnapshotInfo Store::Info(const Snapshot& snap) {
+  const v1::SnapshotRecord& rec = snap.record;
   v1::SnapshotInfo info;
   info.set_step(rec.step());
-  info.set_tier(rec.tier());
+  info.set_tier(rec.tier() == v1::TIER_DISK && snap.block ? v1::TIER_HOST : rec.tier());
+  info.set_on_disk(rec.tier() == v1::TIER_DISK);
   info.set_raw_bytes(rec.raw_bytes());
   info.set_stored_bytes(rec.stored_bytes());
   info.set_checksum(rec.checksum());
@@ -191,22 +299,45 @@ v1::SnapshotInfo Store::Info(const v1::SnapshotRecord& rec) {
   return info;
 }
 
-Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, bool* created) {
-  SNAPD_RETURN_IF_ERROR(ValidateRunSpec(spec));
+uint64_t Store::BlockBytes(const Run& run) const {
+  uint64_t b = run.record.spec().bytes_per_step();
+  return (b + HostTier::kAlignment - 1) / HostTier::kAlignment * HostTier::kAlignment;
+}
+
+Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_uid,
+                                   bool* created) {
+  SNAPD_RETURN_IF_ERROR(ValidateRunSpec(requested));
+  v1::RunSpec spec = requested;
+  const std::string& name = spec.name();
+  if (spec.layers() == v1::LAYERS_DEFAULT) {
+    spec.set_layers(disk_ ? v1::LAYERS_DISK_HOST : v1::LAYERS_HOST);
+  }
+  if (UsesDevice(spec.layers())) {
+    return Status::FailedPrecondition(
+        "run '" + name + "': layers " + LayersName(spec.layers()) +
+        " need the device tier (the client's GPU pool), which this snapd does not serve yet; "
+        "use " + (disk_ ? "DiskHost, Host or Disk" : "Host"));
+  }
+  if (UsesDisk(spec.layers()) && !disk_) {
+    return Status::FailedPrecondition(
+        "run '" + name + "': layers " + LayersName(spec.layers()) +
+        " need a disk tier, and this snapd runs without one (spool_dirs = none); use Host, or "
+        "start snapd with spool_dirs");
+  }
   if (spec.bytes_per_step() > host_->budget()) {
     return Status::ResourceExhausted(
-        "run '" + spec.name() + "': one step of " + FormatBytes(spec.bytes_per_step()) +
+        "run '" + name + "': one step of " + FormatBytes(spec.bytes_per_step()) +
         " exceeds the whole host tier (" + FormatBytes(host_->budget()) +
         "); raise host_mem or split the snapshot");
   }
   MutexLock lock(mu_);
-  if (auto it = by_name_.find(spec.name()); it != by_name_.end()) {
+  if (auto it = by_name_.find(name); it != by_name_.end()) {
     Run& run = runs_.at(it->second);
-    std::string diff = SpecDifference(run.record.spec(), spec);
+    std::string diff = SpecDifference(run.record.spec(), requested);
     if (!diff.empty()) {
-      return Status::AlreadyExists("run '" + spec.name() + "' exists with a different " + diff +
-                                   "; pick another name or delete it (`snapctl rm " +
-                                   spec.name() + "`)");
+      return Status::AlreadyExists("run '" + name + "' exists with a different " + diff +
+                                   "; pick another name or delete it (`snapctl rm " + name +
+                                   "`)");
     }
     *created = false;
     return Info(run);
@@ -218,8 +349,10 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, 
   run.record.set_state(v1::RUN_OPEN);
   run.record.set_owner_uid(owner_uid);
   run.record.set_created_unix_ms(NowMs());
+  run.record.set_host_boundary(HostBoundary(spec.layers(), spec.steps(), BlockBytes(run),
+                                            host_->budget() - host_->used()));
   SNAPD_RETURN_IF_ERROR(catalog_->PutRun(run.record));
-  by_name_[spec.name()] = id;
+  by_name_[name] = id;
   *created = true;
   return Info(runs_[id] = std::move(run));
 }
@@ -236,17 +369,58 @@ Result<v1::RunInfo> Store::CloseRun(const std::string& name) {
   return Info(*run);
 }
 
+// Frees what a snapshot holds once it is gone from the index: its disk file (on an I/O thread)
+// and its waiting fetches (answered with `why`).
+static void ReleaseSnapshotResources(DiskTier* disk, IoPool* io, uint64_t run_id,
+                                     const v1::SnapshotRecord& rec,
+                                     std::vector<Store::FetchLater> waiters, const Status& why,
+                                     std::vector<std::function<void()>>& deferred) {
+  if (rec.tier() == v1::TIER_DISK && disk) {
+    io->Submit([disk, run_id, spool = rec.spool(), name = rec.disk_name(),
+                raw = rec.raw_bytes()] { disk->Remove(spool, run_id, name, raw); },
+               /*urgent=*/false);
+  }
+  for (auto& w : waiters) deferred.push_back([w = std::move(w), why] { w(why); });
+}
+
+Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
+  uint64_t id = run.record.run_id();
+  SNAPD_RETURN_IF_ERROR(catalog_->DeleteSnapshot(id, it->first));
+  Deferred deferred;
+  ReleaseSnapshotResources(disk_, io_.get(), id, it->second.record,
+                           std::move(it->second.waiters),
+                           Status::NotFound(StepName(run.record, it->first) +
+                                            " was deleted while being read"),
+                           deferred);
+  if (it->second.record.tier() == v1::TIER_DISK) disk_full_ = false;
+  run.stored_bytes -= it->second.record.stored_bytes();
+  run.snapshots.erase(it);  // an in-flight fetch keeps the block until it completes
+  // Waiters of a deleted snapshot are answered from an I/O thread, never under mu_.
+  if (!deferred.empty()) {
+    io_->Submit([d = std::move(deferred)] { for (auto& f : d) f(); }, /*urgent=*/true);
+  }
+  return Status::Ok();
+}
+
 Result<uint64_t> Store::DeleteRun(const std::string& name) {
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name));
   uint64_t id = run->record.run_id();
   SNAPD_RETURN_IF_ERROR(catalog_->DeleteRun(id));
   uint64_t freed = run->stored_bytes;
-  for (const auto& [step, snap] : run->snapshots) {
-    if (snap.record.tier() == v1::TIER_LOST) --lost_snapshots_;
+  Deferred deferred;
+  Status why = Status::NotFound("run '" + name + "' was deleted while a step was being read");
+  for (auto& [step, snap] : run->snapshots) {
+    ReleaseSnapshotResources(disk_, io_.get(), id, snap.record, std::move(snap.waiters), why,
+                             deferred);
   }
+  disk_full_ = false;
   by_name_.erase(name);
   runs_.erase(id);  // blocks still held by in-flight fetches are freed when those complete
+  if (!deferred.empty()) {
+    io_->Submit([d = std::move(deferred)] { for (auto& f : d) f(); }, /*urgent=*/true);
+  }
+  Wake();
   return freed;
 }
 
@@ -257,11 +431,9 @@ Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step) {
   if (it == run->snapshots.end()) {
     return Status::NotFound(StepName(run->record, step) + " was never stored");
   }
-  SNAPD_RETURN_IF_ERROR(catalog_->DeleteSnapshot(run->record.run_id(), step));
   uint64_t freed = it->second.record.stored_bytes();
-  if (it->second.record.tier() == v1::TIER_LOST) --lost_snapshots_;
-  run->stored_bytes -= freed;
-  run->snapshots.erase(it);  // an in-flight fetch keeps the block until it completes
+  SNAPD_RETURN_IF_ERROR(Erase(*run, it));
+  Wake();
   return freed;
 }
 
@@ -279,7 +451,7 @@ Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& na
   *info = Info(*run);
   std::vector<v1::SnapshotInfo> out;
   out.reserve(run->snapshots.size());
-  for (const auto& [step, snap] : run->snapshots) out.push_back(Info(snap.record));
+  for (const auto& [step, snap] : run->snapshots) out.push_back(Info(snap));
   return out;
 }
 
@@ -288,12 +460,29 @@ Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step) c
   SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name));
   auto it = run->snapshots.find(step);
   if (it == run->snapshots.end()) {
+    if (run->released.count(step)) {
+      return Status::NotFound(StepName(run->record, step) +
+                              " was read once and released (open the run with keep to read "
+                              "steps more than once)");
+    }
     return Status::NotFound(StepName(run->record, step) + " was never stored");
   }
-  return Info(it->second.record);
+  return Info(it->second);
 }
 
-Result<Store::PushTicket> Store::BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes) {
+Status Store::Validate(const Run& run, uint64_t step, uint64_t bytes, const char* what) const {
+  const v1::RunRecord& r = run.record;
+  if (bytes != r.spec().bytes_per_step()) {
+    std::string moved = std::string(what) == "fetch" ? " into a buffer of " : " carries ";
+    return Status::InvalidArgument(std::string(what) + " of " + StepName(r, step) + moved +
+                                   std::to_string(bytes) + " bytes but the run stores " +
+                                   std::to_string(r.spec().bytes_per_step()) + " per step");
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint64_t step,
+                                                          uint64_t bytes, PushLater later) {
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id));
   const v1::RunRecord& r = run->record;
@@ -302,15 +491,15 @@ Result<Store::PushTicket> Store::BeginPush(uint64_t run_id, uint64_t step, uint6
                                       "' is closed: its forward pass is over, it takes no "
                                       "more pushes");
   }
+  if (r.spec().layers() == v1::LAYERS_NO_LAYERS) {
+    return Status::FailedPrecondition("run '" + r.spec().name() +
+                                      "' has layers NoLayers: it stores no snapshots");
+  }
   if (r.spec().steps() != 0 && step >= r.spec().steps()) {
     return Status::OutOfRange(StepName(r, step) + " is outside the declared steps 0.." +
                               std::to_string(r.spec().steps() - 1));
   }
-  if (bytes != r.spec().bytes_per_step()) {
-    return Status::InvalidArgument("push of " + StepName(r, step) + " carries " +
-                                   std::to_string(bytes) + " bytes but the run stores " +
-                                   std::to_string(r.spec().bytes_per_step()) + " per step");
-  }
+  SNAPD_RETURN_IF_ERROR(Validate(*run, step, bytes, "push"));
   if (run->snapshots.count(step)) {
     return Status::AlreadyExists(StepName(r, step) +
                                  " is already stored; each step is pushed once");
@@ -318,9 +507,18 @@ Result<Store::PushTicket> Store::BeginPush(uint64_t run_id, uint64_t step, uint6
   if (run->in_flight.count(step)) {
     return Status::AlreadyExists(StepName(r, step) + " is already being pushed");
   }
-  SNAPD_ASSIGN_OR_RETURN(auto block, host_->Allocate(bytes));
+  auto block = parked_pushes_.empty() ? host_->Allocate(bytes)
+                                      : Status::ResourceExhausted("earlier pushes are waiting");
+  if (block.ok()) {
+    run->in_flight.insert(step);
+    return std::optional<PushTicket>(PushTicket{run_id, step, std::move(block).value()});
+  }
+  // Room comes from demotion to disk, or (blocking runs) from deletes and consumed steps.
+  if (!disk_ && !r.spec().block_when_full()) return block.status();
   run->in_flight.insert(step);
-  return PushTicket{run_id, step, std::move(block)};
+  parked_pushes_.push_back(ParkedPush{run_id, step, bytes, std::move(later)});
+  Wake();
+  return std::optional<PushTicket>();
 }
 
 Status Store::CommitPush(const PushTicket& t) {
@@ -341,12 +539,17 @@ Status Store::CommitPush(const PushTicket& t) {
   rec.set_raw_bytes(raw);
   rec.set_stored_bytes(raw);
   rec.set_checksum_state(v1::CHECKSUM_PENDING);
-  rec.set_daemon_epoch(epoch_);
+  rec.set_daemon_epoch(options_.epoch);
   SNAPD_RETURN_IF_ERROR(catalog_->PutSnapshot(rec));
-  run.snapshots[t.step] = Snapshot{std::move(rec), t.block};
+  Snapshot& snap = run.snapshots[t.step];
+  snap.record = std::move(rec);
+  snap.block = t.block;
+  snap.generation = next_generation_++;
+  run.released.erase(t.step);
   run.stored_bytes += raw;
-  checksum_queue_.push_back({t.run_id, t.step, raw, t.block});
+  checksum_queue_.push_back({t.run_id, t.step, snap.generation, raw, t.block});
   checksum_cv_.NotifyOne();
+  if (DemotionWanted(run, snap)) Wake();
   return Status::Ok();
 }
 
@@ -355,35 +558,111 @@ void Store::AbortPush(const PushTicket& t) {
   if (auto it = runs_.find(t.run_id); it != runs_.end()) it->second.in_flight.erase(t.step);
 }
 
-Result<std::shared_ptr<HostBlock>> Store::BeginFetch(uint64_t run_id, uint64_t step,
-                                                     uint64_t bytes) {
+Result<std::optional<Store::FetchGrant>> Store::BeginFetch(uint64_t run_id, uint64_t step,
+                                                           uint64_t bytes, bool backward,
+                                                           FetchLater later) {
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id));
   const v1::RunRecord& r = run->record;
-  if (bytes != r.spec().bytes_per_step()) {
-    return Status::InvalidArgument("fetch of " + StepName(r, step) + " into a buffer of " +
-                                   std::to_string(bytes) + " bytes; the run stores " +
-                                   std::to_string(r.spec().bytes_per_step()) + " per step");
-  }
+  SNAPD_RETURN_IF_ERROR(Validate(*run, step, bytes, "fetch"));
   auto it = run->snapshots.find(step);
   if (it == run->snapshots.end()) {
+    if (run->released.count(step)) {
+      return Status::NotFound(StepName(r, step) +
+                              " was read once and released (open the run with keep to read "
+                              "steps more than once)");
+    }
     return Status::NotFound(StepName(r, step) + " was never stored");
   }
-  if (it->second.record.tier() == v1::TIER_LOST) {
+  Snapshot& snap = it->second;
+  if (snap.record.tier() == v1::TIER_LOST) {
     return Status::DataLoss(StepName(r, step) +
-                            " was lost: it was in host memory when snapd restarted");
+                            " was lost: it was in host memory when snapd restarted, or its "
+                            "disk copy failed verification");
   }
-  return it->second.block;
+  if (backward) {
+    int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count();
+    if (run->last_fetch_ns && step < run->last_fetch_step) {
+      double dt = static_cast<double>(now - run->last_fetch_ns) /
+                  static_cast<double>(run->last_fetch_step - step);
+      run->pace_ns = run->pace_ns > 0 ? 0.7 * run->pace_ns + 0.3 * dt : dt;
+    }
+    run->last_fetch_ns = now;
+    run->last_fetch_step = step;
+    run->prefetch_from = step;
+  }
+  std::optional<FetchGrant> grant;
+  if (snap.block) {
+    if (snap.record.tier() == v1::TIER_DISK) ++counters_.prefetch_hits;
+    grant = FetchGrant{snap.block, snap.generation};
+  } else {
+    // On disk only: answer once the read lands; it goes before any read-ahead.
+    ++counters_.demand_reads;
+    snap.waiters.push_back(std::move(later));
+    if (!snap.reading && !StartRead(*run, snap, /*urgent=*/true)) {
+      parked_reads_.insert({run_id, step});
+      Wake();
+    }
+  }
+  if (backward && parked_reads_.empty() && parked_pushes_.empty()) SchedulePrefetch(*run);
+  return grant;
+}
+
+void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
+  MutexLock lock(mu_);
+  auto run = runs_.find(run_id);
+  if (run == runs_.end() || run->second.record.spec().keep()) return;
+  auto it = run->second.snapshots.find(step);
+  if (it == run->second.snapshots.end() || it->second.generation != generation) return;
+  Status s = Erase(run->second, it);
+  if (!s.ok()) {
+    SNAPD_LOG_ERROR("releasing a consumed step: %s", s.ToString().c_str());
+    return;
+  }
+  run->second.released.insert(step);
+  ++counters_.released;
+  Wake();
+}
+
+Result<uint64_t> Store::Prefetch(const std::string& name, const std::vector<uint64_t>& steps) {
+  MutexLock lock(mu_);
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name));
+  uint64_t started = 0;
+  for (uint64_t step : steps) {
+    auto it = run->snapshots.find(step);
+    if (it == run->snapshots.end()) continue;
+    Snapshot& snap = it->second;
+    if (snap.record.tier() != v1::TIER_DISK || snap.block || snap.reading) continue;
+    if (!StartRead(*run, snap, /*urgent=*/false)) break;  // no host room left
+    ++started;
+  }
+  return started;
+}
+
+void Store::Drain(std::function<void(Result<DrainResult>)> done) {
+  {
+    MutexLock lock(mu_);
+    if (disk_) {
+      drains_.push_back(DrainWaiter{std::move(done), {}});
+      Wake();
+      return;
+    }
+  }
+  done(Status::FailedPrecondition(
+      "snapd runs without a disk tier (spool_dirs = none): there is nowhere to drain to"));
 }
 
 StoreCounters Store::Counters() const {
   MutexLock lock(mu_);
-  StoreCounters c;
+  StoreCounters c = counters_;
   c.runs = runs_.size();
-  c.lost_snapshots = lost_snapshots_;
   for (const auto& [id, run] : runs_) {
     for (const auto& [step, snap] : run.snapshots) {
-      if (snap.record.tier() == v1::TIER_HOST) ++c.host_snapshots;
+      if (snap.block) ++c.host_snapshots;
+      if (snap.record.tier() == v1::TIER_DISK) ++c.disk_snapshots;
+      if (snap.record.tier() == v1::TIER_LOST) ++c.lost_snapshots;
     }
   }
   return c;
@@ -405,27 +684,35 @@ void Store::ChecksumLoop() {
     if (stopping_) return;
     ChecksumJob job = std::move(checksum_queue_.front());
     checksum_queue_.pop_front();
+    Snapshot* current = FindSnapshot(job.run_id, job.step, job.generation);
+    if (!current || current->record.checksum_state() == v1::CHECKSUM_RECORDED) {
+      job.block.reset();  // deleted, or a demotion recorded it already: nothing to hash
+      checksum_cv_.NotifyAll();
+      continue;
+    }
     checksum_busy_ = true;
     lock.Unlock();
     uint64_t sum = Checksum(job.block->data(), job.bytes);
+    job.block.reset();
     lock.Lock();
     checksum_busy_ = false;
-    // Record it only if the snapshot is still the one hashed (the run may have been deleted).
-    if (auto run = runs_.find(job.run_id); run != runs_.end()) {
-      auto snap = run->second.snapshots.find(job.step);
-      if (snap != run->second.snapshots.end() && snap->second.block == job.block) {
-        v1::SnapshotRecord updated = snap->second.record;
-        updated.set_checksum(sum);
-        updated.set_checksum_state(v1::CHECKSUM_RECORDED);
-        Status s = catalog_->PutSnapshot(updated);
-        if (s.ok()) {
-          snap->second.record = std::move(updated);
-        } else {
-          SNAPD_LOG_ERROR("recording checksum: %s", s.ToString().c_str());
-        }
+    // Record it only if this copy of the step is still stored and still unrecorded (a
+    // demotion records the checksum itself if it gets there first).
+    Snapshot* snap = FindSnapshot(job.run_id, job.step, job.generation);
+    if (snap && snap->record.checksum_state() == v1::CHECKSUM_PENDING &&
+        snap->record.tier() != v1::TIER_LOST) {
+      v1::SnapshotRecord updated = snap->record;
+      updated.set_checksum(sum);
+      updated.set_checksum_state(v1::CHECKSUM_RECORDED);
+      Status s = catalog_->PutSnapshot(updated);
+      if (s.ok()) {
+        snap->record = std::move(updated);
+      } else {
+        SNAPD_LOG_ERROR("recording checksum: %s", s.ToString().c_str());
       }
     }
     checksum_cv_.NotifyAll();
+    Wake();  // tiering holds back while checksums are pending (see FreeHostRoom)
   }
 }
 

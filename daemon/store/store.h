@@ -1,25 +1,34 @@
-// The store: snapd's index of runs and snapshots, kept in memory over the catalog (RocksDB)
-// and the host tier, and the single place where every request is validated.
+// The store: snapd's index of runs and snapshots, kept in memory over the catalog (RocksDB),
+// the host tier and the disk tier; the single place where every request is validated, and
+// where placement is applied (store/tiering.cc: demotion, prefetch, read-once release).
 //
-// Invariant: a snapshot is visible (Locate, List, Fetch) only once its bytes are in its tier
-// and its record is in the catalog; a push that fails or is abandoned leaves neither.
+// Invariant: a snapshot is visible (Locate, List, Fetch) only once its bytes are where its
+// record says: in host memory (TIER_HOST) or in a complete, synced spool file (TIER_DISK); a
+// push that fails or is abandoned leaves neither. A disk-tier snapshot may also have a host
+// copy (read ahead of a fetch); the record stays TIER_DISK, so a crash loses nothing.
 //
-// Thread-safety: every public method is thread-safe (one mutex guards the index; catalog
-// writes happen under it so the index and the catalog never disagree). A background thread
-// computes each stored snapshot's checksum and records it.
+// Threading: every public method is thread-safe and never blocks on I/O: one mutex guards the
+// index, and catalog writes happen under it so the index and the catalog never disagree.
+// Disk I/O runs on an IoPool; a tiering thread moves snapshots between tiers; a checksum
+// thread records checksums. Requests that must wait (a push when the host tier is full, a
+// fetch of a step still on disk) return "later" and get their answer through a callback, run
+// on one of those threads without the store's mutex held.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "disk_tier/disk_tier.h"
+#include "disk_tier/io_pool.h"
 #include "host_tier/host_tier.h"
 #include "snapd/status.h"
 #include "snapd/v1/control.pb.h"
@@ -29,96 +38,217 @@ namespace snapd {
 
 struct StoreCounters {
   uint64_t runs = 0;
-  uint64_t host_snapshots = 0;
+  uint64_t host_snapshots = 0;  // whose bytes are in host memory (only copy or read-ahead)
+  uint64_t disk_snapshots = 0;
   uint64_t lost_snapshots = 0;
+  uint64_t demotions = 0;
+  uint64_t disk_reads = 0;
+  uint64_t prefetch_hits = 0;
+  uint64_t demand_reads = 0;
+  uint64_t released = 0;
+};
+
+struct StoreOptions {
+  uint64_t epoch = 0;         // this daemon start (Catalog::BeginEpoch)
+  int io_threads = 2;         // disk I/O threads
+  uint64_t max_prefetch = 8;  // upper bound of the adaptive read-ahead depth
 };
 
 class Store {
  public:
-  // Loads the catalog. Host-tier snapshots recorded by an earlier daemon start (`epoch` is this
-  // start's) did not survive it: they are re-recorded as TIER_LOST and reported as lost.
-  static Result<std::unique_ptr<Store>> Open(Catalog* catalog, HostTier* host, uint64_t epoch);
+  // Loads the catalog. Host-tier snapshots recorded by an earlier start did not survive it and
+  // are re-recorded as TIER_LOST; disk-tier ones whose file is present and complete are
+  // recovered (their checksums are verified in the background and on every read), others are
+  // marked lost. `disk` may be null (no disk tier). Files no record names are deleted.
+  static Result<std::unique_ptr<Store>> Open(Catalog* catalog, HostTier* host, DiskTier* disk,
+                                             const StoreOptions& options);
   ~Store();
 
   Result<v1::RunInfo> OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, bool* created)
       SNAPD_EXCLUDES(mu_);
   Result<v1::RunInfo> CloseRun(const std::string& name) SNAPD_EXCLUDES(mu_);
-  // Returns the host-tier bytes released.
+  // Returns the tier bytes released.
   Result<uint64_t> DeleteRun(const std::string& name) SNAPD_EXCLUDES(mu_);
-  // Removes one snapshot; returns the tier bytes released.
   Result<uint64_t> DeleteSnapshot(const std::string& name, uint64_t step) SNAPD_EXCLUDES(mu_);
   std::vector<v1::RunInfo> ListRuns() const SNAPD_EXCLUDES(mu_);
   Result<std::vector<v1::SnapshotInfo>> ListSnapshots(const std::string& name,
                                                       v1::RunInfo* run) const SNAPD_EXCLUDES(mu_);
   Result<v1::SnapshotInfo> Locate(const std::string& name, uint64_t step) const SNAPD_EXCLUDES(mu_);
+  Result<uint64_t> RunId(const std::string& name) const SNAPD_EXCLUDES(mu_);
 
   // A push between BeginPush and CommitPush/AbortPush: the step is reserved and `block` holds
-  // the tier memory its bytes go to.
+  // the host memory its bytes go to (also the staging buffer of a step bound for disk).
   struct PushTicket {
     uint64_t run_id = 0;
     uint64_t step = 0;
     std::shared_ptr<HostBlock> block;
   };
-  Result<PushTicket> BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  using PushLater = std::function<void(Result<PushTicket>)>;
+  // Validates and reserves host memory. Returns the ticket, an error, or nullopt when the host
+  // tier is full but room is coming (demotion to disk): `later` then gets the ticket or the
+  // error.
+  Result<std::optional<PushTicket>> BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes,
+                                              PushLater later) SNAPD_EXCLUDES(mu_);
   Status CommitPush(const PushTicket& ticket) SNAPD_EXCLUDES(mu_);
   void AbortPush(const PushTicket& ticket) SNAPD_EXCLUDES(mu_);
 
-  // The block holding the step's bytes; shared so a concurrent DeleteRun cannot free it under
-  // an in-flight send.
-  Result<std::shared_ptr<HostBlock>> BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes)
+  // The step's bytes in host memory. `generation` identifies this copy of the step for
+  // Consumed (a step deleted and pushed again is another generation).
+  struct FetchGrant {
+    std::shared_ptr<HostBlock> block;  // shared: a concurrent delete cannot free it under a send
+    uint64_t generation = 0;
+  };
+  using FetchLater = std::function<void(Result<FetchGrant>)>;
+  // Returns the bytes now, an error, or nullopt while they are read from disk (`later` gets the
+  // result). `backward`: the fetch is the backward pass (it paces and triggers prefetch);
+  // false for a dump.
+  Result<std::optional<FetchGrant>> BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes,
+                                               bool backward, FetchLater later)
       SNAPD_EXCLUDES(mu_);
+  // The solver has the bytes of a fetched step: unless the run keeps steps, the step is
+  // released (read-once).
+  void Consumed(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_EXCLUDES(mu_);
+
+  // Starts disk reads of these steps into host memory; returns how many started.
+  Result<uint64_t> Prefetch(const std::string& name, const std::vector<uint64_t>& steps)
+      SNAPD_EXCLUDES(mu_);
+  struct DrainResult {
+    uint64_t moved = 0;
+    uint64_t moved_bytes = 0;
+  };
+  // Writes every host-only snapshot to disk; `done` runs once they all are (or one failed).
+  void Drain(std::function<void(Result<DrainResult>)> done) SNAPD_EXCLUDES(mu_);
 
   StoreCounters Counters() const SNAPD_EXCLUDES(mu_);
   uint64_t host_budget() const { return host_->budget(); }
   uint64_t host_used() const { return host_->used(); }
+  const DiskTier* disk() const { return disk_; }
 
-  // Blocks until every checksum queued so far is recorded (tests, orderly shutdown).
+  // Blocks until every checksum queued so far is recorded and the tiering thread has nothing
+  // in flight (tests, orderly shutdown).
   void WaitChecksumsIdle() SNAPD_EXCLUDES(mu_);
+  void WaitTieringIdle() SNAPD_EXCLUDES(mu_);
 
  private:
   struct Snapshot {
-    v1::SnapshotRecord record;
-    std::shared_ptr<HostBlock> block;  // null unless record.tier() == TIER_HOST
+    v1::SnapshotRecord record;         // durable truth: TIER_HOST, TIER_DISK or TIER_LOST
+    std::shared_ptr<HostBlock> block;  // host bytes: the only copy (HOST) or a read-ahead (DISK)
+    uint64_t generation = 0;           // unique per stored copy; also arrival order
+    bool writing = false;              // a demotion is writing `block` to disk
+    bool reading = false;              // a disk read into host memory is in flight
+    bool verified = true;              // false for a recovered file not yet checksummed
+    std::vector<FetchLater> waiters;   // fetches waiting for that read
   };
   struct Run {
     v1::RunRecord record;
     std::map<uint64_t, Snapshot> snapshots;
-    std::set<uint64_t> in_flight;
+    std::set<uint64_t> in_flight;  // pushes reserved or waiting for room
+    std::set<uint64_t> released;   // read-once steps already consumed (this daemon start)
     uint64_t stored_bytes = 0;
+    // Backward pace: time between consecutive fetches of descending steps (EWMA).
+    int64_t last_fetch_ns = 0;
+    uint64_t last_fetch_step = 0;
+    double pace_ns = 0;
+    uint64_t prefetch_from = 0;  // read ahead below this step (the last backward fetch); 0 = none
   };
   struct ChecksumJob {
     uint64_t run_id;
     uint64_t step;
+    uint64_t generation;
     uint64_t bytes;
     std::shared_ptr<HostBlock> block;
   };
+  struct ParkedPush {
+    uint64_t run_id;
+    uint64_t step;
+    uint64_t bytes;
+    PushLater later;
+  };
+  struct DrainWaiter {
+    std::function<void(Result<DrainResult>)> done;
+    DrainResult result;
+  };
+  using Key = std::pair<uint64_t, uint64_t>;  // (run_id, step)
+  // Callbacks collected under the mutex, run after it is released.
+  using Deferred = std::vector<std::function<void()>>;
 
-  Store(Catalog* catalog, HostTier* host, uint64_t epoch);
+  Store(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOptions& options);
   Status Load();
   void ChecksumLoop() SNAPD_EXCLUDES(mu_);
   Result<const Run*> FindByName(const std::string& name) const SNAPD_REQUIRES(mu_);
   Result<Run*> FindByName(const std::string& name) SNAPD_REQUIRES(mu_);
   Result<Run*> FindById(uint64_t run_id) SNAPD_REQUIRES(mu_);
+  Snapshot* FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_REQUIRES(mu_);
   static v1::RunInfo Info(const Run& run);
-  static v1::SnapshotInfo Info(const v1::SnapshotRecord& rec);
+  static v1::SnapshotInfo Info(const Snapshot& snap);
+  Status Validate(const Run& run, uint64_t step, uint64_t bytes, const char* what) const;
+  // Removes a snapshot from the index and the catalog, freeing its tiers.
+  Status Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) SNAPD_REQUIRES(mu_);
+  void MarkLost(Run& run, Snapshot& snap, const std::string& why) SNAPD_REQUIRES(mu_);
+
+  // Tiering (store/tiering.cc).
+  void TieringLoop() SNAPD_EXCLUDES(mu_);
+  void Wake();
+  // One pass of the policy; returns callbacks to run unlocked.
+  void Rebalance(Deferred& deferred) SNAPD_REQUIRES(mu_);
+  void GrantParkedPushes(Deferred& deferred) SNAPD_REQUIRES(mu_);
+  // Starts the disk reads that fetches wait on, as far as host room allows.
+  void ServeParkedReads() SNAPD_REQUIRES(mu_);
+  void StartDemotion(Run& run, Snapshot& snap) SNAPD_REQUIRES(mu_);
+  void FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation, uint32_t spool,
+                      const std::string& name, uint64_t raw, uint64_t checksum, Status written)
+      SNAPD_EXCLUDES(mu_);
+  // Starts a disk read of `snap` into host memory if there is room; false if not.
+  bool StartRead(Run& run, Snapshot& snap, bool urgent) SNAPD_REQUIRES(mu_);
+  void FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
+                  std::shared_ptr<HostBlock> block, Status read, int64_t started_ns)
+      SNAPD_EXCLUDES(mu_);
+  void StartScrub(uint64_t run_id, uint64_t step) SNAPD_REQUIRES(mu_);
+  void SchedulePrefetch(Run& run) SNAPD_REQUIRES(mu_);
+  // Drops one read-ahead copy or starts one demotion to make host room; false if neither.
+  bool FreeHostRoom() SNAPD_REQUIRES(mu_);
+  bool DemotionWanted(const Run& run, const Snapshot& snap) const SNAPD_REQUIRES(mu_);
+  void FinishDrainsIfDone(Deferred& deferred) SNAPD_REQUIRES(mu_);
+  uint64_t BlockBytes(const Run& run) const;
 
   Catalog* const catalog_;
   HostTier* const host_;
-  const uint64_t epoch_;
+  DiskTier* const disk_;  // null: no disk tier
+  const StoreOptions options_;
 
   mutable Mutex mu_;
   std::map<uint64_t, Run> runs_ SNAPD_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> by_name_ SNAPD_GUARDED_BY(mu_);
-  uint64_t lost_snapshots_ SNAPD_GUARDED_BY(mu_) = 0;
+  uint64_t next_generation_ SNAPD_GUARDED_BY(mu_) = 1;
+  StoreCounters counters_ SNAPD_GUARDED_BY(mu_);  // demotions, reads, hits, releases
   std::deque<ChecksumJob> checksum_queue_ SNAPD_GUARDED_BY(mu_);
   bool checksum_busy_ SNAPD_GUARDED_BY(mu_) = false;
+  std::deque<ParkedPush> parked_pushes_ SNAPD_GUARDED_BY(mu_);
+  std::set<Key> parked_reads_ SNAPD_GUARDED_BY(mu_);  // fetches waiting for host room
+  std::vector<DrainWaiter> drains_ SNAPD_GUARDED_BY(mu_);
+  int writes_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;
+  int reads_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;
+  bool disk_full_ SNAPD_GUARDED_BY(mu_) = false;  // the last demotion found no room
+  double read_ns_per_byte_ SNAPD_GUARDED_BY(mu_) = 0;  // EWMA of disk reads
   bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
   CondVar checksum_cv_;
-  std::thread checksum_thread_;  // declared last: started once everything above exists
+  CondVar idle_cv_;  // tiering quiescence (WaitTieringIdle)
+
+  Mutex wake_mu_;  // taken after mu_ when both are held; never the other way round
+  bool wake_ SNAPD_GUARDED_BY(wake_mu_) = false;
+  bool wake_stop_ SNAPD_GUARDED_BY(wake_mu_) = false;
+  CondVar wake_cv_;
+
+  // Declared last, in start order: destroyed first, so no thread outlives what it uses.
+  std::unique_ptr<IoPool> io_;
+  std::thread checksum_thread_;
+  std::thread tiering_thread_;
 };
 
 // Validates a spec on its own (name, sizes, dtype and shape agree).
 Status ValidateRunSpec(const v1::RunSpec& spec);
+// "step S of run 'NAME'", for messages.
+std::string StepName(const v1::RunRecord& run, uint64_t step);
 // Bytes of one element of `dtype`; 1 for DTYPE_UNSPECIFIED (opaque bytes).
 uint64_t DtypeBytes(v1::Dtype dtype);
 

@@ -73,12 +73,17 @@ TEST_F(SnapctlTest, RmDeletesAndErrorsAreClear) {
 }
 
 TEST_F(SnapctlTest, PlanRevolvesWhenTheHostTierCannotHoldEveryStep) {
-  // 64 MiB tier with 3 MiB stored: 61 free 1 MiB slots for 100 steps.
+  // A node without a disk tier: the 64 MiB host tier has 64 free 1 MiB slots for 100 steps
+  // (the fixture's host steps did not survive the restart).
+  ASSERT_EQ(daemon_->Stop(), 0);
+  auto d = DaemonProcess::Start({dir_.path(), "64M", {"--spool-dirs", "none"}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  daemon_ = std::move(d).value();
   std::string out;
   ASSERT_EQ(Snapctl({"--json", "plan", "--steps", "100", "--bytes-per-step", "1M"}, &out), 0);
   EXPECT_NE(out.find("\"method\": \"h-revolve\""), std::string::npos) << out;
-  EXPECT_NE(out.find("\"slots_available\": 61"), std::string::npos) << out;
-  uint64_t expected = *schedule::RevolveForwardSteps(100, 61);
+  EXPECT_NE(out.find("\"slots_available\": 64"), std::string::npos) << out;
+  uint64_t expected = *schedule::RevolveForwardSteps(100, 64);
   EXPECT_NE(out.find("\"forward_steps\": " + std::to_string(expected) + ","), std::string::npos)
       << out;
   ASSERT_EQ(Snapctl({"plan", "--steps", "100", "--bytes-per-step", "1M", "--compute-time",

@@ -3,52 +3,116 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
 
 #include "checksum.h"
+#include "placement/placement.h"
 #include "temp_dir.h"
 
 namespace snapd {
 namespace {
 
+// Synchronous views of the store's asynchronous push and fetch, for tests.
+Result<Store::PushTicket> Reserve(Store& store, uint64_t run_id, uint64_t step, uint64_t bytes) {
+  auto promise = std::make_shared<std::promise<Result<Store::PushTicket>>>();
+  auto now = store.BeginPush(run_id, step, bytes,
+                             [promise](Result<Store::PushTicket> t) { promise->set_value(t); });
+  if (!now.ok()) return now.status();
+  if (now->has_value()) return std::move(**now);
+  return promise->get_future().get();
+}
+
+Result<Store::FetchGrant> Fetch(Store& store, uint64_t run_id, uint64_t step, uint64_t bytes) {
+  auto promise = std::make_shared<std::promise<Result<Store::FetchGrant>>>();
+  auto now = store.BeginFetch(run_id, step, bytes, /*backward=*/true,
+                              [promise](Result<Store::FetchGrant> g) { promise->set_value(g); });
+  if (!now.ok()) return now.status();
+  if (now->has_value()) return std::move(**now);
+  return promise->get_future().get();
+}
+
+char Pattern(uint64_t step, size_t i) { return static_cast<char>(step * 31 + i % 251); }
+
 class StoreTest : public ::testing::Test {
  protected:
+  static constexpr uint64_t kHostBytes = 1 << 20;
+
   void SetUp() override { Open(); }
   void TearDown() override {
     store_.reset();
+    disk_.reset();
     catalog_.reset();
   }
-  void Open() {
+  void Open(uint64_t disk_bytes = 64 << 20) {
     store_.reset();
+    disk_.reset();
     catalog_.reset();
-    catalog_ = std::move(Catalog::Open(dir_).value());
-    if (!tier_) tier_ = std::move(HostTier::Create(1 << 20).value());
-    uint64_t epoch = catalog_->BeginEpoch().value();
-    store_ = std::move(Store::Open(catalog_.get(), tier_.get(), epoch).value());
+    catalog_ = std::move(Catalog::Open(dir_ + "/catalog").value());
+    if (!tier_) tier_ = std::move(HostTier::Create(kHostBytes).value());
+    if (disk_bytes) {
+      disk_ = std::move(DiskTier::Open({{dir_ + "/spool"}, disk_bytes, 0.7}).value());
+    }
+    StoreOptions options;
+    options.epoch = catalog_->BeginEpoch().value();
+    store_ = std::move(Store::Open(catalog_.get(), tier_.get(), disk_.get(), options).value());
   }
-  uint64_t OpenRun(const std::string& name, uint64_t steps, uint64_t bytes) {
+  uint64_t OpenRun(const std::string& name, uint64_t steps, uint64_t bytes,
+                   v1::Layers layers = v1::LAYERS_DEFAULT, bool keep = true) {
     v1::RunSpec spec;
     spec.set_name(name);
     spec.set_steps(steps);
     spec.set_bytes_per_step(bytes);
+    spec.set_layers(layers);
+    spec.set_keep(keep);
     bool created = false;
     auto run = store_->OpenRun(spec, 0, &created);
     EXPECT_TRUE(run.ok()) << run.status().ToString();
     return run.ok() ? run->run_id() : 0;
+  }
+  // Pushes one step filled with Pattern(step, i) and commits it.
+  Status Push(uint64_t id, uint64_t step, uint64_t bytes) {
+    SNAPD_ASSIGN_OR_RETURN(Store::PushTicket t, Reserve(*store_, id, step, bytes));
+    char* p = static_cast<char*>(t.block->data());
+    for (size_t i = 0; i < bytes; ++i) p[i] = Pattern(step, i);
+    return store_->CommitPush(t);
+  }
+  // Fetches one step and checks its bytes.
+  Status FetchExact(uint64_t id, uint64_t step, uint64_t bytes) {
+    SNAPD_ASSIGN_OR_RETURN(Store::FetchGrant g, Fetch(*store_, id, step, bytes));
+    const char* p = static_cast<const char*>(g.block->data());
+    for (size_t i = 0; i < bytes; ++i) {
+      if (p[i] != Pattern(step, i)) {
+        return Status::DataLoss("step " + std::to_string(step) + " byte " + std::to_string(i));
+      }
+    }
+    store_->Consumed(id, step, g.generation);
+    return Status::Ok();
+  }
+  v1::Tier TierOf(const std::string& run, uint64_t step) {
+    auto where = store_->Locate(run, step);
+    return where.ok() ? where->tier() : v1::TIER_UNSPECIFIED;
+  }
+  bool OnDisk(const std::string& run, uint64_t step) {
+    auto where = store_->Locate(run, step);
+    return where.ok() && where->on_disk();
   }
 
   testing::TempDir tmp_;
   const std::string dir_ = tmp_.path();
   std::unique_ptr<HostTier> tier_;
   std::unique_ptr<Catalog> catalog_;
+  std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<Store> store_;
 };
 
 TEST_F(StoreTest, AStepIsVisibleOnlyAfterCommit) {
   uint64_t id = OpenRun("r", 4, 4096);
-  auto t = store_->BeginPush(id, 1, 4096);
+  auto t = Reserve(*store_, id, 1, 4096);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(store_->Locate("r", 1).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->BeginPush(id, 1, 4096).status().code(), Code::kAlreadyExists);
+  EXPECT_EQ(Reserve(*store_, id, 1, 4096).status().code(), Code::kAlreadyExists);
   ASSERT_TRUE(store_->CommitPush(*t).ok());
   EXPECT_TRUE(store_->Locate("r", 1).ok());
 }
@@ -56,19 +120,19 @@ TEST_F(StoreTest, AStepIsVisibleOnlyAfterCommit) {
 TEST_F(StoreTest, AnAbortedPushLeavesNoTraceAndFreesItsMemory) {
   uint64_t id = OpenRun("r", 4, 4096);
   {
-    auto t = store_->BeginPush(id, 2, 4096);
+    auto t = Reserve(*store_, id, 2, 4096);
     ASSERT_TRUE(t.ok());
     EXPECT_EQ(tier_->used(), 4096u);
     store_->AbortPush(*t);
   }
   EXPECT_EQ(tier_->used(), 0u);
   EXPECT_EQ(store_->Locate("r", 2).status().code(), Code::kNotFound);
-  EXPECT_TRUE(store_->BeginPush(id, 2, 4096).ok());  // the step can be pushed again
+  EXPECT_TRUE(Reserve(*store_, id, 2, 4096).ok());  // the step can be pushed again
 }
 
 TEST_F(StoreTest, RecordsTheChecksumOfTheStoredBytes) {
   uint64_t id = OpenRun("r", 1, 10000);
-  auto t = store_->BeginPush(id, 0, 10000);
+  auto t = Reserve(*store_, id, 0, 10000);
   ASSERT_TRUE(t.ok());
   std::memset(t->block->data(), 0x5a, 10000);
   ASSERT_TRUE(store_->CommitPush(*t).ok());
@@ -81,14 +145,12 @@ TEST_F(StoreTest, RecordsTheChecksumOfTheStoredBytes) {
 
 TEST_F(StoreTest, HostStepsFromAnEarlierStartAreLost) {
   uint64_t id = OpenRun("r", 2, 4096);
-  auto t = store_->BeginPush(id, 0, 4096);
-  ASSERT_TRUE(t.ok() && store_->CommitPush(*t).ok());
-  t = Result<Store::PushTicket>(Status::Aborted("released"));
+  ASSERT_TRUE(Push(id, 0, 4096).ok());
   Open();  // a new daemon start over the same catalog
   auto where = store_->Locate("r", 0);
   ASSERT_TRUE(where.ok());
   EXPECT_EQ(where->tier(), v1::TIER_LOST);
-  EXPECT_EQ(store_->BeginFetch(id, 0, 4096).status().code(), Code::kDataLoss);
+  EXPECT_EQ(Fetch(*store_, id, 0, 4096).status().code(), Code::kDataLoss);
   EXPECT_EQ(store_->Counters().lost_snapshots, 1u);
   ASSERT_TRUE(store_->DeleteRun("r").ok());
   EXPECT_EQ(store_->Counters().lost_snapshots, 0u);
@@ -96,34 +158,146 @@ TEST_F(StoreTest, HostStepsFromAnEarlierStartAreLost) {
 
 TEST_F(StoreTest, DeletingARunDuringAFetchKeepsTheFetchedBytes) {
   uint64_t id = OpenRun("r", 1, 4096);
-  auto t = store_->BeginPush(id, 0, 4096);
-  ASSERT_TRUE(t.ok());
-  std::memset(t->block->data(), 7, 4096);
-  ASSERT_TRUE(store_->CommitPush(*t).ok());
+  ASSERT_TRUE(Push(id, 0, 4096).ok());
   store_->WaitChecksumsIdle();  // the checksum job holds its own reference until done
-  auto block = store_->BeginFetch(id, 0, 4096);
-  ASSERT_TRUE(block.ok());
-  t = Result<Store::PushTicket>(Status::Aborted("released"));
+  auto grant = Fetch(*store_, id, 0, 4096);
+  ASSERT_TRUE(grant.ok());
   ASSERT_EQ(*store_->DeleteRun("r"), 4096u);
-  EXPECT_EQ(static_cast<char*>((*block)->data())[100], 7);
+  EXPECT_EQ(static_cast<char*>(grant->block->data())[100], Pattern(0, 100));
   EXPECT_EQ(tier_->used(), 4096u);  // still held by the fetch
-  block = Result<std::shared_ptr<HostBlock>>(Status::Aborted("released"));
+  grant = Result<Store::FetchGrant>(Status::Aborted("released"));
   EXPECT_EQ(tier_->used(), 0u);
 }
 
 TEST_F(StoreTest, ADeletedStepFreesItsMemoryAndCanBePushedAgain) {
   uint64_t id = OpenRun("r", 2, 4096);
-  {
-    auto t = store_->BeginPush(id, 1, 4096);
-    ASSERT_TRUE(t.ok() && store_->CommitPush(*t).ok());
-  }
+  ASSERT_TRUE(Push(id, 1, 4096).ok());
   store_->WaitChecksumsIdle();
   EXPECT_EQ(*store_->DeleteSnapshot("r", 1), 4096u);
   EXPECT_EQ(tier_->used(), 0u);
   EXPECT_EQ(store_->Locate("r", 1).status().code(), Code::kNotFound);
   EXPECT_EQ(store_->DeleteSnapshot("r", 1).status().code(), Code::kNotFound);
-  auto again = store_->BeginPush(id, 1, 4096);
-  ASSERT_TRUE(again.ok() && store_->CommitPush(*again).ok());
+  EXPECT_TRUE(Push(id, 1, 4096).ok());
+}
+
+TEST_F(StoreTest, DeclaredRunsPlaceTheOldestStepsOnDiskAndTheNewestInHost) {
+  constexpr uint64_t kStep = 64 << 10, kSteps = 48;  // 3 MiB through a 1 MiB host tier
+  uint64_t id = OpenRun("r", kSteps, kStep);
+  uint64_t j = store_->ListRuns()[0].host_boundary();
+  EXPECT_EQ(j, kSteps - (kHostBytes / kStep - kStagingBlocks));
+  for (uint64_t t = 0; t < kSteps; ++t) ASSERT_TRUE(Push(id, t, kStep).ok()) << t;
+  store_->WaitTieringIdle();
+  for (uint64_t t = 0; t < kSteps; ++t) {
+    EXPECT_EQ(TierOf("r", t), t < j ? v1::TIER_DISK : v1::TIER_HOST) << "step " << t;
+  }
+  for (uint64_t t = kSteps; t-- > 0;) ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
+}
+
+TEST_F(StoreTest, WithoutADeclaredCountAFullHostTierDemotesItsOldestSteps) {
+  constexpr uint64_t kStep = 64 << 10, kSteps = 40;
+  uint64_t id = OpenRun("r", 0, kStep);
+  for (uint64_t t = 0; t < kSteps; ++t) ASSERT_TRUE(Push(id, t, kStep).ok()) << t;
+  store_->WaitTieringIdle();
+  // Host-resident steps form one suffix: every disk step is older than every host step.
+  uint64_t lowest_host = kSteps;
+  for (uint64_t t = kSteps; t-- > 0;) {
+    if (TierOf("r", t) == v1::TIER_HOST) lowest_host = t;
+  }
+  ASSERT_LT(lowest_host, kSteps);
+  ASSERT_GT(lowest_host, 0u);
+  for (uint64_t t = 0; t < kSteps; ++t) {
+    EXPECT_EQ(TierOf("r", t), t < lowest_host ? v1::TIER_DISK : v1::TIER_HOST) << t;
+  }
+  for (uint64_t t = kSteps; t-- > 0;) ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
+}
+
+TEST_F(StoreTest, ReadOnceReleasesAFetchedStepUnlessTheRunKeepsIt) {
+  uint64_t once = OpenRun("once", 2, 4096, v1::LAYERS_DEFAULT, /*keep=*/false);
+  uint64_t kept = OpenRun("kept", 2, 4096, v1::LAYERS_DEFAULT, /*keep=*/true);
+  ASSERT_TRUE(Push(once, 1, 4096).ok());
+  ASSERT_TRUE(Push(kept, 1, 4096).ok());
+  ASSERT_TRUE(FetchExact(once, 1, 4096).ok());
+  ASSERT_TRUE(FetchExact(kept, 1, 4096).ok());
+  Status again = Fetch(*store_, once, 1, 4096).status();
+  EXPECT_EQ(again.code(), Code::kNotFound);
+  EXPECT_NE(again.message().find("read once and released"), std::string::npos) << again.ToString();
+  EXPECT_TRUE(FetchExact(kept, 1, 4096).ok());
+  EXPECT_EQ(store_->Counters().released, 1u);
+}
+
+TEST_F(StoreTest, DiskStepsSurviveARestartAndHostStepsAreLost) {
+  constexpr uint64_t kStep = 64 << 10, kSteps = 24;
+  uint64_t id = OpenRun("r", kSteps, kStep);
+  uint64_t j = store_->ListRuns()[0].host_boundary();
+  ASSERT_GT(j, 0u);
+  for (uint64_t t = 0; t < kSteps; ++t) ASSERT_TRUE(Push(id, t, kStep).ok());
+  store_->WaitTieringIdle();
+  Open();
+  for (uint64_t t = 0; t < kSteps; ++t) {
+    if (t < j) {
+      EXPECT_TRUE(FetchExact(id, t, kStep).ok()) << t;
+    } else {
+      EXPECT_EQ(Fetch(*store_, id, t, kStep).status().code(), Code::kDataLoss) << t;
+    }
+  }
+}
+
+TEST_F(StoreTest, ACorruptDiskFileIsReportedLostNeverReturned) {
+  constexpr uint64_t kStep = 64 << 10;
+  uint64_t id = OpenRun("r", 1, kStep, v1::LAYERS_DISK);
+  ASSERT_TRUE(Push(id, 0, kStep).ok());
+  store_->WaitTieringIdle();
+  ASSERT_EQ(TierOf("r", 0), v1::TIER_DISK);
+  // Flip one byte of the snapshot file behind the daemon's back.
+  std::string file;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/spool")) {
+    if (e.is_regular_file()) file = e.path();
+  }
+  ASSERT_FALSE(file.empty());
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    f.put('\x7f' ^ Pattern(0, 1000));
+  }
+  Status s = Fetch(*store_, id, 0, kStep).status();
+  EXPECT_EQ(s.code(), Code::kDataLoss) << s.ToString();
+  EXPECT_EQ(TierOf("r", 0), v1::TIER_LOST);
+}
+
+TEST_F(StoreTest, AFullDiskFailsThePushThatNeedsItAndLosesNothingStored) {
+  constexpr uint64_t kStep = 64 << 10;
+  Open(/*disk_bytes=*/4 * kStep);
+  uint64_t id = OpenRun("r", 0, kStep, v1::LAYERS_DEFAULT, /*keep=*/false);
+  uint64_t t = 0;
+  Status s;
+  for (; t < 64; ++t) {
+    s = Push(id, t, kStep);
+    if (!s.ok()) break;
+  }
+  ASSERT_EQ(s.code(), Code::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("disk tier is full"), std::string::npos) << s.ToString();
+  // Host (16 blocks) and disk (4 files) hold what fits; all of it reads back.
+  EXPECT_EQ(t, kHostBytes / kStep + 4);
+  for (uint64_t k = t; k-- > 0;) {
+    Status f = FetchExact(id, k, kStep);
+    EXPECT_TRUE(f.ok()) << k << ": " << f.ToString();
+  }
+}
+
+TEST_F(StoreTest, RejectsLayersTheNodeCannotServe) {
+  v1::RunSpec spec;
+  spec.set_name("gpu");
+  spec.set_bytes_per_step(4096);
+  spec.set_layers(v1::LAYERS_DISK_HOST_DEVICE);
+  bool created = false;
+  Status s = store_->OpenRun(spec, 0, &created).status();
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition);
+  EXPECT_NE(s.message().find("device tier"), std::string::npos) << s.ToString();
+  Open(/*disk_bytes=*/0);
+  spec.set_layers(v1::LAYERS_DISK);
+  s = store_->OpenRun(spec, 0, &created).status();
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition);
+  EXPECT_NE(s.message().find("need a disk tier"), std::string::npos) << s.ToString();
 }
 
 TEST(RunSpecValidation, NamesTheProblem) {

@@ -101,6 +101,8 @@ TEST_P(BadInputTest, RequestAboveHostBudgetIsResourceExhausted) {
   RunSpec fill;
   fill.name = "fill";
   fill.bytes_per_step = 3 << 20;
+  fill.layers = "Host";  // no disk to spill to
+  fill.keep = true;
   auto run = client_->OpenRun(fill);
   ASSERT_TRUE(run.ok());
   std::vector<char> b(3 << 20, 7);

@@ -66,6 +66,7 @@ class DataPlaneTest : public ::testing::TestWithParam<Transport> {
     spec.name = run_name;
     spec.steps = n;
     spec.bytes_per_step = bytes;
+    spec.keep = true;  // the tests inspect the steps after reading them
     auto run = c.OpenRun(spec);
     ASSERT_TRUE(run.ok()) << run.status().ToString();
     std::vector<std::vector<char>> src(3, std::vector<char>(bytes));

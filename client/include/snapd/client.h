@@ -34,6 +34,15 @@ struct RunSpec {
   uint64_t bytes_per_step = 0;  // every push and fetch moves exactly this many bytes
   Dtype dtype = Dtype::kUnspecified;
   std::vector<uint64_t> shape;  // optional; must agree with bytes_per_step and dtype
+  // Tiers the run may use, as DevitoPRO names them: "DiskHost", "Host", "Disk", "NoLayers"
+  // ("DiskHostDevice", "HostDevice", "Device" need the device tier, not served yet). Empty:
+  // DiskHost when the daemon has a disk tier, else Host.
+  std::string layers;
+  // false: a step is released once fetched (read-once backward pass). true: steps stay until
+  // deleted (checkpoint schedules read a step more than once).
+  bool keep = false;
+  // With both host and disk tiers full: false, a push fails; true, it waits for room.
+  bool block_when_full = false;
 };
 
 struct RunInfo {
@@ -43,6 +52,9 @@ struct RunInfo {
   bool created = false;  // OpenRun: false when it attached to an existing run
   uint64_t snapshots = 0;
   uint64_t stored_bytes = 0;
+  // Steps below this go to disk, the rest stay in host memory (reverse-order placement;
+  // 0 without a declared step count or a disk layer).
+  uint64_t host_boundary = 0;
 };
 
 struct Location {
@@ -52,6 +64,7 @@ struct Location {
   uint64_t stored_bytes = 0;
   uint64_t checksum = 0;  // valid when checksum_recorded
   bool checksum_recorded = false;
+  bool on_disk = false;   // a durable copy is in the daemon's disk spool
 };
 
 struct ClientOptions {
@@ -120,6 +133,11 @@ class Client {
   Status DeleteSnapshot(const std::string& name, uint64_t step);
   Result<std::vector<RunInfo>> ListRuns();
   Result<Location> Locate(const std::string& name, uint64_t step);
+  // Every stored step of a run, in step order.
+  Result<std::vector<Location>> ListSnapshots(const std::string& name);
+  // Asks the daemon to read these steps from disk into host memory ahead of their fetches
+  // (it also reads ahead by itself, from the backward pace). Returns the reads started.
+  Result<uint64_t> Prefetch(const std::string& name, const std::vector<uint64_t>& steps);
 
   // Starts a push of `bytes` bytes at `data` as step `step`. `data` must stay untouched until
   // the handle is released. Host memory crosses with at most one CPU copy.

@@ -25,6 +25,9 @@ typedef struct snapd_run_spec {
   int dtype;               /* 0 bytes, 1 float32, 2 float64, 3 int32, 4 int64, 5 uint8 */
   const uint64_t* shape;   /* may be NULL */
   size_t ndim;
+  const char* layers;      /* "DiskHost", "Host", "Disk", ...; NULL or "" = daemon default */
+  int keep;                /* nonzero: steps stay after being fetched (default: read-once) */
+  int block_when_full;     /* nonzero: a push waits when host and disk are full */
 } snapd_run_spec;
 
 typedef struct snapd_location {
@@ -34,6 +37,7 @@ typedef struct snapd_location {
   uint64_t stored_bytes;
   uint64_t checksum;
   int checksum_recorded;
+  int on_disk;             /* a durable copy is in the daemon's disk spool */
 } snapd_location;
 
 /* Message of the last failed call on this thread ("" if none). Valid until the next call. */

@@ -1,0 +1,272 @@
+#include "disk_tier/disk_tier.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "log.h"
+#include "units.h"
+
+namespace snapd {
+namespace {
+
+// Largest single pread/pwrite; the kernel caps one call near 2 GiB anyway.
+constexpr uint64_t kMaxIo = 1ull << 30;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Status IoError(const std::string& what, const std::string& path, int err) {
+  std::string msg = what + " " + path + ": " + std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) {
+    return Status::ResourceExhausted("disk tier full: " + msg);
+  }
+  return Status::Internal(msg);
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+DiskTier::DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget)
+    : spools_(std::move(spools)), budget_(budget) {}
+
+Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options) {
+  if (options.spools.empty()) return Status::InvalidArgument("disk tier without spool_dirs");
+  std::vector<std::unique_ptr<Spool>> spools;
+  uint64_t total = 0;
+  for (const std::string& dir : options.spools) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return Status::PermissionDenied("creating spool directory " + dir + ": " + ec.message());
+    struct statvfs vfs{};
+    if (statvfs(dir.c_str(), &vfs) != 0) return IoError("statvfs", dir, errno);
+    auto spool = std::make_unique<Spool>();
+    spool->dir = dir;
+    if (options.budget_bytes) {
+      spool->budget = options.budget_bytes / options.spools.size();
+    } else {
+      double avail = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
+      spool->budget = static_cast<uint64_t>(avail * options.budget_perc);
+    }
+    spool->budget = spool->budget / kAlignment * kAlignment;
+    total += spool->budget;
+    spools.push_back(std::move(spool));
+  }
+  if (total == 0) {
+    return Status::InvalidArgument("disk tier budget is 0 bytes; set disk_mem or disk_mem_perc, "
+                                   "or spool_dirs = none to run without a disk tier");
+  }
+  return std::unique_ptr<DiskTier>(new DiskTier(std::move(spools), total));
+}
+
+std::string DiskTier::Key(uint32_t spool, uint64_t run_id, const std::string& name) {
+  return std::to_string(spool) + "/run-" + std::to_string(run_id) + "/" + name;
+}
+
+std::string DiskTier::Path(uint32_t spool, uint64_t run_id, const std::string& name) const {
+  return spools_[spool]->dir + "/run-" + std::to_string(run_id) + "/" + name;
+}
+
+Result<uint32_t> DiskTier::Reserve(uint64_t raw) {
+  uint64_t bytes = FileBytes(raw);
+  MutexLock lock(mu_);
+  uint32_t best = 0;
+  uint64_t best_room = 0;
+  uint64_t used = 0;
+  for (uint32_t i = 0; i < spools_.size(); ++i) {
+    const Spool& s = *spools_[i];
+    used += s.used;
+    uint64_t room = s.budget - s.used;
+    if (room > best_room) best = i, best_room = room;
+  }
+  if (best_room < bytes) {
+    return Status::ResourceExhausted("disk tier full: " + FormatBytes(bytes) + " requested, " +
+                                     FormatBytes(used) + " of " + FormatBytes(budget_) +
+                                     " in use; delete finished runs or raise disk_mem");
+  }
+  spools_[best]->used += bytes;
+  return best;
+}
+
+void DiskTier::Unreserve(uint32_t spool, uint64_t raw) {
+  MutexLock lock(mu_);
+  spools_[spool]->used -= FileBytes(raw);
+}
+
+uint64_t DiskTier::used() const {
+  MutexLock lock(mu_);
+  uint64_t used = 0;
+  for (const auto& s : spools_) used += s->used;
+  return used;
+}
+
+DiskIoCounters DiskTier::writes() const {
+  MutexLock lock(mu_);
+  return writes_.counters;
+}
+
+DiskIoCounters DiskTier::reads() const {
+  MutexLock lock(mu_);
+  return reads_.counters;
+}
+
+void DiskTier::BeginIo(Busy& b) {
+  MutexLock lock(mu_);
+  if (b.in_flight++ == 0) b.since_ns = NowNs();
+}
+
+void DiskTier::EndIo(Busy& b, uint64_t bytes) {
+  MutexLock lock(mu_);
+  b.counters.bytes += bytes;
+  ++b.counters.ops;
+  if (--b.in_flight == 0) b.counters.busy_ns += static_cast<uint64_t>(NowNs() - b.since_ns);
+}
+
+int DiskTier::OpenFile(Spool& spool, const std::string& path, int flags) {
+  if (spool.direct.load(std::memory_order_relaxed)) {
+    int fd = open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd >= 0 || errno != EINVAL) return fd;
+    spool.direct.store(false, std::memory_order_relaxed);
+    SNAPD_LOG_INFO("spool %s does not support O_DIRECT; using buffered I/O there",
+                   spool.dir.c_str());
+  }
+  return open(path.c_str(), flags | O_CLOEXEC, 0600);
+}
+
+Status DiskTier::Write(uint32_t spool_index, uint64_t run_id, const std::string& name,
+                       const void* data, uint64_t raw) {
+  Spool& spool = *spools_[spool_index];
+  std::string dir = spool.dir + "/run-" + std::to_string(run_id);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return IoError("mkdir", dir, errno);
+  std::string path = dir + "/" + name;
+  std::string tmp = path + ".tmp";
+  uint64_t bytes = FileBytes(raw);
+  BeginIo(writes_);
+  Status status = [&]() -> Status {
+    Fd fd(OpenFile(spool, tmp, O_WRONLY | O_CREAT | O_TRUNC));
+    if (fd.get() < 0) return IoError("creating", tmp, errno);
+    const char* p = static_cast<const char*>(data);
+    for (uint64_t done = 0; done < bytes;) {
+      ssize_t n = pwrite(fd.get(), p + done, std::min(bytes - done, kMaxIo),
+                         static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return IoError("writing", tmp, errno);
+      if (n == 0) return IoError("writing", tmp, ENOSPC);
+      done += static_cast<uint64_t>(n);
+    }
+    if (fdatasync(fd.get()) != 0) return IoError("syncing", tmp, errno);
+    if (rename(tmp.c_str(), path.c_str()) != 0) return IoError("renaming", tmp, errno);
+    Fd dfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (dfd.get() >= 0) fsync(dfd.get());  // the rename survives a power loss
+    return Status::Ok();
+  }();
+  EndIo(writes_, status.ok() ? bytes : 0);
+  if (!status.ok()) {
+    unlink(tmp.c_str());
+    unlink(path.c_str());
+  }
+  return status;
+}
+
+Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& name, void* data,
+                      uint64_t raw) {
+  Spool& spool = *spools_[spool_index];
+  std::string path = Path(spool_index, run_id, name);
+  uint64_t bytes = FileBytes(raw);
+  BeginIo(reads_);
+  Status status = [&]() -> Status {
+    Fd fd(OpenFile(spool, path, O_RDONLY));
+    if (fd.get() < 0) {
+      if (errno == ENOENT) return Status::DataLoss("snapshot file " + path + " is missing");
+      return IoError("opening", path, errno);
+    }
+    char* p = static_cast<char*>(data);
+    for (uint64_t done = 0; done < bytes;) {
+      ssize_t n = pread(fd.get(), p + done, std::min(bytes - done, kMaxIo),
+                        static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return IoError("reading", path, errno);
+      if (n == 0) {
+        return Status::DataLoss("snapshot file " + path + " is truncated: " +
+                                std::to_string(done) + " of " + std::to_string(bytes) +
+                                " bytes");
+      }
+      done += static_cast<uint64_t>(n);
+    }
+    return Status::Ok();
+  }();
+  EndIo(reads_, status.ok() ? bytes : 0);
+  return status;
+}
+
+void DiskTier::Remove(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw) {
+  std::string path = Path(spool, run_id, name);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    SNAPD_LOG_WARN("removing %s: %s", path.c_str(), std::strerror(errno));
+  }
+  Unreserve(spool, raw);
+}
+
+Status DiskTier::Adopt(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw) {
+  if (spool >= spools_.size()) {
+    return Status::DataLoss("recorded in spool " + std::to_string(spool) + " but only " +
+                            std::to_string(spools_.size()) + " spool_dirs are configured");
+  }
+  std::string path = Path(spool, run_id, name);
+  struct stat st{};
+  if (stat(path.c_str(), &st) != 0) {
+    return Status::DataLoss("snapshot file " + path + ": " + std::strerror(errno));
+  }
+  if (static_cast<uint64_t>(st.st_size) < raw) {
+    return Status::DataLoss("snapshot file " + path + " holds " + std::to_string(st.st_size) +
+                            " bytes, " + std::to_string(raw) + " recorded");
+  }
+  MutexLock lock(mu_);
+  spools_[spool]->used += FileBytes(raw);
+  return Status::Ok();
+}
+
+uint64_t DiskTier::RemoveOrphans(const std::set<std::string>& keep) {
+  uint64_t removed = 0;
+  for (uint32_t i = 0; i < spools_.size(); ++i) {
+    std::error_code ec;
+    for (const auto& run_dir : std::filesystem::directory_iterator(spools_[i]->dir, ec)) {
+      std::string run = run_dir.path().filename().string();
+      if (!run_dir.is_directory() || run.rfind("run-", 0) != 0) continue;
+      uint64_t run_id = std::strtoull(run.c_str() + 4, nullptr, 10);
+      std::error_code ec2;
+      for (const auto& file : std::filesystem::directory_iterator(run_dir.path(), ec2)) {
+        if (keep.count(Key(i, run_id, file.path().filename().string()))) continue;
+        std::filesystem::remove(file.path(), ec2);
+        ++removed;
+      }
+      std::filesystem::remove(run_dir.path(), ec2);  // only succeeds when empty
+    }
+  }
+  return removed;
+}
+
+}  // namespace snapd

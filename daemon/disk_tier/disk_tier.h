@@ -1,0 +1,105 @@
+// The disk tier: snapshot files in one or more spool directories (NVMe), each with a byte
+// budget that the tier cannot exceed.
+//
+// Layout (docs/architecture.md, "Disk tier"): `<spool>/run-<run_id>/<name>`, one file per
+// snapshot, named by the store (the name is recorded in the catalog, so a restart finds the
+// file from the record). A file holds the snapshot's raw bytes padded to a 4 KiB multiple;
+// nothing else, so `dd`/numpy can read it. Writes go to `<name>.tmp`, are made durable
+// (fdatasync), renamed into place and the directory synced: a file under its final name is
+// always complete. I/O is O_DIRECT from/to page-aligned host-tier memory where the
+// filesystem supports it (tmpfs does not: buffered I/O there).
+//
+// Thread-safety: every method is thread-safe; Write/Read/Remove block in the kernel and are
+// meant for I/O threads, never for the UCX progress thread or a gRPC reactor.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "snapd/status.h"
+#include "thread_annotations.h"
+
+namespace snapd {
+
+struct DiskTierOptions {
+  std::vector<std::string> spools;  // created if missing
+  uint64_t budget_bytes = 0;        // whole tier, split evenly over spools; 0 = budget_perc
+  double budget_perc = 0.7;         // of each spool filesystem's free space at start
+};
+
+// Bytes and busy wall time (time with at least one transfer in flight) of one direction.
+struct DiskIoCounters {
+  uint64_t bytes = 0;
+  uint64_t busy_ns = 0;
+  uint64_t ops = 0;
+};
+
+class DiskTier {
+ public:
+  static constexpr uint64_t kAlignment = 4096;
+  static uint64_t FileBytes(uint64_t raw) { return (raw + kAlignment - 1) / kAlignment * kAlignment; }
+
+  static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
+
+  // Accounts FileBytes(raw) in the spool with the most room and returns its index.
+  // RESOURCE_EXHAUSTED, naming use and budget, when no spool has room.
+  Result<uint32_t> Reserve(uint64_t raw) SNAPD_EXCLUDES(mu_);
+  void Unreserve(uint32_t spool, uint64_t raw) SNAPD_EXCLUDES(mu_);
+
+  // Writes FileBytes(raw) bytes from `data` (readable that far, 4 KiB-aligned for O_DIRECT)
+  // durably under `name`. On failure nothing is left under `name` or `name.tmp`; a full
+  // filesystem is RESOURCE_EXHAUSTED.
+  Status Write(uint32_t spool, uint64_t run_id, const std::string& name, const void* data,
+               uint64_t raw);
+  // Reads the file into `data` (writable for FileBytes(raw) bytes). DATA_LOSS if the file is
+  // missing or shorter than recorded.
+  Status Read(uint32_t spool, uint64_t run_id, const std::string& name, void* data, uint64_t raw);
+  // Unlinks the file and returns its bytes to the budget.
+  void Remove(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw);
+
+  // Recovery. Adopt: the file a catalog record names is present and complete; accounts it.
+  Status Adopt(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw)
+      SNAPD_EXCLUDES(mu_);
+  // Deletes every file and run directory in the spools that `keep` ("<spool>/run-<id>/<name>"
+  // relative keys, see Key) does not name: leftovers of writes a crash interrupted.
+  uint64_t RemoveOrphans(const std::set<std::string>& keep);
+  static std::string Key(uint32_t spool, uint64_t run_id, const std::string& name);
+
+  size_t spools() const { return spools_.size(); }
+  uint64_t budget() const { return budget_; }
+  uint64_t used() const SNAPD_EXCLUDES(mu_);
+  DiskIoCounters writes() const SNAPD_EXCLUDES(mu_);
+  DiskIoCounters reads() const SNAPD_EXCLUDES(mu_);
+
+ private:
+  struct Spool {
+    std::string dir;
+    uint64_t budget = 0;
+    uint64_t used = 0;
+    std::atomic<bool> direct{true};  // cleared the first time O_DIRECT is refused
+  };
+  // Busy-time accounting for one direction.
+  struct Busy {
+    DiskIoCounters counters;
+    int in_flight = 0;
+    int64_t since_ns = 0;
+  };
+  explicit DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget);
+  std::string Path(uint32_t spool, uint64_t run_id, const std::string& name) const;
+  void BeginIo(Busy& b) SNAPD_EXCLUDES(mu_);
+  void EndIo(Busy& b, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  // Opens `path` with O_DIRECT when the spool allows it, falling back once to buffered I/O.
+  int OpenFile(Spool& spool, const std::string& path, int flags);
+
+  const std::vector<std::unique_ptr<Spool>> spools_;
+  const uint64_t budget_;
+  mutable Mutex mu_;  // guards Spool::used and the Busy records
+  Busy writes_ SNAPD_GUARDED_BY(mu_);
+  Busy reads_ SNAPD_GUARDED_BY(mu_);
+};
+
+}  // namespace snapd

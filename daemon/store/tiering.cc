@@ -1,0 +1,454 @@
+// Tiering: the store's moves between host memory and disk (see store.h and
+// placement/placement.h for the policy). One thread runs Rebalance whenever something changed
+// (a commit, a freed host block, a finished I/O); the I/O itself runs on the IoPool, and its
+// completions update the index under the store's mutex.
+#include <chrono>
+#include <cstdlib>
+
+#include "checksum.h"
+#include "log.h"
+#include "placement/placement.h"
+#include "store/store.h"
+#include "units.h"
+
+namespace snapd {
+namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string StepLabel(uint64_t run_id, uint64_t step) {
+  return "step " + std::to_string(step) + " of run id " + std::to_string(run_id);
+}
+
+}  // namespace
+
+void Store::Wake() {
+  {
+    MutexLock lock(wake_mu_);
+    wake_ = true;
+  }
+  wake_cv_.NotifyOne();
+}
+
+void Store::TieringLoop() {
+  for (;;) {
+    {
+      MutexLock lock(wake_mu_);
+      wake_cv_.Wait(wake_mu_, [&]() SNAPD_REQUIRES(wake_mu_) { return wake_ || wake_stop_; });
+      if (wake_stop_) return;
+      wake_ = false;
+    }
+    Deferred deferred;
+    {
+      MutexLock lock(mu_);
+      Rebalance(deferred);
+      idle_cv_.NotifyAll();
+    }
+    for (auto& f : deferred) f();
+  }
+}
+
+void Store::WaitTieringIdle() {
+  MutexLock lock(mu_);
+  idle_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) {
+    if (writes_in_flight_ || reads_in_flight_ || !parked_pushes_.empty()) return false;
+    for (const auto& [id, run] : runs_) {
+      for (const auto& [step, snap] : run.snapshots) {
+        if (DemotionWanted(run, snap)) return false;
+      }
+    }
+    return true;
+  });
+}
+
+bool Store::DemotionWanted(const Run& run, const Snapshot& snap) const {
+  if (!disk_ || snap.writing || snap.record.tier() != v1::TIER_HOST || !snap.block) return false;
+  if (!drains_.empty()) return true;
+  const v1::RunSpec& spec = run.record.spec();
+  if (!UsesDisk(spec.layers())) return false;
+  if (!UsesHost(spec.layers())) return true;
+  return spec.steps() != 0 && snap.record.step() < run.record.host_boundary();
+}
+
+void Store::Rebalance(Deferred& deferred) {
+  if (stopping_) return;
+  GrantParkedPushes(deferred);
+  const int max_writes = options_.io_threads + 1;
+
+  ServeParkedReads();
+
+  // Steps whose place is disk: below the host boundary, Disk-only runs, a drain.
+  uint64_t reserve = 0;
+  for (auto& [id, run] : runs_) {
+    if (UsesDisk(run.record.spec().layers())) {
+      reserve = std::max(reserve, kStagingBlocks * BlockBytes(run));
+    }
+    for (auto& [step, snap] : run.snapshots) {
+      if (writes_in_flight_ >= max_writes || disk_full_) break;
+      if (DemotionWanted(run, snap)) StartDemotion(run, snap);
+    }
+  }
+
+  // Room for whoever waits, and a few blocks kept free so a push that fits never waits:
+  // drop read-ahead copies, then demote the oldest host-only steps (N unknown, or a host
+  // tier shared with other runs).
+  uint64_t waiting = 0;
+  for (const auto& p : parked_pushes_) waiting += p.bytes;
+  for (const auto& key : parked_reads_) {
+    auto run = runs_.find(key.first);
+    if (run != runs_.end()) waiting += BlockBytes(run->second);
+  }
+  uint64_t need = std::max(reserve, waiting);
+  uint64_t writing = 0;
+  for (const auto& [id, run] : runs_) {
+    for (const auto& [step, snap] : run.snapshots) {
+      if (snap.writing) writing += BlockBytes(run);
+    }
+  }
+  while (host_->budget() - host_->used() + writing < need && writes_in_flight_ < max_writes) {
+    uint64_t before = host_->used();
+    int writes_before = writes_in_flight_;
+    if (!FreeHostRoom()) break;
+    if (writes_in_flight_ > writes_before) {
+      writing = 0;
+      for (const auto& [id, run] : runs_) {
+        for (const auto& [step, snap] : run.snapshots) {
+          if (snap.writing) writing += BlockBytes(run);
+        }
+      }
+    } else if (host_->used() == before) {
+      break;  // dropped a copy whose memory a lease still holds
+    }
+  }
+  GrantParkedPushes(deferred);
+  ServeParkedReads();
+
+  // Read-ahead only uses room nobody waits for.
+  if (parked_pushes_.empty() && parked_reads_.empty()) {
+    for (auto& [id, run] : runs_) {
+      if (run.prefetch_from) SchedulePrefetch(run);
+    }
+  }
+
+  // Stuck: waiting pushes, and nothing in flight will free host memory.
+  if (!parked_pushes_.empty() && writes_in_flight_ == 0 && reads_in_flight_ == 0) {
+    std::string why = disk_full_ ? "the disk tier is full too"
+                                 : "no stored snapshot can move to disk";
+    for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
+      auto run = runs_.find(it->run_id);
+      if (run != runs_.end() && run->second.record.spec().block_when_full()) {
+        ++it;
+        continue;
+      }
+      Status full = Status::ResourceExhausted(
+          "host tier full (" + FormatBytes(host_->used()) + " of " +
+          FormatBytes(host_->budget()) + " in use) and " + why +
+          "; delete finished runs, raise host_mem/disk_mem, or open the run with "
+          "block_when_full");
+      if (run != runs_.end()) run->second.in_flight.erase(it->step);
+      deferred.push_back([l = std::move(it->later), full] { l(full); });
+      it = parked_pushes_.erase(it);
+    }
+  }
+  if (!parked_reads_.empty() && writes_in_flight_ == 0 && reads_in_flight_ == 0) {
+    for (const auto& key : parked_reads_) {
+      auto run = runs_.find(key.first);
+      if (run == runs_.end()) continue;
+      auto s = run->second.snapshots.find(key.second);
+      if (s == run->second.snapshots.end()) continue;
+      Status full = Status::ResourceExhausted(
+          "no host memory free to read " + StepName(run->second.record, key.second) +
+          " back from disk (" + FormatBytes(host_->used()) + " of " +
+          FormatBytes(host_->budget()) + " in use)");
+      for (auto& w : s->second.waiters) deferred.push_back([w = std::move(w), full] { w(full); });
+      s->second.waiters.clear();
+    }
+    parked_reads_.clear();
+  }
+  FinishDrainsIfDone(deferred);
+}
+
+void Store::ServeParkedReads() {
+  for (auto it = parked_reads_.begin(); it != parked_reads_.end();) {
+    auto run = runs_.find(it->first);
+    Snapshot* snap = nullptr;
+    if (run != runs_.end()) {
+      auto s = run->second.snapshots.find(it->second);
+      if (s != run->second.snapshots.end()) snap = &s->second;
+    }
+    if (!snap || snap->block || snap->reading || snap->waiters.empty()) {
+      it = parked_reads_.erase(it);
+    } else if (StartRead(run->second, *snap, /*urgent=*/true)) {
+      it = parked_reads_.erase(it);
+    } else {
+      return;  // no room yet
+    }
+  }
+}
+
+void Store::GrantParkedPushes(Deferred& deferred) {
+  while (!parked_pushes_.empty()) {
+    ParkedPush& p = parked_pushes_.front();
+    auto run = runs_.find(p.run_id);
+    if (run == runs_.end()) {
+      Status gone = Status::NotFound("run id " + std::to_string(p.run_id) +
+                                     " was deleted while a push waited for room");
+      deferred.push_back([l = std::move(p.later), gone] { l(gone); });
+      parked_pushes_.pop_front();
+      continue;
+    }
+    auto block = host_->Allocate(p.bytes);
+    if (!block.ok()) return;  // first come, first served
+    PushTicket ticket{p.run_id, p.step, std::move(block).value()};
+    deferred.push_back([l = std::move(p.later), t = std::move(ticket)] { l(t); });
+    parked_pushes_.pop_front();
+  }
+}
+
+bool Store::FreeHostRoom() {
+  // A read-ahead copy costs nothing to drop: prefer the highest step (already passed by the
+  // backward pass, or the furthest from it).
+  Run* best_run = nullptr;
+  Snapshot* best = nullptr;
+  for (auto& [id, run] : runs_) {
+    for (auto it = run.snapshots.rbegin(); it != run.snapshots.rend(); ++it) {
+      Snapshot& snap = it->second;
+      if (snap.record.tier() == v1::TIER_DISK && snap.block && snap.block.use_count() == 1 &&
+          snap.waiters.empty()) {
+        if (!best || snap.record.step() > best->record.step()) best_run = &run, best = &snap;
+        break;
+      }
+    }
+  }
+  if (best) {
+    best->block.reset();
+    return true;
+  }
+  // Otherwise write out the oldest host-only step of a run that may use disk. A declared
+  // run's host-resident range [host_boundary, N) is left alone while anything in flight (a
+  // write, a read, a checksum holding a block) is about to free memory anyway.
+  bool settling = writes_in_flight_ || reads_in_flight_ || checksum_busy_ ||
+                  !checksum_queue_.empty();
+  for (auto& [id, run] : runs_) {
+    const v1::RunSpec& spec = run.record.spec();
+    if (!UsesDisk(spec.layers()) && drains_.empty()) continue;
+    for (auto& [step, snap] : run.snapshots) {
+      if (snap.record.tier() != v1::TIER_HOST || snap.writing || !snap.block) continue;
+      if (settling && spec.steps() && step >= run.record.host_boundary()) break;
+      if (!best || snap.generation < best->generation) best_run = &run, best = &snap;
+      break;  // steps of one run arrive in order; its lowest host step is its oldest
+    }
+  }
+  if (!best || !disk_ || disk_full_) return false;
+  StartDemotion(*best_run, *best);
+  return best->writing;
+}
+
+void Store::StartDemotion(Run& run, Snapshot& snap) {
+  const v1::SnapshotRecord& r = snap.record;
+  auto spool = disk_->Reserve(r.raw_bytes());
+  if (!spool.ok()) {
+    if (!disk_full_) SNAPD_LOG_WARN("%s", spool.status().message().c_str());
+    disk_full_ = true;
+    return;
+  }
+  snap.writing = true;
+  ++writes_in_flight_;
+  std::string name = "step-" + std::to_string(r.step()) + "-e" + std::to_string(options_.epoch) +
+                     "-g" + std::to_string(snap.generation);
+  std::optional<uint64_t> known;
+  if (r.checksum_state() == v1::CHECKSUM_RECORDED) known = r.checksum();
+  io_->Submit(
+      [this, run_id = run.record.run_id(), step = r.step(), gen = snap.generation,
+       spool = *spool, name, raw = r.raw_bytes(), known, block = snap.block]() mutable {
+        uint64_t sum = known ? *known : Checksum(block->data(), raw);
+        Status s = disk_->Write(spool, run_id, name, block->data(), raw);
+        block.reset();  // before FinishDemotion: the host memory is free once it says so
+        FinishDemotion(run_id, step, gen, spool, name, raw, sum, s);
+      },
+      /*urgent=*/false);
+}
+
+void Store::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation, uint32_t spool,
+                           const std::string& name, uint64_t raw, uint64_t checksum,
+                           Status written) {
+  Deferred deferred;
+  {
+    MutexLock lock(mu_);
+    --writes_in_flight_;
+    Snapshot* snap = FindSnapshot(run_id, step, generation);
+    Status s = written;
+    if (snap && s.ok()) {
+      v1::SnapshotRecord updated = snap->record;
+      updated.set_tier(v1::TIER_DISK);
+      updated.set_spool(spool);
+      updated.set_disk_name(name);
+      updated.set_checksum(checksum);
+      updated.set_checksum_state(v1::CHECKSUM_RECORDED);
+      s = catalog_->PutSnapshot(updated);
+      if (s.ok()) {
+        snap->record = std::move(updated);
+        snap->block.reset();  // the host memory is free now; the record points at the file
+        ++counters_.demotions;
+        for (auto& d : drains_) {
+          ++d.result.moved;
+          d.result.moved_bytes += raw;
+        }
+      }
+    }
+    if (snap) snap->writing = false;
+    if (written.ok() && (!snap || !s.ok())) {
+      // Deleted or released while being written, or not recorded: the file must not stay.
+      deferred.push_back([this, spool, run_id, name, raw] {
+        disk_->Remove(spool, run_id, name, raw);
+      });
+    } else if (!written.ok()) {
+      disk_->Unreserve(spool, raw);  // Write() left no file behind
+    }
+    if (!s.ok()) {
+      SNAPD_LOG_WARN("moving %s to disk failed: %s", StepLabel(run_id, step).c_str(),
+                     s.message().c_str());
+      if (s.code() == Code::kResourceExhausted) disk_full_ = true;
+      for (auto& d : drains_) deferred.push_back([l = std::move(d.done), s] { l(s); });
+      drains_.clear();
+    }
+    Wake();
+  }
+  for (auto& f : deferred) f();
+}
+
+bool Store::StartRead(Run& run, Snapshot& snap, bool urgent) {
+  const v1::SnapshotRecord& r = snap.record;
+  auto block = host_->Allocate(r.raw_bytes());
+  if (!block.ok()) return false;
+  snap.reading = true;
+  ++reads_in_flight_;
+  std::optional<uint64_t> expected;
+  if (r.checksum_state() == v1::CHECKSUM_RECORDED) expected = r.checksum();
+  io_->Submit(
+      [this, run_id = run.record.run_id(), step = r.step(), gen = snap.generation,
+       spool = r.spool(), name = r.disk_name(), raw = r.raw_bytes(), expected,
+       block = std::move(block).value()]() mutable {
+        int64_t started = NowNs();
+        Status s = disk_->Read(spool, run_id, name, block->data(), raw);
+        if (s.ok() && expected && Checksum(block->data(), raw) != *expected) {
+          s = Status::DataLoss("its disk copy does not match the checksum recorded when it "
+                               "was written");
+        }
+        FinishRead(run_id, step, gen, std::move(block), s, started);
+      },
+      urgent);
+  return true;
+}
+
+void Store::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
+                       std::shared_ptr<HostBlock> block, Status read, int64_t started_ns) {
+  Deferred deferred;
+  {
+    MutexLock lock(mu_);
+    --reads_in_flight_;
+    Snapshot* snap = FindSnapshot(run_id, step, generation);
+    if (snap) {
+      snap->reading = false;
+      Run& run = runs_.at(run_id);
+      std::vector<FetchLater> waiters = std::move(snap->waiters);
+      snap->waiters.clear();
+      if (read.ok()) {
+        snap->block = std::move(block);
+        snap->verified = true;
+        ++counters_.disk_reads;
+        double per_byte = static_cast<double>(NowNs() - started_ns) /
+                          static_cast<double>(std::max<uint64_t>(snap->record.raw_bytes(), 1));
+        read_ns_per_byte_ = read_ns_per_byte_ > 0 ? 0.7 * read_ns_per_byte_ + 0.3 * per_byte
+                                                  : per_byte;
+        FetchGrant grant{snap->block, snap->generation};
+        for (auto& w : waiters) deferred.push_back([w = std::move(w), grant] { w(grant); });
+      } else {
+        Status answer = read;
+        if (read.code() == Code::kDataLoss) {
+          MarkLost(run, *snap, read.message());
+          answer = Status::DataLoss(StepName(run.record, step) + " is lost: " + read.message());
+        }
+        for (auto& w : waiters) deferred.push_back([w = std::move(w), answer] { w(answer); });
+      }
+    }
+    block.reset();  // unless it went to the snapshot
+    Wake();
+  }
+  for (auto& f : deferred) f();
+}
+
+void Store::StartScrub(uint64_t run_id, uint64_t step) {
+  const Snapshot& snap = runs_.at(run_id).snapshots.at(step);
+  const v1::SnapshotRecord& r = snap.record;
+  if (r.checksum_state() != v1::CHECKSUM_RECORDED) return;
+  io_->Submit(
+      [this, run_id, step, gen = snap.generation, spool = r.spool(), name = r.disk_name(),
+       raw = r.raw_bytes(), expected = r.checksum()] {
+        // Outside the host tier: scrubbing must not take room from solvers.
+        uint64_t bytes = DiskTier::FileBytes(raw);
+        std::unique_ptr<void, void (*)(void*)> buf(std::aligned_alloc(DiskTier::kAlignment, bytes),
+                                                   std::free);
+        if (!buf) return;
+        Status s = disk_->Read(spool, run_id, name, buf.get(), raw);
+        if (s.ok() && Checksum(buf.get(), raw) != expected) {
+          s = Status::DataLoss("its disk copy does not match the checksum recorded when it "
+                               "was written");
+        }
+        MutexLock lock(mu_);
+        Snapshot* snap = FindSnapshot(run_id, step, gen);
+        if (!snap) return;
+        if (s.ok()) {
+          snap->verified = true;
+        } else if (s.code() == Code::kDataLoss) {
+          MarkLost(runs_.at(run_id), *snap, s.message());
+          disk_->Remove(spool, run_id, name, raw);
+        } else {
+          SNAPD_LOG_WARN("verifying %s: %s", StepLabel(run_id, step).c_str(),
+                         s.message().c_str());
+        }
+      },
+      /*urgent=*/false);
+}
+
+void Store::SchedulePrefetch(Run& run) {
+  if (!disk_ || run.prefetch_from == 0) return;
+  double read_ns = read_ns_per_byte_ * static_cast<double>(run.record.spec().bytes_per_step());
+  uint64_t depth = PrefetchDepth(run.pace_ns, read_ns, options_.max_prefetch);
+  uint64_t lowest = run.prefetch_from > depth ? run.prefetch_from - depth : 0;
+  auto it = run.snapshots.lower_bound(run.prefetch_from);
+  while (it != run.snapshots.begin()) {
+    --it;
+    if (it->first < lowest) break;
+    Snapshot& snap = it->second;
+    if (snap.record.tier() != v1::TIER_DISK || snap.block || snap.reading) continue;
+    if (!StartRead(run, snap, /*urgent=*/false)) break;  // no host room; retried on a free
+  }
+}
+
+void Store::FinishDrainsIfDone(Deferred& deferred) {
+  if (drains_.empty() || writes_in_flight_) return;
+  for (const auto& [id, run] : runs_) {
+    for (const auto& [step, snap] : run.snapshots) {
+      if (snap.record.tier() == v1::TIER_HOST && snap.block) {
+        if (!disk_full_) return;  // still to be written
+        Status full = Status::ResourceExhausted(
+            "the disk tier filled up while draining; what was moved stays on disk and the "
+            "rest is still in host memory");
+        for (auto& d : drains_) deferred.push_back([l = std::move(d.done), full] { l(full); });
+        drains_.clear();
+        return;
+      }
+    }
+  }
+  for (auto& d : drains_) {
+    deferred.push_back([l = std::move(d.done), r = d.result] { l(r); });
+  }
+  drains_.clear();
+}
+
+}  // namespace snapd
