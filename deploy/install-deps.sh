@@ -9,6 +9,7 @@ packages=(
   librocksdb-dev
   libzfp-dev
   libgtest-dev
+  python3-numpy util-linux  # tests: numpy loads `snapctl dump` output; unshare mounts a tiny tmpfs
 )
 missing=()
 for p in "${packages[@]}"; do

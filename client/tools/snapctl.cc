@@ -3,7 +3,11 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -11,7 +15,9 @@
 #include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "checksum.h"
 #include "paths.h"
+#include "snapd/layers.h"
 #include "snapd/schedule.h"
 #include "snapd/v1/control.grpc.pb.h"
 #include "units.h"
@@ -30,6 +36,10 @@ const char* kUsage =
     "  ls RUN             snapshots of RUN: step, tier, bytes, checksum\n"
     "  locate RUN STEP    where one snapshot is\n"
     "  rm RUN             delete RUN and free its snapshots\n"
+    "  dump RUN --to DIR [--format npy|raw] [--steps A:B]\n"
+    "                     write each step of RUN (steps A..B-1) to DIR as a numpy .npy file\n"
+    "                     (or raw bytes) plus manifest.json; checksums are verified\n"
+    "  drain              move every host-tier snapshot to disk (before draining the node)\n"
     "  plan --steps N --bytes-per-step S [--compute-time T] [--backward-time T]\n"
     "       [--codec none]\n"
     "                     checkpoint schedule for an adjoint run of N steps of S bytes on this\n"
@@ -151,13 +161,15 @@ void PrintSnapshotRow(const v1::SnapshotInfo& s) {
   if (s.checksum_state() == v1::CHECKSUM_RECORDED) {
     std::snprintf(sum, sizeof sum, "%016llx", (unsigned long long)s.checksum());
   }
-  std::printf("%8llu %-7s %12s %12s %-16s\n", (unsigned long long)s.step(),
-              TierName(s.tier()).c_str(), FormatBytes(s.raw_bytes()).c_str(),
-              FormatBytes(s.stored_bytes()).c_str(), sum);
+  // A host copy of a disk snapshot was read ahead; the disk copy is the durable one.
+  std::string tier = TierName(s.tier());
+  if (s.on_disk() && s.tier() == v1::TIER_HOST) tier = "host+disk";
+  std::printf("%8llu %-9s %12s %12s %-16s\n", (unsigned long long)s.step(), tier.c_str(),
+              FormatBytes(s.raw_bytes()).c_str(), FormatBytes(s.stored_bytes()).c_str(), sum);
 }
 
 void PrintSnapshotHeader() {
-  std::printf("%8s %-7s %12s %12s %-16s\n", "STEP", "TIER", "RAW", "STORED", "CHECKSUM");
+  std::printf("%8s %-9s %12s %12s %-16s\n", "STEP", "TIER", "RAW", "STORED", "CHECKSUM");
 }
 
 int Ls(v1::Control::Stub& stub, const Options& o) {
@@ -174,11 +186,18 @@ int Ls(v1::Control::Stub& stub, const Options& o) {
     PrintJson(r);
     return 0;
   }
-  std::printf("run %s (id %llu, %s): %llu snapshots, %s stored\n", r.run().spec().name().c_str(),
-              (unsigned long long)r.run().run_id(),
-              r.run().state() == v1::RUN_OPEN ? "open" : "closed",
-              (unsigned long long)r.run().snapshots(),
-              FormatBytes(r.run().stored_bytes()).c_str());
+  const v1::RunInfo& run = r.run();
+  std::printf("run %s (id %llu, %s, layers %s%s): %llu snapshots, %s stored\n",
+              run.spec().name().c_str(), (unsigned long long)run.run_id(),
+              run.state() == v1::RUN_OPEN ? "open" : "closed", LayersName(run.spec().layers()),
+              run.spec().keep() ? ", keep" : ", read-once", (unsigned long long)run.snapshots(),
+              FormatBytes(run.stored_bytes()).c_str());
+  if (run.host_boundary()) {
+    std::printf("placement: steps 0..%llu on disk, %llu..%llu in host memory\n",
+                (unsigned long long)run.host_boundary() - 1,
+                (unsigned long long)run.host_boundary(),
+                (unsigned long long)run.spec().steps() - 1);
+  }
   PrintSnapshotHeader();
   for (const auto& snap : r.snapshots()) PrintSnapshotRow(snap);
   return 0;
@@ -222,6 +241,251 @@ int Rm(v1::Control::Stub& stub, const Options& o) {
                 FormatBytes(r.freed_bytes()).c_str());
   }
   return 0;
+}
+
+int Drain(v1::Control::Stub& stub, const Options& o) {
+  if (o.args.size() != 1) {
+    std::fprintf(stderr, "snapctl drain: takes no arguments\n");
+    return 2;
+  }
+  grpc::ClientContext ctx;  // no deadline: it answers once everything is on disk
+  v1::DrainResponse r;
+  grpc::Status s = stub.Drain(&ctx, v1::DrainRequest(), &r);
+  if (!s.ok()) return Fail("drain", s, o);
+  if (o.json) {
+    PrintJson(r);
+  } else {
+    std::printf("moved %llu snapshots (%s) to disk; the host tier holds no snapshot only it has\n",
+                (unsigned long long)r.moved(), FormatBytes(r.moved_bytes()).c_str());
+  }
+  return 0;
+}
+
+// numpy's dtype string for a snapshot dtype (little-endian, as every snapd host is).
+const char* NpyDescr(v1::Dtype d) {
+  switch (d) {
+    case v1::DTYPE_FLOAT32: return "<f4";
+    case v1::DTYPE_FLOAT64: return "<f8";
+    case v1::DTYPE_INT32: return "<i4";
+    case v1::DTYPE_INT64: return "<i8";
+    default: return "|u1";
+  }
+}
+
+// An .npy v1.0 header: magic, version, little-endian header length, then a Python dict
+// literal padded with spaces to a 64-byte boundary and ended by a newline.
+std::string NpyHeader(const v1::RunSpec& spec) {
+  std::string shape;
+  if (spec.shape_size() > 0) {
+    for (uint64_t d : spec.shape()) shape += std::to_string(d) + ", ";
+  } else {
+    uint64_t element = std::strtoull(NpyDescr(spec.dtype()) + 2, nullptr, 10);
+    shape = std::to_string(spec.bytes_per_step() / element) + ", ";
+  }
+  std::string dict = std::string("{'descr': '") + NpyDescr(spec.dtype()) +
+                     "', 'fortran_order': False, 'shape': (" + shape + "), }";
+  size_t total = 10 + dict.size() + 1;
+  dict.append((64 - total % 64) % 64, ' ');
+  dict += '\n';
+  std::string h = "\x93NUMPY";
+  h += '\x01';
+  h += '\x00';
+  uint16_t len = static_cast<uint16_t>(dict.size());
+  h += static_cast<char>(len & 0xff);
+  h += static_cast<char>(len >> 8);
+  return h + dict;
+}
+
+struct DumpArgs {
+  std::string run;
+  std::string dir;
+  std::string format = "npy";
+  uint64_t first = 0;
+  uint64_t end = 0;  // 0 = all
+};
+
+int ParseDumpArgs(const Options& o, DumpArgs* d) {
+  for (size_t i = 1; i < o.args.size(); ++i) {
+    const std::string& k = o.args[i];
+    if (k != "to" && k != "format" && k != "steps") {
+      if (!d->run.empty() || k.rfind("--", 0) == 0) {
+        std::fprintf(stderr, "snapctl dump: unexpected argument '%s'\n", k.c_str());
+        return 2;
+      }
+      d->run = k;
+      continue;
+    }
+    if (i + 1 >= o.args.size()) {
+      std::fprintf(stderr, "snapctl dump: --%s needs a value\n", k.c_str());
+      return 2;
+    }
+    const std::string& v = o.args[++i];
+    if (k == "to") {
+      d->dir = v;
+    } else if (k == "format") {
+      if (v != "npy" && v != "raw") {
+        std::fprintf(stderr, "snapctl dump: --format must be npy or raw, got '%s'\n", v.c_str());
+        return 2;
+      }
+      d->format = v;
+    } else {
+      size_t colon = v.find(':');
+      if (colon == std::string::npos || !ParseStep(v.substr(0, colon), &d->first) ||
+          !ParseStep(v.substr(colon + 1), &d->end) || d->end <= d->first) {
+        std::fprintf(stderr, "snapctl dump: --steps must be A:B with A < B, got '%s'\n",
+                     v.c_str());
+        return 2;
+      }
+    }
+  }
+  if (d->run.empty() || d->dir.empty()) {
+    std::fprintf(stderr, "snapctl dump: expected RUN --to DIR\n");
+    return 2;
+  }
+  return 0;
+}
+
+int Dump(v1::Control::Stub& stub, const Options& o) {
+  DumpArgs d;
+  if (int rc = ParseDumpArgs(o, &d); rc != 0) return rc;
+  v1::ListSnapshotsRequest lreq;
+  lreq.set_name(d.run);
+  v1::ListSnapshotsResponse list;
+  grpc::Status ls = stub.ListSnapshots(Context().get(), lreq, &list);
+  if (!ls.ok()) return Fail("dump", ls, o);
+  const v1::RunSpec& spec = list.run().spec();
+  std::error_code ec;
+  std::filesystem::create_directories(d.dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "snapctl dump: creating %s: %s\n", d.dir.c_str(), ec.message().c_str());
+    return 1;
+  }
+  std::string manifest_path = d.dir + "/manifest.json";
+  if (std::filesystem::exists(manifest_path)) {
+    std::fprintf(stderr, "snapctl dump: %s already holds a dump (manifest.json); pick an empty "
+                 "directory\n", d.dir.c_str());
+    return 1;
+  }
+  uint64_t expected = 0;
+  for (const auto& s : list.snapshots()) {
+    if (s.step() >= d.first && (d.end == 0 || s.step() < d.end)) ++expected;
+  }
+  bool progress = isatty(STDERR_FILENO) && !o.json;
+  std::string header = d.format == "npy" ? NpyHeader(spec) : "";
+
+  grpc::ClientContext ctx;  // no deadline: a dump takes as long as the bytes take
+  v1::DumpRequest req;
+  req.set_name(d.run);
+  req.set_first_step(d.first);
+  req.set_end_step(d.end);
+  auto reader = stub.Dump(&ctx, req);
+  struct Entry {
+    uint64_t step;
+    std::string file;
+    uint64_t checksum;
+    bool lost;
+  };
+  std::vector<Entry> entries;
+  std::FILE* out = nullptr;
+  std::string step_bytes;
+  v1::DumpChunk chunk;
+  auto t0 = std::chrono::steady_clock::now();
+  uint64_t total = 0;
+  std::string failure;
+  while (failure.empty() && reader->Read(&chunk)) {
+    if (chunk.lost()) {
+      entries.push_back({chunk.step(), "", 0, true});
+      continue;
+    }
+    if (chunk.offset() == 0) {
+      char name[64];
+      std::snprintf(name, sizeof name, "step-%08llu.%s", (unsigned long long)chunk.step(),
+                    d.format.c_str());
+      entries.push_back({chunk.step(), name, chunk.checksum(), false});
+      out = std::fopen((d.dir + "/" + name).c_str(), "wbx");
+      if (!out) {
+        failure = std::string("creating ") + d.dir + "/" + name + ": " + std::strerror(errno);
+        break;
+      }
+      if (!header.empty()) std::fwrite(header.data(), 1, header.size(), out);
+      step_bytes.clear();
+      step_bytes.reserve(chunk.step_bytes());
+      if (!chunk.checksum_recorded()) entries.back().checksum = 0;  // 0: nothing to verify
+    }
+    step_bytes += chunk.data();
+    if (std::fwrite(chunk.data().data(), 1, chunk.data().size(), out) != chunk.data().size()) {
+      failure = std::string("writing ") + entries.back().file + ": " + std::strerror(errno);
+      break;
+    }
+    total += chunk.data().size();
+    if (step_bytes.size() == chunk.step_bytes()) {
+      if (std::fclose(out) != 0) failure = "closing " + entries.back().file;
+      out = nullptr;
+      uint64_t sum = Checksum(step_bytes.data(), step_bytes.size());
+      if (entries.back().checksum && sum != entries.back().checksum) {
+        failure = "step " + std::to_string(chunk.step()) +
+                  " arrived with bytes that do not match its recorded checksum";
+      }
+      entries.back().checksum = sum;
+      if (progress) {
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "\rdump %s: %zu/%llu steps, %s, %.2f GB/s   ", d.run.c_str(),
+                     entries.size(), (unsigned long long)expected, FormatBytes(total).c_str(),
+                     secs > 0 ? total / secs / 1e9 : 0.0);
+      }
+    }
+  }
+  if (out) std::fclose(out);
+  if (!failure.empty()) ctx.TryCancel();
+  grpc::Status s = reader->Finish();
+  if (progress) std::fputc('\n', stderr);
+  if (!failure.empty()) {
+    std::fprintf(stderr, "snapctl dump: %s\n", failure.c_str());
+    return 1;
+  }
+  if (!s.ok()) return Fail("dump", s, o);
+
+  std::string shape;
+  for (int i = 0; i < spec.shape_size(); ++i) shape += (i ? ", " : "") + std::to_string(spec.shape(i));
+  std::FILE* m = std::fopen(manifest_path.c_str(), "w");
+  if (!m) {
+    std::fprintf(stderr, "snapctl dump: creating %s: %s\n", manifest_path.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  std::fprintf(m,
+               "{\n  \"run\": \"%s\",\n  \"format\": \"%s\",\n  \"dtype\": \"%s\",\n  "
+               "\"numpy_dtype\": \"%s\",\n  \"shape\": [%s],\n  \"bytes_per_step\": %llu,\n  "
+               "\"checksum\": \"snapd block checksum v1 of the raw bytes (hex)\",\n  "
+               "\"steps\": [",
+               d.run.c_str(), d.format.c_str(), v1::Dtype_Name(spec.dtype()).c_str(),
+               NpyDescr(spec.dtype()), shape.c_str(), (unsigned long long)spec.bytes_per_step());
+  uint64_t lost = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    lost += e.lost;
+    if (e.lost) {
+      std::fprintf(m, "%s\n    {\"step\": %llu, \"lost\": true}", i ? "," : "",
+                   (unsigned long long)e.step);
+    } else {
+      std::fprintf(m, "%s\n    {\"step\": %llu, \"file\": \"%s\", \"checksum\": \"%016llx\"}",
+                   i ? "," : "", (unsigned long long)e.step, e.file.c_str(),
+                   (unsigned long long)e.checksum);
+    }
+  }
+  std::fprintf(m, "\n  ]\n}\n");
+  std::fclose(m);
+  if (!o.json) {
+    std::printf("dumped %zu steps of %s (%s) to %s%s\n", entries.size() - lost, d.run.c_str(),
+                FormatBytes(total).c_str(), d.dir.c_str(),
+                lost ? (", " + std::to_string(lost) + " lost steps listed in the manifest").c_str()
+                     : "");
+  } else {
+    std::printf("{\"steps\": %llu, \"lost\": %llu, \"bytes\": %llu, \"manifest\": \"%s\"}\n",
+                (unsigned long long)(entries.size() - lost), (unsigned long long)lost,
+                (unsigned long long)total, manifest_path.c_str());
+  }
+  return lost ? 1 : 0;
 }
 
 // Options of `plan`, parsed from the arguments after the command.
@@ -394,8 +658,9 @@ int Main(int argc, char** argv) {
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (!o.args.empty() && o.args[0] == "plan" && a.rfind("--", 0) == 0) {
-      o.args.push_back(a.substr(2));  // plan's own options, parsed by Plan()
+    } else if (!o.args.empty() && (o.args[0] == "plan" || o.args[0] == "dump") &&
+               a.rfind("--", 0) == 0) {
+      o.args.push_back(a.substr(2));  // the command's own options, parsed by it
     } else if (a.rfind("--", 0) == 0) {
       std::fprintf(stderr, "snapctl: unknown option %s\n%s", a.c_str(), kUsage);
       return 2;
@@ -416,6 +681,8 @@ int Main(int argc, char** argv) {
   if (cmd == "locate") return Locate(*stub, o);
   if (cmd == "rm") return Rm(*stub, o);
   if (cmd == "plan") return Plan(*stub, o);
+  if (cmd == "dump") return Dump(*stub, o);
+  if (cmd == "drain") return Drain(*stub, o);
   std::fprintf(stderr, "snapctl: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

@@ -255,7 +255,10 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
     chunk_.set_step(info.step());
     chunk_.set_offset(offset_);
     chunk_.set_step_bytes(bytes_);
-    if (offset_ == 0) chunk_.set_checksum(info.checksum());
+    if (offset_ == 0 && info.checksum_state() == v1::CHECKSUM_RECORDED) {
+      chunk_.set_checksum(info.checksum());
+      chunk_.set_checksum_recorded(true);
+    }
     chunk_.set_data(static_cast<const char*>(block_->data()) + offset_, n);
     offset_ += n;
     StartWrite(&chunk_);

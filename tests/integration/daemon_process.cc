@@ -54,6 +54,7 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const DaemonOptions&
                                    "--state-dir",  o.dir + "/state", "--host-mem",
                                    o.host_mem,     "--log-level", "info"};
   argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
+  argv.insert(argv.begin(), o.wrapper.begin(), o.wrapper.end());
   d->pid_ = Spawn(argv, "/dev/null", d->log_path_);
   if (d->pid_ < 0) return Status::Internal("cannot spawn " + std::string(SNAPD_BINARY));
   // Readiness: the control plane answers a session. Polled, bounded by a deadline.

@@ -19,6 +19,9 @@ struct DaemonOptions {
   std::string dir;               // holds the socket and the state directory
   std::string host_mem = "512M";
   std::vector<std::string> extra_args;
+  // Command the daemon runs under, e.g. {"/usr/bin/unshare", ..., "sh", "-c", "... exec \"$@\"",
+  // "sh"}: snapd's argv is appended. The wrapper must exec snapd in the same process.
+  std::vector<std::string> wrapper;
 };
 
 // One snapd process. Not thread-safe; owned by one test.

@@ -1,0 +1,88 @@
+#include "disk_tier/disk_tier.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "temp_dir.h"
+
+namespace snapd {
+namespace {
+
+struct AlignedBuffer {
+  explicit AlignedBuffer(uint64_t raw)
+      : bytes(DiskTier::FileBytes(raw)),
+        data(static_cast<char*>(std::aligned_alloc(DiskTier::kAlignment, bytes)), std::free) {}
+  uint64_t bytes;
+  std::unique_ptr<char, void (*)(void*)> data;
+};
+
+class DiskTierTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<DiskTier> Open(uint64_t budget) {
+    return std::move(DiskTier::Open({{dir_ + "/a", dir_ + "/b"}, budget, 0.7}).value());
+  }
+  testing::TempDir tmp_;
+  const std::string dir_ = tmp_.path();
+};
+
+TEST_F(DiskTierTest, WritesAndReadsBackAnUnalignedSnapshot) {
+  auto disk = Open(1 << 20);
+  constexpr uint64_t kRaw = 10000;
+  AlignedBuffer out(kRaw), in(kRaw);
+  for (uint64_t i = 0; i < kRaw; ++i) out.data.get()[i] = static_cast<char>(i * 7);
+  auto spool = disk->Reserve(kRaw);
+  ASSERT_TRUE(spool.ok());
+  EXPECT_EQ(disk->used(), DiskTier::FileBytes(kRaw));
+  ASSERT_TRUE(disk->Write(*spool, 3, "step-1", out.data.get(), kRaw).ok());
+  ASSERT_TRUE(disk->Read(*spool, 3, "step-1", in.data.get(), kRaw).ok());
+  EXPECT_EQ(0, std::memcmp(out.data.get(), in.data.get(), kRaw));
+  EXPECT_EQ(disk->writes().bytes, DiskTier::FileBytes(kRaw));
+  disk->Remove(*spool, 3, "step-1", kRaw);
+  EXPECT_EQ(disk->used(), 0u);
+  Status gone = disk->Read(*spool, 3, "step-1", in.data.get(), kRaw);
+  EXPECT_EQ(gone.code(), Code::kDataLoss) << gone.ToString();
+}
+
+TEST_F(DiskTierTest, TheBudgetCannotBeExceededAndTheErrorSaysSo) {
+  auto disk = Open(2 * 8192);  // 8 KiB per spool
+  ASSERT_TRUE(disk->Reserve(8192).ok());
+  ASSERT_TRUE(disk->Reserve(8192).ok());  // the other spool
+  Status full = disk->Reserve(1).status();
+  EXPECT_EQ(full.code(), Code::kResourceExhausted);
+  EXPECT_NE(full.message().find("disk tier full"), std::string::npos) << full.ToString();
+  EXPECT_NE(full.message().find("16.0 KiB of 16.0 KiB"), std::string::npos) << full.ToString();
+}
+
+TEST_F(DiskTierTest, RecoveryAdoptsCompleteFilesAndRemovesTheRest) {
+  constexpr uint64_t kRaw = 8192;
+  AlignedBuffer buf(kRaw);
+  std::memset(buf.data.get(), 1, kRaw);
+  {
+    auto disk = Open(1 << 20);
+    for (const char* name : {"kept", "orphan", "short"}) {
+      ASSERT_TRUE(disk->Write(0, 9, name, buf.data.get(), kRaw).ok());
+    }
+  }
+  std::ofstream(dir_ + "/a/run-9/interrupted.tmp") << "partial";
+  std::filesystem::resize_file(dir_ + "/a/run-9/short", 100);
+  auto disk = Open(1 << 20);
+  EXPECT_TRUE(disk->Adopt(0, 9, "kept", kRaw).ok());
+  Status truncated = disk->Adopt(0, 9, "short", kRaw);
+  EXPECT_EQ(truncated.code(), Code::kDataLoss);
+  EXPECT_NE(truncated.message().find("holds 100 bytes"), std::string::npos)
+      << truncated.ToString();
+  EXPECT_EQ(disk->Adopt(5, 9, "kept", kRaw).code(), Code::kDataLoss);  // no such spool
+  EXPECT_EQ(disk->RemoveOrphans({DiskTier::Key(0, 9, "kept")}), 3u);
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/a/run-9/kept"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/a/run-9/orphan"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/a/run-9/interrupted.tmp"));
+  EXPECT_EQ(disk->used(), DiskTier::FileBytes(kRaw));
+}
+
+}  // namespace
+}  // namespace snapd

@@ -1,0 +1,201 @@
+// The disk tier through the real daemon: runs larger than host memory, reverse-order
+// placement, crash recovery after kill -9, a filesystem that fills up.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "daemon_process.h"
+#include "snapd/client.h"
+
+namespace snapd::testing {
+namespace {
+
+constexpr size_t kStep = (1 << 20) + 40;  // not a page multiple: exercises the padded files
+constexpr uint64_t kSteps = 48;           // 3x the 16 MiB host tier
+
+// Pushes steps [first, end) of the pattern with seed `seed`, waiting until each is stored.
+void PushSteps(Client& c, uint64_t run_id, uint64_t first, uint64_t end, uint64_t seed) {
+  std::vector<std::vector<char>> src(2, std::vector<char>(kStep));
+  std::vector<PushHandle> handles;
+  for (uint64_t t = first; t < end; ++t) {
+    std::vector<char>& buf = src[t % 2];
+    if (handles.size() >= 2) ASSERT_TRUE(handles[handles.size() - 2].WaitReleased().ok());
+    FillPattern(buf.data(), kStep, seed, t);
+    auto h = c.Push(run_id, t, buf.data(), kStep);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    handles.push_back(*h);
+  }
+  for (auto& h : handles) ASSERT_TRUE(h.WaitStored().ok()) << h.WaitStored().ToString();
+}
+
+Status FetchExact(Client& c, uint64_t run_id, uint64_t step, uint64_t seed) {
+  std::vector<char> got(kStep), want(kStep);
+  SNAPD_RETURN_IF_ERROR(c.Fetch(run_id, step, got.data(), kStep));
+  FillPattern(want.data(), kStep, seed, step);
+  if (got != want) return Status::DataLoss("step " + std::to_string(step) + " differs");
+  return Status::Ok();
+}
+
+// Polls until every step below `boundary` has its durable copy on disk (demotion is
+// background work) or 60 s pass.
+bool WaitOnDisk(Client& c, const std::string& run, uint64_t boundary) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto list = c.ListSnapshots(run);
+    if (!list.ok()) return false;
+    uint64_t on_disk = 0;
+    for (const auto& l : *list) on_disk += l.step < boundary && l.on_disk;
+    if (on_disk == boundary) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+class SpillTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { Start(); }
+  void Start() {
+    auto d = DaemonProcess::Start({dir_.path(), "16M", {}});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    daemon_ = std::move(d).value();
+    auto c = ConnectClient(*daemon_, /*map_host_tier=*/GetParam());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(c).value();
+  }
+  RunInfo Open(const std::string& name, bool keep) {
+    RunSpec spec;
+    spec.name = name;
+    spec.steps = kSteps;
+    spec.bytes_per_step = kStep;
+    spec.keep = keep;
+    auto run = client_->OpenRun(spec);
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    return run.ok() ? *run : RunInfo{};
+  }
+
+  TempDir dir_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_P(SpillTest, ARunThreeTimesTheHostTierRoundTripsWithTheNewestStepsInHost) {
+  RunInfo run = Open("big", /*keep=*/false);
+  // 16 MiB hold 15 blocks of 1 MiB + 4 KiB; two stay free for traffic: 13 steps in host.
+  const uint64_t j = kSteps - 13;
+  ASSERT_EQ(run.host_boundary, j);
+  PushSteps(*client_, run.run_id, 0, kSteps, 11);
+  ASSERT_TRUE(WaitOnDisk(*client_, "big", j)) << daemon_->Log();
+  auto list = client_->ListSnapshots("big");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), kSteps);
+  for (const auto& l : *list) {
+    EXPECT_EQ(l.on_disk, l.step < j) << "step " << l.step;
+    if (l.step >= j) EXPECT_EQ(l.tier, Tier::kHost) << "step " << l.step;
+  }
+  for (uint64_t t = kSteps; t-- > 0;) {
+    Status s = FetchExact(*client_, run.run_id, t, 11);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  // Read-once: the backward pass consumed every step.
+  auto after = client_->ListSnapshots("big");
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->empty());
+  Status again = client_->Fetch(run.run_id, 3, std::vector<char>(kStep).data(), kStep);
+  EXPECT_EQ(again.code(), Code::kNotFound);
+  EXPECT_NE(again.message().find("read once"), std::string::npos) << again.ToString();
+}
+
+TEST_P(SpillTest, KillMinus9MidRunKeepsDiskStepsAndReportsHostStepsLost) {
+  RunInfo run = Open("crash", /*keep=*/true);
+  const uint64_t j = run.host_boundary;
+  const uint64_t pushed = j + 5;  // mid-run: the forward pass is not over
+  PushSteps(*client_, run.run_id, 0, pushed, 21);
+  ASSERT_TRUE(WaitOnDisk(*client_, "crash", j)) << daemon_->Log();
+  client_.reset();
+  daemon_->Kill();
+  daemon_.reset();
+  Start();
+  for (uint64_t t = 0; t < pushed; ++t) {
+    auto where = client_->Locate("crash", t);
+    ASSERT_TRUE(where.ok()) << where.status().ToString();
+    if (t < j) {
+      EXPECT_TRUE(where->on_disk) << "step " << t;
+      Status s = FetchExact(*client_, run.run_id, t, 21);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    } else {
+      EXPECT_EQ(where->tier, Tier::kLost) << "step " << t;
+      Status s = client_->Fetch(run.run_id, t, std::vector<char>(kStep).data(), kStep);
+      EXPECT_EQ(s.code(), Code::kDataLoss) << s.ToString();
+      EXPECT_NE(s.message().find("lost"), std::string::npos) << s.ToString();
+    }
+  }
+  // The forward pass goes on after the restart (lost steps stay recorded as lost).
+  PushSteps(*client_, run.run_id, pushed, kSteps, 21);
+  Status s = FetchExact(*client_, run.run_id, kSteps - 1, 21);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(DataPaths, SpillTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "mapped" : "ucx"; });
+
+// snapd whose spool is a 4 MiB tmpfs in a private mount namespace: a real filesystem that
+// fills up, while the disk budget (64 MiB) says there is room.
+TEST(SmallFilesystem, FillsUpWithoutLosingOrCorruptingWhatWasStored) {
+  TempDir dir;
+  std::string spool = dir.path() + "/spool";
+  std::filesystem::create_directories(spool);
+  DaemonOptions o{dir.path(), "8M", {"--spool-dirs", spool, "--disk-mem", "64M"}, {}};
+  o.wrapper = {"/usr/bin/unshare", "--user", "--map-root-user", "--mount", "/bin/sh", "-c",
+               "mount -t tmpfs -o size=4m snapd-test-spool \"$SPOOL_DIR\" && exec \"$@\"", "sh"};
+  setenv("SPOOL_DIR", spool.c_str(), 1);
+  auto d = DaemonProcess::Start(o);
+  if (!d.ok() && d.status().message().find("unshare") != std::string::npos) {
+    GTEST_SKIP() << "no unprivileged mount namespaces here: " << d.status().ToString();
+  }
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  auto c = ConnectClient(**d);
+  ASSERT_TRUE(c.ok());
+  RunSpec spec;
+  spec.name = "fill";
+  spec.bytes_per_step = kStep;  // steps unknown: a full host tier demotes its oldest step
+  auto run = (*c)->OpenRun(spec);
+  ASSERT_TRUE(run.ok());
+  std::vector<char> buf(kStep);
+  uint64_t stored = 0;
+  Status failure;
+  for (uint64_t t = 0; t < 32 && failure.ok(); ++t) {
+    FillPattern(buf.data(), kStep, 31, t);
+    auto h = (*c)->Push(run->run_id, t, buf.data(), kStep);
+    ASSERT_TRUE(h.ok());
+    failure = h->WaitStored();
+    if (failure.ok()) ++stored;
+  }
+  ASSERT_EQ(failure.code(), Code::kResourceExhausted) << failure.ToString();
+  EXPECT_NE(failure.message().find("disk tier"), std::string::npos) << failure.ToString();
+  // 8 MiB of host and at most 4 MiB of disk: everything acknowledged is intact, and the
+  // catalog lists exactly the acknowledged steps.
+  EXPECT_GE(stored, 8u);
+  auto list = (*c)->ListSnapshots("fill");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), stored);
+  uint64_t on_disk = 0;
+  for (const auto& l : *list) on_disk += l.on_disk;
+  EXPECT_GT(on_disk, 0u);
+  for (uint64_t t = stored; t-- > 0;) {
+    Status s = FetchExact(**c, run->run_id, t, 31);
+    EXPECT_TRUE(s.ok()) << "step " << t << ": " << s.ToString();
+  }
+  // Consumed steps freed room: the daemon takes pushes again.
+  FillPattern(buf.data(), kStep, 31, 100);
+  auto h = (*c)->Push(run->run_id, 100, buf.data(), kStep);
+  ASSERT_TRUE(h.ok());
+  EXPECT_TRUE(h->WaitStored().ok()) << h->WaitStored().ToString();
+  c->reset();
+  EXPECT_EQ((*d)->Stop(), 0) << (*d)->Log();
+}
+
+}  // namespace
+}  // namespace snapd::testing
