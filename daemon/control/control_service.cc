@@ -136,6 +136,11 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
     DiskIoCounters w = disk->writes(), r = disk->reads();
     t->set_write_bytes_per_second(rate(w.bytes, w.busy_ns));
     t->set_read_bytes_per_second(rate(r.bytes, r.busy_ns));
+    t->set_write_bytes(w.bytes);
+    t->set_write_busy_ns(w.busy_ns);
+    t->set_read_bytes(r.bytes);
+    t->set_read_busy_ns(r.busy_ns);
+    for (const std::string& dir : disk->spool_dirs()) resp->add_spool_dirs(dir);
   }
   resp->set_demotions(c.demotions);
   resp->set_disk_reads(c.disk_reads);

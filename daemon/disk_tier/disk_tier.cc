@@ -116,6 +116,12 @@ void DiskTier::Unreserve(uint32_t spool, uint64_t raw) {
   spools_[spool]->used -= FileBytes(raw);
 }
 
+std::vector<std::string> DiskTier::spool_dirs() const {
+  std::vector<std::string> dirs;
+  for (const auto& s : spools_) dirs.push_back(s->dir);
+  return dirs;
+}
+
 uint64_t DiskTier::used() const {
   MutexLock lock(mu_);
   uint64_t used = 0;

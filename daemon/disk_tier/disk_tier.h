@@ -70,6 +70,7 @@ class DiskTier {
   static std::string Key(uint32_t spool, uint64_t run_id, const std::string& name);
 
   size_t spools() const { return spools_.size(); }
+  std::vector<std::string> spool_dirs() const;
   uint64_t budget() const { return budget_; }
   uint64_t used() const SNAPD_EXCLUDES(mu_);
   DiskIoCounters writes() const SNAPD_EXCLUDES(mu_);
