@@ -139,13 +139,15 @@ DiskIoCounters DiskTier::reads() const {
   return reads_.counters;
 }
 
-void DiskTier::BeginIo(Busy& b) {
+void DiskTier::BeginIo(bool write) {
   MutexLock lock(mu_);
+  Busy& b = write ? writes_ : reads_;
   if (b.in_flight++ == 0) b.since_ns = NowNs();
 }
 
-void DiskTier::EndIo(Busy& b, uint64_t bytes) {
+void DiskTier::EndIo(bool write, uint64_t bytes) {
   MutexLock lock(mu_);
+  Busy& b = write ? writes_ : reads_;
   b.counters.bytes += bytes;
   ++b.counters.ops;
   if (--b.in_flight == 0) b.counters.busy_ns += static_cast<uint64_t>(NowNs() - b.since_ns);
@@ -170,7 +172,7 @@ Status DiskTier::Write(uint32_t spool_index, uint64_t run_id, const std::string&
   std::string path = dir + "/" + name;
   std::string tmp = path + ".tmp";
   uint64_t bytes = FileBytes(raw);
-  BeginIo(writes_);
+  BeginIo(/*write=*/true);
   Status status = [&]() -> Status {
     Fd fd(OpenFile(spool, tmp, O_WRONLY | O_CREAT | O_TRUNC));
     if (fd.get() < 0) return IoError("creating", tmp, errno);
@@ -189,7 +191,7 @@ Status DiskTier::Write(uint32_t spool_index, uint64_t run_id, const std::string&
     if (dfd.get() >= 0) fsync(dfd.get());  // the rename survives a power loss
     return Status::Ok();
   }();
-  EndIo(writes_, status.ok() ? bytes : 0);
+  EndIo(/*write=*/true, status.ok() ? bytes : 0);
   if (!status.ok()) {
     unlink(tmp.c_str());
     unlink(path.c_str());
@@ -202,7 +204,7 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
   Spool& spool = *spools_[spool_index];
   std::string path = Path(spool_index, run_id, name);
   uint64_t bytes = FileBytes(raw);
-  BeginIo(reads_);
+  BeginIo(/*write=*/false);
   Status status = [&]() -> Status {
     Fd fd(OpenFile(spool, path, O_RDONLY));
     if (fd.get() < 0) {
@@ -224,7 +226,7 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
     }
     return Status::Ok();
   }();
-  EndIo(reads_, status.ok() ? bytes : 0);
+  EndIo(/*write=*/false, status.ok() ? bytes : 0);
   return status;
 }
 

@@ -91,8 +91,8 @@ class DiskTier {
   };
   explicit DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget);
   std::string Path(uint32_t spool, uint64_t run_id, const std::string& name) const;
-  void BeginIo(Busy& b) SNAPD_EXCLUDES(mu_);
-  void EndIo(Busy& b, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  void BeginIo(bool write) SNAPD_EXCLUDES(mu_);
+  void EndIo(bool write, uint64_t bytes) SNAPD_EXCLUDES(mu_);
   // Opens `path` with O_DIRECT when the spool allows it, falling back once to buffered I/O.
   int OpenFile(Spool& spool, const std::string& path, int flags);
 
