@@ -183,6 +183,7 @@ Status Store::Load() {
     Snapshot& snap = run.snapshots[rec.step()];
     snap.record = std::move(rec);
     snap.generation = next_generation_++;
+    run.stored_bytes += snap.record.stored_bytes();  // before MarkLost takes it off again
     v1::SnapshotRecord& r = snap.record;
     if (r.tier() == v1::TIER_HOST && r.daemon_epoch() != options_.epoch) {
       ++lost_host;
@@ -200,7 +201,6 @@ Status Store::Load() {
         MarkLost(run, snap, "");
       }
     }
-    run.stored_bytes += snap.record.stored_bytes();
   }
   if (disk_) {
     uint64_t orphans = disk_->RemoveOrphans(keep);

@@ -59,7 +59,7 @@ void ExpectReversedInOrder(const std::vector<uint64_t>& reversed, uint64_t n) {
 class AdjointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto d = DaemonProcess::Start({dir_.path(), "64M", {}});
+    auto d = DaemonProcess::Start({dir_.path(), "64M", {}, {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
     auto c = ConnectClient(*daemon_);

@@ -13,12 +13,12 @@ namespace {
 
 TEST(CApi, PushFetchLocateRoundTrip) {
   TempDir dir;
-  auto d = DaemonProcess::Start({dir.path(), "64M", {}});
+  auto d = DaemonProcess::Start({dir.path(), "64M", {}, {}});
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   snapd_client* c = nullptr;
   ASSERT_EQ(snapd_connect((*d)->socket().c_str(), &c), SNAPD_OK) << snapd_last_error();
   uint64_t shape[2] = {64, 64};
-  snapd_run_spec spec{"c-run", 4, 64 * 64 * 4, 1, shape, 2};
+  snapd_run_spec spec{"c-run", 4, 64 * 64 * 4, 1, shape, 2, nullptr, /*keep=*/1, 0};
   uint64_t run = 0;
   ASSERT_EQ(snapd_open_run(c, &spec, &run), SNAPD_OK) << snapd_last_error();
   std::vector<float> field(64 * 64), back(64 * 64);

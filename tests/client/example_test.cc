@@ -8,7 +8,7 @@ namespace {
 
 TEST(Acoustic2d, ForwardAndBackwardPassVerifyEveryStep) {
   TempDir dir;
-  auto d = DaemonProcess::Start({dir.path(), "256M", {}});
+  auto d = DaemonProcess::Start({dir.path(), "256M", {}, {}});
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   std::string out, err;
   int rc = RunProgram({ACOUSTIC2D_BINARY, "--socket", (*d)->socket(), "--nx", "256", "--ny",

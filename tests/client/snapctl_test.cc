@@ -15,7 +15,7 @@ namespace {
 class SnapctlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto d = DaemonProcess::Start({dir_.path(), "64M", {}});
+    auto d = DaemonProcess::Start({dir_.path(), "64M", {}, {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
     auto c = ConnectClient(*daemon_);
@@ -150,7 +150,7 @@ TEST_F(SnapctlTest, PlanRevolvesWhenTheHostTierCannotHoldEveryStep) {
   // A node without a disk tier: the 64 MiB host tier has 64 free 1 MiB slots for 100 steps
   // (the fixture's host steps did not survive the restart).
   ASSERT_EQ(daemon_->Stop(), 0);
-  auto d = DaemonProcess::Start({dir_.path(), "64M", {"--spool-dirs", "none"}});
+  auto d = DaemonProcess::Start({dir_.path(), "64M", {"--spool-dirs", "none"}, {}});
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   daemon_ = std::move(d).value();
   std::string out;

@@ -233,6 +233,8 @@ TEST_F(StoreTest, DiskStepsSurviveARestartAndHostStepsAreLost) {
   for (uint64_t t = 0; t < kSteps; ++t) ASSERT_TRUE(Push(id, t, kStep).ok());
   store_->WaitTieringIdle();
   Open();
+  // The run's stored bytes count the recovered disk steps only.
+  EXPECT_EQ(store_->ListRuns()[0].stored_bytes(), j * kStep);
   for (uint64_t t = 0; t < kSteps; ++t) {
     if (t < j) {
       EXPECT_TRUE(FetchExact(id, t, kStep).ok()) << t;
@@ -282,6 +284,47 @@ TEST_F(StoreTest, AFullDiskFailsThePushThatNeedsItAndLosesNothingStored) {
     Status f = FetchExact(id, k, kStep);
     EXPECT_TRUE(f.ok()) << k << ": " << f.ToString();
   }
+}
+
+TEST_F(StoreTest, ABlockingRunWaitsForRoomInsteadOfFailing) {
+  constexpr uint64_t kStep = 64 << 10;
+  Open(/*disk_bytes=*/0);  // host only: nothing can be demoted
+  v1::RunSpec spec;
+  spec.set_name("r");
+  spec.set_bytes_per_step(kStep);
+  spec.set_block_when_full(true);
+  bool created = false;
+  uint64_t id = store_->OpenRun(spec, 0, &created)->run_id();
+  for (uint64_t t = 0; t < kHostBytes / kStep; ++t) ASSERT_TRUE(Push(id, t, kStep).ok()) << t;
+  auto promise = std::make_shared<std::promise<Result<Store::PushTicket>>>();
+  auto waiting = store_->BeginPush(id, 99, kStep, [promise](Result<Store::PushTicket> t) {
+    promise->set_value(std::move(t));
+  });
+  ASSERT_TRUE(waiting.ok());
+  ASSERT_FALSE(waiting->has_value());  // parked, not refused
+  auto granted = promise->get_future();
+  EXPECT_EQ(granted.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  ASSERT_TRUE(store_->DeleteSnapshot("r", 0).ok());  // room appears
+  ASSERT_EQ(granted.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  Result<Store::PushTicket> t = granted.get();
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_TRUE(store_->CommitPush(*t).ok());
+}
+
+TEST_F(StoreTest, APrefetchHintReadsDiskStepsIntoHostMemory) {
+  constexpr uint64_t kStep = 64 << 10;
+  uint64_t id = OpenRun("r", 4, kStep, v1::LAYERS_DISK);
+  for (uint64_t t = 0; t < 4; ++t) ASSERT_TRUE(Push(id, t, kStep).ok());
+  store_->WaitTieringIdle();
+  ASSERT_EQ(TierOf("r", 2), v1::TIER_DISK);
+  EXPECT_EQ(*store_->Prefetch("r", {1, 2, 7}), 2u);  // 7 was never stored: skipped
+  store_->WaitTieringIdle();
+  EXPECT_EQ(TierOf("r", 2), v1::TIER_HOST);
+  EXPECT_TRUE(OnDisk("r", 2));  // the durable copy stays
+  EXPECT_EQ(TierOf("r", 3), v1::TIER_DISK);
+  ASSERT_TRUE(FetchExact(id, 2, kStep).ok());
+  EXPECT_EQ(store_->Counters().prefetch_hits, 1u);
+  EXPECT_EQ(store_->Prefetch("nope", {1}).status().code(), Code::kNotFound);
 }
 
 TEST_F(StoreTest, RejectsLayersTheNodeCannotServe) {

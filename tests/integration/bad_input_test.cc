@@ -13,7 +13,7 @@ namespace {
 class BadInputTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    auto d = DaemonProcess::Start({dir_.path(), "8M", {}});
+    auto d = DaemonProcess::Start({dir_.path(), "8M", {}, {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
     auto c = ConnectClient(*daemon_, /*map_host_tier=*/GetParam());
@@ -173,7 +173,7 @@ TEST(DaemonStartup, BadConfigurationExitsWithTheReason) {
 
 TEST(DaemonStartup, SecondDaemonOnTheSameSocketRefusesToStart) {
   TempDir dir;
-  auto first = DaemonProcess::Start({dir.path(), "8M", {}});
+  auto first = DaemonProcess::Start({dir.path(), "8M", {}, {}});
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   std::string err;
   int rc = RunProgram({SNAPD_BINARY, "--socket", (*first)->socket(), "--state-dir",

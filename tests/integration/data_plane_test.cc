@@ -38,7 +38,7 @@ class DataPlaneTest : public ::testing::TestWithParam<Transport> {
     unsetenv("UCX_TLS");
   }
   void StartDaemon() {
-    auto d = DaemonProcess::Start({dir_.path(), "512M", {}});
+    auto d = DaemonProcess::Start({dir_.path(), "512M", {}, {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
   }
@@ -72,7 +72,9 @@ class DataPlaneTest : public ::testing::TestWithParam<Transport> {
     std::vector<std::vector<char>> src(3, std::vector<char>(bytes));
     std::vector<PushHandle> handles(n);
     for (uint64_t t = 0; t < n; ++t) {
-      if (t >= 3) ASSERT_TRUE(handles[t - 3].WaitReleased().ok());
+      if (t >= 3) {
+        ASSERT_TRUE(handles[t - 3].WaitReleased().ok());
+      }
       FillPattern(src[t % 3].data(), bytes, seed, t);
       auto h = c.Push(run->run_id, t, src[t % 3].data(), bytes);
       ASSERT_TRUE(h.ok()) << h.status().ToString();

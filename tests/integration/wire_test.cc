@@ -99,7 +99,7 @@ std::string Message(const wire::Reply& r) { return std::string(r.message, r.mess
 class WireTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto d = DaemonProcess::Start({dir_.path(), "64M", {}});
+    auto d = DaemonProcess::Start({dir_.path(), "64M", {}, {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
     stub_ = v1::Control::NewStub(
