@@ -208,6 +208,9 @@ class Store {
   // Drops one read-ahead copy or starts one demotion to make host room; false if neither.
   bool FreeHostRoom() SNAPD_REQUIRES(mu_);
   bool DemotionWanted(const Run& run, const Snapshot& snap) const SNAPD_REQUIRES(mu_);
+  // Something in flight (a disk write or read, a checksum holding a block) will free host
+  // memory or change what can be demoted soon.
+  bool Settling() const SNAPD_REQUIRES(mu_);
   void FinishDrainsIfDone(Deferred& deferred) SNAPD_REQUIRES(mu_);
   uint64_t BlockBytes(const Run& run) const;
 

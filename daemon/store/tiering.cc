@@ -65,6 +65,10 @@ void Store::WaitTieringIdle() {
   });
 }
 
+bool Store::Settling() const {
+  return writes_in_flight_ || reads_in_flight_ || checksum_busy_ || !checksum_queue_.empty();
+}
+
 bool Store::DemotionWanted(const Run& run, const Snapshot& snap) const {
   if (!disk_ || snap.writing || snap.record.tier() != v1::TIER_HOST || !snap.block) return false;
   if (!drains_.empty()) return true;
@@ -134,8 +138,10 @@ void Store::Rebalance(Deferred& deferred) {
     }
   }
 
-  // Stuck: waiting pushes, and nothing in flight will free host memory.
-  if (!parked_pushes_.empty() && writes_in_flight_ == 0 && reads_in_flight_ == 0) {
+  // Stuck: waiting pushes, nothing in flight that will free host memory, and nothing left to
+  // demote (the loop above found nothing).
+  bool stuck = !Settling() && host_->budget() - host_->used() + writing < need;
+  if (!parked_pushes_.empty() && stuck) {
     std::string why = disk_full_ ? "the disk tier is full too"
                                  : "no stored snapshot can move to disk";
     for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
@@ -154,7 +160,7 @@ void Store::Rebalance(Deferred& deferred) {
       it = parked_pushes_.erase(it);
     }
   }
-  if (!parked_reads_.empty() && writes_in_flight_ == 0 && reads_in_flight_ == 0) {
+  if (!parked_reads_.empty() && stuck) {
     for (const auto& key : parked_reads_) {
       auto run = runs_.find(key.first);
       if (run == runs_.end()) continue;
@@ -231,8 +237,7 @@ bool Store::FreeHostRoom() {
   // Otherwise write out the oldest host-only step of a run that may use disk. A declared
   // run's host-resident range [host_boundary, N) is left alone while anything in flight (a
   // write, a read, a checksum holding a block) is about to free memory anyway.
-  bool settling = writes_in_flight_ || reads_in_flight_ || checksum_busy_ ||
-                  !checksum_queue_.empty();
+  bool settling = Settling();
   for (auto& [id, run] : runs_) {
     const v1::RunSpec& spec = run.record.spec();
     if (!UsesDisk(spec.layers()) && drains_.empty()) continue;
