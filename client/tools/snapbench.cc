@@ -205,6 +205,15 @@ snapd::Result<PassResult> Pass(snapd::Client& c, const Args& a, const std::strin
   return PassResult{total / Seconds(t0, t1), total / Seconds(t1, t2)};
 }
 
+// The solver's two alternating field buffers, each page marked so a fetch can be checked.
+std::vector<std::vector<char>> SourceBuffers(uint64_t bytes) {
+  std::vector<std::vector<char>> src(2, std::vector<char>(bytes));
+  for (size_t b = 0; b < src.size(); ++b) {
+    for (uint64_t i = 0; i < bytes; i += 4096) src[b][i] = static_cast<char>(i / 4096 + b);
+  }
+  return src;
+}
+
 snapd::Result<snapd::v1::StatsResponse> DaemonStats(const std::string& socket) {
   auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
   auto stub = snapd::v1::Control::NewStub(channel);
@@ -285,10 +294,7 @@ int Spill(snapd::Client& c, const Args& a) {
   double compute_s = a.compute_ms > 0 ? a.compute_ms / 1e3 : 1.25 * read_s;
   double copy_s = a.bytes / MemcpyRate(a.bytes, 3);
 
-  std::vector<std::vector<char>> src(2, std::vector<char>(a.bytes));
-  for (size_t b = 0; b < src.size(); ++b) {
-    for (uint64_t i = 0; i < a.bytes; i += 4096) src[b][i] = static_cast<char>(i / 4096 + b);
-  }
+  std::vector<std::vector<char>> src = SourceBuffers(a.bytes);
   std::string name = "snapbench-spill";
   (void)c.DeleteRun(name);
   snapd::RunSpec spec;
@@ -440,10 +446,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (a.spill) return Spill(**client, a);
-  std::vector<std::vector<char>> src(2, std::vector<char>(a.bytes));
-  for (size_t b = 0; b < src.size(); ++b) {
-    for (uint64_t i = 0; i < a.bytes; i += 4096) src[b][i] = static_cast<char>(i / 4096 + b);
-  }
+  std::vector<std::vector<char>> src = SourceBuffers(a.bytes);
   std::vector<char> dst(a.bytes, 0);
   if (!a.cold) {
     auto warm = Pass(**client, a, "snapbench-warmup", src, dst);

@@ -326,32 +326,27 @@ void DataPlane::FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTi
 
 ucs_status_t DataPlane::HandleFetch(Conn&, ucp_ep_h ep, const wire::FetchRequest& req, void*,
                                     size_t, const ucp_am_recv_param_t*) {
-  auto grant = store_->BeginFetch(
-      req.run_id, req.step, req.bytes, /*backward=*/true,
-      OnLoop<Result<Store::FetchGrant>>([this, ep, req](Result<Store::FetchGrant> g) {
-        OnFetched(ep, req.header.request_id, /*mapped=*/false, req, std::move(g));
-      }));
-  if (!grant.ok()) {
-    Reply(ep, req.header.request_id, grant.status());
-  } else if (grant->has_value()) {
-    OnFetched(ep, req.header.request_id, /*mapped=*/false, req, std::move(**grant));
-  }
+  StartFetch(ep, req, /*mapped=*/false);
   return UCS_OK;
 }
 
 ucs_status_t DataPlane::HandleFetchMapped(Conn&, ucp_ep_h ep, const wire::FetchRequest& req,
                                           void*, size_t, const ucp_am_recv_param_t*) {
+  StartFetch(ep, req, /*mapped=*/true);
+  return UCS_OK;
+}
+
+void DataPlane::StartFetch(ucp_ep_h ep, const wire::FetchRequest& req, bool mapped) {
   auto grant = store_->BeginFetch(
       req.run_id, req.step, req.bytes, /*backward=*/true,
-      OnLoop<Result<Store::FetchGrant>>([this, ep, req](Result<Store::FetchGrant> g) {
-        OnFetched(ep, req.header.request_id, /*mapped=*/true, req, std::move(g));
+      OnLoop<Result<Store::FetchGrant>>([this, ep, req, mapped](Result<Store::FetchGrant> g) {
+        OnFetched(ep, req.header.request_id, mapped, req, std::move(g));
       }));
   if (!grant.ok()) {
     Reply(ep, req.header.request_id, grant.status());
   } else if (grant->has_value()) {
-    OnFetched(ep, req.header.request_id, /*mapped=*/true, req, std::move(**grant));
-  }
-  return UCS_OK;
+    OnFetched(ep, req.header.request_id, mapped, req, std::move(**grant));
+  }  // else: the step is being read from disk; OnFetched runs when it lands
 }
 
 void DataPlane::OnFetched(ucp_ep_h ep, uint64_t id, bool mapped, const wire::FetchRequest& req,

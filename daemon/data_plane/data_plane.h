@@ -161,6 +161,9 @@ class DataPlane {
   void ReceivePush(ucp_ep_h ep, uint64_t request_id, Store::PushTicket ticket, void* data,
                    size_t length, bool rndv, const std::vector<char>* eager);
   void OnReserved(ucp_ep_h ep, uint64_t request_id, bool parked, Result<Store::PushTicket> t);
+  // Both fetch paths: asks the store for the step's host bytes, then answers in OnFetched
+  // (mapped: a lease and the arena offset; copied: the bytes as the Reply's data).
+  void StartFetch(ucp_ep_h ep, const wire::FetchRequest& req, bool mapped);
   void OnFetched(ucp_ep_h ep, uint64_t request_id, bool mapped, const wire::FetchRequest& req,
                  Result<Store::FetchGrant> grant);
   // Posts a Reply to `ep` if it is still connected.
