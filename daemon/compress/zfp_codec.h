@@ -1,0 +1,58 @@
+// Snapshot compression with zfp: reversible (bit-exact), fixed-rate, fixed-precision and
+// fixed-accuracy modes over a run's dtype and shape.
+//
+// A compressed snapshot is a sequence of independent slabs: the field is cut along its slowest
+// dimension into slabs of whole zfp blocks (4 rows) of about kSlabBytes raw bytes, each a zfp
+// stream of its own, so slabs can be coded by different threads and a damaged slab does not
+// spoil the others. Layout (little-endian):
+//   u32 magic "SZF1", u32 slab count S, u64 compressed bytes of each slab [S], the S streams.
+// The codec and its parameter are not in the bytes: the catalog keeps them with each snapshot
+// (zfp's own header is not written, as its GPU path would not keep it either).
+//
+// Thread-safety: the functions are pure; concurrent calls on distinct buffers are safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "snapd/status.h"
+#include "snapd/v1/control.pb.h"
+
+namespace snapd::compress {
+
+constexpr uint64_t kSlabBytes = 8ull << 20;
+
+// The field a snapshot holds, as the codec sees it.
+struct FieldSpec {
+  v1::Dtype dtype = v1::DTYPE_UNSPECIFIED;
+  std::vector<uint64_t> shape;  // C order (slowest first); empty = 1-D of all elements
+  uint64_t bytes = 0;           // raw bytes
+};
+
+struct CodecSpec {
+  v1::Codec codec = v1::CODEC_NONE;
+  double param = 0;  // rate (bits/value), precision (bits) or accuracy (absolute tolerance)
+};
+
+// INVALID_ARGUMENT, naming the problem, when `codec` cannot apply to `field` (zfp codes
+// float32/float64/int32/int64 only; lossy modes need floats; parameters out of range).
+Status Validate(const CodecSpec& codec, const FieldSpec& field);
+
+// An upper bound of Compress's output for this field.
+Result<uint64_t> MaxCompressedBytes(const CodecSpec& codec, const FieldSpec& field);
+
+// Compresses `field.bytes` bytes at `raw` into `out` (capacity `out_bytes`, at least
+// MaxCompressedBytes; 8-byte aligned); returns the bytes written.
+Result<uint64_t> Compress(const CodecSpec& codec, const FieldSpec& field, const void* raw,
+                          void* out, uint64_t out_bytes);
+
+// Decompresses `in_bytes` at `in` into `raw` (`field.bytes` bytes). DATA_LOSS when the bytes
+// are not a well-formed compressed snapshot of this field.
+Status Decompress(const CodecSpec& codec, const FieldSpec& field, const void* in,
+                  uint64_t in_bytes, void* raw);
+
+// "zfp-accuracy 1e-06", for messages and tables.
+std::string CodecName(const CodecSpec& codec);
+
+}  // namespace snapd::compress
