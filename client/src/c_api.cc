@@ -54,6 +54,8 @@ snapd_code snapd_open_run(snapd_client* client, const snapd_run_spec* spec, uint
   s.layers = spec->layers ? spec->layers : "";
   s.keep = spec->keep != 0;
   s.block_when_full = spec->block_when_full != 0;
+  s.codec = static_cast<snapd::Codec>(spec->codec);
+  s.codec_param = spec->codec_param;
   auto run = client->client->OpenRun(s);
   if (!run.ok()) return Report(run.status());
   *run_id = run->run_id;

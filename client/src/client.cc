@@ -127,6 +127,8 @@ RunSpec FromProto(const v1::RunSpec& p) {
   s.layers = p.layers() == v1::LAYERS_DEFAULT ? "" : LayersName(p.layers());
   s.keep = p.keep();
   s.block_when_full = p.block_when_full();
+  s.codec = static_cast<Codec>(p.codec());
+  s.codec_param = p.codec_param();
   return s;
 }
 
@@ -139,6 +141,7 @@ Location FromProto(const v1::SnapshotInfo& s) {
   loc.checksum = s.checksum();
   loc.checksum_recorded = s.checksum_state() == v1::CHECKSUM_RECORDED;
   loc.on_disk = s.on_disk();
+  loc.codec = static_cast<Codec>(s.codec());
   return loc;
 }
 
@@ -457,6 +460,8 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   p->set_layers(layers);
   p->set_keep(spec.keep);
   p->set_block_when_full(spec.block_when_full);
+  p->set_codec(static_cast<v1::Codec>(spec.codec));
+  p->set_codec_param(spec.codec_param);
   v1::OpenRunResponse resp;
   SNAPD_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->OpenRun(ctx, req, &resp); }));

@@ -123,13 +123,15 @@ int Status(v1::Control::Stub& stub, grpc::Channel& channel, const Options& o) {
               (unsigned long long)r.sessions(), (unsigned long long)r.runs(),
               (unsigned long long)r.pushes(), (unsigned long long)r.fetches(),
               (unsigned long long)r.rejected_messages(), (unsigned long long)r.lost_snapshots());
-  std::printf("%-8s %12s %12s %7s %10s %10s %10s\n", "TIER", "USED", "BUDGET", "USE%",
-              "SNAPSHOTS", "WRITE GB/s", "READ GB/s");
+  std::printf("%-8s %12s %12s %7s %10s %12s %6s %10s %10s\n", "TIER", "USED", "BUDGET", "USE%",
+              "SNAPSHOTS", "RAW", "RATIO", "WRITE GB/s", "READ GB/s");
   for (const auto& t : r.tiers()) {
     double pct = t.budget_bytes() ? 100.0 * t.used_bytes() / t.budget_bytes() : 0.0;
-    std::printf("%-8s %12s %12s %6.1f%% %10llu %10.2f %10.2f\n", TierName(t.tier()).c_str(),
-                FormatBytes(t.used_bytes()).c_str(), FormatBytes(t.budget_bytes()).c_str(), pct,
-                (unsigned long long)t.snapshots(), t.write_bytes_per_second() / 1e9,
+    double ratio = t.used_bytes() ? double(t.raw_bytes()) / t.used_bytes() : 1.0;
+    std::printf("%-8s %12s %12s %6.1f%% %10llu %12s %5.2fx %10.2f %10.2f\n",
+                TierName(t.tier()).c_str(), FormatBytes(t.used_bytes()).c_str(),
+                FormatBytes(t.budget_bytes()).c_str(), pct, (unsigned long long)t.snapshots(),
+                FormatBytes(t.raw_bytes()).c_str(), ratio, t.write_bytes_per_second() / 1e9,
                 t.read_bytes_per_second() / 1e9);
   }
   return 0;
@@ -156,6 +158,18 @@ int Runs(v1::Control::Stub& stub, const Options& o) {
   return 0;
 }
 
+// "zfp-reversible", "zfp-rate", ... as `snapd::Codec` names them in messages.
+std::string CodecLabel(v1::Codec c) {
+  switch (c) {
+    case v1::CODEC_NONE: return "none";
+    case v1::CODEC_ZFP_REVERSIBLE: return "zfp-reversible";
+    case v1::CODEC_ZFP_RATE: return "zfp-rate";
+    case v1::CODEC_ZFP_PRECISION: return "zfp-precision";
+    case v1::CODEC_ZFP_ACCURACY: return "zfp-accuracy";
+    default: return "?";
+  }
+}
+
 void PrintSnapshotRow(const v1::SnapshotInfo& s) {
   char sum[24] = "pending";
   if (s.checksum_state() == v1::CHECKSUM_RECORDED) {
@@ -164,12 +178,19 @@ void PrintSnapshotRow(const v1::SnapshotInfo& s) {
   // A host copy of a disk snapshot was read ahead; the disk copy is the durable one.
   std::string tier = TierName(s.tier());
   if (s.on_disk() && s.tier() == v1::TIER_HOST) tier = "host+disk";
-  std::printf("%8llu %-9s %12s %12s %-16s\n", (unsigned long long)s.step(), tier.c_str(),
-              FormatBytes(s.raw_bytes()).c_str(), FormatBytes(s.stored_bytes()).c_str(), sum);
+  char ratio[16] = "-";
+  if (s.stored_bytes() && s.stored_bytes() != s.raw_bytes()) {
+    std::snprintf(ratio, sizeof ratio, "%.2fx", double(s.raw_bytes()) / s.stored_bytes());
+  }
+  std::string codec = CodecLabel(s.codec());
+  std::printf("%8llu %-9s %12s %12s %7s %-15s %-16s\n", (unsigned long long)s.step(),
+              tier.c_str(), FormatBytes(s.raw_bytes()).c_str(),
+              FormatBytes(s.stored_bytes()).c_str(), ratio, codec.c_str(), sum);
 }
 
 void PrintSnapshotHeader() {
-  std::printf("%8s %-9s %12s %12s %-16s\n", "STEP", "TIER", "RAW", "STORED", "CHECKSUM");
+  std::printf("%8s %-9s %12s %12s %7s %-15s %-16s\n", "STEP", "TIER", "RAW", "STORED", "RATIO",
+              "CODEC", "CHECKSUM");
 }
 
 int Ls(v1::Control::Stub& stub, const Options& o) {
@@ -187,11 +208,17 @@ int Ls(v1::Control::Stub& stub, const Options& o) {
     return 0;
   }
   const v1::RunInfo& run = r.run();
-  std::printf("run %s (id %llu, %s, layers %s%s): %llu snapshots, %s stored\n",
+  std::string codec = CodecLabel(run.spec().codec());
+  if (run.spec().codec() != v1::CODEC_NONE && run.spec().codec() != v1::CODEC_ZFP_REVERSIBLE) {
+    char param[32];
+    std::snprintf(param, sizeof param, " %g", run.spec().codec_param());
+    codec += param;
+  }
+  std::printf("run %s (id %llu, %s, layers %s%s, codec %s): %llu snapshots, %s stored\n",
               run.spec().name().c_str(), (unsigned long long)run.run_id(),
               run.state() == v1::RUN_OPEN ? "open" : "closed", LayersName(run.spec().layers()),
-              run.spec().keep() ? ", keep" : ", read-once", (unsigned long long)run.snapshots(),
-              FormatBytes(run.stored_bytes()).c_str());
+              run.spec().keep() ? ", keep" : ", read-once", codec.c_str(),
+              (unsigned long long)run.snapshots(), FormatBytes(run.stored_bytes()).c_str());
   if (run.host_boundary()) {
     std::printf("placement: steps 0..%llu on disk, %llu..%llu in host memory\n",
                 (unsigned long long)run.host_boundary() - 1,

@@ -120,6 +120,7 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
   host->set_budget_bytes(store_->host_budget());
   host->set_used_bytes(store_->host_used());
   host->set_snapshots(c.host_snapshots);
+  host->set_raw_bytes(store_->host_used());  // host copies are never compressed
   resp->set_data_plane_address(data_plane_->address());
   const DataPlaneCounters& d = data_plane_->counters();
   auto rate = [](uint64_t bytes, uint64_t ns) {
@@ -133,6 +134,7 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
     t->set_budget_bytes(disk->budget());
     t->set_used_bytes(disk->used());
     t->set_snapshots(c.disk_snapshots);
+    t->set_raw_bytes(c.disk_raw_bytes);
     DiskIoCounters w = disk->writes(), r = disk->reads();
     t->set_write_bytes_per_second(rate(w.bytes, w.busy_ns));
     t->set_read_bytes_per_second(rate(r.bytes, r.busy_ns));
@@ -260,7 +262,9 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
     chunk_.set_step(info.step());
     chunk_.set_offset(offset_);
     chunk_.set_step_bytes(bytes_);
-    if (offset_ == 0 && info.checksum_state() == v1::CHECKSUM_RECORDED) {
+    // A lossy disk copy decodes to other bytes than were pushed: no checksum to check then.
+    bool lossless = info.codec() == v1::CODEC_NONE || info.codec() == v1::CODEC_ZFP_REVERSIBLE;
+    if (offset_ == 0 && lossless && info.checksum_state() == v1::CHECKSUM_RECORDED) {
       chunk_.set_checksum(info.checksum());
       chunk_.set_checksum_recorded(true);
     }

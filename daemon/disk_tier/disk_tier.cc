@@ -122,6 +122,11 @@ std::vector<std::string> DiskTier::spool_dirs() const {
   return dirs;
 }
 
+void DiskTier::Shrink(uint32_t spool, uint64_t from, uint64_t to) {
+  MutexLock lock(mu_);
+  spools_[spool]->used -= FileBytes(from) - FileBytes(to);
+}
+
 uint64_t DiskTier::used() const {
   MutexLock lock(mu_);
   uint64_t used = 0;

@@ -47,8 +47,11 @@ class DiskTier {
 
   // Accounts FileBytes(raw) in the spool with the most room and returns its index.
   // RESOURCE_EXHAUSTED, naming use and budget, when no spool has room.
+  // (Here and below, `raw` is what the file holds before padding: a snapshot's stored bytes.)
   Result<uint32_t> Reserve(uint64_t raw) SNAPD_EXCLUDES(mu_);
   void Unreserve(uint32_t spool, uint64_t raw) SNAPD_EXCLUDES(mu_);
+  // A reservation of `from` bytes becomes one of `to` <= `from` (compression shrank it).
+  void Shrink(uint32_t spool, uint64_t from, uint64_t to) SNAPD_EXCLUDES(mu_);
 
   // Writes FileBytes(raw) bytes from `data` (readable that far, 4 KiB-aligned for O_DIRECT)
   // durably under `name`. On failure nothing is left under `name` or `name.tmp`; a full

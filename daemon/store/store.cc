@@ -40,6 +40,7 @@ std::string SpecDifference(const v1::RunSpec& a, const v1::RunSpec& b) {
            ")";
   }
   if (a.keep() != b.keep()) return "keep";
+  if (a.codec() != b.codec() || a.codec_param() != b.codec_param()) return "codec";
   if (a.block_when_full() != b.block_when_full()) return "block_when_full";
   return "";
 }
@@ -189,7 +190,8 @@ Status Store::Load() {
       ++lost_host;
       MarkLost(run, snap, "");
     } else if (r.tier() == v1::TIER_DISK) {
-      Status adopted = disk_ ? disk_->Adopt(r.spool(), r.run_id(), r.disk_name(), r.raw_bytes())
+      Status adopted = disk_ ? disk_->Adopt(r.spool(), r.run_id(), r.disk_name(),
+                                            FileContentBytes(r))
                              : Status::FailedPrecondition("snapd now runs without a disk tier");
       if (adopted.ok()) {
         keep.insert(DiskTier::Key(r.spool(), r.run_id(), r.disk_name()));
@@ -296,6 +298,7 @@ v1::SnapshotInfo Store::Info(const Snapshot& snap) {
   info.set_stored_bytes(rec.stored_bytes());
   info.set_checksum(rec.checksum());
   info.set_checksum_state(rec.checksum_state());
+  info.set_codec(rec.codec());
   return info;
 }
 
@@ -323,6 +326,16 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
         "run '" + name + "': layers " + LayersName(spec.layers()) +
         " need a disk tier, and this snapd runs without one (spool_dirs = none); use Host, or "
         "start snapd with spool_dirs");
+  }
+  if (spec.codec() != v1::CODEC_NONE) {
+    if (!UsesDisk(spec.layers())) {
+      return Status::InvalidArgument("run '" + name + "': codec " +
+                                     compress::CodecName(CodecOf(spec)) +
+                                     " applies when steps move to the disk tier, and layers " +
+                                     LayersName(spec.layers()) + " never do");
+    }
+    Status usable = compress::Validate(CodecOf(spec), FieldOf(spec));
+    if (!usable.ok()) return Status::InvalidArgument("run '" + name + "': " + usable.message());
   }
   if (spec.bytes_per_step() > host_->budget()) {
     return Status::ResourceExhausted(
@@ -377,7 +390,7 @@ static void ReleaseSnapshotResources(DiskTier* disk, IoPool* io, uint64_t run_id
                                      std::vector<std::function<void()>>& deferred) {
   if (rec.tier() == v1::TIER_DISK && disk) {
     io->Submit([disk, run_id, spool = rec.spool(), name = rec.disk_name(),
-                raw = rec.raw_bytes()] { disk->Remove(spool, run_id, name, raw); },
+                bytes = FileContentBytes(rec)] { disk->Remove(spool, run_id, name, bytes); },
                /*urgent=*/false);
   }
   for (auto& w : waiters) deferred.push_back([w = std::move(w), why] { w(why); });
@@ -661,7 +674,10 @@ StoreCounters Store::Counters() const {
   for (const auto& [id, run] : runs_) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.block) ++c.host_snapshots;
-      if (snap.record.tier() == v1::TIER_DISK) ++c.disk_snapshots;
+      if (snap.record.tier() == v1::TIER_DISK) {
+        ++c.disk_snapshots;
+        c.disk_raw_bytes += snap.record.raw_bytes();
+      }
       if (snap.record.tier() == v1::TIER_LOST) ++c.lost_snapshots;
     }
   }

@@ -30,6 +30,7 @@
 #include "disk_tier/disk_tier.h"
 #include "disk_tier/io_pool.h"
 #include "host_tier/host_tier.h"
+#include "store/snapshot_io.h"
 #include "snapd/status.h"
 #include "snapd/v1/control.pb.h"
 #include "thread_annotations.h"
@@ -40,6 +41,7 @@ struct StoreCounters {
   uint64_t runs = 0;
   uint64_t host_snapshots = 0;  // whose bytes are in host memory (only copy or read-ahead)
   uint64_t disk_snapshots = 0;
+  uint64_t disk_raw_bytes = 0;  // raw size of the disk-tier snapshots (compressed or not)
   uint64_t lost_snapshots = 0;
   uint64_t demotions = 0;
   uint64_t disk_reads = 0;
@@ -196,8 +198,8 @@ class Store {
   void ServeParkedReads() SNAPD_REQUIRES(mu_);
   void StartDemotion(Run& run, Snapshot& snap) SNAPD_REQUIRES(mu_);
   void FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation, uint32_t spool,
-                      const std::string& name, uint64_t raw, uint64_t checksum, Status written)
-      SNAPD_EXCLUDES(mu_);
+                      const std::string& name, uint64_t checksum,
+                      Result<WrittenSnapshot> written) SNAPD_EXCLUDES(mu_);
   // Starts a disk read of `snap` into host memory if there is room; false if not.
   bool StartRead(Run& run, Snapshot& snap, bool urgent) SNAPD_REQUIRES(mu_);
   void FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,

@@ -8,6 +8,7 @@
 #include "checksum.h"
 #include "log.h"
 #include "placement/placement.h"
+#include "store/snapshot_io.h"
 #include "store/store.h"
 #include "units.h"
 
@@ -269,24 +270,25 @@ void Store::StartDemotion(Run& run, Snapshot& snap) {
   if (r.checksum_state() == v1::CHECKSUM_RECORDED) known = r.checksum();
   io_->Submit(
       [this, run_id = run.record.run_id(), step = r.step(), gen = snap.generation,
-       spool = *spool, name, raw = r.raw_bytes(), known, block = snap.block]() mutable {
-        uint64_t sum = known ? *known : Checksum(block->data(), raw);
-        Status s = disk_->Write(spool, run_id, name, block->data(), raw);
+       spool = *spool, name, known, codec = CodecOf(run.record.spec()),
+       field = FieldOf(run.record.spec()), block = snap.block]() mutable {
+        uint64_t sum = known ? *known : Checksum(block->data(), field.bytes);
+        auto written = WriteSnapshot(*disk_, spool, run_id, name, codec, field, block->data());
         block.reset();  // before FinishDemotion: the host memory is free once it says so
-        FinishDemotion(run_id, step, gen, spool, name, raw, sum, s);
+        FinishDemotion(run_id, step, gen, spool, name, sum, std::move(written));
       },
       /*urgent=*/false);
 }
 
 void Store::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation, uint32_t spool,
-                           const std::string& name, uint64_t raw, uint64_t checksum,
-                           Status written) {
+                           const std::string& name, uint64_t checksum,
+                           Result<WrittenSnapshot> written) {
   Deferred deferred;
   {
     MutexLock lock(mu_);
     --writes_in_flight_;
     Snapshot* snap = FindSnapshot(run_id, step, generation);
-    Status s = written;
+    Status s = written.status();
     if (snap && s.ok()) {
       v1::SnapshotRecord updated = snap->record;
       updated.set_tier(v1::TIER_DISK);
@@ -294,25 +296,32 @@ void Store::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation, 
       updated.set_disk_name(name);
       updated.set_checksum(checksum);
       updated.set_checksum_state(v1::CHECKSUM_RECORDED);
+      updated.set_stored_bytes(written->stored_bytes);
+      updated.set_codec(written->codec);
+      updated.set_codec_param(written->codec == v1::CODEC_NONE
+                                  ? 0
+                                  : runs_.at(run_id).record.spec().codec_param());
+      updated.set_stored_checksum(written->stored_checksum);
       s = catalog_->PutSnapshot(updated);
       if (s.ok()) {
+        Run& run = runs_.at(run_id);
+        run.stored_bytes -= snap->record.stored_bytes();
+        run.stored_bytes += updated.stored_bytes();
         snap->record = std::move(updated);
         snap->block.reset();  // the host memory is free now; the record points at the file
         ++counters_.demotions;
         for (auto& d : drains_) {
           ++d.result.moved;
-          d.result.moved_bytes += raw;
+          d.result.moved_bytes += snap->record.raw_bytes();
         }
       }
     }
     if (snap) snap->writing = false;
     if (written.ok() && (!snap || !s.ok())) {
       // Deleted or released while being written, or not recorded: the file must not stay.
-      deferred.push_back([this, spool, run_id, name, raw] {
-        disk_->Remove(spool, run_id, name, raw);
+      deferred.push_back([this, spool, run_id, name, bytes = written->stored_bytes] {
+        disk_->Remove(spool, run_id, name, bytes);
       });
-    } else if (!written.ok()) {
-      disk_->Unreserve(spool, raw);  // Write() left no file behind
     }
     if (!s.ok()) {
       SNAPD_LOG_WARN("moving %s to disk failed: %s", StepLabel(run_id, step).c_str(),
@@ -332,19 +341,12 @@ bool Store::StartRead(Run& run, Snapshot& snap, bool urgent) {
   if (!block.ok()) return false;
   snap.reading = true;
   ++reads_in_flight_;
-  std::optional<uint64_t> expected;
-  if (r.checksum_state() == v1::CHECKSUM_RECORDED) expected = r.checksum();
   io_->Submit(
-      [this, run_id = run.record.run_id(), step = r.step(), gen = snap.generation,
-       spool = r.spool(), name = r.disk_name(), raw = r.raw_bytes(), expected,
+      [this, record = r, gen = snap.generation, field = FieldOf(run.record.spec()),
        block = std::move(block).value()]() mutable {
         int64_t started = NowNs();
-        Status s = disk_->Read(spool, run_id, name, block->data(), raw);
-        if (s.ok() && expected && Checksum(block->data(), raw) != *expected) {
-          s = Status::DataLoss("its disk copy does not match the checksum recorded when it "
-                               "was written");
-        }
-        FinishRead(run_id, step, gen, std::move(block), s, started);
+        Status s = ReadSnapshot(*disk_, record, field, block->data());
+        FinishRead(record.run_id(), record.step(), gen, std::move(block), s, started);
       },
       urgent);
   return true;
@@ -389,31 +391,24 @@ void Store::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
 
 void Store::StartScrub(uint64_t run_id, uint64_t step) {
   const Snapshot& snap = runs_.at(run_id).snapshots.at(step);
-  const v1::SnapshotRecord& r = snap.record;
-  if (r.checksum_state() != v1::CHECKSUM_RECORDED) return;
+  if (snap.record.checksum_state() != v1::CHECKSUM_RECORDED) return;
+  // Outside the host tier (VerifySnapshot has its own buffers): scrubbing must not take room
+  // from solvers.
   io_->Submit(
-      [this, run_id, step, gen = snap.generation, spool = r.spool(), name = r.disk_name(),
-       raw = r.raw_bytes(), expected = r.checksum()] {
-        // Outside the host tier: scrubbing must not take room from solvers.
-        uint64_t bytes = DiskTier::FileBytes(raw);
-        std::unique_ptr<void, void (*)(void*)> buf(std::aligned_alloc(DiskTier::kAlignment, bytes),
-                                                   std::free);
-        if (!buf) return;
-        Status s = disk_->Read(spool, run_id, name, buf.get(), raw);
-        if (s.ok() && Checksum(buf.get(), raw) != expected) {
-          s = Status::DataLoss("its disk copy does not match the checksum recorded when it "
-                               "was written");
-        }
+      [this, record = snap.record, gen = snap.generation,
+       field = FieldOf(runs_.at(run_id).record.spec())] {
+        Status s = VerifySnapshot(*disk_, record, field);
         MutexLock lock(mu_);
-        Snapshot* snap = FindSnapshot(run_id, step, gen);
-        if (!snap) return;
+        Snapshot* current = FindSnapshot(record.run_id(), record.step(), gen);
+        if (!current) return;
         if (s.ok()) {
-          snap->verified = true;
+          current->verified = true;
         } else if (s.code() == Code::kDataLoss) {
-          MarkLost(runs_.at(run_id), *snap, s.message());
-          disk_->Remove(spool, run_id, name, raw);
+          MarkLost(runs_.at(record.run_id()), *current, s.message());
+          disk_->Remove(record.spool(), record.run_id(), record.disk_name(),
+                        FileContentBytes(record));
         } else {
-          SNAPD_LOG_WARN("verifying %s: %s", StepLabel(run_id, step).c_str(),
+          SNAPD_LOG_WARN("verifying %s: %s", StepLabel(record.run_id(), record.step()).c_str(),
                          s.message().c_str());
         }
       },

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -325,6 +326,127 @@ TEST_F(StoreTest, APrefetchHintReadsDiskStepsIntoHostMemory) {
   ASSERT_TRUE(FetchExact(id, 2, kStep).ok());
   EXPECT_EQ(store_->Counters().prefetch_hits, 1u);
   EXPECT_EQ(store_->Prefetch("nope", {1}).status().code(), Code::kNotFound);
+}
+
+// A smooth float32 field, as a wavefield is: what zfp is for.
+std::vector<float> WaveField(uint64_t step, size_t ny, size_t nx) {
+  std::vector<float> v(ny * nx);
+  for (size_t y = 0; y < ny; ++y) {
+    for (size_t x = 0; x < nx; ++x) {
+      v[y * nx + x] = std::sin(0.07f * x + 0.1f * step) * std::cos(0.05f * y);
+    }
+  }
+  return v;
+}
+
+class CompressedStoreTest : public StoreTest {
+ protected:
+  static constexpr size_t kNy = 64, kNx = 256;
+  static constexpr uint64_t kBytes = kNy * kNx * sizeof(float);
+
+  uint64_t OpenCompressed(v1::Codec codec, double param) {
+    v1::RunSpec spec;
+    spec.set_name("z");
+    spec.set_steps(4);
+    spec.set_bytes_per_step(kBytes);
+    spec.set_dtype(v1::DTYPE_FLOAT32);
+    spec.add_shape(kNy);
+    spec.add_shape(kNx);
+    spec.set_layers(v1::LAYERS_DISK);
+    spec.set_keep(true);
+    spec.set_codec(codec);
+    spec.set_codec_param(param);
+    bool created = false;
+    auto run = store_->OpenRun(spec, 0, &created);
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    return run.ok() ? run->run_id() : 0;
+  }
+  void PushWave(uint64_t id, uint64_t step) {
+    auto t = Reserve(*store_, id, step, kBytes);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    std::vector<float> v = WaveField(step, kNy, kNx);
+    std::memcpy(t->block->data(), v.data(), kBytes);
+    ASSERT_TRUE(store_->CommitPush(*t).ok());
+  }
+  std::vector<float> FetchFloats(uint64_t id, uint64_t step) {
+    auto g = Fetch(*store_, id, step, kBytes);
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    std::vector<float> v(kNy * kNx);
+    if (g.ok()) std::memcpy(v.data(), g->block->data(), kBytes);
+    return v;
+  }
+};
+
+TEST_F(CompressedStoreTest, ReversibleDemotionIsBitExactAndTheDiskCountsStoredBytes) {
+  uint64_t id = OpenCompressed(v1::CODEC_ZFP_REVERSIBLE, 0);
+  for (uint64_t t = 0; t < 4; ++t) PushWave(id, t);
+  store_->WaitTieringIdle();
+  uint64_t stored = 0;
+  for (uint64_t t = 0; t < 4; ++t) {
+    auto where = store_->Locate("z", t);
+    ASSERT_TRUE(where.ok());
+    EXPECT_EQ(where->tier(), v1::TIER_DISK);
+    EXPECT_EQ(where->codec(), v1::CODEC_ZFP_REVERSIBLE);
+    EXPECT_LT(where->stored_bytes(), kBytes);
+    stored += DiskTier::FileBytes(where->stored_bytes());
+  }
+  EXPECT_EQ(disk_->used(), stored);  // capacity is accounted in stored bytes
+  for (uint64_t t = 4; t-- > 0;) {
+    std::vector<float> want = WaveField(t, kNy, kNx);
+    EXPECT_EQ(0, std::memcmp(FetchFloats(id, t).data(), want.data(), kBytes)) << t;
+  }
+}
+
+TEST_F(CompressedStoreTest, AccuracyDemotionReadsBackWithinTheTolerance) {
+  const double tol = 1e-4;
+  uint64_t id = OpenCompressed(v1::CODEC_ZFP_ACCURACY, tol);
+  PushWave(id, 2);
+  store_->WaitTieringIdle();
+  ASSERT_EQ(TierOf("z", 2), v1::TIER_DISK);
+  std::vector<float> got = FetchFloats(id, 2), want = WaveField(2, kNy, kNx);
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+  }
+  EXPECT_LE(worst, tol);
+}
+
+TEST_F(CompressedStoreTest, ACorruptCompressedSnapshotIsReportedLost) {
+  uint64_t id = OpenCompressed(v1::CODEC_ZFP_RATE, 8);
+  PushWave(id, 1);
+  store_->WaitTieringIdle();
+  std::string file;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/spool")) {
+    if (e.is_regular_file()) file = e.path();
+  }
+  ASSERT_FALSE(file.empty());
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(500);
+    char c = 0;
+    f.get(c);
+    f.seekp(500);
+    f.put(static_cast<char>(c ^ 0x20));
+  }
+  Status s = Fetch(*store_, id, 1, kBytes).status();
+  EXPECT_EQ(s.code(), Code::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("compressed bytes"), std::string::npos) << s.ToString();
+  EXPECT_EQ(TierOf("z", 1), v1::TIER_LOST);
+}
+
+TEST_F(StoreTest, ACodecNeedsADiskLayerAndDataZfpCanCode) {
+  v1::RunSpec spec;
+  spec.set_name("c");
+  spec.set_bytes_per_step(4096);
+  spec.set_codec(v1::CODEC_ZFP_REVERSIBLE);
+  spec.set_layers(v1::LAYERS_HOST);
+  bool created = false;
+  Status s = store_->OpenRun(spec, 0, &created).status();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("never do"), std::string::npos) << s.ToString();
+  spec.set_layers(v1::LAYERS_DISK_HOST);  // opaque bytes: nothing for zfp
+  s = store_->OpenRun(spec, 0, &created).status();
+  EXPECT_NE(s.message().find("needs dtype float32"), std::string::npos) << s.ToString();
 }
 
 TEST_F(StoreTest, RejectsLayersTheNodeCannotServe) {

@@ -26,6 +26,14 @@ namespace snapd {
 
 enum class Dtype { kUnspecified = 0, kFloat32 = 1, kFloat64 = 2, kInt32 = 3, kInt64 = 4, kUint8 = 5 };
 enum class Tier { kUnspecified = 0, kDevice = 1, kHost = 2, kDisk = 3, kLost = 4 };
+// zfp compression of a run's steps on their way to the disk tier (values as in the protocol).
+enum class Codec {
+  kNone = 0,
+  kZfpReversible = 1,  // lossless, bit-exact
+  kZfpRate = 2,        // codec_param: bits per value
+  kZfpPrecision = 3,   // codec_param: bit planes kept
+  kZfpAccuracy = 4,    // codec_param: absolute error tolerance
+};
 const char* TierName(Tier tier);
 
 struct RunSpec {
@@ -43,6 +51,9 @@ struct RunSpec {
   bool keep = false;
   // With both host and disk tiers full: false, a push fails; true, it waits for room.
   bool block_when_full = false;
+  // Compression when steps move to the disk tier (float32/float64; reversible also int32/64).
+  Codec codec = Codec::kNone;
+  double codec_param = 0;
 };
 
 struct RunInfo {
@@ -65,6 +76,7 @@ struct Location {
   uint64_t checksum = 0;  // valid when checksum_recorded
   bool checksum_recorded = false;
   bool on_disk = false;   // a durable copy is in the daemon's disk spool
+  Codec codec = Codec::kNone;  // how that copy is compressed (stored_bytes is its size)
 };
 
 struct ClientOptions {

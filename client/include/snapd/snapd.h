@@ -28,6 +28,8 @@ typedef struct snapd_run_spec {
   const char* layers;      /* "DiskHost", "Host", "Disk", ...; NULL or "" = daemon default */
   int keep;                /* nonzero: steps stay after being fetched (default: read-once) */
   int block_when_full;     /* nonzero: a push waits when host and disk are full */
+  int codec;               /* 0 none, 1 zfp-reversible, 2 zfp-rate, 3 zfp-precision, 4 zfp-accuracy */
+  double codec_param;      /* rate (bits/value), precision (bits) or accuracy (tolerance) */
 } snapd_run_spec;
 
 typedef struct snapd_location {
