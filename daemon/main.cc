@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "catalog/catalog.h"
+#include "compress/compress_pool.h"
 #include "config/config.h"
 #include "control/control_service.h"
 #include "data_plane/arena_socket.h"
@@ -118,6 +119,9 @@ int Run(int argc, char** argv) {
   store_options.epoch = *epoch;
   store_options.io_threads = static_cast<int>(config.io_threads);
   store_options.max_prefetch = config.prefetch_depth;
+  store_options.compress_threads = config.compress_threads
+                                       ? static_cast<int>(config.compress_threads)
+                                       : compress::DefaultCompressThreads();
   auto store = Store::Open(catalog->get(), host->get(), disk.get(), store_options);
   if (!store.ok()) return fail(store.status());
   SessionTable sessions;

@@ -158,32 +158,53 @@ Result<uint64_t> MaxCompressedBytes(const CodecSpec& c, const FieldSpec& f) {
 }
 
 Result<uint64_t> Compress(const CodecSpec& c, const FieldSpec& f, const void* raw, void* out,
-                          uint64_t out_bytes) {
+                          uint64_t out_bytes, CompressPool* pool) {
   SNAPD_RETURN_IF_ERROR(Validate(c, f));
   std::vector<size_t> dims = ZfpDims(f);
   std::vector<Slab> slabs = Slabs(f, dims);
-  uint64_t at = HeaderBytes(slabs.size());
-  if (out_bytes < at) return Status::InvalidArgument("compression buffer too small");
+  // Each slab is coded into its own worst-case region, then the regions are packed.
+  std::vector<uint64_t> region(slabs.size() + 1, HeaderBytes(slabs.size()));
+  {
+    StreamPtr z = OpenStream(c, f, dims.size());
+    for (size_t i = 0; i < slabs.size(); ++i) {
+      FieldPtr field(SlabField(f, dims, slabs[i], nullptr));
+      region[i + 1] = region[i] + zfp_stream_maximum_size(z.get(), field.get());
+    }
+  }
+  if (out_bytes < region.back()) {
+    return Status::InvalidArgument("compression buffer of " + std::to_string(out_bytes) +
+                                   " bytes; MaxCompressedBytes is " +
+                                   std::to_string(region.back()));
+  }
   char* o = static_cast<char*>(out);
-  uint32_t head[2] = {kMagic, static_cast<uint32_t>(slabs.size())};
-  std::memcpy(o, head, sizeof head);
-  for (size_t i = 0; i < slabs.size(); ++i) {
+  std::vector<uint64_t> sizes(slabs.size(), 0);
+  auto code = [&](size_t i) {
     StreamPtr z = OpenStream(c, f, dims.size());
     FieldPtr field(SlabField(f, dims, slabs[i], raw));
-    BitstreamPtr bits(stream_open(o + at, out_bytes - at));
+    BitstreamPtr bits(stream_open(o + region[i], region[i + 1] - region[i]));
     zfp_stream_set_bit_stream(z.get(), bits.get());
     zfp_stream_rewind(z.get());
-    size_t n = zfp_compress(z.get(), field.get());
-    if (n == 0) return Status::Internal("zfp_compress failed on slab " + std::to_string(i));
-    uint64_t n64 = n;
-    std::memcpy(o + 8 + 8 * i, &n64, 8);
-    at += n;
+    sizes[i] = zfp_compress(z.get(), field.get());
+  };
+  if (pool) {
+    pool->ParallelFor(slabs.size(), code);
+  } else {
+    for (size_t i = 0; i < slabs.size(); ++i) code(i);
+  }
+  uint32_t head[2] = {kMagic, static_cast<uint32_t>(slabs.size())};
+  std::memcpy(o, head, sizeof head);
+  uint64_t at = HeaderBytes(slabs.size());
+  for (size_t i = 0; i < slabs.size(); ++i) {
+    if (sizes[i] == 0) return Status::Internal("zfp_compress failed on slab " + std::to_string(i));
+    std::memcpy(o + 8 + 8 * i, &sizes[i], 8);
+    std::memmove(o + at, o + region[i], sizes[i]);  // regions only move down
+    at += sizes[i];
   }
   return at;
 }
 
 Status Decompress(const CodecSpec& c, const FieldSpec& f, const void* in, uint64_t in_bytes,
-                  void* raw) {
+                  void* raw, CompressPool* pool) {
   SNAPD_RETURN_IF_ERROR(Validate(c, f));
   std::vector<size_t> dims = ZfpDims(f);
   std::vector<Slab> slabs = Slabs(f, dims);
@@ -196,22 +217,31 @@ Status Decompress(const CodecSpec& c, const FieldSpec& f, const void* in, uint64
                             std::to_string(head[1]) + " slabs, expected " +
                             std::to_string(slabs.size()) + ")");
   }
-  uint64_t at = HeaderBytes(slabs.size());
+  std::vector<uint64_t> offset(slabs.size() + 1, HeaderBytes(slabs.size()));
   for (size_t i = 0; i < slabs.size(); ++i) {
     uint64_t n = 0;
     std::memcpy(&n, p + 8 + 8 * i, 8);
-    if (n == 0 || n > in_bytes - at) {
+    if (n == 0 || n > in_bytes - offset[i]) {
       return Status::DataLoss("compressed slab " + std::to_string(i) + " overruns the snapshot");
     }
+    offset[i + 1] = offset[i] + n;
+  }
+  std::vector<char> failed(slabs.size(), 0);
+  auto decode = [&](size_t i) {
     StreamPtr z = OpenStream(c, f, dims.size());
     FieldPtr field(SlabField(f, dims, slabs[i], raw));
-    BitstreamPtr bits(stream_open(const_cast<char*>(p) + at, n));
+    BitstreamPtr bits(stream_open(const_cast<char*>(p) + offset[i], offset[i + 1] - offset[i]));
     zfp_stream_set_bit_stream(z.get(), bits.get());
     zfp_stream_rewind(z.get());
-    if (zfp_decompress(z.get(), field.get()) == 0) {
-      return Status::DataLoss("zfp could not decode slab " + std::to_string(i));
-    }
-    at += n;
+    failed[i] = zfp_decompress(z.get(), field.get()) == 0;
+  };
+  if (pool) {
+    pool->ParallelFor(slabs.size(), decode);
+  } else {
+    for (size_t i = 0; i < slabs.size(); ++i) decode(i);
+  }
+  for (size_t i = 0; i < slabs.size(); ++i) {
+    if (failed[i]) return Status::DataLoss("zfp could not decode slab " + std::to_string(i));
   }
   return Status::Ok();
 }

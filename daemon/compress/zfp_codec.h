@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "compress/compress_pool.h"
 #include "snapd/status.h"
 #include "snapd/v1/control.pb.h"
 
@@ -43,14 +44,15 @@ Status Validate(const CodecSpec& codec, const FieldSpec& field);
 Result<uint64_t> MaxCompressedBytes(const CodecSpec& codec, const FieldSpec& field);
 
 // Compresses `field.bytes` bytes at `raw` into `out` (capacity `out_bytes`, at least
-// MaxCompressedBytes; 8-byte aligned); returns the bytes written.
+// MaxCompressedBytes; 8-byte aligned); returns the bytes written. With a pool, the slabs are
+// coded by its workers in parallel (the output is the same).
 Result<uint64_t> Compress(const CodecSpec& codec, const FieldSpec& field, const void* raw,
-                          void* out, uint64_t out_bytes);
+                          void* out, uint64_t out_bytes, CompressPool* pool = nullptr);
 
 // Decompresses `in_bytes` at `in` into `raw` (`field.bytes` bytes). DATA_LOSS when the bytes
 // are not a well-formed compressed snapshot of this field.
 Status Decompress(const CodecSpec& codec, const FieldSpec& field, const void* in,
-                  uint64_t in_bytes, void* raw);
+                  uint64_t in_bytes, void* raw, CompressPool* pool = nullptr);
 
 // "zfp-accuracy 1e-06", for messages and tables.
 std::string CodecName(const CodecSpec& codec);

@@ -29,6 +29,8 @@ const std::vector<OptionDoc>& ConfigOptions() {
       {"io_threads", "SNAPD_IO_THREADS", "disk I/O threads (default 2)"},
       {"prefetch_depth", "SNAPD_PREFETCH_DEPTH",
        "most steps read ahead of the backward pass; the depth adapts below it (default 8)"},
+      {"compress_threads", "SNAPD_COMPRESS_THREADS",
+       "zfp compression workers; 0 = the cores minus one (default 0)"},
       {"listen_address", "SNAPD_LISTEN_ADDRESS", "UCX listener address (default 127.0.0.1)"},
       {"listen_port", "SNAPD_LISTEN_PORT", "UCX listener port; 0 = any free port (default 0)"},
       {"log_level", "SNAPD_LOG_LEVEL", "debug, info, warn or error (default info)"},
@@ -83,6 +85,13 @@ Status Set(Config& c, const std::string& key, const std::string& value,
     if (dirs.size() == 1 && dirs[0] == "none") dirs.clear();
     c.spool_dirs = dirs;
     c.spool_dirs_set = true;
+  } else if (key == "compress_threads") {
+    char* end = nullptr;
+    long n = std::strtol(value.c_str(), &end, 10);
+    if (end == value.c_str() || *end != '\0' || n < 0 || n > 256) {
+      return bad("must be an integer 0..256 (0 = the cores minus one)");
+    }
+    c.compress_threads = static_cast<uint32_t>(n);
   } else if (key == "io_threads" || key == "prefetch_depth") {
     char* end = nullptr;
     long n = std::strtol(value.c_str(), &end, 10);
@@ -208,6 +217,7 @@ std::string FormatConfig(const Config& c) {
     << "disk_mem_perc = " << c.disk_mem_perc << "\n"
     << "io_threads = " << c.io_threads << "\n"
     << "prefetch_depth = " << c.prefetch_depth << "\n"
+    << "compress_threads = " << c.compress_threads << "\n"
     << "listen_address = \"" << c.listen_address << "\"\n"
     << "listen_port = " << c.listen_port << "\n"
     << "log_level = \"" << c.log_level << "\"\n";

@@ -22,6 +22,7 @@ struct Config {
   double disk_mem_perc = 0.7;
   uint32_t io_threads = 2;
   uint32_t prefetch_depth = 8;
+  uint32_t compress_threads = 0;  // 0 = the cores minus one
   std::string listen_address = "127.0.0.1";  // UCX data-plane listener address
   uint32_t listen_port = 0;     // 0 = any free port (clients learn it from OpenSession)
   std::string log_level = "info";

@@ -41,7 +41,8 @@ uint64_t FileContentBytes(const v1::SnapshotRecord& r) {
 
 Result<WrittenSnapshot> WriteSnapshot(DiskTier& disk, uint32_t spool, uint64_t run_id,
                                       const std::string& name, const compress::CodecSpec& codec,
-                                      const compress::FieldSpec& field, const void* data) {
+                                      const compress::FieldSpec& field, const void* data,
+                                      compress::CompressPool* pool) {
   WrittenSnapshot w;
   w.stored_bytes = field.bytes;
   const void* src = data;
@@ -50,7 +51,7 @@ Result<WrittenSnapshot> WriteSnapshot(DiskTier& disk, uint32_t spool, uint64_t r
     auto max = compress::MaxCompressedBytes(codec, field);
     if (max.ok()) packed = Scratch(*max);
     if (packed) {
-      auto n = compress::Compress(codec, field, data, packed.get(), *max);
+      auto n = compress::Compress(codec, field, data, packed.get(), *max, pool);
       // Compression that does not shrink the snapshot is not worth a decode on the way back.
       if (n.ok() && *n < field.bytes) {
         std::memset(packed.get() + *n, 0, DiskTier::FileBytes(*n) - *n);
@@ -71,7 +72,7 @@ Result<WrittenSnapshot> WriteSnapshot(DiskTier& disk, uint32_t spool, uint64_t r
 }
 
 Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& r,
-                    const compress::FieldSpec& field, void* raw) {
+                    const compress::FieldSpec& field, void* raw, compress::CompressPool* pool) {
   bool recorded = r.checksum_state() == v1::CHECKSUM_RECORDED;
   if (r.codec() == v1::CODEC_NONE) {
     SNAPD_RETURN_IF_ERROR(disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.raw_bytes()));
@@ -86,7 +87,7 @@ Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& r,
     return Mismatch("compressed bytes");
   }
   SNAPD_RETURN_IF_ERROR(compress::Decompress({r.codec(), r.codec_param()}, field, packed.get(),
-                                             r.stored_bytes(), raw));
+                                             r.stored_bytes(), raw, pool));
   if (r.codec() == v1::CODEC_ZFP_REVERSIBLE && recorded &&
       Checksum(raw, r.raw_bytes()) != r.checksum()) {
     return Mismatch("bytes");
@@ -95,10 +96,10 @@ Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& r,
 }
 
 Status VerifySnapshot(DiskTier& disk, const v1::SnapshotRecord& r,
-                      const compress::FieldSpec& field) {
+                      const compress::FieldSpec& field, compress::CompressPool* pool) {
   AlignedPtr raw = Scratch(r.raw_bytes());
   if (!raw) return Status::ResourceExhausted("no memory for a verification buffer");
-  return ReadSnapshot(disk, r, field, raw.get());
+  return ReadSnapshot(disk, r, field, raw.get(), pool);
 }
 
 }  // namespace snapd

@@ -28,18 +28,20 @@ struct WrittenSnapshot {
 // Writes the raw snapshot at `data` (field.bytes bytes, page-aligned) to file `name` in
 // `spool`, compressed with `codec` when that makes it smaller. `spool` holds a reservation of
 // field.bytes; it is shrunk to what was written, and returned on failure.
+// `pool` codes the slabs in parallel (may be null).
 Result<WrittenSnapshot> WriteSnapshot(DiskTier& disk, uint32_t spool, uint64_t run_id,
                                       const std::string& name, const compress::CodecSpec& codec,
-                                      const compress::FieldSpec& field, const void* data);
+                                      const compress::FieldSpec& field, const void* data,
+                                      compress::CompressPool* pool);
 
 // Reads `record`'s file into `raw` (record.raw_bytes() bytes, page-aligned, writable to the
 // next 4 KiB), decompressing it. DATA_LOSS when the stored bytes fail their checksum or do not
 // decode; a lossless snapshot is also checked against the checksum of the pushed bytes.
 Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& record,
-                    const compress::FieldSpec& field, void* raw);
+                    const compress::FieldSpec& field, void* raw, compress::CompressPool* pool);
 
 // The same checks without keeping the bytes (the recovery scrub); uses its own buffers.
 Status VerifySnapshot(DiskTier& disk, const v1::SnapshotRecord& record,
-                      const compress::FieldSpec& field);
+                      const compress::FieldSpec& field, compress::CompressPool* pool);
 
 }  // namespace snapd

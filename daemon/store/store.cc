@@ -117,6 +117,7 @@ Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, Dis
   SNAPD_RETURN_IF_ERROR(store->Load());
   Store* s = store.get();
   host->SetReleaseListener([s] { s->Wake(); });
+  s->compress_ = std::make_unique<compress::CompressPool>(options.compress_threads);
   s->io_ = std::make_unique<IoPool>(std::max(1, options.io_threads));
   s->checksum_thread_ = std::thread([s] { s->ChecksumLoop(); });
   s->tiering_thread_ = std::thread([s] { s->TieringLoop(); });

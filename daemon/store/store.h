@@ -54,6 +54,7 @@ struct StoreOptions {
   uint64_t epoch = 0;         // this daemon start (Catalog::BeginEpoch)
   int io_threads = 2;         // disk I/O threads
   uint64_t max_prefetch = 8;  // upper bound of the adaptive read-ahead depth
+  int compress_threads = 1;   // compression workers (slabs of one snapshot in parallel)
 };
 
 class Store {
@@ -245,6 +246,7 @@ class Store {
   CondVar wake_cv_;
 
   // Declared last, in start order: destroyed first, so no thread outlives what it uses.
+  std::unique_ptr<compress::CompressPool> compress_;  // used by I/O jobs: outlives io_
   std::unique_ptr<IoPool> io_;
   std::thread checksum_thread_;
   std::thread tiering_thread_;

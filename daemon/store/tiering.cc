@@ -273,7 +273,8 @@ void Store::StartDemotion(Run& run, Snapshot& snap) {
        spool = *spool, name, known, codec = CodecOf(run.record.spec()),
        field = FieldOf(run.record.spec()), block = snap.block]() mutable {
         uint64_t sum = known ? *known : Checksum(block->data(), field.bytes);
-        auto written = WriteSnapshot(*disk_, spool, run_id, name, codec, field, block->data());
+        auto written = WriteSnapshot(*disk_, spool, run_id, name, codec, field, block->data(),
+                                     compress_.get());
         block.reset();  // before FinishDemotion: the host memory is free once it says so
         FinishDemotion(run_id, step, gen, spool, name, sum, std::move(written));
       },
@@ -345,7 +346,7 @@ bool Store::StartRead(Run& run, Snapshot& snap, bool urgent) {
       [this, record = r, gen = snap.generation, field = FieldOf(run.record.spec()),
        block = std::move(block).value()]() mutable {
         int64_t started = NowNs();
-        Status s = ReadSnapshot(*disk_, record, field, block->data());
+        Status s = ReadSnapshot(*disk_, record, field, block->data(), compress_.get());
         FinishRead(record.run_id(), record.step(), gen, std::move(block), s, started);
       },
       urgent);
@@ -397,7 +398,7 @@ void Store::StartScrub(uint64_t run_id, uint64_t step) {
   io_->Submit(
       [this, record = snap.record, gen = snap.generation,
        field = FieldOf(runs_.at(run_id).record.spec())] {
-        Status s = VerifySnapshot(*disk_, record, field);
+        Status s = VerifySnapshot(*disk_, record, field, compress_.get());
         MutexLock lock(mu_);
         Snapshot* current = FindSnapshot(record.run_id(), record.step(), gen);
         if (!current) return;

@@ -97,6 +97,24 @@ TEST(ZfpCodec, RateModeStoresTheFixedRateSize) {
   }
 }
 
+TEST(ZfpCodec, WorkersShareTheSlabsOfOneSnapshotAndGiveTheSameBytes) {
+  auto f = Field<float>(v1::DTYPE_FLOAT32, {2048, 3000});  // ~24 MiB: three slabs
+  std::vector<float> in = Wave(2048, 3000);
+  CodecSpec c{v1::CODEC_ZFP_ACCURACY, 1e-5};
+  uint64_t max = *MaxCompressedBytes(c, f);
+  std::vector<uint64_t> alone(max / 8 + 1), shared(max / 8 + 1);
+  auto n1 = Compress(c, f, in.data(), alone.data(), max);
+  CompressPool pool(3);
+  auto n2 = Compress(c, f, in.data(), shared.data(), max, &pool);
+  ASSERT_TRUE(n1.ok() && n2.ok());
+  ASSERT_EQ(*n1, *n2);
+  EXPECT_EQ(0, std::memcmp(alone.data(), shared.data(), *n1));
+  std::vector<float> a(in.size()), b(in.size());
+  ASSERT_TRUE(Decompress(c, f, alone.data(), *n1, a.data()).ok());
+  ASSERT_TRUE(Decompress(c, f, shared.data(), *n2, b.data(), &pool).ok());
+  EXPECT_EQ(a, b);
+}
+
 TEST(ZfpCodec, RejectsWhatZfpCannotCodeAndDamagedStreams) {
   auto bytes = Field<uint8_t>(v1::DTYPE_UINT8, {64});
   EXPECT_EQ(Validate({v1::CODEC_ZFP_REVERSIBLE, 0}, bytes).code(), Code::kInvalidArgument);
