@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "acoustic_model.h"
 #include "checksum.h"
 #include "snapd/client.h"
 #include "units.h"
@@ -59,23 +60,6 @@ bool ParseArgs(int argc, char** argv, Args* a) {
   return true;
 }
 
-// One leapfrog step: next = 2 cur - prev + courant^2 * lap(cur), zero (Dirichlet) boundary.
-void Step(int nx, int ny, const float* vel2, const float* prev, const float* cur, float* next) {
-  for (int y = 1; y < ny - 1; ++y) {
-    for (int x = 1; x < nx - 1; ++x) {
-      int i = y * nx + x;
-      float lap = cur[i - 1] + cur[i + 1] + cur[i - nx] + cur[i + nx] - 4.0f * cur[i];
-      next[i] = 2.0f * cur[i] - prev[i] + vel2[i] * lap;
-    }
-  }
-}
-
-float Ricker(int t, float dt, float f0) {
-  float tau = t * dt - 1.2f / f0;
-  float a = static_cast<float>(M_PI * M_PI) * f0 * f0 * tau * tau;
-  return (1.0f - 2.0f * a) * std::exp(-a);
-}
-
 int Fail(const char* what, const snapd::Status& s) {
   std::fprintf(stderr, "acoustic2d: %s: %s\n", what, s.ToString().c_str());
   return 1;
@@ -90,14 +74,10 @@ int main(int argc, char** argv) {
   const size_t cells = static_cast<size_t>(nx) * ny;
   const size_t bytes = cells * sizeof(float);
 
-  // Two-layer model: squared Courant number c^2 dt^2 / dx^2, below the 2D stability bound 0.5.
-  std::vector<float> vel2(cells);
-  for (int y = 0; y < ny; ++y) {
-    for (int x = 0; x < nx; ++x) vel2[y * nx + x] = y < ny / 2 ? 0.16f : 0.36f;
-  }
-  const int src = (ny / 8) * nx + nx / 2;
+  using acoustic::Step;
+  const std::vector<float> vel2 = acoustic::TwoLayerModel(nx, ny);
+  const int src = acoustic::SourceIndex(nx, ny);
   const int rec_row = ny / 8;
-  const float dt = 1.0f, f0 = 0.03f;
 
   snapd::ClientOptions opts;
   opts.socket_path = a.socket;
@@ -133,7 +113,7 @@ int main(int argc, char** argv) {
       if (!s.ok()) return Fail("push", s);
     }
     Step(nx, ny, vel2.data(), u[(t + 0) % 3].data(), u[(t + 1) % 3].data(), u[ib].data());
-    u[ib][src] += Ricker(t, dt, f0);
+    u[ib][src] += acoustic::Ricker(t, acoustic::kDt, acoustic::kF0);
     std::memcpy(&traces[static_cast<size_t>(t) * nx], &u[ib][rec_row * nx], nx * sizeof(float));
     sums[t] = snapd::Checksum(u[ib].data(), bytes);
     auto h = c.Push(run->run_id, t, u[ib].data(), bytes);

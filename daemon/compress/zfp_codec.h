@@ -22,7 +22,7 @@
 
 namespace snapd::compress {
 
-constexpr uint64_t kSlabBytes = 8ull << 20;
+constexpr uint64_t kSlabBytes = 2ull << 20;  // small enough to balance workers
 
 // The field a snapshot holds, as the codec sees it.
 struct FieldSpec {
