@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "acoustic_model.h"
 #include "daemon_process.h"
 #include "snapd/client.h"
 
@@ -147,6 +148,49 @@ TEST_P(SpillTest, KillMinus9MidRunKeepsDiskStepsAndReportsHostStepsLost) {
   PushSteps(*client_, run.run_id, pushed, kSteps, 21);
   Status s = FetchExact(*client_, run.run_id, kSteps - 1, 21);
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST_P(SpillTest, AReversiblyCompressedRunSpillsSmallerAndComesBackBitExact) {
+  // The example solver's wavefields, 512 x 512 float32: what zfp is for.
+  constexpr int kN = 512;
+  constexpr uint64_t kBytes = uint64_t{kN} * kN * sizeof(float), kCount = 40;  // 40 MiB
+  std::vector<std::vector<float>> fields;  // every 10th step of one forward simulation
+  {
+    std::vector<float> vel2 = acoustic::TwoLayerModel(kN, kN);
+    std::vector<std::vector<float>> u(3, std::vector<float>(kN * kN, 0.0f));
+    for (int t = 0; fields.size() < kCount; ++t) {
+      int ib = (t + 2) % 3;
+      acoustic::Step(kN, kN, vel2.data(), u[t % 3].data(), u[(t + 1) % 3].data(), u[ib].data());
+      u[ib][acoustic::SourceIndex(kN, kN)] += acoustic::Ricker(t, acoustic::kDt, acoustic::kF0);
+      if (t >= 20 && t % 10 == 0) fields.push_back(u[ib]);
+    }
+  }
+  RunSpec spec;
+  spec.name = "zfp";
+  spec.steps = kCount;
+  spec.bytes_per_step = kBytes;
+  spec.dtype = Dtype::kFloat32;
+  spec.shape = {kN, kN};
+  spec.codec = Codec::kZfpReversible;
+  auto run = client_->OpenRun(spec);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  for (uint64_t t = 0; t < kCount; ++t) {
+    auto h = client_->Push(run->run_id, t, fields[t].data(), kBytes);
+    ASSERT_TRUE(h.ok() && h->WaitStored().ok());
+  }
+  ASSERT_TRUE(WaitOnDisk(*client_, "zfp", run->host_boundary)) << daemon_->Log();
+  auto list = client_->ListSnapshots("zfp");
+  ASSERT_TRUE(list.ok());
+  for (const auto& l : *list) {
+    if (!l.on_disk) continue;
+    EXPECT_EQ(l.codec, Codec::kZfpReversible) << "step " << l.step;
+    EXPECT_LT(l.stored_bytes, kBytes / 2) << "step " << l.step;
+  }
+  std::vector<float> got(kN * kN);
+  for (uint64_t t = kCount; t-- > 0;) {
+    ASSERT_TRUE(client_->Fetch(run->run_id, t, got.data(), kBytes).ok());
+    ASSERT_EQ(0, std::memcmp(got.data(), fields[t].data(), kBytes)) << "step " << t;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(DataPaths, SpillTest, ::testing::Values(true, false),
