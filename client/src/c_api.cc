@@ -56,6 +56,7 @@ snapd_code snapd_open_run(snapd_client* client, const snapd_run_spec* spec, uint
   s.block_when_full = spec->block_when_full != 0;
   s.codec = static_cast<snapd::Codec>(spec->codec);
   s.codec_param = spec->codec_param;
+  s.compress_at_ingest = spec->compress_at_ingest != 0;
   auto run = client->client->OpenRun(s);
   if (!run.ok()) return Report(run.status());
   *run_id = run->run_id;

@@ -129,6 +129,7 @@ RunSpec FromProto(const v1::RunSpec& p) {
   s.block_when_full = p.block_when_full();
   s.codec = static_cast<Codec>(p.codec());
   s.codec_param = p.codec_param();
+  s.compress_at_ingest = p.compress_when() == v1::COMPRESS_AT_INGEST;
   return s;
 }
 
@@ -462,6 +463,8 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   p->set_block_when_full(spec.block_when_full);
   p->set_codec(static_cast<v1::Codec>(spec.codec));
   p->set_codec_param(spec.codec_param);
+  p->set_compress_when(spec.compress_at_ingest ? v1::COMPRESS_AT_INGEST
+                                               : v1::COMPRESS_ON_DEMOTION);
   v1::OpenRunResponse resp;
   SNAPD_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->OpenRun(ctx, req, &resp); }));

@@ -214,6 +214,9 @@ int Ls(v1::Control::Stub& stub, const Options& o) {
     std::snprintf(param, sizeof param, " %g", run.spec().codec_param());
     codec += param;
   }
+  if (run.spec().codec() != v1::CODEC_NONE) {
+    codec += run.spec().compress_when() == v1::COMPRESS_AT_INGEST ? " at ingest" : " on demotion";
+  }
   std::printf("run %s (id %llu, %s, layers %s%s, codec %s): %llu snapshots, %s stored\n",
               run.spec().name().c_str(), (unsigned long long)run.run_id(),
               run.state() == v1::RUN_OPEN ? "open" : "closed", LayersName(run.spec().layers()),

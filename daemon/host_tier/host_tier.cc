@@ -20,6 +20,19 @@ HostBlock::~HostBlock() {
   if (listener) listener();
 }
 
+void HostBlock::ShrinkTo(uint64_t bytes) {
+  uint64_t keep = (bytes + HostTier::kAlignment - 1) / HostTier::kAlignment * HostTier::kAlignment;
+  if (keep == 0 || keep >= size_) return;
+  tier_->Free(offset_ + keep, size_ - keep);
+  size_ = keep;
+  std::function<void()> listener;
+  {
+    MutexLock lock(tier_->listener_mu_);
+    listener = tier_->listener_;
+  }
+  if (listener) listener();
+}
+
 void HostTier::SetReleaseListener(std::function<void()> listener) {
   MutexLock lock(listener_mu_);
   listener_ = std::move(listener);
@@ -64,10 +77,20 @@ uint64_t HostTier::used() const {
   return used_;
 }
 
-Result<std::shared_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes) {
+Result<std::shared_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes, bool from_top) {
   if (bytes == 0) return Status::InvalidArgument("host-tier allocation of 0 bytes");
   uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   MutexLock lock(mu_);
+  if (from_top) {
+    for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
+      if (it->second < size) continue;
+      uint64_t offset = it->first + it->second - size;
+      it->second -= size;
+      if (it->second == 0) free_.erase(std::next(it).base());
+      used_ += size;
+      return std::make_shared<HostBlock>(this, offset, size, static_cast<char*>(base_) + offset);
+    }
+  }
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < size) continue;
     uint64_t offset = it->first;

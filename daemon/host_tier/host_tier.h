@@ -33,10 +33,14 @@ class HostBlock {
   uint64_t size() const { return size_; }
   uint64_t offset() const { return offset_; }  // from the start of the arena
 
+  // Returns the block's tail beyond `bytes` (rounded up to the alignment) to the tier. Only
+  // for a block its holder owns alone (nobody else may be reading the tail).
+  void ShrinkTo(uint64_t bytes);
+
  private:
   HostTier* const tier_;
   const uint64_t offset_;
-  const uint64_t size_;
+  uint64_t size_;  // changes only in ShrinkTo, under the sole owner
   void* const data_;
 };
 
@@ -51,7 +55,11 @@ class HostTier {
   ~HostTier();
 
   // RESOURCE_EXHAUSTED, naming the request, the use and the budget, when it does not fit.
-  Result<std::shared_ptr<HostBlock>> Allocate(uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  // `from_top`: take the highest free range that fits instead of the lowest. Compressed copies
+  // are placed from the top so the raw blocks they replace leave whole holes at the bottom,
+  // where the next raw push fits.
+  Result<std::shared_ptr<HostBlock>> Allocate(uint64_t bytes, bool from_top = false)
+      SNAPD_EXCLUDES(mu_);
 
   uint64_t budget() const { return budget_; }
   uint64_t used() const SNAPD_EXCLUDES(mu_);

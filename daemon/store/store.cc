@@ -40,7 +40,10 @@ std::string SpecDifference(const v1::RunSpec& a, const v1::RunSpec& b) {
            ")";
   }
   if (a.keep() != b.keep()) return "keep";
-  if (a.codec() != b.codec() || a.codec_param() != b.codec_param()) return "codec";
+  if (a.codec() != b.codec() || a.codec_param() != b.codec_param() ||
+      a.compress_when() != b.compress_when()) {
+    return "codec";
+  }
   if (a.block_when_full() != b.block_when_full()) return "block_when_full";
   return "";
 }
@@ -329,11 +332,12 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
         "start snapd with spool_dirs");
   }
   if (spec.codec() != v1::CODEC_NONE) {
-    if (!UsesDisk(spec.layers())) {
+    if (spec.compress_when() == v1::COMPRESS_ON_DEMOTION && !UsesDisk(spec.layers())) {
       return Status::InvalidArgument("run '" + name + "': codec " +
                                      compress::CodecName(CodecOf(spec)) +
                                      " applies when steps move to the disk tier, and layers " +
-                                     LayersName(spec.layers()) + " never do");
+                                     LayersName(spec.layers()) +
+                                     " never do (compress at ingest instead)");
     }
     Status usable = compress::Validate(CodecOf(spec), FieldOf(spec));
     if (!usable.ok()) return Status::InvalidArgument("run '" + name + "': " + usable.message());
@@ -363,8 +367,10 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
   run.record.set_state(v1::RUN_OPEN);
   run.record.set_owner_uid(owner_uid);
   run.record.set_created_unix_ms(NowMs());
-  run.record.set_host_boundary(HostBoundary(spec.layers(), spec.steps(), BlockBytes(run),
-                                            host_->budget() - host_->used()));
+  if (!CompressesAtIngest(spec)) {  // otherwise sizes are known only once compressed
+    run.record.set_host_boundary(HostBoundary(spec.layers(), spec.steps(), BlockBytes(run),
+                                              host_->budget() - host_->used()));
+  }
   SNAPD_RETURN_IF_ERROR(catalog_->PutRun(run.record));
   by_name_[name] = id;
   *created = true;
@@ -561,8 +567,12 @@ Status Store::CommitPush(const PushTicket& t) {
   snap.generation = next_generation_++;
   run.released.erase(t.step);
   run.stored_bytes += raw;
-  checksum_queue_.push_back({t.run_id, t.step, snap.generation, raw, t.block});
-  checksum_cv_.NotifyOne();
+  if (CompressesAtIngest(run.record.spec())) {
+    StartIngestCompression(run, snap);  // takes the checksum itself, before compressing
+  } else {
+    checksum_queue_.push_back({t.run_id, t.step, snap.generation, raw, t.block});
+    checksum_cv_.NotifyOne();
+  }
   if (DemotionWanted(run, snap)) Wake();
   return Status::Ok();
 }
@@ -608,11 +618,12 @@ Result<std::optional<Store::FetchGrant>> Store::BeginFetch(uint64_t run_id, uint
     run->prefetch_from = step;
   }
   std::optional<FetchGrant> grant;
-  if (snap.block) {
+  if (snap.block && !HoldsCompressed(snap)) {
     if (snap.record.tier() == v1::TIER_DISK) ++counters_.prefetch_hits;
     grant = FetchGrant{snap.block, snap.generation};
   } else {
-    // On disk only: answer once the read lands; it goes before any read-ahead.
+    // On disk only, or compressed in host memory: answer once the read (or decode) lands; it
+    // goes before any read-ahead.
     ++counters_.demand_reads;
     snap.waiters.push_back(std::move(later));
     if (!snap.reading && !StartRead(*run, snap, /*urgent=*/true)) {

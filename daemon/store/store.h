@@ -202,7 +202,18 @@ class Store {
                       const std::string& name, uint64_t checksum,
                       Result<WrittenSnapshot> written) SNAPD_EXCLUDES(mu_);
   // Starts a disk read of `snap` into host memory if there is room; false if not.
+  // A step compressed at ingest and still only in host memory is decoded instead of read.
   bool StartRead(Run& run, Snapshot& snap, bool urgent) SNAPD_REQUIRES(mu_);
+  // At-ingest compression (store/tiering.cc): compress the committed step on an I/O thread,
+  // then swap its host block for the smaller one.
+  void StartIngestCompression(Run& run, Snapshot& snap) SNAPD_REQUIRES(mu_);
+  void FinishIngestCompression(uint64_t run_id, uint64_t step, uint64_t generation,
+                               uint64_t checksum, Result<PackedSnapshot> packed)
+      SNAPD_EXCLUDES(mu_);
+  // The snapshot's host block holds compressed bytes (compressed at ingest, not yet decoded).
+  static bool HoldsCompressed(const Snapshot& snap) {
+    return snap.record.tier() == v1::TIER_HOST && snap.record.codec() != v1::CODEC_NONE;
+  }
   void FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
                   std::shared_ptr<HostBlock> block, Status read, int64_t started_ns)
       SNAPD_EXCLUDES(mu_);
@@ -234,6 +245,7 @@ class Store {
   std::vector<DrainWaiter> drains_ SNAPD_GUARDED_BY(mu_);
   int writes_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;
   int reads_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;
+  int ingests_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;  // at-ingest compressions
   bool disk_full_ SNAPD_GUARDED_BY(mu_) = false;  // the last demotion found no room
   double read_ns_per_byte_ SNAPD_GUARDED_BY(mu_) = 0;  // EWMA of disk reads
   bool stopping_ SNAPD_GUARDED_BY(mu_) = false;

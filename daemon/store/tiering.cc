@@ -4,6 +4,7 @@
 // completions update the index under the store's mutex.
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 
 #include "checksum.h"
 #include "log.h"
@@ -56,7 +57,9 @@ void Store::TieringLoop() {
 void Store::WaitTieringIdle() {
   MutexLock lock(mu_);
   idle_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) {
-    if (writes_in_flight_ || reads_in_flight_ || !parked_pushes_.empty()) return false;
+    if (writes_in_flight_ || reads_in_flight_ || ingests_in_flight_ || !parked_pushes_.empty()) {
+      return false;
+    }
     for (const auto& [id, run] : runs_) {
       for (const auto& [step, snap] : run.snapshots) {
         if (DemotionWanted(run, snap)) return false;
@@ -67,7 +70,8 @@ void Store::WaitTieringIdle() {
 }
 
 bool Store::Settling() const {
-  return writes_in_flight_ || reads_in_flight_ || checksum_busy_ || !checksum_queue_.empty();
+  return writes_in_flight_ || reads_in_flight_ || ingests_in_flight_ || checksum_busy_ ||
+         !checksum_queue_.empty();
 }
 
 bool Store::DemotionWanted(const Run& run, const Snapshot& snap) const {
@@ -256,7 +260,7 @@ bool Store::FreeHostRoom() {
 
 void Store::StartDemotion(Run& run, Snapshot& snap) {
   const v1::SnapshotRecord& r = snap.record;
-  auto spool = disk_->Reserve(r.raw_bytes());
+  auto spool = disk_->Reserve(FileContentBytes(r));
   if (!spool.ok()) {
     if (!disk_full_) SNAPD_LOG_WARN("%s", spool.status().message().c_str());
     disk_full_ = true;
@@ -270,11 +274,12 @@ void Store::StartDemotion(Run& run, Snapshot& snap) {
   if (r.checksum_state() == v1::CHECKSUM_RECORDED) known = r.checksum();
   io_->Submit(
       [this, run_id = run.record.run_id(), step = r.step(), gen = snap.generation,
-       spool = *spool, name, known, codec = CodecOf(run.record.spec()),
+       spool = *spool, name, known, record = r, codec = CodecOf(run.record.spec()),
        field = FieldOf(run.record.spec()), block = snap.block]() mutable {
+        // A step compressed at ingest has its checksum recorded already (see below).
         uint64_t sum = known ? *known : Checksum(block->data(), field.bytes);
-        auto written = WriteSnapshot(*disk_, spool, run_id, name, codec, field, block->data(),
-                                     compress_.get());
+        auto written = WriteSnapshot(*disk_, spool, run_id, name, record, codec, field,
+                                     block->data(), compress_.get());
         block.reset();  // before FinishDemotion: the host memory is free once it says so
         FinishDemotion(run_id, step, gen, spool, name, sum, std::move(written));
       },
@@ -342,11 +347,15 @@ bool Store::StartRead(Run& run, Snapshot& snap, bool urgent) {
   if (!block.ok()) return false;
   snap.reading = true;
   ++reads_in_flight_;
+  std::shared_ptr<HostBlock> stored = HoldsCompressed(snap) ? snap.block : nullptr;
   io_->Submit(
       [this, record = r, gen = snap.generation, field = FieldOf(run.record.spec()),
-       block = std::move(block).value()]() mutable {
+       block = std::move(block).value(), stored = std::move(stored)]() mutable {
         int64_t started = NowNs();
-        Status s = ReadSnapshot(*disk_, record, field, block->data(), compress_.get());
+        Status s = stored ? DecodeSnapshot(record, field, stored->data(), block->data(),
+                                           compress_.get())
+                          : ReadSnapshot(*disk_, record, field, block->data(), compress_.get());
+        stored.reset();
         FinishRead(record.run_id(), record.step(), gen, std::move(block), s, started);
       },
       urgent);
@@ -365,14 +374,28 @@ void Store::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
       Run& run = runs_.at(run_id);
       std::vector<FetchLater> waiters = std::move(snap->waiters);
       snap->waiters.clear();
-      if (read.ok()) {
-        snap->block = std::move(block);
-        snap->verified = true;
+      if (read.ok() && HoldsCompressed(*snap)) {
+        // Decoded in host memory: the step is raw again there.
+        v1::SnapshotRecord updated = snap->record;
+        updated.set_codec(v1::CODEC_NONE);
+        updated.set_codec_param(0);
+        updated.set_stored_checksum(0);
+        updated.set_stored_bytes(updated.raw_bytes());
+        read = catalog_->PutSnapshot(updated);
+        if (read.ok()) {
+          run.stored_bytes += updated.raw_bytes() - snap->record.stored_bytes();
+          snap->record = std::move(updated);
+        }
+      } else if (read.ok()) {
         ++counters_.disk_reads;
         double per_byte = static_cast<double>(NowNs() - started_ns) /
                           static_cast<double>(std::max<uint64_t>(snap->record.raw_bytes(), 1));
         read_ns_per_byte_ = read_ns_per_byte_ > 0 ? 0.7 * read_ns_per_byte_ + 0.3 * per_byte
                                                   : per_byte;
+      }
+      if (read.ok()) {
+        snap->block = std::move(block);
+        snap->verified = true;
         FetchGrant grant{snap->block, snap->generation};
         for (auto& w : waiters) deferred.push_back([w = std::move(w), grant] { w(grant); });
       } else {
@@ -388,6 +411,64 @@ void Store::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
     Wake();
   }
   for (auto& f : deferred) f();
+}
+
+void Store::StartIngestCompression(Run& run, Snapshot& snap) {
+  std::optional<uint64_t> known;
+  if (snap.record.checksum_state() == v1::CHECKSUM_RECORDED) known = snap.record.checksum();
+  ++ingests_in_flight_;
+  io_->Submit(
+      [this, run_id = run.record.run_id(), step = snap.record.step(), gen = snap.generation,
+       known, codec = CodecOf(run.record.spec()), field = FieldOf(run.record.spec()),
+       block = snap.block]() mutable {
+        // The checksum of the pushed bytes is taken now: the raw bytes are about to go.
+        uint64_t sum = known ? *known : Checksum(block->data(), field.bytes);
+        auto packed = PackSnapshot(codec, field, block->data(), compress_.get());
+        block.reset();
+        FinishIngestCompression(run_id, step, gen, sum, std::move(packed));
+      },
+      /*urgent=*/false);
+}
+
+void Store::FinishIngestCompression(uint64_t run_id, uint64_t step, uint64_t generation,
+                                    uint64_t checksum, Result<PackedSnapshot> packed) {
+  MutexLock lock(mu_);
+  --ingests_in_flight_;
+  Wake();
+  Snapshot* snap = FindSnapshot(run_id, step, generation);
+  // Gone, being written out (the demotion compresses by itself), or not worth it: stays raw.
+  if (!snap || !packed.ok() || snap->writing || !snap->block ||
+      snap->record.tier() != v1::TIER_HOST || snap->record.codec() != v1::CODEC_NONE) {
+    return;
+  }
+  // The compressed copy goes into a block of its own, so the whole raw block comes free (room
+  // for the next raw push). With no room for it, and nobody reading the raw bytes, it goes over
+  // the raw bytes and the tail comes free: a smaller hole, but the next copy fits in it.
+  std::shared_ptr<HostBlock> block;
+  if (auto beside = host_->Allocate(packed->size, /*from_top=*/true); beside.ok()) {
+    block = std::move(beside).value();
+  } else if (snap->block.use_count() == 1) {
+    block = snap->block;
+  } else {
+    return;  // a fetch holds the raw bytes and there is no room: stays raw
+  }
+  Run& run = runs_.at(run_id);
+  v1::SnapshotRecord updated = snap->record;
+  updated.set_checksum(checksum);
+  updated.set_checksum_state(v1::CHECKSUM_RECORDED);
+  updated.set_stored_bytes(packed->size);
+  updated.set_codec(packed->codec);
+  updated.set_codec_param(run.record.spec().codec_param());
+  updated.set_stored_checksum(packed->checksum);
+  if (Status s = catalog_->PutSnapshot(updated); !s.ok()) {
+    SNAPD_LOG_ERROR("recording a compressed step: %s", s.ToString().c_str());
+    return;
+  }
+  std::memcpy(block->data(), packed->bytes.get(), packed->size);
+  block->ShrinkTo(packed->size);
+  run.stored_bytes -= snap->record.stored_bytes() - packed->size;
+  snap->record = std::move(updated);
+  snap->block = std::move(block);  // a raw block beside is freed once no fetch holds it
 }
 
 void Store::StartScrub(uint64_t run_id, uint64_t step) {

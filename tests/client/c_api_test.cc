@@ -18,7 +18,7 @@ TEST(CApi, PushFetchLocateRoundTrip) {
   snapd_client* c = nullptr;
   ASSERT_EQ(snapd_connect((*d)->socket().c_str(), &c), SNAPD_OK) << snapd_last_error();
   uint64_t shape[2] = {64, 64};
-  snapd_run_spec spec{"c-run", 4, 64 * 64 * 4, 1, shape, 2, nullptr, /*keep=*/1, 0, 0, 0.0};
+  snapd_run_spec spec{"c-run", 4, 64 * 64 * 4, 1, shape, 2, nullptr, /*keep=*/1, 0, 0, 0.0, 0};
   uint64_t run = 0;
   ASSERT_EQ(snapd_open_run(c, &spec, &run), SNAPD_OK) << snapd_last_error();
   std::vector<float> field(64 * 64), back(64 * 64);

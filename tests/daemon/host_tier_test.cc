@@ -52,6 +52,29 @@ TEST(HostTier, BlocksAreWritableSharedMemory) {
   EXPECT_EQ(static_cast<char*>((*b)->data())[4095], 42);
 }
 
+TEST(HostTier, TopAllocationsLeaveWholeHolesAtTheBottom) {
+  auto tier = std::move(HostTier::Create(64 * 4096).value());
+  auto low = tier->Allocate(16 * 4096).value();
+  auto high = tier->Allocate(4096, /*from_top=*/true).value();
+  EXPECT_EQ(low->offset(), 0u);
+  EXPECT_EQ(high->offset(), 63u * 4096);  // the end of the arena
+  low.reset();
+  // The 16 pages at the bottom are whole again: a raw block of that size fits there.
+  EXPECT_EQ(tier->Allocate(16 * 4096).value()->offset(), 0u);
+}
+
+TEST(HostTier, ShrinkingABlockReturnsItsTail) {
+  auto tier = std::move(HostTier::Create(16 * 4096).value());
+  auto b = tier->Allocate(8 * 4096).value();
+  b->ShrinkTo(4096 + 1);  // rounds up to two pages
+  EXPECT_EQ(b->size(), 2u * 4096);
+  EXPECT_EQ(tier->used(), 2u * 4096);
+  auto rest = tier->Allocate(14 * 4096);  // the tail is free and coalesced
+  EXPECT_TRUE(rest.ok());
+  b.reset();
+  EXPECT_EQ(tier->used(), 14u * 4096);
+}
+
 TEST(HostTier, RejectsABudgetBelowOnePage) {
   auto tier = HostTier::Create(100);
   ASSERT_FALSE(tier.ok());

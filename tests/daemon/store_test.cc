@@ -344,18 +344,21 @@ class CompressedStoreTest : public StoreTest {
   static constexpr size_t kNy = 64, kNx = 256;
   static constexpr uint64_t kBytes = kNy * kNx * sizeof(float);
 
-  uint64_t OpenCompressed(v1::Codec codec, double param) {
+  uint64_t OpenCompressed(v1::Codec codec, double param, v1::Layers layers = v1::LAYERS_DISK,
+                          bool at_ingest = false, uint64_t steps = 4) {
     v1::RunSpec spec;
     spec.set_name("z");
-    spec.set_steps(4);
+    spec.set_steps(steps);
     spec.set_bytes_per_step(kBytes);
     spec.set_dtype(v1::DTYPE_FLOAT32);
     spec.add_shape(kNy);
     spec.add_shape(kNx);
-    spec.set_layers(v1::LAYERS_DISK);
+    spec.set_layers(layers);
     spec.set_keep(true);
     spec.set_codec(codec);
     spec.set_codec_param(param);
+    spec.set_block_when_full(true);
+    if (at_ingest) spec.set_compress_when(v1::COMPRESS_AT_INGEST);
     bool created = false;
     auto run = store_->OpenRun(spec, 0, &created);
     EXPECT_TRUE(run.ok()) << run.status().ToString();
@@ -432,6 +435,66 @@ TEST_F(CompressedStoreTest, ACorruptCompressedSnapshotIsReportedLost) {
   EXPECT_EQ(s.code(), Code::kDataLoss) << s.ToString();
   EXPECT_NE(s.message().find("compressed bytes"), std::string::npos) << s.ToString();
   EXPECT_EQ(TierOf("z", 1), v1::TIER_LOST);
+}
+
+TEST_F(CompressedStoreTest, AtIngestTheHostTierHoldsMoreStepsThanItsRawSize) {
+  // 40 steps of 64 KiB = 2.5 MiB of raw fields through a 1 MiB host tier with no disk: only
+  // compression makes room (pushes wait for it: block_when_full).
+  Open(/*disk_bytes=*/0);
+  constexpr uint64_t kCount = 40;
+  const double tol = 1e-4;
+  uint64_t id = OpenCompressed(v1::CODEC_ZFP_ACCURACY, tol, v1::LAYERS_HOST, /*at_ingest=*/true,
+                               kCount);
+  for (uint64_t t = 0; t < kCount; ++t) PushWave(id, t);
+  store_->WaitTieringIdle();
+  EXPECT_LT(tier_->used(), kHostBytes);
+  auto where = store_->Locate("z", 5);
+  ASSERT_TRUE(where.ok());
+  EXPECT_EQ(where->tier(), v1::TIER_HOST);
+  EXPECT_EQ(where->codec(), v1::CODEC_ZFP_ACCURACY);
+  EXPECT_LT(where->stored_bytes(), kBytes / 4);
+  // Every step decodes within the tolerance (decoding needs a raw block's room: deleting each
+  // step after reading it leaves that room, as read-once would).
+  for (uint64_t t = kCount; t-- > 0;) {
+    std::vector<float> got = FetchFloats(id, t), want = WaveField(t, kNy, kNx);
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+    }
+    ASSERT_LE(worst, tol) << "step " << t;
+    if (t == kCount - 1) {
+      EXPECT_EQ(store_->Locate("z", t)->codec(), v1::CODEC_NONE);  // decoded: raw again
+    }
+    ASSERT_TRUE(store_->DeleteSnapshot("z", t).ok());
+  }
+}
+
+TEST_F(CompressedStoreTest, AStepCompressedAtIngestGoesToDiskAsItIs) {
+  const double tol = 1e-5;
+  uint64_t id = OpenCompressed(v1::CODEC_ZFP_ACCURACY, tol, v1::LAYERS_DISK_HOST,
+                               /*at_ingest=*/true, 4);
+  for (uint64_t t = 0; t < 4; ++t) PushWave(id, t);
+  store_->WaitTieringIdle();
+  auto in_host = store_->Locate("z", 2);
+  ASSERT_TRUE(in_host.ok());
+  ASSERT_EQ(in_host->tier(), v1::TIER_HOST);
+  ASSERT_EQ(in_host->codec(), v1::CODEC_ZFP_ACCURACY);
+  std::promise<Result<Store::DrainResult>> drained;
+  store_->Drain([&](Result<Store::DrainResult> r) { drained.set_value(std::move(r)); });
+  auto r = drained.get_future().get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->moved, 4u);
+  auto on_disk = store_->Locate("z", 2);
+  ASSERT_TRUE(on_disk.ok());
+  EXPECT_EQ(on_disk->tier(), v1::TIER_DISK);
+  EXPECT_EQ(on_disk->codec(), v1::CODEC_ZFP_ACCURACY);
+  EXPECT_EQ(on_disk->stored_bytes(), in_host->stored_bytes());  // written as it was
+  std::vector<float> got = FetchFloats(id, 2), want = WaveField(2, kNy, kNx);
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+  }
+  EXPECT_LE(worst, tol);
 }
 
 TEST_F(StoreTest, ACodecNeedsADiskLayerAndDataZfpCanCode) {

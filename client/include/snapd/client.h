@@ -51,9 +51,12 @@ struct RunSpec {
   bool keep = false;
   // With both host and disk tiers full: false, a push fails; true, it waits for room.
   bool block_when_full = false;
-  // Compression when steps move to the disk tier (float32/float64; reversible also int32/64).
+  // zfp compression of the steps (float32/float64; reversible also int32/int64).
   Codec codec = Codec::kNone;
   double codec_param = 0;
+  // false: compress as steps move to disk. true: compress each step right after it is stored
+  // (the host tier then holds more steps; a fetch decodes first).
+  bool compress_at_ingest = false;
 };
 
 struct RunInfo {

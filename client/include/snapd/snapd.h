@@ -30,6 +30,7 @@ typedef struct snapd_run_spec {
   int block_when_full;     /* nonzero: a push waits when host and disk are full */
   int codec;               /* 0 none, 1 zfp-reversible, 2 zfp-rate, 3 zfp-precision, 4 zfp-accuracy */
   double codec_param;      /* rate (bits/value), precision (bits) or accuracy (tolerance) */
+  int compress_at_ingest;  /* nonzero: compress when stored, not when moved to disk */
 } snapd_run_spec;
 
 typedef struct snapd_location {
