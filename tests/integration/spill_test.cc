@@ -150,7 +150,7 @@ TEST_P(SpillTest, KillMinus9MidRunKeepsDiskStepsAndReportsHostStepsLost) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
-TEST_P(SpillTest, AReversiblyCompressedRunSpillsSmallerAndComesBackBitExact) {
+TEST_P(SpillTest, AReversiblyCompressedRunIsStoredSmallerAndComesBackBitExact) {
   // The example solver's wavefields, 512 x 512 float32: what zfp is for.
   constexpr int kN = 512;
   constexpr uint64_t kBytes = uint64_t{kN} * kN * sizeof(float), kCount = 40;  // 40 MiB
@@ -165,31 +165,46 @@ TEST_P(SpillTest, AReversiblyCompressedRunSpillsSmallerAndComesBackBitExact) {
       if (t >= 20 && t % 10 == 0) fields.push_back(u[ib]);
     }
   }
-  RunSpec spec;
-  spec.name = "zfp";
-  spec.steps = kCount;
-  spec.bytes_per_step = kBytes;
-  spec.dtype = Dtype::kFloat32;
-  spec.shape = {kN, kN};
-  spec.codec = Codec::kZfpReversible;
-  auto run = client_->OpenRun(spec);
-  ASSERT_TRUE(run.ok()) << run.status().ToString();
-  for (uint64_t t = 0; t < kCount; ++t) {
-    auto h = client_->Push(run->run_id, t, fields[t].data(), kBytes);
-    ASSERT_TRUE(h.ok() && h->WaitStored().ok());
-  }
-  ASSERT_TRUE(WaitOnDisk(*client_, "zfp", run->host_boundary)) << daemon_->Log();
-  auto list = client_->ListSnapshots("zfp");
-  ASSERT_TRUE(list.ok());
-  for (const auto& l : *list) {
-    if (!l.on_disk) continue;
-    EXPECT_EQ(l.codec, Codec::kZfpReversible) << "step " << l.step;
-    EXPECT_LT(l.stored_bytes, kBytes / 2) << "step " << l.step;
-  }
-  std::vector<float> got(kN * kN);
-  for (uint64_t t = kCount; t-- > 0;) {
-    ASSERT_TRUE(client_->Fetch(run->run_id, t, got.data(), kBytes).ok());
-    ASSERT_EQ(0, std::memcmp(got.data(), fields[t].data(), kBytes)) << "step " << t;
+  // On demotion: the spilled steps are compressed on disk. At ingest: every step is
+  // compressed in host memory too (the disk's compressed steps were written as they were).
+  for (bool at_ingest : {false, true}) {
+    SCOPED_TRACE(at_ingest ? "at ingest" : "on demotion");
+    RunSpec spec;
+    spec.name = at_ingest ? "zfp-ingest" : "zfp";
+    spec.steps = kCount;
+    spec.bytes_per_step = kBytes;
+    spec.dtype = Dtype::kFloat32;
+    spec.shape = {kN, kN};
+    spec.codec = Codec::kZfpReversible;
+    spec.compress_at_ingest = at_ingest;
+    auto run = client_->OpenRun(spec);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    for (uint64_t t = 0; t < kCount; ++t) {
+      auto h = client_->Push(run->run_id, t, fields[t].data(), kBytes);
+      ASSERT_TRUE(h.ok() && h->WaitStored().ok());
+    }
+    ASSERT_TRUE(WaitOnDisk(*client_, spec.name, run->host_boundary)) << daemon_->Log();
+    // On demotion, the spilled steps end up compressed; at ingest, every step (compression is
+    // background work: poll).
+    const uint64_t expected = at_ingest ? kCount : run->host_boundary;
+    uint64_t compressed = 0;
+    for (int i = 0; i < 1000 && compressed < expected; ++i) {
+      if (i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      auto list = client_->ListSnapshots(spec.name);
+      ASSERT_TRUE(list.ok());
+      compressed = 0;
+      for (const auto& l : *list) {
+        if (l.codec != Codec::kZfpReversible) continue;
+        ++compressed;
+        EXPECT_LT(l.stored_bytes, kBytes / 2) << "step " << l.step;
+      }
+    }
+    EXPECT_EQ(compressed, expected);
+    std::vector<float> got(kN * kN);
+    for (uint64_t t = kCount; t-- > 0;) {
+      ASSERT_TRUE(client_->Fetch(run->run_id, t, got.data(), kBytes).ok());
+      ASSERT_EQ(0, std::memcmp(got.data(), fields[t].data(), kBytes)) << "step " << t;
+    }
   }
 }
 
