@@ -47,6 +47,15 @@ std::string Trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+// A whole decimal integer in [lo, hi].
+bool ParseInteger(const std::string& value, long lo, long hi, uint32_t* out) {
+  char* end = nullptr;
+  long n = std::strtol(value.c_str(), &end, 10);
+  if (end == value.c_str() || *end != '\0' || n < lo || n > hi) return false;
+  *out = static_cast<uint32_t>(n);
+  return true;
+}
+
 Status Set(Config& c, const std::string& key, const std::string& value,
            const std::string& source) {
   auto bad = [&](const std::string& why) {
@@ -86,28 +95,19 @@ Status Set(Config& c, const std::string& key, const std::string& value,
     c.spool_dirs = dirs;
     c.spool_dirs_set = true;
   } else if (key == "compress_threads") {
-    char* end = nullptr;
-    long n = std::strtol(value.c_str(), &end, 10);
-    if (end == value.c_str() || *end != '\0' || n < 0 || n > 256) {
+    if (!ParseInteger(value, 0, 256, &c.compress_threads)) {
       return bad("must be an integer 0..256 (0 = the cores minus one)");
     }
-    c.compress_threads = static_cast<uint32_t>(n);
   } else if (key == "io_threads" || key == "prefetch_depth") {
-    char* end = nullptr;
-    long n = std::strtol(value.c_str(), &end, 10);
-    if (end == value.c_str() || *end != '\0' || n < 1 || n > 256) {
+    if (!ParseInteger(value, 1, 256, key == "io_threads" ? &c.io_threads : &c.prefetch_depth)) {
       return bad("must be an integer 1..256");
     }
-    (key == "io_threads" ? c.io_threads : c.prefetch_depth) = static_cast<uint32_t>(n);
   } else if (key == "listen_address") {
     c.listen_address = value;
   } else if (key == "listen_port") {
-    char* end = nullptr;
-    long p = std::strtol(value.c_str(), &end, 10);
-    if (end == value.c_str() || *end != '\0' || p < 0 || p > 65535) {
+    if (!ParseInteger(value, 0, 65535, &c.listen_port)) {
       return bad("must be a port number 0..65535");
     }
-    c.listen_port = static_cast<uint32_t>(p);
   } else if (key == "log_level") {
     if (value != "debug" && value != "info" && value != "warn" && value != "error") {
       return bad("must be debug, info, warn or error");

@@ -339,6 +339,14 @@ std::vector<float> WaveField(uint64_t step, size_t ny, size_t nx) {
   return v;
 }
 
+double WorstError(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+  }
+  return worst;
+}
+
 class CompressedStoreTest : public StoreTest {
  protected:
   static constexpr size_t kNy = 64, kNx = 256;
@@ -407,11 +415,7 @@ TEST_F(CompressedStoreTest, AccuracyDemotionReadsBackWithinTheTolerance) {
   store_->WaitTieringIdle();
   ASSERT_EQ(TierOf("z", 2), v1::TIER_DISK);
   std::vector<float> got = FetchFloats(id, 2), want = WaveField(2, kNy, kNx);
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-  }
-  EXPECT_LE(worst, tol);
+  EXPECT_LE(WorstError(got, want), tol);
 }
 
 TEST_F(CompressedStoreTest, ACorruptCompressedSnapshotIsReportedLost) {
@@ -456,12 +460,7 @@ TEST_F(CompressedStoreTest, AtIngestTheHostTierHoldsMoreStepsThanItsRawSize) {
   // Every step decodes within the tolerance (decoding needs a raw block's room: deleting each
   // step after reading it leaves that room, as read-once would).
   for (uint64_t t = kCount; t-- > 0;) {
-    std::vector<float> got = FetchFloats(id, t), want = WaveField(t, kNy, kNx);
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-    }
-    ASSERT_LE(worst, tol) << "step " << t;
+    ASSERT_LE(WorstError(FetchFloats(id, t), WaveField(t, kNy, kNx)), tol) << "step " << t;
     if (t == kCount - 1) {
       EXPECT_EQ(store_->Locate("z", t)->codec(), v1::CODEC_NONE);  // decoded: raw again
     }
@@ -490,11 +489,7 @@ TEST_F(CompressedStoreTest, AStepCompressedAtIngestGoesToDiskAsItIs) {
   EXPECT_EQ(on_disk->codec(), v1::CODEC_ZFP_ACCURACY);
   EXPECT_EQ(on_disk->stored_bytes(), in_host->stored_bytes());  // written as it was
   std::vector<float> got = FetchFloats(id, 2), want = WaveField(2, kNy, kNx);
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-  }
-  EXPECT_LE(worst, tol);
+  EXPECT_LE(WorstError(got, want), tol);
 }
 
 TEST_F(StoreTest, ACodecNeedsADiskLayerAndDataZfpCanCode) {
