@@ -10,6 +10,11 @@
 // rejected up front never moves its bytes. kFetch: the tier block is sent as the AM data of
 // the Reply, received straight into the caller's buffer.
 //
+// Waiting: a push that finds the host tier full, or a fetch of a step on disk, is answered
+// later: the Store calls back (from its threads), the callback is posted to the loop, and the
+// reply goes out from there. A waiting rendezvous push keeps its descriptor (UCS_INPROGRESS)
+// and is received once it has room; a waiting eager push keeps a copy of its bytes.
+//
 // Threading: one WorkerLoop thread owns the UCX worker, the listener and every endpoint; all
 // handlers run on it. DropSession() is thread-safe (it posts to the loop). Counters are atomic.
 #pragma once

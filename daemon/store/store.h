@@ -5,12 +5,15 @@
 // Invariant: a snapshot is visible (Locate, List, Fetch) only once its bytes are where its
 // record says: in host memory (TIER_HOST) or in a complete, synced spool file (TIER_DISK); a
 // push that fails or is abandoned leaves neither. A disk-tier snapshot may also have a host
-// copy (read ahead of a fetch); the record stays TIER_DISK, so a crash loses nothing.
+// copy (read ahead of a fetch); the record stays TIER_DISK, so a crash loses nothing. A host
+// snapshot of a run that compresses at ingest may hold compressed bytes (record.codec set);
+// a fetch decodes it first.
 //
 // Threading: every public method is thread-safe and never blocks on I/O: one mutex guards the
 // index, and catalog writes happen under it so the index and the catalog never disagree.
-// Disk I/O runs on an IoPool; a tiering thread moves snapshots between tiers; a checksum
-// thread records checksums. Requests that must wait (a push when the host tier is full, a
+// Disk I/O and compression run on an IoPool (whose jobs share slabs with the compression
+// workers); a tiering thread moves snapshots between tiers; a checksum thread records
+// checksums. Requests that must wait (a push when the host tier is full, a
 // fetch of a step still on disk) return "later" and get their answer through a callback, run
 // on one of those threads without the store's mutex held.
 #pragma once
