@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -70,6 +71,13 @@ HostTier::HostTier(int fd, void* base, uint64_t budget) : fd_(fd), base_(base), 
 HostTier::~HostTier() {
   munmap(base_, budget_);
   close(fd_);
+}
+
+uint64_t HostTier::largest_free() const {
+  MutexLock lock(mu_);
+  uint64_t largest = 0;
+  for (const auto& [offset, length] : free_) largest = std::max(largest, length);
+  return largest;
 }
 
 uint64_t HostTier::used() const {

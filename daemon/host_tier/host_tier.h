@@ -63,6 +63,8 @@ class HostTier {
 
   uint64_t budget() const { return budget_; }
   uint64_t used() const SNAPD_EXCLUDES(mu_);
+  // The largest block Allocate could hand out now.
+  uint64_t largest_free() const SNAPD_EXCLUDES(mu_);
   // Called (without the tier's lock) after every block release, on the releasing thread; the
   // store uses it to hand freed room to waiting pushes. Pass nullptr to clear.
   void SetReleaseListener(std::function<void()> listener) SNAPD_EXCLUDES(listener_mu_);

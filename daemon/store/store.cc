@@ -533,9 +533,12 @@ Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint6
     run->in_flight.insert(step);
     return std::optional<PushTicket>(PushTicket{run_id, step, std::move(block).value()});
   }
-  // Room comes from demotion to disk, from compressions in flight, or (blocking runs) from
-  // deletes and consumed steps.
-  if (!disk_ && !r.spec().block_when_full() && ingests_in_flight_ == 0) return block.status();
+  // Room comes from demotion to disk, from compressions in flight, from compacting the host
+  // tier, or (blocking runs) from deletes and consumed steps.
+  bool fragmented = host_->budget() - host_->used() >= bytes;  // compaction may make room
+  if (!disk_ && !r.spec().block_when_full() && ingests_in_flight_ == 0 && !fragmented) {
+    return block.status();
+  }
   run->in_flight.insert(step);
   parked_pushes_.push_back(ParkedPush{run_id, step, bytes, std::move(later)});
   Wake();

@@ -136,6 +136,10 @@ class Store {
   void WaitTieringIdle() SNAPD_EXCLUDES(mu_);
 
  private:
+  struct PendingPack {
+    PackedSnapshot packed;
+    uint64_t checksum;  // of the raw bytes, taken before compressing
+  };
   struct Snapshot {
     v1::SnapshotRecord record;         // durable truth: TIER_HOST, TIER_DISK or TIER_LOST
     std::shared_ptr<HostBlock> block;  // host bytes: the only copy (HOST) or a read-ahead (DISK)
@@ -144,6 +148,8 @@ class Store {
     bool reading = false;              // a disk read into host memory is in flight
     bool verified = true;              // false for a recovered file not yet checksummed
     std::vector<FetchLater> waiters;   // fetches waiting for that read
+    // A compressed copy made at ingest that could not replace the raw block yet.
+    std::shared_ptr<PendingPack> pending_pack;
   };
   struct Run {
     v1::RunRecord record;
@@ -213,6 +219,14 @@ class Store {
   void FinishIngestCompression(uint64_t run_id, uint64_t step, uint64_t generation,
                                uint64_t checksum, Result<PackedSnapshot> packed)
       SNAPD_EXCLUDES(mu_);
+  static bool PackStillApplies(const Snapshot& snap);
+  // Swaps the snapshot's raw host block for its compressed copy; false if that must wait (no
+  // room beside, and someone still holds the raw block).
+  bool ApplyPack(Run& run, Snapshot& snap, const PendingPack& pending) SNAPD_REQUIRES(mu_);
+  void RetryPendingPacks() SNAPD_REQUIRES(mu_);
+  // Moves compressed host copies up the arena until a block of `bytes` fits (variable-size
+  // copies fragment it); false if the free room is too small or cannot be merged.
+  bool CompactHost(uint64_t bytes) SNAPD_REQUIRES(mu_);
   // The snapshot's host block holds compressed bytes (compressed at ingest, not yet decoded).
   static bool HoldsCompressed(const Snapshot& snap) {
     return snap.record.tier() == v1::TIER_HOST && snap.record.codec() != v1::CODEC_NONE;
@@ -245,6 +259,7 @@ class Store {
   bool checksum_busy_ SNAPD_GUARDED_BY(mu_) = false;
   std::deque<ParkedPush> parked_pushes_ SNAPD_GUARDED_BY(mu_);
   std::set<Key> parked_reads_ SNAPD_GUARDED_BY(mu_);  // fetches waiting for host room
+  std::set<Key> pending_packs_ SNAPD_GUARDED_BY(mu_);  // snapshots with a pending_pack
   std::vector<DrainWaiter> drains_ SNAPD_GUARDED_BY(mu_);
   int writes_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;
   int reads_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;

@@ -2,6 +2,7 @@
 // placement/placement.h for the policy). One thread runs Rebalance whenever something changed
 // (a commit, a freed host block, a finished I/O); the I/O itself runs on the IoPool, and its
 // completions update the index under the store's mutex.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -70,8 +71,8 @@ void Store::WaitTieringIdle() {
 }
 
 bool Store::Settling() const {
-  return writes_in_flight_ || reads_in_flight_ || ingests_in_flight_ || checksum_busy_ ||
-         !checksum_queue_.empty();
+  return writes_in_flight_ || reads_in_flight_ || ingests_in_flight_ || !pending_packs_.empty() ||
+         checksum_busy_ || !checksum_queue_.empty();
 }
 
 bool Store::DemotionWanted(const Run& run, const Snapshot& snap) const {
@@ -85,6 +86,7 @@ bool Store::DemotionWanted(const Run& run, const Snapshot& snap) const {
 
 void Store::Rebalance(Deferred& deferred) {
   if (stopping_) return;
+  RetryPendingPacks();
   GrantParkedPushes(deferred);
   const int max_writes = options_.io_threads + 1;
 
@@ -145,7 +147,8 @@ void Store::Rebalance(Deferred& deferred) {
 
   // Stuck: waiting pushes, nothing in flight that will free host memory, and nothing left to
   // demote (the loop above found nothing).
-  bool stuck = !Settling() && host_->budget() - host_->used() + writing < need;
+  // (Parked pushes left here could not be granted even after compacting the host tier.)
+  bool stuck = !Settling();
   if (!parked_pushes_.empty() && stuck) {
     std::string why = disk_full_ ? "the disk tier is full too"
                                  : "no stored snapshot can move to disk";
@@ -213,11 +216,39 @@ void Store::GrantParkedPushes(Deferred& deferred) {
       continue;
     }
     auto block = host_->Allocate(p.bytes);
+    if (!block.ok() && CompactHost(p.bytes)) block = host_->Allocate(p.bytes);
     if (!block.ok()) return;  // first come, first served
     PushTicket ticket{p.run_id, p.step, std::move(block).value()};
     deferred.push_back([l = std::move(p.later), t = std::move(ticket)] { l(t); });
     parked_pushes_.pop_front();
   }
+}
+
+bool Store::CompactHost(uint64_t bytes) {
+  if (host_->budget() - host_->used() < bytes) return false;  // not fragmentation: too full
+  // Compressed copies held by nobody else, lowest first: moving them up the arena merges the
+  // holes between them.
+  std::vector<Snapshot*> movable;
+  for (auto& [id, run] : runs_) {
+    for (auto& [step, snap] : run.snapshots) {
+      if (HoldsCompressed(snap) && snap.block && snap.block.use_count() == 1 && !snap.writing &&
+          !snap.reading) {
+        movable.push_back(&snap);
+      }
+    }
+  }
+  std::sort(movable.begin(), movable.end(), [](const Snapshot* a, const Snapshot* b) {
+    return a->block->offset() < b->block->offset();
+  });
+  for (Snapshot* snap : movable) {
+    if (host_->largest_free() >= bytes) return true;
+    auto dest = host_->Allocate(snap->block->size(), /*from_top=*/true);
+    if (!dest.ok()) return false;
+    if ((*dest)->offset() < snap->block->offset()) return false;  // nothing higher to move to
+    std::memcpy((*dest)->data(), snap->block->data(), snap->record.stored_bytes());
+    snap->block = std::move(dest).value();  // the old copy's room merges with its neighbours
+  }
+  return host_->largest_free() >= bytes;
 }
 
 bool Store::FreeHostRoom() {
@@ -344,6 +375,7 @@ void Store::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation, 
 bool Store::StartRead(Run& run, Snapshot& snap, bool urgent) {
   const v1::SnapshotRecord& r = snap.record;
   auto block = host_->Allocate(r.raw_bytes());
+  if (!block.ok() && urgent && CompactHost(r.raw_bytes())) block = host_->Allocate(r.raw_bytes());
   if (!block.ok()) return false;
   snap.reading = true;
   ++reads_in_flight_;
@@ -436,39 +468,67 @@ void Store::FinishIngestCompression(uint64_t run_id, uint64_t step, uint64_t gen
   --ingests_in_flight_;
   Wake();
   Snapshot* snap = FindSnapshot(run_id, step, generation);
-  // Gone, being written out (the demotion compresses by itself), or not worth it: stays raw.
-  if (!snap || !packed.ok() || snap->writing || !snap->block ||
-      snap->record.tier() != v1::TIER_HOST || snap->record.codec() != v1::CODEC_NONE) {
-    return;
+  if (!snap || !packed.ok() || !PackStillApplies(*snap)) return;  // not worth it: stays raw
+  auto pending = std::make_shared<PendingPack>(PendingPack{std::move(packed).value(), checksum});
+  if (!ApplyPack(runs_.at(run_id), *snap, *pending)) {
+    snap->pending_pack = std::move(pending);  // retried by Rebalance
+    pending_packs_.insert({run_id, step});
   }
+}
+
+bool Store::PackStillApplies(const Snapshot& snap) {
+  // Gone to disk or being written there (the demotion compresses by itself): too late.
+  return !snap.writing && snap.block && snap.record.tier() == v1::TIER_HOST &&
+         snap.record.codec() == v1::CODEC_NONE;
+}
+
+bool Store::ApplyPack(Run& run, Snapshot& snap, const PendingPack& pending) {
+  const PackedSnapshot& packed = pending.packed;
   // The compressed copy goes into a block of its own, so the whole raw block comes free (room
   // for the next raw push). With no room for it, and nobody reading the raw bytes, it goes over
   // the raw bytes and the tail comes free: a smaller hole, but the next copy fits in it.
   std::shared_ptr<HostBlock> block;
-  if (auto beside = host_->Allocate(packed->size, /*from_top=*/true); beside.ok()) {
+  if (auto beside = host_->Allocate(packed.size, /*from_top=*/true); beside.ok()) {
     block = std::move(beside).value();
-  } else if (snap->block.use_count() == 1) {
-    block = snap->block;
+  } else if (snap.block.use_count() == 1) {
+    block = snap.block;
   } else {
-    return;  // a fetch holds the raw bytes and there is no room: stays raw
+    return false;  // a push or fetch still holds the raw bytes and there is no room: later
   }
-  Run& run = runs_.at(run_id);
-  v1::SnapshotRecord updated = snap->record;
-  updated.set_checksum(checksum);
+  v1::SnapshotRecord updated = snap.record;
+  updated.set_checksum(pending.checksum);
   updated.set_checksum_state(v1::CHECKSUM_RECORDED);
-  updated.set_stored_bytes(packed->size);
-  updated.set_codec(packed->codec);
+  updated.set_stored_bytes(packed.size);
+  updated.set_codec(packed.codec);
   updated.set_codec_param(run.record.spec().codec_param());
-  updated.set_stored_checksum(packed->checksum);
+  updated.set_stored_checksum(packed.checksum);
   if (Status s = catalog_->PutSnapshot(updated); !s.ok()) {
     SNAPD_LOG_ERROR("recording a compressed step: %s", s.ToString().c_str());
-    return;
+    return true;  // stays raw
   }
-  std::memcpy(block->data(), packed->bytes.get(), packed->size);
-  block->ShrinkTo(packed->size);
-  run.stored_bytes -= snap->record.stored_bytes() - packed->size;
-  snap->record = std::move(updated);
-  snap->block = std::move(block);  // a raw block beside is freed once no fetch holds it
+  std::memcpy(block->data(), packed.bytes.get(), packed.size);
+  block->ShrinkTo(packed.size);
+  run.stored_bytes -= snap.record.stored_bytes() - packed.size;
+  snap.record = std::move(updated);
+  snap.block = std::move(block);  // a raw block beside is freed once nobody holds it
+  return true;
+}
+
+void Store::RetryPendingPacks() {
+  for (auto it = pending_packs_.begin(); it != pending_packs_.end();) {
+    auto run = runs_.find(it->first);
+    Snapshot* snap = nullptr;
+    if (run != runs_.end()) {
+      auto s = run->second.snapshots.find(it->second);
+      if (s != run->second.snapshots.end() && s->second.pending_pack) snap = &s->second;
+    }
+    if (!snap || !PackStillApplies(*snap) || ApplyPack(run->second, *snap, *snap->pending_pack)) {
+      if (snap) snap->pending_pack.reset();
+      it = pending_packs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void Store::StartScrub(uint64_t run_id, uint64_t step) {
