@@ -273,6 +273,14 @@ Store::Snapshot* Store::FindSnapshot(uint64_t run_id, uint64_t step, uint64_t ge
   return &snap->second;
 }
 
+std::pair<Store::Run*, Store::Snapshot*> Store::FindSnapshot(const Key& key) {
+  auto run = runs_.find(key.first);
+  if (run == runs_.end()) return {nullptr, nullptr};
+  auto snap = run->second.snapshots.find(key.second);
+  if (snap == run->second.snapshots.end()) return {nullptr, nullptr};
+  return {&run->second, &snap->second};
+}
+
 Result<uint64_t> Store::RunId(const std::string& name) const {
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name));
@@ -479,26 +487,27 @@ Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step) c
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name));
   auto it = run->snapshots.find(step);
-  if (it == run->snapshots.end()) {
-    if (run->released.count(step)) {
-      return Status::NotFound(StepName(run->record, step) +
-                              " was read once and released (open the run with keep to read "
-                              "steps more than once)");
-    }
-    return Status::NotFound(StepName(run->record, step) + " was never stored");
-  }
+  if (it == run->snapshots.end()) return StepNotFound(*run, step);
   return Info(it->second);
 }
 
-Status Store::Validate(const Run& run, uint64_t step, uint64_t bytes, const char* what) const {
-  const v1::RunRecord& r = run.record;
-  if (bytes != r.spec().bytes_per_step()) {
-    std::string moved = std::string(what) == "fetch" ? " into a buffer of " : " carries ";
-    return Status::InvalidArgument(std::string(what) + " of " + StepName(r, step) + moved +
-                                   std::to_string(bytes) + " bytes but the run stores " +
-                                   std::to_string(r.spec().bytes_per_step()) + " per step");
+Status Store::StepNotFound(const Run& run, uint64_t step) {
+  if (run.released.count(step)) {
+    return Status::NotFound(StepName(run.record, step) +
+                            " was read once and released (open the run with keep to read "
+                            "steps more than once)");
   }
-  return Status::Ok();
+  return Status::NotFound(StepName(run.record, step) + " was never stored");
+}
+
+Status Store::CheckSize(const Run& run, uint64_t step, uint64_t bytes, const char* what,
+                        const char* moves) {
+  const v1::RunRecord& r = run.record;
+  if (bytes == r.spec().bytes_per_step()) return Status::Ok();
+  return Status::InvalidArgument(std::string(what) + " of " + StepName(r, step) + " " + moves +
+                                 " " +
+                                 std::to_string(bytes) + " bytes but the run stores " +
+                                 std::to_string(r.spec().bytes_per_step()) + " per step");
 }
 
 Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint64_t step,
@@ -519,7 +528,7 @@ Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint6
     return Status::OutOfRange(StepName(r, step) + " is outside the declared steps 0.." +
                               std::to_string(r.spec().steps() - 1));
   }
-  SNAPD_RETURN_IF_ERROR(Validate(*run, step, bytes, "push"));
+  SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "push", "carries"));
   if (run->snapshots.count(step)) {
     return Status::AlreadyExists(StepName(r, step) +
                                  " is already stored; each step is pushed once");
@@ -592,16 +601,9 @@ Result<std::optional<Store::FetchGrant>> Store::BeginFetch(uint64_t run_id, uint
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id));
   const v1::RunRecord& r = run->record;
-  SNAPD_RETURN_IF_ERROR(Validate(*run, step, bytes, "fetch"));
+  SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "fetch", "into a buffer of"));
   auto it = run->snapshots.find(step);
-  if (it == run->snapshots.end()) {
-    if (run->released.count(step)) {
-      return Status::NotFound(StepName(r, step) +
-                              " was read once and released (open the run with keep to read "
-                              "steps more than once)");
-    }
-    return Status::NotFound(StepName(r, step) + " was never stored");
-  }
+  if (it == run->snapshots.end()) return StepNotFound(*run, step);
   Snapshot& snap = it->second;
   if (snap.record.tier() == v1::TIER_LOST) {
     return Status::DataLoss(StepName(r, step) +

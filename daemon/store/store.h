@@ -191,9 +191,17 @@ class Store {
   Result<Run*> FindByName(const std::string& name) SNAPD_REQUIRES(mu_);
   Result<Run*> FindById(uint64_t run_id) SNAPD_REQUIRES(mu_);
   Snapshot* FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_REQUIRES(mu_);
+  // The snapshot at `key` (any generation), with its run; both null if gone.
+  std::pair<Run*, Snapshot*> FindSnapshot(const std::pair<uint64_t, uint64_t>& key)
+      SNAPD_REQUIRES(mu_);  // (run_id, step)
+  // NOT_FOUND for a step the run does not hold, saying whether it was read once and released.
+  static Status StepNotFound(const Run& run, uint64_t step);
   static v1::RunInfo Info(const Run& run);
   static v1::SnapshotInfo Info(const Snapshot& snap);
-  Status Validate(const Run& run, uint64_t step, uint64_t bytes, const char* what) const;
+  // INVALID_ARGUMENT when a push or fetch moves another size than the run's steps;
+  // "push of step 3 of run 'r' carries N bytes ...".
+  static Status CheckSize(const Run& run, uint64_t step, uint64_t bytes, const char* what,
+                          const char* moves);
   // Removes a snapshot from the index and the catalog, freeing its tiers.
   Status Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) SNAPD_REQUIRES(mu_);
   void MarkLost(Run& run, Snapshot& snap, const std::string& why) SNAPD_REQUIRES(mu_);
@@ -238,6 +246,8 @@ class Store {
   void SchedulePrefetch(Run& run) SNAPD_REQUIRES(mu_);
   // Drops one read-ahead copy or starts one demotion to make host room; false if neither.
   bool FreeHostRoom() SNAPD_REQUIRES(mu_);
+  // Host bytes that demotions in flight will free.
+  uint64_t WritingBytes() const SNAPD_REQUIRES(mu_);
   bool DemotionWanted(const Run& run, const Snapshot& snap) const SNAPD_REQUIRES(mu_);
   // Something in flight (a disk write or read, a checksum holding a block) will free host
   // memory or change what can be demoted soon.

@@ -114,23 +114,13 @@ void Store::Rebalance(Deferred& deferred) {
     if (run != runs_.end()) waiting += BlockBytes(run->second);
   }
   uint64_t need = std::max(reserve, waiting);
-  uint64_t writing = 0;
-  for (const auto& [id, run] : runs_) {
-    for (const auto& [step, snap] : run.snapshots) {
-      if (snap.writing) writing += BlockBytes(run);
-    }
-  }
+  uint64_t writing = WritingBytes();
   while (host_->budget() - host_->used() + writing < need && writes_in_flight_ < max_writes) {
     uint64_t before = host_->used();
     int writes_before = writes_in_flight_;
     if (!FreeHostRoom()) break;
     if (writes_in_flight_ > writes_before) {
-      writing = 0;
-      for (const auto& [id, run] : runs_) {
-        for (const auto& [step, snap] : run.snapshots) {
-          if (snap.writing) writing += BlockBytes(run);
-        }
-      }
+      writing = WritingBytes();
     } else if (host_->used() == before) {
       break;  // dropped a copy whose memory a lease still holds
     }
@@ -170,16 +160,14 @@ void Store::Rebalance(Deferred& deferred) {
   }
   if (!parked_reads_.empty() && stuck) {
     for (const auto& key : parked_reads_) {
-      auto run = runs_.find(key.first);
-      if (run == runs_.end()) continue;
-      auto s = run->second.snapshots.find(key.second);
-      if (s == run->second.snapshots.end()) continue;
+      auto [run, snap] = FindSnapshot(key);
+      if (!snap) continue;
       Status full = Status::ResourceExhausted(
-          "no host memory free to read " + StepName(run->second.record, key.second) +
+          "no host memory free to read " + StepName(run->record, key.second) +
           " back from disk (" + FormatBytes(host_->used()) + " of " +
           FormatBytes(host_->budget()) + " in use)");
-      for (auto& w : s->second.waiters) deferred.push_back([w = std::move(w), full] { w(full); });
-      s->second.waiters.clear();
+      for (auto& w : snap->waiters) deferred.push_back([w = std::move(w), full] { w(full); });
+      snap->waiters.clear();
     }
     parked_reads_.clear();
   }
@@ -188,15 +176,10 @@ void Store::Rebalance(Deferred& deferred) {
 
 void Store::ServeParkedReads() {
   for (auto it = parked_reads_.begin(); it != parked_reads_.end();) {
-    auto run = runs_.find(it->first);
-    Snapshot* snap = nullptr;
-    if (run != runs_.end()) {
-      auto s = run->second.snapshots.find(it->second);
-      if (s != run->second.snapshots.end()) snap = &s->second;
-    }
+    auto [run, snap] = FindSnapshot(*it);
     if (!snap || snap->block || snap->reading || snap->waiters.empty()) {
       it = parked_reads_.erase(it);
-    } else if (StartRead(run->second, *snap, /*urgent=*/true)) {
+    } else if (StartRead(*run, *snap, /*urgent=*/true)) {
       it = parked_reads_.erase(it);
     } else {
       return;  // no room yet
@@ -249,6 +232,16 @@ bool Store::CompactHost(uint64_t bytes) {
     snap->block = std::move(dest).value();  // the old copy's room merges with its neighbours
   }
   return host_->largest_free() >= bytes;
+}
+
+uint64_t Store::WritingBytes() const {
+  uint64_t writing = 0;
+  for (const auto& [id, run] : runs_) {
+    for (const auto& [step, snap] : run.snapshots) {
+      if (snap.writing) writing += BlockBytes(run);
+    }
+  }
+  return writing;
 }
 
 bool Store::FreeHostRoom() {
@@ -516,13 +509,9 @@ bool Store::ApplyPack(Run& run, Snapshot& snap, const PendingPack& pending) {
 
 void Store::RetryPendingPacks() {
   for (auto it = pending_packs_.begin(); it != pending_packs_.end();) {
-    auto run = runs_.find(it->first);
-    Snapshot* snap = nullptr;
-    if (run != runs_.end()) {
-      auto s = run->second.snapshots.find(it->second);
-      if (s != run->second.snapshots.end() && s->second.pending_pack) snap = &s->second;
-    }
-    if (!snap || !PackStillApplies(*snap) || ApplyPack(run->second, *snap, *snap->pending_pack)) {
+    auto [run, snap] = FindSnapshot(*it);
+    if (snap && !snap->pending_pack) snap = nullptr;
+    if (!snap || !PackStillApplies(*snap) || ApplyPack(*run, *snap, *snap->pending_pack)) {
       if (snap) snap->pending_pack.reset();
       it = pending_packs_.erase(it);
     } else {

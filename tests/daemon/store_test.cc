@@ -95,6 +95,21 @@ class StoreTest : public ::testing::Test {
     auto where = store_->Locate(run, step);
     return where.ok() ? where->tier() : v1::TIER_UNSPECIFIED;
   }
+  // Flips bits of byte `offset` of the (only) snapshot file in the spool; false if none.
+  bool FlipSpoolByte(std::streamoff offset) {
+    std::string file;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/spool")) {
+      if (e.is_regular_file()) file = e.path();
+    }
+    if (file.empty()) return false;
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(offset);
+    char c = 0;
+    f.get(c);
+    f.seekp(offset);
+    f.put(static_cast<char>(c ^ 0x20));
+    return f.good();
+  }
   bool OnDisk(const std::string& run, uint64_t step) {
     auto where = store_->Locate(run, step);
     return where.ok() && where->on_disk();
@@ -251,17 +266,7 @@ TEST_F(StoreTest, ACorruptDiskFileIsReportedLostNeverReturned) {
   ASSERT_TRUE(Push(id, 0, kStep).ok());
   store_->WaitTieringIdle();
   ASSERT_EQ(TierOf("r", 0), v1::TIER_DISK);
-  // Flip one byte of the snapshot file behind the daemon's back.
-  std::string file;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/spool")) {
-    if (e.is_regular_file()) file = e.path();
-  }
-  ASSERT_FALSE(file.empty());
-  {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(1000);
-    f.put('\x7f' ^ Pattern(0, 1000));
-  }
+  ASSERT_TRUE(FlipSpoolByte(1000));  // behind the daemon's back
   Status s = Fetch(*store_, id, 0, kStep).status();
   EXPECT_EQ(s.code(), Code::kDataLoss) << s.ToString();
   EXPECT_EQ(TierOf("r", 0), v1::TIER_LOST);
@@ -422,19 +427,7 @@ TEST_F(CompressedStoreTest, ACorruptCompressedSnapshotIsReportedLost) {
   uint64_t id = OpenCompressed(v1::CODEC_ZFP_RATE, 8);
   PushWave(id, 1);
   store_->WaitTieringIdle();
-  std::string file;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/spool")) {
-    if (e.is_regular_file()) file = e.path();
-  }
-  ASSERT_FALSE(file.empty());
-  {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(500);
-    char c = 0;
-    f.get(c);
-    f.seekp(500);
-    f.put(static_cast<char>(c ^ 0x20));
-  }
+  ASSERT_TRUE(FlipSpoolByte(500));
   Status s = Fetch(*store_, id, 1, kBytes).status();
   EXPECT_EQ(s.code(), Code::kDataLoss) << s.ToString();
   EXPECT_NE(s.message().find("compressed bytes"), std::string::npos) << s.ToString();
