@@ -8,35 +8,26 @@
 #pragma once
 
 #include <cstddef>
-#include <deque>
 #include <functional>
-#include <thread>
-#include <vector>
+#include <memory>
 
-#include "thread_annotations.h"
+#include "disk_tier/io_pool.h"
 
 namespace snapd::compress {
 
 class CompressPool {
  public:
   // `threads` == 0 runs everything on the calling thread.
-  explicit CompressPool(int threads);
-  ~CompressPool();
-  CompressPool(const CompressPool&) = delete;
-  CompressPool& operator=(const CompressPool&) = delete;
+  explicit CompressPool(int threads)
+      : threads_(threads), workers_(threads > 0 ? std::make_unique<IoPool>(threads) : nullptr) {}
 
   // Runs body(0) ... body(n-1) on the workers and returns when all are done.
-  void ParallelFor(size_t n, const std::function<void(size_t)>& body) SNAPD_EXCLUDES(mu_);
-  int threads() const { return static_cast<int>(threads_.size()); }
+  void ParallelFor(size_t n, const std::function<void(size_t)>& body);
+  int threads() const { return threads_; }
 
  private:
-  void Loop() SNAPD_EXCLUDES(mu_);
-
-  Mutex mu_;
-  CondVar cv_;
-  std::deque<std::function<void()>> tasks_ SNAPD_GUARDED_BY(mu_);
-  bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;  // last: started once the queue exists
+  const int threads_;
+  std::unique_ptr<IoPool> workers_;  // the same worker pool the store runs disk I/O on
 };
 
 // Worker count when the configuration says 0: the cores minus one (at least one).

@@ -1,5 +1,6 @@
-// A small pool of threads that run blocking disk I/O for the store, so neither the UCX
-// progress thread nor a gRPC reactor ever waits on the disk.
+// A small pool of threads that run blocking work: the store's disk I/O, so neither the UCX
+// progress thread nor a gRPC reactor ever waits on the disk, and (a pool of its own) the
+// compression workers' slabs.
 //
 // Two queues: urgent jobs (a fetch is waiting for the bytes) run before background ones
 // (demotions, prefetch, scrubbing). Thread-safe; the destructor runs the jobs already queued,
