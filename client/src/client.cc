@@ -10,6 +10,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <utility>
 #include <unordered_map>
 
 #include "copy_thread.h"
@@ -187,6 +190,13 @@ struct Client::Impl {
   ucp_ep_h ep = nullptr;
   Status ep_error;  // set when the endpoint failed; later requests fail with it
   std::unordered_map<uint64_t, Pending> pending;
+  // Pushes not yet stored, by (run, step): a fetch of such a step waits for its push, so a
+  // client always reads what it wrote (released comes before the daemon has the step).
+  Mutex unstored_mu;
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<detail::OpState>> unstored
+      SNAPD_GUARDED_BY(unstored_mu);
+  void TrackPush(uint64_t run_id, uint64_t step, const std::shared_ptr<detail::OpState>& state);
+  std::shared_ptr<detail::OpState> UnstoredPush(uint64_t run_id, uint64_t step);
 
   ~Impl();
   Status Control(const std::function<grpc::Status(grpc::ClientContext*)>& call);
@@ -540,6 +550,43 @@ Result<uint64_t> Client::Prefetch(const std::string& name, const std::vector<uin
   return resp.scheduled();
 }
 
+Result<std::vector<TierInfo>> Client::Tiers() {
+  v1::StatsResponse resp;
+  SNAPD_RETURN_IF_ERROR(impl_->Control([&](grpc::ClientContext* ctx) {
+    return impl_->stub->Stats(ctx, v1::StatsRequest(), &resp);
+  }));
+  std::vector<TierInfo> out;
+  for (const auto& t : resp.tiers()) {
+    out.push_back({.tier = static_cast<Tier>(t.tier()),
+                   .budget_bytes = t.budget_bytes(),
+                   .used_bytes = t.used_bytes(),
+                   .snapshots = t.snapshots(),
+                   .write_bytes_per_second = t.write_bytes_per_second(),
+                   .read_bytes_per_second = t.read_bytes_per_second()});
+  }
+  return out;
+}
+
+void Client::Impl::TrackPush(uint64_t run_id, uint64_t step,
+                             const std::shared_ptr<detail::OpState>& state) {
+  {
+    MutexLock lock(unstored_mu);
+    unstored[{run_id, step}] = state;
+  }
+  std::weak_ptr<detail::OpState> weak = state;
+  state->WhenCompleted([this, run_id, step, weak] {
+    MutexLock lock(unstored_mu);
+    auto it = unstored.find({run_id, step});
+    if (it != unstored.end() && it->second == weak.lock()) unstored.erase(it);
+  });
+}
+
+std::shared_ptr<detail::OpState> Client::Impl::UnstoredPush(uint64_t run_id, uint64_t step) {
+  MutexLock lock(unstored_mu);
+  auto it = unstored.find({run_id, step});
+  return it == unstored.end() ? nullptr : it->second;
+}
+
 Result<PushHandle> Client::Push(uint64_t run_id, uint64_t step, const void* data,
                                 size_t bytes) {
   if (data == nullptr && bytes != 0) {
@@ -548,6 +595,7 @@ Result<PushHandle> Client::Push(uint64_t run_id, uint64_t step, const void* data
   }
   auto state = std::make_shared<detail::OpState>();
   Impl* impl = impl_.get();
+  impl->TrackPush(run_id, step, state);
   if (impl->arena) {
     impl->loop->Post([impl, state, run_id, step, data, bytes] {
       wire::PushRequest reserve{};
@@ -579,18 +627,26 @@ Result<FetchHandle> Client::FetchAsync(uint64_t run_id, uint64_t step, void* dat
   auto state = std::make_shared<detail::OpState>();
   Impl* impl = impl_.get();
   bool mapped = impl->arena != nullptr;
-  impl->loop->Post([impl, mapped, state, run_id, step, data, bytes] {
-    wire::FetchRequest fetch{};
-    fetch.run_id = run_id;
-    fetch.step = step;
-    fetch.bytes = bytes;
-    if (mapped) {
-      impl->SendHeader(wire::kFetchMapped, fetch,
-                       Impl::Pending{Impl::Kind::kFetchMapped, state, data, bytes});
-    } else {
-      impl->SendHeader(wire::kFetch, fetch, Impl::Pending{Impl::Kind::kFetch, state, data, bytes});
-    }
-  });
+  auto send = [impl, mapped, state, run_id, step, data, bytes] {
+    impl->loop->Post([impl, mapped, state, run_id, step, data, bytes] {
+      wire::FetchRequest fetch{};
+      fetch.run_id = run_id;
+      fetch.step = step;
+      fetch.bytes = bytes;
+      if (mapped) {
+        impl->SendHeader(wire::kFetchMapped, fetch,
+                         Impl::Pending{Impl::Kind::kFetchMapped, state, data, bytes});
+      } else {
+        impl->SendHeader(wire::kFetch, fetch,
+                         Impl::Pending{Impl::Kind::kFetch, state, data, bytes});
+      }
+    });
+  };
+  if (auto push = impl->UnstoredPush(run_id, step)) {
+    push->WhenCompleted(std::move(send));  // read what this client wrote, once it is stored
+  } else {
+    send();
+  }
   return FetchHandle(state);
 }
 

@@ -1,7 +1,10 @@
 // Completion state shared by a request's handle (caller threads) and the progress thread.
 #pragma once
 
+#include <functional>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "snapd/status.h"
 #include "thread_annotations.h"
@@ -19,15 +22,32 @@ struct OpState {
     cv.NotifyAll();
   }
   void Complete(const Status& s) SNAPD_EXCLUDES(mu) {
-    MutexLock lock(mu);
-    if (completed) return;
-    if (!released) {
-      released = true;
-      release_status = s;
+    std::vector<std::function<void()>> callbacks;
+    {
+      MutexLock lock(mu);
+      if (completed) return;
+      if (!released) {
+        released = true;
+        release_status = s;
+      }
+      completed = true;
+      final_status = s;
+      callbacks.swap(on_complete);
+      cv.NotifyAll();
     }
-    completed = true;
-    final_status = s;
-    cv.NotifyAll();
+    for (auto& f : callbacks) f();
+  }
+  // Runs `f` once the operation completes: now, on this thread, if it already has; otherwise
+  // on the thread that completes it.
+  void WhenCompleted(std::function<void()> f) SNAPD_EXCLUDES(mu) {
+    {
+      MutexLock lock(mu);
+      if (!completed) {
+        on_complete.push_back(std::move(f));
+        return;
+      }
+    }
+    f();
   }
   Status WaitReleased() SNAPD_EXCLUDES(mu) {
     MutexLock lock(mu);
@@ -46,6 +66,7 @@ struct OpState {
   bool completed SNAPD_GUARDED_BY(mu) = false;
   Status release_status SNAPD_GUARDED_BY(mu);
   Status final_status SNAPD_GUARDED_BY(mu);
+  std::vector<std::function<void()>> on_complete SNAPD_GUARDED_BY(mu);
 };
 
 }  // namespace snapd::detail

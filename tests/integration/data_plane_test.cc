@@ -127,6 +127,26 @@ TEST_P(DataPlaneTest, TwoClientsInParallelKeepTheirRunsApart) {
   EXPECT_EQ(Stats().pushes(), 100u);
 }
 
+// Released comes before the daemon has the step; a fetch of it right after must still see it.
+TEST_P(DataPlaneTest, AFetchRightAfterReleaseReadsWhatThisClientPushed) {
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  constexpr uint64_t kSteps = 200;
+  auto run = c->OpenRun({.name = "read-your-writes", .steps = kSteps, .bytes_per_step = kStepBytes});
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  std::vector<char> src(kStepBytes), dst(kStepBytes);
+  for (uint64_t t = 0; t < kSteps; ++t) {
+    FillPattern(src.data(), kStepBytes, 7, t);
+    auto h = c->Push(run->run_id, t, src.data(), kStepBytes);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_TRUE(h->WaitReleased().ok());
+    Status s = c->Fetch(run->run_id, t, dst.data(), kStepBytes);
+    ASSERT_TRUE(s.ok()) << "step " << t << ": " << s.ToString();
+    ASSERT_TRUE(h->stored());
+    ASSERT_EQ(dst, src) << "step " << t;
+  }
+}
+
 TEST_P(DataPlaneTest, ClientKilledMidPushLeavesCatalogConsistent) {
   const size_t bytes = 1 << 20;
   std::string out_path = dir_.path() + "/helper.out";

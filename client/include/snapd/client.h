@@ -82,6 +82,18 @@ struct Location {
   Codec codec = Codec::kNone;  // how that copy is compressed (stored_bytes is its size)
 };
 
+// One of the daemon's tiers as `Client::Tiers` reports it.
+struct TierInfo {
+  Tier tier = Tier::kUnspecified;
+  uint64_t budget_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t snapshots = 0;
+  // Measured by the daemon over every transfer since it started; 0 until the first one. A
+  // checkpoint schedule's write and read cost of a snapshot is its size over these.
+  double write_bytes_per_second = 0;
+  double read_bytes_per_second = 0;
+};
+
 struct ClientOptions {
   std::string socket_path;  // empty: $SNAPD_SOCKET, else the daemon's default socket
   std::string client_name;  // shown in daemon logs
@@ -153,11 +165,14 @@ class Client {
   // Asks the daemon to read these steps from disk into host memory ahead of their fetches
   // (it also reads ahead by itself, from the backward pace). Returns the reads started.
   Result<uint64_t> Prefetch(const std::string& name, const std::vector<uint64_t>& steps);
+  // The daemon's tiers (host, then disk when it has one): budgets, use, measured bandwidths.
+  Result<std::vector<TierInfo>> Tiers();
 
   // Starts a push of `bytes` bytes at `data` as step `step`. `data` must stay untouched until
   // the handle is released. Host memory crosses with at most one CPU copy.
   Result<PushHandle> Push(uint64_t run_id, uint64_t step, const void* data, size_t bytes);
-  // Starts a fetch of step `step` into `data` (exactly bytes_per_step bytes).
+  // Starts a fetch of step `step` into `data` (exactly bytes_per_step bytes). A step this
+  // client is still pushing is fetched once that push is stored: a client reads what it wrote.
   Result<FetchHandle> FetchAsync(uint64_t run_id, uint64_t step, void* data, size_t bytes);
   // FetchAsync + Wait.
   Status Fetch(uint64_t run_id, uint64_t step, void* data, size_t bytes);

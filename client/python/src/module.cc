@@ -1,0 +1,339 @@
+// snapd._snapd: the Python binding of libsnapd (snapd/client.h).
+//
+// Arrays cross through the buffer protocol: a C-contiguous array is pushed from, and fetched
+// into, its own memory (no copy in Python; the data path makes the one copy it always makes).
+// Every blocking call releases the GIL. An asynchronous push or fetch keeps its array alive
+// until the daemon no longer needs it, even when the handle is dropped early.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "snapd/client.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// snapd.Error and one subclass per code, created at import (see PYBIND11_MODULE below).
+std::vector<std::pair<snapd::Code, py::object>>& ErrorClasses() {
+  static auto* classes = new std::vector<std::pair<snapd::Code, py::object>>();
+  return *classes;
+}
+py::object& BaseError() {
+  static auto* base = new py::object();
+  return *base;
+}
+
+[[noreturn]] void Raise(const snapd::Status& status) {
+  py::object cls = BaseError();
+  for (const auto& [code, c] : ErrorClasses()) {
+    if (code == status.code()) cls = c;
+  }
+  py::object exc = cls(status.message());
+  exc.attr("code") = snapd::CodeName(status.code());
+  PyErr_SetObject(cls.ptr(), exc.ptr());
+  throw py::error_already_set();
+}
+
+void Check(const snapd::Status& status) {
+  if (!status.ok()) Raise(status);
+}
+template <typename T>
+T Value(snapd::Result<T> result) {
+  if (!result.ok()) Raise(result.status());
+  return std::move(result).value();
+}
+
+// A contiguous view of a Python object's memory: what a push reads or a fetch fills.
+struct Bytes {
+  py::buffer_info info;
+  void* data = nullptr;
+  size_t size = 0;
+};
+
+Bytes View(const py::object& array, bool writable, const char* what) {
+  if (!PyObject_CheckBuffer(array.ptr())) {
+    std::string type = py::str(py::type::of(array).attr("__name__"));
+    if (py::hasattr(array, "__cuda_array_interface__") || py::hasattr(array, "__dlpack_device__")) {
+      throw py::type_error(std::string(what) + ": a " + type +
+                           " in device memory needs snapd's GPU path, which this build does not "
+                           "have; copy it to a host array first");
+    }
+    throw py::type_error(std::string(what) + ": expected an array or other buffer, got a " +
+                         type);
+  }
+  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+  auto raw = std::make_unique<Py_buffer>();
+  if (PyObject_GetBuffer(array.ptr(), raw.get(), flags) != 0) {
+    PyErr_Clear();
+    bool readonly = writable && PyObject_GetBuffer(array.ptr(), raw.get(), PyBUF_C_CONTIGUOUS) == 0;
+    if (readonly) PyBuffer_Release(raw.get());
+    PyErr_Clear();
+    throw py::value_error(std::string(what) + ": the array must be " +
+                          (readonly ? "writable" : "C-contiguous") +
+                          (readonly ? "" : " (numpy.ascontiguousarray makes a contiguous copy)"));
+  }
+  // buffer_info owns the export from here: it releases and deletes it.
+  Bytes b{py::buffer_info(raw.release(), true), nullptr, 0};
+  b.data = b.info.ptr;
+  b.size = static_cast<size_t>(b.info.size) * static_cast<size_t>(b.info.itemsize);
+  return b;
+}
+
+// A push in flight: holds the array until the daemon released it.
+struct Push {
+  snapd::PushHandle handle;
+  py::object array;
+  Bytes view;  // the buffer export stays open while the daemon may read the memory
+  uint64_t step = 0;
+
+  void WaitReleased() {
+    snapd::Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = handle.WaitReleased();
+    }
+    Check(s);
+  }
+  void WaitStored() {
+    snapd::Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = handle.WaitStored();
+    }
+    Check(s);
+  }
+  ~Push() {
+    if (array && !handle.released()) {
+      py::gil_scoped_release nogil;
+      (void)handle.WaitReleased();  // the array may be freed after this; errors are the caller's
+    }
+  }
+};
+
+// A fetch in flight: holds the destination array until it is filled.
+struct Fetch {
+  snapd::FetchHandle handle;
+  py::object array;
+  Bytes view;
+  uint64_t step = 0;
+
+  py::object Wait() {
+    snapd::Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = handle.Wait();
+    }
+    Check(s);
+    return array;
+  }
+  ~Fetch() {
+    if (array && !handle.done()) {
+      py::gil_scoped_release nogil;
+      (void)handle.Wait();
+    }
+  }
+};
+
+std::shared_ptr<snapd::Client> Connect(const std::string& socket, const std::string& name,
+                                       bool map_host_tier) {
+  snapd::ClientOptions o{.socket_path = socket, .client_name = name,
+                         .map_host_tier = map_host_tier};
+  snapd::Result<std::unique_ptr<snapd::Client>> c = [&] {
+    py::gil_scoped_release nogil;
+    return snapd::Client::Connect(o);
+  }();
+  return std::shared_ptr<snapd::Client>(Value(std::move(c)));
+}
+
+// Runs a client call with the GIL released and returns its value or raises.
+template <typename F>
+auto Call(F&& f) {
+  auto r = [&] {
+    py::gil_scoped_release nogil;
+    return f();
+  }();
+  if constexpr (std::is_same_v<decltype(r), snapd::Status>) {
+    Check(r);
+  } else {
+    return Value(std::move(r));
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_snapd, m) {
+  m.doc() = "Python binding of libsnapd, the client of the snapd snapshot daemon";
+
+  BaseError() = py::reinterpret_borrow<py::object>(
+      PyErr_NewExceptionWithDoc("snapd.Error", "An error snapd or libsnapd reported; "
+                                "`code` is its gRPC-style code name.", PyExc_RuntimeError, nullptr));
+  m.attr("Error") = BaseError();
+  struct Sub {
+    snapd::Code code;
+    const char* name;
+    PyObject* also;  // a builtin exception the class also derives from, or null
+  };
+  for (const Sub& s : {Sub{snapd::Code::kInvalidArgument, "InvalidArgument", PyExc_ValueError},
+                       Sub{snapd::Code::kNotFound, "NotFound", PyExc_LookupError},
+                       Sub{snapd::Code::kAlreadyExists, "AlreadyExists", nullptr},
+                       Sub{snapd::Code::kPermissionDenied, "PermissionDenied", PyExc_PermissionError},
+                       Sub{snapd::Code::kResourceExhausted, "ResourceExhausted", PyExc_MemoryError},
+                       Sub{snapd::Code::kFailedPrecondition, "FailedPrecondition", nullptr},
+                       Sub{snapd::Code::kUnavailable, "Unavailable", PyExc_ConnectionError},
+                       Sub{snapd::Code::kDataLoss, "DataLoss", nullptr}}) {
+    py::tuple bases = s.also ? py::tuple(py::make_tuple(BaseError(), py::handle(s.also)))
+                             : py::tuple(py::make_tuple(BaseError()));
+    std::string qualified = std::string("snapd.") + s.name;
+    py::object cls = py::reinterpret_steal<py::object>(
+        PyErr_NewException(qualified.c_str(), bases.ptr(), nullptr));
+    m.attr(s.name) = cls;
+    ErrorClasses().emplace_back(s.code, cls);
+  }
+
+  py::enum_<snapd::Tier>(m, "Tier")
+      .value("UNSPECIFIED", snapd::Tier::kUnspecified)
+      .value("DEVICE", snapd::Tier::kDevice)
+      .value("HOST", snapd::Tier::kHost)
+      .value("DISK", snapd::Tier::kDisk)
+      .value("LOST", snapd::Tier::kLost);
+  py::enum_<snapd::Dtype>(m, "Dtype")
+      .value("UNSPECIFIED", snapd::Dtype::kUnspecified)
+      .value("FLOAT32", snapd::Dtype::kFloat32)
+      .value("FLOAT64", snapd::Dtype::kFloat64)
+      .value("INT32", snapd::Dtype::kInt32)
+      .value("INT64", snapd::Dtype::kInt64)
+      .value("UINT8", snapd::Dtype::kUint8);
+  py::enum_<snapd::Codec>(m, "Codec")
+      .value("NONE", snapd::Codec::kNone)
+      .value("ZFP_REVERSIBLE", snapd::Codec::kZfpReversible)
+      .value("ZFP_RATE", snapd::Codec::kZfpRate)
+      .value("ZFP_PRECISION", snapd::Codec::kZfpPrecision)
+      .value("ZFP_ACCURACY", snapd::Codec::kZfpAccuracy);
+
+  py::class_<snapd::RunSpec>(m, "RunSpec")
+      .def(py::init<>())
+      .def_readwrite("name", &snapd::RunSpec::name)
+      .def_readwrite("steps", &snapd::RunSpec::steps)
+      .def_readwrite("bytes_per_step", &snapd::RunSpec::bytes_per_step)
+      .def_readwrite("dtype", &snapd::RunSpec::dtype)
+      .def_readwrite("shape", &snapd::RunSpec::shape)
+      .def_readwrite("layers", &snapd::RunSpec::layers)
+      .def_readwrite("keep", &snapd::RunSpec::keep)
+      .def_readwrite("block_when_full", &snapd::RunSpec::block_when_full)
+      .def_readwrite("codec", &snapd::RunSpec::codec)
+      .def_readwrite("codec_param", &snapd::RunSpec::codec_param)
+      .def_readwrite("compress_at_ingest", &snapd::RunSpec::compress_at_ingest);
+  py::class_<snapd::RunInfo>(m, "RunInfo")
+      .def_readonly("run_id", &snapd::RunInfo::run_id)
+      .def_readonly("spec", &snapd::RunInfo::spec)
+      .def_readonly("closed", &snapd::RunInfo::closed)
+      .def_readonly("created", &snapd::RunInfo::created)
+      .def_readonly("snapshots", &snapd::RunInfo::snapshots)
+      .def_readonly("stored_bytes", &snapd::RunInfo::stored_bytes)
+      .def_readonly("host_boundary", &snapd::RunInfo::host_boundary)
+      .def_property_readonly("name", [](const snapd::RunInfo& r) { return r.spec.name; });
+  py::class_<snapd::Location>(m, "Location")
+      .def_readonly("step", &snapd::Location::step)
+      .def_readonly("tier", &snapd::Location::tier)
+      .def_readonly("raw_bytes", &snapd::Location::raw_bytes)
+      .def_readonly("stored_bytes", &snapd::Location::stored_bytes)
+      .def_property_readonly("checksum",
+                             [](const snapd::Location& l) -> py::object {
+                               if (!l.checksum_recorded) return py::none();
+                               return py::int_(l.checksum);
+                             })
+      .def_readonly("on_disk", &snapd::Location::on_disk)
+      .def_readonly("codec", &snapd::Location::codec)
+      .def("__repr__", [](const snapd::Location& l) {
+        return "<snapd.Location step " + std::to_string(l.step) + " " + snapd::TierName(l.tier) +
+               " " + std::to_string(l.stored_bytes) + "/" + std::to_string(l.raw_bytes) + " B>";
+      });
+  py::class_<snapd::TierInfo>(m, "TierInfo")
+      .def_readonly("tier", &snapd::TierInfo::tier)
+      .def_readonly("budget_bytes", &snapd::TierInfo::budget_bytes)
+      .def_readonly("used_bytes", &snapd::TierInfo::used_bytes)
+      .def_readonly("snapshots", &snapd::TierInfo::snapshots)
+      .def_readonly("write_bytes_per_second", &snapd::TierInfo::write_bytes_per_second)
+      .def_readonly("read_bytes_per_second", &snapd::TierInfo::read_bytes_per_second);
+
+  py::class_<Push>(m, "Push")
+      .def_readonly("step", &Push::step)
+      .def("wait_released", &Push::WaitReleased,
+           "Blocks until the pushed array may be overwritten; raises if the push failed.")
+      .def("wait_stored", &Push::WaitStored,
+           "Blocks until the daemon stored the snapshot; raises with the daemon's reason.")
+      .def_property_readonly("released", [](const Push& p) { return p.handle.released(); })
+      .def_property_readonly("stored", [](const Push& p) { return p.handle.stored(); });
+  py::class_<Fetch>(m, "Fetch")
+      .def_readonly("step", &Fetch::step)
+      .def("wait", &Fetch::Wait, "Blocks until the array is filled and returns it.")
+      .def_property_readonly("done", [](const Fetch& f) { return f.handle.done(); });
+
+  py::class_<snapd::Client, std::shared_ptr<snapd::Client>>(m, "Client")
+      .def(py::init(&Connect), py::arg("socket") = "", py::arg("name") = "python",
+           py::arg("map_host_tier") = true,
+           "Connects to snapd ($SNAPD_SOCKET or the default socket when `socket` is empty).")
+      .def("open_run",
+           [](snapd::Client& c, const snapd::RunSpec& spec) {
+             return Call([&] { return c.OpenRun(spec); });
+           })
+      .def("close_run",
+           [](snapd::Client& c, const std::string& n) { Call([&] { return c.CloseRun(n); }); })
+      .def("delete_run",
+           [](snapd::Client& c, const std::string& n) { Call([&] { return c.DeleteRun(n); }); })
+      .def("delete_snapshot",
+           [](snapd::Client& c, const std::string& n, uint64_t step) {
+             Call([&] { return c.DeleteSnapshot(n, step); });
+           })
+      .def("runs", [](snapd::Client& c) { return Call([&] { return c.ListRuns(); }); })
+      .def("locate",
+           [](snapd::Client& c, const std::string& n, uint64_t step) {
+             return Call([&] { return c.Locate(n, step); });
+           })
+      .def("snapshots",
+           [](snapd::Client& c, const std::string& n) {
+             return Call([&] { return c.ListSnapshots(n); });
+           })
+      .def("prefetch",
+           [](snapd::Client& c, const std::string& n, const std::vector<uint64_t>& steps) {
+             return Call([&] { return c.Prefetch(n, steps); });
+           })
+      .def("tiers", [](snapd::Client& c) { return Call([&] { return c.Tiers(); }); })
+      .def(
+          "push",
+          [](snapd::Client& c, uint64_t run_id, uint64_t step, py::object array) {
+            Bytes b = View(array, false, "push");
+            auto p = std::make_unique<Push>();
+            p->handle = Call([&] { return c.Push(run_id, step, b.data, b.size); });
+            p->array = std::move(array);
+            p->view = std::move(b);
+            p->step = step;
+            return p;
+          },
+          py::arg("run_id"), py::arg("step"), py::arg("array"))
+      .def(
+          "fetch_async",
+          [](snapd::Client& c, uint64_t run_id, uint64_t step, py::object array) {
+            Bytes b = View(array, true, "fetch");
+            auto f = std::make_unique<Fetch>();
+            f->handle = Call([&] { return c.FetchAsync(run_id, step, b.data, b.size); });
+            f->array = std::move(array);
+            f->view = std::move(b);
+            f->step = step;
+            return f;
+          },
+          py::arg("run_id"), py::arg("step"), py::arg("out"))
+      .def_property_readonly("socket_path", &snapd::Client::socket_path)
+      .def_property_readonly("data_path",
+                             [](const snapd::Client& c) {
+                               return c.data_path() == snapd::DataPath::kMappedHostTier
+                                          ? "mapped"
+                                          : "ucx";
+                             })
+      .def_property_readonly("data_path_reason", &snapd::Client::data_path_reason);
+}

@@ -1,0 +1,136 @@
+"""The binding against a real snapd: round trips, zero-copy in-place fetch, errors."""
+import threading
+
+import numpy as np
+import pytest
+
+import snapd
+
+
+def field(t, shape=(48, 64), dtype=np.float32):
+    rng = np.random.default_rng(t)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("map_host_tier", [True, False], ids=["mapped", "ucx"])
+def test_forward_then_reverse_round_trips_every_step_byte_exact(daemon, map_host_tier):
+    client = daemon.client(map_host_tier=map_host_tier)
+    assert client.data_path == ("mapped" if map_host_tier else "ucx")
+    u = np.empty((48, 64), np.float32)
+    run = client.open_run(f"roundtrip-{client.data_path}", steps=20, like=u)
+    for t in range(20):
+        u[:] = field(t)
+        run.push(t, u).wait_released()
+    out = np.empty_like(u)
+    for t in reversed(range(20)):
+        assert run.fetch(t, out=out) is out
+        np.testing.assert_array_equal(out, field(t))
+    run.delete()
+
+
+def test_fetch_fills_the_callers_array_in_place(client):
+    a = field(1, (16, 16), np.float64)
+    run = client.open_run("in-place", steps=1, like=a, keep=True)
+    run.push(0, a).wait_stored()
+    big = np.zeros((2, 16, 16), np.float64)
+    view = big[1]  # a contiguous view into a larger array
+    run.fetch(0, out=view)
+    np.testing.assert_array_equal(big[1], a)
+    np.testing.assert_array_equal(big[0], 0)
+    fresh = run.fetch(0)
+    assert fresh.dtype == np.float64 and fresh.shape == (16, 16)
+    np.testing.assert_array_equal(fresh, a)
+    run.delete()
+
+
+def test_location_listing_and_run_metadata(client):
+    a = field(2, (8, 32))
+    run = client.open_run("listing", steps=3, like=a, keep=True)
+    for t in range(3):
+        run.push(t, field(10 + t, (8, 32))).wait_stored()
+    locs = run.snapshots()
+    assert [l.step for l in locs] == [0, 1, 2]
+    assert all(l.tier == snapd.Tier.HOST and l.raw_bytes == a.nbytes for l in locs)
+    assert all(l.checksum is not None for l in locs)
+    assert run.locate(1).step == 1
+    info = [r for r in client.runs() if r.name == "listing"][0]
+    assert info.snapshots == 3 and info.spec.keep and list(info.spec.shape) == [8, 32]
+    assert client.run("listing").info.run_id == run.info.run_id
+    run.fetch(2)
+    assert run.locate(2).tier == snapd.Tier.HOST  # keep: a fetch does not release it
+    run.delete()
+    with pytest.raises(snapd.NotFound):
+        client.run("listing")
+
+
+def test_async_pushes_and_fetches_overlap_and_keep_their_arrays_alive(client):
+    run = client.open_run("async", steps=8, bytes_per_step=4096 * 4, dtype=np.float32,
+                          shape=(4096,))
+    pushes = [run.push(t, field(t, (4096,))) for t in range(8)]  # arrays owned by handles only
+    for p in pushes:
+        p.wait_stored()
+        assert p.released and p.stored
+    outs = [np.empty(4096, np.float32) for _ in range(8)]
+    fetches = [run.fetch_async(t, outs[t]) for t in reversed(range(8))]
+    for f in fetches:
+        f.wait()
+        np.testing.assert_array_equal(outs[f.step], field(f.step, (4096,)))
+    run.delete()
+
+
+def test_errors_carry_the_daemons_message_and_the_daemon_keeps_serving(client):
+    a = np.zeros(100, np.float32)
+    run = client.open_run("errors", steps=2, like=a)
+    with pytest.raises(snapd.InvalidArgument) as e:
+        run.push(0, np.zeros(99, np.float32)).wait_stored()
+    assert "400" in str(e.value) and "396" in str(e.value)
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert isinstance(e.value, ValueError)  # also a builtin ValueError
+    run.push(0, a).wait_stored()
+    with pytest.raises(snapd.AlreadyExists):
+        run.push(0, a).wait_stored()
+    with pytest.raises(snapd.NotFound) as e:
+        run.fetch(1)
+    assert "1" in str(e.value)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        run.push(1, np.zeros((100, 2), np.float32)[:, 0])
+    with pytest.raises(ValueError, match="writable"):
+        ro = np.zeros(100, np.float32)
+        ro.flags.writeable = False
+        run.fetch(0, out=ro)
+    with pytest.raises(TypeError, match="buffer"):
+        run.push(1, [0.0] * 100)
+    with pytest.raises(ValueError, match="unknown codec"):
+        client.open_run("bad-codec", like=a, codec="gzip")
+    with pytest.raises(snapd.InvalidArgument, match="name"):
+        client.open_run("bad name!", like=a)
+    np.testing.assert_array_equal(run.fetch(0), a)  # nothing stored was lost
+    run.delete()
+
+
+def test_connecting_to_a_missing_socket_says_how_to_start_snapd(tmp_path):
+    with pytest.raises(snapd.Unavailable) as e:
+        snapd.connect(str(tmp_path / "nobody.sock"))
+    assert "nobody.sock" in str(e.value)
+
+
+def test_concurrent_runs_from_threads(client):
+    errors = []
+
+    def worker(i):
+        try:
+            run = client.open_run(f"thread-{i}", steps=10, like=np.empty(1024, np.float64))
+            for t in range(10):
+                run.push(t, np.full(1024, i * 100 + t, np.float64)).wait_released()
+            for t in reversed(range(10)):
+                assert run.fetch(t)[0] == i * 100 + t
+            run.delete()
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
