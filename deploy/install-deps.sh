@@ -10,6 +10,7 @@ packages=(
   libzfp-dev
   libgtest-dev
   python3-numpy util-linux  # tests: numpy loads `snapctl dump` output; unshare mounts a tiny tmpfs
+  python3-dev python3-venv  # the Python package (client/python) and its tests, in a venv
 )
 missing=()
 for p in "${packages[@]}"; do

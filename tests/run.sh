@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies, checks
-# the thread-safety annotations with clang, builds, runs every test, then rebuilds with
-# AddressSanitizer + UndefinedBehaviorSanitizer and runs every test again.
+# the thread-safety annotations with clang, builds, runs every test, installs the Python
+# package in a venv (PyPI: pybind11, scikit-build-core, pytest, pyrevolve, Devito) and runs its
+# tests against the daemon just built, then rebuilds with AddressSanitizer +
+# UndefinedBehaviorSanitizer and runs every C++ test again.
 #   bash tests/run.sh            # both passes
 #   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only
 set -euo pipefail
@@ -26,6 +28,12 @@ cmake --build build-clang -j "$jobs" --target snapd snapd_client snapctl
 
 echo "== snapd tests"
 run_pass build-tests
+
+echo "== Python package (client/python) and its tests, against build-tests/daemon/snapd"
+venv=build-tests/python
+[[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$venv/bin/pip" install -q "./client/python[test]"
+SNAPD_BINARY=$PWD/build-tests/daemon/snapd "$venv/bin/python" -m pytest -q client/python/tests
 if [[ "${SNAPD_SANITIZE_PASS:-1}" != 0 ]]; then
   echo "== snapd tests under AddressSanitizer + UndefinedBehaviorSanitizer"
   # UCX's memory hooks patch malloc/mmap, which the sanitizer runtime owns.
