@@ -67,10 +67,12 @@ class Streamer:
                              f"(padding?); disable autopadding for streamed fields")
         self.run = self.client.open_run(self.name, steps=self._last - self._first + 1,
                                         like=slot, **self._run_options)
-        pending = {}
+        pending = {}  # slot -> the push reading it
+        pushes = []
 
         def push(t):
             pending[t % self.slots] = self.run.push(self._step(t), self._slot(t))
+            pushes.append(pending[t % self.slots])
 
         for t in range(self._first, time_m + 1):
             push(t)
@@ -80,8 +82,8 @@ class Streamer:
                 held.wait_released()  # step t overwrites this slot
             op.apply(time_m=t, time_M=t, **kwargs)
             push(t + 1)
-        for p in pending.values():
-            p.wait_stored()
+        for p in pushes:
+            p.wait_stored()  # raises the daemon's error for any step that was not stored
 
     def adjoint(self, op, time_M: int, time_m: int, **kwargs) -> None:
         """Runs `op` for t = time_M down to time_m, one step per call, with the field's slots

@@ -100,6 +100,13 @@ def test_errors_carry_the_daemons_message_and_the_daemon_keeps_serving(client):
         run.fetch(0, out=ro)
     with pytest.raises(TypeError, match="buffer"):
         run.push(1, [0.0] * 100)
+
+    class DeviceArray:  # what CuPy or Numba arrays expose
+        __cuda_array_interface__ = {"shape": (100,), "typestr": "<f4", "data": (0, False),
+                                    "version": 3}
+
+    with pytest.raises(TypeError, match="GPU path"):
+        run.push(1, DeviceArray())
     with pytest.raises(ValueError, match="unknown codec"):
         client.open_run("bad-codec", like=a, codec="gzip")
     with pytest.raises(snapd.InvalidArgument, match="name"):

@@ -1,6 +1,8 @@
 """The acoustic FWI gradient of a small 2D model (Devito's examples/seismic setup) computed
 three ways: all wavefields in memory, pyrevolve checkpoints in snapd (SnapdStorage), and
 store-all streaming through snapd (snapd.devito.Streamer)."""
+import time
+
 import numpy as np
 import pytest
 
@@ -102,7 +104,11 @@ def streamed_gradient(p, client, name, **run_options):
     snapshots = stream.run.snapshots()
     stream.adjoint(p.solver.op_grad(save=False), p.time_M, p.time_m,
                    rec=p.residual, u=u, v=v, grad=grad, vp=p.model0.vp, dt=p.dt)
-    left = stream.run.snapshots()
+    # The daemon releases a read-once step when the client reports it has the bytes, which
+    # arrives just after the fetch returns: wait (bounded) for the last ones to go.
+    deadline = time.monotonic() + 10
+    while (left := stream.run.snapshots()) and time.monotonic() < deadline:
+        time.sleep(0.01)
     stream.delete()
     return grad.data.copy(), snapshots, left
 

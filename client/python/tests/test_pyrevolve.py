@@ -110,7 +110,7 @@ def test_multilevel_revolver_on_snapd_host_and_disk(client):
         time.sleep(0.01)
     seed.fetch(0)
     seed.delete()
-    wd, rd = tier_costs(client, snapd.Tier.DISK, field.levels.nbytes, step_seconds=1e-4,
+    wd, rd = tier_costs(client, snapd.Tier.DISK, field.levels.nbytes, step_seconds=1e-2,
                         unmeasured=0)  # 0: fail below unless snapd measured the disk
     assert wd > 0 and rd > 0
     ram = SnapdStorage(field.size, 3, np.float64, client=client, name="ml-ram", layers="Host")
