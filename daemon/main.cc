@@ -3,6 +3,7 @@
 // SIGINT runs it backwards so nothing is freed while still in use.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -18,6 +19,7 @@
 #include "compress/compress_pool.h"
 #include "config/config.h"
 #include "control/control_service.h"
+#include "control/peer_listener.h"
 #include "data_plane/arena_socket.h"
 #include "data_plane/data_plane.h"
 #include "disk_tier/disk_tier.h"
@@ -119,6 +121,7 @@ int Run(int argc, char** argv) {
   store_options.epoch = *epoch;
   store_options.io_threads = static_cast<int>(config.io_threads);
   store_options.max_prefetch = config.prefetch_depth;
+  store_options.tenant_quota = config.tenant_quota;
   store_options.compress_threads = config.compress_threads
                                        ? static_cast<int>(config.compress_threads)
                                        : compress::DefaultCompressThreads();
@@ -136,11 +139,23 @@ int Run(int argc, char** argv) {
   ControlService service(store->get(), &sessions, data_plane->get(), (*arena)->path());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) return fail(Status::Unavailable("cannot serve gRPC on unix:" + config.socket));
-  chmod(config.socket.c_str(), 0666);  // reachable by every local user; tenancy is per uid
+  if (!server) return fail(Status::Unavailable("cannot start the gRPC server"));
+  // snapd accepts control connections itself to learn each caller's uid (SO_PEERCRED).
+  gid_t admin_gid = ControlService::kNoGroup;
+  if (!config.admin_group.empty()) {
+    group* g = getgrnam(config.admin_group.c_str());
+    if (!g) {
+      return fail(Status::InvalidArgument("admin_group '" + config.admin_group +
+                                          "' is not a group on this node"));
+    }
+    admin_gid = g->gr_gid;
+  }
+  auto listener = PeerListener::Listen(config.socket, config.socket_mode);
+  if (!listener.ok()) return fail(listener.status());
+  service.SetPeers(listener->get(), admin_gid);
+  (*listener)->Serve(server.get());
   server->GetHealthCheckService()->SetServingStatus("snapd.v1.Control", true);
 
   SNAPD_LOG_INFO("snapd %s serving on unix:%s, UCX data plane on %s, host tier %s, disk tier %s "
@@ -153,6 +168,7 @@ int Run(int argc, char** argv) {
   sigwait(&signals, &sig);
   SNAPD_LOG_INFO("received %s, shutting down", strsignal(sig));
   server->GetHealthCheckService()->SetServingStatus(false);
+  listener->reset();  // no new connections
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
   arena->reset();
@@ -161,7 +177,6 @@ int Run(int argc, char** argv) {
   disk.reset();
   host->reset();
   catalog->reset();
-  unlink(config.socket.c_str());
   SNAPD_LOG_INFO("stopped cleanly");
   return 0;
 }

@@ -34,6 +34,13 @@ const std::vector<OptionDoc>& ConfigOptions() {
       {"listen_address", "SNAPD_LISTEN_ADDRESS", "UCX listener address (default 127.0.0.1)"},
       {"listen_port", "SNAPD_LISTEN_PORT", "UCX listener port; 0 = any free port (default 0)"},
       {"log_level", "SNAPD_LOG_LEVEL", "debug, info, warn or error (default info)"},
+      {"socket_mode", "SNAPD_SOCKET_MODE",
+       "control socket permissions, octal; who connects is told by SO_PEERCRED (default 0666)"},
+      {"admin_group", "SNAPD_ADMIN_GROUP",
+       "group whose members see and manage every user's runs; root and snapd's own uid always "
+       "do (default: none)"},
+      {"tenant_quota", "SNAPD_TENANT_QUOTA",
+       "bytes one uid may store over host and disk, e.g. 200G; 0 = no limit (default 0)"},
   };
   return kOptions;
 }
@@ -108,6 +115,19 @@ Status Set(Config& c, const std::string& key, const std::string& value,
     if (!ParseInteger(value, 0, 65535, &c.listen_port)) {
       return bad("must be a port number 0..65535");
     }
+  } else if (key == "socket_mode") {
+    char* end = nullptr;
+    long mode = std::strtol(value.c_str(), &end, 8);
+    if (end == value.c_str() || *end != '\0' || mode < 0 || mode > 0777) {
+      return bad("must be octal permissions 0000..0777, e.g. 0660");
+    }
+    c.socket_mode = static_cast<uint32_t>(mode);
+  } else if (key == "admin_group") {
+    c.admin_group = value;
+  } else if (key == "tenant_quota") {
+    auto v = ParseBytes(value);
+    if (!v.ok()) return bad(v.status().message());
+    c.tenant_quota = *v;
   } else if (key == "log_level") {
     if (value != "debug" && value != "info" && value != "warn" && value != "error") {
       return bad("must be debug, info, warn or error");
@@ -220,7 +240,10 @@ std::string FormatConfig(const Config& c) {
     << "compress_threads = " << c.compress_threads << "\n"
     << "listen_address = \"" << c.listen_address << "\"\n"
     << "listen_port = " << c.listen_port << "\n"
-    << "log_level = \"" << c.log_level << "\"\n";
+    << "log_level = \"" << c.log_level << "\"\n"
+    << "socket_mode = \"0" << std::oct << c.socket_mode << std::dec << "\"\n"
+    << "admin_group = \"" << c.admin_group << "\"\n"
+    << "tenant_quota = \"" << c.tenant_quota << "\"\n";
   return o.str();
 }
 

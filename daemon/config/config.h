@@ -26,6 +26,9 @@ struct Config {
   std::string listen_address = "127.0.0.1";  // UCX data-plane listener address
   uint32_t listen_port = 0;     // 0 = any free port (clients learn it from OpenSession)
   std::string log_level = "info";
+  uint32_t socket_mode = 0666;  // control socket permissions; tenancy is per uid regardless
+  std::string admin_group;      // members see and manage every tenant's runs (root always does)
+  uint64_t tenant_quota = 0;    // bytes one uid may store (host + disk); 0 = no limit
 };
 
 // One option as documented by `snapd --help` and docs/configuration.md.

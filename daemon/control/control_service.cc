@@ -1,5 +1,12 @@
 #include "control/control_service.h"
 
+#include <grp.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "log.h"
 #include "snapd/wire.h"
 
 namespace snapd {
@@ -11,7 +18,42 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status&
   return reactor;
 }
 
+// Is `uid` (primary group `gid`) a member of `group`, by its primary or supplementary groups?
+bool InGroup(uid_t uid, gid_t gid, gid_t group) {
+  if (gid == group) return true;
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) != 0 || !found) return false;
+  int n = 64;
+  std::vector<gid_t> groups(n);
+  if (getgrouplist(pw.pw_name, gid, groups.data(), &n) < 0) {
+    groups.resize(n);
+    if (getgrouplist(pw.pw_name, gid, groups.data(), &n) < 0) return false;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (groups[i] == group) return true;
+  }
+  return false;
+}
+
+#define SNAPD_CALLER_OR_FINISH(who, ctx)            \
+  Result<Tenant> who##_or = Caller(ctx);            \
+  if (!who##_or.ok()) return Finish(ctx, who##_or.status()); \
+  const Tenant who = *who##_or
+
 }  // namespace
+
+Result<Tenant> ControlService::Caller(grpc::CallbackServerContext* ctx) const {
+  std::optional<Peer> p = peers_ ? peers_->Find(ctx->peer()) : std::nullopt;
+  if (!p) {
+    return Status::Unauthenticated("snapd cannot tell who is calling (peer " + ctx->peer() +
+                                   "): connect through snapd's control socket");
+  }
+  bool admin = p->uid == 0 || p->uid == geteuid() ||
+               (admin_gid_ != kNoGroup && InGroup(p->uid, p->gid, admin_gid_));
+  return Tenant{p->uid, admin};
+}
 
 ControlService::ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane,
                                std::string arena_socket)
@@ -24,8 +66,8 @@ ControlService::ControlService(Store* store, SessionTable* sessions, DataPlane* 
 grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContext* ctx,
                                                       const v1::OpenSessionRequest* req,
                                                       v1::OpenSessionResponse* resp) {
-  // Tenancy by SO_PEERCRED is not wired yet: every session is recorded as uid 0.
-  Session s = sessions_->Open(req->client_name(), 0);
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  Session s = sessions_->Open(req->client_name(), who.uid);
   resp->set_session_id(s.id);
   resp->set_token(s.token);
   resp->set_data_plane_address(data_plane_->address());
@@ -47,7 +89,8 @@ grpc::ServerUnaryReactor* ControlService::OpenRun(grpc::CallbackServerContext* c
                                                   const v1::OpenRunRequest* req,
                                                   v1::OpenRunResponse* resp) {
   bool created = false;
-  auto run = store_->OpenRun(req->spec(), 0, &created);
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  auto run = store_->OpenRun(req->spec(), who.uid, &created, who);
   if (run.ok()) {
     *resp->mutable_run() = std::move(run).value();
     resp->set_created(created);
@@ -58,7 +101,8 @@ grpc::ServerUnaryReactor* ControlService::OpenRun(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* ControlService::CloseRun(grpc::CallbackServerContext* ctx,
                                                    const v1::CloseRunRequest* req,
                                                    v1::CloseRunResponse* resp) {
-  auto run = store_->CloseRun(req->name());
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  auto run = store_->CloseRun(req->name(), who);
   if (run.ok()) *resp->mutable_run() = std::move(run).value();
   return Finish(ctx, run.status());
 }
@@ -66,7 +110,8 @@ grpc::ServerUnaryReactor* ControlService::CloseRun(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* ControlService::DeleteRun(grpc::CallbackServerContext* ctx,
                                                     const v1::DeleteRunRequest* req,
                                                     v1::DeleteRunResponse* resp) {
-  auto freed = store_->DeleteRun(req->name());
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  auto freed = store_->DeleteRun(req->name(), who);
   if (freed.ok()) resp->set_freed_bytes(*freed);
   return Finish(ctx, freed.status());
 }
@@ -74,7 +119,8 @@ grpc::ServerUnaryReactor* ControlService::DeleteRun(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* ControlService::DeleteSnapshot(grpc::CallbackServerContext* ctx,
                                                          const v1::DeleteSnapshotRequest* req,
                                                          v1::DeleteSnapshotResponse* resp) {
-  auto freed = store_->DeleteSnapshot(req->name(), req->step());
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  auto freed = store_->DeleteSnapshot(req->name(), req->step(), who);
   if (freed.ok()) resp->set_freed_bytes(*freed);
   return Finish(ctx, freed.status());
 }
@@ -82,7 +128,8 @@ grpc::ServerUnaryReactor* ControlService::DeleteSnapshot(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* ControlService::Locate(grpc::CallbackServerContext* ctx,
                                                  const v1::LocateRequest* req,
                                                  v1::LocateResponse* resp) {
-  auto snap = store_->Locate(req->name(), req->step());
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  auto snap = store_->Locate(req->name(), req->step(), who);
   if (snap.ok()) *resp->mutable_snapshot() = std::move(snap).value();
   return Finish(ctx, snap.status());
 }
@@ -90,14 +137,16 @@ grpc::ServerUnaryReactor* ControlService::Locate(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* ControlService::ListRuns(grpc::CallbackServerContext* ctx,
                                                    const v1::ListRunsRequest*,
                                                    v1::ListRunsResponse* resp) {
-  for (auto& run : store_->ListRuns()) *resp->add_runs() = std::move(run);
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  for (auto& run : store_->ListRuns(who)) *resp->add_runs() = std::move(run);
   return Finish(ctx, Status::Ok());
 }
 
 grpc::ServerUnaryReactor* ControlService::ListSnapshots(grpc::CallbackServerContext* ctx,
                                                         const v1::ListSnapshotsRequest* req,
                                                         v1::ListSnapshotsResponse* resp) {
-  auto snaps = store_->ListSnapshots(req->name(), resp->mutable_run());
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  auto snaps = store_->ListSnapshots(req->name(), resp->mutable_run(), who);
   if (snaps.ok()) {
     for (auto& s : *snaps) *resp->add_snapshots() = std::move(s);
   }
@@ -159,8 +208,9 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* ControlService::Prefetch(grpc::CallbackServerContext* ctx,
                                                    const v1::PrefetchRequest* req,
                                                    v1::PrefetchResponse* resp) {
-  auto started = store_->Prefetch(req->name(),
-                                  std::vector<uint64_t>(req->steps().begin(), req->steps().end()));
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  auto started = store_->Prefetch(
+      req->name(), std::vector<uint64_t>(req->steps().begin(), req->steps().end()), who);
   if (started.ok()) resp->set_scheduled(*started);
   return Finish(ctx, started.status());
 }
@@ -168,6 +218,12 @@ grpc::ServerUnaryReactor* ControlService::Prefetch(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* ctx,
                                                 const v1::DrainRequest*,
                                                 v1::DrainResponse* resp) {
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  if (!who.admin) {
+    return Finish(ctx, Status::PermissionDenied(
+                           "drain moves every user's snapshots: only root, snapd's own uid or "
+                           "the admin_group may (uid " + std::to_string(who.uid) + " may not)"));
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   store_->Drain([reactor, resp](Result<Store::DrainResult> r) {
     if (r.ok()) {
@@ -186,9 +242,15 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
  public:
   static constexpr uint64_t kChunk = 1 << 20;
 
-  DumpReactor(Store* store, const v1::DumpRequest& req) : store_(store) {
+  DumpReactor(Store* store, const v1::DumpRequest& req, const Result<Tenant>& who)
+      : store_(store) {
+    if (!who.ok()) {
+      FinishWith(who.status());
+      return;
+    }
+    who_ = *who;
     v1::RunInfo run;
-    auto snaps = store->ListSnapshots(req.name(), &run);
+    auto snaps = store->ListSnapshots(req.name(), &run, who_);
     if (!snaps.ok()) {
       FinishWith(snaps.status());
       return;
@@ -232,8 +294,9 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
       WriteLost(info.step());
       return;
     }
-    auto grant = store_->BeginFetch(run_id_, info.step(), bytes_, /*backward=*/false,
-                                    [this](Result<Store::FetchGrant> g) { OnBlock(std::move(g)); });
+    auto grant = store_->BeginFetch(
+        run_id_, info.step(), bytes_, /*backward=*/false,
+        [this](Result<Store::FetchGrant> g) { OnBlock(std::move(g)); }, who_);
     if (!grant.ok()) {
       OnBlock(grant.status());
     } else if (grant->has_value()) {
@@ -283,6 +346,7 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
   }
 
   Store* const store_;
+  Tenant who_;
   uint64_t run_id_ = 0;
   uint64_t bytes_ = 0;
   std::vector<v1::SnapshotInfo> steps_;
@@ -294,9 +358,56 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::DumpChunk>* ControlService::Dump(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::DumpChunk>* ControlService::Dump(grpc::CallbackServerContext* ctx,
                                                               const v1::DumpRequest* req) {
-  return new DumpReactor(store_, *req);
+  return new DumpReactor(store_, *req, Caller(ctx));
+}
+
+grpc::ServerUnaryReactor* ControlService::Quota(grpc::CallbackServerContext* ctx,
+                                                const v1::QuotaRequest* req,
+                                                v1::QuotaResponse* resp) {
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  uint32_t uid = req->has_uid() ? req->uid() : who.uid;
+  if (!who.admin && (uid != who.uid || req->set())) {
+    return Finish(ctx, Status::PermissionDenied(
+                           req->set() ? "only root, snapd's own uid or the admin_group set quotas"
+                                      : "uid " + std::to_string(who.uid) +
+                                            " may read only its own quota"));
+  }
+  if (req->set()) {
+    store_->SetQuota(uid, req->quota_bytes());
+    SNAPD_LOG_INFO("uid %u set the quota of uid %u to %llu bytes", who.uid, uid,
+                   static_cast<unsigned long long>(req->quota_bytes()));
+  }
+  Store::Usage u = store_->TenantUsage(uid);
+  resp->set_uid(uid);
+  resp->set_quota_bytes(u.quota);
+  resp->set_stored_bytes(u.stored_bytes);
+  resp->set_runs(u.runs);
+  return Finish(ctx, Status::Ok());
+}
+
+grpc::ServerUnaryReactor* ControlService::PurgeRuns(grpc::CallbackServerContext* ctx,
+                                                    const v1::PurgeRunsRequest* req,
+                                                    v1::PurgeRunsResponse* resp) {
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  uint32_t uid = req->has_uid() ? req->uid() : who.uid;
+  if (!who.admin && uid != who.uid) {
+    return Finish(ctx, Status::PermissionDenied("uid " + std::to_string(who.uid) +
+                                                " may purge only its own runs"));
+  }
+  uint64_t runs = 0, freed = 0;
+  for (const v1::RunInfo& run : store_->ListRuns(Tenant::User(uid))) {
+    auto f = store_->DeleteRun(run.spec().name(), Tenant::User(uid));
+    if (!f.ok()) continue;  // deleted meanwhile
+    ++runs;
+    freed += *f;
+  }
+  SNAPD_LOG_INFO("uid %u purged the %llu runs of uid %u", who.uid,
+                 static_cast<unsigned long long>(runs), uid);
+  resp->set_runs(runs);
+  resp->set_freed_bytes(freed);
+  return Finish(ctx, Status::Ok());
 }
 
 }  // namespace snapd

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <string>
 
+#include "control/peer_listener.h"
 #include "data_plane/data_plane.h"
 #include "sessions/sessions.h"
 #include "snapd/v1/control.grpc.pb.h"
@@ -18,6 +19,13 @@ class ControlService final : public v1::Control::CallbackService {
  public:
   ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane,
                  std::string arena_socket);
+  // Who is calling: set once, before the first connection is accepted. Members of
+  // `admin_gid` (and root, and snapd's own uid) are admins; kNoGroup: no admin group.
+  static constexpr gid_t kNoGroup = static_cast<gid_t>(-1);
+  void SetPeers(const PeerListener* peers, gid_t admin_gid) {
+    peers_ = peers;
+    admin_gid_ = admin_gid;
+  }
 
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx,
                                         const v1::OpenSessionRequest* req,
@@ -48,6 +56,11 @@ class ControlService final : public v1::Control::CallbackService {
                                           v1::ListSnapshotsResponse* resp) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
                                   v1::StatsResponse* resp) override;
+  grpc::ServerUnaryReactor* Quota(grpc::CallbackServerContext* ctx, const v1::QuotaRequest* req,
+                                  v1::QuotaResponse* resp) override;
+  grpc::ServerUnaryReactor* PurgeRuns(grpc::CallbackServerContext* ctx,
+                                      const v1::PurgeRunsRequest* req,
+                                      v1::PurgeRunsResponse* resp) override;
   grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* ctx,
                                      const v1::PrefetchRequest* req,
                                      v1::PrefetchResponse* resp) override;
@@ -60,11 +73,16 @@ class ControlService final : public v1::Control::CallbackService {
                                                 const v1::DumpRequest* req) override;
 
  private:
+  // The caller as the control socket's SO_PEERCRED told; UNAUTHENTICATED when unknown.
+  Result<Tenant> Caller(grpc::CallbackServerContext* ctx) const;
+
   Store* const store_;
   SessionTable* const sessions_;
   DataPlane* const data_plane_;
   const std::string arena_socket_;
   const std::chrono::steady_clock::time_point started_;
+  const PeerListener* peers_ = nullptr;
+  gid_t admin_gid_ = kNoGroup;
 };
 
 }  // namespace snapd

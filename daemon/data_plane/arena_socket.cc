@@ -98,8 +98,13 @@ void ArenaSocket::Answer(int fd) {
     SendReply(fd, Status::Internal("SO_PEERCRED failed"), 0, -1);
     return;
   }
-  if (!sessions_->Find(req.session_id, req.token)) {
+  std::optional<Session> session = sessions_->Find(req.session_id, req.token);
+  if (!session) {
     SendReply(fd, Status::Unauthenticated("no open session with this id and token"), 0, -1);
+    return;
+  }
+  if (session->uid != cred.uid) {
+    SendReply(fd, Status::PermissionDenied("this session belongs to another uid"), 0, -1);
     return;
   }
   if (cred.uid != geteuid() && cred.uid != 0) {

@@ -239,7 +239,8 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
 
 ucs_status_t DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req,
                                     void*, size_t, const ucp_am_recv_param_t*) {
-  if (!sessions_->Find(req.session_id, req.header.token)) {
+  std::optional<Session> session = sessions_->Find(req.session_id, req.header.token);
+  if (!session) {
     counters_.rejected.fetch_add(1, std::memory_order_relaxed);
     Reply(ep, req.header.request_id,
           Status::Unauthenticated("session " + std::to_string(req.session_id) +
@@ -248,11 +249,13 @@ ucs_status_t DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRe
   }
   conn.session_id = req.session_id;
   conn.token = req.header.token;
+  // Pushes and fetches touch only the session's own runs (root and snapd's uid: any run).
+  conn.tenant = Tenant{session->uid, session->uid == 0 || session->uid == geteuid()};
   Reply(ep, req.header.request_id, Status::Ok());
   return UCS_OK;
 }
 
-ucs_status_t DataPlane::HandlePush(Conn&, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+ucs_status_t DataPlane::HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
                                    size_t length, const ucp_am_recv_param_t* param) {
   uint64_t id = req.header.request_id;
   if (length != req.bytes) {
@@ -275,7 +278,8 @@ ucs_status_t DataPlane::HandlePush(Conn&, ucp_ep_h ep, const wire::PushRequest& 
           return;
         }
         ReceivePush(ep, id, std::move(t).value(), data, length, rndv, eager.get());
-      }));
+      }),
+      conn.tenant);
   if (!ticket.ok()) {
     Reply(ep, id, ticket.status());
     return UCS_OK;
@@ -324,24 +328,26 @@ void DataPlane::FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTi
   Reply(ep, request_id, s);
 }
 
-ucs_status_t DataPlane::HandleFetch(Conn&, ucp_ep_h ep, const wire::FetchRequest& req, void*,
+ucs_status_t DataPlane::HandleFetch(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void*,
                                     size_t, const ucp_am_recv_param_t*) {
-  StartFetch(ep, req, /*mapped=*/false);
+  StartFetch(conn, ep, req, /*mapped=*/false);
   return UCS_OK;
 }
 
-ucs_status_t DataPlane::HandleFetchMapped(Conn&, ucp_ep_h ep, const wire::FetchRequest& req,
+ucs_status_t DataPlane::HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req,
                                           void*, size_t, const ucp_am_recv_param_t*) {
-  StartFetch(ep, req, /*mapped=*/true);
+  StartFetch(conn, ep, req, /*mapped=*/true);
   return UCS_OK;
 }
 
-void DataPlane::StartFetch(ucp_ep_h ep, const wire::FetchRequest& req, bool mapped) {
+void DataPlane::StartFetch(const Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req,
+                           bool mapped) {
   auto grant = store_->BeginFetch(
       req.run_id, req.step, req.bytes, /*backward=*/true,
       OnLoop<Result<Store::FetchGrant>>([this, ep, req, mapped](Result<Store::FetchGrant> g) {
         OnFetched(ep, req.header.request_id, mapped, req, std::move(g));
-      }));
+      }),
+      conn.tenant);
   if (!grant.ok()) {
     Reply(ep, req.header.request_id, grant.status());
   } else if (grant->has_value()) {
@@ -392,7 +398,8 @@ ucs_status_t DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushR
       req.run_id, req.step, req.bytes,
       OnLoop<Result<Store::PushTicket>>([this, ep, id](Result<Store::PushTicket> t) {
         OnReserved(ep, id, /*parked=*/true, std::move(t));
-      }));
+      }),
+      conn.tenant);
   if (!ticket.ok()) {
     Reply(ep, id, ticket.status());
   } else if (ticket->has_value()) {

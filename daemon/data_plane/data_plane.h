@@ -79,6 +79,7 @@ class DataPlane {
   struct Conn {
     uint64_t session_id = 0;  // 0 until a valid Hello
     uint64_t token = 0;
+    Tenant tenant;  // the session's uid (from the control socket's SO_PEERCRED)
     struct Reservation {
       Store::PushTicket ticket;
       std::chrono::steady_clock::time_point since;
@@ -168,7 +169,7 @@ class DataPlane {
   void OnReserved(ucp_ep_h ep, uint64_t request_id, bool parked, Result<Store::PushTicket> t);
   // Both fetch paths: asks the store for the step's host bytes, then answers in OnFetched
   // (mapped: a lease and the arena offset; copied: the bytes as the Reply's data).
-  void StartFetch(ucp_ep_h ep, const wire::FetchRequest& req, bool mapped);
+  void StartFetch(const Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, bool mapped);
   void OnFetched(ucp_ep_h ep, uint64_t request_id, bool mapped, const wire::FetchRequest& req,
                  Result<Store::FetchGrant> grant);
   // Posts a Reply to `ep` if it is still connected.

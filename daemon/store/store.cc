@@ -242,25 +242,51 @@ static Status RunNotFound(const std::string& name) {
   return Status::NotFound("run '" + name + "' does not exist (list runs with `snapctl runs`)");
 }
 
-Result<const Store::Run*> Store::FindByName(const std::string& name) const {
+static bool Sees(const Tenant& who, const v1::RunRecord& r) {
+  return who.admin || r.owner_uid() == who.uid;
+}
+
+Result<const Store::Run*> Store::FindByName(const std::string& name, const Tenant& who) const {
   auto it = by_name_.find(name);
-  if (it == by_name_.end()) return RunNotFound(name);
+  if (it == by_name_.end() || !Sees(who, runs_.at(it->second).record)) return RunNotFound(name);
   return &runs_.at(it->second);
 }
 
-Result<Store::Run*> Store::FindByName(const std::string& name) {
+Result<Store::Run*> Store::FindByName(const std::string& name, const Tenant& who) {
   auto it = by_name_.find(name);
-  if (it == by_name_.end()) return RunNotFound(name);
+  if (it == by_name_.end() || !Sees(who, runs_.at(it->second).record)) return RunNotFound(name);
   return &runs_.at(it->second);
 }
 
-Result<Store::Run*> Store::FindById(uint64_t run_id) {
+Result<Store::Run*> Store::FindById(uint64_t run_id, const Tenant& who) {
   auto it = runs_.find(run_id);
-  if (it == runs_.end()) {
+  if (it == runs_.end() || !Sees(who, it->second.record)) {
     return Status::NotFound("run id " + std::to_string(run_id) +
                             " does not exist (deleted, or never opened on this daemon)");
   }
   return &it->second;
+}
+
+uint64_t Store::QuotaOf(uint32_t uid) const {
+  auto it = quotas_.find(uid);
+  return it != quotas_.end() ? it->second : options_.tenant_quota;
+}
+
+void Store::SetQuota(uint32_t uid, uint64_t bytes) {
+  MutexLock lock(mu_);
+  quotas_[uid] = bytes;
+}
+
+Store::Usage Store::TenantUsage(uint32_t uid) const {
+  MutexLock lock(mu_);
+  Usage u;
+  u.quota = QuotaOf(uid);
+  for (const auto& [id, run] : runs_) {
+    if (run.record.owner_uid() != uid) continue;
+    u.stored_bytes += run.stored_bytes;
+    ++u.runs;
+  }
+  return u;
 }
 
 Store::Snapshot* Store::FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) {
@@ -281,9 +307,9 @@ std::pair<Store::Run*, Store::Snapshot*> Store::FindSnapshot(const Key& key) {
   return {&run->second, &snap->second};
 }
 
-Result<uint64_t> Store::RunId(const std::string& name) const {
+Result<uint64_t> Store::RunId(const std::string& name, const Tenant& who) const {
   MutexLock lock(mu_);
-  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name));
+  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   return run->record.run_id();
 }
 
@@ -320,7 +346,7 @@ uint64_t Store::BlockBytes(const Run& run) const {
 }
 
 Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_uid,
-                                   bool* created) {
+                                   bool* created, const Tenant& who) {
   SNAPD_RETURN_IF_ERROR(ValidateRunSpec(requested));
   v1::RunSpec spec = requested;
   const std::string& name = spec.name();
@@ -359,6 +385,10 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
   MutexLock lock(mu_);
   if (auto it = by_name_.find(name); it != by_name_.end()) {
     Run& run = runs_.at(it->second);
+    if (!Sees(who, run.record) || run.record.owner_uid() != owner_uid) {
+      return Status::AlreadyExists("run name '" + name +
+                                   "' is taken by another user on this node; pick another name");
+    }
     std::string diff = SpecDifference(run.record.spec(), requested);
     if (!diff.empty()) {
       return Status::AlreadyExists("run '" + name + "' exists with a different " + diff +
@@ -385,9 +415,9 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
   return Info(runs_[id] = std::move(run));
 }
 
-Result<v1::RunInfo> Store::CloseRun(const std::string& name) {
+Result<v1::RunInfo> Store::CloseRun(const std::string& name, const Tenant& who) {
   MutexLock lock(mu_);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name));
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   if (run->record.state() != v1::RUN_CLOSED) {
     v1::RunRecord updated = run->record;
     updated.set_state(v1::RUN_CLOSED);
@@ -430,9 +460,9 @@ Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
   return Status::Ok();
 }
 
-Result<uint64_t> Store::DeleteRun(const std::string& name) {
+Result<uint64_t> Store::DeleteRun(const std::string& name, const Tenant& who) {
   MutexLock lock(mu_);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name));
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   uint64_t id = run->record.run_id();
   SNAPD_RETURN_IF_ERROR(catalog_->DeleteRun(id));
   uint64_t freed = run->stored_bytes;
@@ -452,9 +482,10 @@ Result<uint64_t> Store::DeleteRun(const std::string& name) {
   return freed;
 }
 
-Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step) {
+Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step,
+                                       const Tenant& who) {
   MutexLock lock(mu_);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name));
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   auto it = run->snapshots.find(step);
   if (it == run->snapshots.end()) {
     return Status::NotFound(StepName(run->record, step) + " was never stored");
@@ -465,17 +496,20 @@ Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step) {
   return freed;
 }
 
-std::vector<v1::RunInfo> Store::ListRuns() const {
+std::vector<v1::RunInfo> Store::ListRuns(const Tenant& who) const {
   MutexLock lock(mu_);
   std::vector<v1::RunInfo> out;
-  for (const auto& [id, run] : runs_) out.push_back(Info(run));
+  for (const auto& [id, run] : runs_) {
+    if (Sees(who, run.record)) out.push_back(Info(run));
+  }
   return out;
 }
 
 Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& name,
-                                                           v1::RunInfo* info) const {
+                                                           v1::RunInfo* info,
+                                                           const Tenant& who) const {
   MutexLock lock(mu_);
-  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name));
+  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   *info = Info(*run);
   std::vector<v1::SnapshotInfo> out;
   out.reserve(run->snapshots.size());
@@ -483,9 +517,10 @@ Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& na
   return out;
 }
 
-Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step) const {
+Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step,
+                                       const Tenant& who) const {
   MutexLock lock(mu_);
-  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name));
+  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   auto it = run->snapshots.find(step);
   if (it == run->snapshots.end()) return StepNotFound(*run, step);
   return Info(it->second);
@@ -511,9 +546,10 @@ Status Store::CheckSize(const Run& run, uint64_t step, uint64_t bytes, const cha
 }
 
 Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint64_t step,
-                                                          uint64_t bytes, PushLater later) {
+                                                          uint64_t bytes, PushLater later,
+                                                          const Tenant& who) {
   MutexLock lock(mu_);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id));
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;
   if (r.state() == v1::RUN_CLOSED) {
     return Status::FailedPrecondition("run '" + r.spec().name() +
@@ -535,6 +571,20 @@ Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint6
   }
   if (run->in_flight.count(step)) {
     return Status::AlreadyExists(StepName(r, step) + " is already being pushed");
+  }
+  if (uint64_t quota = QuotaOf(r.owner_uid()); quota != 0 && !who.admin) {
+    uint64_t stored = 0;
+    for (const auto& [id, other] : runs_) {
+      if (other.record.owner_uid() == r.owner_uid()) {
+        stored += other.stored_bytes + other.in_flight.size() * other.record.spec().bytes_per_step();
+      }
+    }
+    if (stored + bytes > quota) {
+      return Status::ResourceExhausted(
+          StepName(r, step) + ": uid " + std::to_string(r.owner_uid()) + " would exceed its quota of " +
+          FormatBytes(quota) + " (" + FormatBytes(stored) + " stored or being pushed, this step " +
+          FormatBytes(bytes) + "); delete runs it no longer needs, or ask for a larger quota");
+    }
   }
   auto block = parked_pushes_.empty() ? host_->Allocate(bytes)
                                       : Status::ResourceExhausted("earlier pushes are waiting");
@@ -597,9 +647,9 @@ void Store::AbortPush(const PushTicket& t) {
 
 Result<std::optional<Store::FetchGrant>> Store::BeginFetch(uint64_t run_id, uint64_t step,
                                                            uint64_t bytes, bool backward,
-                                                           FetchLater later) {
+                                                           FetchLater later, const Tenant& who) {
   MutexLock lock(mu_);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id));
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;
   SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "fetch", "into a buffer of"));
   auto it = run->snapshots.find(step);
@@ -657,9 +707,10 @@ void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
   Wake();
 }
 
-Result<uint64_t> Store::Prefetch(const std::string& name, const std::vector<uint64_t>& steps) {
+Result<uint64_t> Store::Prefetch(const std::string& name, const std::vector<uint64_t>& steps,
+                                 const Tenant& who) {
   MutexLock lock(mu_);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name));
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   uint64_t started = 0;
   for (uint64_t step : steps) {
     auto it = run->snapshots.find(step);

@@ -53,11 +53,23 @@ struct StoreCounters {
   uint64_t released = 0;
 };
 
+// Who asks. A tenant (a uid, as the kernel reported it for the caller's socket) sees and
+// changes only the runs it owns; to it, another tenant's run does not exist. An admin (root,
+// snapd's own uid, the admin_group) sees and manages every run. Callers inside the daemon and
+// the tests act as Admin().
+struct Tenant {
+  uint32_t uid = 0;
+  bool admin = false;
+  static Tenant Admin() { return {0, true}; }
+  static Tenant User(uint32_t uid) { return {uid, false}; }
+};
+
 struct StoreOptions {
   uint64_t epoch = 0;         // this daemon start (Catalog::BeginEpoch)
   int io_threads = 2;         // disk I/O threads
   uint64_t max_prefetch = 8;  // upper bound of the adaptive read-ahead depth
   int compress_threads = 1;   // compression workers (slabs of one snapshot in parallel)
+  uint64_t tenant_quota = 0;  // bytes a tenant (not an admin) may store; 0 = no limit
 };
 
 class Store {
@@ -70,17 +82,36 @@ class Store {
                                              const StoreOptions& options);
   ~Store();
 
-  Result<v1::RunInfo> OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, bool* created)
+  // Run names are unique on the node: a name another tenant holds is refused (ALREADY_EXISTS,
+  // saying no more than that). The run belongs to `owner_uid`.
+  Result<v1::RunInfo> OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, bool* created,
+                              const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
+  Result<v1::RunInfo> CloseRun(const std::string& name, const Tenant& who = Tenant::Admin())
       SNAPD_EXCLUDES(mu_);
-  Result<v1::RunInfo> CloseRun(const std::string& name) SNAPD_EXCLUDES(mu_);
   // Returns the tier bytes released.
-  Result<uint64_t> DeleteRun(const std::string& name) SNAPD_EXCLUDES(mu_);
-  Result<uint64_t> DeleteSnapshot(const std::string& name, uint64_t step) SNAPD_EXCLUDES(mu_);
-  std::vector<v1::RunInfo> ListRuns() const SNAPD_EXCLUDES(mu_);
-  Result<std::vector<v1::SnapshotInfo>> ListSnapshots(const std::string& name,
-                                                      v1::RunInfo* run) const SNAPD_EXCLUDES(mu_);
-  Result<v1::SnapshotInfo> Locate(const std::string& name, uint64_t step) const SNAPD_EXCLUDES(mu_);
-  Result<uint64_t> RunId(const std::string& name) const SNAPD_EXCLUDES(mu_);
+  Result<uint64_t> DeleteRun(const std::string& name, const Tenant& who = Tenant::Admin())
+      SNAPD_EXCLUDES(mu_);
+  Result<uint64_t> DeleteSnapshot(const std::string& name, uint64_t step,
+                                  const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
+  // The runs `who` may see.
+  std::vector<v1::RunInfo> ListRuns(const Tenant& who = Tenant::Admin()) const
+      SNAPD_EXCLUDES(mu_);
+  Result<std::vector<v1::SnapshotInfo>> ListSnapshots(const std::string& name, v1::RunInfo* run,
+                                                      const Tenant& who = Tenant::Admin()) const
+      SNAPD_EXCLUDES(mu_);
+  Result<v1::SnapshotInfo> Locate(const std::string& name, uint64_t step,
+                                  const Tenant& who = Tenant::Admin()) const SNAPD_EXCLUDES(mu_);
+  Result<uint64_t> RunId(const std::string& name, const Tenant& who = Tenant::Admin()) const
+      SNAPD_EXCLUDES(mu_);
+  // A tenant's byte quota (0 = no limit), replacing StoreOptions.tenant_quota for that uid
+  // until the daemon restarts; and what the tenant stores now.
+  void SetQuota(uint32_t uid, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  struct Usage {
+    uint64_t quota = 0;
+    uint64_t stored_bytes = 0;
+    uint64_t runs = 0;
+  };
+  Usage TenantUsage(uint32_t uid) const SNAPD_EXCLUDES(mu_);
 
   // A push between BeginPush and CommitPush/AbortPush: the step is reserved and `block` holds
   // the host memory its bytes go to (also the staging buffer of a step bound for disk).
@@ -93,8 +124,12 @@ class Store {
   // Validates and reserves host memory. Returns the ticket, an error, or nullopt when the host
   // tier is full but room is coming (demotion to disk): `later` then gets the ticket or the
   // error.
+  // `who`: the pushing session's tenant; the run must be its own, and the push must fit the
+  // tenant's quota.
   Result<std::optional<PushTicket>> BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes,
-                                              PushLater later) SNAPD_EXCLUDES(mu_);
+                                              PushLater later,
+                                              const Tenant& who = Tenant::Admin())
+      SNAPD_EXCLUDES(mu_);
   Status CommitPush(const PushTicket& ticket) SNAPD_EXCLUDES(mu_);
   void AbortPush(const PushTicket& ticket) SNAPD_EXCLUDES(mu_);
 
@@ -109,15 +144,16 @@ class Store {
   // result). `backward`: the fetch is the backward pass (it paces and triggers prefetch);
   // false for a dump.
   Result<std::optional<FetchGrant>> BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes,
-                                               bool backward, FetchLater later)
+                                               bool backward, FetchLater later,
+                                               const Tenant& who = Tenant::Admin())
       SNAPD_EXCLUDES(mu_);
   // The solver has the bytes of a fetched step: unless the run keeps steps, the step is
   // released (read-once).
   void Consumed(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_EXCLUDES(mu_);
 
   // Starts disk reads of these steps into host memory; returns how many started.
-  Result<uint64_t> Prefetch(const std::string& name, const std::vector<uint64_t>& steps)
-      SNAPD_EXCLUDES(mu_);
+  Result<uint64_t> Prefetch(const std::string& name, const std::vector<uint64_t>& steps,
+                            const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
   struct DrainResult {
     uint64_t moved = 0;
     uint64_t moved_bytes = 0;
@@ -187,9 +223,11 @@ class Store {
   Store(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOptions& options);
   Status Load();
   void ChecksumLoop() SNAPD_EXCLUDES(mu_);
-  Result<const Run*> FindByName(const std::string& name) const SNAPD_REQUIRES(mu_);
-  Result<Run*> FindByName(const std::string& name) SNAPD_REQUIRES(mu_);
-  Result<Run*> FindById(uint64_t run_id) SNAPD_REQUIRES(mu_);
+  Result<const Run*> FindByName(const std::string& name, const Tenant& who) const
+      SNAPD_REQUIRES(mu_);
+  Result<Run*> FindByName(const std::string& name, const Tenant& who) SNAPD_REQUIRES(mu_);
+  Result<Run*> FindById(uint64_t run_id, const Tenant& who) SNAPD_REQUIRES(mu_);
+  uint64_t QuotaOf(uint32_t uid) const SNAPD_REQUIRES(mu_);
   Snapshot* FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_REQUIRES(mu_);
   // The snapshot at `key` (any generation), with its run; both null if gone.
   std::pair<Run*, Snapshot*> FindSnapshot(const std::pair<uint64_t, uint64_t>& key)
@@ -263,6 +301,7 @@ class Store {
   mutable Mutex mu_;
   std::map<uint64_t, Run> runs_ SNAPD_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> by_name_ SNAPD_GUARDED_BY(mu_);
+  std::map<uint32_t, uint64_t> quotas_ SNAPD_GUARDED_BY(mu_);  // per-uid, from SetQuota
   uint64_t next_generation_ SNAPD_GUARDED_BY(mu_) = 1;
   StoreCounters counters_ SNAPD_GUARDED_BY(mu_);  // demotions, reads, hits, releases
   std::deque<ChecksumJob> checksum_queue_ SNAPD_GUARDED_BY(mu_);

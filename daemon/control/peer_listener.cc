@@ -1,0 +1,87 @@
+#include "control/peer_listener.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/server_posix.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "log.h"
+#include "unix_socket.h"
+
+namespace snapd {
+
+Result<std::unique_ptr<PeerListener>> PeerListener::Listen(const std::string& path,
+                                                           mode_t mode) {
+  sockaddr_un addr;
+  SNAPD_RETURN_IF_ERROR(UnixAddress(path, &addr));
+  ucx::ScopedFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return Status::Internal(std::string("socket: ") + std::strerror(errno));
+  unlink(path.c_str());
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(fd.get(), 128) != 0) {
+    return Status::Unavailable("control socket " + path + ": " + std::strerror(errno));
+  }
+  if (chmod(path.c_str(), mode) != 0) {
+    return Status::PermissionDenied("chmod " + path + ": " + std::strerror(errno));
+  }
+  return std::unique_ptr<PeerListener>(new PeerListener(path, std::move(fd)));
+}
+
+PeerListener::PeerListener(std::string path, ucx::ScopedFd listen_fd)
+    : path_(std::move(path)), listen_fd_(std::move(listen_fd)) {}
+
+void PeerListener::Serve(grpc::Server* server) {
+  thread_ = std::thread([this, server] { Accept(server); });
+}
+
+PeerListener::~PeerListener() {
+  shutdown(listen_fd_.get(), SHUT_RDWR);  // wakes accept() in Serve
+  if (thread_.joinable()) thread_.join();
+  unlink(path_.c_str());
+}
+
+void PeerListener::Accept(grpc::Server* server) {
+  for (;;) {
+    // Non-blocking: gRPC's event engine takes the descriptor as it is.
+    int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // listening socket shut down
+    }
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      SNAPD_LOG_WARN("control socket: SO_PEERCRED failed (%s); connection dropped",
+                     std::strerror(errno));
+      close(fd);
+      continue;
+    }
+    {
+      MutexLock lock(mu_);
+      peers_[fd] = Peer{cred.uid, cred.gid, cred.pid};
+    }
+    grpc::AddInsecureChannelFromFd(server, fd);  // gRPC owns (and closes) fd from here
+  }
+}
+
+std::optional<Peer> PeerListener::Find(std::string_view grpc_peer) const {
+  // gRPC names a channel made from a descriptor "fd:N".
+  constexpr std::string_view kPrefix = "fd:";
+  if (grpc_peer.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  int fd = -1;
+  std::string_view digits = grpc_peer.substr(kPrefix.size());
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), fd);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  MutexLock lock(mu_);
+  auto it = peers_.find(fd);
+  if (it == peers_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace snapd

@@ -1,0 +1,60 @@
+// The control socket, accepted by snapd itself so that every connection's identity comes from
+// the kernel: each accepted connection's uid/gid/pid (SO_PEERCRED) is recorded, then the
+// connection is handed to gRPC (AddInsecureChannelFromFd). A handler finds its caller from
+// the call's peer string ("fd:N"). Nothing a client sends decides who it is.
+//
+// An entry stays valid while gRPC owns the connection: a call holds its transport, so the
+// descriptor cannot be closed and reused under a call in flight; a reused descriptor number is
+// re-recorded at its accept, before gRPC sees it.
+//
+// Threading: one thread accepts; Find() may be called from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "snapd/status.h"
+#include "thread_annotations.h"
+#include "ucx.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace snapd {
+
+struct Peer {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  pid_t pid = 0;
+};
+
+class PeerListener {
+ public:
+  // Listens on `path` (mode `mode`); connections wait in the backlog until Serve.
+  static Result<std::unique_ptr<PeerListener>> Listen(const std::string& path, mode_t mode);
+  // Accepts and hands connections to `server`, which must outlive this. Once.
+  void Serve(grpc::Server* server);
+  ~PeerListener();  // stops accepting; connections already handed over stay with gRPC
+
+  // The caller of a gRPC call whose ServerContext::peer() is `grpc_peer`.
+  std::optional<Peer> Find(std::string_view grpc_peer) const SNAPD_EXCLUDES(mu_);
+
+ private:
+  PeerListener(std::string path, ucx::ScopedFd listen_fd);
+  void Accept(grpc::Server* server);
+
+  const std::string path_;
+  ucx::ScopedFd listen_fd_;
+  mutable Mutex mu_;
+  std::map<int, Peer> peers_ SNAPD_GUARDED_BY(mu_);
+  std::thread thread_;  // declared last: starts after the members it uses exist
+};
+
+}  // namespace snapd
