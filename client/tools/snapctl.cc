@@ -40,6 +40,11 @@ const char* kUsage =
     "                     write each step of RUN (steps A..B-1) to DIR as a numpy .npy file\n"
     "                     (or raw bytes) plus manifest.json; checksums are verified\n"
     "  drain              move every host-tier snapshot to disk (before draining the node)\n"
+    "  quota [--uid U] [--set BYTES]\n"
+    "                     a uid's byte quota and what it stores (default: yours); --set needs\n"
+    "                     root, snapd's uid or the admin_group (0 = no limit)\n"
+    "  purge [--uid U]    delete every run of a uid (default: yours); another uid's runs need\n"
+    "                     an admin (the Slurm epilog runs this)\n"
     "  plan --steps N --bytes-per-step S [--compute-time T] [--backward-time T]\n"
     "       [--codec none]\n"
     "                     checkpoint schedule for an adjoint run of N steps of S bytes on this\n"
@@ -145,12 +150,13 @@ int Runs(v1::Control::Stub& stub, const Options& o) {
     PrintJson(r);
     return 0;
   }
-  std::printf("%-24s %6s %-6s %9s %10s %12s %12s\n", "RUN", "ID", "STATE", "SNAPSHOTS", "STEPS",
-              "STEP BYTES", "STORED");
+  std::printf("%-24s %6s %6s %-6s %9s %10s %12s %12s\n", "RUN", "ID", "OWNER", "STATE",
+              "SNAPSHOTS", "STEPS", "STEP BYTES", "STORED");
   for (const auto& run : r.runs()) {
     std::string steps = run.spec().steps() ? std::to_string(run.spec().steps()) : "?";
-    std::printf("%-24s %6llu %-6s %9llu %10s %12s %12s\n", run.spec().name().c_str(),
-                (unsigned long long)run.run_id(), run.state() == v1::RUN_OPEN ? "open" : "closed",
+    std::printf("%-24s %6llu %6u %-6s %9llu %10s %12s %12s\n", run.spec().name().c_str(),
+                (unsigned long long)run.run_id(), run.owner_uid(),
+                run.state() == v1::RUN_OPEN ? "open" : "closed",
                 (unsigned long long)run.snapshots(), steps.c_str(),
                 FormatBytes(run.spec().bytes_per_step()).c_str(),
                 FormatBytes(run.stored_bytes()).c_str());
@@ -287,6 +293,71 @@ int Drain(v1::Control::Stub& stub, const Options& o) {
   } else {
     std::printf("moved %llu snapshots (%s) to disk; the host tier holds no snapshot only it has\n",
                 (unsigned long long)r.moved(), FormatBytes(r.moved_bytes()).c_str());
+  }
+  return 0;
+}
+
+// `--uid U` (and, for quota, `--set BYTES`) after the command; false after printing why not.
+bool ParseUidArgs(const Options& o, const char* cmd, bool allow_set, v1::QuotaRequest* req) {
+  for (size_t i = 1; i < o.args.size(); ++i) {
+    const std::string& k = o.args[i];
+    if ((k != "uid" && !(allow_set && k == "set")) || i + 1 == o.args.size()) {
+      std::fprintf(stderr, "snapctl %s: expected --uid U%s, got '%s'\n", cmd,
+                   allow_set ? " or --set BYTES" : "", k.c_str());
+      return false;
+    }
+    const std::string& v = o.args[++i];
+    if (k == "uid") {
+      char* end = nullptr;
+      unsigned long uid = std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || uid > UINT32_MAX) {
+        std::fprintf(stderr, "snapctl %s: --uid must be a numeric uid, got '%s'\n", cmd, v.c_str());
+        return false;
+      }
+      req->set_uid(static_cast<uint32_t>(uid));
+    } else {
+      auto bytes = ParseBytes(v);
+      if (!bytes.ok()) {
+        std::fprintf(stderr, "snapctl %s: --set '%s': %s\n", cmd, v.c_str(),
+                     bytes.status().message().c_str());
+        return false;
+      }
+      req->set_set(true);
+      req->set_quota_bytes(*bytes);
+    }
+  }
+  return true;
+}
+
+int Quota(v1::Control::Stub& stub, const Options& o) {
+  v1::QuotaRequest req;
+  if (!ParseUidArgs(o, "quota", /*allow_set=*/true, &req)) return 2;
+  v1::QuotaResponse r;
+  grpc::Status s = stub.Quota(Context().get(), req, &r);
+  if (!s.ok()) return Fail("quota", s, o);
+  if (o.json) {
+    PrintJson(r);
+  } else {
+    std::printf("uid %u: quota %s, stored %s in %llu runs\n", r.uid(),
+                r.quota_bytes() ? FormatBytes(r.quota_bytes()).c_str() : "none",
+                FormatBytes(r.stored_bytes()).c_str(), (unsigned long long)r.runs());
+  }
+  return 0;
+}
+
+int Purge(v1::Control::Stub& stub, const Options& o) {
+  v1::QuotaRequest parsed;
+  if (!ParseUidArgs(o, "purge", /*allow_set=*/false, &parsed)) return 2;
+  v1::PurgeRunsRequest req;
+  if (parsed.has_uid()) req.set_uid(parsed.uid());
+  v1::PurgeRunsResponse r;
+  grpc::Status s = stub.PurgeRuns(Context().get(), req, &r);
+  if (!s.ok()) return Fail("purge", s, o);
+  if (o.json) {
+    PrintJson(r);
+  } else {
+    std::printf("deleted %llu runs, freed %s\n", (unsigned long long)r.runs(),
+                FormatBytes(r.freed_bytes()).c_str());
   }
   return 0;
 }
@@ -688,7 +759,9 @@ int Main(int argc, char** argv) {
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (!o.args.empty() && (o.args[0] == "plan" || o.args[0] == "dump") &&
+    } else if (!o.args.empty() &&
+               (o.args[0] == "plan" || o.args[0] == "dump" || o.args[0] == "quota" ||
+                o.args[0] == "purge") &&
                a.rfind("--", 0) == 0) {
       o.args.push_back(a.substr(2));  // the command's own options, parsed by it
     } else if (a.rfind("--", 0) == 0) {
@@ -713,6 +786,8 @@ int Main(int argc, char** argv) {
   if (cmd == "plan") return Plan(*stub, o);
   if (cmd == "dump") return Dump(*stub, o);
   if (cmd == "drain") return Drain(*stub, o);
+  if (cmd == "quota") return Quota(*stub, o);
+  if (cmd == "purge") return Purge(*stub, o);
   std::fprintf(stderr, "snapctl: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

@@ -172,6 +172,7 @@ PYBIND11_MODULE(_snapd, m) {
   BaseError() = py::reinterpret_borrow<py::object>(
       PyErr_NewExceptionWithDoc("snapd.Error", "An error snapd or libsnapd reported; "
                                 "`code` is its gRPC-style code name.", PyExc_RuntimeError, nullptr));
+  BaseError().attr("code") = "UNKNOWN";
   m.attr("Error") = BaseError();
   struct Sub {
     snapd::Code code;
@@ -191,6 +192,7 @@ PYBIND11_MODULE(_snapd, m) {
     std::string qualified = std::string("snapd.") + s.name;
     py::object cls = py::reinterpret_steal<py::object>(
         PyErr_NewException(qualified.c_str(), bases.ptr(), nullptr));
+    cls.attr("code") = snapd::CodeName(s.code);  // also on instances raised from Python
     m.attr(s.name) = cls;
     ErrorClasses().emplace_back(s.code, cls);
   }

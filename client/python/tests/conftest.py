@@ -27,11 +27,19 @@ def snapd_binary() -> str:
     pytest.fail("no snapd binary: build the repository (cmake --build build) or set SNAPD_BINARY")
 
 
-class Daemon:
-    """A snapd process with its own socket, state directory and spool."""
+def tool(name: str) -> str:
+    """A tool built beside the daemon (snapctl, ...)."""
+    return str(pathlib.Path(snapd_binary()).resolve().parents[1] / "client" / "tools" / name)
 
-    def __init__(self, host_mem="256M", extra=()):
+
+class Daemon:
+    """A snapd process with its own socket, state directory and spool. `shared`: other users
+    may reach the socket (the directory is made world-searchable)."""
+
+    def __init__(self, host_mem="256M", extra=(), shared=False):
         self.dir = tempfile.mkdtemp(prefix="snapd-py-")
+        if shared:
+            os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, "snapd.sock")
         self.log = open(os.path.join(self.dir, "snapd.log"), "wb")
         self.proc = subprocess.Popen(
