@@ -25,6 +25,7 @@
 #include "disk_tier/disk_tier.h"
 #include "host_tier/host_tier.h"
 #include "log.h"
+#include "service/sd_notify.h"
 #include "sessions/sessions.h"
 #include "store/store.h"
 #include "units.h"
@@ -163,10 +164,29 @@ int Run(int argc, char** argv) {
                  SNAPD_VERSION, config.socket.c_str(), (*data_plane)->address().c_str(),
                  FormatBytes(budget).c_str(), disk ? FormatBytes(disk->budget()).c_str() : "none",
                  SpoolDirsText(config).c_str(), config.state_dir.c_str());
+  // systemd (Type=notify): ready now; then watchdog pings while the store answers and the UCX
+  // progress thread runs.
+  Notify(env, "READY=1\nSTATUS=serving on " + config.socket + "\nMAINPID=" +
+                  std::to_string(getpid()));
+  std::unique_ptr<Watchdog> watchdog;
+  {
+    Store* st = store->get();
+    DataPlane* dp = data_plane->get();
+    watchdog = Watchdog::Start(env, [st, dp] {
+      (void)st->Counters();  // takes the store's mutex: hangs if it is stuck
+      return dp->Responsive(std::chrono::seconds(1));
+    });
+  }
+  if (watchdog) {
+    SNAPD_LOG_INFO("systemd watchdog: pinging every %lld ms while healthy",
+                   static_cast<long long>(watchdog->interval().count() / 2000));
+  }
 
   int sig = 0;
   sigwait(&signals, &sig);
   SNAPD_LOG_INFO("received %s, shutting down", strsignal(sig));
+  Notify(env, "STOPPING=1");
+  watchdog.reset();
   server->GetHealthCheckService()->SetServingStatus(false);
   listener->reset();  // no new connections
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

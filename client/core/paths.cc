@@ -16,9 +16,15 @@ std::string Env(const char* name) {
 
 std::string DefaultSocketPath() {
   if (auto s = Env("SNAPD_SOCKET"); !s.empty()) return s;
-  if (geteuid() == 0) return "/run/snapd/snapd.sock";
+  if (geteuid() == 0) return kSystemSocket;
   if (auto x = Env("XDG_RUNTIME_DIR"); !x.empty()) return x + "/snapd/snapd.sock";
   return "/tmp/snapd-" + std::to_string(geteuid()) + "/snapd.sock";
+}
+
+std::string ClientSocketPath() {
+  if (auto s = Env("SNAPD_SOCKET"); !s.empty()) return s;
+  if (access(kSystemSocket, F_OK) == 0) return kSystemSocket;
+  return DefaultSocketPath();
 }
 
 std::string DefaultStateDir() {

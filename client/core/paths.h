@@ -9,6 +9,11 @@ namespace snapd {
 // $XDG_RUNTIME_DIR/snapd/snapd.sock, or /tmp/snapd-<uid>/snapd.sock without XDG_RUNTIME_DIR.
 std::string DefaultSocketPath();
 
+// Where a client looks: $SNAPD_SOCKET if set; else the node service's socket
+// (/run/snapd/snapd.sock) when it exists, whoever the client is; else DefaultSocketPath().
+std::string ClientSocketPath();
+inline constexpr const char* kSystemSocket = "/run/snapd/snapd.sock";
+
 // /var/lib/snapd for root; else $XDG_STATE_HOME/snapd or ~/.local/state/snapd.
 std::string DefaultStateDir();
 

@@ -398,7 +398,7 @@ Client::~Client() = default;
 
 Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   auto impl = std::make_unique<Impl>();
-  impl->socket_path = options.socket_path.empty() ? DefaultSocketPath() : options.socket_path;
+  impl->socket_path = options.socket_path.empty() ? ClientSocketPath() : options.socket_path;
   SNAPD_RETURN_IF_ERROR(ProbeSocket(impl->socket_path));
   impl->stub = v1::Control::NewStub(
       grpc::CreateChannel("unix:" + impl->socket_path, grpc::InsecureChannelCredentials()));

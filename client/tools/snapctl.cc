@@ -53,7 +53,7 @@ const char* kUsage =
     "The socket defaults to $SNAPD_SOCKET, else snapd's default socket.\n";
 
 struct Options {
-  std::string socket = DefaultSocketPath();
+  std::string socket = ClientSocketPath();
   bool json = false;
   std::vector<std::string> args;
 };

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 
 #include <cstring>
+#include <future>
 
 #include "log.h"
 
@@ -171,6 +172,13 @@ void DataPlane::CloseLater(ucp_ep_h ep) {
     ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &p);
     if (req != nullptr && !UCS_PTR_IS_ERR(req)) ucp_request_free(req);
   });
+}
+
+bool DataPlane::Responsive(std::chrono::milliseconds timeout) {
+  auto ran = std::make_shared<std::promise<void>>();
+  std::future<void> done = ran->get_future();
+  loop_->Post([ran] { ran->set_value(); });
+  return done.wait_for(timeout) == std::future_status::ready;
 }
 
 void DataPlane::DropSession(uint64_t session_id) {

@@ -54,6 +54,9 @@ struct DataPlaneCounters {
 
 class DataPlane {
  public:
+  // True when the UCX progress thread runs a posted task within `timeout` (the watchdog's
+  // health check).
+  bool Responsive(std::chrono::milliseconds timeout);
   // A client may hold this many mapped pushes reserved but not committed; more are refused,
   // so one client cannot pin the host tier with reservations it never fills.
   static constexpr size_t kMaxReservationsPerEndpoint = 64;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "temp_dir.h"
 
@@ -22,6 +23,34 @@ TEST(Config, LaterLayersWinFileThenEnvironmentThenFlags) {
   EXPECT_EQ(c->config.host_mem, 1ull << 30);      // file
   EXPECT_EQ(c->config.log_level, "debug");        // environment over file
   EXPECT_EQ(c->config.listen_port, 7002u);        // flag over environment
+}
+
+// deploy/snapd.toml is the one documented config file: it loads, and names every option with
+// its environment variable.
+TEST(Config, TheShippedConfigFileLoadsAndDocumentsEveryOption) {
+  std::string path = std::string(SNAPD_SOURCE_DIR) + "/deploy/snapd.toml";
+  auto c = LoadConfig({"--config", path}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->config.socket, "/run/snapd/snapd.sock");
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  for (const OptionDoc& o : ConfigOptions()) {
+    EXPECT_NE(text.str().find(std::string(o.key) + " ="), std::string::npos) << o.key;
+    EXPECT_NE(text.str().find(o.env), std::string::npos) << o.env;
+  }
+}
+
+TEST(Config, TenancyOptionsParseAndRejectBadValues) {
+  auto c = LoadConfig({"--socket_mode", "0660", "--tenant_quota", "2G", "--admin_group", "hpc"},
+                      {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->config.socket_mode, 0660u);
+  EXPECT_EQ(c->config.tenant_quota, 2ull << 30);
+  EXPECT_EQ(c->config.admin_group, "hpc");
+  auto bad = LoadConfig({"--socket_mode", "0999"}, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("octal"), std::string::npos);
 }
 
 TEST(Config, DefaultsAreDocumentedValues) {

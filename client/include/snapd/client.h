@@ -95,7 +95,8 @@ struct TierInfo {
 };
 
 struct ClientOptions {
-  std::string socket_path;  // empty: $SNAPD_SOCKET, else the daemon's default socket
+  std::string socket_path;  // empty: $SNAPD_SOCKET, else /run/snapd/snapd.sock if it exists, else
+                            // the per-user default (see docs/operations.md)
   std::string client_name;  // shown in daemon logs
   // Map the daemon's host tier when it allows (same node, same uid) and copy snapshots
   // straight into it; otherwise, or when false, bytes travel as UCX messages (one copy by the
