@@ -2,8 +2,9 @@
 # Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies, checks
 # the thread-safety annotations with clang, builds, runs every test, installs the Python
 # package in a venv (PyPI: pybind11, scikit-build-core, pytest, pyrevolve, Devito) and runs its
-# tests against the daemon just built, then rebuilds with AddressSanitizer +
-# UndefinedBehaviorSanitizer and runs every C++ test again.
+# tests against the daemon just built, runs a job through deploy/slurm on a real single-node
+# Slurm, then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs every C++
+# test again.
 #   bash tests/run.sh            # both passes
 #   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only
 set -euo pipefail
@@ -34,6 +35,13 @@ venv=build-tests/python
 [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
 CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$venv/bin/pip" install -q "./client/python[test]"
 SNAPD_BINARY=$PWD/build-tests/daemon/snapd "$venv/bin/python" -m pytest -q client/python/tests
+
+echo "== Slurm: a job through deploy/slurm's prolog and epilog on a real single-node Slurm"
+if [[ $(id -u) -eq 0 ]]; then
+  bash tests/slurm/slurm_test.sh build-tests
+else
+  echo "skipped: starting munged and slurmd needs root"
+fi
 if [[ "${SNAPD_SANITIZE_PASS:-1}" != 0 ]]; then
   echo "== snapd tests under AddressSanitizer + UndefinedBehaviorSanitizer"
   # UCX's memory hooks patch malloc/mmap, which the sanitizer runtime owns.

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -133,6 +134,7 @@ RunSpec FromProto(const v1::RunSpec& p) {
   s.codec = static_cast<Codec>(p.codec());
   s.codec_param = p.codec_param();
   s.compress_at_ingest = p.compress_when() == v1::COMPRESS_AT_INGEST;
+  s.job = p.job();
   return s;
 }
 
@@ -475,6 +477,8 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   p->set_codec_param(spec.codec_param);
   p->set_compress_when(spec.compress_at_ingest ? v1::COMPRESS_AT_INGEST
                                                : v1::COMPRESS_ON_DEMOTION);
+  const char* slurm_job = std::getenv("SLURM_JOB_ID");
+  p->set_job(!spec.job.empty() ? spec.job : slurm_job ? slurm_job : "");
   v1::OpenRunResponse resp;
   SNAPD_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->OpenRun(ctx, req, &resp); }));

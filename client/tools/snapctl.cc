@@ -43,8 +43,9 @@ const char* kUsage =
     "  quota [--uid U] [--set BYTES]\n"
     "                     a uid's byte quota and what it stores (default: yours); --set needs\n"
     "                     root, snapd's uid or the admin_group (0 = no limit)\n"
-    "  purge [--uid U]    delete every run of a uid (default: yours); another uid's runs need\n"
-    "                     an admin (the Slurm epilog runs this)\n"
+    "  purge [--uid U] [--job J]\n"
+    "                     delete every run of a uid (default: yours), or only those of batch\n"
+    "                     job J; another uid's runs need an admin (the Slurm epilog runs this)\n"
     "  plan --steps N --bytes-per-step S [--compute-time T] [--backward-time T]\n"
     "       [--codec none]\n"
     "                     checkpoint schedule for an adjoint run of N steps of S bytes on this\n"
@@ -297,17 +298,22 @@ int Drain(v1::Control::Stub& stub, const Options& o) {
   return 0;
 }
 
-// `--uid U` (and, for quota, `--set BYTES`) after the command; false after printing why not.
-bool ParseUidArgs(const Options& o, const char* cmd, bool allow_set, v1::QuotaRequest* req) {
+// `--uid U` and, for quota, `--set BYTES`, for purge `--job J`, after the command; false after
+// printing why not.
+bool ParseUidArgs(const Options& o, const char* cmd, bool quota, v1::QuotaRequest* req,
+                  std::string* job = nullptr) {
   for (size_t i = 1; i < o.args.size(); ++i) {
     const std::string& k = o.args[i];
-    if ((k != "uid" && !(allow_set && k == "set")) || i + 1 == o.args.size()) {
-      std::fprintf(stderr, "snapctl %s: expected --uid U%s, got '%s'\n", cmd,
-                   allow_set ? " or --set BYTES" : "", k.c_str());
+    bool known = k == "uid" || (quota ? k == "set" : k == "job");
+    if (!known || i + 1 == o.args.size()) {
+      std::fprintf(stderr, "snapctl %s: expected --uid U or %s, got '%s'\n", cmd,
+                   quota ? "--set BYTES" : "--job J", k.c_str());
       return false;
     }
     const std::string& v = o.args[++i];
-    if (k == "uid") {
+    if (k == "job") {
+      *job = v;
+    } else if (k == "uid") {
       char* end = nullptr;
       unsigned long uid = std::strtoul(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || uid > UINT32_MAX) {
@@ -331,7 +337,7 @@ bool ParseUidArgs(const Options& o, const char* cmd, bool allow_set, v1::QuotaRe
 
 int Quota(v1::Control::Stub& stub, const Options& o) {
   v1::QuotaRequest req;
-  if (!ParseUidArgs(o, "quota", /*allow_set=*/true, &req)) return 2;
+  if (!ParseUidArgs(o, "quota", /*quota=*/true, &req)) return 2;
   v1::QuotaResponse r;
   grpc::Status s = stub.Quota(Context().get(), req, &r);
   if (!s.ok()) return Fail("quota", s, o);
@@ -347,9 +353,11 @@ int Quota(v1::Control::Stub& stub, const Options& o) {
 
 int Purge(v1::Control::Stub& stub, const Options& o) {
   v1::QuotaRequest parsed;
-  if (!ParseUidArgs(o, "purge", /*allow_set=*/false, &parsed)) return 2;
+  std::string job;
+  if (!ParseUidArgs(o, "purge", /*quota=*/false, &parsed, &job)) return 2;
   v1::PurgeRunsRequest req;
   if (parsed.has_uid()) req.set_uid(parsed.uid());
+  req.set_job(job);
   v1::PurgeRunsResponse r;
   grpc::Status s = stub.PurgeRuns(Context().get(), req, &r);
   if (!s.ok()) return Fail("purge", s, o);

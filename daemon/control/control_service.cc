@@ -398,13 +398,15 @@ grpc::ServerUnaryReactor* ControlService::PurgeRuns(grpc::CallbackServerContext*
   }
   uint64_t runs = 0, freed = 0;
   for (const v1::RunInfo& run : store_->ListRuns(Tenant::User(uid))) {
+    if (!req->job().empty() && run.spec().job() != req->job()) continue;
     auto f = store_->DeleteRun(run.spec().name(), Tenant::User(uid));
     if (!f.ok()) continue;  // deleted meanwhile
     ++runs;
     freed += *f;
   }
-  SNAPD_LOG_INFO("uid %u purged the %llu runs of uid %u", who.uid,
-                 static_cast<unsigned long long>(runs), uid);
+  SNAPD_LOG_INFO("uid %u purged %llu runs of uid %u%s%s", who.uid,
+                 static_cast<unsigned long long>(runs), uid, req->job().empty() ? "" : ", job ",
+                 req->job().c_str());
   resp->set_runs(runs);
   resp->set_freed_bytes(freed);
   return Finish(ctx, Status::Ok());

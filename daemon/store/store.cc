@@ -79,6 +79,10 @@ Status ValidateRunSpec(const v1::RunSpec& spec) {
                                      "' may contain only letters, digits, '.', '_' and '-'");
     }
   }
+  if (spec.job().size() > 64) {
+    return Status::InvalidArgument("run '" + name + "': job must be at most 64 characters, got " +
+                                   std::to_string(spec.job().size()));
+  }
   if (!v1::Layers_IsValid(spec.layers())) {
     return Status::InvalidArgument("run '" + name + "': unknown layers " +
                                    std::to_string(spec.layers()));

@@ -57,6 +57,9 @@ struct RunSpec {
   // false: compress as steps move to disk. true: compress each step right after it is stored
   // (the host tier then holds more steps; a fetch decodes first).
   bool compress_at_ingest = false;
+  // The batch job the run belongs to; empty: $SLURM_JOB_ID when set. The Slurm epilog deletes
+  // a job's runs when it ends (deploy/slurm).
+  std::string job;
 };
 
 struct RunInfo {

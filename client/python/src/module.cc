@@ -229,7 +229,8 @@ PYBIND11_MODULE(_snapd, m) {
       .def_readwrite("block_when_full", &snapd::RunSpec::block_when_full)
       .def_readwrite("codec", &snapd::RunSpec::codec)
       .def_readwrite("codec_param", &snapd::RunSpec::codec_param)
-      .def_readwrite("compress_at_ingest", &snapd::RunSpec::compress_at_ingest);
+      .def_readwrite("compress_at_ingest", &snapd::RunSpec::compress_at_ingest)
+      .def_readwrite("job", &snapd::RunSpec::job);
   py::class_<snapd::RunInfo>(m, "RunInfo")
       .def_readonly("run_id", &snapd::RunInfo::run_id)
       .def_readonly("spec", &snapd::RunInfo::spec)
