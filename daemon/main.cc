@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "catalog/catalog.h"
 #include "compress/compress_pool.h"
@@ -61,6 +63,15 @@ Status ClaimSocket(const std::string& path) {
   }
   unlink(path.c_str());
   return Status::Ok();
+}
+
+// The whole of a small text file (certificates, keys).
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 int Run(int argc, char** argv) {
@@ -141,8 +152,31 @@ int Run(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
+  if (!config.admin_listen.empty()) {
+    grpc::SslServerCredentialsOptions tls(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    std::string cert, key;
+    for (auto [path, out] : {std::pair{&config.admin_tls_cert, &cert},
+                             std::pair{&config.admin_tls_key, &key},
+                             std::pair{&config.admin_tls_ca, &tls.pem_root_certs}}) {
+      auto text = ReadFile(*path);
+      if (!text.ok()) return fail(text.status());
+      *out = *text;
+    }
+    tls.pem_key_cert_pairs.push_back({key, cert});
+    builder.AddListeningPort(config.admin_listen, grpc::SslServerCredentials(tls));
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) return fail(Status::Unavailable("cannot start the gRPC server"));
+  if (!server) {
+    return fail(Status::Unavailable(
+        config.admin_listen.empty()
+            ? "cannot start the gRPC server"
+            : "cannot serve admin_listen " + config.admin_listen +
+                  " (address in use, or the TLS certificate and key do not load)"));
+  }
+  if (!config.admin_listen.empty()) {
+    SNAPD_LOG_INFO("remote administration over mutual TLS on %s", config.admin_listen.c_str());
+  }
   // snapd accepts control connections itself to learn each caller's uid (SO_PEERCRED).
   gid_t admin_gid = ControlService::kNoGroup;
   if (!config.admin_group.empty()) {

@@ -13,6 +13,7 @@ packages=(
   python3-dev python3-venv  # the Python package (client/python) and its tests, in a venv
   systemd passwd            # tests: systemd-analyze verify of the unit; useradd for two-uid tests
   slurmctld slurmd slurm-client munge  # tests: a real single-node Slurm runs deploy/slurm
+  openssl                   # tests: certificates for snapctl --remote over mutual TLS
 )
 missing=()
 for p in "${packages[@]}"; do

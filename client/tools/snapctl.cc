@@ -9,9 +9,14 @@
 #include <chrono>
 #include <filesystem>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -29,7 +34,8 @@ using snapd::Code;
 using snapd::Result;
 
 const char* kUsage =
-    "usage: snapctl [--socket PATH] [--json] COMMAND\n\n"
+    "usage: snapctl [--socket PATH | --remote HOST:PORT --tls-ca CA --tls-cert CERT\n"
+    "               --tls-key KEY] [--json] COMMAND\n\n"
     "commands:\n"
     "  status             daemon health, tiers, sessions and counters\n"
     "  runs               every run with its snapshot count and bytes\n"
@@ -51,10 +57,14 @@ const char* kUsage =
     "                     checkpoint schedule for an adjoint run of N steps of S bytes on this\n"
     "                     node's tiers, with the write/read costs snapd has measured; T in\n"
     "                     seconds per forward (backward) step\n\n"
-    "The socket defaults to $SNAPD_SOCKET, else snapd's default socket.\n";
+    "The socket defaults to $SNAPD_SOCKET, else snapd's default socket. --remote reaches a\n"
+    "snapd's admin_listen over mutual TLS (PEM files; $SNAPCTL_REMOTE, $SNAPCTL_TLS_CA,\n"
+    "$SNAPCTL_TLS_CERT, $SNAPCTL_TLS_KEY likewise) as an admin.\n";
 
 struct Options {
   std::string socket = ClientSocketPath();
+  std::string remote;  // HOST:PORT of an admin_listen; empty: the unix socket
+  std::string tls_ca, tls_cert, tls_key;
   bool json = false;
   std::vector<std::string> args;
 };
@@ -62,8 +72,12 @@ struct Options {
 int Fail(const std::string& what, const grpc::Status& s, const Options& o) {
   std::string msg = s.error_message();
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    msg = "snapd is not reachable at " + o.socket + " (" + msg +
-          "). Start it with `snapd` (or `systemctl start snapd`), or pass --socket";
+    msg = o.remote.empty()
+              ? "snapd is not reachable at " + o.socket + " (" + msg +
+                    "). Start it with `snapd` (or `systemctl start snapd`), or pass --socket"
+              : "snapd is not reachable at " + o.remote + " (" + msg +
+                    "): check the address, that snapd serves admin_listen there, and that its "
+                    "admin_tls_ca signed your certificate";
   }
   std::fprintf(stderr, "snapctl %s: %s\n", what.c_str(), msg.c_str());
   return 1;
@@ -756,14 +770,31 @@ int Plan(v1::Control::Stub& stub, const Options& o) {
 
 int Main(int argc, char** argv) {
   Options o;
+  auto env = [](const char* name) { return std::getenv(name) ? std::getenv(name) : ""; };
+  o.remote = env("SNAPCTL_REMOTE");
+  o.tls_ca = env("SNAPCTL_TLS_CA");
+  o.tls_cert = env("SNAPCTL_TLS_CERT");
+  o.tls_key = env("SNAPCTL_TLS_KEY");
+  const std::pair<const char*, std::string*> kValued[] = {
+      {"--socket", &o.socket},     {"--remote", &o.remote},     {"--tls-ca", &o.tls_ca},
+      {"--tls-cert", &o.tls_cert}, {"--tls-key", &o.tls_key}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    bool global = false;
+    for (const auto& [flag, value] : kValued) {
+      std::string eq = std::string(flag) + "=";
+      if (!o.args.empty()) break;  // after the command, options are the command's
+      if (a == flag && i + 1 < argc) {
+        *value = argv[++i];
+        global = true;
+      } else if (a.rfind(eq, 0) == 0) {
+        *value = a.substr(eq.size());
+        global = true;
+      }
+    }
+    if (global) continue;
     if (a == "--json") {
       o.json = true;
-    } else if (a == "--socket" && i + 1 < argc) {
-      o.socket = argv[++i];
-    } else if (a.rfind("--socket=", 0) == 0) {
-      o.socket = a.substr(9);
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -783,7 +814,26 @@ int Main(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     return 2;
   }
-  auto channel = grpc::CreateChannel("unix:" + o.socket, grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::Channel> channel;
+  if (o.remote.empty()) {
+    channel = grpc::CreateChannel("unix:" + o.socket, grpc::InsecureChannelCredentials());
+  } else {
+    grpc::SslCredentialsOptions tls;
+    for (auto [flag, path, out] : {std::tuple{"--tls-ca", &o.tls_ca, &tls.pem_root_certs},
+                                   std::tuple{"--tls-cert", &o.tls_cert, &tls.pem_cert_chain},
+                                   std::tuple{"--tls-key", &o.tls_key, &tls.pem_private_key}}) {
+      std::ifstream in(*path);
+      if (path->empty() || !in) {
+        std::fprintf(stderr, "snapctl: --remote needs %s FILE (a readable PEM file)%s%s\n", flag,
+                     path->empty() ? "" : "; cannot read ", path->c_str());
+        return 2;
+      }
+      std::stringstream text;
+      text << in.rdbuf();
+      *out = text.str();
+    }
+    channel = grpc::CreateChannel(o.remote, grpc::SslCredentials(tls));
+  }
   auto stub = v1::Control::NewStub(channel);
   const std::string& cmd = o.args[0];
   if (cmd == "status") return Status(*stub, *channel, o);

@@ -41,6 +41,12 @@ const std::vector<OptionDoc>& ConfigOptions() {
        "do (default: none)"},
       {"tenant_quota", "SNAPD_TENANT_QUOTA",
        "bytes one uid may store over host and disk, e.g. 200G; 0 = no limit (default 0)"},
+      {"admin_listen", "SNAPD_ADMIN_LISTEN",
+       "HOST:PORT for remote snapctl over mutual TLS; empty = off (default empty)"},
+      {"admin_tls_cert", "SNAPD_ADMIN_TLS_CERT", "PEM server certificate for admin_listen"},
+      {"admin_tls_key", "SNAPD_ADMIN_TLS_KEY", "PEM private key for admin_listen"},
+      {"admin_tls_ca", "SNAPD_ADMIN_TLS_CA",
+       "PEM CA whose client certificates are admins on admin_listen"},
   };
   return kOptions;
 }
@@ -124,6 +130,15 @@ Status Set(Config& c, const std::string& key, const std::string& value,
     c.socket_mode = static_cast<uint32_t>(mode);
   } else if (key == "admin_group") {
     c.admin_group = value;
+  } else if (key == "admin_listen") {
+    if (!value.empty() && value.rfind(':') == std::string::npos) {
+      return bad("must be HOST:PORT, e.g. 0.0.0.0:7443");
+    }
+    c.admin_listen = value;
+  } else if (key == "admin_tls_cert" || key == "admin_tls_key" || key == "admin_tls_ca") {
+    (key == "admin_tls_cert" ? c.admin_tls_cert
+     : key == "admin_tls_key" ? c.admin_tls_key
+                              : c.admin_tls_ca) = value;
   } else if (key == "tenant_quota") {
     auto v = ParseBytes(value);
     if (!v.ok()) return bad(v.status().message());
@@ -223,6 +238,13 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
   for (const auto& [key, value] : flags) {
     SNAPD_RETURN_IF_ERROR(Set(c, key, value, "flag --" + key));
   }
+  if (!c.admin_listen.empty() &&
+      (c.admin_tls_cert.empty() || c.admin_tls_key.empty() || c.admin_tls_ca.empty())) {
+    return Status::InvalidArgument(
+        "admin_listen = '" + c.admin_listen +
+        "' needs admin_tls_cert, admin_tls_key and admin_tls_ca: remote administration is "
+        "served over mutual TLS only");
+  }
   return out;
 }
 
@@ -243,7 +265,11 @@ std::string FormatConfig(const Config& c) {
     << "log_level = \"" << c.log_level << "\"\n"
     << "socket_mode = \"0" << std::oct << c.socket_mode << std::dec << "\"\n"
     << "admin_group = \"" << c.admin_group << "\"\n"
-    << "tenant_quota = \"" << c.tenant_quota << "\"\n";
+    << "tenant_quota = \"" << c.tenant_quota << "\"\n"
+    << "admin_listen = \"" << c.admin_listen << "\"\n"
+    << "admin_tls_cert = \"" << c.admin_tls_cert << "\"\n"
+    << "admin_tls_key = \"" << c.admin_tls_key << "\"\n"
+    << "admin_tls_ca = \"" << c.admin_tls_ca << "\"\n";
   return o.str();
 }
 

@@ -29,6 +29,12 @@ struct Config {
   uint32_t socket_mode = 0666;  // control socket permissions; tenancy is per uid regardless
   std::string admin_group;      // members see and manage every tenant's runs (root always does)
   uint64_t tenant_quota = 0;    // bytes one uid may store (host + disk); 0 = no limit
+  // Remote administration (snapctl --remote): gRPC over mutual TLS on this address; empty =
+  // off. Every peer whose client certificate admin_tls_ca signed is an admin.
+  std::string admin_listen;
+  std::string admin_tls_cert;   // PEM server certificate (chain)
+  std::string admin_tls_key;    // PEM private key
+  std::string admin_tls_ca;     // PEM CA that signs the admins' client certificates
 };
 
 // One option as documented by `snapd --help` and docs/configuration.md.

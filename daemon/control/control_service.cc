@@ -1,6 +1,7 @@
 #include "control/control_service.h"
 
 #include <grp.h>
+#include <grpc/grpc_security_constants.h>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -46,6 +47,7 @@ bool InGroup(uid_t uid, gid_t gid, gid_t group) {
 
 Result<Tenant> ControlService::Caller(grpc::CallbackServerContext* ctx) const {
   std::optional<Peer> p = peers_ ? peers_->Find(ctx->peer()) : std::nullopt;
+  if (!p && RemoteAdmin(ctx)) return Tenant::Admin();
   if (!p) {
     return Status::Unauthenticated("snapd cannot tell who is calling (peer " + ctx->peer() +
                                    "): connect through snapd's control socket");
@@ -53,6 +55,14 @@ Result<Tenant> ControlService::Caller(grpc::CallbackServerContext* ctx) const {
   bool admin = p->uid == 0 || p->uid == geteuid() ||
                (admin_gid_ != kNoGroup && InGroup(p->uid, p->gid, admin_gid_));
   return Tenant{p->uid, admin};
+}
+
+bool ControlService::RemoteAdmin(grpc::CallbackServerContext* ctx) {
+  // Only the admin_listen port serves TLS, and it requires and verifies client certificates.
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (!auth || !auth->IsPeerAuthenticated()) return false;
+  auto type = auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
+  return !type.empty() && std::string(type[0].data(), type[0].size()) == "ssl";
 }
 
 ControlService::ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane,
@@ -67,6 +77,11 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
                                                       const v1::OpenSessionRequest* req,
                                                       v1::OpenSessionResponse* resp) {
   SNAPD_CALLER_OR_FINISH(who, ctx);
+  if (RemoteAdmin(ctx)) {
+    return Finish(ctx, Status::PermissionDenied(
+                           "the admin address serves snapctl; solvers open sessions on snapd's "
+                           "unix socket, on the node"));
+  }
   Session s = sessions_->Open(req->client_name(), who.uid);
   resp->set_session_id(s.id);
   resp->set_token(s.token);

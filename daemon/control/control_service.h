@@ -75,6 +75,8 @@ class ControlService final : public v1::Control::CallbackService {
  private:
   // The caller as the control socket's SO_PEERCRED told; UNAUTHENTICATED when unknown.
   Result<Tenant> Caller(grpc::CallbackServerContext* ctx) const;
+  // A caller on admin_listen: mutual TLS verified its client certificate.
+  static bool RemoteAdmin(grpc::CallbackServerContext* ctx);
 
   Store* const store_;
   SessionTable* const sessions_;
