@@ -531,5 +531,90 @@ TEST(RunSpecValidation, NamesTheProblem) {
   EXPECT_TRUE(ValidateRunSpec(s).ok());
 }
 
+// Tenancy inside the store: what one uid sees of another's runs, by name and by id.
+TEST_F(StoreTest, ATenantSeesOnlyItsOwnRuns) {
+  const Tenant a = Tenant::User(1001), b = Tenant::User(1002);
+  v1::RunSpec spec;
+  spec.set_name("mine");
+  spec.set_steps(4);
+  spec.set_bytes_per_step(4096);
+  spec.set_keep(true);
+  bool created = false;
+  auto run = store_->OpenRun(spec, a.uid, &created, a);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  uint64_t id = run->run_id();
+  auto pushed = store_->BeginPush(id, 0, 4096, [](Result<Store::PushTicket>) {}, a);
+  ASSERT_TRUE(pushed.ok() && pushed->has_value());
+  ASSERT_TRUE(store_->CommitPush(**pushed).ok());
+
+  EXPECT_EQ(store_->Locate("mine", 0, b).status().code(), Code::kNotFound);
+  EXPECT_TRUE(store_->ListRuns(b).empty());
+  EXPECT_EQ(store_->ListSnapshots("mine", &*run, b).status().code(), Code::kNotFound);
+  EXPECT_EQ(store_->DeleteSnapshot("mine", 0, b).status().code(), Code::kNotFound);
+  EXPECT_EQ(store_->DeleteRun("mine", b).status().code(), Code::kNotFound);
+  EXPECT_EQ(store_->CloseRun("mine", b).status().code(), Code::kNotFound);
+  EXPECT_EQ(store_->Prefetch("mine", {0}, b).status().code(), Code::kNotFound);
+  EXPECT_EQ(store_->BeginPush(id, 1, 4096, [](Result<Store::PushTicket>) {}, b).status().code(),
+            Code::kNotFound);
+  EXPECT_EQ(store_->BeginFetch(id, 0, 4096, true, [](Result<Store::FetchGrant>) {}, b)
+                .status()
+                .code(),
+            Code::kNotFound);
+  auto taken = store_->OpenRun(spec, b.uid, &created, b);
+  EXPECT_EQ(taken.status().code(), Code::kAlreadyExists);
+  EXPECT_NE(taken.status().message().find("another user"), std::string::npos);
+
+  // The owner and an admin still see everything, byte for byte.
+  EXPECT_EQ(store_->ListRuns(a).size(), 1u);
+  EXPECT_EQ(store_->ListRuns(Tenant::Admin()).size(), 1u);
+  EXPECT_TRUE(store_->Locate("mine", 0, a).ok());
+  EXPECT_TRUE(Fetch(*store_, id, 0, 4096).ok());  // as an admin
+  EXPECT_TRUE(store_->DeleteRun("mine", a).ok());
+}
+
+TEST_F(StoreTest, AQuotaBoundsATenantsBytesIncludingPushesInFlight) {
+  const Tenant a = Tenant::User(1001), b = Tenant::User(1002);
+  store_->SetQuota(a.uid, 3 * 4096);
+  auto open = [&](const std::string& name, const Tenant& who) {
+    v1::RunSpec spec;
+    spec.set_name(name);
+    spec.set_steps(8);
+    spec.set_bytes_per_step(4096);
+    bool created = false;
+    return store_->OpenRun(spec, who.uid, &created, who).value().run_id();
+  };
+  uint64_t ra = open("a-run", a), rb = open("b-run", b);
+  auto push = [&](uint64_t id, uint64_t step, const Tenant& who) -> Result<Store::PushTicket> {
+    auto t = store_->BeginPush(id, step, 4096, [](Result<Store::PushTicket>) {}, who);
+    if (!t.ok()) return t.status();
+    return **t;
+  };
+  ASSERT_TRUE(store_->CommitPush(push(ra, 0, a).value()).ok());
+  auto in_flight_1 = push(ra, 1, a);
+  auto in_flight_2 = push(ra, 2, a);
+  ASSERT_TRUE(in_flight_1.ok() && in_flight_2.ok());
+  auto over = push(ra, 3, a);  // 1 stored + 2 in flight + 1 > 3 steps
+  ASSERT_EQ(over.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("quota"), std::string::npos) << over.status().message();
+  EXPECT_NE(over.status().message().find("1001"), std::string::npos);
+  store_->AbortPush(*in_flight_2);
+  auto again = push(ra, 3, a);  // room again once a push in flight went away
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(store_->CommitPush(*again).ok());
+  EXPECT_TRUE(store_->CommitPush(*in_flight_1).ok());
+  for (uint64_t t = 0; t < 6; ++t) {  // b has no quota
+    auto tb = push(rb, t, b);
+    ASSERT_TRUE(tb.ok()) << tb.status().ToString();
+    EXPECT_TRUE(store_->CommitPush(*tb).ok());
+  }
+  EXPECT_EQ(push(ra, 4, a).status().code(), Code::kResourceExhausted);
+  EXPECT_EQ(store_->TenantUsage(a.uid).quota, 3u * 4096);
+  EXPECT_EQ(store_->TenantUsage(a.uid).runs, 1u);
+  store_->SetQuota(a.uid, 0);  // no limit
+  auto unlimited = push(ra, 4, a);
+  ASSERT_TRUE(unlimited.ok());
+  EXPECT_TRUE(store_->CommitPush(*unlimited).ok());
+}
+
 }  // namespace
 }  // namespace snapd
