@@ -1,6 +1,8 @@
 #include "unix_socket.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -25,6 +27,22 @@ Result<ucx::ScopedFd> ConnectUnix(const std::string& path) {
   if (fd.get() < 0) return Status::Internal(std::string("socket(): ") + std::strerror(errno));
   if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     return Status::Unavailable(std::strerror(errno));
+  }
+  return fd;
+}
+
+Result<ucx::ScopedFd> ListenUnix(const std::string& path, unsigned mode, const char* what) {
+  sockaddr_un addr;
+  SNAPD_RETURN_IF_ERROR(UnixAddress(path, &addr));
+  ucx::ScopedFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return Status::Internal(std::string("socket(): ") + std::strerror(errno));
+  unlink(path.c_str());
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(fd.get(), 128) != 0) {
+    return Status::Unavailable(std::string(what) + " " + path + ": " + std::strerror(errno));
+  }
+  if (chmod(path.c_str(), static_cast<mode_t>(mode)) != 0) {
+    return Status::PermissionDenied("chmod " + path + ": " + std::strerror(errno));
   }
   return fd;
 }

@@ -17,4 +17,8 @@ Status UnixAddress(const std::string& path, sockaddr_un* out);
 // UNAVAILABLE whose message is the system's reason (strerror) when nothing accepts there.
 Result<ucx::ScopedFd> ConnectUnix(const std::string& path);
 
+// A listening stream socket at `path` (an old socket file there is replaced) with permissions
+// `mode`. `what` names the socket in errors ("control socket").
+Result<ucx::ScopedFd> ListenUnix(const std::string& path, unsigned mode, const char* what);
+
 }  // namespace snapd

@@ -18,18 +18,7 @@ namespace snapd {
 
 Result<std::unique_ptr<PeerListener>> PeerListener::Listen(const std::string& path,
                                                            mode_t mode) {
-  sockaddr_un addr;
-  SNAPD_RETURN_IF_ERROR(UnixAddress(path, &addr));
-  ucx::ScopedFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return Status::Internal(std::string("socket: ") + std::strerror(errno));
-  unlink(path.c_str());
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      listen(fd.get(), 128) != 0) {
-    return Status::Unavailable("control socket " + path + ": " + std::strerror(errno));
-  }
-  if (chmod(path.c_str(), mode) != 0) {
-    return Status::PermissionDenied("chmod " + path + ": " + std::strerror(errno));
-  }
+  SNAPD_ASSIGN_OR_RETURN(ucx::ScopedFd fd, ListenUnix(path, mode, "control socket"));
   return std::unique_ptr<PeerListener>(new PeerListener(path, std::move(fd)));
 }
 

@@ -47,16 +47,8 @@ void SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
 Result<std::unique_ptr<ArenaSocket>> ArenaSocket::Start(const std::string& path,
                                                         const HostTier* tier,
                                                         SessionTable* sessions) {
-  sockaddr_un addr;
-  SNAPD_RETURN_IF_ERROR(UnixAddress(path, &addr));
-  ucx::ScopedFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return Status::Internal(std::string("socket: ") + std::strerror(errno));
-  unlink(path.c_str());
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      listen(fd.get(), 64) != 0) {
-    return Status::Unavailable("arena socket " + path + ": " + std::strerror(errno));
-  }
-  chmod(path.c_str(), 0666);  // the uid check happens per connection
+  // 0666: the uid check happens per connection.
+  SNAPD_ASSIGN_OR_RETURN(ucx::ScopedFd fd, ListenUnix(path, 0666, "arena socket"));
   std::unique_ptr<ArenaSocket> s(new ArenaSocket(path, std::move(fd), tier, sessions));
   s->thread_ = std::thread([p = s.get()] { p->Serve(); });
   return s;
