@@ -10,9 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "checksum_math.h"
+
 namespace snapd {
 
-inline constexpr size_t kChecksumBlockBytes = 64 * 1024;
+inline constexpr size_t kChecksumBlockBytes = checksum_math::kBlockBytes;
 
 // Hash of one block; `block_index` seeds it. Exposed for the GPU reference tests.
 uint64_t ChecksumBlock(const void* data, size_t bytes, uint64_t block_index);

@@ -22,6 +22,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "checksum.h"
 #include "paths.h"
+#include "snapd/kernels.h"
 #include "snapd/layers.h"
 #include "snapd/schedule.h"
 #include "snapd/v1/control.grpc.pb.h"
@@ -138,6 +139,8 @@ int Status(v1::Control::Stub& stub, grpc::Channel& channel, const Options& o) {
               static_cast<double>(r.uptime_ms()) / 1000.0);
   std::printf("control   unix:%s\n", o.socket.c_str());
   std::printf("data      ucx %s (wire v%u)\n", r.data_plane_address().c_str(), r.wire_version());
+  // The GPU this client (and a solver on this node) could use: found at run time.
+  std::printf("gpu       %s\n", kernels::ProbeDevice().description.c_str());
   std::printf("sessions  %llu   runs %llu   pushes %llu   fetches %llu   rejected %llu   "
               "lost %llu\n",
               (unsigned long long)r.sessions(), (unsigned long long)r.runs(),

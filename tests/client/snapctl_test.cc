@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "daemon_process.h"
+#include "snapd/kernels.h"
 #include "snapd/client.h"
 #include "snapd/schedule.h"
 
@@ -52,6 +53,9 @@ TEST_F(SnapctlTest, StatusShowsHealthAndTheHostTier) {
   EXPECT_NE(out.find("SERVING"), std::string::npos) << out;
   EXPECT_NE(out.find("host"), std::string::npos);
   EXPECT_NE(out.find("3.0 MiB"), std::string::npos) << out;
+  // Whether a GPU is usable is found at run time and said either way.
+  kernels::DeviceProbe gpu = kernels::ProbeDevice();
+  EXPECT_NE(out.find("gpu       " + gpu.description), std::string::npos) << out;
   ASSERT_EQ(Snapctl({"--json", "status"}, &out), 0);
   EXPECT_NE(out.find("\"pushes\": \"3\""), std::string::npos) << out;
 }

@@ -1,0 +1,131 @@
+// The kernels' CPU references, and the CUDA kernels' logic run on the CPU: the checksum
+// kernel's tiled schedule, the box index map and the NaN/Inf predicate are the functions the
+// kernels call (kernel_math.h, checksum_math.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "checksum.h"
+#include "kernel_math.h"
+#include "snapd/kernels.h"
+
+namespace snapd::kernels {
+namespace {
+
+std::vector<unsigned char> RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 r(seed);
+  std::vector<unsigned char> v(n);
+  for (auto& c : v) c = static_cast<unsigned char>(r());
+  return v;
+}
+
+// What ChecksumBlocks + ChecksumCombine (device.cu) compute, step for step, on the CPU: tiles
+// of kTileBytes, zero-padded past the data, fed to the lanes; per-block terms summed.
+uint64_t ChecksumAsTheKernelSchedulesIt(const unsigned char* data, uint64_t bytes) {
+  namespace cm = checksum_math;
+  uint64_t sum = 0;
+  for (uint64_t b = 0, off = 0; off < bytes; ++b, off += cm::kBlockBytes) {
+    uint64_t n = std::min<uint64_t>(cm::kBlockBytes, bytes - off);
+    uint64_t lanes[4];
+    cm::LaneInit(b, lanes);
+    for (uint64_t t = 0; t < n; t += math::kTileBytes) {
+      uint64_t m = std::min<uint64_t>(math::kTileBytes, n - t);
+      unsigned char tile[math::kTileBytes] = {};
+      std::memcpy(tile, data + off + t, m);
+      math::ConsumeTile(lanes, tile, m);
+    }
+    sum += cm::BlockTerm(cm::BlockHash(lanes, n), b);
+  }
+  return cm::Finish(sum, bytes);
+}
+
+TEST(ChecksumKernel, ItsTiledScheduleEqualsTheDaemonsChecksum) {
+  for (uint64_t bytes : {0ul, 1ul, 31ul, 32ul, 33ul, 4095ul, 4096ul, 4097ul, 65535ul, 65536ul,
+                         65537ul, 200000ul, (1ul << 20) + 24}) {
+    auto data = RandomBytes(bytes, bytes);
+    EXPECT_EQ(ChecksumAsTheKernelSchedulesIt(data.data(), bytes), Checksum(data.data(), bytes))
+        << bytes << " bytes";
+  }
+}
+
+// A 3D field 5 x 6 x 7 with a one-cell halo around a 3 x 4 x 5 interior.
+TEST(BoxReference, PacksTheInteriorAndUnpacksItBackLeavingTheHalo) {
+  const uint64_t nz = 5, ny = 6, nx = 7;
+  std::vector<float> full(nz * ny * nx);
+  for (size_t i = 0; i < full.size(); ++i) full[i] = static_cast<float>(i);
+  Box box{sizeof(float), {nz, ny, nx}, {1, 1, 1}, {3, 4, 5}};
+  std::vector<float> packed(BoxElements(box));
+  ASSERT_TRUE(PackBoxCpu(full.data(), packed.data(), box).ok());
+  size_t p = 0;
+  for (uint64_t z = 1; z < 4; ++z) {
+    for (uint64_t y = 1; y < 5; ++y) {
+      for (uint64_t x = 1; x < 6; ++x) {
+        ASSERT_EQ(packed[p++], full[(z * ny + y) * nx + x]) << z << "," << y << "," << x;
+      }
+    }
+  }
+  std::vector<float> back(full.size(), -1.0f);
+  ASSERT_TRUE(UnpackBoxCpu(packed.data(), back.data(), box).ok());
+  for (uint64_t z = 0; z < nz; ++z) {
+    for (uint64_t y = 0; y < ny; ++y) {
+      for (uint64_t x = 0; x < nx; ++x) {
+        bool inside = z >= 1 && z < 4 && y >= 1 && y < 5 && x >= 1 && x < 6;
+        float want = inside ? full[(z * ny + y) * nx + x] : -1.0f;
+        ASSERT_EQ(back[(z * ny + y) * nx + x], want) << z << "," << y << "," << x;
+      }
+    }
+  }
+}
+
+TEST(BoxReference, Handles2DFieldsAndOddElementSizes) {
+  // 2D, 3-byte elements: the box copies whole elements only.
+  const uint64_t ny = 4, nx = 6;
+  auto full = RandomBytes(ny * nx * 3, 7);
+  Box box{3, {1, ny, nx}, {0, 2, 1}, {1, 2, 4}};
+  std::vector<unsigned char> packed(BoxElements(box) * 3);
+  ASSERT_TRUE(PackBoxCpu(full.data(), packed.data(), box).ok());
+  for (uint64_t y = 0; y < 2; ++y) {
+    EXPECT_EQ(std::memcmp(packed.data() + y * 4 * 3, full.data() + ((2 + y) * nx + 1) * 3, 12), 0);
+  }
+}
+
+TEST(BoxReference, ABoxOutsideItsArrayIsRefusedNamingTheAxis) {
+  Box box{4, {1, 10, 10}, {0, 8, 0}, {1, 3, 10}};
+  std::vector<float> a(100), b(30);
+  Status s = PackBoxCpu(a.data(), b.data(), box);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("axis y"), std::string::npos) << s.message();
+  box = Box{0, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}};
+  EXPECT_EQ(ValidateBox(box).code(), Code::kInvalidArgument);
+}
+
+TEST(NonFiniteReference, FindsTheFirstNaNOrInfinity) {
+  std::vector<float> f(1000, 1.0f);
+  f[3] = std::numeric_limits<float>::max();
+  f[4] = std::numeric_limits<float>::denorm_min();
+  EXPECT_EQ(FirstNonFiniteCpu(f.data(), f.size(), Real::kFloat32), kAllFinite);
+  f[700] = std::nanf("");
+  f[517] = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(FirstNonFiniteCpu(f.data(), f.size(), Real::kFloat32), 517u);
+  std::vector<double> d(50, -2.5);
+  EXPECT_EQ(FirstNonFiniteCpu(d.data(), d.size(), Real::kFloat64), kAllFinite);
+  d[49] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(FirstNonFiniteCpu(d.data(), d.size(), Real::kFloat64), 49u);
+}
+
+TEST(DeviceEntryPoints, SayWhyWhenNoGpuIsUsable) {
+  DeviceProbe probe = ProbeDevice();
+  EXPECT_FALSE(probe.description.empty());
+  if (probe.usable) GTEST_SKIP() << "a GPU is usable here: " << probe.description;
+  uint64_t result = 0;
+  Status s = ChecksumDevice(&result, 8, &result, nullptr);
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(s.message().empty());
+}
+
+}  // namespace
+}  // namespace snapd::kernels
