@@ -17,6 +17,8 @@
 #include <unordered_map>
 
 #include "copy_thread.h"
+#include "device_copy.h"
+#include "snapd/kernels.h"
 #include "op_state.h"
 #include "paths.h"
 #include "snapd/v1/control.grpc.pb.h"
@@ -135,6 +137,7 @@ RunSpec FromProto(const v1::RunSpec& p) {
   s.codec_param = p.codec_param();
   s.compress_at_ingest = p.compress_when() == v1::COMPRESS_AT_INGEST;
   s.job = p.job();
+  s.check_finite = p.check_finite();
   return s;
 }
 
@@ -175,6 +178,8 @@ struct Client::Impl {
     size_t bytes = 0;
     uint64_t run_id = 0;     // kReserve: what to commit once copied
     uint64_t step = 0;
+    void* stream = nullptr;  // device pushes and fetches: the caller's CUDA stream
+    bool device = false;     // `buffer` is GPU memory: the copy engine moves the bytes
   };
 
   std::string socket_path;
@@ -198,6 +203,16 @@ struct Client::Impl {
   std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<detail::OpState>> unstored
       SNAPD_GUARDED_BY(unstored_mu);
   void TrackPush(uint64_t run_id, uint64_t step, const std::shared_ptr<detail::OpState>& state);
+  PushHandle StartPush(uint64_t run_id, uint64_t step, const void* data, size_t bytes,
+                       bool device, void* stream);
+  FetchHandle StartFetch(uint64_t run_id, uint64_t step, void* data, size_t bytes, bool device,
+                         void* stream);
+  // Runs that check their values on push (RunSpec.check_finite), by run id, with their dtype.
+  Mutex runs_mu;
+  std::map<uint64_t, Dtype> finite_checked SNAPD_GUARDED_BY(runs_mu);
+  // INVALID_ARGUMENT naming the step and element when a checked run's push holds NaN or Inf.
+  Status CheckFinite(uint64_t run_id, uint64_t step, const void* data, size_t bytes,
+                     bool device, void* stream);
   std::shared_ptr<detail::OpState> UnstoredPush(uint64_t run_id, uint64_t step);
 
   ~Impl();
@@ -220,6 +235,8 @@ struct Client::Impl {
   // Progress thread: a reservation or lease arrived; copy on the copy thread.
   void CopyIn(Pending p, uint64_t offset);
   void CopyOut(Pending p, uint64_t offset, uint64_t lease);
+  void PostCommit(const Pending& p, uint64_t copy_ns);
+  void PostLeaseRelease(uint64_t lease, uint64_t copy_ns);
   Status CheckRange(uint64_t offset, size_t bytes) const;
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t OnReply(void* arg, const void* header, size_t header_length, void* data,
@@ -262,9 +279,40 @@ Status Client::Impl::CheckRange(uint64_t offset, size_t bytes) const {
   return Status::Ok();
 }
 
+void Client::Impl::PostCommit(const Pending& p, uint64_t ns) {
+  loop->Post([this, p, ns] {
+    wire::PushRequest commit{};
+    commit.run_id = p.run_id;
+    commit.step = p.step;
+    commit.bytes = p.bytes;
+    commit.copy_ns = ns;
+    SendHeader(wire::kCommit, commit, Pending{Kind::kCommit, p.state});
+  });
+}
+
+void Client::Impl::PostLeaseRelease(uint64_t lease, uint64_t ns) {
+  loop->Post([this, lease, ns] {
+    wire::LeaseRelease release{};
+    release.lease = lease;
+    release.copy_ns = ns;
+    SendHeader(wire::kReleaseLease, release, Pending{Kind::kFetchMapped, nullptr});
+  });
+}
+
 void Client::Impl::CopyIn(Pending p, uint64_t offset) {
   if (Status s = CheckRange(offset, p.bytes); !s.ok()) {
     p.state->Complete(s);
+    return;
+  }
+  if (p.device) {  // the GPU copies into tier memory; the reservation is committed after
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = detail::CopyDeviceToHostAsync(arena + offset, p.buffer, p.bytes, p.stream,
+                                             [this, p, t0](Status) {
+                                               p.state->Release(Status::Ok());
+                                               PostCommit(p, NanosSince(t0));
+                                             });
+    // Not enqueued: the reservation is left to expire with the endpoint; the push failed.
+    if (!s.ok()) p.state->Complete(s);
     return;
   }
   copier->Submit([this, p, offset] {
@@ -272,14 +320,7 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
     std::memcpy(arena + offset, p.buffer, p.bytes);
     uint64_t ns = NanosSince(t0);
     p.state->Release(Status::Ok());
-    loop->Post([this, p, ns] {
-      wire::PushRequest commit{};
-      commit.run_id = p.run_id;
-      commit.step = p.step;
-      commit.bytes = p.bytes;
-      commit.copy_ns = ns;
-      SendHeader(wire::kCommit, commit, Pending{Kind::kCommit, p.state});
-    });
+    PostCommit(p, ns);
   });
 }
 
@@ -288,16 +329,23 @@ void Client::Impl::CopyOut(Pending p, uint64_t offset, uint64_t lease) {
     p.state->Complete(s);
     return;
   }
+  if (p.device) {
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = detail::CopyHostToDeviceAsync(p.buffer, arena + offset, p.bytes, p.stream,
+                                             [this, p, lease, t0](Status) {
+                                               PostLeaseRelease(lease, NanosSince(t0));
+                                               p.state->Complete(Status::Ok());
+                                             });
+    if (!s.ok()) {
+      PostLeaseRelease(lease, 0);
+      p.state->Complete(s);
+    }
+    return;
+  }
   copier->Submit([this, p, offset, lease] {
     auto t0 = std::chrono::steady_clock::now();
     std::memcpy(p.buffer, arena + offset, p.bytes);
-    uint64_t ns = NanosSince(t0);
-    loop->Post([this, lease, ns] {
-      wire::LeaseRelease release{};
-      release.lease = lease;
-      release.copy_ns = ns;
-      SendHeader(wire::kReleaseLease, release, Pending{Kind::kFetchMapped, nullptr});
-    });
+    PostLeaseRelease(lease, NanosSince(t0));
     p.state->Complete(Status::Ok());
   });
 }
@@ -479,11 +527,20 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
                                                : v1::COMPRESS_ON_DEMOTION);
   const char* slurm_job = std::getenv("SLURM_JOB_ID");
   p->set_job(!spec.job.empty() ? spec.job : slurm_job ? slurm_job : "");
+  p->set_check_finite(spec.check_finite);
+  if (spec.check_finite && spec.dtype != Dtype::kFloat32 && spec.dtype != Dtype::kFloat64) {
+    return Status::InvalidArgument("run '" + spec.name +
+                                   "': check_finite needs dtype float32 or float64");
+  }
   v1::OpenRunResponse resp;
   SNAPD_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->OpenRun(ctx, req, &resp); }));
   RunInfo info = FromProto(resp.run());
   info.created = resp.created();
+  if (info.spec.check_finite) {  // also when attaching to a run another client opened
+    MutexLock lock(impl_->runs_mu);
+    impl_->finite_checked[info.run_id] = info.spec.dtype;
+  }
   return info;
 }
 
@@ -597,29 +654,76 @@ Result<PushHandle> Client::Push(uint64_t run_id, uint64_t step, const void* data
     return Status::InvalidArgument("push of step " + std::to_string(step) +
                                    ": data is null but bytes is " + std::to_string(bytes));
   }
+  SNAPD_RETURN_IF_ERROR(impl_->CheckFinite(run_id, step, data, bytes, /*device=*/false, nullptr));
+  return impl_->StartPush(run_id, step, data, bytes, /*device=*/false, nullptr);
+}
+
+PushHandle Client::Impl::StartPush(uint64_t run_id, uint64_t step, const void* data,
+                                   size_t bytes, bool device, void* stream) {
   auto state = std::make_shared<detail::OpState>();
-  Impl* impl = impl_.get();
-  impl->TrackPush(run_id, step, state);
-  if (impl->arena) {
-    impl->loop->Post([impl, state, run_id, step, data, bytes] {
+  TrackPush(run_id, step, state);
+  if (arena) {
+    Pending entry{Kind::kReserve, state, const_cast<void*>(data), bytes, run_id, step, stream,
+                  device};
+    loop->Post([this, entry, run_id, step, bytes] {
       wire::PushRequest reserve{};
       reserve.run_id = run_id;
       reserve.step = step;
       reserve.bytes = bytes;
-      impl->SendHeader(wire::kReserve, reserve,
-                       Impl::Pending{Impl::Kind::kReserve, state, const_cast<void*>(data), bytes,
-                                     run_id, step});
+      SendHeader(wire::kReserve, reserve, entry);
     });
     return PushHandle(state);
   }
-  uint64_t id = impl_->next_request++;
+  uint64_t id = next_request++;
   auto header = std::make_shared<wire::PushRequest>(wire::PushRequest{
-      wire::MakeHeader(wire::kPush, impl_->token, id), run_id, step, bytes, /*copy_ns=*/0});
-  impl->loop->Post([impl, header, id, state, data, bytes] {
-    impl->Send(header, sizeof *header, id, wire::kPush, Impl::Pending{Impl::Kind::kPush, state},
-               data, bytes);
+      wire::MakeHeader(wire::kPush, token, id), run_id, step, bytes, /*copy_ns=*/0});
+  loop->Post([this, header, id, state, data, bytes] {
+    Send(header, sizeof *header, id, wire::kPush, Pending{Kind::kPush, state}, data, bytes);
   });
   return PushHandle(state);
+}
+
+Result<PushHandle> Client::PushDevice(uint64_t run_id, uint64_t step, const void* device_data,
+                                      size_t bytes, void* stream) {
+  if (device_data == nullptr && bytes != 0) {
+    return Status::InvalidArgument("device push of step " + std::to_string(step) +
+                                   ": data is null but bytes is " + std::to_string(bytes));
+  }
+  SNAPD_RETURN_IF_ERROR(impl_->CheckFinite(run_id, step, device_data, bytes, true, stream));
+  if (impl_->arena) {
+    SNAPD_RETURN_IF_ERROR(detail::RegisterHost(impl_->arena, impl_->arena_bytes));
+    return impl_->StartPush(run_id, step, device_data, bytes, /*device=*/true, stream);
+  }
+  // No mapped tier: through host memory, and released before returning.
+  std::vector<char> staging(bytes);
+  SNAPD_RETURN_IF_ERROR(detail::CopyDeviceToHost(staging.data(), device_data, bytes, stream));
+  PushHandle h = impl_->StartPush(run_id, step, staging.data(), bytes, false, nullptr);
+  SNAPD_RETURN_IF_ERROR(h.WaitReleased());
+  return h;
+}
+
+Status Client::Impl::CheckFinite(uint64_t run_id, uint64_t step, const void* data,
+                                 size_t bytes, bool device, void* stream) {
+  Dtype dtype;
+  {
+    MutexLock lock(runs_mu);
+    auto it = finite_checked.find(run_id);
+    if (it == finite_checked.end()) return Status::Ok();
+    dtype = it->second;
+  }
+  bool f64 = dtype == Dtype::kFloat64;
+  uint64_t count = bytes / (f64 ? 8 : 4);
+  uint64_t bad = kernels::kAllFinite;
+  if (device) {
+    SNAPD_RETURN_IF_ERROR(detail::FirstNonFiniteOnDevice(data, count, f64, stream, &bad));
+  } else {
+    bad = kernels::FirstNonFiniteCpu(data, count, f64 ? kernels::Real::kFloat64
+                                                      : kernels::Real::kFloat32);
+  }
+  if (bad == kernels::kAllFinite) return Status::Ok();
+  return Status::InvalidArgument("step " + std::to_string(step) + " of run id " +
+                                 std::to_string(run_id) + ": element " + std::to_string(bad) +
+                                 " is NaN or infinite; not pushed (the run has check_finite)");
 }
 
 Result<FetchHandle> Client::FetchAsync(uint64_t run_id, uint64_t step, void* data,
@@ -628,30 +732,53 @@ Result<FetchHandle> Client::FetchAsync(uint64_t run_id, uint64_t step, void* dat
     return Status::InvalidArgument("fetch of step " + std::to_string(step) +
                                    ": destination buffer is null");
   }
+  return impl_->StartFetch(run_id, step, data, bytes, /*device=*/false, nullptr);
+}
+
+FetchHandle Client::Impl::StartFetch(uint64_t run_id, uint64_t step, void* data, size_t bytes,
+                                     bool device, void* stream) {
   auto state = std::make_shared<detail::OpState>();
-  Impl* impl = impl_.get();
-  bool mapped = impl->arena != nullptr;
-  auto send = [impl, mapped, state, run_id, step, data, bytes] {
-    impl->loop->Post([impl, mapped, state, run_id, step, data, bytes] {
+  bool mapped = arena != nullptr;
+  auto send = [this, mapped, state, run_id, step, data, bytes, device, stream] {
+    loop->Post([this, mapped, state, run_id, step, data, bytes, device, stream] {
       wire::FetchRequest fetch{};
       fetch.run_id = run_id;
       fetch.step = step;
       fetch.bytes = bytes;
       if (mapped) {
-        impl->SendHeader(wire::kFetchMapped, fetch,
-                         Impl::Pending{Impl::Kind::kFetchMapped, state, data, bytes});
+        SendHeader(wire::kFetchMapped, fetch,
+                   Pending{Kind::kFetchMapped, state, data, bytes, 0, 0, stream, device});
       } else {
-        impl->SendHeader(wire::kFetch, fetch,
-                         Impl::Pending{Impl::Kind::kFetch, state, data, bytes});
+        SendHeader(wire::kFetch, fetch, Pending{Kind::kFetch, state, data, bytes});
       }
     });
   };
-  if (auto push = impl->UnstoredPush(run_id, step)) {
+  if (auto push = UnstoredPush(run_id, step)) {
     push->WhenCompleted(std::move(send));  // read what this client wrote, once it is stored
   } else {
     send();
   }
   return FetchHandle(state);
+}
+
+Result<FetchHandle> Client::FetchDeviceAsync(uint64_t run_id, uint64_t step, void* device_data,
+                                             size_t bytes, void* stream) {
+  if (device_data == nullptr) {
+    return Status::InvalidArgument("device fetch of step " + std::to_string(step) +
+                                   ": destination is null");
+  }
+  if (impl_->arena) {
+    SNAPD_RETURN_IF_ERROR(detail::RegisterHost(impl_->arena, impl_->arena_bytes));
+    return impl_->StartFetch(run_id, step, device_data, bytes, /*device=*/true, stream);
+  }
+  // No mapped tier: through host memory, done before returning.
+  std::vector<char> staging(bytes);
+  SNAPD_RETURN_IF_ERROR(impl_->StartFetch(run_id, step, staging.data(), bytes, false, nullptr)
+                            .Wait());
+  SNAPD_RETURN_IF_ERROR(detail::CopyHostToDevice(device_data, staging.data(), bytes, stream));
+  auto done = std::make_shared<detail::OpState>();
+  done->Complete(Status::Ok());
+  return FetchHandle(done);
 }
 
 Status Client::Fetch(uint64_t run_id, uint64_t step, void* data, size_t bytes) {

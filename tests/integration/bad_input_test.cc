@@ -2,9 +2,12 @@
 // and the daemon keeps serving.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <vector>
 
 #include "daemon_process.h"
+#include "snapd/kernels.h"
 #include "snapd/client.h"
 
 namespace snapd::testing {
@@ -85,6 +88,40 @@ TEST_P(BadInputTest, WrongSizeNamesBothSizes) {
   ASSERT_TRUE(Push(run_id_, 0, kBytes).ok());
   ExpectError(client_->Fetch(run_id_, 0, buf_.data(), kBytes / 2), Code::kInvalidArgument,
               "buffer of " + std::to_string(kBytes / 2));
+}
+
+TEST_P(BadInputTest, ACheckedRunRefusesAPushWithANaNNamingTheStepAndElement) {
+  RunSpec spec{.name = "checked", .steps = 4, .bytes_per_step = 1000 * sizeof(float),
+               .dtype = Dtype::kFloat32, .check_finite = true};
+  auto run = client_->OpenRun(spec);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  std::vector<float> u(1000, 1.5f);
+  ASSERT_TRUE(client_->Push(run->run_id, 0, u.data(), u.size() * sizeof(float))->WaitStored().ok());
+  u[613] = std::numeric_limits<float>::quiet_NaN();
+  auto refused = client_->Push(run->run_id, 1, u.data(), u.size() * sizeof(float));
+  ExpectError(refused.status(), Code::kInvalidArgument, "step 1");
+  EXPECT_NE(refused.status().message().find("element 613"), std::string::npos);
+  EXPECT_EQ(client_->Locate("checked", 1).status().code(), Code::kNotFound);  // nothing stored
+  u[613] = 2.0f;
+  EXPECT_TRUE(client_->Push(run->run_id, 1, u.data(), u.size() * sizeof(float))->WaitStored().ok());
+  // A second client attaching to the run checks too; a non-float run cannot ask for it.
+  auto other = ConnectClient(*daemon_, GetParam());
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*other)->OpenRun(spec).ok());
+  u[0] = -std::numeric_limits<float>::infinity();
+  ExpectError((*other)->Push(run->run_id, 2, u.data(), u.size() * sizeof(float)).status(),
+              Code::kInvalidArgument, "element 0");
+  RunSpec ints{.name = "ints", .bytes_per_step = 64, .dtype = Dtype::kInt32, .check_finite = true};
+  ExpectError(client_->OpenRun(ints).status(), Code::kInvalidArgument, "float32 or float64");
+}
+
+TEST_P(BadInputTest, DevicePushesSayWhatTheyNeedWithoutAGpu) {
+  if (kernels::ProbeDevice().usable) GTEST_SKIP() << "a GPU is usable here";
+  auto h = client_->PushDevice(run_id_, 0, buf_.data(), kBytes);
+  EXPECT_FALSE(h.ok());
+  EXPECT_FALSE(h.status().message().empty());
+  EXPECT_EQ(client_->Locate("run", 0).status().code(), Code::kNotFound);
+  ASSERT_TRUE(Push(run_id_, 0, kBytes).ok());  // the client and daemon carry on
 }
 
 TEST_P(BadInputTest, StepOutsideDeclaredRangeIsOutOfRange) {

@@ -60,6 +60,9 @@ struct RunSpec {
   // The batch job the run belongs to; empty: $SLURM_JOB_ID when set. The Slurm epilog deletes
   // a job's runs when it ends (deploy/slurm).
   std::string job;
+  // Scan each push for NaN and infinities (dtype float32 or float64; on the GPU for device
+  // pushes) and refuse it with INVALID_ARGUMENT naming the step and the element.
+  bool check_finite = false;
 };
 
 struct RunInfo {
@@ -180,6 +183,18 @@ class Client {
   Result<FetchHandle> FetchAsync(uint64_t run_id, uint64_t step, void* data, size_t bytes);
   // FetchAsync + Wait.
   Status Fetch(uint64_t run_id, uint64_t step, void* data, size_t bytes);
+
+  // GPU (CUDA) memory. `stream` is the cudaStream_t the solver works on (null: the legacy
+  // default stream); the copy is ordered after the work already on it. With the host tier
+  // mapped, the GPU's copy engine moves the bytes straight to or from daemon tier memory
+  // (registered with cudaHostRegister on first use): no CPU copy; a push is *released* and a
+  // fetch complete when the copy on the stream finished. Without the mapping (another uid,
+  // SNAPD_DATA_PATH=ucx) the bytes go through host memory and the call returns once released
+  // (push) or filled (fetch). FAILED_PRECONDITION from a libsnapd built without CUDA.
+  Result<PushHandle> PushDevice(uint64_t run_id, uint64_t step, const void* device_data,
+                                size_t bytes, void* stream = nullptr);
+  Result<FetchHandle> FetchDeviceAsync(uint64_t run_id, uint64_t step, void* device_data,
+                                       size_t bytes, void* stream = nullptr);
 
   const std::string& socket_path() const;
   const std::string& data_plane_address() const;

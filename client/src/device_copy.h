@@ -1,0 +1,38 @@
+// Copies between GPU memory and host memory on the caller's CUDA stream, for libsnapd's device
+// pushes and fetches. With the daemon's host tier mapped and registered (RegisterHost), the
+// GPU's copy engine moves the bytes straight to or from tier memory: no CPU copy.
+// A build without CUDA returns FAILED_PRECONDITION from every call.
+//
+// Threading: any thread; `done` runs on a CUDA runtime thread and must not call CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "snapd/status.h"
+
+namespace snapd::detail {
+
+// Pins [base, base + bytes) for the GPU (cudaHostRegister), once; later calls return the first
+// call's status.
+Status RegisterHost(void* base, size_t bytes);
+void UnregisterHost(void* base);
+
+// Enqueues the copy on `stream` (a cudaStream_t) and then `done`, called once the copy
+// finished (OK) or failed (the status says how).
+Status CopyDeviceToHostAsync(void* host, const void* device, size_t bytes, void* stream,
+                             std::function<void(Status)> done);
+Status CopyHostToDeviceAsync(void* device, const void* host, size_t bytes, void* stream,
+                             std::function<void(Status)> done);
+
+// The same, waiting for the copy (through pageable memory: the path without a mapped tier).
+Status CopyDeviceToHost(void* host, const void* device, size_t bytes, void* stream);
+Status CopyHostToDevice(void* device, const void* host, size_t bytes, void* stream);
+
+// Index of the first NaN/Inf among `count` float32 (or float64) values in GPU memory, found by
+// the scan kernel on `stream`; waits for it. kernels::kAllFinite when there is none.
+Status FirstNonFiniteOnDevice(const void* device, uint64_t count, bool f64, void* stream,
+                              uint64_t* index);
+
+}  // namespace snapd::detail
