@@ -28,6 +28,11 @@
 // compression ratio, for each mode. No daemon needed.
 //
 //   snapbench --codec [--workers N] [--json]
+//
+// Device mode (--device, CUDA builds): device pushes and fetches against pinned cudaMemcpy of
+// the same bytes, and the backward stall (snapbench_device.cc).
+//
+//   snapbench --device [--steps N] [--bytes S] [--compute-ms T] [--socket PATH] [--json]
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <ucp/api/ucp.h>
@@ -49,6 +54,7 @@
 #include <vector>
 
 #include "snapd/client.h"
+#include "snapbench_device.h"
 #include "units.h"
 
 namespace {
@@ -67,6 +73,7 @@ struct Args {
   bool json = false;
   bool spill = false;
   bool codec = false;
+  bool device = false;
   int workers = 0;  // codec: 0 = the daemon's default (cores minus one)
   double compute_ms = 0;  // spill: simulated compute per backward step; 0 = 1.25x read time
 };
@@ -544,6 +551,8 @@ int main(int argc, char** argv) {
       a.spill = true;
     } else if (k == "--codec") {
       a.codec = true;
+    } else if (k == "--device") {
+      a.device = true;
     } else if (k == "--workers" && v) {
       a.workers = std::atoi(argv[++i]);
     } else if (k == "--compute-ms" && v) {
@@ -564,7 +573,9 @@ int main(int argc, char** argv) {
                    "usage: snapbench [--steps N] [--bytes S] [--socket PATH] [--cold] [--json]\n"
                    "       snapbench --spill [--bytes S] [--compute-ms T] [--socket PATH] "
                    "[--json]\n"
-                   "       snapbench --codec [--workers N] [--json]\n");
+                   "       snapbench --codec [--workers N] [--json]\n"
+                   "       snapbench --device [--steps N] [--bytes S] [--compute-ms T] "
+                   "[--socket PATH] [--json]\n");
       return 2;
     }
   }
@@ -582,6 +593,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (a.spill) return Spill(**client, a);
+  if (a.device) {
+#if SNAPD_WITH_CUDA
+    return DeviceBench(**client, a.steps, a.bytes, a.compute_ms, a.json);
+#else
+    std::fprintf(stderr, "snapbench --device: this build has no CUDA (SNAPD_WITH_CUDA=OFF)\n");
+    return 1;
+#endif
+  }
   std::vector<std::vector<char>> src = SourceBuffers(a.bytes);
   std::vector<char> dst(a.bytes, 0);
   if (!a.cold) {

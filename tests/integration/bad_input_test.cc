@@ -91,8 +91,12 @@ TEST_P(BadInputTest, WrongSizeNamesBothSizes) {
 }
 
 TEST_P(BadInputTest, ACheckedRunRefusesAPushWithANaNNamingTheStepAndElement) {
-  RunSpec spec{.name = "checked", .steps = 4, .bytes_per_step = 1000 * sizeof(float),
-               .dtype = Dtype::kFloat32, .check_finite = true};
+  RunSpec spec;
+  spec.name = "checked";
+  spec.steps = 4;
+  spec.bytes_per_step = 1000 * sizeof(float);
+  spec.dtype = Dtype::kFloat32;
+  spec.check_finite = true;
   auto run = client_->OpenRun(spec);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   std::vector<float> u(1000, 1.5f);
@@ -111,7 +115,9 @@ TEST_P(BadInputTest, ACheckedRunRefusesAPushWithANaNNamingTheStepAndElement) {
   u[0] = -std::numeric_limits<float>::infinity();
   ExpectError((*other)->Push(run->run_id, 2, u.data(), u.size() * sizeof(float)).status(),
               Code::kInvalidArgument, "element 0");
-  RunSpec ints{.name = "ints", .bytes_per_step = 64, .dtype = Dtype::kInt32, .check_finite = true};
+  RunSpec ints = spec;
+  ints.name = "ints";
+  ints.dtype = Dtype::kInt32;
   ExpectError(client_->OpenRun(ints).status(), Code::kInvalidArgument, "float32 or float64");
 }
 

@@ -72,8 +72,13 @@ TEST_P(DeviceTest, DeviceSnapshotsRoundTripByteExact) {
 TEST_P(DeviceTest, ACheckedRunRefusesADeviceNaN) {
   std::vector<double> field(4096, 0.25);
   field[4000] = NAN;
-  auto run = client_->OpenRun({.name = "checked", .steps = 2, .bytes_per_step = 4096 * 8,
-                               .dtype = Dtype::kFloat64, .check_finite = true});
+  RunSpec spec;
+  spec.name = "checked";
+  spec.steps = 2;
+  spec.bytes_per_step = 4096 * 8;
+  spec.dtype = Dtype::kFloat64;
+  spec.check_finite = true;
+  auto run = client_->OpenRun(spec);
   ASSERT_TRUE(run.ok());
   void* d = DeviceAlloc(4096 * 8);
   ASSERT_EQ(cudaMemcpy(d, field.data(), 4096 * 8, cudaMemcpyHostToDevice), cudaSuccess);

@@ -1,0 +1,154 @@
+// snapbench --device: device (CUDA) pushes and fetches against the copy engine's limits,
+// measured in the same run.
+// References: pinned cudaMemcpy device-to-host and host-to-device of the same bytes (best of 5).
+// Push: N PushDevice calls from two device buffers, each reused once its push is released,
+// timed until every snapshot is stored. Backward: N FetchDeviceAsync in reverse step order,
+// double-buffered: step t-1's fetch runs while step t "computes" (a spin kernel of the given
+// time, default 1.25x the H2D copy of one step); the stall is the time the solver waited for a
+// fetch, as a fraction of the backward pass.
+#include "snapbench_device.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "snapd/kernels.h"
+#include "units.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+bool Cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  std::fprintf(stderr, "snapbench --device: %s: %s\n", what, cudaGetErrorString(e));
+  return false;
+}
+
+// Best of `reps` pinned copies of `bytes`, in bytes per second.
+double CopyRate(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, int reps) {
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    if (!Cuda(cudaMemcpy(dst, src, bytes, kind), "cudaMemcpy")) return 0;
+    best = std::max(best, bytes / Seconds(t0, Clock::now()));
+  }
+  return best;
+}
+
+}  // namespace
+
+int DeviceBench(snapd::Client& c, uint64_t steps, uint64_t bytes, double compute_ms, bool json) {
+  snapd::kernels::DeviceProbe gpu = snapd::kernels::ProbeDevice();
+  if (!gpu.usable) {
+    std::fprintf(stderr, "snapbench --device: no usable GPU: %s\n", gpu.description.c_str());
+    return 1;
+  }
+  void *d[2], *pinned;
+  for (auto& p : d) {
+    if (!Cuda(cudaMalloc(&p, bytes), "cudaMalloc") || !Cuda(cudaMemset(p, 1, bytes), "memset")) {
+      return 1;
+    }
+  }
+  if (!Cuda(cudaMallocHost(&pinned, bytes), "cudaMallocHost")) return 1;
+  double d2h = CopyRate(pinned, d[0], bytes, cudaMemcpyDeviceToHost, 5);
+  double h2d = CopyRate(d[0], pinned, bytes, cudaMemcpyHostToDevice, 5);
+  cudaStream_t stream;
+  if (!Cuda(cudaStreamCreate(&stream), "cudaStreamCreate")) return 1;
+  auto fail = [](const char* what, const snapd::Status& s) {
+    std::fprintf(stderr, "snapbench --device: %s: %s\n", what, s.ToString().c_str());
+    return 1;
+  };
+
+  snapd::RunSpec spec;
+  spec.name = "snapbench-device";
+  spec.steps = steps;
+  spec.bytes_per_step = bytes;
+  spec.keep = true;  // two backward passes
+  auto run = c.OpenRun(spec);
+  if (!run.ok()) return fail("open run", run.status());
+  // Forward.
+  std::vector<snapd::PushHandle> pushes;
+  auto f0 = Clock::now();
+  for (uint64_t t = 0; t < steps; ++t) {
+    if (t >= 2) {
+      if (auto s = pushes[t - 2].WaitReleased(); !s.ok()) return fail("push", s);
+    }
+    auto h = c.PushDevice(run->run_id, t, d[t % 2], bytes, stream);
+    if (!h.ok()) return fail("push", h.status());
+    pushes.push_back(*h);
+  }
+  for (auto& h : pushes) {
+    if (auto s = h.WaitStored(); !s.ok()) return fail("push", s);
+  }
+  double push_rate = steps * bytes / Seconds(f0, Clock::now());
+
+  // Backward, double-buffered: once without compute (the fetch rate), once with a simulated
+  // compute per step (the stall). The run keeps its steps for the second pass.
+  double compute_s = compute_ms > 0 ? compute_ms / 1e3 : 1.25 * bytes / h2d;
+  auto backward = [&](double compute, double* waited) -> double {
+    *waited = 0;
+    auto b0 = Clock::now();
+    auto first = c.FetchDeviceAsync(run->run_id, steps - 1, d[(steps - 1) % 2], bytes, stream);
+    if (!first.ok()) return fail("fetch", first.status()), -1.0;
+    snapd::FetchHandle current = *first;
+    for (uint64_t t = steps; t-- > 0;) {
+      auto w0 = Clock::now();
+      if (auto s = current.Wait(); !s.ok()) return fail("fetch", s), -1.0;
+      *waited += Seconds(w0, Clock::now());
+      if (t > 0) {
+        auto f = c.FetchDeviceAsync(run->run_id, t - 1, d[(t - 1) % 2], bytes, stream);
+        if (!f.ok()) return fail("fetch", f.status()), -1.0;
+        current = *f;
+      }
+      auto busy = Clock::now();  // the solver's step on the GPU; its host thread waits
+      while (Seconds(busy, Clock::now()) < compute) {
+      }
+    }
+    return Seconds(b0, Clock::now());
+  };
+  double waited = 0;
+  double bare = backward(0, &waited);
+  if (bare < 0) return 1;
+  double fetch_rate = steps * bytes / bare;
+  double with_compute = backward(compute_s, &waited);
+  if (with_compute < 0) return 1;
+  double stall = waited / with_compute;
+  snapd::Status deleted = c.DeleteRun("snapbench-device");
+  (void)deleted;
+  for (auto& p : d) cudaFree(p);
+  cudaFreeHost(pinned);
+  cudaStreamDestroy(stream);
+  auto gbs = [](double r) { return r / 1e9; };
+  const char* path = c.data_path() == snapd::DataPath::kMappedHostTier ? "mapped" : "ucx";
+  if (json) {
+    std::printf("{\"gpu\": \"%s\", \"steps\": %llu, \"bytes\": %llu, \"data_path\": \"%s\",\n"
+                " \"d2h_gbs\": %.3f, \"h2d_gbs\": %.3f, \"push_gbs\": %.3f, \"fetch_gbs\": %.3f,\n"
+                " \"push_vs_d2h\": %.3f, \"fetch_vs_h2d\": %.3f, \"compute_ms\": %.3f,"
+                " \"backward_stall\": %.4f}\n",
+                gpu.description.c_str(), (unsigned long long)steps, (unsigned long long)bytes,
+                path, gbs(d2h), gbs(h2d), gbs(push_rate), gbs(fetch_rate), push_rate / d2h,
+                fetch_rate / h2d, compute_s * 1e3, stall);
+  } else {
+    std::printf("snapbench --device: %s; %llu steps x %s, data path %s\n",
+                gpu.description.c_str(), (unsigned long long)steps,
+                snapd::FormatBytes(bytes).c_str(), path);
+    std::printf("%-28s %8s %8s\n", "", "GB/s", "ratio");
+    std::printf("%-28s %8.2f %8s\n", "pinned cudaMemcpy D2H", gbs(d2h), "1.00");
+    std::printf("%-28s %8.2f %8.2f\n", "snapd device push (stored)", gbs(push_rate),
+                push_rate / d2h);
+    std::printf("%-28s %8.2f %8s\n", "pinned cudaMemcpy H2D", gbs(h2d), "1.00");
+    std::printf("%-28s %8.2f %8.2f\n", "snapd device fetch", gbs(fetch_rate), fetch_rate / h2d);
+    std::printf("backward with %.2f ms compute per step: the solver waited %.1f %% of the pass\n",
+                compute_s * 1e3, 100 * stall);
+  }
+  return 0;
+}
