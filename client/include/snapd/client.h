@@ -37,15 +37,15 @@ enum class Codec {
 const char* TierName(Tier tier);
 
 struct RunSpec {
-  std::string name;             // unique per tenant: [A-Za-z0-9._-]{1,128}
+  std::string name;             // unique on the node: [A-Za-z0-9._-]{1,128}
   uint64_t steps = 0;           // declared step count; 0 = unknown
   uint64_t bytes_per_step = 0;  // every push and fetch moves exactly this many bytes
   Dtype dtype = Dtype::kUnspecified;
-  std::vector<uint64_t> shape;  // optional; must agree with bytes_per_step and dtype
+  std::vector<uint64_t> shape = {};  // optional; must agree with bytes_per_step and dtype
   // Tiers the run may use, as DevitoPRO names them: "DiskHost", "Host", "Disk", "NoLayers"
   // ("DiskHostDevice", "HostDevice", "Device" need the device tier, not served yet). Empty:
   // DiskHost when the daemon has a disk tier, else Host.
-  std::string layers;
+  std::string layers = {};
   // false: a step is released once fetched (read-once backward pass). true: steps stay until
   // deleted (checkpoint schedules read a step more than once).
   bool keep = false;
@@ -59,7 +59,7 @@ struct RunSpec {
   bool compress_at_ingest = false;
   // The batch job the run belongs to; empty: $SLURM_JOB_ID when set. The Slurm epilog deletes
   // a job's runs when it ends (deploy/slurm).
-  std::string job;
+  std::string job = {};
   // Scan each push for NaN and infinities (dtype float32 or float64; on the GPU for device
   // pushes) and refuse it with INVALID_ARGUMENT naming the step and the element.
   bool check_finite = false;
