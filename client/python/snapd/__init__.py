@@ -82,7 +82,8 @@ class Client:
                  bytes_per_step: int = 0, dtype=None, shape: Sequence[int] = (),
                  layers: str = "", keep: bool = False, block_when_full: bool = False,
                  codec: str = "none", codec_param: float = 0.0,
-                 compress_at_ingest: bool = False, job: str = "") -> "Run":
+                 compress_at_ingest: bool = False, job: str = "",
+                 check_finite: bool = False) -> "Run":
         """Opens (or attaches to) a run. `like=array` takes bytes, dtype and shape from an
         array; otherwise give `bytes_per_step` (and optionally `dtype`, `shape`).
 
@@ -90,7 +91,8 @@ class Client:
         has a disk tier). keep: steps survive being fetched (checkpoint schedules re-read).
         codec: "none", "zfp-reversible" (lossless), "zfp-rate", "zfp-precision" or
         "zfp-accuracy", with `codec_param` as zfp takes it. job: the batch job the run
-        belongs to (default $SLURM_JOB_ID); the Slurm epilog deletes a job's runs."""
+        belongs to (default $SLURM_JOB_ID); the Slurm epilog deletes a job's runs.
+        check_finite: refuse pushes holding NaN or infinities (float32/float64 runs)."""
         spec = RunSpec()
         spec.name = name
         spec.steps = steps
@@ -119,6 +121,7 @@ class Client:
         spec.codec_param = float(codec_param)
         spec.compress_at_ingest = compress_at_ingest
         spec.job = job
+        spec.check_finite = check_finite
         return Run(self, self._c.open_run(spec))
 
     def runs(self) -> list[RunInfo]:

@@ -141,3 +141,15 @@ def test_concurrent_runs_from_threads(client):
     for th in threads:
         th.join()
     assert not errors, errors
+
+
+def test_a_checked_run_refuses_nan_naming_the_step(client):
+    u = np.ones(64, np.float32)
+    run = client.open_run("checked", steps=2, like=u, check_finite=True)
+    u[40] = np.inf
+    with pytest.raises(snapd.InvalidArgument, match="step 1 .*element 40"):
+        run.push(1, u)
+    u[40] = 0
+    run.push(1, u).wait_stored()
+    np.testing.assert_array_equal(run.fetch(1), u)
+    run.delete()
