@@ -268,7 +268,10 @@ Client::Impl::~Impl() {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     (void)stub->CloseSession(&ctx, req, &resp);  // the daemon also drops dead endpoints
   }
-  if (arena) munmap(arena, arena_bytes);
+  if (arena) {
+    detail::UnregisterHost(arena);  // if a device push or fetch registered it
+    munmap(arena, arena_bytes);
+  }
 }
 
 Status Client::Impl::CheckRange(uint64_t offset, size_t bytes) const {

@@ -2,6 +2,7 @@
 
 #include "snapd/kernels.h"
 
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -44,25 +45,26 @@ Status CopyAsync(void* to, const void* from, size_t bytes, cudaMemcpyKind kind, 
 }
 
 std::mutex registered_mu;
-Status registered_status = Status::FailedPrecondition("not registered");
-void* registered_base = nullptr;
+std::map<void*, Status> registered;  // by base address: one entry per mapped host tier
 
 }  // namespace
 
 Status RegisterHost(void* base, size_t bytes) {
   std::lock_guard<std::mutex> lock(registered_mu);
-  if (registered_base == base) return registered_status;
-  registered_base = base;
-  registered_status = FromCuda(cudaHostRegister(base, bytes, cudaHostRegisterDefault),
-                               "cudaHostRegister of snapd's host tier");
-  return registered_status;
+  auto it = registered.find(base);
+  if (it != registered.end()) return it->second;
+  Status s = FromCuda(cudaHostRegister(base, bytes, cudaHostRegisterDefault),
+                      "cudaHostRegister of snapd's host tier");
+  registered.emplace(base, s);
+  return s;
 }
 
 void UnregisterHost(void* base) {
   std::lock_guard<std::mutex> lock(registered_mu);
-  if (registered_base != base) return;
-  if (registered_status.ok()) cudaHostUnregister(base);
-  registered_base = nullptr;
+  auto it = registered.find(base);
+  if (it == registered.end()) return;
+  if (it->second.ok()) cudaHostUnregister(base);
+  registered.erase(it);
 }
 
 Status CopyDeviceToHostAsync(void* host, const void* device, size_t bytes, void* stream,

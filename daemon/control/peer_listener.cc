@@ -9,7 +9,9 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "log.h"
 #include "unix_socket.h"
@@ -41,6 +43,13 @@ void PeerListener::Accept(grpc::Server* server) {
     int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors or memory: keep listening; the client retries.
+        SNAPD_LOG_WARN("%s socket: accept failed (%s); retrying", "control",
+                       std::strerror(errno));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
       return;  // listening socket shut down
     }
     ucred cred{};

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "log.h"
 #include "snapd/wire.h"
@@ -69,6 +71,13 @@ void ArenaSocket::Serve() {
     int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors or memory: keep listening; the client retries.
+        SNAPD_LOG_WARN("%s socket: accept failed (%s); retrying", "arena",
+                       std::strerror(errno));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
       return;  // listening socket shut down
     }
     ucx::ScopedFd conn(fd);
