@@ -16,9 +16,13 @@ root=$(mktemp -d /tmp/snapd-slurm.XXXXXX)
 chmod 755 "$root"
 pids=()
 cleanup() {
+  # slurmctld, slurmd and munged daemonize: wait for each to exit before removing their files.
   for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 100); do kill -0 "$p" 2> /dev/null || break; sleep 0.1; done
+  done
   wait 2> /dev/null || true
-  rm -rf "$root"
+  rm -rf "$root" 2> /dev/null || true
 }
 trap cleanup EXIT
 fail() {
