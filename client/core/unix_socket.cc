@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace snapd {
 
@@ -45,6 +47,20 @@ Result<ucx::ScopedFd> ListenUnix(const std::string& path, unsigned mode, const c
     return Status::PermissionDenied("chmod " + path + ": " + std::strerror(errno));
   }
   return fd;
+}
+
+int AcceptConnection(int listen_fd, int flags, const std::function<void(int)>& on_pressure) {
+  for (;;) {
+    int fd = accept4(listen_fd, nullptr, nullptr, flags);
+    if (fd >= 0) return fd;
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      on_pressure(errno);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    return -1;  // shut down
+  }
 }
 
 }  // namespace snapd

@@ -3,6 +3,7 @@
 
 #include <sys/un.h>
 
+#include <functional>
 #include <string>
 
 #include "snapd/status.h"
@@ -20,5 +21,11 @@ Result<ucx::ScopedFd> ConnectUnix(const std::string& path);
 // A listening stream socket at `path` (an old socket file there is replaced) with permissions
 // `mode`. `what` names the socket in errors ("control socket").
 Result<ucx::ScopedFd> ListenUnix(const std::string& path, unsigned mode, const char* what);
+
+// The next connection on `listen_fd` (accept4 with `flags`), or -1 once the listening socket
+// is shut down. Interrupted and aborted accepts are retried; when out of descriptors or memory
+// it calls `on_pressure` with the errno, waits 100 ms and retries, so a listener never stops
+// while its socket is open.
+int AcceptConnection(int listen_fd, int flags, const std::function<void(int)>& on_pressure);
 
 }  // namespace snapd

@@ -9,9 +9,7 @@
 
 #include <cerrno>
 #include <charconv>
-#include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "log.h"
 #include "unix_socket.h"
@@ -40,18 +38,10 @@ PeerListener::~PeerListener() {
 void PeerListener::Accept(grpc::Server* server) {
   for (;;) {
     // Non-blocking: gRPC's event engine takes the descriptor as it is.
-    int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // Out of descriptors or memory: keep listening; the client retries.
-        SNAPD_LOG_WARN("%s socket: accept failed (%s); retrying", "control",
-                       std::strerror(errno));
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        continue;
-      }
-      return;  // listening socket shut down
-    }
+    int fd = AcceptConnection(listen_fd_.get(), SOCK_CLOEXEC | SOCK_NONBLOCK, [](int err) {
+      SNAPD_LOG_WARN("control socket: accept failed (%s); retrying", std::strerror(err));
+    });
+    if (fd < 0) return;  // listening socket shut down
     ucred cred{};
     socklen_t len = sizeof cred;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {

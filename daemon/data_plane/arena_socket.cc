@@ -7,9 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "log.h"
 #include "snapd/wire.h"
@@ -68,18 +66,10 @@ ArenaSocket::~ArenaSocket() {
 
 void ArenaSocket::Serve() {
   for (;;) {
-    int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // Out of descriptors or memory: keep listening; the client retries.
-        SNAPD_LOG_WARN("%s socket: accept failed (%s); retrying", "arena",
-                       std::strerror(errno));
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        continue;
-      }
-      return;  // listening socket shut down
-    }
+    int fd = AcceptConnection(listen_fd_.get(), SOCK_CLOEXEC, [](int err) {
+      SNAPD_LOG_WARN("arena socket: accept failed (%s); retrying", std::strerror(err));
+    });
+    if (fd < 0) return;  // listening socket shut down
     ucx::ScopedFd conn(fd);
     Answer(conn.get());
   }
