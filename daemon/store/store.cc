@@ -281,16 +281,21 @@ void Store::SetQuota(uint32_t uid, uint64_t bytes) {
   quotas_[uid] = bytes;
 }
 
-Store::Usage Store::TenantUsage(uint32_t uid) const {
-  MutexLock lock(mu_);
+Store::Usage Store::UsageOf(uint32_t uid) const {
   Usage u;
   u.quota = QuotaOf(uid);
   for (const auto& [id, run] : runs_) {
     if (run.record.owner_uid() != uid) continue;
     u.stored_bytes += run.stored_bytes;
+    u.in_flight_bytes += run.in_flight.size() * run.record.spec().bytes_per_step();
     ++u.runs;
   }
   return u;
+}
+
+Store::Usage Store::TenantUsage(uint32_t uid) const {
+  MutexLock lock(mu_);
+  return UsageOf(uid);
 }
 
 Store::Snapshot* Store::FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) {
@@ -576,18 +581,14 @@ Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint6
   if (run->in_flight.count(step)) {
     return Status::AlreadyExists(StepName(r, step) + " is already being pushed");
   }
-  if (uint64_t quota = QuotaOf(r.owner_uid()); quota != 0 && !who.admin) {
-    uint64_t stored = 0;
-    for (const auto& [id, other] : runs_) {
-      if (other.record.owner_uid() == r.owner_uid()) {
-        stored += other.stored_bytes + other.in_flight.size() * other.record.spec().bytes_per_step();
-      }
-    }
-    if (stored + bytes > quota) {
+  if (Usage u = UsageOf(r.owner_uid()); u.quota != 0 && !who.admin) {
+    uint64_t held = u.stored_bytes + u.in_flight_bytes;
+    if (held + bytes > u.quota) {
       return Status::ResourceExhausted(
-          StepName(r, step) + ": uid " + std::to_string(r.owner_uid()) + " would exceed its quota of " +
-          FormatBytes(quota) + " (" + FormatBytes(stored) + " stored or being pushed, this step " +
-          FormatBytes(bytes) + "); delete runs it no longer needs, or ask for a larger quota");
+          StepName(r, step) + ": uid " + std::to_string(r.owner_uid()) +
+          " would exceed its quota of " + FormatBytes(u.quota) + " (" + FormatBytes(held) +
+          " stored or being pushed, this step " + FormatBytes(bytes) +
+          "); delete runs it no longer needs, or ask for a larger quota");
     }
   }
   auto block = parked_pushes_.empty() ? host_->Allocate(bytes)

@@ -109,6 +109,7 @@ class Store {
   struct Usage {
     uint64_t quota = 0;
     uint64_t stored_bytes = 0;
+    uint64_t in_flight_bytes = 0;  // pushes reserved, not yet stored (they count to the quota)
     uint64_t runs = 0;
   };
   Usage TenantUsage(uint32_t uid) const SNAPD_EXCLUDES(mu_);
@@ -228,6 +229,7 @@ class Store {
   Result<Run*> FindByName(const std::string& name, const Tenant& who) SNAPD_REQUIRES(mu_);
   Result<Run*> FindById(uint64_t run_id, const Tenant& who) SNAPD_REQUIRES(mu_);
   uint64_t QuotaOf(uint32_t uid) const SNAPD_REQUIRES(mu_);
+  Usage UsageOf(uint32_t uid) const SNAPD_REQUIRES(mu_);
   Snapshot* FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_REQUIRES(mu_);
   // The snapshot at `key` (any generation), with its run; both null if gone.
   std::pair<Run*, Snapshot*> FindSnapshot(const std::pair<uint64_t, uint64_t>& key)
