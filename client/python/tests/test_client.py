@@ -1,5 +1,6 @@
 """The binding against a real snapd: round trips, zero-copy in-place fetch, errors."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -51,7 +52,13 @@ def test_location_listing_and_run_metadata(client):
     locs = run.snapshots()
     assert [l.step for l in locs] == [0, 1, 2]
     assert all(l.tier == snapd.Tier.HOST and l.raw_bytes == a.nbytes for l in locs)
+    # The daemon records each checksum in the background after the bytes are stored.
+    deadline = time.monotonic() + 30
+    while any(l.checksum is None for l in locs) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        locs = run.snapshots()
     assert all(l.checksum is not None for l in locs)
+    assert len({l.checksum for l in locs}) == 3  # three different fields
     assert run.locate(1).step == 1
     info = [r for r in client.runs() if r.name == "listing"][0]
     assert info.snapshots == 3 and info.spec.keep and list(info.spec.shape) == [8, 32]
