@@ -18,6 +18,7 @@
 
 #include "copy_thread.h"
 #include "device_copy.h"
+#include "device_pool.h"
 #include "snapd/kernels.h"
 #include "op_state.h"
 #include "paths.h"
@@ -151,6 +152,7 @@ Location FromProto(const v1::SnapshotInfo& s) {
   loc.checksum_recorded = s.checksum_state() == v1::CHECKSUM_RECORDED;
   loc.on_disk = s.on_disk();
   loc.codec = static_cast<Codec>(s.codec());
+  loc.device_session = s.device_session();
   return loc;
 }
 
@@ -162,6 +164,7 @@ RunInfo FromProto(const v1::RunInfo& p) {
   r.snapshots = p.snapshots();
   r.stored_bytes = p.stored_bytes();
   r.host_boundary = p.host_boundary();
+  r.device_boundary = p.device_boundary();
   return r;
 }
 
@@ -214,6 +217,29 @@ struct Client::Impl {
   Status CheckFinite(uint64_t run_id, uint64_t step, const void* data, size_t bytes,
                      bool device, void* stream);
   std::shared_ptr<detail::OpState> UnstoredPush(uint64_t run_id, uint64_t step);
+
+  // The device tier (device_pool.h): a pool of GPU memory allocated on the first run with a
+  // device layer, kept until the client goes.
+  double device_fraction = 0.7;
+  uint64_t device_bytes = 0;
+  Status device_options;  // SNAPD_DEVICE_MEM parsed
+  Mutex device_mu;
+  std::unique_ptr<detail::DevicePool> device_pool SNAPD_GUARDED_BY(device_mu);
+  char* device_base SNAPD_GUARDED_BY(device_mu) = nullptr;
+  // The pool, allocated on first use; FAILED_PRECONDITION naming the run when no GPU is usable.
+  Result<detail::DevicePool*> EnsurePool(const std::string& run_name, v1::Layers layers);
+  // Null until a run with a device layer allocated the pool.
+  detail::DevicePool* Pool(char** base);
+  Status HoldOnDaemon(uint64_t run_id, uint64_t step, uint64_t bytes, bool held);
+  // A push or fetch the device tier serves; nullopt when the step is the daemon's.
+  std::optional<Result<PushHandle>> PushToPool(uint64_t run_id, uint64_t step, const void* data,
+                                               size_t bytes, void* stream);
+  std::optional<Result<FetchHandle>> FetchFromPool(uint64_t run_id, uint64_t step, void* data,
+                                                   size_t bytes, void* stream);
+  // Moves the pool's oldest step of a run of unknown length to the daemon (its slot is needed).
+  Status Evict(uint64_t run_id, const detail::DevicePool::Evict& evict, const char* slot);
+  Result<PushHandle> PushDeviceToDaemon(uint64_t run_id, uint64_t step, const void* device_data,
+                                        size_t bytes, void* stream);
 
   ~Impl();
   Status Control(const std::function<grpc::Status(grpc::ClientContext*)>& call);
@@ -272,6 +298,8 @@ Client::Impl::~Impl() {
     detail::UnregisterHost(arena);  // if a device push or fetch registered it
     munmap(arena, arena_bytes);
   }
+  MutexLock lock(device_mu);
+  if (device_base) detail::DeviceRelease(device_base);  // waits for copies still in flight
 }
 
 Status Client::Impl::CheckRange(uint64_t offset, size_t bytes) const {
@@ -467,6 +495,18 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
                                       " but this libsnapd speaks " +
                                       std::to_string(wire::kVersion) + "; upgrade the older one");
   }
+  if (const char* mem = std::getenv("SNAPD_DEVICE_MEM"); mem && *mem) {
+    impl->device_options = detail::ParseDeviceMem(mem, &impl->device_fraction,
+                                                  &impl->device_bytes);
+  } else {
+    impl->device_fraction = options.device_mem_perc;
+    impl->device_bytes = options.device_mem_bytes;
+    if (!(options.device_mem_perc > 0 && options.device_mem_perc <= 1)) {
+      impl->device_options = Status::InvalidArgument(
+          "ClientOptions.device_mem_perc " + std::to_string(options.device_mem_perc) +
+          " is not in (0, 1]");
+    }
+  }
   impl->session_id = resp.session_id();
   impl->token = resp.token();
   impl->data_plane_address = resp.data_plane_address();
@@ -535,9 +575,35 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
     return Status::InvalidArgument("run '" + spec.name +
                                    "': check_finite needs dtype float32 or float64");
   }
+  // Device layers: reserve the pool slots for the newest steps before the daemon splits the
+  // rest between host and disk.
+  detail::DevicePool* pool = nullptr;
+  detail::DevicePool::RunPlan plan;
+  const LayersEntry* uses = FindLayers(layers);
+  if (uses && uses->device) {
+    SNAPD_ASSIGN_OR_RETURN(pool, impl_->EnsurePool(spec.name, layers));
+    plan = pool->ReserveRun(spec.steps, spec.bytes_per_step);
+    if (!uses->host && !uses->disk && (plan.slots == 0 || plan.slots < spec.steps)) {
+      pool->ForgetPlan(plan);
+      return Status::ResourceExhausted(
+          "run '" + spec.name + "': layers Device keep every step in this client's GPU pool, " +
+          "which has room for " + std::to_string(plan.slots) + " of " +
+          (spec.steps ? std::to_string(spec.steps) : std::string("an unknown number of")) +
+          " steps of " + std::to_string(spec.bytes_per_step) +
+          " bytes; use HostDevice or DiskHostDevice, or raise SNAPD_DEVICE_MEM");
+    }
+    req.set_device_steps(plan.slots);
+  }
   v1::OpenRunResponse resp;
-  SNAPD_RETURN_IF_ERROR(impl_->Control(
-      [&](grpc::ClientContext* ctx) { return impl_->stub->OpenRun(ctx, req, &resp); }));
+  Status opened = impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->OpenRun(ctx, req, &resp); });
+  if (pool && (!opened.ok() || !resp.created() || plan.slots == 0)) {
+    pool->ForgetPlan(plan);  // refused, or attached: the creator's pool holds its device steps
+  } else if (pool) {
+    pool->AddRun(resp.run().run_id(), spec.name, plan, spec.steps, spec.keep,
+                 !uses->host && !uses->disk);
+  }
+  SNAPD_RETURN_IF_ERROR(opened);
   RunInfo info = FromProto(resp.run());
   info.created = resp.created();
   if (info.spec.check_finite) {  // also when attaching to a run another client opened
@@ -559,8 +625,14 @@ Status Client::DeleteRun(const std::string& name) {
   v1::DeleteRunRequest req;
   req.set_name(name);
   v1::DeleteRunResponse resp;
-  return impl_->Control(
-      [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteRun(ctx, req, &resp); });
+  SNAPD_RETURN_IF_ERROR(impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteRun(ctx, req, &resp); }));
+  if (detail::DevicePool* pool = impl_->Pool(nullptr)) {
+    detail::DevicePool::Dropped dropped = pool->DropRun(name);
+    for (const auto& busy : dropped.busy) (void)busy->WaitCompleted();
+    if (dropped.found) pool->FreeRegion(dropped.plan);
+  }
+  return Status::Ok();
 }
 
 Status Client::DeleteSnapshot(const std::string& name, uint64_t step) {
@@ -568,8 +640,12 @@ Status Client::DeleteSnapshot(const std::string& name, uint64_t step) {
   req.set_name(name);
   req.set_step(step);
   v1::DeleteSnapshotResponse resp;
-  return impl_->Control(
-      [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteSnapshot(ctx, req, &resp); });
+  SNAPD_RETURN_IF_ERROR(impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteSnapshot(ctx, req, &resp); }));
+  if (detail::DevicePool* pool = impl_->Pool(nullptr)) {
+    if (std::optional<uint64_t> id = pool->RunIdOf(name)) pool->Drop(*id, step, nullptr);
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<RunInfo>> Client::ListRuns() {
@@ -628,7 +704,135 @@ Result<std::vector<TierInfo>> Client::Tiers() {
                    .write_bytes_per_second = t.write_bytes_per_second(),
                    .read_bytes_per_second = t.read_bytes_per_second()});
   }
+  if (detail::DevicePool* pool = impl_->Pool(nullptr)) {  // this client's own GPU pool
+    out.push_back({.tier = Tier::kDevice,
+                   .budget_bytes = pool->capacity(),
+                   .used_bytes = pool->reserved_bytes(),
+                   .snapshots = pool->held_steps()});
+  }
   return out;
+}
+
+Result<detail::DevicePool*> Client::Impl::EnsurePool(const std::string& run_name,
+                                                     v1::Layers layers) {
+  MutexLock lock(device_mu);
+  if (device_pool) return device_pool.get();
+  std::string what = "run '" + run_name + "': layers " + LayersName(layers) +
+                     " keep the newest steps in this process's GPU memory";
+  kernels::DeviceProbe probe = kernels::ProbeDevice();
+  if (!probe.usable) {
+    return Status::FailedPrecondition(what + ", and no GPU is usable here (" +
+                                      probe.description + "); use DiskHost or Host");
+  }
+  if (!device_options.ok()) return Status(device_options.code(), what + ": " +
+                                          device_options.message());
+  uint64_t free_bytes = 0;
+  SNAPD_RETURN_IF_ERROR(detail::DeviceFreeMemory(&free_bytes));
+  uint64_t budget = detail::DevicePoolBudget(device_fraction, device_bytes, free_bytes);
+  void* base = nullptr;
+  if (Status s = detail::DeviceAllocate(budget, &base); !s.ok()) {
+    return Status::ResourceExhausted(what + ": allocating its pool of " +
+                                     std::to_string(budget) + " bytes failed (" + s.message() +
+                                     "); lower SNAPD_DEVICE_MEM");
+  }
+  device_base = static_cast<char*>(base);
+  device_pool = std::make_unique<detail::DevicePool>(budget);
+  return device_pool.get();
+}
+
+detail::DevicePool* Client::Impl::Pool(char** base) {
+  MutexLock lock(device_mu);
+  if (base) *base = device_base;
+  return device_pool.get();
+}
+
+Status Client::Impl::HoldOnDaemon(uint64_t run_id, uint64_t step, uint64_t bytes, bool held) {
+  v1::HoldDeviceStepRequest req;
+  req.set_session_id(session_id);
+  req.set_token(token);
+  req.set_run_id(run_id);
+  req.set_step(step);
+  req.set_bytes(bytes);
+  req.set_held(held);
+  v1::HoldDeviceStepResponse resp;
+  return Control([&](grpc::ClientContext* ctx) { return stub->HoldDeviceStep(ctx, req, &resp); });
+}
+
+std::optional<Result<PushHandle>> Client::Impl::PushToPool(uint64_t run_id, uint64_t step,
+                                                           const void* data, size_t bytes,
+                                                           void* stream) {
+  char* base = nullptr;
+  detail::DevicePool* pool = Pool(&base);
+  if (!pool || !pool->HasRun(run_id)) return std::nullopt;
+  Result<detail::DevicePool::Placement> placed = pool->Place(run_id, step);
+  if (!placed.ok()) return Result<PushHandle>(placed.status());
+  if (!placed->on_device) return std::nullopt;
+  uint64_t offset = placed->offset;
+  if (placed->evict) {
+    if (Status s = Evict(run_id, *placed->evict, base + offset); !s.ok()) {
+      pool->Undo(run_id, offset);
+      return Result<PushHandle>(s);
+    }
+  } else if (placed->busy) {
+    (void)placed->busy->WaitCompleted();  // a fetch still copying the slot's last step out
+  }
+  // Recorded first: the daemon checks the step and the size, and refuses a duplicate.
+  if (Status s = HoldOnDaemon(run_id, step, bytes, true); !s.ok()) {
+    pool->Undo(run_id, offset);
+    return Result<PushHandle>(s);
+  }
+  auto state = std::make_shared<detail::OpState>();
+  Status copy = detail::CopyAnyAsync(base + offset, data, bytes, stream,
+                                     [state](Status s) { state->Complete(s); });
+  if (!copy.ok()) {
+    (void)HoldOnDaemon(run_id, step, bytes, false);
+    pool->Undo(run_id, offset);
+    return Result<PushHandle>(copy);
+  }
+  pool->Commit(run_id, step, offset, bytes, state);
+  return Result<PushHandle>(PushHandle(state));
+}
+
+Status Client::Impl::Evict(uint64_t run_id, const detail::DevicePool::Evict& evict,
+                           const char* slot) {
+  (void)evict.filled->WaitCompleted();
+  SNAPD_RETURN_IF_ERROR(HoldOnDaemon(run_id, evict.step, evict.bytes, false));
+  Result<PushHandle> moved = PushDeviceToDaemon(run_id, evict.step, slot, evict.bytes, nullptr);
+  Status s = moved.ok() ? moved->WaitReleased() : moved.status();
+  if (!s.ok()) {
+    return Status(s.code(), "step " + std::to_string(evict.step) +
+                                " left the GPU pool to make room and did not reach snapd, so "
+                                "it is lost: " + s.message());
+  }
+  return Status::Ok();
+}
+
+std::optional<Result<FetchHandle>> Client::Impl::FetchFromPool(uint64_t run_id, uint64_t step,
+                                                               void* data, size_t bytes,
+                                                               void* stream) {
+  char* base = nullptr;
+  detail::DevicePool* pool = Pool(&base);
+  if (!pool) return std::nullopt;
+  std::optional<detail::DevicePool::Held> held = pool->Find(run_id, step);
+  if (!held) return std::nullopt;
+  if (bytes != held->bytes) {
+    return Result<FetchHandle>(Status::InvalidArgument(
+        "fetch of step " + std::to_string(step) + " of run id " + std::to_string(run_id) +
+        " into a buffer of " + std::to_string(bytes) + " bytes; its steps are " +
+        std::to_string(held->bytes) + " bytes"));
+  }
+  (void)held->filled->WaitCompleted();  // pushed on another stream: read what was written
+  auto state = std::make_shared<detail::OpState>();
+  Status copy = detail::CopyAnyAsync(data, base + held->offset, bytes, stream,
+                                     [state](Status s) { state->Complete(s); });
+  if (!copy.ok()) return Result<FetchHandle>(copy);
+  if (!held->keep) {  // read-once: the slot is reused once this copy is out
+    pool->Drop(run_id, step, state);
+    if (Status s = HoldOnDaemon(run_id, step, bytes, false); !s.ok()) {
+      return Result<FetchHandle>(s);
+    }
+  }
+  return Result<FetchHandle>(FetchHandle(state));
 }
 
 void Client::Impl::TrackPush(uint64_t run_id, uint64_t step,
@@ -658,6 +862,7 @@ Result<PushHandle> Client::Push(uint64_t run_id, uint64_t step, const void* data
                                    ": data is null but bytes is " + std::to_string(bytes));
   }
   SNAPD_RETURN_IF_ERROR(impl_->CheckFinite(run_id, step, data, bytes, /*device=*/false, nullptr));
+  if (auto pooled = impl_->PushToPool(run_id, step, data, bytes, nullptr)) return *pooled;
   return impl_->StartPush(run_id, step, data, bytes, /*device=*/false, nullptr);
 }
 
@@ -693,14 +898,21 @@ Result<PushHandle> Client::PushDevice(uint64_t run_id, uint64_t step, const void
                                    ": data is null but bytes is " + std::to_string(bytes));
   }
   SNAPD_RETURN_IF_ERROR(impl_->CheckFinite(run_id, step, device_data, bytes, true, stream));
-  if (impl_->arena) {
-    SNAPD_RETURN_IF_ERROR(detail::RegisterHost(impl_->arena, impl_->arena_bytes));
-    return impl_->StartPush(run_id, step, device_data, bytes, /*device=*/true, stream);
+  if (auto pooled = impl_->PushToPool(run_id, step, device_data, bytes, stream)) return *pooled;
+  return impl_->PushDeviceToDaemon(run_id, step, device_data, bytes, stream);
+}
+
+Result<PushHandle> Client::Impl::PushDeviceToDaemon(uint64_t run_id, uint64_t step,
+                                                    const void* device_data, size_t bytes,
+                                                    void* stream) {
+  if (arena) {
+    SNAPD_RETURN_IF_ERROR(detail::RegisterHost(arena, arena_bytes));
+    return StartPush(run_id, step, device_data, bytes, /*device=*/true, stream);
   }
   // No mapped tier: through host memory, and released before returning.
   std::vector<char> staging(bytes);
   SNAPD_RETURN_IF_ERROR(detail::CopyDeviceToHost(staging.data(), device_data, bytes, stream));
-  PushHandle h = impl_->StartPush(run_id, step, staging.data(), bytes, false, nullptr);
+  PushHandle h = StartPush(run_id, step, staging.data(), bytes, false, nullptr);
   SNAPD_RETURN_IF_ERROR(h.WaitReleased());
   return h;
 }
@@ -735,6 +947,7 @@ Result<FetchHandle> Client::FetchAsync(uint64_t run_id, uint64_t step, void* dat
     return Status::InvalidArgument("fetch of step " + std::to_string(step) +
                                    ": destination buffer is null");
   }
+  if (auto pooled = impl_->FetchFromPool(run_id, step, data, bytes, nullptr)) return *pooled;
   return impl_->StartFetch(run_id, step, data, bytes, /*device=*/false, nullptr);
 }
 
@@ -769,6 +982,9 @@ Result<FetchHandle> Client::FetchDeviceAsync(uint64_t run_id, uint64_t step, voi
   if (device_data == nullptr) {
     return Status::InvalidArgument("device fetch of step " + std::to_string(step) +
                                    ": destination is null");
+  }
+  if (auto pooled = impl_->FetchFromPool(run_id, step, device_data, bytes, stream)) {
+    return *pooled;
   }
   if (impl_->arena) {
     SNAPD_RETURN_IF_ERROR(detail::RegisterHost(impl_->arena, impl_->arena_bytes));

@@ -77,6 +77,24 @@ Status CopyHostToDeviceAsync(void* device, const void* host, size_t bytes, void*
   return CopyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream, std::move(done));
 }
 
+Status CopyAnyAsync(void* to, const void* from, size_t bytes, void* stream,
+                    std::function<void(Status)> done) {
+  return CopyAsync(to, from, bytes, cudaMemcpyDefault, stream, std::move(done));
+}
+
+Status DeviceFreeMemory(uint64_t* free_bytes) {
+  size_t free = 0, total = 0;
+  SNAPD_RETURN_IF_ERROR(FromCuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo"));
+  *free_bytes = free;
+  return Status::Ok();
+}
+
+Status DeviceAllocate(uint64_t bytes, void** device) {
+  return FromCuda(cudaMalloc(device, bytes), "cudaMalloc of the device pool");
+}
+
+void DeviceRelease(void* device) { cudaFree(device); }
+
 Status CopyDeviceToHost(void* host, const void* device, size_t bytes, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   SNAPD_RETURN_IF_ERROR(
@@ -121,6 +139,12 @@ Status CopyDeviceToHostAsync(void*, const void*, size_t, void*, std::function<vo
 Status CopyHostToDeviceAsync(void*, const void*, size_t, void*, std::function<void(Status)>) {
   return NoCuda();
 }
+Status CopyAnyAsync(void*, const void*, size_t, void*, std::function<void(Status)>) {
+  return NoCuda();
+}
+Status DeviceFreeMemory(uint64_t*) { return NoCuda(); }
+Status DeviceAllocate(uint64_t, void**) { return NoCuda(); }
+void DeviceRelease(void*) {}
 Status CopyDeviceToHost(void*, const void*, size_t, void*) { return NoCuda(); }
 Status FirstNonFiniteOnDevice(const void*, uint64_t, bool, void*, uint64_t*) { return NoCuda(); }
 Status CopyHostToDevice(void*, const void*, size_t, void*) { return NoCuda(); }

@@ -26,6 +26,16 @@ Status CopyDeviceToHostAsync(void* host, const void* device, size_t bytes, void*
 Status CopyHostToDeviceAsync(void* device, const void* host, size_t bytes, void* stream,
                              std::function<void(Status)> done);
 
+// Any direction (unified addressing tells device from host memory): the device tier's
+// copies into and out of its pool.
+Status CopyAnyAsync(void* to, const void* from, size_t bytes, void* stream,
+                    std::function<void(Status)> done);
+
+// The device tier's pool: free memory of the current device, and one allocation of it.
+Status DeviceFreeMemory(uint64_t* free_bytes);
+Status DeviceAllocate(uint64_t bytes, void** device);
+void DeviceRelease(void* device);
+
 // The same, waiting for the copy (through pageable memory: the path without a mapped tier).
 Status CopyDeviceToHost(void* host, const void* device, size_t bytes, void* stream);
 Status CopyHostToDevice(void* device, const void* host, size_t bytes, void* stream);

@@ -96,8 +96,28 @@ grpc::ServerUnaryReactor* ControlService::CloseSession(grpc::CallbackServerConte
                                                        const v1::CloseSessionRequest* req,
                                                        v1::CloseSessionResponse*) {
   Status s = sessions_->Close(req->session_id(), req->token());
-  if (s.ok()) data_plane_->DropSession(req->session_id());
+  if (s.ok()) {
+    data_plane_->DropSession(req->session_id());
+    store_->EndSession(req->session_id());
+  }
   return Finish(ctx, s);
+}
+
+grpc::ServerUnaryReactor* ControlService::HoldDeviceStep(grpc::CallbackServerContext* ctx,
+                                                         const v1::HoldDeviceStepRequest* req,
+                                                         v1::HoldDeviceStepResponse*) {
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  std::optional<Session> session = sessions_->Find(req->session_id(), req->token());
+  if (!session) {
+    return Finish(ctx, Status::NotFound("session " + std::to_string(req->session_id()) +
+                                        " is not open (or the token is wrong)"));
+  }
+  if (session->uid != who.uid) {
+    return Finish(ctx, Status::PermissionDenied("session " + std::to_string(session->id) +
+                                                " belongs to another user"));
+  }
+  return Finish(ctx, store_->HoldDeviceStep(req->run_id(), req->step(), req->bytes(),
+                                            session->id, req->held(), who));
 }
 
 grpc::ServerUnaryReactor* ControlService::OpenRun(grpc::CallbackServerContext* ctx,
@@ -105,7 +125,7 @@ grpc::ServerUnaryReactor* ControlService::OpenRun(grpc::CallbackServerContext* c
                                                   v1::OpenRunResponse* resp) {
   bool created = false;
   SNAPD_CALLER_OR_FINISH(who, ctx);
-  auto run = store_->OpenRun(req->spec(), who.uid, &created, who);
+  auto run = store_->OpenRun(req->spec(), who.uid, &created, who, req->device_steps());
   if (run.ok()) {
     *resp->mutable_run() = std::move(run).value();
     resp->set_created(created);

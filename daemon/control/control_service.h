@@ -45,6 +45,9 @@ class ControlService final : public v1::Control::CallbackService {
   grpc::ServerUnaryReactor* DeleteSnapshot(grpc::CallbackServerContext* ctx,
                                            const v1::DeleteSnapshotRequest* req,
                                            v1::DeleteSnapshotResponse* resp) override;
+  grpc::ServerUnaryReactor* HoldDeviceStep(grpc::CallbackServerContext* ctx,
+                                           const v1::HoldDeviceStepRequest* req,
+                                           v1::HoldDeviceStepResponse* resp) override;
   grpc::ServerUnaryReactor* Locate(grpc::CallbackServerContext* ctx,
                                    const v1::LocateRequest* req,
                                    v1::LocateResponse* resp) override;

@@ -160,6 +160,8 @@ void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
 
 void DataPlane::Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it) {
   for (const auto& [key, r] : it->second.reserved) store_->AbortPush(r.ticket);
+  // Device steps held in that client's GPU memory died with its endpoint.
+  if (it->second.session_id != 0) store_->EndSession(it->second.session_id);
   conns_.erase(it);
 }
 

@@ -1,5 +1,6 @@
 #include "store/store.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "checksum.h"
@@ -327,12 +328,32 @@ v1::RunInfo Store::Info(const Run& run) {
   info.set_run_id(run.record.run_id());
   *info.mutable_spec() = run.record.spec();
   info.set_state(run.record.state());
-  info.set_snapshots(run.snapshots.size());
+  info.set_snapshots(run.snapshots.size() + run.device.size());
   info.set_stored_bytes(run.stored_bytes);
   info.set_owner_uid(run.record.owner_uid());
   info.set_created_unix_ms(run.record.created_unix_ms());
   info.set_host_boundary(run.record.host_boundary());
+  uint64_t steps = run.record.spec().steps();
+  info.set_device_boundary(steps - std::min(steps, run.record.device_steps()));
   return info;
+}
+
+v1::SnapshotInfo Store::Info(const Run& run, uint64_t step, const DeviceStep& held) {
+  v1::SnapshotInfo info;
+  info.set_step(step);
+  info.set_tier(held.lost ? v1::TIER_LOST : v1::TIER_DEVICE);
+  info.set_raw_bytes(run.record.spec().bytes_per_step());
+  info.set_stored_bytes(run.record.spec().bytes_per_step());
+  info.set_device_session(held.session_id);
+  return info;
+}
+
+Status Store::DeviceStepHere(const Run& run, uint64_t step, const DeviceStep& held) {
+  std::string where = StepName(run.record, step) + " was kept in the GPU memory of session " +
+                      std::to_string(held.session_id);
+  if (held.lost) return Status::DataLoss(where + ", which ended: the bytes ended with it");
+  return Status::FailedPrecondition(where + "; that client serves it (libsnapd reads its own "
+                                    "device steps), the daemon never had its bytes");
 }
 
 v1::SnapshotInfo Store::Info(const Snapshot& snap) {
@@ -355,18 +376,22 @@ uint64_t Store::BlockBytes(const Run& run) const {
 }
 
 Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_uid,
-                                   bool* created, const Tenant& who) {
+                                   bool* created, const Tenant& who, uint64_t device_steps) {
   SNAPD_RETURN_IF_ERROR(ValidateRunSpec(requested));
   v1::RunSpec spec = requested;
   const std::string& name = spec.name();
   if (spec.layers() == v1::LAYERS_DEFAULT) {
     spec.set_layers(disk_ ? v1::LAYERS_DISK_HOST : v1::LAYERS_HOST);
   }
-  if (UsesDevice(spec.layers())) {
-    return Status::FailedPrecondition(
-        "run '" + name + "': layers " + LayersName(spec.layers()) +
-        " need the device tier (the client's GPU pool), which this snapd does not serve yet; "
-        "use " + (disk_ ? "DiskHost, Host or Disk" : "Host"));
+  if (device_steps != 0 && !UsesDevice(spec.layers())) {
+    return Status::InvalidArgument("run '" + name + "': device_steps " +
+                                   std::to_string(device_steps) + " with layers " +
+                                   LayersName(spec.layers()) + ", which have no device tier");
+  }
+  if (spec.steps() != 0 && device_steps > spec.steps()) {
+    return Status::InvalidArgument("run '" + name + "': device_steps " +
+                                   std::to_string(device_steps) + " exceeds the run's " +
+                                   std::to_string(spec.steps()) + " steps");
   }
   if (UsesDisk(spec.layers()) && !disk_) {
     return Status::FailedPrecondition(
@@ -414,9 +439,11 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
   run.record.set_state(v1::RUN_OPEN);
   run.record.set_owner_uid(owner_uid);
   run.record.set_created_unix_ms(NowMs());
+  run.record.set_device_steps(device_steps);
   if (!CompressesAtIngest(spec)) {  // otherwise sizes are known only once compressed
-    run.record.set_host_boundary(HostBoundary(spec.layers(), spec.steps(), BlockBytes(run),
-                                              host_->budget() - host_->used()));
+    // The device keeps [N - device_steps, N); host and disk share what is below.
+    run.record.set_host_boundary(HostBoundary(spec.layers(), spec.steps() - device_steps,
+                                              BlockBytes(run), host_->budget() - host_->used()));
   }
   SNAPD_RETURN_IF_ERROR(catalog_->PutRun(run.record));
   by_name_[name] = id;
@@ -495,6 +522,7 @@ Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step,
                                        const Tenant& who) {
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+  if (run->device.erase(step)) return uint64_t{0};  // its client frees the GPU memory
   auto it = run->snapshots.find(step);
   if (it == run->snapshots.end()) {
     return Status::NotFound(StepName(run->record, step) + " was never stored");
@@ -521,8 +549,12 @@ Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& na
   SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   *info = Info(*run);
   std::vector<v1::SnapshotInfo> out;
-  out.reserve(run->snapshots.size());
+  out.reserve(run->snapshots.size() + run->device.size());
   for (const auto& [step, snap] : run->snapshots) out.push_back(Info(snap));
+  for (const auto& [step, held] : run->device) out.push_back(Info(*run, step, held));
+  std::sort(out.begin(), out.end(), [](const v1::SnapshotInfo& a, const v1::SnapshotInfo& b) {
+    return a.step() < b.step();
+  });
   return out;
 }
 
@@ -530,9 +562,57 @@ Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step,
                                        const Tenant& who) const {
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
+  if (auto d = run->device.find(step); d != run->device.end()) return Info(*run, step, d->second);
   auto it = run->snapshots.find(step);
   if (it == run->snapshots.end()) return StepNotFound(*run, step);
   return Info(it->second);
+}
+
+Status Store::HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes,
+                             uint64_t session_id, bool held, const Tenant& who) {
+  MutexLock lock(mu_);
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
+  const v1::RunRecord& r = run->record;
+  auto d = run->device.find(step);
+  if (!held) {
+    if (d == run->device.end() || d->second.session_id != session_id) {
+      return Status::NotFound(StepName(r, step) + " is not in session " +
+                              std::to_string(session_id) + "'s GPU memory");
+    }
+    run->device.erase(d);
+    return Status::Ok();
+  }
+  if (!UsesDevice(r.spec().layers())) {
+    return Status::FailedPrecondition("run '" + r.spec().name() + "' has layers " +
+                                      LayersName(r.spec().layers()) +
+                                      ", without a device tier: push the step instead");
+  }
+  if (r.state() == v1::RUN_CLOSED) {
+    return Status::FailedPrecondition("run '" + r.spec().name() +
+                                      "' is closed: its forward pass is over, it takes no "
+                                      "more pushes");
+  }
+  if (r.spec().steps() != 0 && step >= r.spec().steps()) {
+    return Status::OutOfRange(StepName(r, step) + " is outside the declared steps 0.." +
+                              std::to_string(r.spec().steps() - 1));
+  }
+  SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "device copy", "holds"));
+  if (d != run->device.end() || run->snapshots.count(step) || run->in_flight.count(step)) {
+    return Status::AlreadyExists(StepName(r, step) +
+                                 " is already stored; each step is pushed once");
+  }
+  run->device[step] = DeviceStep{session_id, false};
+  run->released.erase(step);
+  return Status::Ok();
+}
+
+void Store::EndSession(uint64_t session_id) {
+  MutexLock lock(mu_);
+  for (auto& [id, run] : runs_) {
+    for (auto& [step, held] : run.device) {
+      if (held.session_id == session_id) held.lost = true;
+    }
+  }
 }
 
 Status Store::StepNotFound(const Run& run, uint64_t step) {
@@ -569,12 +649,18 @@ Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint6
     return Status::FailedPrecondition("run '" + r.spec().name() +
                                       "' has layers NoLayers: it stores no snapshots");
   }
+  if (r.spec().layers() == v1::LAYERS_DEVICE) {
+    return Status::FailedPrecondition("run '" + r.spec().name() +
+                                      "' has layers Device: its steps stay in the GPU memory "
+                                      "of the client that opened it; the daemon stores "
+                                      "none");
+  }
   if (r.spec().steps() != 0 && step >= r.spec().steps()) {
     return Status::OutOfRange(StepName(r, step) + " is outside the declared steps 0.." +
                               std::to_string(r.spec().steps() - 1));
   }
   SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "push", "carries"));
-  if (run->snapshots.count(step)) {
+  if (run->snapshots.count(step) || run->device.count(step)) {
     return Status::AlreadyExists(StepName(r, step) +
                                  " is already stored; each step is pushed once");
   }
@@ -657,6 +743,9 @@ Result<std::optional<Store::FetchGrant>> Store::BeginFetch(uint64_t run_id, uint
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;
   SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "fetch", "into a buffer of"));
+  if (auto d = run->device.find(step); d != run->device.end()) {
+    return DeviceStepHere(*run, step, d->second);
+  }
   auto it = run->snapshots.find(step);
   if (it == run->snapshots.end()) return StepNotFound(*run, step);
   Snapshot& snap = it->second;

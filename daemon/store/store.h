@@ -84,8 +84,11 @@ class Store {
 
   // Run names are unique on the node: a name another tenant holds is refused (ALREADY_EXISTS,
   // saying no more than that). The run belongs to `owner_uid`.
+  // `device_steps`: device layers only, how many of the newest steps the creating client keeps
+  // in its GPU pool (they are left out of the host/disk split).
   Result<v1::RunInfo> OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, bool* created,
-                              const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
+                              const Tenant& who = Tenant::Admin(), uint64_t device_steps = 0)
+      SNAPD_EXCLUDES(mu_);
   Result<v1::RunInfo> CloseRun(const std::string& name, const Tenant& who = Tenant::Admin())
       SNAPD_EXCLUDES(mu_);
   // Returns the tier bytes released.
@@ -113,6 +116,15 @@ class Store {
     uint64_t runs = 0;
   };
   Usage TenantUsage(uint32_t uid) const SNAPD_EXCLUDES(mu_);
+
+  // The device tier: steps a client keeps in its own GPU memory (device layers). The store
+  // only records them, for Locate and List and so that nobody pushes the step again; the
+  // bytes never reach the daemon. The records are kept in memory, not in the catalog: when
+  // `session_id` ends (EndSession) they become TIER_LOST. held = false forgets one.
+  Status HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes, uint64_t session_id,
+                        bool held, const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
+  // The session ended: the device steps it held are lost.
+  void EndSession(uint64_t session_id) SNAPD_EXCLUDES(mu_);
 
   // A push between BeginPush and CommitPush/AbortPush: the step is reserved and `block` holds
   // the host memory its bytes go to (also the staging buffer of a step bound for disk).
@@ -188,9 +200,14 @@ class Store {
     // A compressed copy made at ingest that could not replace the raw block yet.
     std::shared_ptr<PendingPack> pending_pack;
   };
+  struct DeviceStep {
+    uint64_t session_id = 0;  // whose GPU memory holds it
+    bool lost = false;        // that session ended
+  };
   struct Run {
     v1::RunRecord record;
     std::map<uint64_t, Snapshot> snapshots;
+    std::map<uint64_t, DeviceStep> device;  // the device tier: recorded, held by clients
     std::set<uint64_t> in_flight;  // pushes reserved or waiting for room
     std::set<uint64_t> released;   // read-once steps already consumed (this daemon start)
     uint64_t stored_bytes = 0;
@@ -238,6 +255,10 @@ class Store {
   static Status StepNotFound(const Run& run, uint64_t step);
   static v1::RunInfo Info(const Run& run);
   static v1::SnapshotInfo Info(const Snapshot& snap);
+  static v1::SnapshotInfo Info(const Run& run, uint64_t step, const DeviceStep& held);
+  // FAILED_PRECONDITION (held) or DATA_LOSS (its session ended) for a device step the daemon
+  // is asked to serve.
+  static Status DeviceStepHere(const Run& run, uint64_t step, const DeviceStep& held);
   // INVALID_ARGUMENT when a push or fetch moves another size than the run's steps;
   // "push of step 3 of run 'r' carries N bytes ...".
   static Status CheckSize(const Run& run, uint64_t step, uint64_t bytes, const char* what,

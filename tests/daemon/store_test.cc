@@ -504,16 +504,106 @@ TEST_F(StoreTest, RejectsLayersTheNodeCannotServe) {
   v1::RunSpec spec;
   spec.set_name("gpu");
   spec.set_bytes_per_step(4096);
-  spec.set_layers(v1::LAYERS_DISK_HOST_DEVICE);
+  spec.set_layers(v1::LAYERS_DISK_HOST);
   bool created = false;
-  Status s = store_->OpenRun(spec, 0, &created).status();
-  EXPECT_EQ(s.code(), Code::kFailedPrecondition);
-  EXPECT_NE(s.message().find("device tier"), std::string::npos) << s.ToString();
+  Status s = store_->OpenRun(spec, 0, &created, Tenant::Admin(), /*device_steps=*/4).status();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("no device tier"), std::string::npos) << s.ToString();
   Open(/*disk_bytes=*/0);
   spec.set_layers(v1::LAYERS_DISK);
   s = store_->OpenRun(spec, 0, &created).status();
   EXPECT_EQ(s.code(), Code::kFailedPrecondition);
   EXPECT_NE(s.message().find("need a disk tier"), std::string::npos) << s.ToString();
+}
+
+// Three tiers: the client's GPU pool keeps [k, N); the daemon splits [0, k) between disk and
+// host exactly as it splits a run without a device layer.
+TEST_F(StoreTest, DeviceStepsAreLeftOutOfTheHostAndDiskSplit) {
+  constexpr uint64_t kSteps = 40, kBytes = 64 << 10, kDevice = 12;
+  v1::RunSpec spec;
+  spec.set_name("three-tiers");
+  spec.set_steps(kSteps);
+  spec.set_bytes_per_step(kBytes);
+  spec.set_layers(v1::LAYERS_DISK_HOST_DEVICE);
+  bool created = false;
+  auto run = store_->OpenRun(spec, 0, &created, Tenant::Admin(), kDevice);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  uint64_t host_slots = kHostBytes / kBytes - kStagingBlocks;  // 14
+  EXPECT_EQ(run->device_boundary(), kSteps - kDevice);
+  EXPECT_EQ(run->host_boundary(), kSteps - kDevice - host_slots);
+  EXPECT_EQ(run->host_boundary(), HostBoundary(v1::LAYERS_DISK_HOST_DEVICE, kSteps - kDevice,
+                                               kBytes, kHostBytes));
+  uint64_t id = run->run_id();
+  for (uint64_t t = 0; t < kSteps; ++t) {
+    if (t >= run->device_boundary()) {
+      ASSERT_TRUE(store_->HoldDeviceStep(id, t, kBytes, /*session_id=*/7, true).ok());
+    } else {
+      ASSERT_TRUE(Push(id, t, kBytes).ok()) << t;
+    }
+  }
+  store_->WaitTieringIdle();
+  auto list = store_->ListSnapshots("three-tiers", &*run);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), kSteps);
+  EXPECT_EQ(run->snapshots(), kSteps);
+  for (uint64_t t = 0; t < kSteps; ++t) {
+    v1::Tier want = t >= run->device_boundary() ? v1::TIER_DEVICE
+                    : t >= run->host_boundary() ? v1::TIER_HOST
+                                                : v1::TIER_DISK;
+    EXPECT_EQ((*list)[t].step(), t);
+    EXPECT_EQ((*list)[t].tier(), want) << "step " << t;
+  }
+  EXPECT_EQ((*list)[kSteps - 1].device_session(), 7u);
+}
+
+TEST_F(StoreTest, ADeviceStepIsRecordedOnceAndNeverServedByTheDaemon) {
+  v1::RunSpec spec;
+  spec.set_name("device");
+  spec.set_steps(4);
+  spec.set_bytes_per_step(4096);
+  spec.set_layers(v1::LAYERS_HOST_DEVICE);
+  bool created = false;
+  uint64_t id = store_->OpenRun(spec, 0, &created, Tenant::Admin(), 2)->run_id();
+  ASSERT_TRUE(store_->HoldDeviceStep(id, 3, 4096, 5, true).ok());
+  EXPECT_EQ(store_->HoldDeviceStep(id, 3, 4096, 5, true).code(), Code::kAlreadyExists);
+  EXPECT_EQ(Reserve(*store_, id, 3, 4096).status().code(), Code::kAlreadyExists);
+  EXPECT_EQ(store_->HoldDeviceStep(id, 2, 100, 5, true).code(), Code::kInvalidArgument);
+  EXPECT_EQ(store_->HoldDeviceStep(id, 9, 4096, 5, true).code(), Code::kOutOfRange);
+  ASSERT_TRUE(Push(id, 1, 4096).ok());
+  EXPECT_EQ(store_->HoldDeviceStep(id, 1, 4096, 5, true).code(), Code::kAlreadyExists);
+  Status fetch = Fetch(*store_, id, 3, 4096).status();
+  EXPECT_EQ(fetch.code(), Code::kFailedPrecondition);
+  EXPECT_NE(fetch.message().find("GPU memory of session 5"), std::string::npos) << fetch.ToString();
+  // Only the holding session forgets it; then the step may be pushed to the daemon.
+  EXPECT_EQ(store_->HoldDeviceStep(id, 3, 4096, 6, false).code(), Code::kNotFound);
+  ASSERT_TRUE(store_->HoldDeviceStep(id, 3, 4096, 5, false).ok());
+  EXPECT_EQ(store_->Locate("device", 3).status().code(), Code::kNotFound);
+  ASSERT_TRUE(Push(id, 3, 4096).ok());
+  EXPECT_EQ(store_->Locate("device", 3)->tier(), v1::TIER_HOST);
+  // A run without a device layer takes no device steps.
+  uint64_t plain = OpenRun("plain", 4, 4096, v1::LAYERS_HOST);
+  EXPECT_EQ(store_->HoldDeviceStep(plain, 0, 4096, 5, true).code(), Code::kFailedPrecondition);
+}
+
+TEST_F(StoreTest, DeviceStepsOfAnEndedSessionAreLostAndSaySo) {
+  v1::RunSpec spec;
+  spec.set_name("device");
+  spec.set_steps(4);
+  spec.set_bytes_per_step(4096);
+  spec.set_layers(v1::LAYERS_HOST_DEVICE);
+  bool created = false;
+  uint64_t id = store_->OpenRun(spec, 0, &created, Tenant::Admin(), 2)->run_id();
+  ASSERT_TRUE(store_->HoldDeviceStep(id, 2, 4096, 5, true).ok());
+  ASSERT_TRUE(store_->HoldDeviceStep(id, 3, 4096, 8, true).ok());
+  store_->EndSession(5);
+  EXPECT_EQ(store_->Locate("device", 2)->tier(), v1::TIER_LOST);
+  EXPECT_EQ(store_->Locate("device", 3)->tier(), v1::TIER_DEVICE);  // another session's
+  Status fetch = Fetch(*store_, id, 2, 4096).status();
+  EXPECT_EQ(fetch.code(), Code::kDataLoss);
+  EXPECT_NE(fetch.message().find("which ended"), std::string::npos) << fetch.ToString();
+  // Deleting the lost step frees the step number.
+  ASSERT_TRUE(store_->DeleteSnapshot("device", 2).ok());
+  EXPECT_EQ(store_->Locate("device", 2).status().code(), Code::kNotFound);
 }
 
 TEST(RunSpecValidation, NamesTheProblem) {

@@ -42,9 +42,11 @@ struct RunSpec {
   uint64_t bytes_per_step = 0;  // every push and fetch moves exactly this many bytes
   Dtype dtype = Dtype::kUnspecified;
   std::vector<uint64_t> shape = {};  // optional; must agree with bytes_per_step and dtype
-  // Tiers the run may use, as DevitoPRO names them: "DiskHost", "Host", "Disk", "NoLayers"
-  // ("DiskHostDevice", "HostDevice", "Device" need the device tier, not served yet). Empty:
-  // DiskHost when the daemon has a disk tier, else Host.
+  // Tiers the run may use, as DevitoPRO names them: "DiskHostDevice", "HostDevice", "DiskHost",
+  // "Host", "Device", "Disk", "NoLayers". Empty: DiskHost when the daemon has a disk tier,
+  // else Host. The device layer is this client's GPU pool (ClientOptions.device_mem_*): the
+  // newest steps [device_boundary, N) stay there and never leave the GPU; older steps go to
+  // the daemon. Needs a usable GPU (FAILED_PRECONDITION otherwise).
   std::string layers = {};
   // false: a step is released once fetched (read-once backward pass). true: steps stay until
   // deleted (checkpoint schedules read a step more than once).
@@ -75,6 +77,9 @@ struct RunInfo {
   // Steps below this go to disk, the rest stay in host memory (reverse-order placement;
   // 0 without a declared step count or a disk layer).
   uint64_t host_boundary = 0;
+  // Device layers: steps [device_boundary, N) stay in the GPU pool of the client that created
+  // the run. N when none do; 0 with N unknown (the pool then keeps the newest steps pushed).
+  uint64_t device_boundary = 0;
 };
 
 struct Location {
@@ -85,6 +90,7 @@ struct Location {
   uint64_t checksum = 0;  // valid when checksum_recorded
   bool checksum_recorded = false;
   bool on_disk = false;   // a durable copy is in the daemon's disk spool
+  uint64_t device_session = 0;  // kDevice: the session whose GPU pool holds the step
   Codec codec = Codec::kNone;  // how that copy is compressed (stored_bytes is its size)
 };
 
@@ -108,6 +114,11 @@ struct ClientOptions {
   // straight into it; otherwise, or when false, bytes travel as UCX messages (one copy by the
   // transport). SNAPD_DATA_PATH=ucx in the environment also turns mapping off.
   bool map_host_tier = true;
+  // The device tier's pool of GPU memory, allocated when the first run with a device layer
+  // opens: device_mem_bytes when nonzero, else device_mem_perc of the GPU's free memory then.
+  // SNAPD_DEVICE_MEM ("0.5" or "8G") overrides both.
+  double device_mem_perc = 0.7;
+  uint64_t device_mem_bytes = 0;
 };
 
 // How a client's snapshot bytes travel.
