@@ -1,5 +1,6 @@
 // Bad input at every entry point gets a clear error naming the problem, on both data paths,
 // and the daemon keeps serving.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -9,6 +10,7 @@
 #include "daemon_process.h"
 #include "snapd/kernels.h"
 #include "snapd/client.h"
+#include "snapd/v1/control.grpc.pb.h"
 
 namespace snapd::testing {
 namespace {
@@ -128,6 +130,76 @@ TEST_P(BadInputTest, DevicePushesSayWhatTheyNeedWithoutAGpu) {
   EXPECT_FALSE(h.status().message().empty());
   EXPECT_EQ(client_->Locate("run", 0).status().code(), Code::kNotFound);
   ASSERT_TRUE(Push(run_id_, 0, kBytes).ok());  // the client and daemon carry on
+}
+
+TEST_P(BadInputTest, DeviceLayersNeedAUsableGpu) {
+  if (kernels::ProbeDevice().usable) GTEST_SKIP() << "a GPU is usable here";
+  for (const char* layers : {"DiskHostDevice", "HostDevice", "Device"}) {
+    RunSpec spec;
+    spec.name = std::string("gpu-") + layers;
+    spec.steps = 4;
+    spec.bytes_per_step = kBytes;
+    spec.layers = layers;
+    ExpectError(client_->OpenRun(spec).status(), Code::kFailedPrecondition,
+                "no GPU is usable here");
+    EXPECT_EQ(client_->Locate(spec.name, 0).status().code(), Code::kNotFound);  // no run made
+  }
+  ASSERT_TRUE(Push(run_id_, 0, kBytes).ok());
+}
+
+// The daemon's half of the device tier, driven as libsnapd drives it: a step recorded in a
+// session's GPU pool is listed as TIER_DEVICE, is never served or pushed again, can be recorded
+// only with the session's token, and is reported lost once that session ends.
+TEST_P(BadInputTest, DeviceStepRecordsBelongToTheirSession) {
+  auto stub = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
+  auto call = [&](auto method, const auto& req, auto* resp) {
+    grpc::ClientContext ctx;
+    grpc::Status s = ((*stub).*method)(&ctx, req, resp);
+    return Status(static_cast<Code>(s.error_code()), s.error_message());
+  };
+  v1::OpenSessionRequest open_session;
+  v1::OpenSessionResponse session;
+  ASSERT_TRUE(call(&v1::Control::Stub::OpenSession, open_session, &session).ok());
+  v1::OpenRunRequest open_run;
+  open_run.mutable_spec()->set_name("pool");
+  open_run.mutable_spec()->set_steps(8);
+  open_run.mutable_spec()->set_bytes_per_step(kBytes);
+  open_run.mutable_spec()->set_layers(v1::LAYERS_HOST_DEVICE);
+  open_run.set_device_steps(3);
+  v1::OpenRunResponse run;
+  ASSERT_TRUE(call(&v1::Control::Stub::OpenRun, open_run, &run).ok());
+  EXPECT_EQ(run.run().device_boundary(), 5u);
+  v1::HoldDeviceStepRequest hold;
+  hold.set_session_id(session.session_id());
+  hold.set_token(session.token() + 1);
+  hold.set_run_id(run.run().run_id());
+  hold.set_step(7);
+  hold.set_bytes(kBytes);
+  hold.set_held(true);
+  v1::HoldDeviceStepResponse held;
+  ExpectError(call(&v1::Control::Stub::HoldDeviceStep, hold, &held), Code::kNotFound,
+              "is not open");
+  hold.set_token(session.token());
+  ASSERT_TRUE(call(&v1::Control::Stub::HoldDeviceStep, hold, &held).ok());
+  auto where = client_->Locate("pool", 7);
+  ASSERT_TRUE(where.ok()) << where.status().ToString();
+  EXPECT_EQ(where->tier, Tier::kDevice);
+  EXPECT_EQ(where->device_session, session.session_id());
+  std::vector<char> out(kBytes);
+  ExpectError(client_->Fetch(run.run().run_id(), 7, out.data(), kBytes),
+              Code::kFailedPrecondition, "GPU memory of session");
+  ExpectError(Push(run.run().run_id(), 7, kBytes), Code::kAlreadyExists, "already stored");
+  ASSERT_TRUE(Push(run.run().run_id(), 0, kBytes).ok());  // older steps go to the daemon
+  v1::CloseSessionRequest close;
+  close.set_session_id(session.session_id());
+  close.set_token(session.token());
+  v1::CloseSessionResponse closed;
+  ASSERT_TRUE(call(&v1::Control::Stub::CloseSession, close, &closed).ok());
+  EXPECT_EQ(client_->Locate("pool", 7)->tier, Tier::kLost);
+  ExpectError(client_->Fetch(run.run().run_id(), 7, out.data(), kBytes), Code::kDataLoss,
+              "which ended");
+  EXPECT_EQ(client_->Locate("pool", 0)->tier, Tier::kHost);
 }
 
 TEST_P(BadInputTest, StepOutsideDeclaredRangeIsOutOfRange) {

@@ -1,5 +1,6 @@
 // Device (CUDA) pushes and fetches against a real snapd (CTest label `gpu`; skipped where no
-// GPU is usable): byte-exact round trips over both data paths, and the GPU NaN check.
+// GPU is usable): byte-exact round trips over both data paths, the GPU NaN check, and the device
+// tier (placement on three tiers).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -85,6 +86,110 @@ TEST_P(DeviceTest, ACheckedRunRefusesADeviceNaN) {
   auto h = client_->PushDevice(run->run_id, 0, d, 4096 * 8, stream_);
   ASSERT_FALSE(h.ok());
   EXPECT_NE(h.status().message().find("element 4000"), std::string::npos) << h.status().message();
+}
+
+// Reverse-order placement over three tiers: a GPU pool of 6 steps, a host tier of a few steps
+// and a disk spool. The newest steps stay on the device, the next in host memory, the oldest
+// go to disk; the backward pass reads every one back byte-exact, device steps without a copy
+// through the daemon.
+TEST_P(DeviceTest, ThreeTiersKeepTheNewestStepsClosestToTheSolver) {
+  constexpr size_t kBytes = (1 << 20) + 64;
+  constexpr uint64_t kSteps = 24, kPoolSteps = 6;
+  std::string spool = dir_.path() + "/spool3";
+  auto d = DaemonProcess::Start({dir_.path() + "/three", "8M",
+                                 {"--spool-dirs", spool, "--disk-mem", "256M"}, {}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ClientOptions options;
+  options.socket_path = (*d)->socket();
+  options.map_host_tier = GetParam();
+  options.device_mem_bytes = kPoolSteps * (kBytes + 256);  // slots are 256-byte aligned
+  auto c = Client::Connect(options);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  RunSpec spec;
+  spec.name = "three-tiers";
+  spec.steps = kSteps;
+  spec.bytes_per_step = kBytes;
+  spec.layers = "DiskHostDevice";
+  auto run = (*c)->OpenRun(spec);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->device_boundary, kSteps - kPoolSteps);
+  EXPECT_GT(run->host_boundary, 0u);
+  EXPECT_LT(run->host_boundary, run->device_boundary);
+  std::vector<char> host(kBytes);
+  void* u = DeviceAlloc(kBytes);
+  for (uint64_t t = 0; t < kSteps; ++t) {
+    FillPattern(host.data(), kBytes, 9, t);
+    ASSERT_EQ(cudaMemcpyAsync(u, host.data(), kBytes, cudaMemcpyHostToDevice, stream_),
+              cudaSuccess);
+    auto h = (*c)->PushDevice(run->run_id, t, u, kBytes, stream_);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_TRUE(h->WaitStored().ok());
+  }
+  auto list = (*c)->ListSnapshots("three-tiers");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), kSteps);
+  for (const Location& l : *list) {
+    Tier want = l.step >= run->device_boundary ? Tier::kDevice
+                : l.step >= run->host_boundary ? Tier::kHost
+                                               : Tier::kDisk;
+    if (want == Tier::kDisk) {
+      EXPECT_TRUE(l.on_disk) << "step " << l.step;
+    } else {
+      EXPECT_EQ(l.tier, want) << "step " << l.step;
+    }
+  }
+  auto tiers = (*c)->Tiers();
+  ASSERT_TRUE(tiers.ok());
+  EXPECT_EQ(tiers->back().tier, Tier::kDevice);
+  EXPECT_EQ(tiers->back().snapshots, kPoolSteps);
+  std::vector<char> back(kBytes), want(kBytes);
+  void* v = DeviceAlloc(kBytes);
+  for (uint64_t t = kSteps; t-- > 0;) {
+    auto f = (*c)->FetchDeviceAsync(run->run_id, t, v, kBytes, stream_);
+    ASSERT_TRUE(f.ok()) << "step " << t << ": " << f.status().ToString();
+    ASSERT_TRUE(f->Wait().ok());
+    ASSERT_EQ(cudaMemcpy(back.data(), v, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    FillPattern(want.data(), kBytes, 9, t);
+    ASSERT_EQ(back, want) << "step " << t;
+  }
+  EXPECT_EQ((*c)->Locate("three-tiers", kSteps - 1).status().code(), Code::kNotFound);  // read once
+  c->reset();
+  EXPECT_EQ((*d)->Stop(), 0) << (*d)->Log();
+}
+
+// With the step count unknown the pool keeps the newest steps pushed so far and moves the
+// oldest to the daemon as it fills; host pushes and fetches use the pool too.
+TEST_P(DeviceTest, AnOpenEndedRunKeepsTheNewestStepsInThePool) {
+  constexpr size_t kBytes = 256 << 10;
+  ClientOptions options;
+  options.socket_path = daemon_->socket();
+  options.map_host_tier = GetParam();
+  options.device_mem_bytes = 4 * kBytes;
+  auto c = Client::Connect(options);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto run = (*c)->OpenRun({.name = "open-ended", .bytes_per_step = kBytes,
+                            .layers = "HostDevice", .keep = true});
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  std::vector<char> host(kBytes), back(kBytes);
+  for (uint64_t t = 0; t < 10; ++t) {
+    FillPattern(host.data(), kBytes, 3, t);
+    auto h = (*c)->Push(run->run_id, t, host.data(), kBytes);
+    ASSERT_TRUE(h.ok() && h->WaitStored().ok()) << t;
+  }
+  for (uint64_t t = 0; t < 10; ++t) {
+    auto where = (*c)->Locate("open-ended", t);
+    ASSERT_TRUE(where.ok());
+    EXPECT_EQ(where->tier, t >= 6 ? Tier::kDevice : Tier::kHost) << "step " << t;
+    ASSERT_TRUE((*c)->Fetch(run->run_id, t, back.data(), kBytes).ok());
+    FillPattern(host.data(), kBytes, 3, t);
+    ASSERT_EQ(back, host) << "step " << t;
+  }
+  // Deleting a device step frees its slot for the step pushed again.
+  ASSERT_TRUE((*c)->DeleteSnapshot("open-ended", 9).ok());
+  auto again = (*c)->Push(run->run_id, 9, host.data(), kBytes);
+  ASSERT_TRUE(again.ok() && again->WaitStored().ok());
+  EXPECT_EQ((*c)->Locate("open-ended", 9)->tier, Tier::kDevice);
+  ASSERT_TRUE((*c)->DeleteRun("open-ended").ok());
 }
 
 // The CUDA example solver, forward and backward through snapd, checksums compared on the GPU.
