@@ -84,13 +84,32 @@ snapd_code snapd_locate(snapd_client* client, const char* name, uint64_t step,
   return Report(snapd::Status::Ok());
 }
 
-snapd_code snapd_push(snapd_client* client, uint64_t run_id, uint64_t step, const void* data,
-                      size_t bytes, snapd_push_handle** out) {
-  if (!client || !out) return NullArgument("client and out");
-  auto handle = client->client->Push(run_id, step, data, bytes);
+namespace {
+snapd_code HandOut(snapd::Result<snapd::PushHandle> handle, snapd_push_handle** out) {
   if (!handle.ok()) return Report(handle.status());
   *out = new snapd_push_handle{std::move(handle).value()};
   return Report(snapd::Status::Ok());
+}
+}  // namespace
+
+snapd_code snapd_push(snapd_client* client, uint64_t run_id, uint64_t step, const void* data,
+                      size_t bytes, snapd_push_handle** out) {
+  if (!client || !out) return NullArgument("client and out");
+  return HandOut(client->client->Push(run_id, step, data, bytes), out);
+}
+
+snapd_code snapd_push_device(snapd_client* client, uint64_t run_id, uint64_t step,
+                             const void* device_data, size_t bytes, void* stream,
+                             snapd_push_handle** out) {
+  if (!client || !out) return NullArgument("client and out");
+  return HandOut(client->client->PushDevice(run_id, step, device_data, bytes, stream), out);
+}
+
+snapd_code snapd_fetch_device(snapd_client* client, uint64_t run_id, uint64_t step,
+                              void* device_data, size_t bytes, void* stream) {
+  if (!client) return NullArgument("client");
+  auto fetch = client->client->FetchDeviceAsync(run_id, step, device_data, bytes, stream);
+  return Report(fetch.ok() ? fetch->Wait() : fetch.status());
 }
 
 snapd_code snapd_push_wait_released(snapd_push_handle* push) {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <unordered_map>
 
@@ -220,6 +221,10 @@ struct Client::Impl {
 
   // The device tier (device_pool.h): a pool of GPU memory allocated on the first run with a
   // device layer, kept until the client goes.
+  // FAILED_PRECONDITION "`what`: no GPU is usable here (why)" unless one is (probed once).
+  Status GpuUsable(const std::string& what);
+  std::once_flag gpu_once;
+  Status gpu_status;
   double device_fraction = 0.7;
   uint64_t device_bytes = 0;
   Status device_options;  // SNAPD_DEVICE_MEM parsed
@@ -719,10 +724,8 @@ Result<detail::DevicePool*> Client::Impl::EnsurePool(const std::string& run_name
   if (device_pool) return device_pool.get();
   std::string what = "run '" + run_name + "': layers " + LayersName(layers) +
                      " keep the newest steps in this process's GPU memory";
-  kernels::DeviceProbe probe = kernels::ProbeDevice();
-  if (!probe.usable) {
-    return Status::FailedPrecondition(what + ", and no GPU is usable here (" +
-                                      probe.description + "); use DiskHost or Host");
+  if (Status gpu = GpuUsable(what); !gpu.ok()) {
+    return Status::FailedPrecondition(gpu.message() + "; use DiskHost or Host");
   }
   if (!device_options.ok()) return Status(device_options.code(), what + ": " +
                                           device_options.message());
@@ -738,6 +741,16 @@ Result<detail::DevicePool*> Client::Impl::EnsurePool(const std::string& run_name
   device_base = static_cast<char*>(base);
   device_pool = std::make_unique<detail::DevicePool>(budget);
   return device_pool.get();
+}
+
+Status Client::Impl::GpuUsable(const std::string& what) {
+  std::call_once(gpu_once, [this] {
+    kernels::DeviceProbe probe = kernels::ProbeDevice();
+    if (!probe.usable) gpu_status = Status::FailedPrecondition(probe.description);
+  });
+  if (gpu_status.ok()) return Status::Ok();
+  return Status::FailedPrecondition(what + ", and no GPU is usable here (" +
+                                    gpu_status.message() + ")");
 }
 
 detail::DevicePool* Client::Impl::Pool(char** base) {
@@ -897,6 +910,8 @@ Result<PushHandle> Client::PushDevice(uint64_t run_id, uint64_t step, const void
     return Status::InvalidArgument("device push of step " + std::to_string(step) +
                                    ": data is null but bytes is " + std::to_string(bytes));
   }
+  SNAPD_RETURN_IF_ERROR(
+      impl_->GpuUsable("device push of step " + std::to_string(step) + " needs CUDA"));
   SNAPD_RETURN_IF_ERROR(impl_->CheckFinite(run_id, step, device_data, bytes, true, stream));
   if (auto pooled = impl_->PushToPool(run_id, step, device_data, bytes, stream)) return *pooled;
   return impl_->PushDeviceToDaemon(run_id, step, device_data, bytes, stream);
@@ -983,6 +998,8 @@ Result<FetchHandle> Client::FetchDeviceAsync(uint64_t run_id, uint64_t step, voi
     return Status::InvalidArgument("device fetch of step " + std::to_string(step) +
                                    ": destination is null");
   }
+  SNAPD_RETURN_IF_ERROR(
+      impl_->GpuUsable("device fetch of step " + std::to_string(step) + " needs CUDA"));
   if (auto pooled = impl_->FetchFromPool(run_id, step, device_data, bytes, stream)) {
     return *pooled;
   }

@@ -246,11 +246,23 @@ int Ls(v1::Control::Stub& stub, const Options& o) {
               run.state() == v1::RUN_OPEN ? "open" : "closed", LayersName(run.spec().layers()),
               run.spec().keep() ? ", keep" : ", read-once", codec.c_str(),
               (unsigned long long)run.snapshots(), FormatBytes(run.stored_bytes()).c_str());
-  if (run.host_boundary()) {
-    std::printf("placement: steps 0..%llu on disk, %llu..%llu in host memory\n",
-                (unsigned long long)run.host_boundary() - 1,
-                (unsigned long long)run.host_boundary(),
-                (unsigned long long)run.spec().steps() - 1);
+  uint64_t steps = run.spec().steps();
+  uint64_t device = steps && run.device_boundary() < steps ? run.device_boundary() : steps;
+  if (run.host_boundary() || device < steps) {
+    std::string line = "placement: steps";
+    if (run.host_boundary()) {
+      line += " 0.." + std::to_string(run.host_boundary() - 1) + " on disk,";
+    }
+    if (run.host_boundary() < device) {
+      line += " " + std::to_string(run.host_boundary()) + ".." + std::to_string(device - 1) +
+              " in host memory,";
+    }
+    if (device < steps) {
+      line += " " + std::to_string(device) + ".." + std::to_string(steps - 1) +
+              " in the creating client's GPU pool,";
+    }
+    line.back() = '\n';
+    std::fputs(line.c_str(), stdout);
   }
   PrintSnapshotHeader();
   for (const auto& snap : r.snapshots()) PrintSnapshotRow(snap);

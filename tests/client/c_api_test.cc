@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "daemon_process.h"
+#include "snapd/kernels.h"
 
 namespace snapd::testing {
 namespace {
@@ -39,6 +40,33 @@ TEST(CApi, PushFetchLocateRoundTrip) {
   EXPECT_EQ(snapd_fetch(c, run, 9, back.data(), back.size() * 4), SNAPD_NOT_FOUND);
   EXPECT_NE(std::string(snapd_last_error()).find("never stored"), std::string::npos);
   EXPECT_EQ(snapd_delete_run(c, "c-run"), SNAPD_OK);
+  snapd_disconnect(c);
+  EXPECT_EQ((*d)->Stop(), 0);
+}
+
+TEST(CApi, DeviceCallsSayWhatTheyNeedWithoutAGpu) {
+  if (kernels::ProbeDevice().usable) GTEST_SKIP() << "a GPU is usable here";
+  TempDir dir;
+  auto d = DaemonProcess::Start({dir.path(), "64M", {}, {}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  snapd_client* c = nullptr;
+  ASSERT_EQ(snapd_connect((*d)->socket().c_str(), &c), SNAPD_OK) << snapd_last_error();
+  snapd_run_spec spec{"c-gpu", 4, 4096, 0, nullptr, 0, "HostDevice", 0, 0, 0, 0.0, 0};
+  uint64_t run = 0;
+  EXPECT_EQ(snapd_open_run(c, &spec, &run), SNAPD_FAILED_PRECONDITION);
+  EXPECT_NE(std::string(snapd_last_error()).find("no GPU is usable"), std::string::npos)
+      << snapd_last_error();
+  spec.layers = "Host";
+  ASSERT_EQ(snapd_open_run(c, &spec, &run), SNAPD_OK) << snapd_last_error();
+  std::vector<char> buf(4096);
+  snapd_push_handle* h = nullptr;
+  EXPECT_EQ(snapd_push_device(c, run, 0, buf.data(), buf.size(), nullptr, &h),
+            SNAPD_FAILED_PRECONDITION);
+  EXPECT_EQ(h, nullptr);
+  EXPECT_EQ(snapd_fetch_device(c, run, 0, buf.data(), buf.size(), nullptr),
+            SNAPD_FAILED_PRECONDITION);
+  EXPECT_NE(std::string(snapd_last_error()).find("device fetch of step 0"), std::string::npos)
+      << snapd_last_error();
   snapd_disconnect(c);
   EXPECT_EQ((*d)->Stop(), 0);
 }

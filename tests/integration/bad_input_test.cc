@@ -126,8 +126,9 @@ TEST_P(BadInputTest, ACheckedRunRefusesAPushWithANaNNamingTheStepAndElement) {
 TEST_P(BadInputTest, DevicePushesSayWhatTheyNeedWithoutAGpu) {
   if (kernels::ProbeDevice().usable) GTEST_SKIP() << "a GPU is usable here";
   auto h = client_->PushDevice(run_id_, 0, buf_.data(), kBytes);
-  EXPECT_FALSE(h.ok());
-  EXPECT_FALSE(h.status().message().empty());
+  ExpectError(h.status(), Code::kFailedPrecondition, "no GPU is usable here");
+  ExpectError(client_->FetchDeviceAsync(run_id_, 0, buf_.data(), kBytes).status(),
+              Code::kFailedPrecondition, "device fetch of step 0 needs CUDA");
   EXPECT_EQ(client_->Locate("run", 0).status().code(), Code::kNotFound);
   ASSERT_TRUE(Push(run_id_, 0, kBytes).ok());  // the client and daemon carry on
 }

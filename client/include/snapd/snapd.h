@@ -12,8 +12,9 @@ extern "C" {
 #endif
 
 typedef int snapd_code;
-enum { SNAPD_OK = 0, SNAPD_NOT_FOUND = 5, SNAPD_ALREADY_EXISTS = 6,
-       SNAPD_RESOURCE_EXHAUSTED = 8, SNAPD_UNAVAILABLE = 14, SNAPD_DATA_LOSS = 15 };
+enum { SNAPD_OK = 0, SNAPD_INVALID_ARGUMENT = 3, SNAPD_NOT_FOUND = 5, SNAPD_ALREADY_EXISTS = 6,
+       SNAPD_RESOURCE_EXHAUSTED = 8, SNAPD_FAILED_PRECONDITION = 9, SNAPD_UNAVAILABLE = 14,
+       SNAPD_DATA_LOSS = 15 };
 
 typedef struct snapd_client snapd_client;
 typedef struct snapd_push_handle snapd_push_handle;
@@ -25,7 +26,8 @@ typedef struct snapd_run_spec {
   int dtype;               /* 0 bytes, 1 float32, 2 float64, 3 int32, 4 int64, 5 uint8 */
   const uint64_t* shape;   /* may be NULL */
   size_t ndim;
-  const char* layers;      /* "DiskHost", "Host", "Disk", ...; NULL or "" = daemon default */
+  const char* layers;      /* "DiskHostDevice", "HostDevice", "DiskHost", "Host", "Device",
+                              "Disk", "NoLayers"; NULL or "" = daemon default */
   int keep;                /* nonzero: steps stay after being fetched (default: read-once) */
   int block_when_full;     /* nonzero: a push waits when host and disk are full */
   int codec;               /* 0 none, 1 zfp-reversible, 2 zfp-rate, 3 zfp-precision, 4 zfp-accuracy */
@@ -64,6 +66,15 @@ void snapd_push_free(snapd_push_handle* push);
 
 snapd_code snapd_fetch(snapd_client* client, uint64_t run_id, uint64_t step, void* data,
                        size_t bytes);
+
+/* CUDA device memory; `stream` is a cudaStream_t (NULL: the legacy default stream). A device
+ * push completes as Client::PushDevice; snapd_fetch_device returns once the bytes are in
+ * `device_data`. SNAPD_FAILED_PRECONDITION from a libsnapd built without CUDA. */
+snapd_code snapd_push_device(snapd_client* client, uint64_t run_id, uint64_t step,
+                             const void* device_data, size_t bytes, void* stream,
+                             snapd_push_handle** out);
+snapd_code snapd_fetch_device(snapd_client* client, uint64_t run_id, uint64_t step,
+                              void* device_data, size_t bytes, void* stream);
 
 #ifdef __cplusplus
 }

@@ -60,8 +60,9 @@ Bytes View(const py::object& array, bool writable, const char* what) {
     std::string type = py::str(py::type::of(array).attr("__name__"));
     if (py::hasattr(array, "__cuda_array_interface__") || py::hasattr(array, "__dlpack_device__")) {
       throw py::type_error(std::string(what) + ": a " + type +
-                           " in device memory needs snapd's GPU path, which this build does not "
-                           "have; copy it to a host array first");
+                           " in device memory needs the GPU path, which the Python binding "
+                           "does not have yet (libsnapd's C++ PushDevice and FetchDeviceAsync "
+                           "do); copy it to a host array first");
     }
     throw py::type_error(std::string(what) + ": expected an array or other buffer, got a " +
                          type);
