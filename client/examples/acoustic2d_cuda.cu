@@ -3,9 +3,10 @@
 // memory (PushDevice: the GPU's copy engine writes into snapd's host tier, no CPU copy) and
 // read back in reverse into device memory (FetchDeviceAsync), the next step's fetch
 // overlapping the current step's imaging. Checksums computed on the GPU at push and after
-// each fetch must match.
+// each fetch must match. With --layers HostDevice or DiskHostDevice the newest steps stay in
+// libsnapd's GPU pool (SNAPD_DEVICE_MEM sizes it) and never leave the device.
 //
-//   acoustic2d_cuda [--nx N] [--ny N] [--steps N] [--run NAME] [--socket PATH]
+//   acoustic2d_cuda [--nx N] [--ny N] [--steps N] [--run NAME] [--socket PATH] [--layers L]
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -55,7 +56,7 @@ __global__ void ImageKernel(int cells, const float* u, float* image) {
 
 int main(int argc, char** argv) {
   int nx = 512, ny = 512, steps = 200;
-  std::string run_name = "acoustic2d-cuda", socket;
+  std::string run_name = "acoustic2d-cuda", socket, layers;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--nx") nx = std::atoi(argv[i + 1]);
@@ -63,9 +64,10 @@ int main(int argc, char** argv) {
     else if (k == "--steps") steps = std::atoi(argv[i + 1]);
     else if (k == "--run") run_name = argv[i + 1];
     else if (k == "--socket") socket = argv[i + 1];
+    else if (k == "--layers") layers = argv[i + 1];
     else {
       std::fprintf(stderr, "usage: acoustic2d_cuda [--nx N] [--ny N] [--steps N] [--run NAME] "
-                           "[--socket PATH]\n");
+                           "[--socket PATH] [--layers L]\n");
       return 2;
     }
   }
@@ -80,7 +82,8 @@ int main(int argc, char** argv) {
   if (!client.ok()) Die("connect", client.status());
   auto run = (*client)->OpenRun({.name = run_name, .steps = static_cast<uint64_t>(steps),
                                  .bytes_per_step = bytes, .dtype = snapd::Dtype::kFloat32,
-                                 .shape = {static_cast<uint64_t>(ny), static_cast<uint64_t>(nx)}});
+                                 .shape = {static_cast<uint64_t>(ny), static_cast<uint64_t>(nx)},
+                                 .layers = layers});
   if (!run.ok()) Die("open run", run.status());
 
   cudaStream_t stream;

@@ -347,8 +347,16 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
                                                p.state->Release(Status::Ok());
                                                PostCommit(p, NanosSince(t0));
                                              });
-    // Not enqueued: the reservation is left to expire with the endpoint; the push failed.
-    if (!s.ok()) p.state->Complete(s);
+    if (!s.ok()) {  // not enqueued: the push failed; give the reservation back
+      p.state->Complete(s);
+      loop->Post([this, p] {
+        wire::PushRequest abort{};
+        abort.run_id = p.run_id;
+        abort.step = p.step;
+        abort.bytes = p.bytes;
+        SendHeader(wire::kAbort, abort, Pending{Kind::kCommit, nullptr});
+      });
+    }
     return;
   }
   copier->Submit([this, p, offset] {

@@ -53,6 +53,7 @@ Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Stor
   dp->Register<PushRequest, wire::kCommit, true, &DataPlane::HandleCommit>();
   dp->Register<FetchRequest, wire::kFetchMapped, true, &DataPlane::HandleFetchMapped>();
   dp->Register<wire::LeaseRelease, wire::kReleaseLease, true, &DataPlane::HandleReleaseLease>();
+  dp->Register<wire::PushRequest, wire::kAbort, true, &DataPlane::HandleAbort>();
   SNAPD_RETURN_IF_ERROR(dp->Listen(options));
   dp->loop_->Start();
   return dp;
@@ -460,6 +461,22 @@ ucs_status_t DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRe
   }
   conn.reserved.erase(it);
   FinishPush(ep, req.header.request_id, ticket);
+  return UCS_OK;
+}
+
+ucs_status_t DataPlane::HandleAbort(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
+                                    void*, size_t, const ucp_am_recv_param_t*) {
+  auto it = conn.reserved.find({req.run_id, req.step});
+  if (it == conn.reserved.end()) {
+    Reply(ep, req.header.request_id,
+          Status::FailedPrecondition("abort of step " + std::to_string(req.step) +
+                                     " of run id " + std::to_string(req.run_id) +
+                                     " without a reservation on this endpoint"));
+    return UCS_OK;
+  }
+  store_->AbortPush(it->second.ticket);  // the step and its tier memory are free again
+  conn.reserved.erase(it);
+  Reply(ep, req.header.request_id, Status::Ok());
   return UCS_OK;
 }
 

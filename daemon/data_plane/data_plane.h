@@ -3,7 +3,7 @@
 //
 // Mapped path (same node, same uid, the default there): the client holds the host-tier arena
 // mapped and copies bytes itself; these handlers only reserve/commit steps and lease blocks
-// (kReserve, kCommit, kFetchMapped, kReleaseLease).
+// (kReserve, kCommit, kAbort, kFetchMapped, kReleaseLease).
 // Copied path (any client, e.g. over tcp): kPush carries the snapshot as AM data; the handler
 // validates the header, reserves tier memory through the Store, then receives the data
 // straight into that block (rendezvous: one copy by UCX's transport) and commits. A push
@@ -155,6 +155,8 @@ class DataPlane {
                     size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
                          size_t length, const ucp_am_recv_param_t* param);
+  ucs_status_t HandleAbort(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+                           size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t HandleReleaseLease(Conn& conn, ucp_ep_h ep, const wire::LeaseRelease& req, void* data,
                           size_t length, const ucp_am_recv_param_t* param);
   // Forgets a connection: aborts its reservations, drops its leases.

@@ -15,6 +15,8 @@
 //  kCommit        PushRequest    none            client->d   mapped push, phase 2
 //  kFetchMapped   FetchRequest   none            client->d   mapped fetch: lease the block
 //  kReleaseLease  LeaseRelease   none            client->d   mapped fetch done; no Reply
+//  kAbort         PushRequest    none            client->d   mapped push abandoned after
+//                                                            kReserve (its copy failed)
 //
 // Copied push: answered by one Reply once the snapshot is *stored* (in its tier and in the
 // catalog) or rejected; the client's own send completion is the *released* phase. Copied
@@ -25,8 +27,9 @@
 // the step and tier memory and answers with Reply.offset; the client copies its snapshot to
 // arena + offset (the one CPU copy; *released*), then kCommit records it (*stored* on Reply).
 // kFetchMapped answers with the block's offset and pins the block under lease `request_id`
-// until kReleaseLease; the client copies out of the arena. An endpoint that goes away aborts
-// its reservations and drops its leases.
+// until kReleaseLease; the client copies out of the arena. A client whose copy into the arena
+// could not start sends kAbort instead of kCommit: the reservation and its memory are freed,
+// answered by a Reply. An endpoint that goes away aborts its reservations and drops its leases.
 // Any message whose header size, magic, version or token is wrong is dropped and counted;
 // when it carries a plausible request_id it is answered with an error Reply.
 #pragma once
@@ -50,6 +53,7 @@ enum AmId : uint16_t {
   kCommit = 6,
   kFetchMapped = 7,
   kReleaseLease = 8,
+  kAbort = 9,
 };
 
 struct Header {

@@ -200,6 +200,11 @@ TEST_P(DeviceTest, TheCudaExampleSolverRoundTripsEverySnapshot) {
   if (!GetParam()) argv.insert(argv.begin(), {"/usr/bin/env", "SNAPD_DATA_PATH=ucx"});
   ASSERT_EQ(RunProgram(argv, &out, &err), 0) << out << err;
   EXPECT_NE(out.find("60/60 checksums match"), std::string::npos) << out;
+  // Again with a 4 MiB device tier: the newest 15 steps of 256 KiB never leave the GPU.
+  argv.insert(argv.end(), {"--layers", "HostDevice", "--run", "acoustic2d-cuda-pool"});
+  argv.insert(argv.begin(), {"/usr/bin/env", "SNAPD_DEVICE_MEM=4M"});
+  ASSERT_EQ(RunProgram(argv, &out, &err), 0) << out << err;
+  EXPECT_NE(out.find("60/60 checksums match"), std::string::npos) << out;
 }
 
 INSTANTIATE_TEST_SUITE_P(DataPaths, DeviceTest, ::testing::Values(true, false),

@@ -224,6 +224,60 @@ TEST_F(WireTest, CommitWithoutReservationIsRefused) {
   EXPECT_NE(Message(*r).find("without a reservation"), std::string::npos) << Message(*r);
 }
 
+// A client whose copy into the arena could not start (a device copy that failed to enqueue)
+// gives its reservation back: the step and the tier memory are free at once.
+TEST_F(WireTest, AnAbortedReservationFreesTheStepAndItsMemory) {
+  Hello(1);
+  grpc::ClientContext ctx;
+  v1::OpenRunRequest open;
+  open.mutable_spec()->set_name("aborted");
+  open.mutable_spec()->set_bytes_per_step(4096);
+  v1::OpenRunResponse run;
+  ASSERT_TRUE(stub_->OpenRun(&ctx, open, &run).ok());
+  uint64_t id = run.run().run_id();
+  wire::PushRequest reserve{wire::MakeHeader(wire::kReserve, session_.token(), 50), id, 0, 4096,
+                            0};
+  peer_->Send(wire::kReserve, &reserve, sizeof reserve);
+  auto r = peer_->WaitReply(50);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->code, 0) << Message(*r);
+  auto used = [&] {
+    grpc::ClientContext sctx;
+    v1::StatsResponse stats;
+    EXPECT_TRUE(stub_->Stats(&sctx, v1::StatsRequest(), &stats).ok());
+    return stats.tiers(0).used_bytes();
+  };
+  EXPECT_GT(used(), 0u);
+  wire::PushRequest abort{wire::MakeHeader(wire::kAbort, session_.token(), 51), id, 0, 4096, 0};
+  peer_->Send(wire::kAbort, &abort, sizeof abort);
+  r = peer_->WaitReply(51);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, 0) << Message(*r);
+  EXPECT_EQ(used(), 0u);
+  // The step can be reserved again; an abort without a reservation is refused.
+  reserve.header.request_id = 52;
+  peer_->Send(wire::kReserve, &reserve, sizeof reserve);
+  r = peer_->WaitReply(52);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, 0) << Message(*r);
+  abort.header.request_id = 53;
+  peer_->Send(wire::kAbort, &abort, sizeof abort);
+  ASSERT_TRUE(peer_->WaitReply(53).has_value());
+  abort.header.request_id = 54;
+  peer_->Send(wire::kAbort, &abort, sizeof abort);
+  r = peer_->WaitReply(54);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, static_cast<int>(Code::kFailedPrecondition));
+  EXPECT_NE(Message(*r).find("without a reservation"), std::string::npos) << Message(*r);
+  grpc::ClientContext lctx;
+  v1::LocateRequest where;
+  where.set_name("aborted");
+  where.set_step(0);
+  v1::LocateResponse located;
+  EXPECT_EQ(stub_->Locate(&lctx, where, &located).error_code(), grpc::StatusCode::NOT_FOUND);
+  ExpectDaemonServes();
+}
+
 TEST_F(WireTest, ReservationsBeyondThePerEndpointCapAreRefused) {
   Hello(1);
   grpc::ClientContext ctx;

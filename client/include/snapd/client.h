@@ -183,7 +183,9 @@ class Client {
   // Asks the daemon to read these steps from disk into host memory ahead of their fetches
   // (it also reads ahead by itself, from the backward pace). Returns the reads started.
   Result<uint64_t> Prefetch(const std::string& name, const std::vector<uint64_t>& steps);
-  // The daemon's tiers (host, then disk when it has one): budgets, use, measured bandwidths.
+  // The daemon's tiers (host, then disk when it has one): budgets, use, measured bandwidths;
+  // then this client's device pool once a device-layer run allocated it (used = slots
+  // reserved by runs, snapshots = steps held; no bandwidths).
   Result<std::vector<TierInfo>> Tiers();
 
   // Starts a push of `bytes` bytes at `data` as step `step`. `data` must stay untouched until

@@ -241,6 +241,7 @@ PYBIND11_MODULE(_snapd, m) {
       .def_readonly("snapshots", &snapd::RunInfo::snapshots)
       .def_readonly("stored_bytes", &snapd::RunInfo::stored_bytes)
       .def_readonly("host_boundary", &snapd::RunInfo::host_boundary)
+      .def_readonly("device_boundary", &snapd::RunInfo::device_boundary)
       .def_property_readonly("name", [](const snapd::RunInfo& r) { return r.spec.name; });
   py::class_<snapd::Location>(m, "Location")
       .def_readonly("step", &snapd::Location::step)
@@ -253,6 +254,7 @@ PYBIND11_MODULE(_snapd, m) {
                                return py::int_(l.checksum);
                              })
       .def_readonly("on_disk", &snapd::Location::on_disk)
+      .def_readonly("device_session", &snapd::Location::device_session)
       .def_readonly("codec", &snapd::Location::codec)
       .def("__repr__", [](const snapd::Location& l) {
         return "<snapd.Location step " + std::to_string(l.step) + " " + snapd::TierName(l.tier) +
