@@ -55,14 +55,57 @@ struct Bytes {
   size_t size = 0;
 };
 
+// A CUDA array exported through __cuda_array_interface__ (CuPy, Numba, PyTorch): its device
+// pointer, its size, and the stream its producer works on (the copy is ordered after it).
+struct DeviceBytes {
+  void* data = nullptr;
+  size_t size = 0;
+  void* stream = nullptr;
+};
+
+std::optional<DeviceBytes> DeviceView(const py::object& array, bool writable, const char* what) {
+  if (!py::hasattr(array, "__cuda_array_interface__")) return std::nullopt;
+  py::dict cai = array.attr("__cuda_array_interface__");
+  std::string where = std::string(what) + ": __cuda_array_interface__ ";
+  py::tuple data = cai["data"];
+  if (writable && data[1].cast<bool>()) {
+    throw py::value_error(std::string(what) + ": the device array is read-only");
+  }
+  std::string typestr = cai["typestr"].cast<std::string>();
+  size_t itemsize = typestr.size() > 2 ? std::stoul(typestr.substr(2)) : 0;
+  if (itemsize == 0) throw py::value_error(where + "has typestr '" + typestr + "'");
+  size_t count = 1;
+  std::vector<size_t> shape;
+  for (auto d : py::tuple(cai["shape"])) shape.push_back(d.cast<size_t>());
+  for (size_t d : shape) count *= d;
+  if (cai.contains("strides") && !cai["strides"].is_none()) {
+    py::tuple strides = cai["strides"];
+    size_t expect = itemsize;
+    for (size_t i = shape.size(); i-- > 0;) {
+      if (shape[i] > 1 && strides[i].cast<size_t>() != expect) {
+        throw py::value_error(std::string(what) + ": the device array must be C-contiguous "
+                              "(cupy.ascontiguousarray makes a contiguous copy)");
+      }
+      expect *= shape[i];
+    }
+  }
+  DeviceBytes b;
+  b.data = reinterpret_cast<void*>(data[0].cast<uintptr_t>());
+  b.size = count * itemsize;
+  // Version 3: 1 is the legacy default stream, 2 the per-thread one, as CUDA numbers them.
+  if (cai.contains("stream") && !cai["stream"].is_none()) {
+    b.stream = reinterpret_cast<void*>(cai["stream"].cast<uintptr_t>());
+  }
+  return b;
+}
+
 Bytes View(const py::object& array, bool writable, const char* what) {
   if (!PyObject_CheckBuffer(array.ptr())) {
     std::string type = py::str(py::type::of(array).attr("__name__"));
-    if (py::hasattr(array, "__cuda_array_interface__") || py::hasattr(array, "__dlpack_device__")) {
+    if (py::hasattr(array, "__dlpack_device__")) {
       throw py::type_error(std::string(what) + ": a " + type +
-                           " in device memory needs the GPU path, which the Python binding "
-                           "does not have yet (libsnapd's C++ PushDevice and FetchDeviceAsync "
-                           "do); copy it to a host array first");
+                           " offers only DLPack; snapd takes device arrays through "
+                           "__cuda_array_interface__ (CuPy, Numba and PyTorch export it)");
     }
     throw py::type_error(std::string(what) + ": expected an array or other buffer, got a " +
                          type);
@@ -314,8 +357,16 @@ PYBIND11_MODULE(_snapd, m) {
       .def(
           "push",
           [](snapd::Client& c, uint64_t run_id, uint64_t step, py::object array) {
-            Bytes b = View(array, false, "push");
             auto p = std::make_unique<Push>();
+            if (std::optional<DeviceBytes> d = DeviceView(array, false, "push")) {
+              p->handle = Call([&] {
+                return c.PushDevice(run_id, step, d->data, d->size, d->stream);
+              });
+              p->array = std::move(array);
+              p->step = step;
+              return p;
+            }
+            Bytes b = View(array, false, "push");
             p->handle = Call([&] { return c.Push(run_id, step, b.data, b.size); });
             p->array = std::move(array);
             p->view = std::move(b);
@@ -326,8 +377,16 @@ PYBIND11_MODULE(_snapd, m) {
       .def(
           "fetch_async",
           [](snapd::Client& c, uint64_t run_id, uint64_t step, py::object array) {
-            Bytes b = View(array, true, "fetch");
             auto f = std::make_unique<Fetch>();
+            if (std::optional<DeviceBytes> d = DeviceView(array, true, "fetch")) {
+              f->handle = Call([&] {
+                return c.FetchDeviceAsync(run_id, step, d->data, d->size, d->stream);
+              });
+              f->array = std::move(array);
+              f->step = step;
+              return f;
+            }
+            Bytes b = View(array, true, "fetch");
             f->handle = Call([&] { return c.FetchAsync(run_id, step, b.data, b.size); });
             f->array = std::move(array);
             f->view = std::move(b);

@@ -108,12 +108,6 @@ def test_errors_carry_the_daemons_message_and_the_daemon_keeps_serving(client):
     with pytest.raises(TypeError, match="buffer"):
         run.push(1, [0.0] * 100)
 
-    class DeviceArray:  # what CuPy or Numba arrays expose
-        __cuda_array_interface__ = {"shape": (100,), "typestr": "<f4", "data": (0, False),
-                                    "version": 3}
-
-    with pytest.raises(TypeError, match="GPU path"):
-        run.push(1, DeviceArray())
     with pytest.raises(ValueError, match="unknown codec"):
         client.open_run("bad-codec", like=a, codec="gzip")
     with pytest.raises(snapd.InvalidArgument, match="name"):
@@ -159,4 +153,43 @@ def test_a_checked_run_refuses_nan_naming_the_step(client):
     u[40] = 0
     run.push(1, u).wait_stored()
     np.testing.assert_array_equal(run.fetch(1), u)
+    run.delete()
+
+
+def device_array(shape=(100,), typestr="<f4", readonly=False, strides=None):
+    """An object exporting __cuda_array_interface__ as CuPy, Numba and PyTorch arrays do."""
+
+    class DeviceArray:
+        __cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (1 << 40, readonly),
+                                    "strides": strides, "version": 3, "stream": 1}
+
+    return DeviceArray()
+
+
+def test_device_arrays_take_the_gpu_path(client):
+    a = field(1, (100,))
+    try:
+        client.open_run("gpu-probe", like=a, layers="HostDevice").delete()
+        pytest.skip("a GPU is usable here: the gpu-labelled C++ tests move device data")
+    except snapd.FailedPrecondition as e:
+        assert "no GPU is usable" in str(e)
+    run = client.open_run("device-arrays", like=a)
+    # Parsed and refused before any copy: layout first, then the missing GPU.
+    with pytest.raises(ValueError, match="C-contiguous"):
+        run.push(0, device_array(shape=(100, 2), strides=(16, 4)))
+    with pytest.raises(ValueError, match="read-only"):
+        run.fetch(0, out=device_array(readonly=True))
+    with pytest.raises(snapd.FailedPrecondition, match="no GPU is usable"):
+        run.push(0, device_array())
+    with pytest.raises(snapd.FailedPrecondition, match="device fetch of step 0"):
+        run.fetch(0, out=device_array())
+
+    class DlpackOnly:
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(TypeError, match="__cuda_array_interface__"):
+        run.push(0, DlpackOnly())
+    run.push(0, a).wait_stored()  # nothing was reserved by the refused pushes
+    np.testing.assert_array_equal(run.fetch(0), a)
     run.delete()
