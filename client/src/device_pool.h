@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "op_state.h"
+#include "range_allocator.h"
 #include "snapd/status.h"
 #include "thread_annotations.h"
 
@@ -31,19 +32,6 @@ Status ParseDeviceMem(const std::string& text, double* fraction, uint64_t* bytes
 // How many of a run's newest steps fit `room` bytes of pool in slots of `slot_bytes`: all N
 // when they fit, else as many as fit; with N unknown (0), as many as fit.
 uint64_t DeviceSteps(uint64_t steps, uint64_t slot_bytes, uint64_t room);
-
-// First-fit allocator of byte ranges of [0, capacity).
-class RangeAllocator {
- public:
-  explicit RangeAllocator(uint64_t capacity);
-  std::optional<uint64_t> Allocate(uint64_t bytes);
-  void Free(uint64_t offset, uint64_t bytes);  // merges with free neighbours
-  uint64_t largest_free() const;
-  uint64_t free_bytes() const;
-
- private:
-  std::map<uint64_t, uint64_t> free_;  // offset -> length
-};
 
 class DevicePool {
  public:

@@ -64,9 +64,8 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes) {
   return std::unique_ptr<HostTier>(new HostTier(fd, base, budget));
 }
 
-HostTier::HostTier(int fd, void* base, uint64_t budget) : fd_(fd), base_(base), budget_(budget) {
-  free_.emplace(0, budget);
-}
+HostTier::HostTier(int fd, void* base, uint64_t budget)
+    : fd_(fd), base_(base), budget_(budget), ranges_(budget) {}
 
 HostTier::~HostTier() {
   munmap(base_, budget_);
@@ -75,9 +74,7 @@ HostTier::~HostTier() {
 
 uint64_t HostTier::largest_free() const {
   MutexLock lock(mu_);
-  uint64_t largest = 0;
-  for (const auto& [offset, length] : free_) largest = std::max(largest, length);
-  return largest;
+  return ranges_.largest_free();
 }
 
 uint64_t HostTier::used() const {
@@ -89,24 +86,9 @@ Result<std::shared_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes, bool from_
   if (bytes == 0) return Status::InvalidArgument("host-tier allocation of 0 bytes");
   uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   MutexLock lock(mu_);
-  if (from_top) {
-    for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
-      if (it->second < size) continue;
-      uint64_t offset = it->first + it->second - size;
-      it->second -= size;
-      if (it->second == 0) free_.erase(std::next(it).base());
-      used_ += size;
-      return std::make_shared<HostBlock>(this, offset, size, static_cast<char*>(base_) + offset);
-    }
-  }
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second < size) continue;
-    uint64_t offset = it->first;
-    uint64_t remaining = it->second - size;
-    free_.erase(it);
-    if (remaining) free_.emplace(offset + size, remaining);
+  if (std::optional<uint64_t> offset = ranges_.Allocate(size, from_top)) {
     used_ += size;
-    return std::make_shared<HostBlock>(this, offset, size, static_cast<char*>(base_) + offset);
+    return std::make_shared<HostBlock>(this, *offset, size, static_cast<char*>(base_) + *offset);
   }
   std::string why = used_ + size > budget_ ? "" : " (free space is fragmented)";
   return Status::ResourceExhausted("host tier full: " + FormatBytes(bytes) + " requested, " +
@@ -118,19 +100,7 @@ Result<std::shared_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes, bool from_
 void HostTier::Free(uint64_t offset, uint64_t size) {
   MutexLock lock(mu_);
   used_ -= size;
-  auto next = free_.lower_bound(offset);
-  if (next != free_.end() && offset + size == next->first) {
-    size += next->second;
-    next = free_.erase(next);
-  }
-  if (next != free_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == offset) {
-      prev->second += size;
-      return;
-    }
-  }
-  free_.emplace(offset, size);
+  ranges_.Free(offset, size);
 }
 
 }  // namespace snapd

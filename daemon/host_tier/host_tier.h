@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 
+#include "range_allocator.h"
 #include "snapd/status.h"
 #include "thread_annotations.h"
 
@@ -79,7 +80,7 @@ class HostTier {
   void* const base_;
   const uint64_t budget_;
   mutable Mutex mu_;
-  std::map<uint64_t, uint64_t> free_ SNAPD_GUARDED_BY(mu_);  // offset -> length, coalesced
+  RangeAllocator ranges_ SNAPD_GUARDED_BY(mu_);
   uint64_t used_ SNAPD_GUARDED_BY(mu_) = 0;
   mutable Mutex listener_mu_;
   std::function<void()> listener_ SNAPD_GUARDED_BY(listener_mu_);

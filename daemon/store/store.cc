@@ -587,20 +587,7 @@ Status Store::HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes,
                                       LayersName(r.spec().layers()) +
                                       ", without a device tier: push the step instead");
   }
-  if (r.state() == v1::RUN_CLOSED) {
-    return Status::FailedPrecondition("run '" + r.spec().name() +
-                                      "' is closed: its forward pass is over, it takes no "
-                                      "more pushes");
-  }
-  if (r.spec().steps() != 0 && step >= r.spec().steps()) {
-    return Status::OutOfRange(StepName(r, step) + " is outside the declared steps 0.." +
-                              std::to_string(r.spec().steps() - 1));
-  }
-  SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "device copy", "holds"));
-  if (d != run->device.end() || run->snapshots.count(step) || run->in_flight.count(step)) {
-    return Status::AlreadyExists(StepName(r, step) +
-                                 " is already stored; each step is pushed once");
-  }
+  SNAPD_RETURN_IF_ERROR(CheckNewStep(*run, step, bytes, "device copy", "holds"));
   run->device[step] = DeviceStep{session_id, false};
   run->released.erase(step);
   return Status::Ok();
@@ -624,6 +611,29 @@ Status Store::StepNotFound(const Run& run, uint64_t step) {
   return Status::NotFound(StepName(run.record, step) + " was never stored");
 }
 
+Status Store::CheckNewStep(const Run& run, uint64_t step, uint64_t bytes, const char* what,
+                           const char* moves) {
+  const v1::RunRecord& r = run.record;
+  if (r.state() == v1::RUN_CLOSED) {
+    return Status::FailedPrecondition("run '" + r.spec().name() +
+                                      "' is closed: its forward pass is over, it takes no "
+                                      "more pushes");
+  }
+  if (r.spec().steps() != 0 && step >= r.spec().steps()) {
+    return Status::OutOfRange(StepName(r, step) + " is outside the declared steps 0.." +
+                              std::to_string(r.spec().steps() - 1));
+  }
+  SNAPD_RETURN_IF_ERROR(CheckSize(run, step, bytes, what, moves));
+  if (run.snapshots.count(step) || run.device.count(step)) {
+    return Status::AlreadyExists(StepName(r, step) +
+                                 " is already stored; each step is pushed once");
+  }
+  if (run.in_flight.count(step)) {
+    return Status::AlreadyExists(StepName(r, step) + " is already being pushed");
+  }
+  return Status::Ok();
+}
+
 Status Store::CheckSize(const Run& run, uint64_t step, uint64_t bytes, const char* what,
                         const char* moves) {
   const v1::RunRecord& r = run.record;
@@ -640,11 +650,6 @@ Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint6
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;
-  if (r.state() == v1::RUN_CLOSED) {
-    return Status::FailedPrecondition("run '" + r.spec().name() +
-                                      "' is closed: its forward pass is over, it takes no "
-                                      "more pushes");
-  }
   if (r.spec().layers() == v1::LAYERS_NO_LAYERS) {
     return Status::FailedPrecondition("run '" + r.spec().name() +
                                       "' has layers NoLayers: it stores no snapshots");
@@ -655,18 +660,7 @@ Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint6
                                       "of the client that opened it; the daemon stores "
                                       "none");
   }
-  if (r.spec().steps() != 0 && step >= r.spec().steps()) {
-    return Status::OutOfRange(StepName(r, step) + " is outside the declared steps 0.." +
-                              std::to_string(r.spec().steps() - 1));
-  }
-  SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "push", "carries"));
-  if (run->snapshots.count(step) || run->device.count(step)) {
-    return Status::AlreadyExists(StepName(r, step) +
-                                 " is already stored; each step is pushed once");
-  }
-  if (run->in_flight.count(step)) {
-    return Status::AlreadyExists(StepName(r, step) + " is already being pushed");
-  }
+  SNAPD_RETURN_IF_ERROR(CheckNewStep(*run, step, bytes, "push", "carries"));
   if (Usage u = UsageOf(r.owner_uid()); u.quota != 0 && !who.admin) {
     uint64_t held = u.stored_bytes + u.in_flight_bytes;
     if (held + bytes > u.quota) {

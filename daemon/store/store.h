@@ -263,6 +263,10 @@ class Store {
   // "push of step 3 of run 'r' carries N bytes ...".
   static Status CheckSize(const Run& run, uint64_t step, uint64_t bytes, const char* what,
                           const char* moves);
+  // A push (or device copy) of a new step: the run is open, the step in range and not stored,
+  // held on a device or being pushed, and the size right.
+  static Status CheckNewStep(const Run& run, uint64_t step, uint64_t bytes, const char* what,
+                             const char* moves);
   // Removes a snapshot from the index and the catalog, freeing its tiers.
   Status Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) SNAPD_REQUIRES(mu_);
   void MarkLost(Run& run, Snapshot& snap, const std::string& why) SNAPD_REQUIRES(mu_);

@@ -31,20 +31,6 @@ TEST(DevicePoolBudget, BytesWinOverTheFraction) {
   EXPECT_NE(bad.message().find("SNAPD_DEVICE_MEM 'lots'"), std::string::npos) << bad.ToString();
 }
 
-TEST(RangeAllocator, ReusesAndMergesFreedRanges) {
-  RangeAllocator r(1000);
-  auto a = r.Allocate(400), b = r.Allocate(400);
-  ASSERT_TRUE(a && b);
-  EXPECT_EQ(*a, 0u);
-  EXPECT_EQ(*b, 400u);
-  EXPECT_FALSE(r.Allocate(400));
-  EXPECT_EQ(r.largest_free(), 200u);
-  r.Free(*a, 400);
-  r.Free(*b, 400);
-  EXPECT_EQ(r.largest_free(), 1000u);  // merged with both neighbours
-  EXPECT_EQ(r.free_bytes(), 1000u);
-}
-
 TEST(DevicePool, ADeclaredRunKeepsItsNewestStepsAndSendsTheOldestToTheDaemon) {
   DevicePool pool(10 * 4096);
   auto plan = pool.ReserveRun(/*steps=*/25, /*bytes_per_step=*/4000);  // slots of 4096

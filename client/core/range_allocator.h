@@ -1,0 +1,25 @@
+// First-fit allocator of byte ranges of [0, capacity), freed ranges merged with their free
+// neighbours. Bookkeeping only: the host tier places blocks in its arena with it, libsnapd's
+// device tier places run slots in its GPU pool. Not thread-safe: its owner locks.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+
+namespace snapd {
+
+class RangeAllocator {
+ public:
+  explicit RangeAllocator(uint64_t capacity);
+  // The lowest free range that fits, or with `from_top` the highest one (its top end).
+  std::optional<uint64_t> Allocate(uint64_t bytes, bool from_top = false);
+  void Free(uint64_t offset, uint64_t bytes);
+  uint64_t largest_free() const;
+  uint64_t free_bytes() const;
+
+ private:
+  std::map<uint64_t, uint64_t> free_;  // offset -> length, coalesced
+};
+
+}  // namespace snapd
