@@ -441,41 +441,41 @@ void DataPlane::OnReserved(ucp_ep_h ep, uint64_t id, bool parked, Result<Store::
   Reply(ep, id, Status::Ok(), std::move(body));
 }
 
-ucs_status_t DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
-                                     void*, size_t, const ucp_am_recv_param_t*) {
+std::optional<DataPlane::Conn::Reservation> DataPlane::TakeReservation(
+    Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, const char* what) {
   auto it = conn.reserved.find({req.run_id, req.step});
   if (it == conn.reserved.end()) {
     Reply(ep, req.header.request_id,
-          Status::FailedPrecondition("commit of step " + std::to_string(req.step) +
+          Status::FailedPrecondition(std::string(what) + " of step " + std::to_string(req.step) +
                                      " of run id " + std::to_string(req.run_id) +
                                      " without a reservation on this endpoint"));
-    return UCS_OK;
+    return std::nullopt;
   }
-  Store::PushTicket ticket = std::move(it->second.ticket);
+  Conn::Reservation r = std::move(it->second);
+  conn.reserved.erase(it);
+  return r;
+}
+
+ucs_status_t DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
+                                     void*, size_t, const ucp_am_recv_param_t*) {
+  std::optional<Conn::Reservation> r = TakeReservation(conn, ep, req, "commit");
+  if (!r) return UCS_OK;
   // The client's own copy time when reported: reservation-to-commit would also count time
   // the push spent queued behind earlier copies in a pipelining client.
   if (req.copy_ns) {
     counters_.AddWrite(req.bytes, req.copy_ns);
   } else {
-    counters_.AddWrite(req.bytes, it->second.since);
+    counters_.AddWrite(req.bytes, r->since);
   }
-  conn.reserved.erase(it);
-  FinishPush(ep, req.header.request_id, ticket);
+  FinishPush(ep, req.header.request_id, r->ticket);
   return UCS_OK;
 }
 
 ucs_status_t DataPlane::HandleAbort(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
                                     void*, size_t, const ucp_am_recv_param_t*) {
-  auto it = conn.reserved.find({req.run_id, req.step});
-  if (it == conn.reserved.end()) {
-    Reply(ep, req.header.request_id,
-          Status::FailedPrecondition("abort of step " + std::to_string(req.step) +
-                                     " of run id " + std::to_string(req.run_id) +
-                                     " without a reservation on this endpoint"));
-    return UCS_OK;
-  }
-  store_->AbortPush(it->second.ticket);  // the step and its tier memory are free again
-  conn.reserved.erase(it);
+  std::optional<Conn::Reservation> r = TakeReservation(conn, ep, req, "abort");
+  if (!r) return UCS_OK;
+  store_->AbortPush(r->ticket);  // the step and its tier memory are free again
   Reply(ep, req.header.request_id, Status::Ok());
   return UCS_OK;
 }

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -155,6 +156,11 @@ class DataPlane {
                     size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
                          size_t length, const ucp_am_recv_param_t* param);
+  // Removes and returns the endpoint's reservation of req's step; without one, answers
+  // FAILED_PRECONDITION ("`what` of step S ... without a reservation") and returns nullopt.
+  std::optional<Conn::Reservation> TakeReservation(Conn& conn, ucp_ep_h ep,
+                                                   const wire::PushRequest& req,
+                                                   const char* what);
   ucs_status_t HandleAbort(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t HandleReleaseLease(Conn& conn, ucp_ep_h ep, const wire::LeaseRelease& req, void* data,

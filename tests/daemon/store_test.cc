@@ -556,14 +556,21 @@ TEST_F(StoreTest, DeviceStepsAreLeftOutOfTheHostAndDiskSplit) {
   EXPECT_EQ((*list)[kSteps - 1].device_session(), 7u);
 }
 
-TEST_F(StoreTest, ADeviceStepIsRecordedOnceAndNeverServedByTheDaemon) {
+// A HostDevice run of 4 steps of 4096 bytes whose creating client keeps the newest 2.
+uint64_t OpenDeviceRun(Store& store, const std::string& name) {
   v1::RunSpec spec;
-  spec.set_name("device");
+  spec.set_name(name);
   spec.set_steps(4);
   spec.set_bytes_per_step(4096);
   spec.set_layers(v1::LAYERS_HOST_DEVICE);
   bool created = false;
-  uint64_t id = store_->OpenRun(spec, 0, &created, Tenant::Admin(), 2)->run_id();
+  auto run = store.OpenRun(spec, 0, &created, Tenant::Admin(), /*device_steps=*/2);
+  EXPECT_TRUE(run.ok()) << run.status().ToString();
+  return run.ok() ? run->run_id() : 0;
+}
+
+TEST_F(StoreTest, ADeviceStepIsRecordedOnceAndNeverServedByTheDaemon) {
+  uint64_t id = OpenDeviceRun(*store_, "device");
   ASSERT_TRUE(store_->HoldDeviceStep(id, 3, 4096, 5, true).ok());
   EXPECT_EQ(store_->HoldDeviceStep(id, 3, 4096, 5, true).code(), Code::kAlreadyExists);
   EXPECT_EQ(Reserve(*store_, id, 3, 4096).status().code(), Code::kAlreadyExists);
@@ -586,13 +593,7 @@ TEST_F(StoreTest, ADeviceStepIsRecordedOnceAndNeverServedByTheDaemon) {
 }
 
 TEST_F(StoreTest, DeviceStepsOfAnEndedSessionAreLostAndSaySo) {
-  v1::RunSpec spec;
-  spec.set_name("device");
-  spec.set_steps(4);
-  spec.set_bytes_per_step(4096);
-  spec.set_layers(v1::LAYERS_HOST_DEVICE);
-  bool created = false;
-  uint64_t id = store_->OpenRun(spec, 0, &created, Tenant::Admin(), 2)->run_id();
+  uint64_t id = OpenDeviceRun(*store_, "device");
   ASSERT_TRUE(store_->HoldDeviceStep(id, 2, 4096, 5, true).ok());
   ASSERT_TRUE(store_->HoldDeviceStep(id, 3, 4096, 8, true).ok());
   store_->EndSession(5);
