@@ -84,6 +84,7 @@ Result<DevicePool::Placement> DevicePool::Place(uint64_t run_id, uint64_t step) 
   if (it == runs_.end()) return Placement{};
   Run& run = it->second;
   if (step < run.boundary && !run.device_only) return Placement{};  // older steps: the daemon
+  if (run.held.count(step)) return Placement{};  // pushed twice: the daemon refuses it
   if (!run.free.empty()) {
     Slot slot = run.free.back();
     run.free.pop_back();

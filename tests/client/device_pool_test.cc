@@ -111,6 +111,11 @@ TEST(DevicePool, WithAnUnknownStepCountThePoolKeepsTheNewestStepsPushed) {
     pool.Commit(1, t, p->offset, 4096, Done());
   }
   EXPECT_EQ(pool.HeldSteps(1), (std::vector<uint64_t>{4, 5, 6}));
+  // A step pushed twice evicts nothing: the daemon refuses the duplicate.
+  auto twice = pool.Place(1, 6);
+  ASSERT_TRUE(twice.ok());
+  EXPECT_FALSE(twice->on_device);
+  EXPECT_EQ(pool.HeldSteps(1), (std::vector<uint64_t>{4, 5, 6}));
   // A step older than every held one goes to the daemon instead of evicting a newer one.
   EXPECT_FALSE(pool.Place(1, 2)->on_device);
 }
