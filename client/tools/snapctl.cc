@@ -196,7 +196,9 @@ std::string CodecLabel(v1::Codec c) {
 
 void PrintSnapshotRow(const v1::SnapshotInfo& s) {
   char sum[24] = "pending";
-  if (s.checksum_state() == v1::CHECKSUM_RECORDED) {
+  if (s.device_session()) {
+    std::snprintf(sum, sizeof sum, "-");  // in a client's GPU pool: the daemon never saw it
+  } else if (s.checksum_state() == v1::CHECKSUM_RECORDED) {
     std::snprintf(sum, sizeof sum, "%016llx", (unsigned long long)s.checksum());
   }
   // A host copy of a disk snapshot was read ahead; the disk copy is the durable one.

@@ -1,4 +1,5 @@
 // snapctl against a real daemon: tables for people, --json for scripts, clear errors.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include "snapd/kernels.h"
 #include "snapd/client.h"
 #include "snapd/schedule.h"
+#include "snapd/v1/control.grpc.pb.h"
 
 namespace snapd::testing {
 namespace {
@@ -69,6 +71,54 @@ TEST_F(SnapctlTest, RunsLsAndLocateDescribeTheRun) {
   ASSERT_EQ(Snapctl({"--json", "locate", "shot-7", "2"}, &out), 0);
   EXPECT_NE(out.find("\"tier\": \"TIER_HOST\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"raw_bytes\": \"1048576\""), std::string::npos) << out;
+}
+
+// A client keeping the newest steps of a HostDevice run in its GPU pool records them as
+// libsnapd does (HoldDeviceStep); snapctl shows the three-way split and the device rows.
+TEST_F(SnapctlTest, LsShowsStepsKeptInAClientsGpuPool) {
+  auto stub = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
+  v1::OpenSessionResponse session;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->OpenSession(&ctx, v1::OpenSessionRequest(), &session).ok());
+  }
+  v1::OpenRunRequest open;
+  open.mutable_spec()->set_name("pooled");
+  open.mutable_spec()->set_steps(4);
+  open.mutable_spec()->set_bytes_per_step(4096);
+  open.mutable_spec()->set_layers(v1::LAYERS_HOST_DEVICE);
+  open.set_device_steps(2);
+  v1::OpenRunResponse run;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->OpenRun(&ctx, open, &run).ok());
+  }
+  v1::HoldDeviceStepRequest hold;
+  hold.set_session_id(session.session_id());
+  hold.set_token(session.token());
+  hold.set_run_id(run.run().run_id());
+  hold.set_step(3);
+  hold.set_bytes(4096);
+  hold.set_held(true);
+  v1::HoldDeviceStepResponse held;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->HoldDeviceStep(&ctx, hold, &held).ok());
+  }
+  std::string out;
+  ASSERT_EQ(Snapctl({"ls", "pooled"}, &out), 0) << out;
+  EXPECT_NE(out.find("placement: steps 0..1 in host memory, 2..3 in the creating client's GPU "
+                     "pool"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("       3 device"), std::string::npos) << out;
+  EXPECT_EQ(out.find("pending"), std::string::npos) << out;  // no checksum to wait for
+  ASSERT_EQ(Snapctl({"--json", "locate", "pooled", "3"}, &out), 0);
+  EXPECT_NE(out.find("\"tier\": \"TIER_DEVICE\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"device_session\": \"" + std::to_string(session.session_id())),
+            std::string::npos)
+      << out;
 }
 
 TEST_F(SnapctlTest, RmDeletesAndErrorsAreClear) {
