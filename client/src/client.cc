@@ -597,7 +597,7 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
     SNAPD_ASSIGN_OR_RETURN(pool, impl_->EnsurePool(spec.name, layers));
     plan = pool->ReserveRun(spec.steps, spec.bytes_per_step);
     if (!uses->host && !uses->disk && (plan.slots == 0 || plan.slots < spec.steps)) {
-      pool->ForgetPlan(plan);
+      pool->FreeRegion(plan);
       return Status::ResourceExhausted(
           "run '" + spec.name + "': layers Device keep every step in this client's GPU pool, " +
           "which has room for " + std::to_string(plan.slots) + " of " +
@@ -611,7 +611,7 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   Status opened = impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->OpenRun(ctx, req, &resp); });
   if (pool && (!opened.ok() || !resp.created() || plan.slots == 0)) {
-    pool->ForgetPlan(plan);  // refused, or attached: the creator's pool holds its device steps
+    pool->FreeRegion(plan);  // refused, or attached: the creator's pool holds its device steps
   } else if (pool) {
     pool->AddRun(resp.run().run_id(), spec.name, plan, spec.steps, spec.keep,
                  !uses->host && !uses->disk);

@@ -55,8 +55,6 @@ DevicePool::RunPlan DevicePool::ReserveRun(uint64_t steps, uint64_t bytes_per_st
   return plan;
 }
 
-void DevicePool::ForgetPlan(const RunPlan& plan) { FreeRegion(plan); }
-
 void DevicePool::FreeRegion(const RunPlan& plan) {
   MutexLock lock(mu_);
   ranges_.Free(plan.region, plan.slots * plan.slot_bytes);

@@ -45,13 +45,12 @@ class DevicePool {
     uint64_t region = 0;       // offset of the run's slots in the pool
   };
   // Reserves the slots a run of `steps` steps of `bytes_per_step` gets (none when nothing
-  // fits). Undo with ForgetRun when the daemon refuses the run or it already existed.
+  // fits). Undo with FreeRegion when the daemon refuses the run or it already existed.
   RunPlan ReserveRun(uint64_t steps, uint64_t bytes_per_step) SNAPD_EXCLUDES(mu_);
   // The daemon created the run (`steps` declared, 0 = unknown): its pushes of steps
   // >= steps - plan.slots go to the pool.
   void AddRun(uint64_t run_id, const std::string& name, const RunPlan& plan, uint64_t steps,
               bool keep, bool device_only) SNAPD_EXCLUDES(mu_);
-  void ForgetPlan(const RunPlan& plan) SNAPD_EXCLUDES(mu_);
 
   // Where a push of `step` goes. On the device: `offset` is its slot, which the caller fills
   // once `busy` (the last copy out of the slot) completes, and then Commit()s or Undo()es.
@@ -86,7 +85,7 @@ class DevicePool {
   // Forgets a held step; its slot is reused once `busy` (a copy out of it) completes.
   bool Drop(uint64_t run_id, uint64_t step, std::shared_ptr<OpState> busy) SNAPD_EXCLUDES(mu_);
   // Forgets a run by name. Returns the copies still touching its slots: the caller waits for
-  // them, then calls FreeRegion.
+  // them, then calls FreeRegion (which also undoes a ReserveRun).
   struct Dropped {
     bool found = false;
     RunPlan plan;
