@@ -17,7 +17,6 @@
 #include <utility>
 #include <unordered_map>
 
-#include "copy_thread.h"
 #include "device_copy.h"
 #include "device_pool.h"
 #include "snapd/kernels.h"
@@ -26,6 +25,7 @@
 #include "snapd/v1/control.grpc.pb.h"
 #include "snapd/layers.h"
 #include "snapd/wire.h"
+#include "task_thread.h"
 #include "ucx.h"
 #include "unix_socket.h"
 
@@ -190,7 +190,7 @@ struct Client::Impl {
   char* arena = nullptr;  // the daemon's host tier, mapped; null on the UCX path
   uint64_t arena_bytes = 0;
   std::string data_path_reason;
-  std::unique_ptr<detail::CopyThread> copier;
+  std::unique_ptr<detail::TaskThread> copier;
   std::unique_ptr<v1::Control::Stub> stub;
   uint64_t session_id = 0;
   uint64_t token = 0;
@@ -231,10 +231,16 @@ struct Client::Impl {
   Mutex device_mu;
   std::unique_ptr<detail::DevicePool> device_pool SNAPD_GUARDED_BY(device_mu);
   char* device_base SNAPD_GUARDED_BY(device_mu) = nullptr;
+  // Sends HoldDeviceStep records in push order, off the solver's thread (a device-tier push
+  // costs the solver no control-plane round trip). Created with the pool.
+  std::unique_ptr<detail::TaskThread> recorder SNAPD_GUARDED_BY(device_mu);
+  // Waits until the records queued so far reached the daemon (before calls that read or change
+  // the run's steps there: close, delete).
+  void FlushRecords();
   // The pool, allocated on first use; FAILED_PRECONDITION naming the run when no GPU is usable.
   Result<detail::DevicePool*> EnsurePool(const std::string& run_name, v1::Layers layers);
   // Null until a run with a device layer allocated the pool.
-  detail::DevicePool* Pool(char** base);
+  detail::DevicePool* Pool(char** base = nullptr, detail::TaskThread** recorder = nullptr);
   Status HoldOnDaemon(uint64_t run_id, uint64_t step, uint64_t bytes, bool held);
   // A push or fetch the device tier serves; nullopt when the step is the daemon's.
   std::optional<Result<PushHandle>> PushToPool(uint64_t run_id, uint64_t step, const void* data,
@@ -275,6 +281,14 @@ struct Client::Impl {
 };
 
 Client::Impl::~Impl() {
+  {
+    std::unique_ptr<detail::TaskThread> records;
+    {
+      MutexLock lock(device_mu);
+      records = std::move(recorder);
+    }
+    records.reset();  // sends the device-tier records still queued, while the session lives
+  }
   // Order matters: (1) on the loop, close the endpoint so no more replies can hand work to
   // the copy thread, and fail what is pending; (2) drain the copy thread, whose follow-ups fail
   // fast on the loop for want of an endpoint; (3) stop the loop.
@@ -531,7 +545,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
              !s.ok()) {
     impl->data_path_reason = s.ToString();
   } else {
-    impl->copier = std::make_unique<detail::CopyThread>();
+    impl->copier = std::make_unique<detail::TaskThread>();
   }
 
   SNAPD_ASSIGN_OR_RETURN(impl->loop, ucx::WorkerLoop::Create("libsnapd"));
@@ -627,6 +641,7 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
 }
 
 Status Client::CloseRun(const std::string& name) {
+  impl_->FlushRecords();  // device steps pushed before the close are recorded before it
   v1::CloseRunRequest req;
   req.set_name(name);
   v1::CloseRunResponse resp;
@@ -635,12 +650,13 @@ Status Client::CloseRun(const std::string& name) {
 }
 
 Status Client::DeleteRun(const std::string& name) {
+  impl_->FlushRecords();
   v1::DeleteRunRequest req;
   req.set_name(name);
   v1::DeleteRunResponse resp;
   SNAPD_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteRun(ctx, req, &resp); }));
-  if (detail::DevicePool* pool = impl_->Pool(nullptr)) {
+  if (detail::DevicePool* pool = impl_->Pool()) {
     detail::DevicePool::Dropped dropped = pool->DropRun(name);
     for (const auto& busy : dropped.busy) (void)busy->WaitCompleted();
     if (dropped.found) pool->FreeRegion(dropped.plan);
@@ -649,13 +665,14 @@ Status Client::DeleteRun(const std::string& name) {
 }
 
 Status Client::DeleteSnapshot(const std::string& name, uint64_t step) {
+  impl_->FlushRecords();
   v1::DeleteSnapshotRequest req;
   req.set_name(name);
   req.set_step(step);
   v1::DeleteSnapshotResponse resp;
   SNAPD_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteSnapshot(ctx, req, &resp); }));
-  if (detail::DevicePool* pool = impl_->Pool(nullptr)) {
+  if (detail::DevicePool* pool = impl_->Pool()) {
     if (std::optional<uint64_t> id = pool->RunIdOf(name)) pool->Drop(*id, step, nullptr);
   }
   return Status::Ok();
@@ -717,7 +734,7 @@ Result<std::vector<TierInfo>> Client::Tiers() {
                    .write_bytes_per_second = t.write_bytes_per_second(),
                    .read_bytes_per_second = t.read_bytes_per_second()});
   }
-  if (detail::DevicePool* pool = impl_->Pool(nullptr)) {  // this client's own GPU pool
+  if (detail::DevicePool* pool = impl_->Pool()) {  // this client's own GPU pool
     out.push_back({.tier = Tier::kDevice,
                    .budget_bytes = pool->capacity(),
                    .used_bytes = pool->reserved_bytes(),
@@ -748,7 +765,16 @@ Result<detail::DevicePool*> Client::Impl::EnsurePool(const std::string& run_name
   }
   device_base = static_cast<char*>(base);
   device_pool = std::make_unique<detail::DevicePool>(budget);
+  recorder = std::make_unique<detail::TaskThread>();
   return device_pool.get();
+}
+
+void Client::Impl::FlushRecords() {
+  detail::TaskThread* records = nullptr;
+  if (!Pool(nullptr, &records) || !records) return;
+  auto flushed = std::make_shared<detail::OpState>();
+  records->Submit([flushed] { flushed->Complete(Status::Ok()); });
+  (void)flushed->WaitCompleted();
 }
 
 Status Client::Impl::GpuUsable(const std::string& what) {
@@ -761,9 +787,10 @@ Status Client::Impl::GpuUsable(const std::string& what) {
                                     gpu_status.message() + ")");
 }
 
-detail::DevicePool* Client::Impl::Pool(char** base) {
+detail::DevicePool* Client::Impl::Pool(char** base, detail::TaskThread** records) {
   MutexLock lock(device_mu);
   if (base) *base = device_base;
+  if (records) *records = recorder.get();
   return device_pool.get();
 }
 
@@ -783,9 +810,10 @@ std::optional<Result<PushHandle>> Client::Impl::PushToPool(uint64_t run_id, uint
                                                            const void* data, size_t bytes,
                                                            void* stream) {
   char* base = nullptr;
-  detail::DevicePool* pool = Pool(&base);
+  detail::TaskThread* records = nullptr;
+  detail::DevicePool* pool = Pool(&base, &records);
   if (!pool || !pool->HasRun(run_id)) return std::nullopt;
-  Result<detail::DevicePool::Placement> placed = pool->Place(run_id, step);
+  Result<detail::DevicePool::Placement> placed = pool->Place(run_id, step, bytes);
   if (!placed.ok()) return Result<PushHandle>(placed.status());
   if (!placed->on_device) return std::nullopt;
   uint64_t offset = placed->offset;
@@ -797,26 +825,33 @@ std::optional<Result<PushHandle>> Client::Impl::PushToPool(uint64_t run_id, uint
   } else if (placed->busy) {
     (void)placed->busy->WaitCompleted();  // a fetch still copying the slot's last step out
   }
-  // Recorded first: the daemon checks the step and the size, and refuses a duplicate.
-  if (Status s = HoldOnDaemon(run_id, step, bytes, true); !s.ok()) {
-    pool->Undo(run_id, offset);
-    return Result<PushHandle>(s);
-  }
+  // Released once the copy landed; stored once the daemon has recorded the step too.
   auto state = std::make_shared<detail::OpState>();
-  Status copy = detail::CopyAnyAsync(base + offset, data, bytes, stream,
-                                     [state](Status s) { state->Complete(s); });
+  auto join = std::make_shared<detail::JoinedCompletion>(state, 2);
+  Status copy = detail::CopyAnyAsync(base + offset, data, bytes, stream, [state, join](Status s) {
+    state->Release(s);
+    join->Done(s);
+  });
   if (!copy.ok()) {
-    (void)HoldOnDaemon(run_id, step, bytes, false);
     pool->Undo(run_id, offset);
     return Result<PushHandle>(copy);
   }
   pool->Commit(run_id, step, offset, bytes, state);
+  records->Submit([this, pool, run_id, step, bytes, join] {
+    // Refused (a duplicate, a closed or deleted run): the step leaves the pool, and its slot is
+    // reused once the copy is out of the way.
+    Status recorded = HoldOnDaemon(run_id, step, bytes, true);
+    if (!recorded.ok()) pool->Drop(run_id, step, nullptr);
+    join->Done(recorded);
+  });
   return Result<PushHandle>(PushHandle(state));
 }
 
 Status Client::Impl::Evict(uint64_t run_id, const detail::DevicePool::Evict& evict,
                            const char* slot) {
-  (void)evict.filled->WaitCompleted();
+  // Completes once the step's copy landed and its record was answered; a step the daemon
+  // refused was never stored, and its slot is simply reused.
+  if (!evict.filled->WaitCompleted().ok()) return Status::Ok();
   SNAPD_RETURN_IF_ERROR(HoldOnDaemon(run_id, evict.step, evict.bytes, false));
   Result<PushHandle> moved = PushDeviceToDaemon(run_id, evict.step, slot, evict.bytes, nullptr);
   Status s = moved.ok() ? moved->WaitReleased() : moved.status();
@@ -832,7 +867,8 @@ std::optional<Result<FetchHandle>> Client::Impl::FetchFromPool(uint64_t run_id, 
                                                                void* data, size_t bytes,
                                                                void* stream) {
   char* base = nullptr;
-  detail::DevicePool* pool = Pool(&base);
+  detail::TaskThread* records = nullptr;
+  detail::DevicePool* pool = Pool(&base, &records);
   if (!pool) return std::nullopt;
   std::optional<detail::DevicePool::Held> held = pool->Find(run_id, step);
   if (!held) return std::nullopt;
@@ -842,16 +878,16 @@ std::optional<Result<FetchHandle>> Client::Impl::FetchFromPool(uint64_t run_id, 
         " into a buffer of " + std::to_string(bytes) + " bytes; its steps are " +
         std::to_string(held->bytes) + " bytes"));
   }
-  (void)held->filled->WaitCompleted();  // pushed on another stream: read what was written
+  // Pushed on another stream, or still being recorded: read only what was stored. A push the
+  // daemon refused left the pool; the daemon answers for the step then.
+  if (!held->filled->WaitCompleted().ok()) return std::nullopt;
   auto state = std::make_shared<detail::OpState>();
   Status copy = detail::CopyAnyAsync(data, base + held->offset, bytes, stream,
                                      [state](Status s) { state->Complete(s); });
   if (!copy.ok()) return Result<FetchHandle>(copy);
-  if (!held->keep) {  // read-once: the slot is reused once this copy is out
-    pool->Drop(run_id, step, state);
-    if (Status s = HoldOnDaemon(run_id, step, bytes, false); !s.ok()) {
-      return Result<FetchHandle>(s);
-    }
+  if (!held->keep && pool->Drop(run_id, step, state)) {
+    // Read-once: the slot is reused once this copy is out; the record goes in push order.
+    records->Submit([this, run_id, step, bytes] { (void)HoldOnDaemon(run_id, step, bytes, false); });
   }
   return Result<FetchHandle>(FetchHandle(state));
 }

@@ -45,11 +45,12 @@ DevicePool::DevicePool(uint64_t capacity) : capacity_(capacity), ranges_(capacit
 DevicePool::RunPlan DevicePool::ReserveRun(uint64_t steps, uint64_t bytes_per_step) {
   MutexLock lock(mu_);
   RunPlan plan;
+  plan.bytes_per_step = bytes_per_step;
   plan.slot_bytes = (bytes_per_step + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
   uint64_t slots = DeviceSteps(steps, plan.slot_bytes, ranges_.largest_free());
-  if (slots == 0) return RunPlan{0, plan.slot_bytes, 0};
+  if (slots == 0) return plan;
   std::optional<uint64_t> region = ranges_.Allocate(slots * plan.slot_bytes);
-  if (!region) return RunPlan{0, plan.slot_bytes, 0};
+  if (!region) return plan;
   plan.slots = slots;
   plan.region = *region;
   return plan;
@@ -66,6 +67,7 @@ void DevicePool::AddRun(uint64_t run_id, const std::string& name, const RunPlan&
   Run run;
   run.name = name;
   run.plan = plan;
+  run.steps = steps;
   run.boundary = steps - std::min(steps, plan.slots);
   run.unknown_steps = steps == 0;
   run.keep = keep;
@@ -76,12 +78,20 @@ void DevicePool::AddRun(uint64_t run_id, const std::string& name, const RunPlan&
   runs_[run_id] = std::move(run);
 }
 
-Result<DevicePool::Placement> DevicePool::Place(uint64_t run_id, uint64_t step) {
+Result<DevicePool::Placement> DevicePool::Place(uint64_t run_id, uint64_t step,
+                                                uint64_t bytes) {
   MutexLock lock(mu_);
   auto it = runs_.find(run_id);
   if (it == runs_.end()) return Placement{};
   Run& run = it->second;
+  if (bytes != run.plan.bytes_per_step) {
+    return Status::InvalidArgument("push of step " + std::to_string(step) + " of run '" +
+                                   run.name + "' carries " + std::to_string(bytes) +
+                                   " bytes; its steps are " +
+                                   std::to_string(run.plan.bytes_per_step) + " bytes");
+  }
   if (step < run.boundary && !run.device_only) return Placement{};  // older steps: the daemon
+  if (!run.unknown_steps && step >= run.steps) return Placement{};  // out of range: refused
   if (run.held.count(step)) return Placement{};  // pushed twice: the daemon refuses it
   if (!run.free.empty()) {
     Slot slot = run.free.back();

@@ -41,6 +41,7 @@ class DevicePool {
 
   struct RunPlan {
     uint64_t slots = 0;        // device steps: N - k with N declared
+    uint64_t bytes_per_step = 0;
     uint64_t slot_bytes = 0;
     uint64_t region = 0;       // offset of the run's slots in the pool
   };
@@ -67,8 +68,10 @@ class DevicePool {
     std::shared_ptr<OpState> busy;
     std::optional<Evict> evict;
   };
-  // RESOURCE_EXHAUSTED for a Device-only run whose slots are all taken.
-  Result<Placement> Place(uint64_t run_id, uint64_t step) SNAPD_EXCLUDES(mu_);
+  // INVALID_ARGUMENT for `bytes` other than the run's step size; RESOURCE_EXHAUSTED for a
+  // Device-only run whose slots are all taken. A step outside the declared range, or pushed
+  // twice, goes to the daemon, which refuses it.
+  Result<Placement> Place(uint64_t run_id, uint64_t step, uint64_t bytes) SNAPD_EXCLUDES(mu_);
   // The copy into the slot is enqueued: the step is held, `filled` completes when it landed.
   void Commit(uint64_t run_id, uint64_t step, uint64_t offset, uint64_t bytes,
               std::shared_ptr<OpState> filled) SNAPD_EXCLUDES(mu_);
@@ -109,6 +112,7 @@ class DevicePool {
   struct Run {
     std::string name;
     RunPlan plan;
+    uint64_t steps = 0;     // N; 0 = unknown
     uint64_t boundary = 0;  // first device step (N declared)
     bool unknown_steps = false;
     bool keep = false;

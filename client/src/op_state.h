@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -67,6 +68,30 @@ struct OpState {
   Status release_status SNAPD_GUARDED_BY(mu);
   Status final_status SNAPD_GUARDED_BY(mu);
   std::vector<std::function<void()>> on_complete SNAPD_GUARDED_BY(mu);
+};
+
+// Completes `state` once `parts` operations have reported: with the first error, else OK. A
+// device-tier push is stored once its copy landed and the daemon recorded it.
+class JoinedCompletion {
+ public:
+  JoinedCompletion(std::shared_ptr<OpState> state, int parts)
+      : state_(std::move(state)), left_(parts) {}
+  void Done(const Status& s) SNAPD_EXCLUDES(mu_) {
+    Status outcome;
+    {
+      MutexLock lock(mu_);
+      if (!s.ok() && first_error_.ok()) first_error_ = s;
+      if (--left_ != 0) return;
+      outcome = first_error_;
+    }
+    state_->Complete(outcome);
+  }
+
+ private:
+  std::shared_ptr<OpState> state_;
+  Mutex mu_;
+  int left_ SNAPD_GUARDED_BY(mu_);
+  Status first_error_ SNAPD_GUARDED_BY(mu_);
 };
 
 }  // namespace snapd::detail

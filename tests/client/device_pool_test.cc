@@ -39,7 +39,7 @@ TEST(DevicePool, ADeclaredRunKeepsItsNewestStepsAndSendsTheOldestToTheDaemon) {
   pool.AddRun(1, "r", plan, 25, /*keep=*/false, /*device_only=*/false);
   std::set<uint64_t> offsets;
   for (uint64_t t = 0; t < 25; ++t) {
-    auto p = pool.Place(1, t);
+    auto p = pool.Place(1, t, 4000);
     ASSERT_TRUE(p.ok());
     EXPECT_EQ(p->on_device, t >= 15) << "step " << t;
     if (!p->on_device) continue;
@@ -49,6 +49,12 @@ TEST(DevicePool, ADeclaredRunKeepsItsNewestStepsAndSendsTheOldestToTheDaemon) {
     EXPECT_LT(p->offset, pool.capacity());
     pool.Commit(1, t, p->offset, 4000, Done());
   }
+  // The wrong size is refused before any copy; a step past N goes to the daemon to refuse.
+  auto wrong = pool.Place(1, 24, 4096);
+  EXPECT_EQ(wrong.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("its steps are 4000 bytes"), std::string::npos)
+      << wrong.status().ToString();
+  EXPECT_FALSE(pool.Place(1, 25, 4000)->on_device);
   EXPECT_EQ(pool.HeldSteps(1).front(), 15u);
   EXPECT_EQ(pool.HeldSteps(1).size(), 10u);
   // The backward pass: a read-once fetch frees the slot for the next push.
@@ -59,7 +65,7 @@ TEST(DevicePool, ADeclaredRunKeepsItsNewestStepsAndSendsTheOldestToTheDaemon) {
   auto copying = std::make_shared<OpState>();
   ASSERT_TRUE(pool.Drop(1, 24, copying));
   EXPECT_FALSE(pool.Find(1, 24));
-  auto again = pool.Place(1, 24);
+  auto again = pool.Place(1, 24, 4000);
   ASSERT_TRUE(again.ok() && again->on_device);
   EXPECT_EQ(again->offset, held->offset);
   EXPECT_EQ(again->busy, copying);  // the caller waits for the copy out before refilling
@@ -75,12 +81,12 @@ TEST(DevicePool, RunsShareThePoolAndARunThatFitsNothingUsesTheDaemon) {
   EXPECT_EQ(c.slots, 0u);
   pool.AddRun(1, "a", a, 6, true, false);
   pool.AddRun(2, "b", b, 6, true, false);
-  EXPECT_FALSE(pool.Place(2, 3)->on_device);
-  EXPECT_TRUE(pool.Place(2, 4)->on_device);
-  EXPECT_FALSE(pool.Place(3, 5)->on_device);  // not a pool run
+  EXPECT_FALSE(pool.Place(2, 3, 4096)->on_device);
+  EXPECT_TRUE(pool.Place(2, 4, 4096)->on_device);
+  EXPECT_FALSE(pool.Place(3, 5, 4096)->on_device);  // not a pool run
   EXPECT_EQ(pool.reserved_bytes(), 8u * 4096);
   // Deleting a run returns its copies in flight and then its region.
-  auto p = pool.Place(1, 0);
+  auto p = pool.Place(1, 0, 4096);
   auto filling = std::make_shared<OpState>();
   pool.Commit(1, 0, p->offset, 4096, filling);
   auto dropped = pool.DropRun("a");
@@ -99,7 +105,7 @@ TEST(DevicePool, WithAnUnknownStepCountThePoolKeepsTheNewestStepsPushed) {
   EXPECT_EQ(plan.slots, 3u);
   pool.AddRun(1, "open-ended", plan, 0, false, false);
   for (uint64_t t = 0; t < 7; ++t) {
-    auto p = pool.Place(1, t);
+    auto p = pool.Place(1, t, 4096);
     ASSERT_TRUE(p.ok() && p->on_device);
     if (t < 3) {
       EXPECT_FALSE(p->evict);
@@ -112,12 +118,12 @@ TEST(DevicePool, WithAnUnknownStepCountThePoolKeepsTheNewestStepsPushed) {
   }
   EXPECT_EQ(pool.HeldSteps(1), (std::vector<uint64_t>{4, 5, 6}));
   // A step pushed twice evicts nothing: the daemon refuses the duplicate.
-  auto twice = pool.Place(1, 6);
+  auto twice = pool.Place(1, 6, 4096);
   ASSERT_TRUE(twice.ok());
   EXPECT_FALSE(twice->on_device);
   EXPECT_EQ(pool.HeldSteps(1), (std::vector<uint64_t>{4, 5, 6}));
   // A step older than every held one goes to the daemon instead of evicting a newer one.
-  EXPECT_FALSE(pool.Place(1, 2)->on_device);
+  EXPECT_FALSE(pool.Place(1, 2, 4096)->on_device);
 }
 
 TEST(DevicePool, DeviceOnlyRunsRefuseWhatDoesNotFit) {
@@ -125,19 +131,36 @@ TEST(DevicePool, DeviceOnlyRunsRefuseWhatDoesNotFit) {
   auto plan = pool.ReserveRun(0, 4096);
   pool.AddRun(1, "device", plan, 0, true, /*device_only=*/true);
   for (uint64_t t = 0; t < 2; ++t) {
-    auto p = pool.Place(1, t);
+    auto p = pool.Place(1, t, 4096);
     ASSERT_TRUE(p.ok() && p->on_device);
     pool.Commit(1, t, p->offset, 4096, Done());
   }
-  auto full = pool.Place(1, 2);
+  auto full = pool.Place(1, 2, 4096);
   EXPECT_EQ(full.status().code(), Code::kResourceExhausted);
   EXPECT_NE(full.status().message().find("layers Device"), std::string::npos) << full.status().ToString();
   // A failed push gives its slot back.
   ASSERT_TRUE(pool.Drop(1, 0, nullptr));
-  auto p = pool.Place(1, 2);
+  auto p = pool.Place(1, 2, 4096);
   ASSERT_TRUE(p.ok() && p->on_device);
   pool.Undo(1, p->offset);
-  EXPECT_TRUE(pool.Place(1, 2)->on_device);
+  EXPECT_TRUE(pool.Place(1, 2, 4096)->on_device);
+}
+
+TEST(JoinedCompletion, CompletesOnceEveryPartReportedWithTheFirstError) {
+  auto state = std::make_shared<OpState>();
+  JoinedCompletion join(state, 2);
+  join.Done(Status::Ok());
+  {
+    MutexLock lock(state->mu);
+    EXPECT_FALSE(state->completed);
+  }
+  join.Done(Status::NotFound("recorded nowhere"));
+  EXPECT_EQ(state->WaitCompleted().code(), Code::kNotFound);
+  auto both = std::make_shared<OpState>();
+  JoinedCompletion failing(both, 2);
+  failing.Done(Status::Internal("copy"));
+  failing.Done(Status::AlreadyExists("record"));
+  EXPECT_EQ(both->WaitCompleted().code(), Code::kInternal);  // the first error wins
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
-// One thread that performs the client's bulk copies into and out of the mapped host tier, so
-// Push() and FetchAsync() return at once and the progress thread never stalls on a memcpy.
-// Thread-safe: Submit() from any thread; tasks run in submission order. The destructor runs
-// the tasks already submitted, then joins.
+// One thread that runs tasks in submission order. libsnapd has two: the copy thread performs
+// the bulk copies into and out of the mapped host tier, so Push() and FetchAsync() return at
+// once and the progress thread never stalls on a memcpy; the device recorder tells the daemon
+// which steps the device tier holds, in order, off the solver's thread.
+// Thread-safe: Submit() from any thread. The destructor runs the tasks already submitted, then
+// joins.
 #pragma once
 
 #include <deque>
@@ -13,10 +15,10 @@
 
 namespace snapd::detail {
 
-class CopyThread {
+class TaskThread {
  public:
-  CopyThread() : thread_([this] { Run(); }) {}
-  ~CopyThread() {
+  TaskThread() : thread_([this] { Run(); }) {}
+  ~TaskThread() {
     {
       MutexLock lock(mu_);
       stopping_ = true;
@@ -24,8 +26,8 @@ class CopyThread {
     cv_.NotifyOne();
     thread_.join();
   }
-  CopyThread(const CopyThread&) = delete;
-  CopyThread& operator=(const CopyThread&) = delete;
+  TaskThread(const TaskThread&) = delete;
+  TaskThread& operator=(const TaskThread&) = delete;
 
   void Submit(std::function<void()> task) SNAPD_EXCLUDES(mu_) {
     {
