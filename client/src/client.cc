@@ -609,6 +609,9 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   const LayersEntry* uses = FindLayers(layers);
   if (uses && uses->device) {
     SNAPD_ASSIGN_OR_RETURN(pool, impl_->EnsurePool(spec.name, layers));
+    if (pool->RunIdOf(spec.name)) pool = nullptr;  // reopened here: its slots are reserved
+  }
+  if (pool) {
     plan = pool->ReserveRun(spec.steps, spec.bytes_per_step);
     if (!uses->host && !uses->disk && (plan.slots == 0 || plan.slots < spec.steps)) {
       pool->FreeRegion(plan);

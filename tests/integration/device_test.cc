@@ -167,9 +167,14 @@ TEST_P(DeviceTest, AnOpenEndedRunKeepsTheNewestStepsInThePool) {
   options.device_mem_bytes = 4 * kBytes;
   auto c = Client::Connect(options);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto run = (*c)->OpenRun({.name = "open-ended", .bytes_per_step = kBytes,
-                            .layers = "HostDevice", .keep = true});
+  RunSpec spec{.name = "open-ended", .bytes_per_step = kBytes, .layers = "HostDevice",
+               .keep = true};
+  auto run = (*c)->OpenRun(spec);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
+  // Reopening it here attaches, and keeps the slots it has (the pool has no room for more).
+  auto again = (*c)->OpenRun(spec);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE(again->created);
   std::vector<char> host(kBytes), back(kBytes);
   for (uint64_t t = 0; t < 10; ++t) {
     FillPattern(host.data(), kBytes, 3, t);
@@ -186,8 +191,8 @@ TEST_P(DeviceTest, AnOpenEndedRunKeepsTheNewestStepsInThePool) {
   }
   // Deleting a device step frees its slot for the step pushed again.
   ASSERT_TRUE((*c)->DeleteSnapshot("open-ended", 9).ok());
-  auto again = (*c)->Push(run->run_id, 9, host.data(), kBytes);
-  ASSERT_TRUE(again.ok() && again->WaitStored().ok());
+  auto repushed = (*c)->Push(run->run_id, 9, host.data(), kBytes);
+  ASSERT_TRUE(repushed.ok() && repushed->WaitStored().ok());
   EXPECT_EQ((*c)->Locate("open-ended", 9)->tier, Tier::kDevice);
   ASSERT_TRUE((*c)->DeleteRun("open-ended").ok());
 }
