@@ -362,14 +362,11 @@ PYBIND11_MODULE(_snapd, m) {
               p->handle = Call([&] {
                 return c.PushDevice(run_id, step, d->data, d->size, d->stream);
               });
-              p->array = std::move(array);
-              p->step = step;
-              return p;
+            } else {
+              p->view = View(array, false, "push");
+              p->handle = Call([&] { return c.Push(run_id, step, p->view.data, p->view.size); });
             }
-            Bytes b = View(array, false, "push");
-            p->handle = Call([&] { return c.Push(run_id, step, b.data, b.size); });
             p->array = std::move(array);
-            p->view = std::move(b);
             p->step = step;
             return p;
           },
@@ -382,14 +379,13 @@ PYBIND11_MODULE(_snapd, m) {
               f->handle = Call([&] {
                 return c.FetchDeviceAsync(run_id, step, d->data, d->size, d->stream);
               });
-              f->array = std::move(array);
-              f->step = step;
-              return f;
+            } else {
+              f->view = View(array, true, "fetch");
+              f->handle = Call([&] {
+                return c.FetchAsync(run_id, step, f->view.data, f->view.size);
+              });
             }
-            Bytes b = View(array, true, "fetch");
-            f->handle = Call([&] { return c.FetchAsync(run_id, step, b.data, b.size); });
             f->array = std::move(array);
-            f->view = std::move(b);
             f->step = step;
             return f;
           },
