@@ -152,6 +152,7 @@ int Run(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
+  int admin_port = 0;  // the port admin_listen got: its own, or the kernel's pick for port 0
   if (!config.admin_listen.empty()) {
     grpc::SslServerCredentialsOptions tls(
         GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
@@ -164,10 +165,10 @@ int Run(int argc, char** argv) {
       *out = *text;
     }
     tls.pem_key_cert_pairs.push_back({key, cert});
-    builder.AddListeningPort(config.admin_listen, grpc::SslServerCredentials(tls));
+    builder.AddListeningPort(config.admin_listen, grpc::SslServerCredentials(tls), &admin_port);
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) {
+  if (!server || (!config.admin_listen.empty() && admin_port == 0)) {
     return fail(Status::Unavailable(
         config.admin_listen.empty()
             ? "cannot start the gRPC server"
@@ -175,7 +176,8 @@ int Run(int argc, char** argv) {
                   " (address in use, or the TLS certificate and key do not load)"));
   }
   if (!config.admin_listen.empty()) {
-    SNAPD_LOG_INFO("remote administration over mutual TLS on %s", config.admin_listen.c_str());
+    std::string host = config.admin_listen.substr(0, config.admin_listen.rfind(':'));
+    SNAPD_LOG_INFO("remote administration over mutual TLS on %s:%d", host.c_str(), admin_port);
   }
   // snapd accepts control connections itself to learn each caller's uid (SO_PEERCRED).
   gid_t admin_gid = ControlService::kNoGroup;

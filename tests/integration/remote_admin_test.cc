@@ -2,10 +2,7 @@
 // test (openssl): a client certificate the configured CA signed is an admin; others are
 // refused at the handshake.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -13,19 +10,6 @@
 
 namespace snapd::testing {
 namespace {
-
-// A TCP port nobody listens on right now.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 class RemoteAdminTest : public ::testing::Test {
  protected:
@@ -51,14 +35,21 @@ openssl x509 -req -in rogue.csr -CA rogue-ca.pem -CAkey rogue-ca.key -CAcreatese
 )";
     std::string out, err;
     ASSERT_EQ(RunProgram({"/bin/bash", "-c", script, "certs", dir_.path()}, &out, &err), 0) << err;
-    address_ = "localhost:" + std::to_string(FreePort());
+    // Port 0: the kernel picks a free port, and snapd's log names it.
     auto d = DaemonProcess::Start(
         {dir_.path(), "64M",
-         {"--admin_listen", address_, "--admin_tls_cert", Path("server.pem"), "--admin_tls_key",
+         {"--admin_listen", "localhost:0", "--admin_tls_cert", Path("server.pem"), "--admin_tls_key",
           Path("server.key"), "--admin_tls_ca", Path("ca.pem")},
          {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
+    const std::string said = "remote administration over mutual TLS on localhost:";
+    const std::string log = daemon_->Log();
+    const size_t at = log.find(said);
+    ASSERT_NE(at, std::string::npos) << log;
+    const int port = std::atoi(log.c_str() + at + said.size());
+    ASSERT_GT(port, 0) << log;
+    address_ = "localhost:" + std::to_string(port);
   }
   std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
   // snapctl --remote with the client certificate `who` (admin or rogue).
