@@ -2,6 +2,7 @@
 // test (openssl): a client certificate the configured CA signed is an admin; others are
 // refused at the handshake.
 #include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -37,9 +38,10 @@ openssl x509 -req -in rogue.csr -CA rogue-ca.pem -CAkey rogue-ca.key -CAcreatese
     ASSERT_EQ(RunProgram({"/bin/bash", "-c", script, "certs", dir_.path()}, &out, &err), 0) << err;
     // Port 0: the kernel picks a free port, and snapd's log names it.
     auto d = DaemonProcess::Start(
-        {dir_.path(), "64M",
-         {"--admin_listen", "localhost:0", "--admin_tls_cert", Path("server.pem"), "--admin_tls_key",
-          Path("server.key"), "--admin_tls_ca", Path("ca.pem")},
+        {dir_.path(),
+         "64M",
+         {"--admin_listen", "localhost:0", "--admin_tls_cert", Path("server.pem"),
+          "--admin_tls_key", Path("server.key"), "--admin_tls_ca", Path("ca.pem")},
          {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
@@ -55,9 +57,9 @@ openssl x509 -req -in rogue.csr -CA rogue-ca.pem -CAkey rogue-ca.key -CAcreatese
   // snapctl --remote with the client certificate `who` (admin or rogue).
   int Remote(const std::string& who, std::vector<std::string> args, std::string* out,
              std::string* err) {
-    std::vector<std::string> argv = {SNAPCTL_BINARY, "--remote", address_, "--tls-ca",
-                                      Path("ca.pem"), "--tls-cert", Path(who + ".pem"),
-                                      "--tls-key", Path(who + ".key")};
+    std::vector<std::string> argv = {SNAPCTL_BINARY,     "--remote",     address_,
+                                     "--tls-ca",         Path("ca.pem"), "--tls-cert",
+                                     Path(who + ".pem"), "--tls-key",    Path(who + ".key")};
     argv.insert(argv.end(), args.begin(), args.end());
     return RunProgram(argv, out, err);
   }
@@ -104,8 +106,8 @@ TEST_F(RemoteAdminTest, RemoteWithoutAKeySaysWhatIsMissing) {
 
 TEST(RemoteAdminConfig, AdminListenWithoutCertificatesIsRefusedAtStart) {
   std::string out, err;
-  int rc = RunProgram({SNAPD_BINARY, "--admin_listen", "127.0.0.1:7443", "--print-config"},
-                      &out, &err);
+  int rc =
+      RunProgram({SNAPD_BINARY, "--admin_listen", "127.0.0.1:7443", "--print-config"}, &out, &err);
   EXPECT_EQ(rc, 2);
   EXPECT_NE(err.find("mutual TLS"), std::string::npos) << err;
 }
