@@ -272,7 +272,9 @@ struct Client::Impl {
   // Progress thread: a reservation or lease arrived; copy on the copy thread.
   void CopyIn(Pending p, uint64_t offset);
   void CopyOut(Pending p, uint64_t offset, uint64_t lease);
-  void PostCommit(const Pending& p, uint64_t copy_ns);
+  // Ends push `p`'s reservation on the loop: kCommit once its bytes are in tier memory (copied
+  // in `copy_ns`; stored when the daemon answers), kAbort when they never will be.
+  void PostReservationEnd(wire::AmId op, const Pending& p, uint64_t copy_ns);
   void PostLeaseRelease(uint64_t lease, uint64_t copy_ns);
   Status CheckRange(uint64_t offset, size_t bytes) const;
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
@@ -329,14 +331,14 @@ Status Client::Impl::CheckRange(uint64_t offset, size_t bytes) const {
   return Status::Ok();
 }
 
-void Client::Impl::PostCommit(const Pending& p, uint64_t ns) {
-  loop->Post([this, p, ns] {
-    wire::PushRequest commit{};
-    commit.run_id = p.run_id;
-    commit.step = p.step;
-    commit.bytes = p.bytes;
-    commit.copy_ns = ns;
-    SendHeader(wire::kCommit, commit, Pending{Kind::kCommit, p.state});
+void Client::Impl::PostReservationEnd(wire::AmId op, const Pending& p, uint64_t ns) {
+  loop->Post([this, op, p, ns] {
+    wire::PushRequest end{};
+    end.run_id = p.run_id;
+    end.step = p.step;
+    end.bytes = p.bytes;
+    end.copy_ns = ns;
+    SendHeader(op, end, Pending{Kind::kCommit, op == wire::kCommit ? p.state : nullptr});
   });
 }
 
@@ -356,20 +358,14 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
   }
   if (p.device) {  // the GPU copies into tier memory; the reservation is committed after
     auto t0 = std::chrono::steady_clock::now();
-    Status s = detail::CopyDeviceToHostAsync(arena + offset, p.buffer, p.bytes, p.stream,
-                                             [this, p, t0](Status) {
-                                               p.state->Release(Status::Ok());
-                                               PostCommit(p, NanosSince(t0));
-                                             });
+    auto landed = [this, p, t0](Status) {
+      p.state->Release(Status::Ok());
+      PostReservationEnd(wire::kCommit, p, NanosSince(t0));
+    };
+    Status s = detail::CopyDeviceToHostAsync(arena + offset, p.buffer, p.bytes, p.stream, landed);
     if (!s.ok()) {  // not enqueued: the push failed; give the reservation back
       p.state->Complete(s);
-      loop->Post([this, p] {
-        wire::PushRequest abort{};
-        abort.run_id = p.run_id;
-        abort.step = p.step;
-        abort.bytes = p.bytes;
-        SendHeader(wire::kAbort, abort, Pending{Kind::kCommit, nullptr});
-      });
+      PostReservationEnd(wire::kAbort, p, 0);
     }
     return;
   }
@@ -378,7 +374,7 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
     std::memcpy(arena + offset, p.buffer, p.bytes);
     uint64_t ns = NanosSince(t0);
     p.state->Release(Status::Ok());
-    PostCommit(p, ns);
+    PostReservationEnd(wire::kCommit, p, ns);
   });
 }
 
