@@ -258,9 +258,8 @@ Result<const Store::Run*> Store::FindByName(const std::string& name, const Tenan
 }
 
 Result<Store::Run*> Store::FindByName(const std::string& name, const Tenant& who) {
-  auto it = by_name_.find(name);
-  if (it == by_name_.end() || !Sees(who, runs_.at(it->second).record)) return RunNotFound(name);
-  return &runs_.at(it->second);
+  SNAPD_ASSIGN_OR_RETURN(const Run* run, static_cast<const Store*>(this)->FindByName(name, who));
+  return const_cast<Run*>(run);  // *this is not const: neither is the run
 }
 
 Result<Store::Run*> Store::FindById(uint64_t run_id, const Tenant& who) {
