@@ -3,7 +3,6 @@
 #include <grp.h>
 #include <grpc/grpc_security_constants.h>
 #include <pwd.h>
-#include <unistd.h>
 
 #include <vector>
 
@@ -52,8 +51,8 @@ Result<Tenant> ControlService::Caller(grpc::CallbackServerContext* ctx) const {
     return Status::Unauthenticated("snapd cannot tell who is calling (peer " + ctx->peer() +
                                    "): connect through snapd's control socket");
   }
-  bool admin = p->uid == 0 || p->uid == geteuid() ||
-               (admin_gid_ != kNoGroup && InGroup(p->uid, p->gid, admin_gid_));
+  bool admin =
+      TrustedUid(p->uid) || (admin_gid_ != kNoGroup && InGroup(p->uid, p->gid, admin_gid_));
   return Tenant{p->uid, admin};
 }
 

@@ -98,7 +98,7 @@ void ArenaSocket::Answer(int fd) {
     SendReply(fd, Status::PermissionDenied("this session belongs to another uid"), 0, -1);
     return;
   }
-  if (cred.uid != geteuid() && cred.uid != 0) {
+  if (!TrustedUid(cred.uid)) {
     SendReply(fd,
               Status::PermissionDenied("the mapped host tier is shared only with uid " +
                                        std::to_string(geteuid()) + "; uid " +

@@ -261,7 +261,7 @@ ucs_status_t DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRe
   conn.session_id = req.session_id;
   conn.token = req.header.token;
   // Pushes and fetches touch only the session's own runs (root and snapd's uid: any run).
-  conn.tenant = Tenant{session->uid, session->uid == 0 || session->uid == geteuid()};
+  conn.tenant = Tenant{session->uid, TrustedUid(session->uid)};
   Reply(ep, req.header.request_id, Status::Ok());
   return UCS_OK;
 }

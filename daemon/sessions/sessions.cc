@@ -1,8 +1,12 @@
 #include "sessions/sessions.h"
 
 #include <sys/random.h>
+#include <unistd.h>
 
 namespace snapd {
+
+bool TrustedUid(uint32_t uid) { return uid == 0 || uid == geteuid(); }
+
 namespace {
 
 uint64_t RandomToken() {

@@ -14,6 +14,10 @@
 
 namespace snapd {
 
+// Root and snapd's own uid: trusted with every run and with the mapped host tier (members of
+// the admin_group are admins on the control plane only).
+bool TrustedUid(uint32_t uid);
+
 struct Session {
   uint64_t id = 0;
   uint64_t token = 0;
