@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,20 @@ template <typename T>
 T Value(snapd::Result<T> result) {
   if (!result.ok()) Raise(result.status());
   return std::move(result).value();
+}
+
+// Runs a client call with the GIL released and returns its value or raises.
+template <typename F>
+auto Call(F&& f) {
+  auto r = [&] {
+    py::gil_scoped_release nogil;
+    return f();
+  }();
+  if constexpr (std::is_same_v<decltype(r), snapd::Status>) {
+    Check(r);
+  } else {
+    return Value(std::move(r));
+  }
 }
 
 // A contiguous view of a Python object's memory: what a push reads or a fetch fills.
@@ -135,22 +150,8 @@ struct Push {
   Bytes view;  // the buffer export stays open while the daemon may read the memory
   uint64_t step = 0;
 
-  void WaitReleased() {
-    snapd::Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = handle.WaitReleased();
-    }
-    Check(s);
-  }
-  void WaitStored() {
-    snapd::Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = handle.WaitStored();
-    }
-    Check(s);
-  }
+  void WaitReleased() { Call([&] { return handle.WaitReleased(); }); }
+  void WaitStored() { Call([&] { return handle.WaitStored(); }); }
   ~Push() {
     if (array && !handle.released()) {
       py::gil_scoped_release nogil;
@@ -167,12 +168,7 @@ struct Fetch {
   uint64_t step = 0;
 
   py::object Wait() {
-    snapd::Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = handle.Wait();
-    }
-    Check(s);
+    Call([&] { return handle.Wait(); });
     return array;
   }
   ~Fetch() {
@@ -187,25 +183,7 @@ std::shared_ptr<snapd::Client> Connect(const std::string& socket, const std::str
                                        bool map_host_tier) {
   snapd::ClientOptions o{.socket_path = socket, .client_name = name,
                          .map_host_tier = map_host_tier};
-  snapd::Result<std::unique_ptr<snapd::Client>> c = [&] {
-    py::gil_scoped_release nogil;
-    return snapd::Client::Connect(o);
-  }();
-  return std::shared_ptr<snapd::Client>(Value(std::move(c)));
-}
-
-// Runs a client call with the GIL released and returns its value or raises.
-template <typename F>
-auto Call(F&& f) {
-  auto r = [&] {
-    py::gil_scoped_release nogil;
-    return f();
-  }();
-  if constexpr (std::is_same_v<decltype(r), snapd::Status>) {
-    Check(r);
-  } else {
-    return Value(std::move(r));
-  }
+  return std::shared_ptr<snapd::Client>(Call([&] { return snapd::Client::Connect(o); }));
 }
 
 }  // namespace
