@@ -14,8 +14,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "catalog/catalog.h"
 #include "compress/compress_pool.h"
@@ -27,6 +25,7 @@
 #include "disk_tier/disk_tier.h"
 #include "host_tier/host_tier.h"
 #include "log.h"
+#include "paths.h"
 #include "service/sd_notify.h"
 #include "sessions/sessions.h"
 #include "store/store.h"
@@ -63,15 +62,6 @@ Status ClaimSocket(const std::string& path) {
   }
   unlink(path.c_str());
   return Status::Ok();
-}
-
-// The whole of a small text file (certificates, keys).
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound("cannot read " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 int Run(int argc, char** argv) {
@@ -160,7 +150,7 @@ int Run(int argc, char** argv) {
     for (auto [path, out] : {std::pair{&config.admin_tls_cert, &cert},
                              std::pair{&config.admin_tls_key, &key},
                              std::pair{&config.admin_tls_ca, &tls.pem_root_certs}}) {
-      auto text = ReadFile(*path);
+      auto text = ReadTextFile(*path);
       if (!text.ok()) return fail(text.status());
       *out = *text;
     }

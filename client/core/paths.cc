@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 namespace snapd {
 namespace {
@@ -31,6 +33,14 @@ std::string DefaultStateDir() {
   if (geteuid() == 0) return "/var/lib/snapd";
   if (auto x = Env("XDG_STATE_HOME"); !x.empty()) return x + "/snapd";
   return Env("HOME") + "/.local/state/snapd";
+}
+
+Result<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace snapd

@@ -1,7 +1,10 @@
-// Where snapd listens by default, shared by the daemon, libsnapd and snapctl.
+// Where snapd listens by default, shared by the daemon, libsnapd and snapctl, and how they read
+// the small files they are pointed at.
 #pragma once
 
 #include <string>
+
+#include "snapd/status.h"
 
 namespace snapd {
 
@@ -16,5 +19,8 @@ inline constexpr const char* kSystemSocket = "/run/snapd/snapd.sock";
 
 // /var/lib/snapd for root; else $XDG_STATE_HOME/snapd or ~/.local/state/snapd.
 std::string DefaultStateDir();
+
+// The whole of a small text file (certificates, keys); NOT_FOUND "cannot read PATH".
+Result<std::string> ReadTextFile(const std::string& path);
 
 }  // namespace snapd

@@ -12,8 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -839,15 +837,13 @@ int Main(int argc, char** argv) {
     for (auto [flag, path, out] : {std::tuple{"--tls-ca", &o.tls_ca, &tls.pem_root_certs},
                                    std::tuple{"--tls-cert", &o.tls_cert, &tls.pem_cert_chain},
                                    std::tuple{"--tls-key", &o.tls_key, &tls.pem_private_key}}) {
-      std::ifstream in(*path);
-      if (path->empty() || !in) {
+      Result<std::string> text = path->empty() ? Status::NotFound("") : ReadTextFile(*path);
+      if (!text.ok()) {
         std::fprintf(stderr, "snapctl: --remote needs %s FILE (a readable PEM file)%s%s\n", flag,
                      path->empty() ? "" : "; cannot read ", path->c_str());
         return 2;
       }
-      std::stringstream text;
-      text << in.rdbuf();
-      *out = text.str();
+      *out = *std::move(text);
     }
     channel = grpc::CreateChannel(o.remote, grpc::SslCredentials(tls));
   }
