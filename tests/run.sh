@@ -33,6 +33,9 @@ run_pass build-tests
 echo "== Python package (client/python) and its tests, against build-tests/daemon/snapd"
 venv=build-tests/python
 [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
+# Debian's venv carries pip 23.0 and setuptools 66, too old to build some sdists (pyrevolve's
+# setup.py imports `packaging`): bring the build tools up to date before anything else.
+"$venv/bin/pip" install -q --upgrade pip setuptools wheel packaging
 CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$venv/bin/pip" install -q "./client/python[test]"
 SNAPD_BINARY=$PWD/build-tests/daemon/snapd "$venv/bin/python" -m pytest -q client/python/tests
 
