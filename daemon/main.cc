@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "control/control_service.h"
 #include "control/peer_listener.h"
+#include "data_plane/address_check.h"
 #include "data_plane/arena_socket.h"
 #include "data_plane/data_plane.h"
 #include "disk_tier/disk_tier.h"
@@ -130,7 +131,8 @@ int Run(int argc, char** argv) {
   auto store = Store::Open(catalog->get(), host->get(), disk.get(), store_options);
   if (!store.ok()) return fail(store.status());
   SessionTable sessions;
-  DataPlane::Options dp_options{config.listen_address, config.listen_port};
+  DataPlane::Options dp_options;
+  dp_options.connect_timeout = std::chrono::seconds(config.session_connect_timeout);
   auto data_plane = DataPlane::Start(dp_options, store->get(), &sessions);
   if (!data_plane.ok()) return fail(data_plane.status());
 
@@ -185,9 +187,9 @@ int Run(int argc, char** argv) {
   (*listener)->Serve(server.get());
   server->GetHealthCheckService()->SetServingStatus("snapd.v1.Control", true);
 
-  SNAPD_LOG_INFO("snapd %s serving on unix:%s, UCX data plane on %s, host tier %s, disk tier %s "
+  SNAPD_LOG_INFO("snapd %s serving on unix:%s, data plane: %s, host tier %s, disk tier %s "
                  "(%s), catalog %s",
-                 SNAPD_VERSION, config.socket.c_str(), (*data_plane)->address().c_str(),
+                 SNAPD_VERSION, config.socket.c_str(), (*data_plane)->Describe().c_str(),
                  FormatBytes(budget).c_str(), disk ? FormatBytes(disk->budget()).c_str() : "none",
                  SpoolDirsText(config).c_str(), config.state_dir.c_str());
   // systemd (Type=notify): ready now; then watchdog pings while the store answers and the UCX
@@ -230,4 +232,9 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace snapd
 
-int main(int argc, char** argv) { return snapd::Run(argc, argv); }
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], snapd::kCheckUcxAddressFlag) == 0) {
+    snapd::RunUcxAddressCheck();
+  }
+  return snapd::Run(argc, argv);
+}

@@ -1,7 +1,5 @@
 #include "ucx.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -102,6 +100,15 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return FromUcs(s, "reading UCX configuration");
+  // Both peers are on one node (sessions are opened on a unix socket): UCX's network
+  // transports bind to loopback only, unless the operator chose devices with UCX_NET_DEVICES.
+  if (std::getenv("UCX_NET_DEVICES") == nullptr) {
+    s = ucp_config_modify(config, "NET_DEVICES", "lo");
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return FromUcs(s, "restricting UCX to the loopback device");
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -120,6 +127,13 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
   if (s != UCS_OK) return FromUcs(s, "creating UCX worker");
   WorkerPtr worker(raw_worker);
 
+  ucp_address_t* packed = nullptr;
+  size_t packed_bytes = 0;
+  s = ucp_worker_get_address(worker.get(), &packed, &packed_bytes);
+  if (s != UCS_OK) return FromUcs(s, "getting the UCX worker address");
+  std::string address(reinterpret_cast<const char*>(packed), packed_bytes);
+  ucp_worker_release_address(worker.get(), packed);
+
   int worker_fd = -1;
   s = ucp_worker_get_efd(worker.get(), &worker_fd);
   if (s != UCS_OK) return FromUcs(s, "getting UCX worker event fd");
@@ -137,13 +151,15 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
     }
   }
   return std::unique_ptr<WorkerLoop>(new WorkerLoop(std::move(context), std::move(worker),
-                                                    std::move(epoll_fd), std::move(wake_fd)));
+                                                    std::move(address), std::move(epoll_fd),
+                                                    std::move(wake_fd)));
 }
 
-WorkerLoop::WorkerLoop(ContextPtr context, WorkerPtr worker, ScopedFd epoll_fd,
-                       ScopedFd wake_fd)
+WorkerLoop::WorkerLoop(ContextPtr context, WorkerPtr worker, std::string address,
+                       ScopedFd epoll_fd, ScopedFd wake_fd)
     : context_(std::move(context)),
       worker_(std::move(worker)),
+      address_(std::move(address)),
       epoll_fd_(std::move(epoll_fd)),
       wake_fd_(std::move(wake_fd)) {}
 
@@ -222,31 +238,35 @@ Status SetAmHandler(ucp_worker_h worker, uint16_t id, ucp_am_recv_callback_t cb,
                  "registering the handler of AM id " + std::to_string(id));
 }
 
-Result<ucp_ep_h> ConnectTo(ucp_worker_h worker, const std::string& address,
-                           ucp_err_handler_cb_t on_error, void* arg) {
-  size_t colon = address.rfind(':');
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  char* end = nullptr;
-  unsigned long port = colon == std::string::npos ? 0 : std::strtoul(&address[colon + 1], &end, 10);
-  if (colon == std::string::npos || *end != '\0' || port == 0 || port > 65535 ||
-      inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
-    return Status::InvalidArgument("malformed data-plane address '" + address +
-                                   "' (expected IPv4:PORT)");
+Status SetDefaultAmHandler(ucp_worker_h worker, ucp_am_recv_callback_t cb, void* arg) {
+  ucp_am_handler_param_t p{};
+  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                 UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  p.cb = cb;
+  p.arg = arg;
+  // From the top down, so UCX grows its table once.
+  for (uint32_t id = 65536; id-- > 0;) {
+    p.id = static_cast<uint16_t>(id);
+    ucs_status_t s = ucp_worker_set_am_recv_handler(worker, &p);
+    if (s != UCS_OK) return FromUcs(s, "registering the default AM handler");
   }
-  addr.sin_port = htons(static_cast<uint16_t>(port));
+  return Status::Ok();
+}
+
+Result<ucp_ep_h> ConnectToWorker(ucp_worker_h worker, const std::string& address,
+                                 ucp_err_handler_cb_t on_error, void* arg) {
+  if (address.empty()) return Status::InvalidArgument("empty UCX worker address");
   ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
-  p.sockaddr.addrlen = sizeof addr;
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.address = reinterpret_cast<const ucp_address_t*>(address.data());
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = on_error;
   p.err_handler.arg = arg;
   ucp_ep_h ep = nullptr;
-  SNAPD_RETURN_IF_ERROR(
-      FromUcs(ucp_ep_create(worker, &p, &ep), "connecting to the snapd data plane at " + address));
+  SNAPD_RETURN_IF_ERROR(FromUcs(ucp_ep_create(worker, &p, &ep),
+                                "connecting to a UCX worker (" + std::to_string(address.size()) +
+                                    "-byte address)"));
   return ep;
 }
 

@@ -74,6 +74,9 @@ class WorkerLoop {
 
   ucp_context_h context() const { return context_.get(); }
   ucp_worker_h worker() const { return worker_.get(); }
+  // The worker's packed UCX address (taken at Create), which a peer passes to
+  // ConnectToWorker. Safe from any thread.
+  const std::string& address() const { return address_; }
 
   void Start();
   void Post(std::function<void()> task) SNAPD_EXCLUDES(mu_);
@@ -87,12 +90,14 @@ class WorkerLoop {
   void ProgressUntil(const std::function<bool()>& done);
 
  private:
-  WorkerLoop(ContextPtr context, WorkerPtr worker, ScopedFd epoll_fd, ScopedFd wake_fd);
+  WorkerLoop(ContextPtr context, WorkerPtr worker, std::string address, ScopedFd epoll_fd,
+             ScopedFd wake_fd);
   void Run();
   bool RunTasks() SNAPD_EXCLUDES(mu_);
 
   ContextPtr context_;
   WorkerPtr worker_;
+  const std::string address_;
   ScopedFd epoll_fd_;
   ScopedFd wake_fd_;
   Mutex mu_;
@@ -104,10 +109,16 @@ class WorkerLoop {
 // Registers `cb(arg, ...)` as the handler of active-message id `id` on `worker`.
 Status SetAmHandler(ucp_worker_h worker, uint16_t id, ucp_am_recv_callback_t cb, void* arg);
 
-// Connects `worker` to a UCX listener at "IPv4:PORT", with peer-failure handling reported to
-// `on_error(arg, ep, status)`.
-Result<ucp_ep_h> ConnectTo(ucp_worker_h worker, const std::string& address,
-                           ucp_err_handler_cb_t on_error, void* arg);
+// Registers `cb(arg, ...)` as the handler of every AM id in [0, 65535] that has none yet, so
+// that no id a peer sends indexes past UCX's handler table (UCX 1.13 does not check it).
+Status SetDefaultAmHandler(ucp_worker_h worker, ucp_am_recv_callback_t cb, void* arg);
+
+// Creates an endpoint from `worker` to the worker whose packed address is `address` (from
+// WorkerLoop::address()), with peer-failure handling reported to `on_error(arg, ep, status)`.
+// UCX unpacks `address` without bounds checks: pass only addresses from a trusted source, or
+// ones that CheckUcxAddress (daemon) has vetted.
+Result<ucp_ep_h> ConnectToWorker(ucp_worker_h worker, const std::string& address,
+                                 ucp_err_handler_cb_t on_error, void* arg);
 
 // Closes `ep` from the loop thread, waiting for the close to complete. `force` skips flushing.
 void CloseEndpoint(WorkerLoop& loop, ucp_ep_h ep, bool force);

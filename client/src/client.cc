@@ -194,7 +194,7 @@ struct Client::Impl {
   std::unique_ptr<v1::Control::Stub> stub;
   uint64_t session_id = 0;
   uint64_t token = 0;
-  std::string data_plane_address;
+  std::string data_plane_address;  // snapd's packed UCX worker address
   std::atomic<uint64_t> next_request{1};
   std::unique_ptr<ucx::WorkerLoop> loop;
   // Loop-thread state.
@@ -278,6 +278,11 @@ struct Client::Impl {
   void PostLeaseRelease(uint64_t lease, uint64_t copy_ns);
   Status CheckRange(uint64_t offset, size_t bytes) const;
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // Drops any message but a Reply (snapd sends nothing else).
+  static ucs_status_t OnUnknownId(void*, const void*, size_t, void*, size_t,
+                                  const ucp_am_recv_param_t*) {
+    return UCS_OK;
+  }
   static ucs_status_t OnReply(void* arg, const void* header, size_t header_length, void* data,
                               size_t length, const ucp_am_recv_param_t* param);
 };
@@ -469,7 +474,7 @@ ucs_status_t Client::Impl::OnReply(void* arg, const void* header, size_t header_
 }
 
 Status Client::Impl::CreateEndpoint() {
-  SNAPD_ASSIGN_OR_RETURN(ep, ucx::ConnectTo(loop->worker(), data_plane_address,
+  SNAPD_ASSIGN_OR_RETURN(ep, ucx::ConnectToWorker(loop->worker(), data_plane_address,
                                             &Impl::OnEndpointError, this));
   return Status::Ok();
 }
@@ -507,8 +512,17 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   impl->stub = v1::Control::NewStub(
       grpc::CreateChannel("unix:" + impl->socket_path, grpc::InsecureChannelCredentials()));
 
+  // The worker runs before the session opens: snapd connects to it while answering.
+  SNAPD_ASSIGN_OR_RETURN(impl->loop, ucx::WorkerLoop::Create("libsnapd"));
+  SNAPD_RETURN_IF_ERROR(ucx::SetDefaultAmHandler(impl->loop->worker(), &Impl::OnUnknownId,
+                                                 impl.get()));
+  SNAPD_RETURN_IF_ERROR(
+      ucx::SetAmHandler(impl->loop->worker(), wire::kReply, &Impl::OnReply, impl.get()));
+  impl->loop->Start();
+
   v1::OpenSessionRequest req;
   req.set_client_name(options.client_name);
+  req.set_ucx_address(impl->loop->address());
   v1::OpenSessionResponse resp;
   SNAPD_RETURN_IF_ERROR(impl->Control(
       [&](grpc::ClientContext* ctx) { return impl->stub->OpenSession(ctx, req, &resp); }));
@@ -532,7 +546,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   }
   impl->session_id = resp.session_id();
   impl->token = resp.token();
-  impl->data_plane_address = resp.data_plane_address();
+  impl->data_plane_address = resp.data_plane_worker_address();
   const char* path_env = std::getenv("SNAPD_DATA_PATH");
   if (!options.map_host_tier || (path_env && std::string(path_env) == "ucx")) {
     impl->data_path_reason = "mapping turned off by the caller";
@@ -543,11 +557,6 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   } else {
     impl->copier = std::make_unique<detail::TaskThread>();
   }
-
-  SNAPD_ASSIGN_OR_RETURN(impl->loop, ucx::WorkerLoop::Create("libsnapd"));
-  SNAPD_RETURN_IF_ERROR(
-      ucx::SetAmHandler(impl->loop->worker(), wire::kReply, &Impl::OnReply, impl.get()));
-  impl->loop->Start();
 
   // Connect and bind the endpoint to the session with Hello.
   auto hello = std::make_shared<detail::OpState>();
@@ -1066,7 +1075,6 @@ Status Client::Fetch(uint64_t run_id, uint64_t step, void* data, size_t bytes) {
 }
 
 const std::string& Client::socket_path() const { return impl_->socket_path; }
-const std::string& Client::data_plane_address() const { return impl_->data_plane_address; }
 DataPath Client::data_path() const {
   return impl_->arena ? DataPath::kMappedHostTier : DataPath::kUcx;
 }

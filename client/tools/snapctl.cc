@@ -136,7 +136,7 @@ int Status(v1::Control::Stub& stub, grpc::Channel& channel, const Options& o) {
               grpc::health::v1::HealthCheckResponse::ServingStatus_Name(hresp.status()).c_str(),
               static_cast<double>(r.uptime_ms()) / 1000.0);
   std::printf("control   unix:%s\n", o.socket.c_str());
-  std::printf("data      ucx %s (wire v%u)\n", r.data_plane_address().c_str(), r.wire_version());
+  std::printf("data      %s (wire v%u)\n", r.data_plane_address().c_str(), r.wire_version());
   // The GPU this client (and a solver on this node) could use: found at run time.
   std::printf("gpu       %s\n", kernels::ProbeDevice().description.c_str());
   std::printf("sessions  %llu   runs %llu   pushes %llu   fetches %llu   rejected %llu   "

@@ -31,8 +31,9 @@ const std::vector<OptionDoc>& ConfigOptions() {
        "most steps read ahead of the backward pass; the depth adapts below it (default 8)"},
       {"compress_threads", "SNAPD_COMPRESS_THREADS",
        "zfp compression workers; 0 = the cores minus one (default 0)"},
-      {"listen_address", "SNAPD_LISTEN_ADDRESS", "UCX listener address (default 127.0.0.1)"},
-      {"listen_port", "SNAPD_LISTEN_PORT", "UCX listener port; 0 = any free port (default 0)"},
+      {"session_connect_timeout", "SNAPD_SESSION_CONNECT_TIMEOUT",
+       "seconds a new session has to say Hello on its UCX endpoint before it is closed "
+       "(default 30)"},
       {"log_level", "SNAPD_LOG_LEVEL", "debug, info, warn or error (default info)"},
       {"socket_mode", "SNAPD_SOCKET_MODE",
        "control socket permissions, octal; who connects is told by SO_PEERCRED (default 0666)"},
@@ -115,11 +116,9 @@ Status Set(Config& c, const std::string& key, const std::string& value,
     if (!ParseInteger(value, 1, 256, key == "io_threads" ? &c.io_threads : &c.prefetch_depth)) {
       return bad("must be an integer 1..256");
     }
-  } else if (key == "listen_address") {
-    c.listen_address = value;
-  } else if (key == "listen_port") {
-    if (!ParseInteger(value, 0, 65535, &c.listen_port)) {
-      return bad("must be a port number 0..65535");
+  } else if (key == "session_connect_timeout") {
+    if (!ParseInteger(value, 1, 3600, &c.session_connect_timeout)) {
+      return bad("must be a number of seconds 1..3600");
     }
   } else if (key == "socket_mode") {
     char* end = nullptr;
@@ -260,8 +259,7 @@ std::string FormatConfig(const Config& c) {
     << "io_threads = " << c.io_threads << "\n"
     << "prefetch_depth = " << c.prefetch_depth << "\n"
     << "compress_threads = " << c.compress_threads << "\n"
-    << "listen_address = \"" << c.listen_address << "\"\n"
-    << "listen_port = " << c.listen_port << "\n"
+    << "session_connect_timeout = " << c.session_connect_timeout << "\n"
     << "log_level = \"" << c.log_level << "\"\n"
     << "socket_mode = \"0" << std::oct << c.socket_mode << std::dec << "\"\n"
     << "admin_group = \"" << c.admin_group << "\"\n"

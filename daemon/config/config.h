@@ -23,8 +23,7 @@ struct Config {
   uint32_t io_threads = 2;
   uint32_t prefetch_depth = 8;
   uint32_t compress_threads = 0;  // 0 = the cores minus one
-  std::string listen_address = "127.0.0.1";  // UCX data-plane listener address
-  uint32_t listen_port = 0;     // 0 = any free port (clients learn it from OpenSession)
+  uint32_t session_connect_timeout = 30;  // seconds from OpenSession to the client's Hello
   std::string log_level = "info";
   uint32_t socket_mode = 0666;  // control socket permissions; tenancy is per uid regardless
   std::string admin_group;      // members see and manage every tenant's runs (root always does)

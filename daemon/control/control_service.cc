@@ -4,17 +4,23 @@
 #include <grpc/grpc_security_constants.h>
 #include <pwd.h>
 
+#include <thread>
 #include <vector>
 
+#include "data_plane/address_check.h"
 #include "log.h"
 #include "snapd/wire.h"
 
 namespace snapd {
 namespace {
 
+grpc::Status ToGrpc(const Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+}
+
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status& s) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message()));
+  reactor->Finish(ToGrpc(s));
   return reactor;
 }
 
@@ -81,14 +87,38 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
                            "the admin address serves snapctl; solvers open sessions on snapd's "
                            "unix socket, on the node"));
   }
-  Session s = sessions_->Open(req->client_name(), who.uid);
-  resp->set_session_id(s.id);
-  resp->set_token(s.token);
-  resp->set_data_plane_address(data_plane_->address());
-  resp->set_wire_version(wire::kVersion);
-  resp->set_max_message_bytes(store_->host_budget());
-  resp->set_arena_socket(arena_socket_);
-  return Finish(ctx, Status::Ok());
+  if (req->ucx_address().empty() || req->ucx_address().size() > kMaxUcxAddressBytes) {
+    return Finish(ctx, Status::InvalidArgument(
+                           req->ucx_address().empty()
+                               ? "OpenSession needs ucx_address: the client's UCX worker address "
+                                 "(wire v" + std::to_string(wire::kVersion) + ")"
+                               : "ucx_address of " + std::to_string(req->ucx_address().size()) +
+                                     " bytes is over the limit of " +
+                                     std::to_string(kMaxUcxAddressBytes)));
+  }
+  // Vetting the address takes a child process: off the reactor, on a thread of its own.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::thread([this, reactor, resp, uid = who.uid, name = req->client_name(),
+               address = req->ucx_address()] {
+    Status s = CheckUcxAddress(address, std::chrono::seconds(10));
+    if (s.ok()) {
+      Session session = sessions_->Open(name, uid);
+      s = data_plane_->Connect(session, address);
+      if (!s.ok()) {
+        (void)sessions_->Close(session.id, session.token);
+      } else {
+        resp->set_session_id(session.id);
+        resp->set_token(session.token);
+        resp->set_data_plane_worker_address(data_plane_->worker_address());
+        resp->set_wire_version(wire::kVersion);
+        resp->set_max_message_bytes(store_->host_budget());
+        resp->set_arena_socket(arena_socket_);
+      }
+    }
+    if (!s.ok()) SNAPD_LOG_WARN("OpenSession from uid %u refused: %s", uid, s.ToString().c_str());
+    reactor->Finish(ToGrpc(s));
+  }).detach();
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ControlService::CloseSession(grpc::CallbackServerContext* ctx,
@@ -204,7 +234,7 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
   host->set_used_bytes(store_->host_used());
   host->set_snapshots(c.host_snapshots);
   host->set_raw_bytes(store_->host_used());  // host copies are never compressed
-  resp->set_data_plane_address(data_plane_->address());
+  resp->set_data_plane_address(data_plane_->Describe());
   const DataPlaneCounters& d = data_plane_->counters();
   auto rate = [](uint64_t bytes, uint64_t ns) {
     return ns ? static_cast<double>(bytes) * 1e9 / static_cast<double>(ns) : 0.0;

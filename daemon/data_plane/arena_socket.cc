@@ -76,10 +76,13 @@ void ArenaSocket::Serve() {
 }
 
 void ArenaSocket::Answer(int fd) {
-  // A client that connects and sends nothing must not stall the others for long.
-  pollfd p{fd, POLLIN, 0};
+  // A client that connects and sends nothing, or part of a request, must not stall the others
+  // for long: every read and write on the connection gives up after 500 ms.
+  timeval limit{0, 500 * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
   wire::ArenaRequest req{};
-  if (poll(&p, 1, 2000) != 1 || recv(fd, &req, sizeof req, MSG_WAITALL) != sizeof req) {
+  if (recv(fd, &req, sizeof req, MSG_WAITALL) != sizeof req) {
     SendReply(fd, Status::InvalidArgument("expected a 16-byte ArenaRequest"), 0, -1);
     return;
   }

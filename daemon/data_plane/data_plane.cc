@@ -1,8 +1,6 @@
 #include "data_plane/data_plane.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-
+#include <cstdio>
 #include <cstring>
 #include <future>
 
@@ -38,13 +36,17 @@ void DataPlaneCounters::AddRead(uint64_t bytes, std::chrono::steady_clock::time_
   AddRead(bytes, NanosSince(since));
 }
 
-DataPlane::DataPlane(Store* store, SessionTable* sessions, std::unique_ptr<ucx::WorkerLoop> loop)
-    : store_(store), sessions_(sessions), loop_(std::move(loop)) {}
+DataPlane::DataPlane(const Options& options, Store* store, SessionTable* sessions,
+                     std::unique_ptr<ucx::WorkerLoop> loop)
+    : options_(options), store_(store), sessions_(sessions), loop_(std::move(loop)) {}
 
 Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Store* store,
                                                     SessionTable* sessions) {
   SNAPD_ASSIGN_OR_RETURN(auto loop, ucx::WorkerLoop::Create("snapd"));
-  std::unique_ptr<DataPlane> dp(new DataPlane(store, sessions, std::move(loop)));
+  std::unique_ptr<DataPlane> dp(new DataPlane(options, store, sessions, std::move(loop)));
+  // Every id first, then the wire format's own over them.
+  SNAPD_RETURN_IF_ERROR(
+      ucx::SetDefaultAmHandler(dp->loop_->worker(), &DataPlane::OnUnknownId, dp.get()));
   using wire::FetchRequest, wire::PushRequest;
   dp->Register<wire::HelloRequest, wire::kHello, false, &DataPlane::HandleHello>();
   dp->Register<PushRequest, wire::kPush, true, &DataPlane::HandlePush>();
@@ -54,18 +56,32 @@ Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Stor
   dp->Register<FetchRequest, wire::kFetchMapped, true, &DataPlane::HandleFetchMapped>();
   dp->Register<wire::LeaseRelease, wire::kReleaseLease, true, &DataPlane::HandleReleaseLease>();
   dp->Register<wire::PushRequest, wire::kAbort, true, &DataPlane::HandleAbort>();
-  SNAPD_RETURN_IF_ERROR(dp->Listen(options));
   dp->loop_->Start();
+  DataPlane* raw = dp.get();
+  dp->sweeper_ = std::thread([raw] {
+    MutexLock lock(raw->sweeper_mu_);
+    while (!raw->sweeper_cv_.WaitFor(raw->sweeper_mu_, std::chrono::seconds(1),
+                                     [raw]() SNAPD_REQUIRES(raw->sweeper_mu_) {
+                                       return raw->sweeper_stop_;
+                                     })) {
+      raw->loop_->Post([raw] { raw->Sweep(); });
+    }
+  });
   return dp;
 }
 
 DataPlane::~DataPlane() {
   {
+    MutexLock lock(sweeper_mu_);
+    sweeper_stop_ = true;
+  }
+  sweeper_cv_.NotifyAll();
+  if (sweeper_.joinable()) sweeper_.join();
+  {
     MutexLock lock(liveness_->mu);
     liveness_->alive = false;
   }
   loop_->Post([this] {
-    if (listener_) ucp_listener_destroy(listener_);
     while (!conns_.empty()) {
       ucp_ep_h ep = conns_.begin()->first;
       Forget(conns_.begin());
@@ -86,6 +102,41 @@ ucs_status_t DataPlane::Dispatch(void* arg, const void* header, size_t header_le
   return (self->*H)(*conn, param->reply_ep, req, data, length, param);
 }
 
+ucs_status_t DataPlane::OnUnknownId(void* arg, const void*, size_t header_length, void*,
+                                    size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<DataPlane*>(arg);
+  // UCX does not pass the id to the handler; every wire-format id has its own handler, so
+  // this one is reached only by ids outside the format.
+  bool known = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) &&
+               self->conns_.count(param->reply_ep);
+  char why[200];
+  std::snprintf(why, sizeof why, "%zu-byte header, %zu bytes of data, from %s", header_length,
+                length, known ? "a session's endpoint" : "an endpoint no session created");
+  self->Reject("AM id that is not part of the wire format", why);
+  return UCS_OK;  // eager data are dropped; an unread rendezvous is cancelled
+}
+
+void DataPlane::Reject(const char* kind, const std::string& detail) {
+  counters_.rejected.fetch_add(1, std::memory_order_relaxed);
+  constexpr int kLinesPerSecond = 3;
+  RejectLog& log = reject_logs_[kind];
+  auto now = std::chrono::steady_clock::now();
+  if (now - log.window >= std::chrono::seconds(1)) {
+    if (log.suppressed > 0) {
+      SNAPD_LOG_WARN("data plane: %llu more rejected messages (%s) not logged",
+                     static_cast<unsigned long long>(log.suppressed), kind);
+    }
+    log.window = now;
+    log.lines = 0;
+    log.suppressed = 0;
+  }
+  if (log.lines++ < kLinesPerSecond) {
+    SNAPD_LOG_WARN("data plane: rejected (%s): %s", kind, detail.c_str());
+  } else {
+    ++log.suppressed;
+  }
+}
+
 template <typename T>
 std::function<void(T)> DataPlane::OnLoop(std::function<void(T)> f) {
   return [this, liveness = liveness_, f = std::move(f)](T value) {
@@ -102,57 +153,59 @@ void DataPlane::Register() {
                           this);
 }
 
-Status DataPlane::Listen(const Options& options) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(options.port));
-  if (inet_pton(AF_INET, options.address.c_str(), &addr.sin_addr) != 1) {
-    return Status::InvalidArgument("listen_address '" + options.address +
-                                   "' is not an IPv4 address");
-  }
-  ucp_listener_params_t p{};
-  p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
-  p.sockaddr.addrlen = sizeof addr;
-  p.conn_handler.cb = &DataPlane::OnConnRequest;
-  p.conn_handler.arg = this;
-  ucs_status_t s = ucp_listener_create(loop_->worker(), &p, &listener_);
-  if (s != UCS_OK) {
-    return ucx::FromUcs(s, "UCX listener on " + options.address + ":" +
-                               std::to_string(options.port));
-  }
-  ucp_listener_attr_t attr{};
-  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  s = ucp_listener_query(listener_, &attr);
-  if (s != UCS_OK) return ucx::FromUcs(s, "querying the UCX listener");
-  auto* bound = reinterpret_cast<const sockaddr_in*>(&attr.sockaddr);
-  address_ = options.address + ":" + std::to_string(ntohs(bound->sin_port));
-  return Status::Ok();
+std::string DataPlane::Describe() const {
+  return "UCX worker (" + std::to_string(loop_->address().size()) +
+         "-byte address, handed out by OpenSession; no listener)";
 }
 
-void DataPlane::OnConnRequest(ucp_conn_request_h request, void* arg) {
-  auto* self = static_cast<DataPlane*>(arg);
-  ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  p.conn_request = request;
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // a dead client must not take the daemon down
-  p.err_handler.cb = &DataPlane::OnEndpointError;
-  p.err_handler.arg = self;
-  ucp_ep_h ep = nullptr;
-  ucs_status_t s = ucp_ep_create(self->loop_->worker(), &p, &ep);
-  if (s != UCS_OK) {
-    SNAPD_LOG_WARN("accepting a data-plane connection failed: %s", ucs_status_string(s));
-    return;
+Status DataPlane::Connect(const Session& session, const std::string& client_address) {
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = done->get_future();
+  loop_->Post([this, session, client_address, done] {
+    auto ep = ucx::ConnectToWorker(loop_->worker(), client_address, &DataPlane::OnEndpointError,
+                                   this);
+    if (!ep.ok()) {
+      done->set_value(Status::InvalidArgument("ucx_address: UCX cannot connect to it (" +
+                                              ep.status().message() + ")"));
+      return;
+    }
+    Conn conn;
+    conn.session_id = session.id;
+    conn.token = session.token;
+    // Pushes and fetches touch only the session's own runs (root and snapd's uid: any run).
+    conn.tenant = Tenant{session.uid, TrustedUid(session.uid)};
+    conn.opened = std::chrono::steady_clock::now();
+    conns_[*ep] = std::move(conn);
+    done->set_value(Status::Ok());
+  });
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    return Status::Unavailable("the data plane did not create the session's endpoint in 10 s");
   }
-  self->conns_[ep] = Conn{};
+  return result.get();
+}
+
+void DataPlane::Sweep() {
+  auto now = std::chrono::steady_clock::now();
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    if (!it->second.hello && now - it->second.opened > options_.connect_timeout) {
+      SNAPD_LOG_INFO("session %llu: closed, its client did not connect within %lld s",
+                     static_cast<unsigned long long>(it->second.session_id),
+                     static_cast<long long>(options_.connect_timeout.count()));
+      CloseLater(it->first);
+      Forget(it++);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* self = static_cast<DataPlane*>(arg);
   auto it = self->conns_.find(ep);
   if (it == self->conns_.end()) return;
-  SNAPD_LOG_INFO("session %llu: client disconnected (%s)",
+  // A client that ends (or dies) shows up here as a reset or timed-out endpoint: that is
+  // how sessions end, not an error of snapd's.
+  SNAPD_LOG_INFO("session %llu: client disconnected (UCX: %s)",
                  static_cast<unsigned long long>(it->second.session_id),
                  ucs_status_string(status));
   self->Forget(it);
@@ -162,7 +215,10 @@ void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
 void DataPlane::Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it) {
   for (const auto& [key, r] : it->second.reserved) store_->AbortPush(r.ticket);
   // Device steps held in that client's GPU memory died with its endpoint.
-  if (it->second.session_id != 0) store_->EndSession(it->second.session_id);
+  if (it->second.session_id != 0) {
+    store_->EndSession(it->second.session_id);
+    (void)sessions_->Close(it->second.session_id, it->second.token);  // may be closed already
+  }
   conns_.erase(it);
 }
 
@@ -200,68 +256,72 @@ void DataPlane::DropSession(uint64_t session_id) {
 DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* header,
                                   size_t header_length, size_t expected_length, wire::AmId op,
                                   bool needs_session) {
-  counters_.rejected.fetch_add(1, std::memory_order_relaxed);  // undone on success
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return nullptr;  // cannot answer
+  std::string op_name = "AM id " + std::to_string(op);
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+    Reject("no reply endpoint", op_name);
+    return nullptr;
+  }
   ucp_ep_h ep = param->reply_ep;
   auto it = conns_.find(ep);
-  if (it == conns_.end()) return nullptr;
+  if (it == conns_.end()) {
+    // Not answered: an endpoint snapd did not create is UCX's to free at any time.
+    Reject("from an endpoint that no session created", op_name + " (open a session first)");
+    return nullptr;
+  }
   Conn& conn = it->second;
+  auto refuse = [&](const char* kind, uint64_t request_id, Status status) {
+    Reject(kind, "session " + std::to_string(conn.session_id) + ", " + op_name + ": " +
+                     status.ToString());
+    Reply(ep, request_id, status);
+    return nullptr;
+  };
   wire::Header h{};
   if (header_length < sizeof h) {
-    Reply(ep, 0, Status::InvalidArgument("malformed message: header of " +
-                                         std::to_string(header_length) + " bytes, expected " +
-                                         std::to_string(expected_length)));
-    return nullptr;
+    return refuse("malformed message", 0, Status::InvalidArgument("malformed message: header of " +
+                                             std::to_string(header_length) + " bytes, expected " +
+                                             std::to_string(expected_length)));
   }
   std::memcpy(&h, header, sizeof h);
   if (h.magic != wire::kMagic || h.version != wire::kVersion) {
-    Reply(ep, h.request_id,
-          Status::InvalidArgument("unsupported wire format (magic " + std::to_string(h.magic) +
-                                  ", version " + std::to_string(h.version) +
-                                  "); this snapd speaks version " +
-                                  std::to_string(wire::kVersion)));
-    return nullptr;
+    return refuse("unsupported wire format", h.request_id,
+                  Status::InvalidArgument("unsupported wire format (magic " +
+                                          std::to_string(h.magic) + ", version " +
+                                          std::to_string(h.version) +
+                                          "); this snapd speaks version " +
+                                          std::to_string(wire::kVersion)));
   }
   if (header_length != expected_length || h.op != op) {
-    Reply(ep, h.request_id,
-          Status::InvalidArgument("malformed message for AM id " + std::to_string(op) +
-                                  ": header of " + std::to_string(header_length) +
-                                  " bytes with op " + std::to_string(h.op) + ", expected " +
-                                  std::to_string(expected_length) + " bytes with op " +
-                                  std::to_string(op)));
-    return nullptr;
+    return refuse("malformed message", h.request_id,
+                  Status::InvalidArgument(
+                      "malformed message for AM id " + std::to_string(op) + ": header of " +
+                      std::to_string(header_length) + " bytes with op " +
+                      std::to_string(h.op) + ", expected " + std::to_string(expected_length) +
+                      " bytes with op " + std::to_string(op)));
   }
-  if (needs_session) {
-    if (conn.session_id == 0) {
-      Reply(ep, h.request_id,
-            Status::Unauthenticated("endpoint is not bound to a session: send Hello with the "
-                                    "OpenSession token first"));
-      return nullptr;
-    }
-    if (h.token != conn.token || !sessions_->Find(conn.session_id, h.token)) {
-      Reply(ep, h.request_id,
-            Status::Unauthenticated("token does not match an open session for this endpoint"));
-      return nullptr;
-    }
+  if (h.token != conn.token || !sessions_->Find(conn.session_id, h.token)) {
+    return refuse("wrong token", h.request_id, Status::Unauthenticated(
+                                    "token does not match the open session of this endpoint"));
   }
-  counters_.rejected.fetch_sub(1, std::memory_order_relaxed);
+  if (needs_session && !conn.hello) {
+    return refuse("before Hello", h.request_id,
+                  Status::Unauthenticated("endpoint has not said Hello: send Hello with the "
+                                          "OpenSession id and token first"));
+  }
   return &conn;
 }
 
 ucs_status_t DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req,
                                     void*, size_t, const ucp_am_recv_param_t*) {
-  std::optional<Session> session = sessions_->Find(req.session_id, req.header.token);
-  if (!session) {
-    counters_.rejected.fetch_add(1, std::memory_order_relaxed);
+  if (req.session_id != conn.session_id) {
+    Reject("Hello for another session", "Hello for session " + std::to_string(req.session_id) +
+                                            " on the endpoint of session " +
+                                            std::to_string(conn.session_id));
     Reply(ep, req.header.request_id,
           Status::Unauthenticated("session " + std::to_string(req.session_id) +
-                                  " with this token is not open; call OpenSession"));
+                                  " is not the session this endpoint was opened for"));
     return UCS_OK;
   }
-  conn.session_id = req.session_id;
-  conn.token = req.header.token;
-  // Pushes and fetches touch only the session's own runs (root and snapd's uid: any run).
-  conn.tenant = Tenant{session->uid, TrustedUid(session->uid)};
+  conn.hello = true;
   Reply(ep, req.header.request_id, Status::Ok());
   return UCS_OK;
 }

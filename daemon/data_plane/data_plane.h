@@ -1,5 +1,13 @@
-// The UCX data plane of snapd: a UCX listener and the active-message handlers that move
+// The UCX data plane of snapd: one UCX worker and the active-message handlers that move
 // snapshot bytes between solver processes and the tiers (wire format: proto/snapd/wire.h).
+//
+// Endpoints: there is no listener. OpenSession (control plane, SO_PEERCRED) hands the client
+// the worker's address and calls Connect() with the client's own worker address, which
+// CheckUcxAddress has vetted; the endpoint Connect creates is bound to that session from the
+// start, and UCX pairs it with the one the client creates to this worker. Every message is
+// admitted by its endpoint: one that no session created is dropped, as is an AM id outside
+// the wire format (a handler covers all 65536 ids, so UCX never indexes past its table).
+// Rejections are counted and logged, at most a few lines a second.
 //
 // Mapped path (same node, same uid, the default there): the client holds the host-tier arena
 // mapped and copies bytes itself; these handlers only reserve/commit steps and lease blocks
@@ -20,6 +28,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <thread>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -63,26 +73,34 @@ class DataPlane {
   static constexpr size_t kMaxReservationsPerEndpoint = 64;
 
   struct Options {
-    std::string address = "127.0.0.1";
-    uint32_t port = 0;
+    // A session whose client has not said Hello by then is closed (it never connected, or
+    // its endpoint cannot reach it).
+    std::chrono::seconds connect_timeout{30};
   };
 
   static Result<std::unique_ptr<DataPlane>> Start(const Options& options, Store* store,
                                                   SessionTable* sessions);
-  // Closes the listener and every endpoint (in-flight pushes are aborted, never recorded),
-  // then stops the progress thread.
+  // Closes every endpoint (in-flight pushes are aborted, never recorded), then stops the
+  // progress thread.
   ~DataPlane();
 
-  // "IP:PORT" the listener is bound to.
-  const std::string& address() const { return address_; }
+  // The worker's packed UCX address, for OpenSession's reply.
+  const std::string& worker_address() const { return loop_->address(); }
+  // A line for logs and `snapctl status`.
+  std::string Describe() const;
+  // Creates the session's endpoint to the client worker at `client_address` (vetted by
+  // CheckUcxAddress). Blocks until the loop thread has done it: not for reactors.
+  Status Connect(const Session& session, const std::string& client_address);
   // Closes the endpoints bound to a session that the control plane closed.
   void DropSession(uint64_t session_id);
   const DataPlaneCounters& counters() const { return counters_; }
 
  private:
   struct Conn {
-    uint64_t session_id = 0;  // 0 until a valid Hello
+    uint64_t session_id = 0;  // the session that created the endpoint
     uint64_t token = 0;
+    bool hello = false;       // the client said Hello: it may push and fetch
+    std::chrono::steady_clock::time_point opened;
     Tenant tenant;  // the session's uid (from the control socket's SO_PEERCRED)
     struct Reservation {
       Store::PushTicket ticket;
@@ -122,11 +140,18 @@ class DataPlane {
   template <typename T>
   std::function<void(T)> OnLoop(std::function<void(T)> f);
 
-  DataPlane(Store* store, SessionTable* sessions, std::unique_ptr<ucx::WorkerLoop> loop);
-  Status Listen(const Options& options);
+  DataPlane(const Options& options, Store* store, SessionTable* sessions,
+            std::unique_ptr<ucx::WorkerLoop> loop);
 
-  static void OnConnRequest(ucp_conn_request_h request, void* arg);
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // The handler of every AM id that is not part of the wire format.
+  static ucs_status_t OnUnknownId(void* arg, const void* header, size_t header_length,
+                                  void* data, size_t length, const ucp_am_recv_param_t* param);
+  // Counts a dropped or refused message and logs `kind: detail`, at most a few lines a second
+  // for each kind (a flood of one kind hides no other). Loop thread.
+  void Reject(const char* kind, const std::string& detail);
+  // Closes the sessions that did not say Hello within the connect timeout. Loop thread.
+  void Sweep();
 
   // Every AM handler: the admitted connection, its endpoint, the parsed header, and the AM
   // data (only kPush carries any).
@@ -165,7 +190,7 @@ class DataPlane {
                            size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t HandleReleaseLease(Conn& conn, ucp_ep_h ep, const wire::LeaseRelease& req, void* data,
                           size_t length, const ucp_am_recv_param_t* param);
-  // Forgets a connection: aborts its reservations, drops its leases.
+  // Forgets a connection: aborts its reservations, drops its leases, ends its session.
   void Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it);
 
   // Checks endpoint, header size, magic, version, op and (unless Hello) the session token.
@@ -188,15 +213,27 @@ class DataPlane {
   void Reply(ucp_ep_h ep, uint64_t request_id, const Status& status);
   void CloseLater(ucp_ep_h ep);
 
+  const Options options_;
   Store* const store_;
   SessionTable* const sessions_;
   DataPlaneCounters counters_;
-  std::string address_;
   std::shared_ptr<Liveness> liveness_ = std::make_shared<Liveness>();
   // Loop-thread state. Declared before loop_ so it outlives the progress thread.
   std::unordered_map<ucp_ep_h, Conn> conns_;
-  ucp_listener_h listener_ = nullptr;
+  // Rejection log rate limit, per kind: lines written in the current second, and those held
+  // back.
+  struct RejectLog {
+    std::chrono::steady_clock::time_point window;
+    int lines = 0;
+    uint64_t suppressed = 0;
+  };
+  std::map<std::string, RejectLog> reject_logs_;
   std::unique_ptr<ucx::WorkerLoop> loop_;
+  // Posts Sweep() to the loop once a second; stopped before the loop.
+  Mutex sweeper_mu_;
+  CondVar sweeper_cv_;
+  bool sweeper_stop_ SNAPD_GUARDED_BY(sweeper_mu_) = false;
+  std::thread sweeper_;
 };
 
 }  // namespace snapd

@@ -76,9 +76,17 @@ Status ValidateRunSpec(const v1::RunSpec& spec) {
   }
   for (char c : name) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
-      return Status::InvalidArgument("run name '" + name +
-                                     "' may contain only letters, digits, '.', '_' and '-'");
+      // The name is not echoed: it may hold control characters.
+      return Status::InvalidArgument("run name may contain only letters, digits, '.', '_' and "
+                                     "'-' (found byte " +
+                                     std::to_string(static_cast<unsigned char>(c)) + ")");
     }
+  }
+  // Names become file names (dump) and command-line arguments (snapctl rm NAME): '.', '..',
+  // hidden names and option-like names such as "-rf" are refused.
+  if (name[0] == '.' || name[0] == '-') {
+    return Status::InvalidArgument("run name '" + name +
+                                   "' must begin with a letter, a digit or '_'");
   }
   if (spec.job().size() > 64) {
     return Status::InvalidArgument("run '" + name + "': job must be at most 64 characters, got " +

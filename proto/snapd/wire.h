@@ -1,4 +1,4 @@
-// snapd UCX data-plane wire format, version 1.
+// snapd UCX data-plane wire format, version 2.
 //
 // Every data-plane message is a UCX active message (ucp_am_send_nbx). Its *header* is one of
 // the fixed-size structs below; snapshot bytes travel as the AM *data* (eager for small
@@ -7,7 +7,7 @@
 // 8-byte header) and their sizes are part of the format.
 //
 //  AM id          header         data            direction   meaning
-//  kHello         HelloRequest   none            client->d   bind this endpoint to a session
+//  kHello         HelloRequest   none            client->d   confirm the endpoint's session
 //  kPush          PushRequest    snapshot bytes  client->d   store step `step` of `run_id`
 //  kFetch         FetchRequest   none            client->d   send step `step` of `run_id`
 //  kReply         Reply          none / bytes    d->client   completes request `request_id`
@@ -31,7 +31,9 @@
 // could not start sends kAbort instead of kCommit: the reservation and its memory are freed,
 // answered by a Reply. An endpoint that goes away aborts its reservations and drops its leases.
 // Any message whose header size, magic, version or token is wrong is dropped and counted;
-// when it carries a plausible request_id it is answered with an error Reply.
+// when it carries a plausible request_id it is answered with an error Reply. A message with
+// an AM id not listed above, or on an endpoint that no session created, is dropped, counted
+// and logged (rate-limited), never answered.
 #pragma once
 
 #include <cstddef>
@@ -41,7 +43,9 @@
 namespace snapd::wire {
 
 inline constexpr uint32_t kMagic = 0x50414E53;  // "SNAP" in little-endian bytes
-inline constexpr uint16_t kVersion = 1;
+// Version 2: endpoints are created from worker addresses exchanged in OpenSession (no
+// listener); version 1 clients connected to an IP:PORT.
+inline constexpr uint16_t kVersion = 2;
 inline constexpr size_t kMaxReplyMessage = 232;
 
 enum AmId : uint16_t {

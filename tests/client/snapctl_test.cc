@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "daemon_process.h"
+#include "raw_peer.h"
 #include "snapd/kernels.h"
 #include "snapd/client.h"
 #include "snapd/schedule.h"
@@ -78,11 +79,10 @@ TEST_F(SnapctlTest, RunsLsAndLocateDescribeTheRun) {
 TEST_F(SnapctlTest, LsShowsStepsKeptInAClientsGpuPool) {
   auto stub = v1::Control::NewStub(
       grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
-  v1::OpenSessionResponse session;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->OpenSession(&ctx, v1::OpenSessionRequest(), &session).ok());
-  }
+  std::string error;
+  auto peer = RawPeer::Open(*stub, &error);  // a session with a live UCX worker, as libsnapd has
+  ASSERT_NE(peer, nullptr) << error;
+  const v1::OpenSessionResponse& session = peer->session();
   v1::OpenRunRequest open;
   open.mutable_spec()->set_name("pooled");
   open.mutable_spec()->set_steps(4);

@@ -15,14 +15,14 @@ TEST(Config, LaterLayersWinFileThenEnvironmentThenFlags) {
   std::string path = tmp.path() + "/snapd.toml";
   {
     std::ofstream f(path);
-    f << "# snapd\n[snapd]\nhost_mem = \"1G\"\nlog_level = \"warn\"\nlisten_port = 7000\n";
+    f << "# snapd\n[snapd]\nhost_mem = \"1G\"\nlog_level = \"warn\"\nsession_connect_timeout = 700\n";
   }
-  auto c = LoadConfig({"--config", path, "--listen-port=7002"},
-                      {{"SNAPD_LOG_LEVEL", "debug"}, {"SNAPD_LISTEN_PORT", "7001"}});
+  auto c = LoadConfig({"--config", path, "--session-connect-timeout=702"},
+                      {{"SNAPD_LOG_LEVEL", "debug"}, {"SNAPD_SESSION_CONNECT_TIMEOUT", "701"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->config.host_mem, 1ull << 30);      // file
   EXPECT_EQ(c->config.log_level, "debug");        // environment over file
-  EXPECT_EQ(c->config.listen_port, 7002u);        // flag over environment
+  EXPECT_EQ(c->config.session_connect_timeout, 702u);  // flag over environment
 }
 
 // deploy/snapd.toml is the one documented config file: it loads, and names every option with

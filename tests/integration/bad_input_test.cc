@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon_process.h"
+#include "raw_peer.h"
 #include "snapd/kernels.h"
 #include "snapd/client.h"
 #include "snapd/v1/control.grpc.pb.h"
@@ -159,9 +160,10 @@ TEST_P(BadInputTest, DeviceStepRecordsBelongToTheirSession) {
     grpc::Status s = ((*stub).*method)(&ctx, req, resp);
     return Status(static_cast<Code>(s.error_code()), s.error_message());
   };
-  v1::OpenSessionRequest open_session;
-  v1::OpenSessionResponse session;
-  ASSERT_TRUE(call(&v1::Control::Stub::OpenSession, open_session, &session).ok());
+  std::string error;
+  auto peer = RawPeer::Open(*stub, &error);  // a session with a live UCX worker, as libsnapd has
+  ASSERT_NE(peer, nullptr) << error;
+  const v1::OpenSessionResponse& session = peer->session();
   v1::OpenRunRequest open_run;
   open_run.mutable_spec()->set_name("pool");
   open_run.mutable_spec()->set_steps(8);
@@ -254,6 +256,16 @@ TEST_P(BadInputTest, MalformedSpecsAreInvalid) {
   spec.name = "bad name!";
   spec.bytes_per_step = 4;
   ExpectError(client_->OpenRun(spec).status(), Code::kInvalidArgument, "may contain only");
+  for (std::string name : {std::string("a/b"), std::string("tab\there"), std::string("nul\0x", 5),
+                           std::string("esc\x1b[2J")}) {
+    spec.name = name;
+    ExpectError(client_->OpenRun(spec).status(), Code::kInvalidArgument, "may contain only");
+  }
+  for (std::string name : {".", "..", "-rf", "--all", ".hidden"}) {
+    spec.name = name;
+    ExpectError(client_->OpenRun(spec).status(), Code::kInvalidArgument,
+                "must begin with a letter, a digit or '_'");
+  }
   spec.name = "shape";
   spec.bytes_per_step = 400;
   spec.dtype = Dtype::kFloat64;

@@ -32,6 +32,7 @@ class DaemonProcess {
   ~DaemonProcess();  // SIGKILL if still running
 
   const std::string& socket() const { return socket_; }
+  pid_t pid() const { return pid_; }
   // SIGTERM and wait; returns the exit status (0 = clean shutdown).
   int Stop();
   // SIGKILL and wait (crash simulation).

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "daemon_process.h"
+#include "raw_peer.h"
 #include "snapd/client.h"
 #include "snapd/v1/control.grpc.pb.h"
 #include "snapd/wire.h"
@@ -18,83 +19,6 @@
 
 namespace snapd::testing {
 namespace {
-
-// A UCX peer that speaks raw wire messages to snapd and records the Replies it gets.
-class RawPeer {
- public:
-  static std::unique_ptr<RawPeer> Connect(const std::string& address) {
-    auto loop = ucx::WorkerLoop::Create("raw-peer");
-    if (!loop.ok()) return nullptr;
-    auto peer = std::unique_ptr<RawPeer>(new RawPeer(std::move(loop).value()));
-    if (!ucx::SetAmHandler(peer->loop_->worker(), wire::kReply, &RawPeer::OnReply, peer.get())
-             .ok()) {
-      return nullptr;
-    }
-    auto ep = ucx::ConnectTo(peer->loop_->worker(), address, &RawPeer::OnError, peer.get());
-    if (!ep.ok()) return nullptr;
-    peer->ep_ = *ep;
-    peer->loop_->Start();
-    return peer;
-  }
-  ~RawPeer() {
-    loop_->Post([this] { ucx::CloseEndpoint(*loop_, ep_, true); });
-    loop_->Stop();
-  }
-
-  // Sends one AM and waits for its send to complete.
-  void Send(uint16_t id, const void* header, size_t header_bytes) {
-    std::vector<char> h(static_cast<const char*>(header),
-                        static_cast<const char*>(header) + header_bytes);
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    loop_->Post([&, h = std::move(h)]() mutable {
-      auto keep = std::make_shared<std::vector<char>>(std::move(h));
-      ucp_request_param_t p = ucx::SendParam([&, keep](ucs_status_t, size_t) {
-        std::lock_guard<std::mutex> lock(mu);
-        done = true;
-        cv.notify_all();
-      });
-      p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_AM_SEND_FLAG_REPLY;
-      ucx::Track(ucp_am_send_nbx(ep_, id, keep->data(), keep->size(), nullptr, 0, &p), p);
-    });
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
-  }
-
-  // The Reply to `request_id`, waiting up to 10 s.
-  std::optional<wire::Reply> WaitReply(uint64_t request_id) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return replies_.count(request_id) > 0; });
-    auto it = replies_.find(request_id);
-    if (it == replies_.end()) return std::nullopt;
-    return it->second;
-  }
-
- private:
-  explicit RawPeer(std::unique_ptr<ucx::WorkerLoop> loop) : loop_(std::move(loop)) {}
-  static ucs_status_t OnReply(void* arg, const void* header, size_t length, void*, size_t,
-                              const ucp_am_recv_param_t*) {
-    auto* self = static_cast<RawPeer*>(arg);
-    if (length != sizeof(wire::Reply)) return UCS_OK;
-    wire::Reply r;
-    std::memcpy(&r, header, sizeof r);
-    std::lock_guard<std::mutex> lock(self->mu_);
-    self->replies_[r.header.request_id] = r;
-    self->cv_.notify_all();
-    return UCS_OK;
-  }
-  static void OnError(void*, ucp_ep_h, ucs_status_t) {}
-
-  std::unique_ptr<ucx::WorkerLoop> loop_;
-  ucp_ep_h ep_ = nullptr;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<uint64_t, wire::Reply> replies_;
-};
-
-std::string Message(const wire::Reply& r) { return std::string(r.message, r.message_length); }
 
 class WireTest : public ::testing::Test {
  protected:
@@ -104,10 +28,10 @@ class WireTest : public ::testing::Test {
     daemon_ = std::move(d).value();
     stub_ = v1::Control::NewStub(
         grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub_->OpenSession(&ctx, v1::OpenSessionRequest(), &session_).ok());
-    peer_ = RawPeer::Connect(session_.data_plane_address());
-    ASSERT_NE(peer_, nullptr);
+    std::string error;
+    peer_ = RawPeer::Open(*stub_, &error);
+    ASSERT_NE(peer_, nullptr) << error;
+    session_ = peer_->session();
   }
   void TearDown() override {
     peer_.reset();
@@ -192,7 +116,7 @@ TEST_F(WireTest, PushWithoutHelloIsUnauthenticated) {
   auto r = peer_->WaitReply(43);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->code, static_cast<int>(Code::kUnauthenticated));
-  EXPECT_NE(Message(*r).find("not bound to a session"), std::string::npos) << Message(*r);
+  EXPECT_NE(Message(*r).find("has not said Hello"), std::string::npos) << Message(*r);
 }
 
 TEST_F(WireTest, HelloWithWrongTokenIsUnauthenticated) {
@@ -202,6 +126,8 @@ TEST_F(WireTest, HelloWithWrongTokenIsUnauthenticated) {
   auto r = peer_->WaitReply(44);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->code, static_cast<int>(Code::kUnauthenticated));
+  EXPECT_NE(Message(*r).find("token does not match"), std::string::npos) << Message(*r);
+  ExpectDaemonServes();
 }
 
 TEST_F(WireTest, RequestWithAnotherTokenAfterHelloIsUnauthenticated) {

@@ -210,7 +210,6 @@ class Client {
                                        size_t bytes, void* stream = nullptr);
 
   const std::string& socket_path() const;
-  const std::string& data_plane_address() const;
   DataPath data_path() const;
   // Why the host tier is not mapped ("" when it is).
   const std::string& data_path_reason() const;

@@ -1,0 +1,426 @@
+// The abuse suite: while a well-behaved client pushes and fetches byte-exact, hostile peers
+// send every AM id, malformed and oversized messages, messages before Hello and after close,
+// raw bytes to every socket snapd listens on, and undecodable control-plane requests. snapd
+// must stay up, keep the good client's bytes exact, and log each kind of rejection.
+// Bounded: every loop has a fixed count; the suite takes well under two minutes on 2 cores.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "daemon_process.h"
+#include "raw_peer.h"
+#include "snapd/client.h"
+
+namespace snapd::testing {
+namespace {
+
+// Pushes and fetches a fresh run of patterned steps until stopped; counts rounds and any
+// byte that came back wrong.
+class GoodClient {
+ public:
+  explicit GoodClient(const DaemonProcess& daemon) {
+    thread_ = std::thread([this, &daemon] { Loop(daemon); });
+  }
+  ~GoodClient() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int rounds() const { return rounds_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  void Loop(const DaemonProcess& daemon) {
+    auto c = ConnectClient(daemon);
+    if (!c.ok()) {
+      error_ = c.status().ToString();
+      return;
+    }
+    constexpr size_t kBytes = 256 * 1024;
+    std::vector<char> in(kBytes), out(kBytes);
+    for (int round = 0; !stop_ && error_.empty(); ++round) {
+      RunSpec spec;
+      spec.name = "good-" + std::to_string(round);
+      spec.bytes_per_step = kBytes;
+      auto run = (*c)->OpenRun(spec);
+      if (!run.ok()) {
+        error_ = run.status().ToString();
+        return;
+      }
+      for (uint64_t t = 0; t < 8; ++t) {
+        FillPattern(in.data(), kBytes, round, t);
+        auto h = (*c)->Push(run->run_id, t, in.data(), kBytes);
+        if (!h.ok() || !h->WaitStored().ok()) {
+          error_ = "push: " + (h.ok() ? h->WaitStored().ToString() : h.status().ToString());
+          return;
+        }
+      }
+      for (uint64_t t = 8; t-- > 0;) {
+        FillPattern(in.data(), kBytes, round, t);
+        Status s = (*c)->Fetch(run->run_id, t, out.data(), kBytes);
+        if (!s.ok()) {
+          error_ = "fetch: " + s.ToString();
+          return;
+        }
+        if (in != out) {
+          error_ = "step " + std::to_string(t) + " of round " + std::to_string(round) +
+                   " came back different";
+          return;
+        }
+      }
+      (void)(*c)->DeleteRun(spec.name);
+      rounds_ = round + 1;
+    }
+  }
+  std::atomic<bool> stop_{false};
+  std::atomic<int> rounds_{0};
+  std::string error_;
+  std::thread thread_;
+};
+
+class AbuseTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartDaemon("60"); }
+  // (Re)starts snapd with a session connect timeout of `seconds`.
+  void StartDaemon(const std::string& seconds) {
+    if (daemon_) EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    auto d = DaemonProcess::Start({dir_.path(), "64M", {"--session-connect-timeout", seconds}, {}});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    daemon_ = std::move(d).value();
+    stub_ = v1::Control::NewStub(
+        grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    stub_.reset();
+    if (daemon_) {
+      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    }
+  }
+  v1::StatsResponse Stats() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::StatsResponse r;
+    grpc::Status s = stub_->Stats(&ctx, v1::StatsRequest(), &r);
+    EXPECT_TRUE(s.ok()) << s.error_message() << "\n" << daemon_->Log();
+    return r;
+  }
+  // Waits for the good client's next round, then stops it and checks every byte was exact.
+  void ExpectGoodClientExact(GoodClient& good) {
+    int before = good.rounds();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (good.rounds() <= before && good.error().empty() &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    good.Stop();
+    EXPECT_EQ(good.error(), "") << daemon_->Log();
+    EXPECT_GT(good.rounds(), before);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<v1::Control::Stub> stub_;
+};
+
+std::vector<char> RandomBytes(std::mt19937_64& rng, size_t n) {
+  std::vector<char> b(n);
+  for (auto& c : b) c = static_cast<char>(rng());
+  return b;
+}
+
+TEST_F(AbuseTest, EveryAmIdAndEveryMalformedMessageLeaveAGoodClientExact) {
+  GoodClient good(*daemon_);
+  std::string error;
+  auto peer = RawPeer::Open(*stub_, &error);
+  ASSERT_NE(peer, nullptr) << error;
+  const uint64_t token = peer->session().token();
+  std::mt19937_64 rng(14);
+  uint64_t before = Stats().rejected_messages();
+
+  // Every AM id, before Hello, with a header that has the right magic and token.
+  for (uint32_t id = 0; id < 65536; ++id) {
+    wire::Header h = wire::MakeHeader(static_cast<wire::AmId>(id), token, 1000000 + id);
+    peer->Send(static_cast<uint16_t>(id), &h, sizeof h);
+  }
+  // snapd's own ids with random, truncated and oversized headers, some with data (eager and
+  // rendezvous sizes).
+  for (int i = 0; i < 1500; ++i) {
+    uint16_t id = static_cast<uint16_t>(1 + rng() % 9);
+    size_t n = std::vector<size_t>{0, 1, 7, 23, 24, 31, 32, 40, 48, 56, 57, 280, 1000,
+                                   4096}[rng() % 14];
+    std::vector<char> header = RandomBytes(rng, n);
+    if (n >= sizeof(wire::Header) && i % 2 == 0) {  // plausible: passes magic and version
+      wire::Header h = wire::MakeHeader(static_cast<wire::AmId>(id), i % 4 ? token : rng(),
+                                        2000000 + i);
+      std::memcpy(header.data(), &h, sizeof h);
+    }
+    size_t data = i % 10 == 0 ? (i % 20 == 0 ? (1u << 20) : 100) : 0;
+    std::vector<char> body = RandomBytes(rng, data);
+    peer->Send(id, header.data(), header.size(), data ? body.data() : nullptr, data);
+  }
+  // After Hello: well-formed headers with random runs, steps and sizes.
+  wire::HelloRequest hello{wire::MakeHeader(wire::kHello, token, 7), peer->session().session_id()};
+  peer->Send(wire::kHello, &hello, sizeof hello);
+  auto r = peer->WaitReply(7);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->code, 0) << Message(*r);
+  for (int i = 0; i < 500; ++i) {
+    uint16_t id = std::vector<uint16_t>{wire::kPush, wire::kFetch, wire::kReserve, wire::kCommit,
+                                        wire::kFetchMapped, wire::kAbort}[rng() % 6];
+    wire::PushRequest p{wire::MakeHeader(static_cast<wire::AmId>(id), token, 3000000 + i),
+                        rng() % 4, rng() % 4, rng() % 3 == 0 ? rng() : rng() % 8192, 0};
+    size_t header = id == wire::kFetch || id == wire::kFetchMapped ? sizeof(wire::FetchRequest)
+                                                                   : sizeof p;
+    peer->Send(id, &p, header);
+  }
+  // A peer with no session of its own, on snapd's worker address, with a stolen token:
+  // dropped, never answered.
+  auto stranger = RawPeer::Stranger(peer->session().data_plane_worker_address());
+  ASSERT_NE(stranger, nullptr);
+  wire::HelloRequest stolen{wire::MakeHeader(wire::kHello, token, 9), peer->session().session_id()};
+  stranger->Send(wire::kHello, &stolen, sizeof stolen);
+  wire::FetchRequest fetch{wire::MakeHeader(wire::kFetch, token, 10), 1, 0, 4096};
+  stranger->Send(wire::kFetch, &fetch, sizeof fetch);
+  EXPECT_FALSE(stranger->WaitReply(9, std::chrono::milliseconds(500)).has_value());
+  EXPECT_EQ(stranger->replies(), 0u);
+  // After close: the session ends and its endpoint with it; later messages go nowhere.
+  {
+    grpc::ClientContext ctx;
+    v1::CloseSessionRequest close;
+    close.set_session_id(peer->session().session_id());
+    close.set_token(token);
+    v1::CloseSessionResponse closed;
+    ASSERT_TRUE(stub_->CloseSession(&ctx, close, &closed).ok());
+  }
+  for (int i = 0; i < 20; ++i) peer->Send(wire::kFetch, &fetch, sizeof fetch);
+
+  ExpectGoodClientExact(good);
+  v1::StatsResponse stats = Stats();
+  EXPECT_GE(stats.rejected_messages() - before, 65536u - 2);
+  std::string log = daemon_->Log();
+  for (const char* why : {"rejected (AM id that is not part of the wire format)",
+                          "rejected (malformed message)", "rejected (before Hello)",
+                          "rejected (wrong token)", "rejected (unsupported wire format)",
+                          "rejected (from an endpoint that no session created)",
+                          "more rejected messages (AM id that is not part of the wire format) not "
+                          "logged"}) {
+    EXPECT_NE(log.find(why), std::string::npos) << "no rejection logged for: " << why;
+  }
+}
+
+// Listening TCP sockets of process `pid` (from /proc): "address:port" with the address as
+// the kernel prints it (hex).
+std::vector<std::pair<std::string, uint16_t>> ListeningTcp(pid_t pid) {
+  std::set<std::string> inodes;
+  std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = opendir(fd_dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      char target[256];
+      ssize_t n = readlink((fd_dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = 0;
+      std::string t = target;
+      if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
+    }
+    closedir(d);
+  }
+  std::vector<std::pair<std::string, uint16_t>> out;
+  for (const char* table : {"tcp", "tcp6"}) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/net/" + table);
+    std::string line;
+    std::getline(f, line);
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      in >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state != "0A" || !inodes.count(inode)) continue;  // 0A: LISTEN
+      size_t colon = local.find(':');
+      out.push_back({local.substr(0, colon),
+                     static_cast<uint16_t>(std::stoul(local.substr(colon + 1), nullptr, 16))});
+    }
+  }
+  return out;
+}
+
+int ConnectTcp(const std::string& hex_address, uint16_t port) {
+  if (hex_address == "0100007F") {  // 127.0.0.1
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  if (hex_address == "00000000000000000000000001000000") {  // ::1
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(port);
+    a.sin6_addr = in6addr_loopback;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  return -1;  // never aimed anywhere but loopback
+}
+
+int ConnectUnixPath(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_F(AbuseTest, RawBytesOnEverySocketLeaveTheDaemonServing) {
+  GoodClient good(*daemon_);
+  auto tcp = ListeningTcp(daemon_->pid());
+  for (const auto& [address, port] : tcp) {
+    // UCX's network transports are bound to loopback by default.
+    EXPECT_TRUE(address == "0100007F" || address == "00000000000000000000000001000000")
+        << "snapd listens on a non-loopback address " << address << ":" << port;
+  }
+  std::vector<std::function<int()>> targets;
+  for (const auto& [address, port] : tcp) {
+    targets.push_back([address = address, port = port] { return ConnectTcp(address, port); });
+  }
+  for (std::string path : {daemon_->socket(), daemon_->socket() + ".arena"}) {
+    targets.push_back([path] { return ConnectUnixPath(path); });
+  }
+  std::mt19937_64 rng(25);
+  std::vector<int> half_open;
+  for (auto& connect_to : targets) {
+    for (int i = 0; i < 150; ++i) {
+      int fd = connect_to();
+      if (fd < 0) continue;
+      size_t n = std::vector<size_t>{1, 8, 16, 24, 25, 25, 64, 300, 4096}[rng() % 9];
+      std::vector<char> blob = RandomBytes(rng, n);
+      if (i % 7 == 0) {  // an HTTP/2 preface, then garbage frames
+        static const char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        (void)!write(fd, kPreface, sizeof kPreface - 1);
+      }
+      (void)!send(fd, blob.data(), blob.size(), MSG_NOSIGNAL);
+      if (i % 10 == 0) {
+        half_open.push_back(fd);  // connected, then silent
+      } else {
+        close(fd);
+      }
+    }
+  }
+  ExpectGoodClientExact(good);
+  for (int fd : half_open) close(fd);
+  EXPECT_EQ(Stats().version().empty(), false);
+  GoodClient again(*daemon_);
+  ExpectGoodClientExact(again);
+}
+
+TEST_F(AbuseTest, GarbageWorkerAddressesInOpenSessionAreRefused) {
+  GoodClient good(*daemon_);
+  std::string error;
+  auto peer = RawPeer::Open(*stub_, &error);  // a real address to mutate
+  ASSERT_NE(peer, nullptr) << error;
+  std::string real = peer->session().data_plane_worker_address();
+  std::mt19937_64 rng(99);
+  int refused = 0;
+  for (int i = 0; i < 60; ++i) {
+    std::string a = real;
+    switch (i % 4) {
+      case 0:
+        for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) {
+          a[rng() % a.size()] ^= static_cast<char>(1 << (rng() % 8));
+        }
+        break;
+      case 1:
+        a.resize(rng() % a.size());
+        break;
+      case 2:
+        for (auto& c : a) c = static_cast<char>(rng());
+        break;
+      default:
+        a[rng() % a.size()] = static_cast<char>(rng());
+        a += std::string(rng() % 64, 'x');
+    }
+    grpc::ClientContext ctx;
+    v1::OpenSessionRequest req;
+    req.set_ucx_address(a);
+    v1::OpenSessionResponse resp;
+    grpc::Status s = stub_->OpenSession(&ctx, req, &resp);
+    if (!s.ok()) {
+      ++refused;
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+      EXPECT_NE(s.error_message().find("ucx_address"), std::string::npos) << s.error_message();
+    }
+  }
+  EXPECT_GT(refused, 30);
+  grpc::ClientContext ctx;
+  v1::OpenSessionResponse resp;
+  grpc::Status none = stub_->OpenSession(&ctx, v1::OpenSessionRequest(), &resp);
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(none.error_message().find("needs ucx_address"), std::string::npos);
+  ExpectGoodClientExact(good);
+}
+
+// Sessions whose client never connects its endpoint are closed after session_connect_timeout
+// (2 s here), and give back what they held.
+TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
+  StartDaemon("2");
+  auto fds = [&] {
+    size_t n = 0;
+    std::string dir = "/proc/" + std::to_string(daemon_->pid()) + "/fd";
+    if (DIR* d = opendir(dir.c_str())) {
+      while (readdir(d)) ++n;
+      closedir(d);
+    }
+    return n;
+  };
+  std::string error;
+  auto probe = RawPeer::Open(*stub_, &error);  // warms UCX's lazily opened resources
+  ASSERT_NE(probe, nullptr) << error;
+  probe.reset();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  size_t fds_before = fds();
+  std::vector<std::unique_ptr<RawPeer>> silent;
+  for (int i = 0; i < 40; ++i) {
+    // Opens the session (snapd creates its endpoint) but never says Hello.
+    auto p = RawPeer::Open(*stub_, &error);
+    ASSERT_NE(p, nullptr) << error;
+    silent.push_back(std::move(p));
+  }
+  EXPECT_GE(Stats().sessions(), 40u);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (Stats().sessions() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(Stats().sessions(), 0u);
+  EXPECT_NE(daemon_->Log().find("did not connect within 2 s"), std::string::npos);
+  silent.clear();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LE(fds(), fds_before + 2);
+  GoodClient good(*daemon_);
+  ExpectGoodClientExact(good);
+}
+
+}  // namespace
+}  // namespace snapd::testing
