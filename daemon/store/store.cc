@@ -100,6 +100,14 @@ Status ValidateRunSpec(const v1::RunSpec& spec) {
     return Status::InvalidArgument("run '" + name + "': unknown dtype " +
                                    std::to_string(spec.dtype()));
   }
+  if (!v1::Codec_IsValid(spec.codec())) {
+    return Status::InvalidArgument("run '" + name + "': unknown codec " +
+                                   std::to_string(spec.codec()));
+  }
+  if (!v1::CompressWhen_IsValid(spec.compress_when())) {
+    return Status::InvalidArgument("run '" + name + "': unknown compress_when " +
+                                   std::to_string(spec.compress_when()));
+  }
   if (spec.bytes_per_step() == 0) {
     return Status::InvalidArgument("run '" + name + "': bytes_per_step must be > 0");
   }
@@ -109,10 +117,25 @@ Status ValidateRunSpec(const v1::RunSpec& spec) {
                                    " is not a multiple of the " + v1::Dtype_Name(spec.dtype()) +
                                    " element size");
   }
+  // Each product is checked against 2^64 before the next, so no count wraps.
+  constexpr unsigned __int128 kU64Max = UINT64_MAX;
+  if (static_cast<unsigned __int128>(spec.steps()) * spec.bytes_per_step() > kU64Max) {
+    return Status::InvalidArgument("run '" + name + "': " + std::to_string(spec.steps()) +
+                                   " steps of " + std::to_string(spec.bytes_per_step()) +
+                                   " bytes is more than 2^64 bytes");
+  }
   if (spec.shape_size() > 0) {
     unsigned __int128 elements = 1;
-    for (uint64_t d : spec.shape()) elements *= d;
+    for (uint64_t d : spec.shape()) {
+      elements *= d;
+      if (elements > kU64Max) {
+        return Status::InvalidArgument("run '" + name + "': shape has more than 2^64 elements");
+      }
+    }
     unsigned __int128 bytes = elements * DtypeBytes(spec.dtype());
+    if (bytes > kU64Max) {
+      return Status::InvalidArgument("run '" + name + "': shape holds more than 2^64 bytes");
+    }
     if (bytes != spec.bytes_per_step()) {
       return Status::InvalidArgument("run '" + name + "': shape holds " +
                                      std::to_string(static_cast<uint64_t>(bytes)) +

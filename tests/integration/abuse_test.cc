@@ -422,5 +422,53 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
   ExpectGoodClientExact(good);
 }
 
+// Control-plane requests that do not decode are refused, and those that carry enum values
+// outside the schema are answered with an error naming the field; the daemon keeps serving.
+TEST_F(AbuseTest, UndecodableAndOutOfRangeControlRequestsGetNamedErrors) {
+  v1::OpenRunRequest open;
+  open.mutable_spec()->set_name("enums");
+  open.mutable_spec()->set_bytes_per_step(4);
+  open.mutable_spec()->set_compress_when(static_cast<v1::CompressWhen>(99));
+  {
+    grpc::ClientContext ctx;
+    v1::OpenRunResponse resp;
+    grpc::Status s = stub_->OpenRun(&ctx, open, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("unknown compress_when 99"), std::string::npos)
+        << s.error_message();
+  }
+  open.mutable_spec()->set_compress_when(v1::COMPRESS_ON_DEMOTION);
+  open.mutable_spec()->set_codec(static_cast<v1::Codec>(77));
+  {
+    grpc::ClientContext ctx;
+    v1::OpenRunResponse resp;
+    grpc::Status s = stub_->OpenRun(&ctx, open, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("unknown codec 77"), std::string::npos) << s.error_message();
+  }
+  // Bytes that are no protobuf message at all, sent as OpenRun's body.
+  auto channel =
+      grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  std::mt19937_64 rng(3);
+  int refused = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::vector<char> junk = RandomBytes(rng, 1 + rng() % 512);
+    grpc::Slice slice(junk.data(), junk.size());
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext ctx;
+    std::promise<grpc::Status> done;
+    generic.UnaryCall(&ctx, "/snapd.v1.Control/OpenRun", grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) { done.set_value(s); });
+    grpc::Status s = done.get_future().get();
+    // Random bytes can decode as a valid, if odd, request; the rest are refused (gRPC answers
+    // an undecodable body with UNIMPLEMENTED and no message: still open, see the issue).
+    if (!s.ok()) ++refused;
+  }
+  EXPECT_GT(refused, 0);
+  GoodClient good(*daemon_);
+  ExpectGoodClientExact(good);
+}
+
 }  // namespace
 }  // namespace snapd::testing

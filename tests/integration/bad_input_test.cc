@@ -261,6 +261,16 @@ TEST_P(BadInputTest, MalformedSpecsAreInvalid) {
     spec.name = name;
     ExpectError(client_->OpenRun(spec).status(), Code::kInvalidArgument, "may contain only");
   }
+  spec.name = "huge";
+  spec.bytes_per_step = 4;
+  spec.steps = UINT64_MAX;
+  ExpectError(client_->OpenRun(spec).status(), Code::kInvalidArgument,
+              "18446744073709551615 steps of 4 bytes is more than 2^64 bytes");
+  spec.steps = 0;
+  spec.shape = {1ull << 40, 1ull << 40};
+  ExpectError(client_->OpenRun(spec).status(), Code::kInvalidArgument,
+              "shape has more than 2^64 elements");
+  spec.shape.clear();
   for (std::string name : {".", "..", "-rf", "--all", ".hidden"}) {
     spec.name = name;
     ExpectError(client_->OpenRun(spec).status(), Code::kInvalidArgument,
