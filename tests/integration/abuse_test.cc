@@ -408,7 +408,6 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
     ASSERT_NE(p, nullptr) << error;
     silent.push_back(std::move(p));
   }
-  EXPECT_GE(Stats().sessions(), 40u);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (Stats().sessions() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
