@@ -40,4 +40,24 @@ void Write(Level level, const char* fmt, ...) {
                kNames[static_cast<int>(level)], msg);
 }
 
+void RejectionLog::Reject(const char* kind, const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Window& w = windows_[kind];
+  auto now = std::chrono::steady_clock::now();
+  if (now - w.start >= std::chrono::seconds(1)) {
+    if (w.suppressed > 0) {
+      Write(Level::kWarn, "%s: %llu more rejected messages (%s) not logged", surface_.c_str(),
+            static_cast<unsigned long long>(w.suppressed), kind);
+    }
+    w.start = now;
+    w.lines = 0;
+    w.suppressed = 0;
+  }
+  if (w.lines++ < lines_per_second_) {
+    Write(Level::kWarn, "%s: rejected (%s): %s", surface_.c_str(), kind, detail.c_str());
+  } else {
+    ++w.suppressed;
+  }
+}
+
 }  // namespace snapd::log

@@ -19,6 +19,7 @@
 #include "compress/compress_pool.h"
 #include "config/config.h"
 #include "control/control_service.h"
+#include "control/request_errors.h"
 #include "control/peer_listener.h"
 #include "data_plane/address_check.h"
 #include "data_plane/arena_socket.h"
@@ -144,6 +145,9 @@ int Run(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(NameRequestErrors());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int admin_port = 0;  // the port admin_listen got: its own, or the kernel's pick for port 0
   if (!config.admin_listen.empty()) {
     grpc::SslServerCredentialsOptions tls(

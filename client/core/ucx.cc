@@ -101,8 +101,10 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return FromUcs(s, "reading UCX configuration");
   // Both peers are on one node (sessions are opened on a unix socket): UCX's network
-  // transports bind to loopback only, unless the operator chose devices with UCX_NET_DEVICES.
-  if (std::getenv("UCX_NET_DEVICES") == nullptr) {
+  // transports bind to loopback only, unless the operator chose devices with UCX_NET_DEVICES
+  // (set but empty counts as not chosen: UCX would read it as "no device at all").
+  const char* devices = std::getenv("UCX_NET_DEVICES");
+  if (devices == nullptr || *devices == '\0') {
     s = ucp_config_modify(config, "NET_DEVICES", "lo");
     if (s != UCS_OK) {
       ucp_config_release(config);

@@ -43,10 +43,10 @@ Result<uint64_t> ParseBytes(const std::string& text) {
 }
 
 std::string FormatBytes(uint64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = static_cast<double>(bytes);
   int u = 0;
-  while (v >= 1024.0 && u < 5) {
+  while (v >= 1024.0 && u < 6) {
     v /= 1024.0;
     ++u;
   }

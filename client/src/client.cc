@@ -214,6 +214,10 @@ struct Client::Impl {
   // Runs that check their values on push (RunSpec.check_finite), by run id, with their dtype.
   Mutex runs_mu;
   std::map<uint64_t, Dtype> finite_checked SNAPD_GUARDED_BY(runs_mu);
+  // bytes_per_step of every run this client opened or attached to, so a push of another size
+  // fails at the call (runs it only knows by id are checked by snapd, when stored).
+  std::map<uint64_t, uint64_t> step_bytes SNAPD_GUARDED_BY(runs_mu);
+  Status CheckStepSize(uint64_t run_id, uint64_t step, size_t bytes, const char* what);
   // INVALID_ARGUMENT naming the step and element when a checked run's push holds NaN or Inf.
   Status CheckFinite(uint64_t run_id, uint64_t step, const void* data, size_t bytes,
                      bool device, void* stream);
@@ -641,9 +645,11 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   SNAPD_RETURN_IF_ERROR(opened);
   RunInfo info = FromProto(resp.run());
   info.created = resp.created();
-  if (info.spec.check_finite) {  // also when attaching to a run another client opened
+  {
     MutexLock lock(impl_->runs_mu);
-    impl_->finite_checked[info.run_id] = info.spec.dtype;
+    impl_->step_bytes[info.run_id] = info.spec.bytes_per_step;
+    // also when attaching to a run another client opened
+    if (info.spec.check_finite) impl_->finite_checked[info.run_id] = info.spec.dtype;
   }
   return info;
 }
@@ -926,6 +932,7 @@ Result<PushHandle> Client::Push(uint64_t run_id, uint64_t step, const void* data
     return Status::InvalidArgument("push of step " + std::to_string(step) +
                                    ": data is null but bytes is " + std::to_string(bytes));
   }
+  SNAPD_RETURN_IF_ERROR(impl_->CheckStepSize(run_id, step, bytes, "push"));
   SNAPD_RETURN_IF_ERROR(impl_->CheckFinite(run_id, step, data, bytes, /*device=*/false, nullptr));
   if (auto pooled = impl_->PushToPool(run_id, step, data, bytes, nullptr)) return *pooled;
   return impl_->StartPush(run_id, step, data, bytes, /*device=*/false, nullptr);
@@ -964,6 +971,7 @@ Result<PushHandle> Client::PushDevice(uint64_t run_id, uint64_t step, const void
   }
   SNAPD_RETURN_IF_ERROR(
       impl_->GpuUsable("device push of step " + std::to_string(step) + " needs CUDA"));
+  SNAPD_RETURN_IF_ERROR(impl_->CheckStepSize(run_id, step, bytes, "device push"));
   SNAPD_RETURN_IF_ERROR(impl_->CheckFinite(run_id, step, device_data, bytes, true, stream));
   if (auto pooled = impl_->PushToPool(run_id, step, device_data, bytes, stream)) return *pooled;
   return impl_->PushDeviceToDaemon(run_id, step, device_data, bytes, stream);
@@ -982,6 +990,17 @@ Result<PushHandle> Client::Impl::PushDeviceToDaemon(uint64_t run_id, uint64_t st
   PushHandle h = StartPush(run_id, step, staging.data(), bytes, false, nullptr);
   SNAPD_RETURN_IF_ERROR(h.WaitReleased());
   return h;
+}
+
+Status Client::Impl::CheckStepSize(uint64_t run_id, uint64_t step, size_t bytes,
+                                   const char* what) {
+  MutexLock lock(runs_mu);
+  auto it = step_bytes.find(run_id);
+  if (it == step_bytes.end() || it->second == bytes) return Status::Ok();
+  return Status::InvalidArgument(std::string(what) + " of step " + std::to_string(step) +
+                                 " of run " + std::to_string(run_id) + ": " +
+                                 std::to_string(bytes) + " bytes, but the run stores " +
+                                 std::to_string(it->second) + " per step");
 }
 
 Status Client::Impl::CheckFinite(uint64_t run_id, uint64_t step, const void* data,

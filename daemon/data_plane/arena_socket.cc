@@ -16,7 +16,8 @@
 namespace snapd {
 namespace {
 
-void SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
+// False when the peer is gone (it left before the answer).
+bool SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
   wire::ArenaReply reply{};
   reply.code = static_cast<int32_t>(s.code());
   size_t n = std::min(s.message().size(), wire::kMaxReplyMessage);
@@ -37,9 +38,7 @@ void SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
   }
-  if (sendmsg(fd, &msg, MSG_NOSIGNAL) < 0) {
-    SNAPD_LOG_WARN("arena socket: reply failed: %s", std::strerror(errno));
-  }
+  return sendmsg(fd, &msg, MSG_NOSIGNAL) >= 0;
 }
 
 }  // namespace
@@ -82,8 +81,14 @@ void ArenaSocket::Answer(int fd) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
   wire::ArenaRequest req{};
+  // Every refusal is answered (a client that waits learns why) and logged, rate-limited: a
+  // peer that connects in a loop cannot flood the journal.
+  auto refuse = [&](const char* kind, const Status& why) {
+    rejections_.Reject(kind, why.ToString() +
+                                 (SendReply(fd, why, 0, -1) ? "" : " (the peer left before the answer)"));
+  };
   if (recv(fd, &req, sizeof req, MSG_WAITALL) != sizeof req) {
-    SendReply(fd, Status::InvalidArgument("expected a 16-byte ArenaRequest"), 0, -1);
+    refuse("malformed request", Status::InvalidArgument("expected a 16-byte ArenaRequest"));
     return;
   }
   ucred cred{};
@@ -94,14 +99,16 @@ void ArenaSocket::Answer(int fd) {
   }
   std::optional<Session> session = sessions_->Find(req.session_id, req.token);
   if (!session) {
-    SendReply(fd, Status::Unauthenticated("no open session with this id and token"), 0, -1);
+    refuse("unknown session", Status::Unauthenticated("no open session with this id and token"));
     return;
   }
   if (session->uid != cred.uid) {
-    SendReply(fd, Status::PermissionDenied("this session belongs to another uid"), 0, -1);
+    refuse("another uid's session",
+           Status::PermissionDenied("this session belongs to another uid"));
     return;
   }
   if (!TrustedUid(cred.uid)) {
+    // Not an attack: every client of another uid asks, then uses the copied UCX path.
     SendReply(fd,
               Status::PermissionDenied("the mapped host tier is shared only with uid " +
                                        std::to_string(geteuid()) + "; uid " +
@@ -109,7 +116,10 @@ void ArenaSocket::Answer(int fd) {
               0, -1);
     return;
   }
-  SendReply(fd, Status::Ok(), tier_->budget(), tier_->fd());
+  if (!SendReply(fd, Status::Ok(), tier_->budget(), tier_->fd())) {
+    SNAPD_LOG_INFO("arena socket: session %llu left before the host tier was handed over",
+                   static_cast<unsigned long long>(req.session_id));
+  }
 }
 
 }  // namespace snapd

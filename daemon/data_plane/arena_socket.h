@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "host_tier/host_tier.h"
+#include "log.h"
 #include "sessions/sessions.h"
 #include "snapd/status.h"
 #include "ucx.h"
@@ -38,6 +39,7 @@ class ArenaSocket {
   ucx::ScopedFd listen_fd_;
   const HostTier* const tier_;
   SessionTable* const sessions_;
+  log::RejectionLog rejections_{"arena socket"};
   std::thread thread_;  // declared last: starts after the members it uses exist
 };
 

@@ -118,23 +118,7 @@ ucs_status_t DataPlane::OnUnknownId(void* arg, const void*, size_t header_length
 
 void DataPlane::Reject(const char* kind, const std::string& detail) {
   counters_.rejected.fetch_add(1, std::memory_order_relaxed);
-  constexpr int kLinesPerSecond = 3;
-  RejectLog& log = reject_logs_[kind];
-  auto now = std::chrono::steady_clock::now();
-  if (now - log.window >= std::chrono::seconds(1)) {
-    if (log.suppressed > 0) {
-      SNAPD_LOG_WARN("data plane: %llu more rejected messages (%s) not logged",
-                     static_cast<unsigned long long>(log.suppressed), kind);
-    }
-    log.window = now;
-    log.lines = 0;
-    log.suppressed = 0;
-  }
-  if (log.lines++ < kLinesPerSecond) {
-    SNAPD_LOG_WARN("data plane: rejected (%s): %s", kind, detail.c_str());
-  } else {
-    ++log.suppressed;
-  }
+  rejections_.Reject(kind, detail);
 }
 
 template <typename T>

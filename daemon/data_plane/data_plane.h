@@ -40,6 +40,7 @@
 #include <vector>
 #include <functional>
 
+#include "log.h"
 #include "sessions/sessions.h"
 #include "store/store.h"
 #include "ucx.h"
@@ -220,14 +221,7 @@ class DataPlane {
   std::shared_ptr<Liveness> liveness_ = std::make_shared<Liveness>();
   // Loop-thread state. Declared before loop_ so it outlives the progress thread.
   std::unordered_map<ucp_ep_h, Conn> conns_;
-  // Rejection log rate limit, per kind: lines written in the current second, and those held
-  // back.
-  struct RejectLog {
-    std::chrono::steady_clock::time_point window;
-    int lines = 0;
-    uint64_t suppressed = 0;
-  };
-  std::map<std::string, RejectLog> reject_logs_;
+  log::RejectionLog rejections_{"data plane"};
   std::unique_ptr<ucx::WorkerLoop> loop_;
   // Posts Sweep() to the loop once a second; stopped before the loop.
   Mutex sweeper_mu_;

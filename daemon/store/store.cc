@@ -400,6 +400,26 @@ v1::SnapshotInfo Store::Info(const Snapshot& snap) {
   return info;
 }
 
+Status Store::CheckFitsTheNode(const v1::RunSpec& spec, uint64_t device_steps) const {
+  if (spec.steps() == 0 || spec.codec() != v1::CODEC_NONE || spec.block_when_full()) {
+    return Status::Ok();
+  }
+  uint64_t steps = spec.steps() - device_steps;  // device steps stay in the client's GPU pool
+  unsigned __int128 need = static_cast<unsigned __int128>(steps) * spec.bytes_per_step();
+  uint64_t host = UsesHost(spec.layers()) ? host_->budget() : 0;
+  uint64_t disk = UsesDisk(spec.layers()) && disk_ ? disk_->budget() : 0;
+  if (need <= static_cast<unsigned __int128>(host) + disk) return Status::Ok();
+  std::string tiers = host && disk ? "the host tier (" + FormatBytes(host) + ") and the disk tier (" +
+                                         FormatBytes(disk) + ") together"
+                      : host       ? "the host tier (" + FormatBytes(host) + ")"
+                                   : "the disk tier (" + FormatBytes(disk) + ")";
+  return Status::ResourceExhausted(
+      "run '" + spec.name() + "': " + std::to_string(steps) + " steps of " +
+      FormatBytes(spec.bytes_per_step()) + " (" + FormatBytes(static_cast<uint64_t>(need)) +
+      ") are more than " + tiers + " of this node can hold; declare fewer steps, compress "
+      "(codec), set block_when_full to wait for room, or raise the budgets");
+}
+
 uint64_t Store::BlockBytes(const Run& run) const {
   uint64_t b = run.record.spec().bytes_per_step();
   return (b + HostTier::kAlignment - 1) / HostTier::kAlignment * HostTier::kAlignment;
@@ -446,6 +466,7 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
         " exceeds the whole host tier (" + FormatBytes(host_->budget()) +
         "); raise host_mem or split the snapshot");
   }
+  SNAPD_RETURN_IF_ERROR(CheckFitsTheNode(spec, device_steps));
   MutexLock lock(mu_);
   if (auto it = by_name_.find(name); it != by_name_.end()) {
     Run& run = runs_.at(it->second);

@@ -319,6 +319,10 @@ class Store {
   bool Settling() const SNAPD_REQUIRES(mu_);
   void FinishDrainsIfDone(Deferred& deferred) SNAPD_REQUIRES(mu_);
   uint64_t BlockBytes(const Run& run) const;
+  // A run whose declared steps cannot fit in the tiers it may use (host and disk budgets
+  // together) is refused when it opens, naming the node's limit, unless it compresses (its
+  // stored size is unknown) or waits for room (block_when_full: the backward pass frees it).
+  Status CheckFitsTheNode(const v1::RunSpec& spec, uint64_t device_steps) const;
 
   Catalog* const catalog_;
   HostTier* const host_;

@@ -71,6 +71,38 @@ TEST(CApi, DeviceCallsSayWhatTheyNeedWithoutAGpu) {
   EXPECT_EQ((*d)->Stop(), 0);
 }
 
+TEST(CApi, AWrongSizeOrAMissingShapeFailsAtTheCall) {
+  TempDir dir;
+  auto d = DaemonProcess::Start({dir.path(), "64M", {}, {}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  snapd_client* c = nullptr;
+  ASSERT_EQ(snapd_connect((*d)->socket().c_str(), &c), SNAPD_OK) << snapd_last_error();
+  snapd_run_spec no_shape{"c-sizes", 4, 4096, 1, nullptr, 3, nullptr, 1, 0, 0, 0.0, 0};
+  uint64_t run = 0;
+  EXPECT_EQ(snapd_open_run(c, &no_shape, &run), SNAPD_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(snapd_last_error()).find("shape is NULL but ndim is 3"),
+            std::string::npos)
+      << snapd_last_error();
+  no_shape.ndim = 0;
+  ASSERT_EQ(snapd_open_run(c, &no_shape, &run), SNAPD_OK) << snapd_last_error();
+  std::vector<char> step(4096 + 8, 'x');
+  snapd_push_handle* h = nullptr;
+  EXPECT_EQ(snapd_push(c, run, 0, step.data(), 4096 + 8, &h), SNAPD_INVALID_ARGUMENT);
+  EXPECT_EQ(h, nullptr);
+  EXPECT_NE(std::string(snapd_last_error()).find("4104 bytes, but the run stores 4096 per step"),
+            std::string::npos)
+      << snapd_last_error();
+  // The refused call left nothing behind: the right size is stored and comes back.
+  ASSERT_EQ(snapd_push(c, run, 0, step.data(), 4096, &h), SNAPD_OK) << snapd_last_error();
+  ASSERT_EQ(snapd_push_wait_stored(h), SNAPD_OK) << snapd_last_error();
+  snapd_push_free(h);
+  std::vector<char> back(4096);
+  ASSERT_EQ(snapd_fetch(c, run, 0, back.data(), back.size()), SNAPD_OK) << snapd_last_error();
+  EXPECT_EQ(back, std::vector<char>(4096, 'x'));
+  snapd_disconnect(c);
+  EXPECT_EQ((*d)->Stop(), 0);
+}
+
 TEST(CApi, NullArgumentsAreInvalid) {
   EXPECT_EQ(snapd_connect(nullptr, nullptr), 3);
   EXPECT_NE(std::string(snapd_last_error()).find("must not be NULL"), std::string::npos);

@@ -8,6 +8,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -39,10 +40,16 @@ class GoodClient {
     if (thread_.joinable()) thread_.join();
   }
   int rounds() const { return rounds_; }
+  bool failed() const { return failed_; }
+  // Read after Stop(): the loop thread writes it.
   const std::string& error() const { return error_; }
 
  private:
   void Loop(const DaemonProcess& daemon) {
+    LoopUntilError(daemon);
+    failed_ = !error_.empty();
+  }
+  void LoopUntilError(const DaemonProcess& daemon) {
     auto c = ConnectClient(daemon);
     if (!c.ok()) {
       error_ = c.status().ToString();
@@ -85,6 +92,7 @@ class GoodClient {
     }
   }
   std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};
   std::atomic<int> rounds_{0};
   std::string error_;
   std::thread thread_;
@@ -120,13 +128,16 @@ class AbuseTest : public ::testing::Test {
   void ExpectGoodClientExact(GoodClient& good) {
     int before = good.rounds();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (good.rounds() <= before && good.error().empty() &&
+    while (good.rounds() <= before && !good.failed() &&
            std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     good.Stop();
-    EXPECT_EQ(good.error(), "") << daemon_->Log();
-    EXPECT_GT(good.rounds(), before);
+    if (!good.error().empty()) {  // the daemon's log first, the client's error on the last line
+      ADD_FAILURE() << "snapd's log:\n" << daemon_->Log()
+                    << "\nthe good client failed: " << good.error();
+    }
+    EXPECT_GT(good.rounds(), before) << "the good client finished no round";
   }
 
   TempDir dir_;
@@ -460,11 +471,74 @@ TEST_F(AbuseTest, UndecodableAndOutOfRangeControlRequestsGetNamedErrors) {
     generic.UnaryCall(&ctx, "/snapd.v1.Control/OpenRun", grpc::StubOptions(), &request, &response,
                       [&](grpc::Status s) { done.set_value(s); });
     grpc::Status s = done.get_future().get();
-    // Random bytes can decode as a valid, if odd, request; the rest are refused (gRPC answers
-    // an undecodable body with UNIMPLEMENTED and no message: still open, see the issue).
-    if (!s.ok()) ++refused;
+    // Random bytes can decode as a valid, if odd, request; the rest are refused, named.
+    if (s.ok()) continue;
+    ++refused;
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_EQ(s.error_message(), "the request body of /snapd.v1.Control/OpenRun does not decode "
+                                 "as a snapd.v1.OpenRunRequest message");
   }
   EXPECT_GT(refused, 0);
+  {  // A method snapd does not serve.
+    grpc::Slice slice("", 0);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext ctx;
+    std::promise<grpc::Status> done;
+    generic.UnaryCall(&ctx, "/snapd.v1.Control/FormatDisk", grpc::StubOptions(), &request,
+                      &response, [&](grpc::Status s) { done.set_value(s); });
+    grpc::Status s = done.get_future().get();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_EQ(s.error_message(), "snapd serves no method '/snapd.v1.Control/FormatDisk'");
+  }
+  GoodClient good(*daemon_);
+  ExpectGoodClientExact(good);
+}
+
+TEST_F(AbuseTest, ARunLargerThanTheNodeIsRefusedWhenItOpensNamingTheLimit) {
+  std::string spool = dir_.path() + "/spool";
+  ASSERT_EQ(mkdir(spool.c_str(), 0700), 0);
+  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+  auto d = DaemonProcess::Start(
+      {dir_.path(), "64M", {"--spool-dirs", spool, "--disk-mem", "1G"}, {}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  daemon_ = std::move(d).value();
+  stub_ = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
+  auto open = [&](const std::string& name, uint64_t steps, uint64_t bytes, v1::Layers layers,
+                  bool block_when_full) {
+    v1::OpenRunRequest req;
+    req.mutable_spec()->set_name(name);
+    req.mutable_spec()->set_steps(steps);
+    req.mutable_spec()->set_bytes_per_step(bytes);
+    req.mutable_spec()->set_layers(layers);
+    req.mutable_spec()->set_block_when_full(block_when_full);
+    grpc::ClientContext ctx;
+    v1::OpenRunResponse resp;
+    return stub_->OpenRun(&ctx, req, &resp);
+  };
+  // 2^44 steps of 64 KiB: one exbibyte.
+  grpc::Status s = open("exbibyte", uint64_t{1} << 44, 64 << 10, v1::LAYERS_DISK_HOST, false);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find("(1.0 EiB) are more than the host tier (64.0 MiB) and the "
+                                   "disk tier (1.0 GiB) together"),
+            std::string::npos)
+      << s.error_message();
+  s = open("host-only", 100, 1 << 20, v1::LAYERS_HOST, false);  // 100 MiB, 64 MiB of host
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find("100 steps of 1.0 MiB (100.0 MiB) are more than the host "
+                                   "tier (64.0 MiB) of this node"),
+            std::string::npos)
+      << s.error_message();
+  // A run that waits for room streams through the tiers as the backward pass frees them.
+  EXPECT_TRUE(open("streams", 100, 1 << 20, v1::LAYERS_HOST, true).ok());
+  // One that fits opens, and the refused names were never created.
+  EXPECT_TRUE(open("fits", 1000, 1 << 20, v1::LAYERS_DISK_HOST, false).ok());
+  v1::ListRunsResponse runs;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->ListRuns(&ctx, v1::ListRunsRequest(), &runs).ok());
+  std::set<std::string> names;
+  for (const auto& r : runs.runs()) names.insert(r.spec().name());
+  EXPECT_EQ(names, (std::set<std::string>{"streams", "fits"}));
   GoodClient good(*daemon_);
   ExpectGoodClientExact(good);
 }

@@ -1,0 +1,64 @@
+#include "control/request_errors.h"
+
+#include <google/protobuf/descriptor.h>
+
+#include <string>
+
+namespace snapd {
+
+namespace {
+
+class RequestErrors final : public grpc::experimental::Interceptor {
+ public:
+  explicit RequestErrors(const char* method) : method_(method ? method : "") {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* batch) override {
+    using Hook = grpc::experimental::InterceptionHookPoints;
+    if (batch->QueryInterceptionHookPoint(Hook::PRE_SEND_STATUS)) {
+      grpc::Status s = batch->GetSendStatus();
+      // snapd implements every method it serves, and its own errors always carry a message:
+      // an empty UNIMPLEMENTED comes from gRPC itself.
+      if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && s.error_message().empty()) {
+        batch->ModifySendStatus(Explain());
+      }
+    }
+    batch->Proceed();
+  }
+
+ private:
+  grpc::Status Explain() const {
+    // "/snapd.v1.Control/OpenRun" → service "snapd.v1.Control", method "OpenRun".
+    size_t slash = method_.rfind('/');
+    const google::protobuf::MethodDescriptor* method = nullptr;
+    if (slash != std::string::npos && slash > 0) {
+      const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          method_.substr(1, slash - 1));
+      if (service) method = service->FindMethodByName(method_.substr(slash + 1));
+    }
+    if (method == nullptr) {
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                          "snapd serves no method '" + method_ + "'");
+    }
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the request body of " + method_ + " does not decode as a " +
+                            method->input_type()->full_name() + " message");
+  }
+
+  const std::string method_;
+};
+
+class Factory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new RequestErrors(info->method());
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NameRequestErrors() {
+  return std::make_unique<Factory>();
+}
+
+}  // namespace snapd
