@@ -221,6 +221,7 @@ int Run(int argc, char** argv) {
   watchdog.reset();
   server->GetHealthCheckService()->SetServingStatus(false);
   listener->reset();  // no new connections
+  service.Stop();     // sessions still waiting to open are refused
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
   arena->reset();

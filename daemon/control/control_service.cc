@@ -96,28 +96,40 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
                                      " bytes is over the limit of " +
                                      std::to_string(kMaxUcxAddressBytes)));
   }
-  // Vetting the address takes a child process: off the reactor, on a thread of its own.
+  if (opening_.fetch_add(1) >= kMaxOpening) {
+    opening_.fetch_sub(1);
+    Status busy = Status::ResourceExhausted("snapd is already opening " +
+                                            std::to_string(kMaxOpening) +
+                                            " sessions; retry in a moment");
+    rejections_.Reject("OpenSession", "uid " + std::to_string(who.uid) + ": " + busy.ToString());
+    return Finish(ctx, busy);
+  }
+  // Vetting the address takes a child process: off the reactor, on the vetting threads.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  std::thread([this, reactor, resp, uid = who.uid, name = req->client_name(),
-               address = req->ucx_address()] {
-    Status s = CheckUcxAddress(address, std::chrono::seconds(10));
-    if (s.ok()) {
-      Session session = sessions_->Open(name, uid);
-      s = data_plane_->Connect(session, address);
-      if (!s.ok()) {
-        (void)sessions_->Close(session.id, session.token);
-      } else {
-        resp->set_session_id(session.id);
-        resp->set_token(session.token);
-        resp->set_data_plane_worker_address(data_plane_->worker_address());
-        resp->set_wire_version(wire::kVersion);
-        resp->set_max_message_bytes(store_->host_budget());
-        resp->set_arena_socket(arena_socket_);
-      }
-    }
-    if (!s.ok()) SNAPD_LOG_WARN("OpenSession from uid %u refused: %s", uid, s.ToString().c_str());
-    reactor->Finish(ToGrpc(s));
-  }).detach();
+  vetting_.Submit(
+      [this, reactor, resp, uid = who.uid, name = req->client_name(),
+       address = req->ucx_address()] {
+        Status s = stopping_ ? Status::Unavailable("snapd is stopping")
+                             : CheckUcxAddress(address, std::chrono::seconds(10));
+        if (s.ok()) {
+          Session session = sessions_->Open(name, uid);
+          s = data_plane_->Connect(session, address);
+          if (!s.ok()) {
+            (void)sessions_->Close(session.id, session.token);
+          } else {
+            resp->set_session_id(session.id);
+            resp->set_token(session.token);
+            resp->set_data_plane_worker_address(data_plane_->worker_address());
+            resp->set_wire_version(wire::kVersion);
+            resp->set_max_message_bytes(store_->host_budget());
+            resp->set_arena_socket(arena_socket_);
+          }
+        }
+        if (!s.ok()) rejections_.Reject("OpenSession", "uid " + std::to_string(uid) + ": " + s.ToString());
+        opening_.fetch_sub(1);
+        reactor->Finish(ToGrpc(s));
+      },
+      /*urgent=*/false);
   return reactor;
 }
 
@@ -126,6 +138,8 @@ grpc::ServerUnaryReactor* ControlService::CloseSession(grpc::CallbackServerConte
                                                        v1::CloseSessionResponse*) {
   Status s = sessions_->Close(req->session_id(), req->token());
   if (s.ok()) {
+    SNAPD_LOG_INFO("session %llu: closed by its client",
+                   static_cast<unsigned long long>(req->session_id()));
     data_plane_->DropSession(req->session_id());
     store_->EndSession(req->session_id());
   }

@@ -4,11 +4,14 @@
 // for changes, write one catalog record; Drain and Dump finish from store callbacks.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <string>
 
 #include "control/peer_listener.h"
 #include "data_plane/data_plane.h"
+#include "disk_tier/io_pool.h"
+#include "log.h"
 #include "sessions/sessions.h"
 #include "snapd/v1/control.grpc.pb.h"
 #include "store/store.h"
@@ -22,6 +25,8 @@ class ControlService final : public v1::Control::CallbackService {
   // Who is calling: set once, before the first connection is accepted. Members of
   // `admin_gid` (and root, and snapd's own uid) are admins; kNoGroup: no admin group.
   static constexpr gid_t kNoGroup = static_cast<gid_t>(-1);
+  // Before the server shuts down: sessions still waiting to open are refused (UNAVAILABLE).
+  void Stop() { stopping_ = true; }
   void SetPeers(const PeerListener* peers, gid_t admin_gid) {
     peers_ = peers;
     admin_gid_ = admin_gid;
@@ -88,6 +93,16 @@ class ControlService final : public v1::Control::CallbackService {
   const std::chrono::steady_clock::time_point started_;
   const PeerListener* peers_ = nullptr;
   gid_t admin_gid_ = kNoGroup;
+  // OpenSession vets each client's worker address in a child process (data_plane/
+  // address_check.h): a few threads do it, at most kMaxOpening sessions wait for them, and
+  // more are refused at once, so a flood of OpenSession calls costs snapd neither a thread nor a
+  // process each.
+  static constexpr int kVettingThreads = 4;
+  static constexpr int kMaxOpening = 256;
+  std::atomic<int> opening_{0};
+  std::atomic<bool> stopping_{false};
+  log::RejectionLog rejections_{"control plane"};
+  IoPool vetting_{kVettingThreads};  // last: joined before the members its jobs use go
 };
 
 }  // namespace snapd

@@ -53,6 +53,23 @@ class Fd {
 DiskTier::DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget)
     : spools_(std::move(spools)), budget_(budget) {}
 
+namespace {
+// Bytes the files under `dir` occupy on disk (allocated blocks); 0 for what cannot be read.
+uint64_t BytesUnder(const std::string& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(
+           dir, std::filesystem::directory_options::skip_permission_denied, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    struct stat st{};
+    if (lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      total += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  return total;
+}
+}  // namespace
+
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options) {
   if (options.spools.empty()) return Status::InvalidArgument("disk tier without spool_dirs");
   std::vector<std::unique_ptr<Spool>> spools;
@@ -65,11 +82,22 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
     if (statvfs(dir.c_str(), &vfs) != 0) return IoError("statvfs", dir, errno);
     auto spool = std::make_unique<Spool>();
     spool->dir = dir;
+    // What the spool's filesystem can give snapd: its free space plus the files snapd already
+    // keeps there (recovered snapshots), so a restart computes the same budget as the start
+    // before it, not a smaller one each time.
+    double free_bytes = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
+    double room = free_bytes + static_cast<double>(BytesUnder(dir));
     if (options.budget_bytes) {
       spool->budget = options.budget_bytes / options.spools.size();
+      if (static_cast<double>(spool->budget) > room) {
+        SNAPD_LOG_WARN("disk_mem gives spool %s %s, but its filesystem has only %s for snapd "
+                       "(free space and snapd's own files): pushes will find the disk full "
+                       "before the budget is used",
+                       dir.c_str(), FormatBytes(spool->budget).c_str(),
+                       FormatBytes(static_cast<uint64_t>(room)).c_str());
+      }
     } else {
-      double avail = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
-      spool->budget = static_cast<uint64_t>(avail * options.budget_perc);
+      spool->budget = static_cast<uint64_t>(room * options.budget_perc);
     }
     spool->budget = spool->budget / kAlignment * kAlignment;
     total += spool->budget;

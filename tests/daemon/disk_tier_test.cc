@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <vector>
 
 #include "temp_dir.h"
 
@@ -46,6 +47,31 @@ TEST_F(DiskTierTest, WritesAndReadsBackAnUnalignedSnapshot) {
   EXPECT_EQ(disk->used(), 0u);
   Status gone = disk->Read(*spool, 3, "step-1", in.data.get(), kRaw);
   EXPECT_EQ(gone.code(), Code::kDataLoss) << gone.ToString();
+}
+
+// disk_mem_perc is a share of what the filesystem can give snapd: free space plus the files
+// snapd already keeps in the spool, so a restart with recovered files gets the same budget.
+TEST_F(DiskTierTest, APercentBudgetIsTheSameAfterTheSpoolFillsAndSnapdRestarts) {
+  const std::string spool = dir_ + "/spool";
+  auto first = DiskTier::Open({{spool}, 0, 0.5});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  uint64_t before = (*first)->budget();
+  first->reset();
+  // 512 MiB of snapshot files, as a run's demoted steps would leave them: without counting
+  // them the budget would shrink by half their size (256 MiB).
+  std::filesystem::create_directories(spool + "/run-1");
+  {
+    std::ofstream f(spool + "/run-1/step-0", std::ios::binary);
+    std::vector<char> block(1 << 20, 'x');
+    for (int i = 0; i < 512; ++i) f.write(block.data(), block.size());
+  }
+  auto second = DiskTier::Open({{spool}, 0, 0.5});
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  uint64_t after = (*second)->budget();
+  // Other tests may write to the same filesystem meanwhile: 64 MiB of slack.
+  int64_t drift = static_cast<int64_t>(after) - static_cast<int64_t>(before);
+  EXPECT_LT(std::llabs(drift), int64_t{64} << 20)
+      << "budget before " << before << " after " << after;
 }
 
 TEST_F(DiskTierTest, TheBudgetCannotBeExceededAndTheErrorSaysSo) {

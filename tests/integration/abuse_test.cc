@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
 #include <fstream>
 #include <random>
 #include <set>
@@ -395,8 +397,13 @@ TEST_F(AbuseTest, GarbageWorkerAddressesInOpenSessionAreRefused) {
 
 // Sessions whose client never connects its endpoint are closed after session_connect_timeout
 // (2 s here), and give back what they held.
+// Opens SNAPD_ABUSE_SESSIONS sessions (100 by default; the figure is 2000) that never
+// say Hello, all to one live worker, eight callers at a time: every one expires, and snapd's
+// file descriptors and resident memory come back to where they were.
 TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
   StartDaemon("2");
+  const char* env = std::getenv("SNAPD_ABUSE_SESSIONS");
+  const int count = env && *env ? std::atoi(env) : 100;
   auto fds = [&] {
     size_t n = 0;
     std::string dir = "/proc/" + std::to_string(daemon_->pid()) + "/fd";
@@ -406,28 +413,61 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
     }
     return n;
   };
+  auto rss_kib = [&] {
+    std::ifstream status("/proc/" + std::to_string(daemon_->pid()) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    }
+    return 0L;
+  };
   std::string error;
-  auto probe = RawPeer::Open(*stub_, &error);  // warms UCX's lazily opened resources
-  ASSERT_NE(probe, nullptr) << error;
-  probe.reset();
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  auto peer = RawPeer::Open(*stub_, &error);  // also warms UCX's lazily opened resources
+  ASSERT_NE(peer, nullptr) << error;
+  const std::string address = peer->address();
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // its session expires: no Hello
   size_t fds_before = fds();
-  std::vector<std::unique_ptr<RawPeer>> silent;
-  for (int i = 0; i < 40; ++i) {
-    // Opens the session (snapd creates its endpoint) but never says Hello.
-    auto p = RawPeer::Open(*stub_, &error);
-    ASSERT_NE(p, nullptr) << error;
-    silent.push_back(std::move(p));
+  long rss_before = rss_kib();
+  std::atomic<int> opened{0}, failed{0};
+  std::string first_failure;
+  std::mutex failure_mu;
+  std::vector<std::thread> callers;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int c = 0; c < 8; ++c) {
+    callers.emplace_back([&, c] {
+      for (int i = c; i < count; i += 8) {
+        grpc::ClientContext ctx;
+        v1::OpenSessionRequest req;
+        req.set_ucx_address(address);
+        v1::OpenSessionResponse resp;
+        grpc::Status s = stub_->OpenSession(&ctx, req, &resp);
+        if (s.ok()) {
+          ++opened;
+        } else if (failed++ == 0) {
+          std::lock_guard<std::mutex> lock(failure_mu);
+          first_failure = s.error_message();
+        }
+      }
+    });
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (auto& t : callers) t.join();
+  double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(opened, count) << first_failure;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (Stats().sessions() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(Stats().sessions(), 0u);
   EXPECT_NE(daemon_->Log().find("did not connect within 2 s"), std::string::npos);
-  silent.clear();
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  EXPECT_LE(fds(), fds_before + 2);
+  size_t fds_after = fds();
+  long rss_after = rss_kib();
+  std::printf("%d silent sessions opened in %.1f s and expired; snapd fds %zu -> %zu, "
+              "resident %ld -> %ld KiB\n",
+              count, open_s, fds_before, fds_after, rss_before, rss_after);
+  EXPECT_LE(fds_after, fds_before + 2);
+  EXPECT_LT(rss_after - rss_before, 64 * 1024) << "resident memory grew by more than 64 MiB";
+  peer.reset();
   GoodClient good(*daemon_);
   ExpectGoodClientExact(good);
 }
@@ -492,6 +532,19 @@ TEST_F(AbuseTest, UndecodableAndOutOfRangeControlRequestsGetNamedErrors) {
   }
   GoodClient good(*daemon_);
   ExpectGoodClientExact(good);
+}
+
+TEST_F(AbuseTest, ADiskBudgetLargerThanTheFilesystemIsReportedAtStart) {
+  std::string spool = dir_.path() + "/spool";
+  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+  auto d = DaemonProcess::Start(
+      {dir_.path(), "64M", {"--spool-dirs", spool, "--disk-mem", "900T"}, {}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  daemon_ = std::move(d).value();
+  EXPECT_NE(daemon_->Log().find("disk_mem gives spool " + spool + " 900.0 TiB, but its "
+                                "filesystem has only"),
+            std::string::npos)
+      << daemon_->Log();
 }
 
 TEST_F(AbuseTest, ARunLargerThanTheNodeIsRefusedWhenItOpensNamingTheLimit) {

@@ -52,6 +52,8 @@ class RawPeer {
   }
 
   const v1::OpenSessionResponse& session() const { return session_; }
+  // This peer's own worker address, as it sent it in OpenSession.
+  std::string address() const { return loop_->address(); }
 
   // Sends one AM (with `data` as its AM data) and waits for its send to complete.
   void Send(uint16_t id, const void* header, size_t header_bytes, const void* data = nullptr,
