@@ -133,9 +133,26 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
   return reactor;
 }
 
+Result<Session> ControlService::OwnSession(const Tenant& who, uint64_t id, uint64_t token) const {
+  std::optional<Session> session = sessions_->Find(id, token);
+  if (!session) {
+    return Status::NotFound("session " + std::to_string(id) +
+                            " is not open (or the token is wrong)");
+  }
+  // A token is a secret, but not a bearer one: it works only for the uid that opened it.
+  if (session->uid != who.uid) {
+    return Status::PermissionDenied("session " + std::to_string(id) +
+                                    " belongs to another user");
+  }
+  return *session;
+}
+
 grpc::ServerUnaryReactor* ControlService::CloseSession(grpc::CallbackServerContext* ctx,
                                                        const v1::CloseSessionRequest* req,
                                                        v1::CloseSessionResponse*) {
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  Result<Session> own = OwnSession(who, req->session_id(), req->token());
+  if (!own.ok()) return Finish(ctx, own.status());
   Status s = sessions_->Close(req->session_id(), req->token());
   if (s.ok()) {
     SNAPD_LOG_INFO("session %llu: closed by its client",
@@ -150,15 +167,8 @@ grpc::ServerUnaryReactor* ControlService::HoldDeviceStep(grpc::CallbackServerCon
                                                          const v1::HoldDeviceStepRequest* req,
                                                          v1::HoldDeviceStepResponse*) {
   SNAPD_CALLER_OR_FINISH(who, ctx);
-  std::optional<Session> session = sessions_->Find(req->session_id(), req->token());
-  if (!session) {
-    return Finish(ctx, Status::NotFound("session " + std::to_string(req->session_id()) +
-                                        " is not open (or the token is wrong)"));
-  }
-  if (session->uid != who.uid) {
-    return Finish(ctx, Status::PermissionDenied("session " + std::to_string(session->id) +
-                                                " belongs to another user"));
-  }
+  Result<Session> session = OwnSession(who, req->session_id(), req->token());
+  if (!session.ok()) return Finish(ctx, session.status());
   return Finish(ctx, store_->HoldDeviceStep(req->run_id(), req->step(), req->bytes(),
                                             session->id, req->held(), who));
 }

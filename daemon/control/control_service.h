@@ -83,6 +83,9 @@ class ControlService final : public v1::Control::CallbackService {
  private:
   // The caller as the control socket's SO_PEERCRED told; UNAUTHENTICATED when unknown.
   Result<Tenant> Caller(grpc::CallbackServerContext* ctx) const;
+  // The open session `id` with `token`, if it belongs to the caller's uid: NOT_FOUND or
+  // PERMISSION_DENIED otherwise.
+  Result<Session> OwnSession(const Tenant& who, uint64_t id, uint64_t token) const;
   // A caller on admin_listen: mutual TLS verified its client certificate.
   static bool RemoteAdmin(grpc::CallbackServerContext* ctx);
 

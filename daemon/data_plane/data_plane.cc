@@ -1,5 +1,7 @@
 #include "data_plane/data_plane.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <future>
@@ -290,6 +292,14 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
     return refuse("before Hello", h.request_id,
                   Status::Unauthenticated("endpoint has not said Hello: send Hello with the "
                                           "OpenSession id and token first"));
+  }
+  if (wire::IsMappedPath(op) && !TrustedUid(conn.tenant.uid)) {
+    return refuse("mapped-path message from an untrusted uid", h.request_id,
+                  Status::PermissionDenied(
+                      "AM id " + std::to_string(op) + " belongs to the mapped host-tier path, "
+                      "which is shared only with root and uid " + std::to_string(geteuid()) +
+                      "; uid " + std::to_string(conn.tenant.uid) + " pushes and fetches with "
+                      "the copied messages (Push, Fetch)"));
   }
   return &conn;
 }

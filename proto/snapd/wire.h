@@ -30,6 +30,8 @@
 // until kReleaseLease; the client copies out of the arena. A client whose copy into the arena
 // could not start sends kAbort instead of kCommit: the reservation and its memory are freed,
 // answered by a Reply. An endpoint that goes away aborts its reservations and drops its leases.
+// The mapped-path messages (IsMappedPath below) are refused, PERMISSION_DENIED, from a session
+// whose uid is not root or snapd's own: only those uids receive the host tier's memfd.
 // Any message whose header size, magic, version or token is wrong is dropped and counted;
 // when it carries a plausible request_id it is answered with an error Reply. A message with
 // an AM id not listed above, or on an endpoint that no session created, is dropped, counted
@@ -59,6 +61,13 @@ enum AmId : uint16_t {
   kReleaseLease = 8,
   kAbort = 9,
 };
+
+// The messages of the mapped path: they name host-tier memory the client reads or writes
+// itself, so snapd admits them only from sessions whose uid may map the host tier.
+constexpr bool IsMappedPath(uint16_t op) {
+  return op == kReserve || op == kCommit || op == kFetchMapped || op == kReleaseLease ||
+         op == kAbort;
+}
 
 struct Header {
   uint32_t magic;

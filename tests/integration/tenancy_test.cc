@@ -1,0 +1,136 @@
+// Tenancy with two real uids: a solver of root's (trusted: it maps the host tier) and a second
+// user created for the test, who runs tests/integration/tenant_probe.cc as a hostile tenant.
+// Skipped, saying why, when the test is not root (creating a user and switching to it needs it).
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+#include <sstream>
+
+#include "daemon_process.h"
+#include "raw_peer.h"
+#include "snapd/client.h"
+
+namespace snapd::testing {
+namespace {
+
+constexpr const char* kTenant = "snapd-tenant-b";
+
+// "name=value" lines of the probe's output.
+std::map<std::string, std::string> Fields(const std::string& out) {
+  std::map<std::string, std::string> f;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) f[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return f;
+}
+
+class TenancyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "creates a user and runs a client as it: needs root";
+    passwd* pw = getpwnam(kTenant);
+    if (pw == nullptr) {
+      std::string out, err;
+      ASSERT_EQ(RunProgram({"/usr/sbin/useradd", "--system", "--no-create-home", "--shell",
+                            "/usr/sbin/nologin", kTenant},
+                           &out, &err),
+                0)
+          << err;
+      pw = getpwnam(kTenant);
+      ASSERT_NE(pw, nullptr);
+    }
+    uid_ = pw->pw_uid;
+    gid_ = pw->pw_gid;
+    ASSERT_EQ(chmod(dir_.path().c_str(), 0711), 0);  // the tenant reaches the socket inside
+    auto d = DaemonProcess::Start({dir_.path(), "64M", {}, {}});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    daemon_ = std::move(d).value();
+  }
+  void TearDown() override {
+    if (daemon_) EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+  }
+  // Runs tenant_probe as the tenant; its fields.
+  std::map<std::string, std::string> Probe(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"/usr/bin/setpriv",       "--reuid=" + std::to_string(uid_),
+                                     "--regid=" + std::to_string(gid_), "--clear-groups",
+                                     TENANT_PROBE_BINARY,      daemon_->socket()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string out, err;
+    int status = RunProgram(argv, &out, &err);
+    EXPECT_EQ(status, 0) << out << err << daemon_->Log();
+    return Fields(out);
+  }
+
+  TempDir dir_;
+  uid_t uid_ = 0;
+  gid_t gid_ = 0;
+  std::unique_ptr<DaemonProcess> daemon_;
+};
+
+// The replay of the issue: root's solver pushes 48 steps and deletes them; the tenant, with its
+// own session, sends the mapped path's Reserve and Commit without copying anything, then
+// fetches. Every mapped-path message is refused, nothing is stored, and the tenant's own
+// pushes into the reused blocks come back as its bytes only.
+TEST_F(TenancyTest, AnotherUsersFreedBytesCannotBeReadThroughTheMappedPath) {
+  constexpr uint64_t kSteps = 48, kBytes = 1 << 20;
+  {
+    auto a = ConnectClient(*daemon_);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_EQ((*a)->data_path(), DataPath::kMappedHostTier);  // root maps the host tier
+    RunSpec spec;
+    spec.name = "victim";
+    spec.steps = kSteps;
+    spec.bytes_per_step = kBytes;
+    spec.keep = true;
+    auto run = (*a)->OpenRun(spec);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    std::vector<char> step(kBytes);
+    for (uint64_t t = 0; t < kSteps; ++t) {
+      FillPattern(step.data(), kBytes, 1, t);
+      auto h = (*a)->Push(run->run_id, t, step.data(), kBytes);
+      ASSERT_TRUE(h.ok() && h->WaitStored().ok());
+    }
+    ASSERT_TRUE((*a)->DeleteRun("victim").ok());
+  }
+  auto f = Probe({"replay", std::to_string(kSteps), std::to_string(kBytes)});
+  EXPECT_EQ(f["hello"], "0");
+  EXPECT_EQ(f["open_run"], "0");
+  EXPECT_EQ(f["reserve_refused"], std::to_string(kSteps));
+  EXPECT_EQ(f["commit_refused"], std::to_string(kSteps));
+  EXPECT_NE(f["reserve_message"].find("belongs to the mapped host-tier path"), std::string::npos)
+      << f["reserve_message"];
+  EXPECT_EQ(f["mapped"], "0");  // the tenant's client uses the copied path
+  EXPECT_EQ(f["fetch_not_found"], std::to_string(kSteps));
+  EXPECT_EQ(f["exact"], std::to_string(kSteps));
+  EXPECT_NE(daemon_->Log().find("rejected (mapped-path message from an untrusted uid)"),
+            std::string::npos);
+}
+
+// A session token works only for the uid that opened the session: another user who learned it
+// cannot close the session over gRPC, and the session keeps serving its owner.
+TEST_F(TenancyTest, AnotherUserCannotCloseASessionWithItsToken) {
+  auto stub = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
+  std::string error;
+  auto owner = RawPeer::Open(*stub, &error);
+  ASSERT_NE(owner, nullptr) << error;
+  auto f = Probe({"close", std::to_string(owner->session().session_id()),
+                  std::to_string(owner->session().token())});
+  EXPECT_EQ(f["close"], std::to_string(static_cast<int>(grpc::StatusCode::PERMISSION_DENIED)));
+  EXPECT_NE(f["close_message"].find("belongs to another user"), std::string::npos)
+      << f["close_message"];
+  wire::HelloRequest hello{wire::MakeHeader(wire::kHello, owner->session().token(), 5),
+                           owner->session().session_id()};
+  owner->Send(wire::kHello, &hello, sizeof hello);
+  auto r = owner->WaitReply(5);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, 0) << Message(*r);  // still open: the owner's Hello is answered
+}
+
+}  // namespace
+}  // namespace snapd::testing

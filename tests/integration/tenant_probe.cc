@@ -1,0 +1,127 @@
+// Test helper, run as a second (untrusted) user by tenancy_test.cc: tries what a hostile
+// tenant would, and prints one "name=value" line per attempt (codes as numbers).
+//   tenant_probe SOCKET replay STEPS BYTES   mapped-path Reserve+Commit with no bytes copied,
+//                                            then an ordinary fetch of what was "committed",
+//                                            then an honest copied round trip
+//   tenant_probe SOCKET close ID TOKEN       CloseSession of someone else's session
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "daemon_process.h"
+#include "raw_peer.h"
+#include "snapd/client.h"
+
+namespace {
+
+using snapd::testing::RawPeer;
+namespace wire = snapd::wire;
+namespace v1 = snapd::v1;
+
+void Print(const char* name, long long value) {
+  std::printf("%s=%lld\n", name, value);
+  std::fflush(stdout);
+}
+
+int Replay(const std::string& socket, uint64_t steps, uint64_t bytes) {
+  auto stub = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  std::string error;
+  auto peer = RawPeer::Open(*stub, &error);
+  if (!peer) {
+    std::fprintf(stderr, "open session: %s\n", error.c_str());
+    return 1;
+  }
+  const uint64_t token = peer->session().token();
+  wire::HelloRequest hello{wire::MakeHeader(wire::kHello, token, 1), peer->session().session_id()};
+  peer->Send(wire::kHello, &hello, sizeof hello);
+  auto hi = peer->WaitReply(1);
+  Print("hello", hi ? hi->code : -1);
+  v1::OpenRunRequest open;
+  open.mutable_spec()->set_name("replay");
+  open.mutable_spec()->set_steps(steps);
+  open.mutable_spec()->set_bytes_per_step(bytes);
+  open.mutable_spec()->set_keep(true);
+  open.mutable_spec()->set_layers(v1::LAYERS_HOST);
+  v1::OpenRunResponse opened;
+  grpc::ClientContext ctx;
+  grpc::Status s = stub->OpenRun(&ctx, open, &opened);
+  Print("open_run", s.error_code());
+  if (!s.ok()) return 1;
+  const uint64_t run = opened.run().run_id();
+  long long reserve_refused = 0, commit_refused = 0, fetch_not_found = 0;
+  std::string reserve_message;
+  std::vector<char> got(bytes);
+  for (uint64_t t = 0; t < steps; ++t) {
+    wire::PushRequest reserve{wire::MakeHeader(wire::kReserve, token, 100 + 3 * t), run, t,
+                              bytes, 0};
+    peer->Send(wire::kReserve, &reserve, sizeof reserve);
+    auto r = peer->WaitReply(100 + 3 * t);
+    if (r && r->code == 7) ++reserve_refused;
+    if (r && reserve_message.empty()) reserve_message = snapd::testing::Message(*r);
+    wire::PushRequest commit{wire::MakeHeader(wire::kCommit, token, 101 + 3 * t), run, t, bytes,
+                             0};
+    peer->Send(wire::kCommit, &commit, sizeof commit);
+    auto c = peer->WaitReply(101 + 3 * t);
+    if (c && c->code == 7) ++commit_refused;
+  }
+  Print("reserve_refused", reserve_refused);
+  Print("commit_refused", commit_refused);
+  std::printf("reserve_message=%s\n", reserve_message.c_str());
+  // What an ordinary client of this user then reads of the "committed" steps.
+  snapd::ClientOptions o;
+  o.socket_path = socket;
+  auto client = snapd::Client::Connect(o);
+  if (!client.ok()) return 1;
+  Print("mapped", (*client)->data_path() == snapd::DataPath::kMappedHostTier);
+  for (uint64_t t = 0; t < steps; ++t) {
+    snapd::Status f = (*client)->Fetch(run, t, got.data(), bytes);
+    if (f.code() == snapd::Code::kNotFound) ++fetch_not_found;
+  }
+  Print("fetch_not_found", fetch_not_found);
+  // An honest copied round trip into blocks another tenant freed shows only this user's bytes.
+  long long exact = 0;
+  for (uint64_t t = 0; t < steps; ++t) {
+    std::vector<char> mine(bytes);
+    snapd::testing::FillPattern(mine.data(), bytes, 99, t);
+    auto h = (*client)->Push(run, t, mine.data(), bytes);
+    if (!h.ok() || !h->WaitStored().ok()) continue;
+    if ((*client)->Fetch(run, t, got.data(), bytes).ok() && got == mine) ++exact;
+  }
+  Print("exact", exact);
+  (void)(*client)->DeleteRun("replay");
+  return 0;
+}
+
+int Close(const std::string& socket, uint64_t id, uint64_t token) {
+  auto stub = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  v1::CloseSessionRequest req;
+  req.set_session_id(id);
+  req.set_token(token);
+  v1::CloseSessionResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status s = stub->CloseSession(&ctx, req, &resp);
+  Print("close", s.error_code());
+  std::printf("close_message=%s\n", s.error_message().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 5 && std::strcmp(argv[2], "replay") == 0) {
+    return Replay(argv[1], std::strtoull(argv[3], nullptr, 10),
+                  std::strtoull(argv[4], nullptr, 10));
+  }
+  if (argc == 5 && std::strcmp(argv[2], "close") == 0) {
+    return Close(argv[1], std::strtoull(argv[3], nullptr, 10),
+                 std::strtoull(argv[4], nullptr, 10));
+  }
+  std::fprintf(stderr, "usage: tenant_probe SOCKET replay STEPS BYTES | close ID TOKEN\n");
+  return 2;
+}
