@@ -103,11 +103,27 @@ int Run(int argc, char** argv) {
   };
   std::error_code ec;
   std::filesystem::create_directories(config.state_dir, ec);
+  // The catalog names every run and its owner: snapd's alone, whatever the umask.
+  if (!ec && chmod(config.state_dir.c_str(), 0700) != 0) {
+    ec = std::error_code(errno, std::generic_category());
+  }
   if (ec) return fail(Status::PermissionDenied("creating state_dir " + config.state_dir + ": " +
                                                ec.message()));
-  auto mem = MemAvailable();
+  auto mem = MemInfo("MemAvailable");
   if (!mem.ok()) return fail(mem.status());
+  auto total = MemInfo("MemTotal");
+  if (!total.ok()) return fail(total.status());
   uint64_t budget = HostBudget(config, *mem);
+  if (budget > *total) {
+    return fail(Status::InvalidArgument(
+        "host_mem " + FormatBytes(budget) + " is more than this node's memory (" +
+        FormatBytes(*total) + " MemTotal); lower host_mem, or leave it 0 to use host_mem_perc"));
+  }
+  if (budget > *mem) {
+    SNAPD_LOG_WARN("host_mem %s is more than the memory available now (%s MemAvailable): the "
+                   "host tier may push other processes into swap or the OOM killer",
+                   FormatBytes(budget).c_str(), FormatBytes(*mem).c_str());
+  }
 
   auto catalog = Catalog::Open(config.state_dir + "/catalog");
   if (!catalog.ok()) return fail(catalog.status());

@@ -3,6 +3,8 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -41,9 +43,11 @@ const char* kUsage =
     "  ls RUN             snapshots of RUN: step, tier, bytes, checksum\n"
     "  locate RUN STEP    where one snapshot is\n"
     "  rm RUN             delete RUN and free its snapshots\n"
-    "  dump RUN --to DIR [--format npy|raw] [--steps A:B]\n"
+    "  dump RUN --to DIR [--format npy|raw] [--steps A:B] [--mode 0600]\n"
     "                     write each step of RUN (steps A..B-1) to DIR as a numpy .npy file\n"
-    "                     (or raw bytes) plus manifest.json; checksums are verified\n"
+    "                     (or raw bytes) plus manifest.json; checksums are verified; files\n"
+    "                     get --mode (default 0600: yours only), a DIR it creates the same\n"
+    "                     with search bits (0700)\n"
     "  drain              move every host-tier snapshot to disk (before draining the node)\n"
     "  quota [--uid U] [--set BYTES]\n"
     "                     a uid's byte quota and what it stores (default: yours); --set needs\n"
@@ -440,12 +444,27 @@ struct DumpArgs {
   std::string format = "npy";
   uint64_t first = 0;
   uint64_t end = 0;  // 0 = all
+  mode_t mode = 0600;  // of the files; a directory dump creates gets it with x where r is set
 };
+
+// A file of a dump, created with exactly `mode` whatever the umask.
+std::FILE* CreateDumpFile(const std::string& path, mode_t mode, bool exclusive) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC),
+                  mode);
+  if (fd < 0) return nullptr;
+  if (fchmod(fd, mode) != 0) {
+    ::close(fd);
+    return nullptr;
+  }
+  std::FILE* f = fdopen(fd, "wb");
+  if (!f) ::close(fd);
+  return f;
+}
 
 int ParseDumpArgs(const Options& o, DumpArgs* d) {
   for (size_t i = 1; i < o.args.size(); ++i) {
     const std::string& k = o.args[i];
-    if (k != "to" && k != "format" && k != "steps") {
+    if (k != "to" && k != "format" && k != "steps" && k != "mode") {
       if (!d->run.empty() || k.rfind("--", 0) == 0) {
         std::fprintf(stderr, "snapctl dump: unexpected argument '%s'\n", k.c_str());
         return 2;
@@ -460,6 +479,15 @@ int ParseDumpArgs(const Options& o, DumpArgs* d) {
     const std::string& v = o.args[++i];
     if (k == "to") {
       d->dir = v;
+    } else if (k == "mode") {
+      char* end = nullptr;
+      unsigned long m = std::strtoul(v.c_str(), &end, 8);
+      if (v.empty() || *end != '\0' || m > 0777) {
+        std::fprintf(stderr, "snapctl dump: --mode must be octal permission bits such as 0600 or "
+                     "0644, got '%s'\n", v.c_str());
+        return 2;
+      }
+      d->mode = static_cast<mode_t>(m);
     } else if (k == "format") {
       if (v != "npy" && v != "raw") {
         std::fprintf(stderr, "snapctl dump: --format must be npy or raw, got '%s'\n", v.c_str());
@@ -493,7 +521,12 @@ int Dump(v1::Control::Stub& stub, const Options& o) {
   if (!ls.ok()) return Fail("dump", ls, o);
   const v1::RunSpec& spec = list.run().spec();
   std::error_code ec;
-  std::filesystem::create_directories(d.dir, ec);
+  bool created = std::filesystem::create_directories(d.dir, ec);
+  // A directory the dump creates is as private as its files; an existing one is left as it is.
+  mode_t dir_mode = d.mode | ((d.mode & 0444) >> 2);
+  if (!ec && created && chmod(d.dir.c_str(), dir_mode) != 0) {
+    ec = std::error_code(errno, std::generic_category());
+  }
   if (ec) {
     std::fprintf(stderr, "snapctl dump: creating %s: %s\n", d.dir.c_str(), ec.message().c_str());
     return 1;
@@ -540,7 +573,7 @@ int Dump(v1::Control::Stub& stub, const Options& o) {
       std::snprintf(name, sizeof name, "step-%08llu.%s", (unsigned long long)chunk.step(),
                     d.format.c_str());
       entries.push_back({chunk.step(), name, chunk.checksum(), false});
-      out = std::fopen((d.dir + "/" + name).c_str(), "wbx");
+      out = CreateDumpFile(d.dir + "/" + name, d.mode, /*exclusive=*/true);
       if (!out) {
         failure = std::string("creating ") + d.dir + "/" + name + ": " + std::strerror(errno);
         break;
@@ -585,7 +618,7 @@ int Dump(v1::Control::Stub& stub, const Options& o) {
 
   std::string shape;
   for (int i = 0; i < spec.shape_size(); ++i) shape += (i ? ", " : "") + std::to_string(spec.shape(i));
-  std::FILE* m = std::fopen(manifest_path.c_str(), "w");
+  std::FILE* m = CreateDumpFile(manifest_path, d.mode, /*exclusive=*/false);
   if (!m) {
     std::fprintf(stderr, "snapctl dump: creating %s: %s\n", manifest_path.c_str(),
                  std::strerror(errno));

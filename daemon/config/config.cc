@@ -289,15 +289,15 @@ uint64_t HostBudget(const Config& c, uint64_t mem_available) {
   return static_cast<uint64_t>(static_cast<double>(mem_available) * c.host_mem_perc);
 }
 
-Result<uint64_t> MemAvailable() {
+Result<uint64_t> MemInfo(const std::string& field) {
   std::ifstream in("/proc/meminfo");
   std::string key;
   uint64_t kib = 0;
   std::string unit;
   while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
+    if (key == field + ":") return kib * 1024;
   }
-  return Status::Internal("MemAvailable not found in /proc/meminfo");
+  return Status::Internal(field + " not found in /proc/meminfo");
 }
 
 }  // namespace snapd

@@ -65,7 +65,7 @@ std::string SpoolDirsText(const Config& config);
 // Host-tier budget in bytes: host_mem, or host_mem_perc of `mem_available`.
 uint64_t HostBudget(const Config& config, uint64_t mem_available);
 
-// MemAvailable from /proc/meminfo, in bytes.
-Result<uint64_t> MemAvailable();
+// A field of /proc/meminfo ("MemAvailable", "MemTotal"), in bytes.
+Result<uint64_t> MemInfo(const std::string& field);
 
 }  // namespace snapd

@@ -68,6 +68,35 @@ uint64_t BytesUnder(const std::string& dir) {
   }
   return total;
 }
+
+// A spool snapd cannot write (read-only filesystem, wrong owner, failing device) is refused at
+// start, naming it, instead of failing every demotion later: one small file is written,
+// synced and removed.
+Status ProbeWritable(const std::string& dir) {
+  std::string probe = dir + "/.snapd-probe";
+  auto refuse = [&](const char* what) {
+    int err = errno;
+    ::unlink(probe.c_str());
+    return Status::FailedPrecondition("spool_dirs entry " + dir + " is not writable (" + what +
+                                      ": " + std::strerror(err) +
+                                      "); fix it, or leave it out of spool_dirs");
+  };
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return refuse("creating a file");
+  char block[4096] = {};
+  bool ok = ::write(fd, block, sizeof block) == static_cast<ssize_t>(sizeof block);
+  if (!ok) {
+    ::close(fd);
+    return refuse("writing");
+  }
+  if (::fdatasync(fd) != 0) {
+    ::close(fd);
+    return refuse("syncing");
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return Status::Ok();
+}
 }  // namespace
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options) {
@@ -77,7 +106,14 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
   for (const std::string& dir : options.spools) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
+    // Snapshot files of every tenant, and run ids in their names: snapd's alone.
+    struct stat st{};
+    if (!ec && (stat(dir.c_str(), &st) != 0 || (st.st_mode & 07777) != 0700) &&
+        chmod(dir.c_str(), 0700) != 0) {
+      ec = std::error_code(errno, std::generic_category());
+    }
     if (ec) return Status::PermissionDenied("creating spool directory " + dir + ": " + ec.message());
+    SNAPD_RETURN_IF_ERROR(ProbeWritable(dir));
     struct statvfs vfs{};
     if (statvfs(dir.c_str(), &vfs) != 0) return IoError("statvfs", dir, errno);
     auto spool = std::make_unique<Spool>();

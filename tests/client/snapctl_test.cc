@@ -1,6 +1,7 @@
 // snapctl against a real daemon: tables for people, --json for scripts, clear errors.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
@@ -137,6 +138,34 @@ void SmoothField(std::vector<char>& buf, uint64_t step) {
   std::vector<float> v(buf.size() / sizeof(float));
   for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.01f * i + 0.3f * step);
   std::memcpy(buf.data(), v.data(), buf.size());
+}
+
+// Private by default, whatever the umask: snapd's state and spool directories are 0700, a dump
+// is 0700/0600 unless --mode widens it.
+TEST_F(SnapctlTest, StateSpoolAndDumpArePrivateByDefaultAndModeWidensADump) {
+  auto mode = [](const std::string& path) {
+    struct stat st{};
+    EXPECT_EQ(stat(path.c_str(), &st), 0) << path;
+    return st.st_mode & 07777;
+  };
+  EXPECT_EQ(mode(dir_.path() + "/state"), 0700u);
+  EXPECT_EQ(mode(dir_.path() + "/state/spool"), 0700u);
+  mode_t old = umask(0);  // the widest umask: the modes below come from snapctl, not from it
+  std::string mine = dir_.path() + "/mine", shared = dir_.path() + "/shared", out, err;
+  int rc_private = Snapctl({"dump", "shot-7", "--to", mine}, &out, &err);
+  int rc_shared = Snapctl({"dump", "shot-7", "--to", shared, "--mode", "0644"}, &out, &err);
+  int rc_bad = Snapctl({"dump", "shot-7", "--to", dir_.path() + "/bad", "--mode", "rw"}, &out,
+                       &err);
+  umask(old);
+  ASSERT_EQ(rc_private, 0);
+  ASSERT_EQ(rc_shared, 0);
+  EXPECT_EQ(mode(mine), 0700u);
+  EXPECT_EQ(mode(mine + "/manifest.json"), 0600u);
+  EXPECT_EQ(mode(mine + "/step-00000000.npy"), 0600u);
+  EXPECT_EQ(mode(shared), 0755u);
+  EXPECT_EQ(mode(shared + "/step-00000002.npy"), 0644u);
+  EXPECT_EQ(rc_bad, 2);
+  EXPECT_NE(err.find("--mode must be octal permission bits"), std::string::npos) << err;
 }
 
 TEST_F(SnapctlTest, DumpWritesNumpyFilesEqualToWhatWasPushed) {

@@ -547,6 +547,34 @@ TEST_F(AbuseTest, ADiskBudgetLargerThanTheFilesystemIsReportedAtStart) {
       << daemon_->Log();
 }
 
+// Start-up refuses what cannot work, naming the key: a host tier larger than the node's
+// memory, and a spool directory snapd cannot write (a read-only filesystem).
+TEST(StartUp, RefusesAHostTierLargerThanTheNodeAndASpoolItCannotWrite) {
+  TempDir dir;
+  std::string out, err;
+  int rc = RunProgram({SNAPD_BINARY, "--socket", dir.path() + "/s", "--state-dir",
+                       dir.path() + "/state", "--host-mem", "64T", "--spool-dirs", "none"},
+                      &out, &err);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("host_mem 64.0 TiB is more than this node's memory"), std::string::npos)
+      << err;
+  std::string spool = dir.path() + "/ro-spool";
+  ASSERT_EQ(mkdir(spool.c_str(), 0700), 0);
+  rc = RunProgram({"/usr/bin/unshare", "--user", "--map-root-user", "--mount", "/bin/sh", "-c",
+                   "mount -t tmpfs -o ro,mode=0700,size=1m snapd-ro \"$0\" && exec \"$@\"",
+                   spool, SNAPD_BINARY, "--socket", dir.path() + "/s", "--state-dir",
+                   dir.path() + "/state", "--host-mem", "16M", "--spool-dirs", spool},
+                  &out, &err);
+  if (err.find("unshare") != std::string::npos || err.find("mount:") != std::string::npos) {
+    GTEST_SKIP() << "no unprivileged mount namespaces here: " << err;
+  }
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("spool_dirs entry " + spool + " is not writable (creating a file: "
+                     "Read-only file system)"),
+            std::string::npos)
+      << err;
+}
+
 TEST_F(AbuseTest, ARunLargerThanTheNodeIsRefusedWhenItOpensNamingTheLimit) {
   std::string spool = dir_.path() + "/spool";
   ASSERT_EQ(mkdir(spool.c_str(), 0700), 0);
