@@ -279,7 +279,11 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
     t->set_write_busy_ns(w.busy_ns);
     t->set_read_bytes(r.bytes);
     t->set_read_busy_ns(r.busy_ns);
-    for (const std::string& dir : disk->spool_dirs()) resp->add_spool_dirs(dir);
+    // Where snapd keeps every tenant's files is an admin's business.
+    Result<Tenant> who = Caller(ctx);
+    if (who.ok() && who->admin) {
+      for (const std::string& dir : disk->spool_dirs()) resp->add_spool_dirs(dir);
+    }
   }
   resp->set_demotions(c.demotions);
   resp->set_disk_reads(c.disk_reads);
