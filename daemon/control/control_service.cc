@@ -294,6 +294,8 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
   resp->set_fetches(d.fetches.load());
   resp->set_rejected_messages(d.rejected.load());
   resp->set_lost_snapshots(c.lost_snapshots);
+  resp->set_refused_pushes(c.refused_pushes);
+  resp->set_compactions(c.compactions);
   return Finish(ctx, Status::Ok());
 }
 

@@ -879,6 +879,8 @@ StoreCounters Store::Counters() const {
   MutexLock lock(mu_);
   StoreCounters c = counters_;
   c.runs = runs_.size();
+  c.refused_pushes = refused_pushes_;
+  c.compactions = compactions_;
   for (const auto& [id, run] : runs_) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.block) ++c.host_snapshots;

@@ -32,6 +32,7 @@
 #include "catalog/catalog.h"
 #include "disk_tier/disk_tier.h"
 #include "disk_tier/io_pool.h"
+#include "log.h"
 #include "host_tier/host_tier.h"
 #include "store/snapshot_io.h"
 #include "snapd/status.h"
@@ -51,6 +52,8 @@ struct StoreCounters {
   uint64_t prefetch_hits = 0;
   uint64_t demand_reads = 0;
   uint64_t released = 0;
+  uint64_t refused_pushes = 0;  // refused because host and disk together had no room
+  uint64_t compactions = 0;     // host blocks moved to merge free room
 };
 
 // Who asks. A tenant (a uid, as the kernel reported it for the caller's socket) sees and
@@ -345,6 +348,9 @@ class Store {
   int reads_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;
   int ingests_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;  // at-ingest compressions
   bool disk_full_ SNAPD_GUARDED_BY(mu_) = false;  // the last demotion found no room
+  uint64_t refused_pushes_ SNAPD_GUARDED_BY(mu_) = 0;  // refused for want of room
+  uint64_t compactions_ SNAPD_GUARDED_BY(mu_) = 0;     // blocks moved to merge free room
+  log::RejectionLog refusals_{"store"};
   double read_ns_per_byte_ SNAPD_GUARDED_BY(mu_) = 0;  // EWMA of disk reads
   bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
   CondVar checksum_cv_;

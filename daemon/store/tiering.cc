@@ -115,7 +115,15 @@ void Store::Rebalance(Deferred& deferred) {
   }
   uint64_t need = std::max(reserve, waiting);
   uint64_t writing = WritingBytes();
-  while (host_->budget() - host_->used() + writing < need && writes_in_flight_ < max_writes) {
+  // Short of room: fewer free bytes than needed, or (with mixed step sizes) enough free bytes
+  // but no piece the first waiting push fits in, even after compacting (GrantParkedPushes
+  // tried): then write out more, counting what is being written as if it joined that piece.
+  auto short_of_room = [&]() SNAPD_REQUIRES(mu_) {
+    if (host_->budget() - host_->used() + writing < need) return true;
+    return !parked_pushes_.empty() &&
+           host_->largest_free() + writing < parked_pushes_.front().bytes;
+  };
+  while (short_of_room() && writes_in_flight_ < max_writes) {
     uint64_t before = host_->used();
     int writes_before = writes_in_flight_;
     if (!FreeHostRoom()) break;
@@ -140,8 +148,12 @@ void Store::Rebalance(Deferred& deferred) {
   // (Parked pushes left here could not be granted even after compacting the host tier.)
   bool stuck = !Settling();
   if (!parked_pushes_.empty() && stuck) {
-    std::string why = disk_full_ ? "the disk tier is full too"
-                                 : "no stored snapshot can move to disk";
+    std::string why = !disk_           ? "snapd runs without a disk tier"
+                      : disk_full_     ? "the disk tier is full too (" +
+                                             FormatBytes(disk_->used()) + " of " +
+                                             FormatBytes(disk_->budget()) + " in use)"
+                                       : "every snapshot left in host memory belongs to a run "
+                                         "whose layers keep it there, or is in use";
     for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
       auto run = runs_.find(it->run_id);
       if (run != runs_.end() && run->second.record.spec().block_when_full()) {
@@ -149,10 +161,16 @@ void Store::Rebalance(Deferred& deferred) {
         continue;
       }
       Status full = Status::ResourceExhausted(
-          "host tier full (" + FormatBytes(host_->used()) + " of " +
-          FormatBytes(host_->budget()) + " in use) and " + why +
+          "no room for " + FormatBytes(it->bytes) + ": host tier " +
+          FormatBytes(host_->used()) + " of " + FormatBytes(host_->budget()) +
+          " in use (largest free piece " + FormatBytes(host_->largest_free()) + ") and " + why +
           "; delete finished runs, raise host_mem/disk_mem, or open the run with "
           "block_when_full");
+      ++refused_pushes_;
+      refusals_.Reject("push refused",
+                       (run != runs_.end() ? StepName(run->second.record, it->step)
+                                           : "run id " + std::to_string(it->run_id)) +
+                           ": " + full.message());
       if (run != runs_.end()) run->second.in_flight.erase(it->step);
       deferred.push_back([l = std::move(it->later), full] { l(full); });
       it = parked_pushes_.erase(it);
@@ -209,13 +227,14 @@ void Store::GrantParkedPushes(Deferred& deferred) {
 
 bool Store::CompactHost(uint64_t bytes) {
   if (host_->budget() - host_->used() < bytes) return false;  // not fragmentation: too full
-  // Compressed copies held by nobody else, lowest first: moving them up the arena merges the
-  // holes between them.
+  // Enough free bytes, but in pieces: move blocks only the store holds (no send, lease,
+  // checksum, compression or disk I/O has them), lowest first, to the highest free piece that
+  // fits. Each move merges the room it leaves with its neighbours; a memcpy costs far less
+  // than writing a step to disk.
   std::vector<Snapshot*> movable;
   for (auto& [id, run] : runs_) {
     for (auto& [step, snap] : run.snapshots) {
-      if (HoldsCompressed(snap) && snap.block && snap.block.use_count() == 1 && !snap.writing &&
-          !snap.reading) {
+      if (snap.block && snap.block.use_count() == 1 && !snap.writing && !snap.reading) {
         movable.push_back(&snap);
       }
     }
@@ -226,10 +245,11 @@ bool Store::CompactHost(uint64_t bytes) {
   for (Snapshot* snap : movable) {
     if (host_->largest_free() >= bytes) return true;
     auto dest = host_->Allocate(snap->block->size(), /*from_top=*/true);
-    if (!dest.ok()) return false;
-    if ((*dest)->offset() < snap->block->offset()) return false;  // nothing higher to move to
-    std::memcpy((*dest)->data(), snap->block->data(), snap->record.stored_bytes());
+    if (!dest.ok()) continue;  // no piece this block fits in; a smaller one may move
+    if ((*dest)->offset() < snap->block->offset()) continue;  // would move down: no gain
+    std::memcpy((*dest)->data(), snap->block->data(), snap->block->size());
     snap->block = std::move(dest).value();  // the old copy's room merges with its neighbours
+    ++compactions_;
   }
   return host_->largest_free() >= bytes;
 }

@@ -230,7 +230,7 @@ TEST_P(BadInputTest, RequestAboveHostBudgetIsResourceExhausted) {
   }
   auto h = client_->Push(run->run_id, 2, b.data(), b.size());
   ASSERT_TRUE(h.ok());
-  ExpectError(h->WaitStored(), Code::kResourceExhausted, "host tier full");
+  ExpectError(h->WaitStored(), Code::kResourceExhausted, "no room for 3.0 MiB: host tier");
   std::vector<char> got(b.size());
   EXPECT_TRUE(client_->Fetch(run->run_id, 1, got.data(), got.size()).ok());
   EXPECT_EQ(got, b);

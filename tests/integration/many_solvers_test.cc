@@ -1,0 +1,91 @@
+// Many solvers on one node: clients with mixed step sizes (odd ones included), half on the
+// mapped path and half over UCX, share a small host tier and an ample disk tier at once, and
+// one is killed mid-run. No push may be refused while the disk has room, every byte comes back
+// exact, and the dead client's session goes away. Bounded: well under a minute on 2 cores.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <thread>
+
+#include "daemon_process.h"
+#include "snapd/client.h"
+
+namespace snapd::testing {
+namespace {
+
+struct Solver {
+  uint64_t bytes;
+  uint64_t steps;
+  bool mapped;
+};
+
+// Forward: push every step; backward: fetch in reverse and compare. Returns "" or what failed;
+// counts refusals.
+std::string RunSolver(const DaemonProcess& daemon, int id, const Solver& s,
+                      std::atomic<int>* refused) {
+  auto c = ConnectClient(daemon, s.mapped);
+  if (!c.ok()) return c.status().ToString();
+  RunSpec spec;
+  spec.name = "solver-" + std::to_string(id);
+  spec.steps = s.steps;
+  spec.bytes_per_step = s.bytes;
+  auto run = (*c)->OpenRun(spec);
+  if (!run.ok()) return run.status().ToString();
+  std::vector<char> in(s.bytes), out(s.bytes);
+  for (uint64_t t = 0; t < s.steps; ++t) {
+    FillPattern(in.data(), s.bytes, 100 + id, t);
+    auto h = (*c)->Push(run->run_id, t, in.data(), s.bytes);
+    Status stored = h.ok() ? h->WaitStored() : h.status();
+    if (stored.code() == Code::kResourceExhausted) {
+      ++*refused;
+      return spec.name + " step " + std::to_string(t) + ": " + stored.ToString();
+    }
+    if (!stored.ok()) return stored.ToString();
+  }
+  for (uint64_t t = s.steps; t-- > 0;) {
+    FillPattern(in.data(), s.bytes, 100 + id, t);
+    Status f = (*c)->Fetch(run->run_id, t, out.data(), s.bytes);
+    if (!f.ok()) return spec.name + " fetch " + std::to_string(t) + ": " + f.ToString();
+    if (in != out) return spec.name + " step " + std::to_string(t) + " came back different";
+  }
+  return "";
+}
+
+TEST(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackExact) {
+  TempDir dir;
+  std::string spool = dir.path() + "/spool";
+  auto d = DaemonProcess::Start({dir.path(), "96M", {"--spool-dirs", spool, "--disk-mem", "4G"},
+                                 {}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  constexpr uint64_t kMiB = 1 << 20;
+  const std::vector<Solver> solvers = {
+      {1 * kMiB, 60, true},       {4 * kMiB, 30, false},  {16 * kMiB, 12, true},
+      {3 * kMiB + 17, 30, false}, {24 * kMiB, 8, true},   {256 * 1024 + 8, 80, false},
+      {5 * kMiB + 4096, 20, true}, {12 * kMiB, 10, false},
+  };
+  // One more client is killed mid-push; its run and session must not hold anyone up.
+  pid_t victim = fork();
+  if (victim == 0) {
+    execl(PUSH_UNTIL_KILLED_BINARY, PUSH_UNTIL_KILLED_BINARY, (*d)->socket().c_str(), "victim",
+          "7340032", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::atomic<int> refused{0};
+  std::vector<std::string> errors(solvers.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < solvers.size(); ++i) {
+    threads.emplace_back([&, i] { errors[i] = RunSolver(**d, static_cast<int>(i), solvers[i], &refused); });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(victim, SIGKILL);
+  waitpid(victim, nullptr, 0);
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < solvers.size(); ++i) EXPECT_EQ(errors[i], "") << "solver " << i;
+  EXPECT_EQ(refused, 0) << (*d)->Log();
+  EXPECT_EQ((*d)->Stop(), 0) << (*d)->Log();
+}
+
+}  // namespace
+}  // namespace snapd::testing
