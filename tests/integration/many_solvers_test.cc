@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
 #include "daemon_process.h"
+#include "snapd/v1/control.grpc.pb.h"
 #include "snapd/client.h"
 
 namespace snapd::testing {
@@ -85,6 +89,48 @@ TEST(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackExa
   for (size_t i = 0; i < solvers.size(); ++i) EXPECT_EQ(errors[i], "") << "solver " << i;
   EXPECT_EQ(refused, 0) << (*d)->Log();
   EXPECT_EQ((*d)->Stop(), 0) << (*d)->Log();
+}
+
+// A client killed while idle (no traffic that would notice) loses its session, and with it its
+// token, within 30 s (docs/operations.md; UCX's keepalive finds the dead peer).
+TEST(ManySolvers, AKilledIdleClientsSessionCloses) {
+  TempDir dir;
+  auto d = DaemonProcess::Start({dir.path(), "32M", {}, {}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  auto stub = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + (*d)->socket(), grpc::InsecureChannelCredentials()));
+  auto sessions = [&] {
+    grpc::ClientContext ctx;
+    v1::StatsResponse r;
+    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &r).ok());
+    return r.sessions();
+  };
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  pid_t idle = fork();
+  if (idle == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    execl(PUSH_UNTIL_KILLED_BINARY, PUSH_UNTIL_KILLED_BINARY, (*d)->socket().c_str(), "idle", "0",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  char line[16] = {};
+  ASSERT_GT(read(out[0], line, sizeof line - 1), 0);  // "connected"
+  close(out[0]);
+  EXPECT_EQ(std::string(line), "connected\n");
+  EXPECT_EQ(sessions(), 1u);
+  kill(idle, SIGKILL);
+  waitpid(idle, nullptr, 0);
+  auto t0 = std::chrono::steady_clock::now();
+  while (sessions() > 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(sessions(), 0u) << (*d)->Log();
+  EXPECT_NE((*d)->Log().find("client disconnected"), std::string::npos);
+  std::printf("a killed idle client's session closed after %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  EXPECT_EQ((*d)->Stop(), 0);
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // Test helper: connects to snapd, opens run NAME with BYTES per step, and pushes steps until it
 // is killed, printing "pushed T" after issuing each push. Used to kill a client mid-push.
 // Before issuing push T it has seen push T-4 stored, so "pushed T" guarantees steps 0..T-4
-// are in the catalog while later ones are still in flight.
+// are in the catalog while later ones are still in flight. BYTES 0: connect, print
+// "connected", and stay idle until killed.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -19,6 +22,11 @@ int main(int argc, char** argv) {
   auto client = snapd::Client::Connect(o);
   if (!client.ok()) return 1;
   uint64_t bytes = std::strtoull(argv[3], nullptr, 10);
+  if (bytes == 0) {  // connected and idle until killed: no traffic that would notice a failure
+    std::printf("connected\n");
+    std::fflush(stdout);
+    for (;;) pause();
+  }
   snapd::RunSpec spec;
   spec.name = argv[2];
   spec.bytes_per_step = bytes;
