@@ -36,6 +36,8 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <ucp/api/ucp.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <thread>
@@ -54,6 +56,7 @@
 #include <vector>
 
 #include "snapd/client.h"
+#include "paths.h"
 #include "snapbench_device.h"
 #include "units.h"
 
@@ -75,6 +78,8 @@ struct Args {
   bool codec = false;
   bool device = false;
   int workers = 0;  // codec: 0 = the daemon's default (cores minus one)
+  int many = 0;     // many: solver processes at once
+  int kill = 0;     // many: how many of them are killed mid-run
   double compute_ms = 0;  // spill: simulated compute per backward step; 0 = 1.25x read time
 };
 
@@ -300,8 +305,13 @@ int Spill(snapd::Client& c, const Args& a) {
   if (!before.ok()) return fail("stats", before.status());
   const auto* host = FindTier(*before, snapd::v1::TIER_HOST);
   const auto* disk = FindTier(*before, snapd::v1::TIER_DISK);
-  if (!host || !disk || before->spool_dirs().empty()) {
+  if (!host || !disk) {
     return fail("setup", snapd::Status::FailedPrecondition("snapd runs without a disk tier"));
+  }
+  if (before->spool_dirs().empty()) {
+    return fail("setup", snapd::Status::PermissionDenied(
+                             "snapd names its spool directories (for the O_DIRECT reference) to "
+                             "admins only: run as root, snapd's uid or the admin_group"));
   }
   uint64_t steps = 3 * host->budget_bytes() / a.bytes + 1;
   double total = static_cast<double>(steps) * a.bytes;
@@ -417,6 +427,184 @@ int Spill(snapd::Client& c, const Args& a) {
               disk_read_s > 0 ? 100.0 * stall_vs_copy / disk_read_s : 0.0,
               (unsigned long long)hits, (unsigned long long)demand);
   return 0;
+}
+
+// Many mode (--many N): N solver processes at once on one snapd, with mixed step sizes (1, 4,
+// 16 and 64 MiB, and 3 MiB + 17 bytes), odd-numbered ones on the copied UCX path, each pushing
+// its steps then fetching them in reverse and checking every byte; --kill K of them are killed
+// with SIGKILL mid-run. Each solver is forked before any gRPC or UCX state exists here, and
+// reports through a pipe. Printed: refusals, bytes exact, the host tier's peak use against its
+// budget, fetches served from memory, and each solver's throughput beside a memcpy and the
+// O_DIRECT disk measured in the same run.
+//
+//   snapbench --many N [--kill K] [--steps S] [--socket PATH] [--json]
+struct SolverReport {
+  uint64_t bytes = 0, steps = 0, pushed = 0, refused = 0, exact = 0, wrong = 0, failed = 0;
+  double forward_s = 0, backward_s = 0;
+};
+
+SolverReport RunOneSolver(const std::string& socket, int id, uint64_t bytes, uint64_t steps,
+                          bool mapped) {
+  SolverReport r;
+  r.bytes = bytes;
+  r.steps = steps;
+  snapd::ClientOptions o;
+  o.socket_path = socket;
+  o.client_name = "snapbench-many";
+  o.map_host_tier = mapped;
+  auto c = snapd::Client::Connect(o);
+  if (!c.ok()) {
+    r.failed = 1;
+    return r;
+  }
+  snapd::RunSpec spec;
+  spec.name = "snapbench-many-" + std::to_string(getpid()) + "-" + std::to_string(id);
+  spec.steps = steps;
+  spec.bytes_per_step = bytes;
+  auto run = (*c)->OpenRun(spec);
+  if (!run.ok()) {
+    r.failed = 1;
+    return r;
+  }
+  auto pattern = [&](std::vector<uint64_t>& w, uint64_t t) {
+    for (size_t i = 0; i < w.size(); i += 512) w[i] = (static_cast<uint64_t>(id) << 48) ^ (t << 24) ^ i;
+  };
+  std::vector<uint64_t> in(bytes / 8 + 1), out(bytes / 8 + 1);
+  auto t0 = Clock::now();
+  for (uint64_t t = 0; t < steps; ++t) {
+    pattern(in, t);
+    auto h = (*c)->Push(run->run_id, t, in.data(), bytes);
+    snapd::Status s = h.ok() ? h->WaitStored() : h.status();
+    if (s.code() == snapd::Code::kResourceExhausted) ++r.refused;
+    else if (!s.ok()) ++r.failed;
+    else ++r.pushed;
+  }
+  auto t1 = Clock::now();
+  for (uint64_t t = steps; t-- > 0;) {
+    pattern(in, t);
+    std::fill(out.begin(), out.end(), 0);
+    if (!(*c)->Fetch(run->run_id, t, out.data(), bytes).ok()) continue;
+    if (std::memcmp(in.data(), out.data(), bytes) == 0) ++r.exact;
+    else ++r.wrong;
+  }
+  auto t2 = Clock::now();
+  r.forward_s = Seconds(t0, t1);
+  r.backward_s = Seconds(t1, t2);
+  (void)(*c)->DeleteRun(spec.name);
+  return r;
+}
+
+int Many(const Args& a) {
+  const uint64_t kMiB = 1 << 20;
+  const uint64_t sizes[] = {1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB, 3 * kMiB + 17};
+  struct Child {
+    pid_t pid;
+    int fd;
+    bool killed;
+  };
+  std::vector<Child> children;
+  auto start = Clock::now();
+  for (int i = 0; i < a.many; ++i) {
+    int p[2];
+    if (pipe(p) != 0) return 1;
+    uint64_t bytes = sizes[i % 5];
+    uint64_t steps = a.steps + (a.steps * static_cast<uint64_t>(i % 3)) / 2;  // S, 1.5 S, 2 S
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(p[0]);
+      SolverReport r = RunOneSolver(a.socket, i, bytes, steps, i % 2 == 0);
+      (void)!write(p[1], &r, sizeof r);
+      _exit(0);
+    }
+    close(p[1]);
+    children.push_back({pid, p[0], false});
+  }
+  // Kill K of them at spread-out moments while they push.
+  for (int k = 0; k < a.kill && k < a.many; ++k) {
+    usleep(400000);
+    Child& victim = children[static_cast<size_t>(a.many - 1 - k)];
+    kill(victim.pid, SIGKILL);
+    victim.killed = true;
+  }
+  std::vector<SolverReport> reports;
+  for (Child& ch : children) {
+    SolverReport r;
+    ssize_t n = read(ch.fd, &r, sizeof r);
+    close(ch.fd);
+    waitpid(ch.pid, nullptr, 0);
+    if (!ch.killed && n == static_cast<ssize_t>(sizeof r)) reports.push_back(r);
+  }
+  double wall_s = Seconds(start, Clock::now());
+  // References in the same run, after the load: memcpy of a 16 MiB step and O_DIRECT on the
+  // spool's filesystem.
+  double memcpy_rate = MemcpyRate(16 * kMiB, 5);
+  auto stats = DaemonStats(a.socket.empty() ? snapd::ClientSocketPath() : a.socket);
+  if (!stats.ok()) {
+    std::fprintf(stderr, "snapbench --many: %s\n", stats.status().ToString().c_str());
+    return 1;
+  }
+  double odirect_write = 0, odirect_read = 0;
+  if (!stats->spool_dirs().empty()) {
+    (void)DirectIoRates(stats->spool_dirs(0), 64, 16 * kMiB, &odirect_write, &odirect_read);
+  }
+  const auto* host = FindTier(*stats, snapd::v1::TIER_HOST);
+  uint64_t refused = 0, exact = 0, wrong = 0, failed = 0, steps = 0;
+  double moved = 0;  // bytes pushed and fetched back by the surviving solvers
+  for (const auto& r : reports) {
+    moved += 2.0 * r.bytes * r.steps;
+    refused += r.refused;
+    exact += r.exact;
+    wrong += r.wrong;
+    failed += r.failed;
+    steps += r.steps;
+  }
+  double peak = host ? static_cast<double>(host->peak_used_bytes()) / host->budget_bytes() : 0;
+  uint64_t from_disk = stats->demand_reads();
+  auto gbs = [](double rate) { return rate / 1e9; };
+  if (a.json) {
+    std::printf("{\"solvers\": %d, \"killed\": %d, \"steps\": %llu, \"refused\": %llu, "
+                "\"exact\": %llu, \"wrong\": %llu, \"failed\": %llu, \"daemon_refused_pushes\": "
+                "%llu, \"host_peak_fraction\": %.3f, \"fetches_waited_on_disk\": %llu, "
+                "\"prefetch_hits\": %llu, \"memcpy_gbs\": %.3f, \"odirect_write_gbs\": %.3f, "
+                "\"odirect_read_gbs\": %.3f, \"aggregate_gbs\": %.3f, \"solvers_detail\": [",
+                a.many, a.kill, (unsigned long long)steps, (unsigned long long)refused,
+                (unsigned long long)exact, (unsigned long long)wrong, (unsigned long long)failed,
+                (unsigned long long)stats->refused_pushes(), peak, (unsigned long long)from_disk,
+                (unsigned long long)stats->prefetch_hits(), gbs(memcpy_rate), gbs(odirect_write),
+                gbs(odirect_read), gbs(moved / wall_s));
+    for (size_t i = 0; i < reports.size(); ++i) {
+      const auto& r = reports[i];
+      std::printf("%s{\"bytes\": %llu, \"steps\": %llu, \"forward_gbs\": %.3f, "
+                  "\"backward_gbs\": %.3f}",
+                  i ? ", " : "", (unsigned long long)r.bytes, (unsigned long long)r.steps,
+                  gbs(r.bytes * r.steps / r.forward_s), gbs(r.bytes * r.steps / r.backward_s));
+    }
+    std::printf("]}\n");
+  } else {
+    std::printf("snapbench --many: %d solvers (%d killed), host tier %s\n", a.many, a.kill,
+                host ? snapd::FormatBytes(host->budget_bytes()).c_str() : "?");
+    std::printf("memcpy %.2f GB/s   O_DIRECT write %.2f GB/s   read %.2f GB/s (same run)\n",
+                gbs(memcpy_rate), gbs(odirect_write), gbs(odirect_read));
+    std::printf("%12s %6s %12s %8s %12s %8s\n", "step bytes", "steps", "forward GB/s", "/memcpy",
+                "backward GB/s", "/memcpy");
+    for (const auto& r : reports) {
+      double f = r.bytes * r.steps / r.forward_s, b = r.bytes * r.steps / r.backward_s;
+      std::printf("%12llu %6llu %12.2f %8.2f %12.2f %8.2f\n", (unsigned long long)r.bytes,
+                  (unsigned long long)r.steps, gbs(f), f / memcpy_rate, gbs(b), b / memcpy_rate);
+    }
+    std::printf("surviving solvers: %llu steps, refused %llu, exact %llu, wrong %llu, failed "
+                "%llu; snapd refused_pushes %llu\n",
+                (unsigned long long)steps, (unsigned long long)refused,
+                (unsigned long long)exact, (unsigned long long)wrong, (unsigned long long)failed,
+                (unsigned long long)stats->refused_pushes());
+    std::printf("all solvers: %.2f GB pushed and fetched back in %.1f s = %.2f GB/s\n",
+                moved / 1e9, wall_s, gbs(moved / wall_s));
+    std::printf("host tier peak use %.1f%% of its budget; fetches that waited on disk %llu, "
+                "prefetch hits %llu\n",
+                100 * peak, (unsigned long long)from_disk,
+                (unsigned long long)stats->prefetch_hits());
+  }
+  return refused == 0 && wrong == 0 && failed == 0 ? 0 : 1;
 }
 
 // Best of `reps` runs of `f`, in seconds.
@@ -553,6 +741,10 @@ int main(int argc, char** argv) {
       a.codec = true;
     } else if (k == "--device") {
       a.device = true;
+    } else if (k == "--many" && v) {
+      a.many = std::atoi(argv[++i]);
+    } else if (k == "--kill" && v) {
+      a.kill = std::atoi(argv[++i]);
     } else if (k == "--workers" && v) {
       a.workers = std::atoi(argv[++i]);
     } else if (k == "--compute-ms" && v) {
@@ -574,6 +766,7 @@ int main(int argc, char** argv) {
                    "       snapbench --spill [--bytes S] [--compute-ms T] [--socket PATH] "
                    "[--json]\n"
                    "       snapbench --codec [--workers N] [--json]\n"
+                   "       snapbench --many N [--kill K] [--steps S] [--socket PATH] [--json]\n"
                    "       snapbench --device [--steps N] [--bytes S] [--compute-ms T] "
                    "[--socket PATH] [--json]\n");
       return 2;
@@ -584,6 +777,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (a.codec) return Codec(a);
+  if (a.many > 0) return Many(a);  // forks its solvers before any client state exists here
   snapd::ClientOptions opts;
   opts.socket_path = a.socket;
   opts.client_name = "snapbench";

@@ -258,6 +258,7 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
   host->set_used_bytes(store_->host_used());
   host->set_snapshots(c.host_snapshots);
   host->set_raw_bytes(store_->host_used());  // host copies are never compressed
+  host->set_peak_used_bytes(store_->host_peak_used());
   resp->set_data_plane_address(data_plane_->Describe());
   const DataPlaneCounters& d = data_plane_->counters();
   auto rate = [](uint64_t bytes, uint64_t ns) {

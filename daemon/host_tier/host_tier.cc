@@ -82,12 +82,18 @@ uint64_t HostTier::used() const {
   return used_;
 }
 
+uint64_t HostTier::peak_used() const {
+  MutexLock lock(mu_);
+  return peak_used_;
+}
+
 Result<std::shared_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes, bool from_top) {
   if (bytes == 0) return Status::InvalidArgument("host-tier allocation of 0 bytes");
   uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   MutexLock lock(mu_);
   if (std::optional<uint64_t> offset = ranges_.Allocate(size, from_top)) {
     used_ += size;
+    peak_used_ = std::max(peak_used_, used_);
     return std::make_shared<HostBlock>(this, *offset, size, static_cast<char*>(base_) + *offset);
   }
   std::string why = used_ + size > budget_ ? "" : " (free space is fragmented)";

@@ -64,6 +64,8 @@ class HostTier {
 
   uint64_t budget() const { return budget_; }
   uint64_t used() const SNAPD_EXCLUDES(mu_);
+  // The most `used()` has been since start.
+  uint64_t peak_used() const SNAPD_EXCLUDES(mu_);
   // The largest block Allocate could hand out now.
   uint64_t largest_free() const SNAPD_EXCLUDES(mu_);
   // Called (without the tier's lock) after every block release, on the releasing thread; the
@@ -82,6 +84,7 @@ class HostTier {
   mutable Mutex mu_;
   RangeAllocator ranges_ SNAPD_GUARDED_BY(mu_);
   uint64_t used_ SNAPD_GUARDED_BY(mu_) = 0;
+  uint64_t peak_used_ SNAPD_GUARDED_BY(mu_) = 0;
   mutable Mutex listener_mu_;
   std::function<void()> listener_ SNAPD_GUARDED_BY(listener_mu_);
 };

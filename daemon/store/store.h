@@ -180,6 +180,7 @@ class Store {
   StoreCounters Counters() const SNAPD_EXCLUDES(mu_);
   uint64_t host_budget() const { return host_->budget(); }
   uint64_t host_used() const { return host_->used(); }
+  uint64_t host_peak_used() const { return host_->peak_used(); }
   const DiskTier* disk() const { return disk_; }
 
   // Blocks until every checksum queued so far is recorded and the tiering thread has nothing
