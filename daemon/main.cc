@@ -150,6 +150,7 @@ int Run(int argc, char** argv) {
   SessionTable sessions;
   DataPlane::Options dp_options;
   dp_options.connect_timeout = std::chrono::seconds(config.session_connect_timeout);
+  dp_options.orphan_grace = std::chrono::seconds(config.orphan_grace);
   auto data_plane = DataPlane::Start(dp_options, store->get(), &sessions);
   if (!data_plane.ok()) return fail(data_plane.status());
 

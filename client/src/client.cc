@@ -633,6 +633,8 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
     }
     req.set_device_steps(plan.slots);
   }
+  req.set_session_id(impl_->session_id);  // a run not kept goes when every opener died
+  req.set_token(impl_->token);
   v1::OpenRunResponse resp;
   Status opened = impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->OpenRun(ctx, req, &resp); });

@@ -34,6 +34,9 @@ const std::vector<OptionDoc>& ConfigOptions() {
       {"session_connect_timeout", "SNAPD_SESSION_CONNECT_TIMEOUT",
        "seconds a new session has to say Hello on its UCX endpoint before it is closed "
        "(default 30)"},
+      {"orphan_grace", "SNAPD_ORPHAN_GRACE",
+       "seconds a run that is not kept survives the death of every client that opened it; "
+       "0 = until removed (default 600)"},
       {"log_level", "SNAPD_LOG_LEVEL", "debug, info, warn or error (default info)"},
       {"socket_mode", "SNAPD_SOCKET_MODE",
        "control socket permissions, octal; who connects is told by SO_PEERCRED (default 0666)"},
@@ -115,6 +118,10 @@ Status Set(Config& c, const std::string& key, const std::string& value,
   } else if (key == "io_threads" || key == "prefetch_depth") {
     if (!ParseInteger(value, 1, 256, key == "io_threads" ? &c.io_threads : &c.prefetch_depth)) {
       return bad("must be an integer 1..256");
+    }
+  } else if (key == "orphan_grace") {
+    if (!ParseInteger(value, 0, 7 * 24 * 3600, &c.orphan_grace)) {
+      return bad("must be a number of seconds 0..604800 (0 = never remove)");
     }
   } else if (key == "session_connect_timeout") {
     if (!ParseInteger(value, 1, 3600, &c.session_connect_timeout)) {
@@ -260,6 +267,7 @@ std::string FormatConfig(const Config& c) {
     << "prefetch_depth = " << c.prefetch_depth << "\n"
     << "compress_threads = " << c.compress_threads << "\n"
     << "session_connect_timeout = " << c.session_connect_timeout << "\n"
+    << "orphan_grace = " << c.orphan_grace << "\n"
     << "log_level = \"" << c.log_level << "\"\n"
     << "socket_mode = \"0" << std::oct << c.socket_mode << std::dec << "\"\n"
     << "admin_group = \"" << c.admin_group << "\"\n"

@@ -24,6 +24,7 @@ struct Config {
   uint32_t prefetch_depth = 8;
   uint32_t compress_threads = 0;  // 0 = the cores minus one
   uint32_t session_connect_timeout = 30;  // seconds from OpenSession to the client's Hello
+  uint32_t orphan_grace = 600;  // seconds a non-keep run outlives its dead clients; 0 = forever
   std::string log_level = "info";
   uint32_t socket_mode = 0666;  // control socket permissions; tenancy is per uid regardless
   std::string admin_group;      // members see and manage every tenant's runs (root always does)

@@ -178,7 +178,14 @@ grpc::ServerUnaryReactor* ControlService::OpenRun(grpc::CallbackServerContext* c
                                                   v1::OpenRunResponse* resp) {
   bool created = false;
   SNAPD_CALLER_OR_FINISH(who, ctx);
-  auto run = store_->OpenRun(req->spec(), who.uid, &created, who, req->device_steps());
+  uint64_t session_id = 0;
+  if (req->session_id() != 0) {  // only the caller's own session, proven by its token
+    Result<Session> own = OwnSession(who, req->session_id(), req->token());
+    if (!own.ok()) return Finish(ctx, own.status());
+    session_id = own->id;
+  }
+  auto run = store_->OpenRun(req->spec(), who.uid, &created, who, req->device_steps(),
+                             session_id);
   if (run.ok()) {
     *resp->mutable_run() = std::move(run).value();
     resp->set_created(created);

@@ -183,6 +183,7 @@ void DataPlane::Sweep() {
       ++it;
     }
   }
+  if (options_.orphan_grace.count() > 0) store_->RemoveOrphans(options_.orphan_grace);
 }
 
 void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -194,15 +195,15 @@ void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   SNAPD_LOG_INFO("session %llu: client disconnected (UCX: %s)",
                  static_cast<unsigned long long>(it->second.session_id),
                  ucs_status_string(status));
-  self->Forget(it);
+  self->Forget(it, /*died=*/true);
   self->CloseLater(ep);
 }
 
-void DataPlane::Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it) {
+void DataPlane::Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it, bool died) {
   for (const auto& [key, r] : it->second.reserved) store_->AbortPush(r.ticket);
   // Device steps held in that client's GPU memory died with its endpoint.
   if (it->second.session_id != 0) {
-    store_->EndSession(it->second.session_id);
+    store_->EndSession(it->second.session_id, died);
     (void)sessions_->Close(it->second.session_id, it->second.token);  // may be closed already
   }
   conns_.erase(it);

@@ -77,6 +77,9 @@ class DataPlane {
     // A session whose client has not said Hello by then is closed (it never connected, or
     // its endpoint cannot reach it).
     std::chrono::seconds connect_timeout{30};
+    // Runs that are not kept and whose every opening client died are removed this long after
+    // (Store::RemoveOrphans, from the sweeper); 0 = never.
+    std::chrono::seconds orphan_grace{600};
   };
 
   static Result<std::unique_ptr<DataPlane>> Start(const Options& options, Store* store,
@@ -192,7 +195,7 @@ class DataPlane {
   ucs_status_t HandleReleaseLease(Conn& conn, ucp_ep_h ep, const wire::LeaseRelease& req, void* data,
                           size_t length, const ucp_am_recv_param_t* param);
   // Forgets a connection: aborts its reservations, drops its leases, ends its session.
-  void Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it);
+  void Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it, bool died = false);
 
   // Checks endpoint, header size, magic, version, op and (unless Hello) the session token.
   // On failure counts the message as rejected, answers it when it can, and returns null.

@@ -426,7 +426,8 @@ uint64_t Store::BlockBytes(const Run& run) const {
 }
 
 Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_uid,
-                                   bool* created, const Tenant& who, uint64_t device_steps) {
+                                   bool* created, const Tenant& who, uint64_t device_steps,
+                                   uint64_t session_id) {
   SNAPD_RETURN_IF_ERROR(ValidateRunSpec(requested));
   v1::RunSpec spec = requested;
   const std::string& name = spec.name();
@@ -481,6 +482,10 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
                                    "`)");
     }
     *created = false;
+    if (session_id != 0) {
+      run.sessions.insert(session_id);
+      run.orphaned_at.reset();  // a client attached again
+    }
     return Info(run);
   }
   SNAPD_ASSIGN_OR_RETURN(uint64_t id, catalog_->AllocateRunId());
@@ -499,6 +504,7 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
   SNAPD_RETURN_IF_ERROR(catalog_->PutRun(run.record));
   by_name_[name] = id;
   *created = true;
+  if (session_id != 0) run.sessions.insert(session_id);
   return Info(runs_[id] = std::move(run));
 }
 
@@ -550,6 +556,11 @@ Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
 Result<uint64_t> Store::DeleteRun(const std::string& name, const Tenant& who) {
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+  return DeleteRunLocked(run);
+}
+
+Result<uint64_t> Store::DeleteRunLocked(Run* run) {
+  const std::string name = run->record.spec().name();
   uint64_t id = run->record.run_id();
   SNAPD_RETURN_IF_ERROR(catalog_->DeleteRun(id));
   uint64_t freed = run->stored_bytes;
@@ -644,11 +655,34 @@ Status Store::HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes,
   return Status::Ok();
 }
 
-void Store::EndSession(uint64_t session_id) {
+void Store::EndSession(uint64_t session_id, bool died) {
   MutexLock lock(mu_);
   for (auto& [id, run] : runs_) {
     for (auto& [step, held] : run.device) {
       if (held.session_id == session_id) held.lost = true;
+    }
+    if (run.sessions.erase(session_id) && run.sessions.empty() && died &&
+        !run.record.spec().keep()) {
+      run.orphaned_at = std::chrono::steady_clock::now();
+    }
+  }
+}
+
+void Store::RemoveOrphans(std::chrono::seconds grace) {
+  MutexLock lock(mu_);
+  auto now = std::chrono::steady_clock::now();
+  std::vector<uint64_t> expired;
+  for (const auto& [id, run] : runs_) {
+    if (run.orphaned_at && now - *run.orphaned_at >= grace) expired.push_back(id);
+  }
+  for (uint64_t id : expired) {
+    std::string name = runs_.at(id).record.spec().name();
+    auto freed = DeleteRunLocked(&runs_.at(id));
+    if (freed.ok()) {
+      SNAPD_LOG_INFO("run '%s' removed, %s freed: every client that opened it died %lld s ago "
+                     "and it is not kept (orphan_grace)",
+                     name.c_str(), FormatBytes(*freed).c_str(),
+                     static_cast<long long>(grace.count()));
     }
   }
 }

@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <chrono>
 #include <optional>
 #include <set>
 #include <string>
@@ -89,9 +90,10 @@ class Store {
   // saying no more than that). The run belongs to `owner_uid`.
   // `device_steps`: device layers only, how many of the newest steps the creating client keeps
   // in its GPU pool (they are left out of the host/disk split).
+  // `session_id` (0: none): the session opening or attaching; see RemoveOrphans.
   Result<v1::RunInfo> OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, bool* created,
-                              const Tenant& who = Tenant::Admin(), uint64_t device_steps = 0)
-      SNAPD_EXCLUDES(mu_);
+                              const Tenant& who = Tenant::Admin(), uint64_t device_steps = 0,
+                              uint64_t session_id = 0) SNAPD_EXCLUDES(mu_);
   Result<v1::RunInfo> CloseRun(const std::string& name, const Tenant& who = Tenant::Admin())
       SNAPD_EXCLUDES(mu_);
   // Returns the tier bytes released.
@@ -126,8 +128,11 @@ class Store {
   // `session_id` ends (EndSession) they become TIER_LOST. held = false forgets one.
   Status HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes, uint64_t session_id,
                         bool held, const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
-  // The session ended: the device steps it held are lost.
-  void EndSession(uint64_t session_id) SNAPD_EXCLUDES(mu_);
+  // The session ended: the device steps it held are lost. `died`: its client went away without
+  // closing it; a run that is not kept and that no live session opened becomes an orphan.
+  void EndSession(uint64_t session_id, bool died = false) SNAPD_EXCLUDES(mu_);
+  // Removes the orphans (see EndSession) older than `grace`, logging each.
+  void RemoveOrphans(std::chrono::seconds grace) SNAPD_EXCLUDES(mu_);
 
   // A push between BeginPush and CommitPush/AbortPush: the step is reserved and `block` holds
   // the host memory its bytes go to (also the staging buffer of a step bound for disk).
@@ -220,6 +225,9 @@ class Store {
     uint64_t last_fetch_step = 0;
     double pace_ns = 0;
     uint64_t prefetch_from = 0;  // read ahead below this step (the last backward fetch); 0 = none
+    std::set<uint64_t> sessions;  // live sessions that opened or attached to it
+    // When the last of them died (its client went away without closing); none: not an orphan.
+    std::optional<std::chrono::steady_clock::time_point> orphaned_at;
   };
   struct ChecksumJob {
     uint64_t run_id;
@@ -323,6 +331,7 @@ class Store {
   bool Settling() const SNAPD_REQUIRES(mu_);
   void FinishDrainsIfDone(Deferred& deferred) SNAPD_REQUIRES(mu_);
   uint64_t BlockBytes(const Run& run) const;
+  Result<uint64_t> DeleteRunLocked(Run* run) SNAPD_REQUIRES(mu_);
   // A run whose declared steps cannot fit in the tiers it may use (host and disk budgets
   // together) is refused when it opens, naming the node's limit, unless it compresses (its
   // stored size is unknown) or waits for room (block_when_full: the backward pass frees it).

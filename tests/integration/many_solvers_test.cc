@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <set>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -130,6 +131,60 @@ TEST(ManySolvers, AKilledIdleClientsSessionCloses) {
   EXPECT_NE((*d)->Log().find("client disconnected"), std::string::npos);
   std::printf("a killed idle client's session closed after %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  EXPECT_EQ((*d)->Stop(), 0);
+}
+
+// A run that is not kept goes orphan_grace after every client that opened it died; a kept
+// one, and one whose client is alive, stay.
+TEST(ManySolvers, AKilledClientsRunIsRemovedAfterTheGraceUnlessKept) {
+  TempDir dir;
+  std::string spool = dir.path() + "/spool";
+  auto d = DaemonProcess::Start(
+      {dir.path(), "32M", {"--spool-dirs", spool, "--disk-mem", "1G", "--orphan-grace", "2"}, {}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  auto start = [&](const char* run, bool keep) {
+    int out[2];
+    EXPECT_EQ(pipe(out), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      execl(PUSH_UNTIL_KILLED_BINARY, PUSH_UNTIL_KILLED_BINARY, (*d)->socket().c_str(), run,
+            "1048576", keep ? "keep" : static_cast<char*>(nullptr), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(out[1]);
+    char buf[64];
+    EXPECT_GT(read(out[0], buf, sizeof buf), 0);  // "pushed 0": the run exists
+    close(out[0]);
+    return pid;
+  };
+  pid_t orphan = start("orphan", false), kept = start("kept", true);
+  auto alive = ConnectClient(**d);
+  ASSERT_TRUE(alive.ok());
+  RunSpec spec;
+  spec.name = "alive";
+  spec.bytes_per_step = 4096;
+  ASSERT_TRUE((*alive)->OpenRun(spec).ok());
+  for (pid_t pid : {orphan, kept}) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  auto names = [&] {
+    std::set<std::string> n;
+    auto runs = (*alive)->ListRuns();
+    EXPECT_TRUE(runs.ok());
+    if (runs.ok()) {
+      for (const auto& r : *runs) n.insert(r.spec.name);
+    }
+    return n;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  while (names().count("orphan") && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(names(), (std::set<std::string>{"alive", "kept"})) << (*d)->Log();
+  EXPECT_NE((*d)->Log().find("run 'orphan' removed"), std::string::npos) << (*d)->Log();
+  alive->reset();
   EXPECT_EQ((*d)->Stop(), 0);
 }
 

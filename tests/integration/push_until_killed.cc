@@ -2,19 +2,20 @@
 // is killed, printing "pushed T" after issuing each push. Used to kill a client mid-push.
 // Before issuing push T it has seen push T-4 stored, so "pushed T" guarantees steps 0..T-4
 // are in the catalog while later ones are still in flight. BYTES 0: connect, print
-// "connected", and stay idle until killed.
+// "connected", and stay idle until killed. A fifth argument "keep" opens the run with keep.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "daemon_process.h"
 #include "snapd/client.h"
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: push_until_killed SOCKET RUN BYTES\n");
+  if (argc != 4 && !(argc == 5 && std::string(argv[4]) == "keep")) {
+    std::fprintf(stderr, "usage: push_until_killed SOCKET RUN BYTES [keep]\n");
     return 2;
   }
   snapd::ClientOptions o;
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   snapd::RunSpec spec;
   spec.name = argv[2];
   spec.bytes_per_step = bytes;
+  spec.keep = argc == 5;
   auto run = (*client)->OpenRun(spec);
   if (!run.ok()) return 1;
   std::vector<std::vector<char>> buf(2, std::vector<char>(bytes));
