@@ -36,22 +36,23 @@ Status IoError(const std::string& what, const std::string& path, int err) {
 
 class Fd {
  public:
-  explicit Fd(int fd) : fd_(fd) {}
+  Fd(SpoolIo* io, int fd) : io_(io), fd_(fd) {}
   ~Fd() {
-    if (fd_ >= 0) close(fd_);
+    if (fd_ >= 0) io_->Close(fd_);
   }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
 
  private:
+  SpoolIo* io_;
   int fd_;
 };
 
 }  // namespace
 
-DiskTier::DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget)
-    : spools_(std::move(spools)), budget_(budget) {}
+DiskTier::DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget, SpoolIo* io)
+    : spools_(std::move(spools)), budget_(budget), io_(io) {}
 
 namespace {
 // Bytes the files under `dir` occupy on disk (allocated blocks); 0 for what cannot be read.
@@ -143,7 +144,8 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
     return Status::InvalidArgument("disk tier budget is 0 bytes; set disk_mem or disk_mem_perc, "
                                    "or spool_dirs = none to run without a disk tier");
   }
-  return std::unique_ptr<DiskTier>(new DiskTier(std::move(spools), total));
+  return std::unique_ptr<DiskTier>(
+      new DiskTier(std::move(spools), total, options.io ? options.io : SpoolIo::System()));
 }
 
 std::string DiskTier::Key(uint32_t spool, uint64_t run_id, const std::string& name) {
@@ -224,13 +226,13 @@ void DiskTier::EndIo(bool write, uint64_t bytes) {
 
 int DiskTier::OpenFile(Spool& spool, const std::string& path, int flags) {
   if (spool.direct.load(std::memory_order_relaxed)) {
-    int fd = open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0600);
+    int fd = io_->Open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0600);
     if (fd >= 0 || errno != EINVAL) return fd;
     spool.direct.store(false, std::memory_order_relaxed);
     SNAPD_LOG_INFO("spool %s does not support O_DIRECT; using buffered I/O there",
                    spool.dir.c_str());
   }
-  return open(path.c_str(), flags | O_CLOEXEC, 0600);
+  return io_->Open(path.c_str(), flags | O_CLOEXEC, 0600);
 }
 
 Status DiskTier::Write(uint32_t spool_index, uint64_t run_id, const std::string& name,
@@ -243,27 +245,27 @@ Status DiskTier::Write(uint32_t spool_index, uint64_t run_id, const std::string&
   uint64_t bytes = FileBytes(raw);
   BeginIo(/*write=*/true);
   Status status = [&]() -> Status {
-    Fd fd(OpenFile(spool, tmp, O_WRONLY | O_CREAT | O_TRUNC));
+    Fd fd(io_, OpenFile(spool, tmp, O_WRONLY | O_CREAT | O_TRUNC));
     if (fd.get() < 0) return IoError("creating", tmp, errno);
     const char* p = static_cast<const char*>(data);
     for (uint64_t done = 0; done < bytes;) {
-      ssize_t n = pwrite(fd.get(), p + done, std::min(bytes - done, kMaxIo),
-                         static_cast<off_t>(done));
+      ssize_t n = io_->Pwrite(fd.get(), p + done, std::min(bytes - done, kMaxIo),
+                              static_cast<off_t>(done));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return IoError("writing", tmp, errno);
       if (n == 0) return IoError("writing", tmp, ENOSPC);
       done += static_cast<uint64_t>(n);
     }
-    if (fdatasync(fd.get()) != 0) return IoError("syncing", tmp, errno);
-    if (rename(tmp.c_str(), path.c_str()) != 0) return IoError("renaming", tmp, errno);
-    Fd dfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (dfd.get() >= 0) fsync(dfd.get());  // the rename survives a power loss
+    if (io_->Fdatasync(fd.get()) != 0) return IoError("syncing", tmp, errno);
+    if (io_->Rename(tmp.c_str(), path.c_str()) != 0) return IoError("renaming", tmp, errno);
+    Fd dfd(io_, io_->Open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
+    if (dfd.get() >= 0) io_->Fsync(dfd.get());  // the rename survives a power loss
     return Status::Ok();
   }();
   EndIo(/*write=*/true, status.ok() ? bytes : 0);
   if (!status.ok()) {
-    unlink(tmp.c_str());
-    unlink(path.c_str());
+    io_->Unlink(tmp.c_str());
+    io_->Unlink(path.c_str());
   }
   return status;
 }
@@ -275,15 +277,15 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
   uint64_t bytes = FileBytes(raw);
   BeginIo(/*write=*/false);
   Status status = [&]() -> Status {
-    Fd fd(OpenFile(spool, path, O_RDONLY));
+    Fd fd(io_, OpenFile(spool, path, O_RDONLY));
     if (fd.get() < 0) {
       if (errno == ENOENT) return Status::DataLoss("snapshot file " + path + " is missing");
       return IoError("opening", path, errno);
     }
     char* p = static_cast<char*>(data);
     for (uint64_t done = 0; done < bytes;) {
-      ssize_t n = pread(fd.get(), p + done, std::min(bytes - done, kMaxIo),
-                        static_cast<off_t>(done));
+      ssize_t n = io_->Pread(fd.get(), p + done, std::min(bytes - done, kMaxIo),
+                             static_cast<off_t>(done));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return IoError("reading", path, errno);
       if (n == 0) {
@@ -301,7 +303,7 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
 
 void DiskTier::Remove(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw) {
   std::string path = Path(spool, run_id, name);
-  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+  if (io_->Unlink(path.c_str()) != 0 && errno != ENOENT) {
     SNAPD_LOG_WARN("removing %s: %s", path.c_str(), std::strerror(errno));
   }
   Unreserve(spool, raw);

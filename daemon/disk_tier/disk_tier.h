@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "disk_tier/spool_io.h"
 #include "snapd/status.h"
 #include "thread_annotations.h"
 
@@ -29,6 +30,7 @@ struct DiskTierOptions {
   std::vector<std::string> spools;  // created if missing
   uint64_t budget_bytes = 0;        // whole tier, split evenly over spools; 0 = budget_perc
   double budget_perc = 0.7;         // of each spool filesystem's free space at start
+  SpoolIo* io = nullptr;            // the snapshot files' I/O; null = the kernel's (SpoolIo::System)
 };
 
 // Bytes and busy wall time (time with at least one transfer in flight) of one direction.
@@ -92,7 +94,7 @@ class DiskTier {
     int in_flight = 0;
     int64_t since_ns = 0;
   };
-  explicit DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget);
+  DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget, SpoolIo* io);
   std::string Path(uint32_t spool, uint64_t run_id, const std::string& name) const;
   void BeginIo(bool write) SNAPD_EXCLUDES(mu_);
   void EndIo(bool write, uint64_t bytes) SNAPD_EXCLUDES(mu_);
@@ -101,6 +103,7 @@ class DiskTier {
 
   const std::vector<std::unique_ptr<Spool>> spools_;
   const uint64_t budget_;
+  SpoolIo* const io_;
   mutable Mutex mu_;  // guards Spool::used and the Busy records
   Busy writes_ SNAPD_GUARDED_BY(mu_);
   Busy reads_ SNAPD_GUARDED_BY(mu_);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "faulty_spool_io.h"
 #include "temp_dir.h"
 
 namespace snapd {
@@ -108,6 +109,112 @@ TEST_F(DiskTierTest, RecoveryAdoptsCompleteFilesAndRemovesTheRest) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/a/run-9/orphan"));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/a/run-9/interrupted.tmp"));
   EXPECT_EQ(disk->used(), DiskTier::FileBytes(kRaw));
+}
+
+}  // namespace
+}  // namespace snapd
+
+namespace snapd {
+namespace {
+
+// Faults a real disk produces, injected behind the disk tier's I/O seam: each write or read
+// fails with an error that names the file and the cause, leaves no file that could later be
+// taken for a good snapshot, and the tier works again once the fault goes.
+class DiskFaultTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kRaw = 3 * DiskTier::kAlignment + 100;
+  void SetUp() override {
+    auto d = DiskTier::Open({{tmp_.path() + "/spool"}, 1 << 20, 0.7, &io_});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    disk_ = std::move(d).value();
+    for (uint64_t i = 0; i < kRaw; ++i) out_.data.get()[i] = static_cast<char>(i * 13 + 5);
+  }
+  Status WriteStep(const std::string& name) {
+    return disk_->Write(0, 7, name, out_.data.get(), kRaw);
+  }
+  // The snapshot reads back exactly what was written.
+  void ExpectReadsBackExact(const std::string& name) {
+    AlignedBuffer in(kRaw);
+    ASSERT_TRUE(disk_->Read(0, 7, name, in.data.get(), kRaw).ok());
+    EXPECT_EQ(0, std::memcmp(out_.data.get(), in.data.get(), kRaw));
+  }
+  void ExpectNoFile(const std::string& name) {
+    std::string dir = tmp_.path() + "/spool/run-7/";
+    EXPECT_FALSE(std::filesystem::exists(dir + name));
+    EXPECT_FALSE(std::filesystem::exists(dir + name + ".tmp"));
+  }
+
+  testing::TempDir tmp_;
+  testing::FaultySpoolIo io_;
+  std::unique_ptr<DiskTier> disk_;
+  AlignedBuffer out_{kRaw};
+};
+
+TEST_F(DiskFaultTest, EioOnWriteNamesTheFileAndLeavesNothingBehind) {
+  io_.Fail(testing::FaultySpoolIo::kWrite, EIO);
+  Status s = WriteStep("step-1");
+  EXPECT_EQ(s.code(), Code::kInternal);
+  EXPECT_NE(s.message().find("writing"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("run-7/step-1.tmp: Input/output error"), std::string::npos)
+      << s.ToString();
+  ExpectNoFile("step-1");
+  io_.Heal();
+  ASSERT_TRUE(WriteStep("step-1").ok());
+  ExpectReadsBackExact("step-1");
+}
+
+TEST_F(DiskFaultTest, EnospcPartWayThroughASpillIsADiskFullError) {
+  io_.Fail(testing::FaultySpoolIo::kWrite, ENOSPC, 2 * DiskTier::kAlignment);
+  Status s = WriteStep("step-2");
+  EXPECT_EQ(s.code(), Code::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("disk tier full"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.ToString();
+  ExpectNoFile("step-2");
+  EXPECT_EQ(disk_->writes().bytes, 0u);  // a failed write moved nothing that counts
+}
+
+TEST_F(DiskFaultTest, ShortWritesAreContinuedUntilEveryByteIsOnDisk) {
+  io_.ShortWrites(true);
+  ASSERT_TRUE(WriteStep("step-3").ok());
+  io_.Heal();
+  ExpectReadsBackExact("step-3");
+}
+
+TEST_F(DiskFaultTest, AFailedFdatasyncLeavesNoFileUnderTheFinalName) {
+  io_.Fail(testing::FaultySpoolIo::kSync, EIO);
+  Status s = WriteStep("step-4");
+  EXPECT_EQ(s.code(), Code::kInternal);
+  EXPECT_NE(s.message().find("syncing"), std::string::npos) << s.ToString();
+  ExpectNoFile("step-4");
+  io_.Heal();
+  AlignedBuffer in(kRaw);
+  EXPECT_EQ(disk_->Read(0, 7, "step-4", in.data.get(), kRaw).code(), Code::kDataLoss);
+}
+
+TEST_F(DiskFaultTest, EioOnReadIsAnErrorNeverWrongBytes) {
+  ASSERT_TRUE(WriteStep("step-5").ok());
+  io_.Fail(testing::FaultySpoolIo::kRead, EIO);
+  AlignedBuffer in(kRaw);
+  std::memset(in.data.get(), 0, kRaw);
+  Status s = disk_->Read(0, 7, "step-5", in.data.get(), kRaw);
+  EXPECT_EQ(s.code(), Code::kInternal);
+  EXPECT_NE(s.message().find("reading"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("Input/output error"), std::string::npos) << s.ToString();
+  io_.Heal();
+  ExpectReadsBackExact("step-5");  // the file itself was never touched
+}
+
+TEST_F(DiskFaultTest, ATornFileFoundAtRestartIsLostNotAdopted) {
+  ASSERT_TRUE(WriteStep("step-6").ok());
+  std::string path = tmp_.path() + "/spool/run-7/step-6";
+  std::filesystem::resize_file(path, DiskTier::kAlignment);  // torn: a quarter survived
+  auto again = DiskTier::Open({{tmp_.path() + "/spool"}, 1 << 20, 0.7, &io_});
+  ASSERT_TRUE(again.ok());
+  Status s = (*again)->Adopt(0, 7, "step-6", kRaw);
+  EXPECT_EQ(s.code(), Code::kDataLoss);
+  EXPECT_NE(s.message().find("holds 4096 bytes, " + std::to_string(kRaw) + " recorded"),
+            std::string::npos)
+      << s.ToString();
 }
 
 }  // namespace

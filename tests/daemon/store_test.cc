@@ -10,6 +10,7 @@
 
 #include "checksum.h"
 #include "placement/placement.h"
+#include "faulty_spool_io.h"
 #include "temp_dir.h"
 
 namespace snapd {
@@ -46,14 +47,14 @@ class StoreTest : public ::testing::Test {
     disk_.reset();
     catalog_.reset();
   }
-  void Open(uint64_t disk_bytes = 64 << 20) {
+  void Open(uint64_t disk_bytes = 64 << 20, SpoolIo* io = nullptr) {
     store_.reset();
     disk_.reset();
     catalog_.reset();
     catalog_ = std::move(Catalog::Open(dir_ + "/catalog").value());
     if (!tier_) tier_ = std::move(HostTier::Create(kHostBytes).value());
     if (disk_bytes) {
-      disk_ = std::move(DiskTier::Open({{dir_ + "/spool"}, disk_bytes, 0.7}).value());
+      disk_ = std::move(DiskTier::Open({{dir_ + "/spool"}, disk_bytes, 0.7, io}).value());
     }
     StoreOptions options;
     options.epoch = catalog_->BeginEpoch().value();
@@ -270,6 +271,37 @@ TEST_F(StoreTest, ACorruptDiskFileIsReportedLostNeverReturned) {
   Status s = Fetch(*store_, id, 0, kStep).status();
   EXPECT_EQ(s.code(), Code::kDataLoss) << s.ToString();
   EXPECT_EQ(TierOf("r", 0), v1::TIER_LOST);
+}
+
+// Through the disk tier's I/O seam: a disk that fails a read (EIO) fails that fetch with the
+// file and the cause, never with wrong bytes; the other run's steps come back exact, and the
+// catalog still lists the step where it is.
+TEST_F(StoreTest, AnEioOnADiskReadFailsThatFetchOnlyNamingTheCause) {
+  testing::FaultySpoolIo io;
+  Open(64 << 20, &io);
+  constexpr uint64_t kStep = 64 << 10;
+  uint64_t on_disk = OpenRun("on-disk", 2, kStep, v1::LAYERS_DISK);
+  uint64_t in_host = OpenRun("in-host", 2, kStep, v1::LAYERS_HOST);
+  for (uint64_t t = 0; t < 2; ++t) {
+    ASSERT_TRUE(Push(on_disk, t, kStep).ok());
+    ASSERT_TRUE(Push(in_host, t, kStep).ok());
+  }
+  store_->WaitTieringIdle();
+  ASSERT_EQ(TierOf("on-disk", 1), v1::TIER_DISK);
+  io.Fail(testing::FaultySpoolIo::kRead, EIO);
+  Status s = FetchExact(on_disk, 1, kStep);
+  EXPECT_NE(s.code(), Code::kOk);
+  EXPECT_NE(s.message().find("Input/output error"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("run-" + std::to_string(on_disk)), std::string::npos)
+      << s.ToString();
+  for (uint64_t t = 2; t-- > 0;) EXPECT_TRUE(FetchExact(in_host, t, kStep).ok()) << t;
+  EXPECT_GT(io.failures(), 0u);
+  io.Heal();
+  // An I/O error is not a verdict on the file (a corrupt one is DATA_LOSS and lost): the step
+  // stays recorded on disk, and once the disk answers again it comes back exact.
+  EXPECT_EQ(TierOf("on-disk", 1), v1::TIER_DISK);
+  EXPECT_TRUE(FetchExact(on_disk, 1, kStep).ok());
+  EXPECT_TRUE(FetchExact(on_disk, 0, kStep).ok());
 }
 
 TEST_F(StoreTest, AFullDiskFailsThePushThatNeedsItAndLosesNothingStored) {
