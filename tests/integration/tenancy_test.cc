@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <map>
 #include <sstream>
 
@@ -130,6 +132,40 @@ TEST_F(TenancyTest, AnotherUserCannotCloseASessionWithItsToken) {
   auto r = owner->WaitReply(5);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->code, 0) << Message(*r);  // still open: the owner's Hello is answered
+}
+
+// What snapd and snapctl write is private: another user can read neither the catalog, the
+// spool nor a dump (all as the owner left them, whatever the umask).
+TEST_F(TenancyTest, AnotherUserCannotReadTheStateTheSpoolOrADump) {
+  auto a = ConnectClient(*daemon_);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  RunSpec spec;
+  spec.name = "secret";
+  spec.steps = 2;
+  spec.bytes_per_step = 8192;
+  spec.layers = "Disk";
+  spec.keep = true;
+  auto run = (*a)->OpenRun(spec);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  std::vector<char> step(8192, 's');
+  for (uint64_t t = 0; t < 2; ++t) {
+    auto h = (*a)->Push(run->run_id, t, step.data(), step.size());
+    ASSERT_TRUE(h.ok() && h->WaitStored().ok());
+  }
+  std::string dump = dir_.path() + "/dump", out, err;
+  mode_t old = umask(0);
+  int rc = RunProgram({SNAPCTL_BINARY, "--socket", daemon_->socket(), "dump", "secret", "--to",
+                       dump},
+                      &out, &err);
+  umask(old);
+  ASSERT_EQ(rc, 0) << err;
+  std::string state = dir_.path() + "/state";
+  auto f = Probe({"read", state, state + "/catalog", state + "/spool", dump,
+                  dump + "/manifest.json", dump + "/step-00000000.npy"});
+  for (const std::string& path : {state, state + "/catalog", state + "/spool", dump,
+                                  dump + "/manifest.json", dump + "/step-00000000.npy"}) {
+    EXPECT_EQ(f["read " + path], std::to_string(EACCES)) << path;
+  }
 }
 
 }  // namespace

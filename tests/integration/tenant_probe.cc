@@ -4,7 +4,15 @@
 //                                            then an ordinary fetch of what was "committed",
 //                                            then an honest copied round trip
 //   tenant_probe SOCKET close ID TOKEN       CloseSession of someone else's session
+//   tenant_probe SOCKET read PATH...         opens each path for reading (a file, or lists a
+//                                            directory); prints its errno (0: it could)
+#include <dirent.h>
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdio>
 #include <cstdlib>
@@ -111,9 +119,31 @@ int Close(const std::string& socket, uint64_t id, uint64_t token) {
   return 0;
 }
 
+int Read(int argc, char** argv) {
+  for (int i = 3; i < argc; ++i) {
+    int fd = ::open(argv[i], O_RDONLY | O_CLOEXEC);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+      struct stat st{};
+      if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        DIR* d = fdopendir(fd);
+        if (d == nullptr || readdir(d) == nullptr) err = errno ? errno : EIO;
+        if (d) closedir(d); else ::close(fd);
+      } else {
+        char c;
+        if (::read(fd, &c, 1) < 0) err = errno;
+        ::close(fd);
+      }
+    }
+    std::printf("read %s=%d\n", argv[i], err);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 4 && std::strcmp(argv[2], "read") == 0) return Read(argc, argv);
   if (argc == 5 && std::strcmp(argv[2], "replay") == 0) {
     return Replay(argv[1], std::strtoull(argv[3], nullptr, 10),
                   std::strtoull(argv[4], nullptr, 10));
