@@ -212,7 +212,7 @@ Status Store::Load() {
   MutexLock lock(mu_);
   for (auto& r : runs) {
     uint64_t id = r.run_id();
-    by_name_[r.spec().name()] = id;
+    by_name_[{r.owner_uid(), r.spec().name()}] = id;
     runs_[id].record = std::move(r);
   }
   std::set<std::string> keep;
@@ -282,10 +282,35 @@ static bool Sees(const Tenant& who, const v1::RunRecord& r) {
   return who.admin || r.owner_uid() == who.uid;
 }
 
+// `name` is the caller's own run's name, or (for an admin, or a tenant naming its own uid)
+// "UID:name". An admin's plain name that the admin does not own means the one run of that
+// name on the node; several are ambiguous and must be named as UID:name.
 Result<const Store::Run*> Store::FindByName(const std::string& name, const Tenant& who) const {
-  auto it = by_name_.find(name);
-  if (it == by_name_.end() || !Sees(who, runs_.at(it->second).record)) return RunNotFound(name);
-  return &runs_.at(it->second);
+  size_t colon = name.find(':');
+  if (colon != std::string::npos) {
+    const std::string uid_text = name.substr(0, colon);
+    char* end = nullptr;
+    unsigned long uid = std::strtoul(uid_text.c_str(), &end, 10);
+    if (uid_text.empty() || *end != '\0' || uid > UINT32_MAX) return RunNotFound(name);
+    auto it = by_name_.find({static_cast<uint32_t>(uid), name.substr(colon + 1)});
+    if (it == by_name_.end() || !Sees(who, runs_.at(it->second).record)) return RunNotFound(name);
+    return &runs_.at(it->second);
+  }
+  if (auto it = by_name_.find({who.uid, name}); it != by_name_.end()) return &runs_.at(it->second);
+  if (!who.admin) return RunNotFound(name);
+  const Run* found = nullptr;
+  std::string owners;
+  for (const auto& [key, id] : by_name_) {
+    if (key.second != name) continue;
+    owners += (owners.empty() ? "" : ", ") + std::to_string(key.first);
+    found = found ? nullptr : &runs_.at(id);
+    if (!found) {
+      return Status::InvalidArgument("several users have a run named '" + name + "' (uids " +
+                                     owners + ", ...); name one as UID:" + name);
+    }
+  }
+  if (!found) return RunNotFound(name);
+  return found;
 }
 
 Result<Store::Run*> Store::FindByName(const std::string& name, const Tenant& who) {
@@ -469,12 +494,8 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
   }
   SNAPD_RETURN_IF_ERROR(CheckFitsTheNode(spec, device_steps));
   MutexLock lock(mu_);
-  if (auto it = by_name_.find(name); it != by_name_.end()) {
+  if (auto it = by_name_.find({owner_uid, name}); it != by_name_.end()) {
     Run& run = runs_.at(it->second);
-    if (!Sees(who, run.record) || run.record.owner_uid() != owner_uid) {
-      return Status::AlreadyExists("run name '" + name +
-                                   "' is taken by another user on this node; pick another name");
-    }
     std::string diff = SpecDifference(run.record.spec(), requested);
     if (!diff.empty()) {
       return Status::AlreadyExists("run '" + name + "' exists with a different " + diff +
@@ -502,7 +523,7 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
                                               BlockBytes(run), host_->budget() - host_->used()));
   }
   SNAPD_RETURN_IF_ERROR(catalog_->PutRun(run.record));
-  by_name_[name] = id;
+  by_name_[{owner_uid, name}] = id;
   *created = true;
   if (session_id != 0) run.sessions.insert(session_id);
   return Info(runs_[id] = std::move(run));
@@ -571,7 +592,7 @@ Result<uint64_t> Store::DeleteRunLocked(Run* run) {
                              deferred);
   }
   disk_full_ = false;
-  by_name_.erase(name);
+  by_name_.erase({run->record.owner_uid(), name});
   runs_.erase(id);  // blocks still held by in-flight fetches are freed when those complete
   if (!deferred.empty()) {
     io_->Submit([d = std::move(deferred)] { for (auto& f : d) f(); }, /*urgent=*/true);

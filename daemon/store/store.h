@@ -86,8 +86,8 @@ class Store {
                                              const StoreOptions& options);
   ~Store();
 
-  // Run names are unique on the node: a name another tenant holds is refused (ALREADY_EXISTS,
-  // saying no more than that). The run belongs to `owner_uid`.
+  // Run names are unique per owner: another tenant's run of the same name is another run. The
+  // run belongs to `owner_uid`. Calls that take a name accept "UID:name" (see FindByName).
   // `device_steps`: device layers only, how many of the newest steps the creating client keeps
   // in its GPU pool (they are left out of the host/disk split).
   // `session_id` (0: none): the session opening or attaching; see RemoveOrphans.
@@ -344,7 +344,8 @@ class Store {
 
   mutable Mutex mu_;
   std::map<uint64_t, Run> runs_ SNAPD_GUARDED_BY(mu_);
-  std::map<std::string, uint64_t> by_name_ SNAPD_GUARDED_BY(mu_);
+  // Run names are per owner uid: two users may each have "shot-17".
+  std::map<std::pair<uint32_t, std::string>, uint64_t> by_name_ SNAPD_GUARDED_BY(mu_);
   std::map<uint32_t, uint64_t> quotas_ SNAPD_GUARDED_BY(mu_);  // per-uid, from SetQuota
   uint64_t next_generation_ SNAPD_GUARDED_BY(mu_) = 1;
   StoreCounters counters_ SNAPD_GUARDED_BY(mu_);  // demotions, reads, hits, releases

@@ -683,15 +683,28 @@ TEST_F(StoreTest, ATenantSeesOnlyItsOwnRuns) {
                 .status()
                 .code(),
             Code::kNotFound);
-  auto taken = store_->OpenRun(spec, b.uid, &created, b);
-  EXPECT_EQ(taken.status().code(), Code::kAlreadyExists);
-  EXPECT_NE(taken.status().message().find("another user"), std::string::npos);
+  EXPECT_EQ(store_->Locate("1001:mine", 0, b).status().code(), Code::kNotFound);
 
-  // The owner and an admin still see everything, byte for byte.
+  // Names are per user: B's "mine" is a run of its own, and says nothing about A's.
+  auto bs = store_->OpenRun(spec, b.uid, &created, b);
+  ASSERT_TRUE(bs.ok()) << bs.status().ToString();
+  EXPECT_TRUE(created);
+  EXPECT_NE(bs->run_id(), id);
+  EXPECT_EQ(store_->Locate("mine", 0, b).status().code(), Code::kNotFound);  // B pushed nothing
+  EXPECT_EQ(store_->ListRuns(b).size(), 1u);
+
+  // The owner still sees its run byte for byte; an admin sees both and names each as UID:name
+  // (a plain name that two users hold is ambiguous, and says so).
   EXPECT_EQ(store_->ListRuns(a).size(), 1u);
-  EXPECT_EQ(store_->ListRuns(Tenant::Admin()).size(), 1u);
+  EXPECT_EQ(store_->ListRuns(Tenant::Admin()).size(), 2u);
   EXPECT_TRUE(store_->Locate("mine", 0, a).ok());
+  Status ambiguous = store_->Locate("mine", 0, Tenant::Admin()).status();
+  EXPECT_EQ(ambiguous.code(), Code::kInvalidArgument);
+  EXPECT_NE(ambiguous.message().find("name one as UID:mine"), std::string::npos) << ambiguous.ToString();
+  EXPECT_TRUE(store_->Locate("1001:mine", 0, Tenant::Admin()).ok());
   EXPECT_TRUE(Fetch(*store_, id, 0, 4096).ok());  // as an admin
+  EXPECT_TRUE(store_->DeleteRun("1002:mine", Tenant::Admin()).ok());
+  EXPECT_TRUE(store_->Locate("mine", 0, Tenant::Admin()).ok());  // one left: A's
   EXPECT_TRUE(store_->DeleteRun("mine", a).ok());
 }
 

@@ -37,7 +37,7 @@ enum class Codec {
 const char* TierName(Tier tier);
 
 struct RunSpec {
-  std::string name;             // unique on the node: [A-Za-z0-9._-]{1,128}
+  std::string name;             // unique per user on the node: [A-Za-z0-9._-]{1,128}
   uint64_t steps = 0;           // declared step count; 0 = unknown
   uint64_t bytes_per_step = 0;  // every push and fetch moves exactly this many bytes
   Dtype dtype = Dtype::kUnspecified;

@@ -103,6 +103,8 @@ def test_a_user_cannot_see_read_delete_or_map_another_users_runs(users, daemon):
             "fetch": attempt(lambda: client._c.fetch_async({made["id"]}, 0, out).wait()),
             "push": attempt(lambda: client._c.push({made["id"]}, 3, out).wait_stored()),
             "same_name": attempt(lambda: client.open_run("a-private", bytes_per_step=4096)),
+            "same_name_runs": [r.name for r in client.runs()],
+            "delete_own": attempt(lambda: client._c.delete_run("a-private")),
             "untouched": int(out.sum()),
         }}
         print(json.dumps(result))
@@ -110,7 +112,9 @@ def test_a_user_cannot_see_read_delete_or_map_another_users_runs(users, daemon):
     assert "a-private" not in seen["runs"]
     for op in ("attach", "locate", "list", "delete", "delete_step", "prefetch", "fetch", "push"):
         assert seen[op] == "NOT_FOUND", (op, seen[op])
-    assert seen["same_name"] == "ALREADY_EXISTS"
+    # Names are per user: B's "a-private" is its own run (and deleting it leaves A's alone).
+    assert seen["same_name"] == "ok" and seen["same_name_runs"] == ["a-private"]
+    assert seen["delete_own"] == "ok"
     assert seen["untouched"] == 0
     # Neither user maps the daemon's memory (it holds every tenant's snapshots).
     assert made["path"] == "ucx" and seen["data_path"] == "ucx"
