@@ -142,6 +142,7 @@ int Run(int argc, char** argv) {
   store_options.io_threads = static_cast<int>(config.io_threads);
   store_options.max_prefetch = config.prefetch_depth;
   store_options.tenant_quota = config.tenant_quota;
+  store_options.tenant_host_share = config.tenant_host_share;
   store_options.compress_threads = config.compress_threads
                                        ? static_cast<int>(config.compress_threads)
                                        : compress::DefaultCompressThreads();

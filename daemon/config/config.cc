@@ -45,6 +45,9 @@ const std::vector<OptionDoc>& ConfigOptions() {
        "do (default: none)"},
       {"tenant_quota", "SNAPD_TENANT_QUOTA",
        "bytes one uid may store over host and disk, e.g. 200G; 0 = no limit (default 0)"},
+      {"tenant_host_share", "SNAPD_TENANT_HOST_SHARE",
+       "fraction of the host tier one uid may fill with steps that cannot move to disk; its "
+       "movable steps go to disk first when it holds more (admins exempt; default 0.5)"},
       {"admin_listen", "SNAPD_ADMIN_LISTEN",
        "HOST:PORT for remote snapctl over mutual TLS; empty = off (default empty)"},
       {"admin_tls_cert", "SNAPD_ADMIN_TLS_CERT", "PEM server certificate for admin_listen"},
@@ -88,13 +91,15 @@ Status Set(Config& c, const std::string& key, const std::string& value,
     auto v = ParseBytes(value);
     if (!v.ok()) return bad(v.status().message());
     c.host_mem = *v;
-  } else if (key == "host_mem_perc" || key == "disk_mem_perc") {
+  } else if (key == "host_mem_perc" || key == "disk_mem_perc" || key == "tenant_host_share") {
     char* end = nullptr;
     double d = std::strtod(value.c_str(), &end);
     if (end == value.c_str() || *end != '\0' || !(d > 0.0 && d <= 1.0)) {
       return bad("must be a fraction in (0, 1], e.g. 0.7");
     }
-    (key == "host_mem_perc" ? c.host_mem_perc : c.disk_mem_perc) = d;
+    (key == "host_mem_perc"   ? c.host_mem_perc
+     : key == "disk_mem_perc" ? c.disk_mem_perc
+                              : c.tenant_host_share) = d;
   } else if (key == "disk_mem") {
     auto v = ParseBytes(value);
     if (!v.ok()) return bad(v.status().message());
@@ -272,6 +277,7 @@ std::string FormatConfig(const Config& c) {
     << "socket_mode = \"0" << std::oct << c.socket_mode << std::dec << "\"\n"
     << "admin_group = \"" << c.admin_group << "\"\n"
     << "tenant_quota = \"" << c.tenant_quota << "\"\n"
+    << "tenant_host_share = " << c.tenant_host_share << "\n"
     << "admin_listen = \"" << c.admin_listen << "\"\n"
     << "admin_tls_cert = \"" << c.admin_tls_cert << "\"\n"
     << "admin_tls_key = \"" << c.admin_tls_key << "\"\n"

@@ -29,6 +29,7 @@ struct Config {
   uint32_t socket_mode = 0666;  // control socket permissions; tenancy is per uid regardless
   std::string admin_group;      // members see and manage every tenant's runs (root always does)
   uint64_t tenant_quota = 0;    // bytes one uid may store (host + disk); 0 = no limit
+  double tenant_host_share = 0.5;  // of the host tier, one uid's steps that cannot move to disk
   // Remote administration (snapctl --remote): gRPC over mutual TLS on this address; empty =
   // off. Every peer whose client certificate admin_tls_ca signed is an admin.
   std::string admin_listen;

@@ -445,6 +445,20 @@ Status Store::CheckFitsTheNode(const v1::RunSpec& spec, uint64_t device_steps) c
       "(codec), set block_when_full to wait for room, or raise the budgets");
 }
 
+std::pair<uint64_t, uint64_t> Store::HostBytesOf(uint32_t uid) const {
+  uint64_t all = 0, pinned = 0;
+  for (const auto& [id, run] : runs_) {
+    if (run.record.owner_uid() != uid) continue;
+    bool movable = UsesDisk(run.record.spec().layers());
+    for (const auto& [step, snap] : run.snapshots) {
+      if (!snap.block) continue;
+      all += snap.block->size();
+      if (!movable) pinned += snap.block->size();
+    }
+  }
+  return {all, pinned};
+}
+
 uint64_t Store::BlockBytes(const Run& run) const {
   uint64_t b = run.record.spec().bytes_per_step();
   return (b + HostTier::kAlignment - 1) / HostTier::kAlignment * HostTier::kAlignment;
@@ -775,6 +789,19 @@ Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint6
           " would exceed its quota of " + FormatBytes(u.quota) + " (" + FormatBytes(held) +
           " stored or being pushed, this step " + FormatBytes(bytes) +
           "); delete runs it no longer needs, or ask for a larger quota");
+    }
+  }
+  if (options_.tenant_host_share < 1.0 && !who.admin && !UsesDisk(r.spec().layers())) {
+    uint64_t share = static_cast<uint64_t>(options_.tenant_host_share * host_->budget());
+    uint64_t pinned = HostBytesOf(r.owner_uid()).second +
+                      run->in_flight.size() * BlockBytes(*run);
+    if (pinned + BlockBytes(*run) > share) {
+      return Status::ResourceExhausted(
+          StepName(r, step) + ": uid " + std::to_string(r.owner_uid()) + " holds " +
+          FormatBytes(pinned) + " of the host tier in runs that cannot move to disk, and its "
+          "share is " + FormatBytes(share) + " (tenant_host_share " +
+          std::to_string(options_.tenant_host_share).substr(0, 4) +
+          "); fetch or delete steps, or use layers with Disk");
     }
   }
   auto block = parked_pushes_.empty() ? host_->Allocate(bytes)

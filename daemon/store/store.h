@@ -26,6 +26,7 @@
 #include <chrono>
 #include <optional>
 #include <set>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -74,6 +75,10 @@ struct StoreOptions {
   uint64_t max_prefetch = 8;  // upper bound of the adaptive read-ahead depth
   int compress_threads = 1;   // compression workers (slabs of one snapshot in parallel)
   uint64_t tenant_quota = 0;  // bytes a tenant (not an admin) may store; 0 = no limit
+  // The most of the host tier one tenant (not an admin) may fill with steps of runs that
+  // cannot move to disk (layers without Disk); a tenant above it has its movable steps written
+  // out first. 1 = no limit.
+  double tenant_host_share = 1.0;
 };
 
 class Store {
@@ -331,6 +336,8 @@ class Store {
   bool Settling() const SNAPD_REQUIRES(mu_);
   void FinishDrainsIfDone(Deferred& deferred) SNAPD_REQUIRES(mu_);
   uint64_t BlockBytes(const Run& run) const;
+  // Host-tier bytes of `uid`'s steps: all of them, and those of runs that cannot use disk.
+  std::pair<uint64_t, uint64_t> HostBytesOf(uint32_t uid) const SNAPD_REQUIRES(mu_);
   Result<uint64_t> DeleteRunLocked(Run* run) SNAPD_REQUIRES(mu_);
   // A run whose declared steps cannot fit in the tiers it may use (host and disk budgets
   // together) is refused when it opens, naming the node's limit, unless it compresses (its

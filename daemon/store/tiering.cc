@@ -286,15 +286,33 @@ bool Store::FreeHostRoom() {
   // Otherwise write out the oldest host-only step of a run that may use disk. A declared
   // run's host-resident range [host_boundary, N) is left alone while anything in flight (a
   // write, a read, a checksum holding a block) is about to free memory anyway.
+  // A tenant holding more than its share of the host tier gives up its own oldest step first.
   bool settling = Settling();
-  for (auto& [id, run] : runs_) {
-    const v1::RunSpec& spec = run.record.spec();
-    if (!UsesDisk(spec.layers()) && drains_.empty()) continue;
-    for (auto& [step, snap] : run.snapshots) {
-      if (snap.record.tier() != v1::TIER_HOST || snap.writing || !snap.block) continue;
-      if (settling && spec.steps() && step >= run.record.host_boundary()) break;
-      if (!best || snap.generation < best->generation) best_run = &run, best = &snap;
-      break;  // steps of one run arrive in order; its lowest host step is its oldest
+  std::optional<uint32_t> heavy;
+  if (options_.tenant_host_share < 1.0) {
+    std::map<uint32_t, uint64_t> held;
+    for (const auto& [id, run] : runs_) held[run.record.owner_uid()] += 0;
+    uint64_t most = 0;
+    for (auto& [uid, bytes] : held) {
+      bytes = HostBytesOf(uid).first;
+      if (bytes > most) most = bytes, heavy = uid;
+    }
+    if (held.size() < 2 ||
+        most <= static_cast<uint64_t>(options_.tenant_host_share * host_->budget())) {
+      heavy.reset();  // alone on the node, or nobody above its share
+    }
+  }
+  for (int pass = heavy ? 0 : 1; pass < 2 && !best; ++pass) {
+    for (auto& [id, run] : runs_) {
+      const v1::RunSpec& spec = run.record.spec();
+      if (!UsesDisk(spec.layers()) && drains_.empty()) continue;
+      if (pass == 0 && run.record.owner_uid() != *heavy) continue;
+      for (auto& [step, snap] : run.snapshots) {
+        if (snap.record.tier() != v1::TIER_HOST || snap.writing || !snap.block) continue;
+        if (settling && spec.steps() && step >= run.record.host_boundary()) break;
+        if (!best || snap.generation < best->generation) best_run = &run, best = &snap;
+        break;  // steps of one run arrive in order; its lowest host step is its oldest
+      }
     }
   }
   if (!best || !disk_ || disk_full_) return false;

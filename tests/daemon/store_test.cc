@@ -58,6 +58,7 @@ class StoreTest : public ::testing::Test {
     }
     StoreOptions options;
     options.epoch = catalog_->BeginEpoch().value();
+    options.tenant_host_share = host_share_;
     store_ = std::move(Store::Open(catalog_.get(), tier_.get(), disk_.get(), options).value());
   }
   uint64_t OpenRun(const std::string& name, uint64_t steps, uint64_t bytes,
@@ -121,6 +122,7 @@ class StoreTest : public ::testing::Test {
   std::unique_ptr<HostTier> tier_;
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<DiskTier> disk_;
+  double host_share_ = 1.0;  // StoreOptions.tenant_host_share for Open()
   std::unique_ptr<Store> store_;
 };
 
@@ -706,6 +708,45 @@ TEST_F(StoreTest, ATenantSeesOnlyItsOwnRuns) {
   EXPECT_TRUE(store_->DeleteRun("1002:mine", Tenant::Admin()).ok());
   EXPECT_TRUE(store_->Locate("mine", 0, Tenant::Admin()).ok());  // one left: A's
   EXPECT_TRUE(store_->DeleteRun("mine", a).ok());
+}
+
+// A tenant above its share of the host tier has its own oldest steps written out first, even
+// when another tenant's steps are older.
+TEST_F(StoreTest, ATenantAboveItsHostShareMovesToDiskFirst) {
+  host_share_ = 0.5;
+  Open();
+  const Tenant a = Tenant::User(1001), b = Tenant::User(1002);
+  constexpr uint64_t kStep = 64 << 10;
+  auto open = [&](const Tenant& who, const char* name) {
+    v1::RunSpec spec;
+    spec.set_name(name);
+    spec.set_bytes_per_step(kStep);  // steps unknown: they stay in host until room is needed
+    spec.set_keep(true);
+    bool created = false;
+    auto run = store_->OpenRun(spec, who.uid, &created, who);
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    return run.ok() ? run->run_id() : 0;
+  };
+  auto push = [&](const Tenant& who, uint64_t id, uint64_t step) {
+    auto later = std::make_shared<std::promise<Result<Store::PushTicket>>>();
+    auto t = store_->BeginPush(id, step, kStep, [later](Result<Store::PushTicket> r) {
+      later->set_value(std::move(r));
+    }, who);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    Result<Store::PushTicket> ticket = t->has_value() ? Result<Store::PushTicket>(**t)
+                                                      : later->get_future().get();
+    ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+    std::memset(ticket->block->data(), static_cast<int>(step), kStep);
+    ASSERT_TRUE(store_->CommitPush(*ticket).ok());
+  };
+  uint64_t bs = open(b, "b-run"), as = open(a, "a-run");
+  for (uint64_t t = 0; t < 2; ++t) push(b, bs, t);   // B's are the oldest steps
+  for (uint64_t t = 0; t < 11; ++t) push(a, as, t);  // A: 704 KiB, over its 512 KiB share
+  for (uint64_t t = 2; t < 6; ++t) push(b, bs, t);   // B needs room
+  store_->WaitTieringIdle();
+  EXPECT_EQ(TierOf("1002:b-run", 0), v1::TIER_HOST);
+  EXPECT_EQ(TierOf("1002:b-run", 1), v1::TIER_HOST);
+  EXPECT_EQ(TierOf("1001:a-run", 0), v1::TIER_DISK);
 }
 
 TEST_F(StoreTest, AQuotaBoundsATenantsBytesIncludingPushesInFlight) {

@@ -33,7 +33,9 @@ std::map<std::string, std::string> Fields(const std::string& out) {
 
 class TenancyTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start({}); }
+  // (Re)starts snapd with `args`.
+  void Start(const std::vector<std::string>& args) {
     if (geteuid() != 0) GTEST_SKIP() << "creates a user and runs a client as it: needs root";
     passwd* pw = getpwnam(kTenant);
     if (pw == nullptr) {
@@ -49,7 +51,8 @@ class TenancyTest : public ::testing::Test {
     uid_ = pw->pw_uid;
     gid_ = pw->pw_gid;
     ASSERT_EQ(chmod(dir_.path().c_str(), 0711), 0);  // the tenant reaches the socket inside
-    auto d = DaemonProcess::Start({dir_.path(), "64M", {}, {}});
+    if (daemon_) EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    auto d = DaemonProcess::Start({dir_.path(), "64M", args, {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
   }
@@ -79,6 +82,7 @@ class TenancyTest : public ::testing::Test {
 // fetches. Every mapped-path message is refused, nothing is stored, and the tenant's own
 // pushes into the reused blocks come back as its bytes only.
 TEST_F(TenancyTest, AnotherUsersFreedBytesCannotBeReadThroughTheMappedPath) {
+  Start({"--tenant-host-share", "1"});  // the tenant may fill the whole tier (share: below)
   constexpr uint64_t kSteps = 48, kBytes = 1 << 20;
   {
     auto a = ConnectClient(*daemon_);
@@ -166,6 +170,35 @@ TEST_F(TenancyTest, AnotherUserCannotReadTheStateTheSpoolOrADump) {
                                   dump + "/manifest.json", dump + "/step-00000000.npy"}) {
     EXPECT_EQ(f["read " + path], std::to_string(EACCES)) << path;
   }
+}
+
+// A fair host tier: a tenant filling it with a host-only run stops at its share (half, here),
+// and another user's host-only push still finds room.
+TEST_F(TenancyTest, OneTenantFillingTheHostTierDoesNotRefuseAnothersPush) {
+  Start({"--spool-dirs", "none", "--tenant-host-share", "0.5"});
+  auto f = Probe({"fill", "64", std::to_string(1 << 20)});  // 64 x 1 MiB into a 64 MiB tier
+  EXPECT_EQ(f["stored"], "32");
+  EXPECT_NE(f["refused"].find("its share is 32.0 MiB (tenant_host_share 0.50)"),
+            std::string::npos)
+      << f["refused"];
+  auto a = ConnectClient(*daemon_);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  RunSpec spec;
+  spec.name = "mine";
+  spec.bytes_per_step = 4 << 20;
+  spec.layers = "Host";
+  spec.keep = true;
+  auto run = (*a)->OpenRun(spec);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  std::vector<char> step(4 << 20, 'm'), back(4 << 20);
+  for (uint64_t t = 0; t < 6; ++t) {  // 24 MiB beside the tenant's 32
+    auto h = (*a)->Push(run->run_id, t, step.data(), step.size());
+    ASSERT_TRUE(h.ok());
+    Status s = h->WaitStored();
+    ASSERT_TRUE(s.ok()) << "step " << t << ": " << s.ToString();
+  }
+  ASSERT_TRUE((*a)->Fetch(run->run_id, 5, back.data(), back.size()).ok());
+  EXPECT_EQ(back, step);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 //                                            then an ordinary fetch of what was "committed",
 //                                            then an honest copied round trip
 //   tenant_probe SOCKET close ID TOKEN       CloseSession of someone else's session
+//   tenant_probe SOCKET fill STEPS BYTES     pushes a host-only run "hog" until refused or
+//                                            STEPS are in; prints how many and why
 //   tenant_probe SOCKET read PATH...         opens each path for reading (a file, or lists a
 //                                            directory); prints its errno (0: it could)
 #include <dirent.h>
@@ -119,6 +121,34 @@ int Close(const std::string& socket, uint64_t id, uint64_t token) {
   return 0;
 }
 
+int Fill(const std::string& socket, uint64_t steps, uint64_t bytes) {
+  snapd::ClientOptions o;
+  o.socket_path = socket;
+  auto client = snapd::Client::Connect(o);
+  if (!client.ok()) return 1;
+  snapd::RunSpec spec;
+  spec.name = "hog";
+  spec.bytes_per_step = bytes;
+  spec.layers = "Host";
+  spec.keep = true;
+  auto run = (*client)->OpenRun(spec);
+  if (!run.ok()) {
+    std::fprintf(stderr, "open: %s\n", run.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<char> step(bytes, 'h');
+  uint64_t stored = 0;
+  std::string why;
+  for (uint64_t t = 0; t < steps && why.empty(); ++t) {
+    auto h = (*client)->Push(run->run_id, t, step.data(), bytes);
+    snapd::Status s = h.ok() ? h->WaitStored() : h.status();
+    if (s.ok()) ++stored; else why = s.ToString();
+  }
+  Print("stored", static_cast<long long>(stored));
+  std::printf("refused=%s\n", why.c_str());
+  return 0;
+}
+
 int Read(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) {
     int fd = ::open(argv[i], O_RDONLY | O_CLOEXEC);
@@ -144,6 +174,9 @@ int Read(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 4 && std::strcmp(argv[2], "read") == 0) return Read(argc, argv);
+  if (argc == 5 && std::strcmp(argv[2], "fill") == 0) {
+    return Fill(argv[1], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
+  }
   if (argc == 5 && std::strcmp(argv[2], "replay") == 0) {
     return Replay(argv[1], std::strtoull(argv[3], nullptr, 10),
                   std::strtoull(argv[4], nullptr, 10));
