@@ -118,7 +118,8 @@ TEST_F(TenancyTest, AnotherUsersFreedBytesCannotBeReadThroughTheMappedPath) {
 }
 
 // A session token works only for the uid that opened the session: another user who learned it
-// cannot close the session over gRPC, and the session keeps serving its owner.
+// cannot close the session over gRPC nor use it over UCX, and the session keeps serving its
+// owner.
 TEST_F(TenancyTest, AnotherUserCannotCloseASessionWithItsToken) {
   auto stub = v1::Control::NewStub(
       grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
@@ -130,6 +131,18 @@ TEST_F(TenancyTest, AnotherUserCannotCloseASessionWithItsToken) {
   EXPECT_EQ(f["close"], std::to_string(static_cast<int>(grpc::StatusCode::PERMISSION_DENIED)));
   EXPECT_NE(f["close_message"].find("belongs to another user"), std::string::npos)
       << f["close_message"];
+  // On the data plane, the stolen id and token from the tenant's own endpoint: never answered.
+  std::string hex;
+  for (unsigned char c : owner->session().data_plane_worker_address()) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", c);
+    hex += b;
+  }
+  auto h = Probe({"hello", hex, std::to_string(owner->session().session_id()),
+                  std::to_string(owner->session().token())});
+  EXPECT_EQ(h["replies"], "0");
+  EXPECT_NE(daemon_->Log().find("rejected (from an endpoint that no session created)"),
+            std::string::npos);
   wire::HelloRequest hello{wire::MakeHeader(wire::kHello, owner->session().token(), 5),
                            owner->session().session_id()};
   owner->Send(wire::kHello, &hello, sizeof hello);

@@ -6,6 +6,10 @@
 //   tenant_probe SOCKET close ID TOKEN       CloseSession of someone else's session
 //   tenant_probe SOCKET fill STEPS BYTES     pushes a host-only run "hog" until refused or
 //                                            STEPS are in; prints how many and why
+//   tenant_probe SOCKET hello HEXADDR ID TOKEN
+//                                            says Hello and asks for step 0 of run 1 with a
+//                                            stolen session id and token, from its own endpoint
+//                                            to snapd's worker (HEXADDR); prints the replies
 //   tenant_probe SOCKET read PATH...         opens each path for reading (a file, or lists a
 //                                            directory); prints its errno (0: it could)
 #include <dirent.h>
@@ -149,6 +153,23 @@ int Fill(const std::string& socket, uint64_t steps, uint64_t bytes) {
   return 0;
 }
 
+int Hello(const std::string& hex, uint64_t id, uint64_t token) {
+  std::string address;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    address.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  auto stranger = RawPeer::Stranger(address);
+  if (!stranger) return 1;
+  wire::HelloRequest hello{wire::MakeHeader(wire::kHello, token, 1), id};
+  stranger->Send(wire::kHello, &hello, sizeof hello);
+  wire::FetchRequest fetch{wire::MakeHeader(wire::kFetch, token, 2), 1, 0, 4096};
+  stranger->Send(wire::kFetch, &fetch, sizeof fetch);
+  bool answered = stranger->WaitReply(1, std::chrono::milliseconds(1000)).has_value() ||
+                  stranger->WaitReply(2, std::chrono::milliseconds(200)).has_value();
+  Print("replies", answered ? static_cast<long long>(stranger->replies()) : 0);
+  return 0;
+}
+
 int Read(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) {
     int fd = ::open(argv[i], O_RDONLY | O_CLOEXEC);
@@ -174,6 +195,9 @@ int Read(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 4 && std::strcmp(argv[2], "read") == 0) return Read(argc, argv);
+  if (argc == 6 && std::strcmp(argv[2], "hello") == 0) {
+    return Hello(argv[3], std::strtoull(argv[4], nullptr, 10), std::strtoull(argv[5], nullptr, 10));
+  }
   if (argc == 5 && std::strcmp(argv[2], "fill") == 0) {
     return Fill(argv[1], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
   }
