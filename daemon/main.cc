@@ -1,9 +1,9 @@
 // snapd: the per-node snapshot storage daemon. Start-up order is the dependency order
 // (catalog, host tier, store, sessions, data plane, control plane); shutdown on SIGTERM or
 // SIGINT runs it backwards so nothing is freed while still in use.
+#include <grp.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <grp.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,8 +19,8 @@
 #include "compress/compress_pool.h"
 #include "config/config.h"
 #include "control/control_service.h"
-#include "control/request_errors.h"
 #include "control/peer_listener.h"
+#include "control/request_errors.h"
 #include "data_plane/address_check.h"
 #include "data_plane/arena_socket.h"
 #include "data_plane/data_plane.h"
@@ -120,9 +120,10 @@ int Run(int argc, char** argv) {
         FormatBytes(*total) + " MemTotal); lower host_mem, or leave it 0 to use host_mem_perc"));
   }
   if (budget > *mem) {
-    SNAPD_LOG_WARN("host_mem %s is more than the memory available now (%s MemAvailable): the "
-                   "host tier may push other processes into swap or the OOM killer",
-                   FormatBytes(budget).c_str(), FormatBytes(*mem).c_str());
+    SNAPD_LOG_WARN(
+        "host_mem %s is more than the memory available now (%s MemAvailable): the "
+        "host tier may push other processes into swap or the OOM killer",
+        FormatBytes(budget).c_str(), FormatBytes(*mem).c_str());
   }
 
   auto catalog = Catalog::Open(config.state_dir + "/catalog");

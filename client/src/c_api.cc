@@ -46,9 +46,9 @@ void snapd_disconnect(snapd_client* client) { delete client; }
 snapd_code snapd_open_run(snapd_client* client, const snapd_run_spec* spec, uint64_t* run_id) {
   if (!client || !spec || !run_id) return NullArgument("client, spec and run_id");
   if (!spec->shape && spec->ndim != 0) {
-    return Report(snapd::Status::InvalidArgument(
-        "snapd_run_spec.shape is NULL but ndim is " + std::to_string(spec->ndim) +
-        " (give ndim sizes, or ndim 0 for no shape)"));
+    return Report(snapd::Status::InvalidArgument("snapd_run_spec.shape is NULL but ndim is " +
+                                                 std::to_string(spec->ndim) +
+                                                 " (give ndim sizes, or ndim 0 for no shape)"));
   }
   snapd::RunSpec s;
   s.name = spec->name ? spec->name : "";

@@ -994,8 +994,7 @@ Result<PushHandle> Client::Impl::PushDeviceToDaemon(uint64_t run_id, uint64_t st
   return h;
 }
 
-Status Client::Impl::CheckStepSize(uint64_t run_id, uint64_t step, size_t bytes,
-                                   const char* what) {
+Status Client::Impl::CheckStepSize(uint64_t run_id, uint64_t step, size_t bytes, const char* what) {
   MutexLock lock(runs_mu);
   auto it = step_bytes.find(run_id);
   if (it == step_bytes.end() || it->second == bytes) return Status::Ok();

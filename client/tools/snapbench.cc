@@ -35,29 +35,26 @@
 //   snapbench --device [--steps N] [--bytes S] [--compute-ms T] [--socket PATH] [--json]
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
-#include <ucp/api/ucp.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <ucp/api/ucp.h>
 #include <unistd.h>
-
-#include <thread>
-
 #include <zfp.h>
-
-#include "acoustic_model.h"
-#include "compress/zfp_codec.h"
-#include "snapd/v1/control.grpc.pb.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "snapd/client.h"
+#include "acoustic_model.h"
+#include "compress/zfp_codec.h"
 #include "paths.h"
 #include "snapbench_device.h"
+#include "snapd/client.h"
+#include "snapd/v1/control.grpc.pb.h"
 #include "units.h"
 
 namespace {
@@ -467,7 +464,8 @@ SolverReport RunOneSolver(const std::string& socket, int id, uint64_t bytes, uin
     return r;
   }
   auto pattern = [&](std::vector<uint64_t>& w, uint64_t t) {
-    for (size_t i = 0; i < w.size(); i += 512) w[i] = (static_cast<uint64_t>(id) << 48) ^ (t << 24) ^ i;
+    for (size_t i = 0; i < w.size(); i += 512)
+      w[i] = (static_cast<uint64_t>(id) << 48) ^ (t << 24) ^ i;
   };
   std::vector<uint64_t> in(bytes / 8 + 1), out(bytes / 8 + 1);
   auto t0 = Clock::now();
@@ -475,17 +473,22 @@ SolverReport RunOneSolver(const std::string& socket, int id, uint64_t bytes, uin
     pattern(in, t);
     auto h = (*c)->Push(run->run_id, t, in.data(), bytes);
     snapd::Status s = h.ok() ? h->WaitStored() : h.status();
-    if (s.code() == snapd::Code::kResourceExhausted) ++r.refused;
-    else if (!s.ok()) ++r.failed;
-    else ++r.pushed;
+    if (s.code() == snapd::Code::kResourceExhausted)
+      ++r.refused;
+    else if (!s.ok())
+      ++r.failed;
+    else
+      ++r.pushed;
   }
   auto t1 = Clock::now();
   for (uint64_t t = steps; t-- > 0;) {
     pattern(in, t);
     std::fill(out.begin(), out.end(), 0);
     if (!(*c)->Fetch(run->run_id, t, out.data(), bytes).ok()) continue;
-    if (std::memcmp(in.data(), out.data(), bytes) == 0) ++r.exact;
-    else ++r.wrong;
+    if (std::memcmp(in.data(), out.data(), bytes) == 0)
+      ++r.exact;
+    else
+      ++r.wrong;
   }
   auto t2 = Clock::now();
   r.forward_s = Seconds(t0, t1);
@@ -562,22 +565,24 @@ int Many(const Args& a) {
   uint64_t from_disk = stats->demand_reads();
   auto gbs = [](double rate) { return rate / 1e9; };
   if (a.json) {
-    std::printf("{\"solvers\": %d, \"killed\": %d, \"steps\": %llu, \"refused\": %llu, "
-                "\"exact\": %llu, \"wrong\": %llu, \"failed\": %llu, \"daemon_refused_pushes\": "
-                "%llu, \"host_peak_fraction\": %.3f, \"fetches_waited_on_disk\": %llu, "
-                "\"prefetch_hits\": %llu, \"memcpy_gbs\": %.3f, \"odirect_write_gbs\": %.3f, "
-                "\"odirect_read_gbs\": %.3f, \"aggregate_gbs\": %.3f, \"solvers_detail\": [",
-                a.many, a.kill, (unsigned long long)steps, (unsigned long long)refused,
-                (unsigned long long)exact, (unsigned long long)wrong, (unsigned long long)failed,
-                (unsigned long long)stats->refused_pushes(), peak, (unsigned long long)from_disk,
-                (unsigned long long)stats->prefetch_hits(), gbs(memcpy_rate), gbs(odirect_write),
-                gbs(odirect_read), gbs(moved / wall_s));
+    std::printf(
+        "{\"solvers\": %d, \"killed\": %d, \"steps\": %llu, \"refused\": %llu, "
+        "\"exact\": %llu, \"wrong\": %llu, \"failed\": %llu, \"daemon_refused_pushes\": "
+        "%llu, \"host_peak_fraction\": %.3f, \"fetches_waited_on_disk\": %llu, "
+        "\"prefetch_hits\": %llu, \"memcpy_gbs\": %.3f, \"odirect_write_gbs\": %.3f, "
+        "\"odirect_read_gbs\": %.3f, \"aggregate_gbs\": %.3f, \"solvers_detail\": [",
+        a.many, a.kill, (unsigned long long)steps, (unsigned long long)refused,
+        (unsigned long long)exact, (unsigned long long)wrong, (unsigned long long)failed,
+        (unsigned long long)stats->refused_pushes(), peak, (unsigned long long)from_disk,
+        (unsigned long long)stats->prefetch_hits(), gbs(memcpy_rate), gbs(odirect_write),
+        gbs(odirect_read), gbs(moved / wall_s));
     for (size_t i = 0; i < reports.size(); ++i) {
       const auto& r = reports[i];
-      std::printf("%s{\"bytes\": %llu, \"steps\": %llu, \"forward_gbs\": %.3f, "
-                  "\"backward_gbs\": %.3f}",
-                  i ? ", " : "", (unsigned long long)r.bytes, (unsigned long long)r.steps,
-                  gbs(r.bytes * r.steps / r.forward_s), gbs(r.bytes * r.steps / r.backward_s));
+      std::printf(
+          "%s{\"bytes\": %llu, \"steps\": %llu, \"forward_gbs\": %.3f, "
+          "\"backward_gbs\": %.3f}",
+          i ? ", " : "", (unsigned long long)r.bytes, (unsigned long long)r.steps,
+          gbs(r.bytes * r.steps / r.forward_s), gbs(r.bytes * r.steps / r.backward_s));
     }
     std::printf("]}\n");
   } else {
@@ -592,17 +597,18 @@ int Many(const Args& a) {
       std::printf("%12llu %6llu %12.2f %8.2f %12.2f %8.2f\n", (unsigned long long)r.bytes,
                   (unsigned long long)r.steps, gbs(f), f / memcpy_rate, gbs(b), b / memcpy_rate);
     }
-    std::printf("surviving solvers: %llu steps, refused %llu, exact %llu, wrong %llu, failed "
-                "%llu; snapd refused_pushes %llu\n",
-                (unsigned long long)steps, (unsigned long long)refused,
-                (unsigned long long)exact, (unsigned long long)wrong, (unsigned long long)failed,
-                (unsigned long long)stats->refused_pushes());
-    std::printf("all solvers: %.2f GB pushed and fetched back in %.1f s = %.2f GB/s\n",
-                moved / 1e9, wall_s, gbs(moved / wall_s));
-    std::printf("host tier peak use %.1f%% of its budget; fetches that waited on disk %llu, "
-                "prefetch hits %llu\n",
-                100 * peak, (unsigned long long)from_disk,
-                (unsigned long long)stats->prefetch_hits());
+    std::printf(
+        "surviving solvers: %llu steps, refused %llu, exact %llu, wrong %llu, failed "
+        "%llu; snapd refused_pushes %llu\n",
+        (unsigned long long)steps, (unsigned long long)refused, (unsigned long long)exact,
+        (unsigned long long)wrong, (unsigned long long)failed,
+        (unsigned long long)stats->refused_pushes());
+    std::printf("all solvers: %.2f GB pushed and fetched back in %.1f s = %.2f GB/s\n", moved / 1e9,
+                wall_s, gbs(moved / wall_s));
+    std::printf(
+        "host tier peak use %.1f%% of its budget; fetches that waited on disk %llu, "
+        "prefetch hits %llu\n",
+        100 * peak, (unsigned long long)from_disk, (unsigned long long)stats->prefetch_hits());
   }
   return refused == 0 && wrong == 0 && failed == 0 ? 0 : 1;
 }

@@ -1,26 +1,25 @@
 // snapctl: inspect and manage a running snapd over its gRPC control plane.
 // Tables for people; --json (protobuf JSON of the RPC response) for scripts.
+#include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
-
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "checksum.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "paths.h"
 #include "snapd/kernels.h"
 #include "snapd/layers.h"
@@ -449,8 +448,8 @@ struct DumpArgs {
 
 // A file of a dump, created with exactly `mode` whatever the umask.
 std::FILE* CreateDumpFile(const std::string& path, mode_t mode, bool exclusive) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC),
-                  mode);
+  int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), mode);
   if (fd < 0) return nullptr;
   if (fchmod(fd, mode) != 0) {
     ::close(fd);
@@ -483,8 +482,10 @@ int ParseDumpArgs(const Options& o, DumpArgs* d) {
       char* end = nullptr;
       unsigned long m = std::strtoul(v.c_str(), &end, 8);
       if (v.empty() || *end != '\0' || m > 0777) {
-        std::fprintf(stderr, "snapctl dump: --mode must be octal permission bits such as 0600 or "
-                     "0644, got '%s'\n", v.c_str());
+        std::fprintf(stderr,
+                     "snapctl dump: --mode must be octal permission bits such as 0600 or "
+                     "0644, got '%s'\n",
+                     v.c_str());
         return 2;
       }
       d->mode = static_cast<mode_t>(m);

@@ -98,9 +98,8 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
   }
   if (opening_.fetch_add(1) >= kMaxOpening) {
     opening_.fetch_sub(1);
-    Status busy = Status::ResourceExhausted("snapd is already opening " +
-                                            std::to_string(kMaxOpening) +
-                                            " sessions; retry in a moment");
+    Status busy = Status::ResourceExhausted(
+        "snapd is already opening " + std::to_string(kMaxOpening) + " sessions; retry in a moment");
     rejections_.Reject("OpenSession", "uid " + std::to_string(who.uid) + ": " + busy.ToString());
     return Finish(ctx, busy);
   }
@@ -125,7 +124,8 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
             resp->set_arena_socket(arena_socket_);
           }
         }
-        if (!s.ok()) rejections_.Reject("OpenSession", "uid " + std::to_string(uid) + ": " + s.ToString());
+        if (!s.ok())
+          rejections_.Reject("OpenSession", "uid " + std::to_string(uid) + ": " + s.ToString());
         opening_.fetch_sub(1);
         reactor->Finish(ToGrpc(s));
       },
@@ -141,8 +141,7 @@ Result<Session> ControlService::OwnSession(const Tenant& who, uint64_t id, uint6
   }
   // A token is a secret, but not a bearer one: it works only for the uid that opened it.
   if (session->uid != who.uid) {
-    return Status::PermissionDenied("session " + std::to_string(id) +
-                                    " belongs to another user");
+    return Status::PermissionDenied("session " + std::to_string(id) + " belongs to another user");
   }
   return *session;
 }
@@ -184,8 +183,7 @@ grpc::ServerUnaryReactor* ControlService::OpenRun(grpc::CallbackServerContext* c
     if (!own.ok()) return Finish(ctx, own.status());
     session_id = own->id;
   }
-  auto run = store_->OpenRun(req->spec(), who.uid, &created, who, req->device_steps(),
-                             session_id);
+  auto run = store_->OpenRun(req->spec(), who.uid, &created, req->device_steps(), session_id);
   if (run.ok()) {
     *resp->mutable_run() = std::move(run).value();
     resp->set_created(created);

@@ -84,8 +84,9 @@ void ArenaSocket::Answer(int fd) {
   // Every refusal is answered (a client that waits learns why) and logged, rate-limited: a
   // peer that connects in a loop cannot flood the journal.
   auto refuse = [&](const char* kind, const Status& why) {
-    rejections_.Reject(kind, why.ToString() +
-                                 (SendReply(fd, why, 0, -1) ? "" : " (the peer left before the answer)"));
+    rejections_.Reject(
+        kind,
+        why.ToString() + (SendReply(fd, why, 0, -1) ? "" : " (the peer left before the answer)"));
   };
   if (recv(fd, &req, sizeof req, MSG_WAITALL) != sizeof req) {
     refuse("malformed request", Status::InvalidArgument("expected a 16-byte ArenaRequest"));

@@ -296,11 +296,13 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
   }
   if (wire::IsMappedPath(op) && !TrustedUid(conn.tenant.uid)) {
     return refuse("mapped-path message from an untrusted uid", h.request_id,
-                  Status::PermissionDenied(
-                      "AM id " + std::to_string(op) + " belongs to the mapped host-tier path, "
-                      "which is shared only with root and uid " + std::to_string(geteuid()) +
-                      "; uid " + std::to_string(conn.tenant.uid) + " pushes and fetches with "
-                      "the copied messages (Push, Fetch)"));
+                  Status::PermissionDenied("AM id " + std::to_string(op) +
+                                           " belongs to the mapped host-tier path, "
+                                           "which is shared only with root and uid " +
+                                           std::to_string(geteuid()) + "; uid " +
+                                           std::to_string(conn.tenant.uid) +
+                                           " pushes and fetches with "
+                                           "the copied messages (Push, Fetch)"));
   }
   return &conn;
 }

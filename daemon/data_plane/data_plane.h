@@ -28,23 +28,23 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <thread>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
-#include <functional>
 
 #include "log.h"
 #include "sessions/sessions.h"
+#include "snapd/wire.h"
 #include "store/store.h"
 #include "ucx.h"
-#include "snapd/wire.h"
 
 namespace snapd {
 

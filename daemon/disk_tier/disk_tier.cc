@@ -62,7 +62,7 @@ uint64_t BytesUnder(const std::string& dir) {
   for (auto it = std::filesystem::recursive_directory_iterator(
            dir, std::filesystem::directory_options::skip_permission_denied, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    struct stat st{};
+    struct stat st {};
     if (lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
       total += static_cast<uint64_t>(st.st_blocks) * 512;
     }
@@ -108,7 +108,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     // Snapshot files of every tenant, and run ids in their names: snapd's alone.
-    struct stat st{};
+    struct stat st {};
     if (!ec && (stat(dir.c_str(), &st) != 0 || (st.st_mode & 07777) != 0700) &&
         chmod(dir.c_str(), 0700) != 0) {
       ec = std::error_code(errno, std::generic_category());
@@ -127,11 +127,12 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
     if (options.budget_bytes) {
       spool->budget = options.budget_bytes / options.spools.size();
       if (static_cast<double>(spool->budget) > room) {
-        SNAPD_LOG_WARN("disk_mem gives spool %s %s, but its filesystem has only %s for snapd "
-                       "(free space and snapd's own files): pushes will find the disk full "
-                       "before the budget is used",
-                       dir.c_str(), FormatBytes(spool->budget).c_str(),
-                       FormatBytes(static_cast<uint64_t>(room)).c_str());
+        SNAPD_LOG_WARN(
+            "disk_mem gives spool %s %s, but its filesystem has only %s for snapd "
+            "(free space and snapd's own files): pushes will find the disk full "
+            "before the budget is used",
+            dir.c_str(), FormatBytes(spool->budget).c_str(),
+            FormatBytes(static_cast<uint64_t>(room)).c_str());
       }
     } else {
       spool->budget = static_cast<uint64_t>(room * options.budget_perc);
@@ -249,8 +250,8 @@ Status DiskTier::Write(uint32_t spool_index, uint64_t run_id, const std::string&
     if (fd.get() < 0) return IoError("creating", tmp, errno);
     const char* p = static_cast<const char*>(data);
     for (uint64_t done = 0; done < bytes;) {
-      ssize_t n = io_->Pwrite(fd.get(), p + done, std::min(bytes - done, kMaxIo),
-                              static_cast<off_t>(done));
+      ssize_t n =
+          io_->Pwrite(fd.get(), p + done, std::min(bytes - done, kMaxIo), static_cast<off_t>(done));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return IoError("writing", tmp, errno);
       if (n == 0) return IoError("writing", tmp, ENOSPC);
@@ -284,8 +285,8 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
     }
     char* p = static_cast<char*>(data);
     for (uint64_t done = 0; done < bytes;) {
-      ssize_t n = io_->Pread(fd.get(), p + done, std::min(bytes - done, kMaxIo),
-                             static_cast<off_t>(done));
+      ssize_t n =
+          io_->Pread(fd.get(), p + done, std::min(bytes - done, kMaxIo), static_cast<off_t>(done));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return IoError("reading", path, errno);
       if (n == 0) {

@@ -30,7 +30,7 @@ struct DiskTierOptions {
   std::vector<std::string> spools;  // created if missing
   uint64_t budget_bytes = 0;        // whole tier, split evenly over spools; 0 = budget_perc
   double budget_perc = 0.7;         // of each spool filesystem's free space at start
-  SpoolIo* io = nullptr;            // the snapshot files' I/O; null = the kernel's (SpoolIo::System)
+  SpoolIo* io = nullptr;  // the snapshot files' I/O; null = the kernel's (SpoolIo::System)
 };
 
 // Bytes and busy wall time (time with at least one transfer in flight) of one direction.

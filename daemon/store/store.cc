@@ -434,14 +434,15 @@ Status Store::CheckFitsTheNode(const v1::RunSpec& spec, uint64_t device_steps) c
   uint64_t host = UsesHost(spec.layers()) ? host_->budget() : 0;
   uint64_t disk = UsesDisk(spec.layers()) && disk_ ? disk_->budget() : 0;
   if (need <= static_cast<unsigned __int128>(host) + disk) return Status::Ok();
-  std::string tiers = host && disk ? "the host tier (" + FormatBytes(host) + ") and the disk tier (" +
-                                         FormatBytes(disk) + ") together"
-                      : host       ? "the host tier (" + FormatBytes(host) + ")"
-                                   : "the disk tier (" + FormatBytes(disk) + ")";
+  std::string tiers = host && disk ? "the host tier (" + FormatBytes(host) +
+                                         ") and the disk tier (" + FormatBytes(disk) + ") together"
+                      : host ? "the host tier (" + FormatBytes(host) + ")"
+                             : "the disk tier (" + FormatBytes(disk) + ")";
   return Status::ResourceExhausted(
       "run '" + spec.name() + "': " + std::to_string(steps) + " steps of " +
       FormatBytes(spec.bytes_per_step()) + " (" + FormatBytes(static_cast<uint64_t>(need)) +
-      ") are more than " + tiers + " of this node can hold; declare fewer steps, compress "
+      ") are more than " + tiers +
+      " of this node can hold; declare fewer steps, compress "
       "(codec), set block_when_full to wait for room, or raise the budgets");
 }
 
@@ -464,9 +465,8 @@ uint64_t Store::BlockBytes(const Run& run) const {
   return (b + HostTier::kAlignment - 1) / HostTier::kAlignment * HostTier::kAlignment;
 }
 
-Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_uid,
-                                   bool* created, const Tenant& who, uint64_t device_steps,
-                                   uint64_t session_id) {
+Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_uid, bool* created,
+                                   uint64_t device_steps, uint64_t session_id) {
   SNAPD_RETURN_IF_ERROR(ValidateRunSpec(requested));
   v1::RunSpec spec = requested;
   const std::string& name = spec.name();
@@ -714,10 +714,10 @@ void Store::RemoveOrphans(std::chrono::seconds grace) {
     std::string name = runs_.at(id).record.spec().name();
     auto freed = DeleteRunLocked(&runs_.at(id));
     if (freed.ok()) {
-      SNAPD_LOG_INFO("run '%s' removed, %s freed: every client that opened it died %lld s ago "
-                     "and it is not kept (orphan_grace)",
-                     name.c_str(), FormatBytes(*freed).c_str(),
-                     static_cast<long long>(grace.count()));
+      SNAPD_LOG_INFO(
+          "run '%s' removed, %s freed: every client that opened it died %lld s ago "
+          "and it is not kept (orphan_grace)",
+          name.c_str(), FormatBytes(*freed).c_str(), static_cast<long long>(grace.count()));
     }
   }
 }
@@ -793,13 +793,14 @@ Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint6
   }
   if (options_.tenant_host_share < 1.0 && !who.admin && !UsesDisk(r.spec().layers())) {
     uint64_t share = static_cast<uint64_t>(options_.tenant_host_share * host_->budget());
-    uint64_t pinned = HostBytesOf(r.owner_uid()).second +
-                      run->in_flight.size() * BlockBytes(*run);
+    uint64_t pinned = HostBytesOf(r.owner_uid()).second + run->in_flight.size() * BlockBytes(*run);
     if (pinned + BlockBytes(*run) > share) {
       return Status::ResourceExhausted(
           StepName(r, step) + ": uid " + std::to_string(r.owner_uid()) + " holds " +
-          FormatBytes(pinned) + " of the host tier in runs that cannot move to disk, and its "
-          "share is " + FormatBytes(share) + " (tenant_host_share " +
+          FormatBytes(pinned) +
+          " of the host tier in runs that cannot move to disk, and its "
+          "share is " +
+          FormatBytes(share) + " (tenant_host_share " +
           std::to_string(options_.tenant_host_share).substr(0, 4) +
           "); fetch or delete steps, or use layers with Disk");
     }

@@ -18,27 +18,27 @@
 // on one of those threads without the store's mutex held.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <chrono>
 #include <optional>
 #include <set>
-#include <utility>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "catalog/catalog.h"
 #include "disk_tier/disk_tier.h"
 #include "disk_tier/io_pool.h"
-#include "log.h"
 #include "host_tier/host_tier.h"
-#include "store/snapshot_io.h"
+#include "log.h"
 #include "snapd/status.h"
 #include "snapd/v1/control.pb.h"
+#include "store/snapshot_io.h"
 #include "thread_annotations.h"
 
 namespace snapd {
@@ -97,8 +97,8 @@ class Store {
   // in its GPU pool (they are left out of the host/disk split).
   // `session_id` (0: none): the session opening or attaching; see RemoveOrphans.
   Result<v1::RunInfo> OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, bool* created,
-                              const Tenant& who = Tenant::Admin(), uint64_t device_steps = 0,
-                              uint64_t session_id = 0) SNAPD_EXCLUDES(mu_);
+                              uint64_t device_steps = 0, uint64_t session_id = 0)
+      SNAPD_EXCLUDES(mu_);
   Result<v1::RunInfo> CloseRun(const std::string& name, const Tenant& who = Tenant::Admin())
       SNAPD_EXCLUDES(mu_);
   // Returns the tier bytes released.

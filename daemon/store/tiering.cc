@@ -148,12 +148,11 @@ void Store::Rebalance(Deferred& deferred) {
   // (Parked pushes left here could not be granted even after compacting the host tier.)
   bool stuck = !Settling();
   if (!parked_pushes_.empty() && stuck) {
-    std::string why = !disk_           ? "snapd runs without a disk tier"
-                      : disk_full_     ? "the disk tier is full too (" +
-                                             FormatBytes(disk_->used()) + " of " +
-                                             FormatBytes(disk_->budget()) + " in use)"
-                                       : "every snapshot left in host memory belongs to a run "
-                                         "whose layers keep it there, or is in use";
+    std::string why = !disk_       ? "snapd runs without a disk tier"
+                      : disk_full_ ? "the disk tier is full too (" + FormatBytes(disk_->used()) +
+                                         " of " + FormatBytes(disk_->budget()) + " in use)"
+                                   : "every snapshot left in host memory belongs to a run "
+                                     "whose layers keep it there, or is in use";
     for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
       auto run = runs_.find(it->run_id);
       if (run != runs_.end() && run->second.record.spec().block_when_full()) {
@@ -161,9 +160,9 @@ void Store::Rebalance(Deferred& deferred) {
         continue;
       }
       Status full = Status::ResourceExhausted(
-          "no room for " + FormatBytes(it->bytes) + ": host tier " +
-          FormatBytes(host_->used()) + " of " + FormatBytes(host_->budget()) +
-          " in use (largest free piece " + FormatBytes(host_->largest_free()) + ") and " + why +
+          "no room for " + FormatBytes(it->bytes) + ": host tier " + FormatBytes(host_->used()) +
+          " of " + FormatBytes(host_->budget()) + " in use (largest free piece " +
+          FormatBytes(host_->largest_free()) + ") and " + why +
           "; delete finished runs, raise host_mem/disk_mem, or open the run with "
           "block_when_full");
       ++refused_pushes_;
@@ -288,25 +287,24 @@ bool Store::FreeHostRoom() {
   // write, a read, a checksum holding a block) is about to free memory anyway.
   // A tenant holding more than its share of the host tier gives up its own oldest step first.
   bool settling = Settling();
-  std::optional<uint32_t> heavy;
+  bool have_heavy = false;  // a tenant above its share, when several hold host memory
+  uint32_t heavy = 0;
   if (options_.tenant_host_share < 1.0) {
-    std::map<uint32_t, uint64_t> held;
-    for (const auto& [id, run] : runs_) held[run.record.owner_uid()] += 0;
+    std::set<uint32_t> owners;
+    for (const auto& [id, run] : runs_) owners.insert(run.record.owner_uid());
     uint64_t most = 0;
-    for (auto& [uid, bytes] : held) {
-      bytes = HostBytesOf(uid).first;
+    for (uint32_t uid : owners) {
+      uint64_t bytes = HostBytesOf(uid).first;
       if (bytes > most) most = bytes, heavy = uid;
     }
-    if (held.size() < 2 ||
-        most <= static_cast<uint64_t>(options_.tenant_host_share * host_->budget())) {
-      heavy.reset();  // alone on the node, or nobody above its share
-    }
+    have_heavy = owners.size() >= 2 &&
+                 most > static_cast<uint64_t>(options_.tenant_host_share * host_->budget());
   }
-  for (int pass = heavy ? 0 : 1; pass < 2 && !best; ++pass) {
+  for (int pass = have_heavy ? 0 : 1; pass < 2 && !best; ++pass) {
     for (auto& [id, run] : runs_) {
       const v1::RunSpec& spec = run.record.spec();
       if (!UsesDisk(spec.layers()) && drains_.empty()) continue;
-      if (pass == 0 && run.record.owner_uid() != *heavy) continue;
+      if (pass == 0 && run.record.owner_uid() != heavy) continue;
       for (auto& [step, snap] : run.snapshots) {
         if (snap.record.tier() != v1::TIER_HOST || snap.writing || !snap.block) continue;
         if (settling && spec.steps() && step >= run.record.host_boundary()) break;

@@ -80,8 +80,7 @@ TEST(CApi, AWrongSizeOrAMissingShapeFailsAtTheCall) {
   snapd_run_spec no_shape{"c-sizes", 4, 4096, 1, nullptr, 3, nullptr, 1, 0, 0, 0.0, 0};
   uint64_t run = 0;
   EXPECT_EQ(snapd_open_run(c, &no_shape, &run), SNAPD_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(snapd_last_error()).find("shape is NULL but ndim is 3"),
-            std::string::npos)
+  EXPECT_NE(std::string(snapd_last_error()).find("shape is NULL but ndim is 3"), std::string::npos)
       << snapd_last_error();
   no_shape.ndim = 0;
   ASSERT_EQ(snapd_open_run(c, &no_shape, &run), SNAPD_OK) << snapd_last_error();

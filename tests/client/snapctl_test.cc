@@ -7,14 +7,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "daemon_process.h"
 #include "raw_peer.h"
-#include "snapd/kernels.h"
 #include "snapd/client.h"
+#include "snapd/kernels.h"
 #include "snapd/schedule.h"
 #include "snapd/v1/control.grpc.pb.h"
 
@@ -144,7 +144,7 @@ void SmoothField(std::vector<char>& buf, uint64_t step) {
 // is 0700/0600 unless --mode widens it.
 TEST_F(SnapctlTest, StateSpoolAndDumpArePrivateByDefaultAndModeWidensADump) {
   auto mode = [](const std::string& path) {
-    struct stat st{};
+    struct stat st {};
     EXPECT_EQ(stat(path.c_str(), &st), 0) << path;
     return st.st_mode & 07777;
   };
@@ -154,8 +154,8 @@ TEST_F(SnapctlTest, StateSpoolAndDumpArePrivateByDefaultAndModeWidensADump) {
   std::string mine = dir_.path() + "/mine", shared = dir_.path() + "/shared", out, err;
   int rc_private = Snapctl({"dump", "shot-7", "--to", mine}, &out, &err);
   int rc_shared = Snapctl({"dump", "shot-7", "--to", shared, "--mode", "0644"}, &out, &err);
-  int rc_bad = Snapctl({"dump", "shot-7", "--to", dir_.path() + "/bad", "--mode", "rw"}, &out,
-                       &err);
+  int rc_bad =
+      Snapctl({"dump", "shot-7", "--to", dir_.path() + "/bad", "--mode", "rw"}, &out, &err);
   umask(old);
   ASSERT_EQ(rc_private, 0);
   ASSERT_EQ(rc_shared, 0);

@@ -9,8 +9,8 @@
 #include <future>
 
 #include "checksum.h"
-#include "placement/placement.h"
 #include "faulty_spool_io.h"
+#include "placement/placement.h"
 #include "temp_dir.h"
 
 namespace snapd {
@@ -294,8 +294,7 @@ TEST_F(StoreTest, AnEioOnADiskReadFailsThatFetchOnlyNamingTheCause) {
   Status s = FetchExact(on_disk, 1, kStep);
   EXPECT_NE(s.code(), Code::kOk);
   EXPECT_NE(s.message().find("Input/output error"), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find("run-" + std::to_string(on_disk)), std::string::npos)
-      << s.ToString();
+  EXPECT_NE(s.message().find("run-" + std::to_string(on_disk)), std::string::npos) << s.ToString();
   for (uint64_t t = 2; t-- > 0;) EXPECT_TRUE(FetchExact(in_host, t, kStep).ok()) << t;
   EXPECT_GT(io.failures(), 0u);
   io.Heal();
@@ -540,7 +539,7 @@ TEST_F(StoreTest, RejectsLayersTheNodeCannotServe) {
   spec.set_bytes_per_step(4096);
   spec.set_layers(v1::LAYERS_DISK_HOST);
   bool created = false;
-  Status s = store_->OpenRun(spec, 0, &created, Tenant::Admin(), /*device_steps=*/4).status();
+  Status s = store_->OpenRun(spec, 0, &created, /*device_steps=*/4).status();
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_NE(s.message().find("no device tier"), std::string::npos) << s.ToString();
   Open(/*disk_bytes=*/0);
@@ -560,7 +559,7 @@ TEST_F(StoreTest, DeviceStepsAreLeftOutOfTheHostAndDiskSplit) {
   spec.set_bytes_per_step(kBytes);
   spec.set_layers(v1::LAYERS_DISK_HOST_DEVICE);
   bool created = false;
-  auto run = store_->OpenRun(spec, 0, &created, Tenant::Admin(), kDevice);
+  auto run = store_->OpenRun(spec, 0, &created, kDevice);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   uint64_t host_slots = kHostBytes / kBytes - kStagingBlocks;  // 14
   EXPECT_EQ(run->device_boundary(), kSteps - kDevice);
@@ -598,7 +597,7 @@ uint64_t OpenDeviceRun(Store& store, const std::string& name) {
   spec.set_bytes_per_step(4096);
   spec.set_layers(v1::LAYERS_HOST_DEVICE);
   bool created = false;
-  auto run = store.OpenRun(spec, 0, &created, Tenant::Admin(), /*device_steps=*/2);
+  auto run = store.OpenRun(spec, 0, &created, /*device_steps=*/2);
   EXPECT_TRUE(run.ok()) << run.status().ToString();
   return run.ok() ? run->run_id() : 0;
 }
@@ -665,7 +664,7 @@ TEST_F(StoreTest, ATenantSeesOnlyItsOwnRuns) {
   spec.set_bytes_per_step(4096);
   spec.set_keep(true);
   bool created = false;
-  auto run = store_->OpenRun(spec, a.uid, &created, a);
+  auto run = store_->OpenRun(spec, a.uid, &created);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   uint64_t id = run->run_id();
   auto pushed = store_->BeginPush(id, 0, 4096, [](Result<Store::PushTicket>) {}, a);
@@ -688,7 +687,7 @@ TEST_F(StoreTest, ATenantSeesOnlyItsOwnRuns) {
   EXPECT_EQ(store_->Locate("1001:mine", 0, b).status().code(), Code::kNotFound);
 
   // Names are per user: B's "mine" is a run of its own, and says nothing about A's.
-  auto bs = store_->OpenRun(spec, b.uid, &created, b);
+  auto bs = store_->OpenRun(spec, b.uid, &created);
   ASSERT_TRUE(bs.ok()) << bs.status().ToString();
   EXPECT_TRUE(created);
   EXPECT_NE(bs->run_id(), id);
@@ -702,7 +701,8 @@ TEST_F(StoreTest, ATenantSeesOnlyItsOwnRuns) {
   EXPECT_TRUE(store_->Locate("mine", 0, a).ok());
   Status ambiguous = store_->Locate("mine", 0, Tenant::Admin()).status();
   EXPECT_EQ(ambiguous.code(), Code::kInvalidArgument);
-  EXPECT_NE(ambiguous.message().find("name one as UID:mine"), std::string::npos) << ambiguous.ToString();
+  EXPECT_NE(ambiguous.message().find("name one as UID:mine"), std::string::npos)
+      << ambiguous.ToString();
   EXPECT_TRUE(store_->Locate("1001:mine", 0, Tenant::Admin()).ok());
   EXPECT_TRUE(Fetch(*store_, id, 0, 4096).ok());  // as an admin
   EXPECT_TRUE(store_->DeleteRun("1002:mine", Tenant::Admin()).ok());
@@ -723,18 +723,18 @@ TEST_F(StoreTest, ATenantAboveItsHostShareMovesToDiskFirst) {
     spec.set_bytes_per_step(kStep);  // steps unknown: they stay in host until room is needed
     spec.set_keep(true);
     bool created = false;
-    auto run = store_->OpenRun(spec, who.uid, &created, who);
+    auto run = store_->OpenRun(spec, who.uid, &created);
     EXPECT_TRUE(run.ok()) << run.status().ToString();
     return run.ok() ? run->run_id() : 0;
   };
   auto push = [&](const Tenant& who, uint64_t id, uint64_t step) {
     auto later = std::make_shared<std::promise<Result<Store::PushTicket>>>();
-    auto t = store_->BeginPush(id, step, kStep, [later](Result<Store::PushTicket> r) {
-      later->set_value(std::move(r));
-    }, who);
+    auto t = store_->BeginPush(
+        id, step, kStep, [later](Result<Store::PushTicket> r) { later->set_value(std::move(r)); },
+        who);
     ASSERT_TRUE(t.ok()) << t.status().ToString();
-    Result<Store::PushTicket> ticket = t->has_value() ? Result<Store::PushTicket>(**t)
-                                                      : later->get_future().get();
+    Result<Store::PushTicket> ticket =
+        t->has_value() ? Result<Store::PushTicket>(**t) : later->get_future().get();
     ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
     std::memset(ticket->block->data(), static_cast<int>(step), kStep);
     ASSERT_TRUE(store_->CommitPush(*ticket).ok());
@@ -758,7 +758,7 @@ TEST_F(StoreTest, AQuotaBoundsATenantsBytesIncludingPushesInFlight) {
     spec.set_steps(8);
     spec.set_bytes_per_step(4096);
     bool created = false;
-    return store_->OpenRun(spec, who.uid, &created, who).value().run_id();
+    return store_->OpenRun(spec, who.uid, &created).value().run_id();
   };
   uint64_t ra = open("a-run", a), rb = open("b-run", b);
   auto push = [&](uint64_t id, uint64_t step, const Tenant& who) -> Result<Store::PushTicket> {

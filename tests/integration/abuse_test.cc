@@ -8,15 +8,15 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
@@ -148,8 +148,8 @@ class AbuseTest : public ::testing::Test {
     }
     good.Stop();
     if (!good.error().empty()) {  // the daemon's log first, the client's error on the last line
-      ADD_FAILURE() << "snapd's log:\n" << daemon_->Log()
-                    << "\nthe good client failed: " << good.error();
+      ADD_FAILURE() << "snapd's log:\n"
+                    << daemon_->Log() << "\nthe good client failed: " << good.error();
     }
     EXPECT_GT(good.rounds(), before) << "the good client finished no round";
   }
@@ -474,9 +474,10 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
   std::this_thread::sleep_for(std::chrono::seconds(1));
   size_t fds_after = fds();
   long rss_after = rss_kib();
-  std::printf("%d silent sessions opened in %.1f s and expired; snapd fds %zu -> %zu, "
-              "resident %ld -> %ld KiB\n",
-              count, open_s, fds_before, fds_after, rss_before, rss_after);
+  std::printf(
+      "%d silent sessions opened in %.1f s and expired; snapd fds %zu -> %zu, "
+      "resident %ld -> %ld KiB\n",
+      count, open_s, fds_before, fds_after, rss_before, rss_after);
   EXPECT_LE(fds_after, fds_before + 2);
   // Under AddressSanitizer freed memory sits in its quarantine (256 MiB), so resident memory
   // says nothing there; LeakSanitizer checks snapd's heap when it stops instead.
@@ -531,8 +532,9 @@ TEST_F(AbuseTest, UndecodableAndOutOfRangeControlRequestsGetNamedErrors) {
     if (s.ok()) continue;
     ++refused;
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-    EXPECT_EQ(s.error_message(), "the request body of /snapd.v1.Control/OpenRun does not decode "
-                                 "as a snapd.v1.OpenRunRequest message");
+    EXPECT_EQ(s.error_message(),
+              "the request body of /snapd.v1.Control/OpenRun does not decode "
+              "as a snapd.v1.OpenRunRequest message");
   }
   EXPECT_GT(refused, 0);
   {  // A method snapd does not serve.
@@ -553,11 +555,12 @@ TEST_F(AbuseTest, UndecodableAndOutOfRangeControlRequestsGetNamedErrors) {
 TEST_F(AbuseTest, ADiskBudgetLargerThanTheFilesystemIsReportedAtStart) {
   std::string spool = dir_.path() + "/spool";
   EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
-  auto d = DaemonProcess::Start(
-      {dir_.path(), "64M", {"--spool-dirs", spool, "--disk-mem", "900T"}, {}});
+  auto d =
+      DaemonProcess::Start({dir_.path(), "64M", {"--spool-dirs", spool, "--disk-mem", "900T"}, {}});
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   daemon_ = std::move(d).value();
-  EXPECT_NE(daemon_->Log().find("disk_mem gives spool " + spool + " 900.0 TiB, but its "
+  EXPECT_NE(daemon_->Log().find("disk_mem gives spool " + spool +
+                                " 900.0 TiB, but its "
                                 "filesystem has only"),
             std::string::npos)
       << daemon_->Log();
@@ -577,15 +580,16 @@ TEST(StartUp, RefusesAHostTierLargerThanTheNodeAndASpoolItCannotWrite) {
   std::string spool = dir.path() + "/ro-spool";
   ASSERT_EQ(mkdir(spool.c_str(), 0700), 0);
   rc = RunProgram({"/usr/bin/unshare", "--user", "--map-root-user", "--mount", "/bin/sh", "-c",
-                   "mount -t tmpfs -o ro,mode=0700,size=1m snapd-ro \"$0\" && exec \"$@\"",
-                   spool, SNAPD_BINARY, "--socket", dir.path() + "/s", "--state-dir",
+                   "mount -t tmpfs -o ro,mode=0700,size=1m snapd-ro \"$0\" && exec \"$@\"", spool,
+                   SNAPD_BINARY, "--socket", dir.path() + "/s", "--state-dir",
                    dir.path() + "/state", "--host-mem", "16M", "--spool-dirs", spool},
                   &out, &err);
   if (err.find("unshare") != std::string::npos || err.find("mount:") != std::string::npos) {
     GTEST_SKIP() << "no unprivileged mount namespaces here: " << err;
   }
   EXPECT_NE(rc, 0);
-  EXPECT_NE(err.find("spool_dirs entry " + spool + " is not writable (creating a file: "
+  EXPECT_NE(err.find("spool_dirs entry " + spool +
+                     " is not writable (creating a file: "
                      "Read-only file system)"),
             std::string::npos)
       << err;
@@ -595,8 +599,8 @@ TEST_F(AbuseTest, ARunLargerThanTheNodeIsRefusedWhenItOpensNamingTheLimit) {
   std::string spool = dir_.path() + "/spool";
   ASSERT_EQ(mkdir(spool.c_str(), 0700), 0);
   EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
-  auto d = DaemonProcess::Start(
-      {dir_.path(), "64M", {"--spool-dirs", spool, "--disk-mem", "1G"}, {}});
+  auto d =
+      DaemonProcess::Start({dir_.path(), "64M", {"--spool-dirs", spool, "--disk-mem", "1G"}, {}});
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   daemon_ = std::move(d).value();
   stub_ = v1::Control::NewStub(

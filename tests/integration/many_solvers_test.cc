@@ -2,6 +2,7 @@
 // mapped path and half over UCX, share a small host tier and an ample disk tier at once, and
 // one is killed mid-run. No push may be refused while the disk has room, every byte comes back
 // exact, and the dead client's session goes away. Bounded: well under a minute on 2 cores.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -11,11 +12,9 @@
 #include <set>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-
 #include "daemon_process.h"
-#include "snapd/v1/control.grpc.pb.h"
 #include "snapd/client.h"
+#include "snapd/v1/control.grpc.pb.h"
 
 namespace snapd::testing {
 namespace {
@@ -61,13 +60,13 @@ std::string RunSolver(const DaemonProcess& daemon, int id, const Solver& s,
 TEST(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackExact) {
   TempDir dir;
   std::string spool = dir.path() + "/spool";
-  auto d = DaemonProcess::Start({dir.path(), "96M", {"--spool-dirs", spool, "--disk-mem", "4G"},
-                                 {}});
+  auto d =
+      DaemonProcess::Start({dir.path(), "96M", {"--spool-dirs", spool, "--disk-mem", "4G"}, {}});
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   constexpr uint64_t kMiB = 1 << 20;
   const std::vector<Solver> solvers = {
-      {1 * kMiB, 60, true},       {4 * kMiB, 30, false},  {16 * kMiB, 12, true},
-      {3 * kMiB + 17, 30, false}, {24 * kMiB, 8, true},   {256 * 1024 + 8, 80, false},
+      {1 * kMiB, 60, true},        {4 * kMiB, 30, false},  {16 * kMiB, 12, true},
+      {3 * kMiB + 17, 30, false},  {24 * kMiB, 8, true},   {256 * 1024 + 8, 80, false},
       {5 * kMiB + 4096, 20, true}, {12 * kMiB, 10, false},
   };
   // One more client is killed mid-push; its run and session must not hold anyone up.
@@ -81,7 +80,8 @@ TEST(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackExa
   std::vector<std::string> errors(solvers.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < solvers.size(); ++i) {
-    threads.emplace_back([&, i] { errors[i] = RunSolver(**d, static_cast<int>(i), solvers[i], &refused); });
+    threads.emplace_back(
+        [&, i] { errors[i] = RunSolver(**d, static_cast<int>(i), solvers[i], &refused); });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   kill(victim, SIGKILL);
@@ -179,7 +179,8 @@ TEST(ManySolvers, AKilledClientsRunIsRemovedAfterTheGraceUnlessKept) {
     return n;
   };
   auto t0 = std::chrono::steady_clock::now();
-  while (names().count("orphan") && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+  while (names().count("orphan") &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   EXPECT_EQ(names(), (std::set<std::string>{"alive", "kept"})) << (*d)->Log();

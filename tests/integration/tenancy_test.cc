@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <map>
 #include <sstream>
 
@@ -61,9 +60,12 @@ class TenancyTest : public ::testing::Test {
   }
   // Runs tenant_probe as the tenant; its fields.
   std::map<std::string, std::string> Probe(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {"/usr/bin/setpriv",       "--reuid=" + std::to_string(uid_),
-                                     "--regid=" + std::to_string(gid_), "--clear-groups",
-                                     TENANT_PROBE_BINARY,      daemon_->socket()};
+    std::vector<std::string> argv = {"/usr/bin/setpriv",
+                                     "--reuid=" + std::to_string(uid_),
+                                     "--regid=" + std::to_string(gid_),
+                                     "--clear-groups",
+                                     TENANT_PROBE_BINARY,
+                                     daemon_->socket()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::string out, err;
     int status = RunProgram(argv, &out, &err);
@@ -171,9 +173,8 @@ TEST_F(TenancyTest, AnotherUserCannotReadTheStateTheSpoolOrADump) {
   }
   std::string dump = dir_.path() + "/dump", out, err;
   mode_t old = umask(0);
-  int rc = RunProgram({SNAPCTL_BINARY, "--socket", daemon_->socket(), "dump", "secret", "--to",
-                       dump},
-                      &out, &err);
+  int rc = RunProgram(
+      {SNAPCTL_BINARY, "--socket", daemon_->socket(), "dump", "secret", "--to", dump}, &out, &err);
   umask(old);
   ASSERT_EQ(rc, 0) << err;
   std::string state = dir_.path() + "/state";
@@ -191,8 +192,7 @@ TEST_F(TenancyTest, OneTenantFillingTheHostTierDoesNotRefuseAnothersPush) {
   Start({"--spool-dirs", "none", "--tenant-host-share", "0.5"});
   auto f = Probe({"fill", "64", std::to_string(1 << 20)});  // 64 x 1 MiB into a 64 MiB tier
   EXPECT_EQ(f["stored"], "32");
-  EXPECT_NE(f["refused"].find("its share is 32.0 MiB (tenant_host_share 0.50)"),
-            std::string::npos)
+  EXPECT_NE(f["refused"].find("its share is 32.0 MiB (tenant_host_share 0.50)"), std::string::npos)
       << f["refused"];
   auto a = ConnectClient(*daemon_);
   ASSERT_TRUE(a.ok()) << a.status().ToString();

@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -71,14 +70,13 @@ int Replay(const std::string& socket, uint64_t steps, uint64_t bytes) {
   std::string reserve_message;
   std::vector<char> got(bytes);
   for (uint64_t t = 0; t < steps; ++t) {
-    wire::PushRequest reserve{wire::MakeHeader(wire::kReserve, token, 100 + 3 * t), run, t,
-                              bytes, 0};
+    wire::PushRequest reserve{wire::MakeHeader(wire::kReserve, token, 100 + 3 * t), run, t, bytes,
+                              0};
     peer->Send(wire::kReserve, &reserve, sizeof reserve);
     auto r = peer->WaitReply(100 + 3 * t);
     if (r && r->code == 7) ++reserve_refused;
     if (r && reserve_message.empty()) reserve_message = snapd::testing::Message(*r);
-    wire::PushRequest commit{wire::MakeHeader(wire::kCommit, token, 101 + 3 * t), run, t, bytes,
-                             0};
+    wire::PushRequest commit{wire::MakeHeader(wire::kCommit, token, 101 + 3 * t), run, t, bytes, 0};
     peer->Send(wire::kCommit, &commit, sizeof commit);
     auto c = peer->WaitReply(101 + 3 * t);
     if (c && c->code == 7) ++commit_refused;
@@ -146,7 +144,10 @@ int Fill(const std::string& socket, uint64_t steps, uint64_t bytes) {
   for (uint64_t t = 0; t < steps && why.empty(); ++t) {
     auto h = (*client)->Push(run->run_id, t, step.data(), bytes);
     snapd::Status s = h.ok() ? h->WaitStored() : h.status();
-    if (s.ok()) ++stored; else why = s.ToString();
+    if (s.ok())
+      ++stored;
+    else
+      why = s.ToString();
   }
   Print("stored", static_cast<long long>(stored));
   std::printf("refused=%s\n", why.c_str());
@@ -175,11 +176,14 @@ int Read(int argc, char** argv) {
     int fd = ::open(argv[i], O_RDONLY | O_CLOEXEC);
     int err = fd < 0 ? errno : 0;
     if (fd >= 0) {
-      struct stat st{};
+      struct stat st {};
       if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
         DIR* d = fdopendir(fd);
         if (d == nullptr || readdir(d) == nullptr) err = errno ? errno : EIO;
-        if (d) closedir(d); else ::close(fd);
+        if (d)
+          closedir(d);
+        else
+          ::close(fd);
       } else {
         char c;
         if (::read(fd, &c, 1) < 0) err = errno;
@@ -206,8 +210,7 @@ int main(int argc, char** argv) {
                   std::strtoull(argv[4], nullptr, 10));
   }
   if (argc == 5 && std::strcmp(argv[2], "close") == 0) {
-    return Close(argv[1], std::strtoull(argv[3], nullptr, 10),
-                 std::strtoull(argv[4], nullptr, 10));
+    return Close(argv[1], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
   }
   std::fprintf(stderr, "usage: tenant_probe SOCKET replay STEPS BYTES | close ID TOKEN\n");
   return 2;
