@@ -414,11 +414,19 @@ void Client::Impl::CopyOut(Pending p, uint64_t offset, uint64_t lease) {
 }
 
 Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + kControlDeadline);
-  grpc::Status s = call(&ctx);
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    SNAPD_RETURN_IF_ERROR(ProbeSocket(socket_path));
+  grpc::Status s;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kControlDeadline);
+    // The retry waits for the channel to connect again instead of failing fast.
+    ctx.set_wait_for_ready(attempt > 0);
+    s = call(&ctx);
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    SNAPD_RETURN_IF_ERROR(ProbeSocket(socket_path));  // snapd is gone: say so
+    // snapd is there but this channel's connection was lost (for example to a flood of other
+    // connections on the socket). gRPC says "failed to connect" only for a call it never
+    // sent, so sending it once more cannot run it twice; anything else is returned as it is.
+    if (s.error_message().find("failed to connect") == std::string::npos) break;
   }
   return FromGrpc(s);
 }

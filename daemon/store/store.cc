@@ -446,6 +446,25 @@ Status Store::CheckFitsTheNode(const v1::RunSpec& spec, uint64_t device_steps) c
       "(codec), set block_when_full to wait for room, or raise the budgets");
 }
 
+uint64_t Store::HostRoomForNewRun() const {
+  uint64_t claimed = 0;
+  for (const auto& [id, run] : runs_) {
+    uint64_t held = 0;
+    for (const auto& [step, snap] : run.snapshots) {
+      if (snap.block) held += snap.block->size();
+    }
+    uint64_t planned = 0;  // the rest of an open declared run's resident range [j, k)
+    const v1::RunSpec& spec = run.record.spec();
+    if (run.record.state() == v1::RUN_OPEN && spec.steps() != 0 && UsesHost(spec.layers())) {
+      uint64_t k = spec.steps() - std::min(spec.steps(), run.record.device_steps());
+      uint64_t j = std::min(k, run.record.host_boundary());
+      planned = (k - j) * BlockBytes(run);
+    }
+    claimed += std::max(held, planned);
+  }
+  return claimed >= host_->budget() ? 0 : host_->budget() - claimed;
+}
+
 std::pair<uint64_t, uint64_t> Store::HostBytesOf(uint32_t uid) const {
   uint64_t all = 0, pinned = 0;
   for (const auto& [id, run] : runs_) {
@@ -534,7 +553,7 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
   if (!CompressesAtIngest(spec)) {  // otherwise sizes are known only once compressed
     // The device keeps [N - device_steps, N); host and disk share what is below.
     run.record.set_host_boundary(HostBoundary(spec.layers(), spec.steps() - device_steps,
-                                              BlockBytes(run), host_->budget() - host_->used()));
+                                              BlockBytes(run), HostRoomForNewRun()));
   }
   SNAPD_RETURN_IF_ERROR(catalog_->PutRun(run.record));
   by_name_[{owner_uid, name}] = id;

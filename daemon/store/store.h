@@ -336,6 +336,10 @@ class Store {
   bool Settling() const SNAPD_REQUIRES(mu_);
   void FinishDrainsIfDone(Deferred& deferred) SNAPD_REQUIRES(mu_);
   uint64_t BlockBytes(const Run& run) const;
+  // The host memory a new declared run may plan its resident steps in: the budget less what
+  // every other run holds there or has planned to keep there (an open declared run's range
+  // [host_boundary, N)), so runs sharing the tier get boundaries computed against each other.
+  uint64_t HostRoomForNewRun() const SNAPD_REQUIRES(mu_);
   // Host-tier bytes of `uid`'s steps: all of them, and those of runs that cannot use disk.
   std::pair<uint64_t, uint64_t> HostBytesOf(uint32_t uid) const SNAPD_REQUIRES(mu_);
   Result<uint64_t> DeleteRunLocked(Run* run) SNAPD_REQUIRES(mu_);

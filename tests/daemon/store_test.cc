@@ -212,6 +212,25 @@ TEST_F(StoreTest, DeclaredRunsPlaceTheOldestStepsOnDiskAndTheNewestInHost) {
   for (uint64_t t = kSteps; t-- > 0;) ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
 }
 
+// Runs sharing the host tier plan their resident steps against each other: a second declared
+// run keeps in host only what the first has not planned to keep there, and both runs' steps
+// come back exact.
+TEST_F(StoreTest, DeclaredRunsSharingTheHostTierGetBoundariesComputedAgainstEachOther) {
+  constexpr uint64_t kStep = 64 << 10;  // 16 blocks in the 1 MiB host tier
+  uint64_t a = OpenRun("a", 8, kStep);   // all 8 resident: 512 KiB planned
+  uint64_t b = OpenRun("b", 16, kStep);  // the other 512 KiB, less two staging blocks: 6
+  auto runs = store_->ListRuns();
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto& r : runs) {
+    EXPECT_EQ(r.host_boundary(), r.spec().name() == "a" ? 0u : 16u - 6u) << r.spec().name();
+  }
+  for (uint64_t t = 0; t < 8; ++t) ASSERT_TRUE(Push(a, t, kStep).ok()) << t;
+  for (uint64_t t = 0; t < 16; ++t) ASSERT_TRUE(Push(b, t, kStep).ok()) << t;
+  store_->WaitTieringIdle();
+  for (uint64_t t = 16; t-- > 0;) ASSERT_TRUE(FetchExact(b, t, kStep).ok()) << t;
+  for (uint64_t t = 8; t-- > 0;) ASSERT_TRUE(FetchExact(a, t, kStep).ok()) << t;
+}
+
 TEST_F(StoreTest, WithoutADeclaredCountAFullHostTierDemotesItsOldestSteps) {
   constexpr uint64_t kStep = 64 << 10, kSteps = 40;
   uint64_t id = OpenRun("r", 0, kStep);
