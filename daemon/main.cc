@@ -21,6 +21,7 @@
 #include "control/control_service.h"
 #include "control/peer_listener.h"
 #include "control/request_errors.h"
+#include "metrics/metrics.h"
 #include "data_plane/address_check.h"
 #include "data_plane/arena_socket.h"
 #include "data_plane/data_plane.h"
@@ -161,6 +162,17 @@ int Run(int argc, char** argv) {
   auto arena = ArenaSocket::Start(config.socket + ".arena", host->get(), &sessions);
   if (!arena.ok()) return fail(arena.status());
   ControlService service(store->get(), &sessions, data_plane->get(), (*arena)->path());
+  std::unique_ptr<MetricsFile> metrics;
+  if (!config.metrics_textfile.empty()) {
+    auto started = MetricsFile::Start(config.metrics_textfile,
+                                      std::chrono::seconds(config.metrics_interval), [&service] {
+                                        v1::StatsResponse stats;
+                                        service.CollectStats(/*admin=*/false, &stats);
+                                        return stats;
+                                      });
+    if (!started.ok()) return fail(started.status());
+    metrics = std::move(started).value();
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
@@ -239,6 +251,7 @@ int Run(int argc, char** argv) {
   Notify(env, "STOPPING=1");
   watchdog.reset();
   server->GetHealthCheckService()->SetServingStatus(false);
+  metrics.reset();    // the file keeps the last figures
   listener->reset();  // no new connections
   service.Stop();     // sessions still waiting to open are refused
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -38,6 +38,12 @@ const std::vector<OptionDoc>& ConfigOptions() {
       {"orphan_grace", "SNAPD_ORPHAN_GRACE",
        "seconds a run that is not kept survives the death of every client that opened it; "
        "0 = until removed (default 600)"},
+      {"metrics_textfile", "SNAPD_METRICS_TEXTFILE",
+       "file snapd writes its metrics to in the Prometheus text format, for node_exporter's "
+       "textfile collector (e.g. /var/lib/node_exporter/textfile/snapd.prom); empty = off "
+       "(default empty)"},
+      {"metrics_interval", "SNAPD_METRICS_INTERVAL",
+       "seconds between two writes of metrics_textfile, 1..3600 (default 15)"},
       {"log_level", "SNAPD_LOG_LEVEL", "debug, info, warn or error (default info)"},
       {"socket_mode", "SNAPD_SOCKET_MODE",
        "control socket permissions, octal; who connects is told by SO_PEERCRED (default 0666)"},
@@ -124,6 +130,12 @@ Status Set(Config& c, const std::string& key, const std::string& value,
   } else if (key == "io_threads" || key == "prefetch_depth") {
     if (!ParseInteger(value, 1, 256, key == "io_threads" ? &c.io_threads : &c.prefetch_depth)) {
       return bad("must be an integer 1..256");
+    }
+  } else if (key == "metrics_textfile") {
+    c.metrics_textfile = value;
+  } else if (key == "metrics_interval") {
+    if (!ParseInteger(value, 1, 3600, &c.metrics_interval)) {
+      return bad("must be a number of seconds 1..3600");
     }
   } else if (key == "orphan_grace") {
     if (!ParseInteger(value, 0, 7 * 24 * 3600, &c.orphan_grace)) {
@@ -274,6 +286,8 @@ std::string FormatConfig(const Config& c) {
     << "compress_threads = " << c.compress_threads << "\n"
     << "session_connect_timeout = " << c.session_connect_timeout << "\n"
     << "orphan_grace = " << c.orphan_grace << "\n"
+    << "metrics_textfile = \"" << c.metrics_textfile << "\"\n"
+    << "metrics_interval = " << c.metrics_interval << "\n"
     << "log_level = \"" << c.log_level << "\"\n"
     << "socket_mode = \"0" << std::oct << c.socket_mode << std::dec << "\"\n"
     << "admin_group = \"" << c.admin_group << "\"\n"

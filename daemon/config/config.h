@@ -24,6 +24,8 @@ struct Config {
   uint32_t prefetch_depth = 8;
   uint32_t compress_threads = 0;  // 0 = the cores minus one
   uint32_t session_connect_timeout = 30;  // seconds from OpenSession to the client's Hello
+  std::string metrics_textfile;   // Prometheus text file for node_exporter; empty = off
+  uint32_t metrics_interval = 15;  // seconds between two writes of it
   uint32_t orphan_grace = 600;  // seconds a non-keep run outlives its dead clients; 0 = forever
   std::string log_level = "info";
   uint32_t socket_mode = 0666;  // control socket permissions; tenancy is per uid regardless

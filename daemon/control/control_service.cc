@@ -249,6 +249,13 @@ grpc::ServerUnaryReactor* ControlService::ListSnapshots(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx,
                                                 const v1::StatsRequest*,
                                                 v1::StatsResponse* resp) {
+  // Where snapd keeps every tenant's files is an admin's business.
+  Result<Tenant> who = Caller(ctx);
+  CollectStats(who.ok() && who->admin, resp);
+  return Finish(ctx, Status::Ok());
+}
+
+void ControlService::CollectStats(bool admin, v1::StatsResponse* resp) const {
   StoreCounters c = store_->Counters();
   resp->set_version(SNAPD_VERSION);
   resp->set_wire_version(wire::kVersion);
@@ -285,9 +292,7 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
     t->set_write_busy_ns(w.busy_ns);
     t->set_read_bytes(r.bytes);
     t->set_read_busy_ns(r.busy_ns);
-    // Where snapd keeps every tenant's files is an admin's business.
-    Result<Tenant> who = Caller(ctx);
-    if (who.ok() && who->admin) {
+    if (admin) {
       for (const std::string& dir : disk->spool_dirs()) resp->add_spool_dirs(dir);
     }
   }
@@ -302,7 +307,6 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
   resp->set_lost_snapshots(c.lost_snapshots);
   resp->set_refused_pushes(c.refused_pushes);
   resp->set_compactions(c.compactions);
-  return Finish(ctx, Status::Ok());
 }
 
 grpc::ServerUnaryReactor* ControlService::Prefetch(grpc::CallbackServerContext* ctx,

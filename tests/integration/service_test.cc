@@ -7,11 +7,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "daemon_process.h"
+#include "snapd/client.h"
 #include "unix_socket.h"
 
 namespace snapd::testing {
@@ -103,6 +107,55 @@ TEST(ServiceTest, TheSystemdUnitVerifies) {
   EXPECT_EQ(rc, 0) << out << err;
   // Everything it printed is a finding; a clean unit prints nothing about itself.
   EXPECT_EQ((out + err).find("snapd.service"), std::string::npos) << out << err;
+}
+
+}  // namespace
+}  // namespace snapd::testing
+
+namespace snapd::testing {
+namespace {
+
+// The metrics file node_exporter's textfile collector reads: written at start, replaced every
+// metrics_interval with the current figures, in the Prometheus text format.
+TEST(ServiceTest, TheMetricsFileFollowsWhatSnapdDoes) {
+  TempDir dir;
+  std::string prom = dir.path() + "/snapd.prom";
+  auto d = DaemonProcess::Start(
+      {dir.path(), "64M", {"--metrics-textfile", prom, "--metrics-interval", "1"}, {}});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  auto read = [&] {
+    std::ifstream in(prom);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  EXPECT_NE(read().find("snapd_pushes_total 0\n"), std::string::npos) << read();
+  auto c = ConnectClient(**d);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  RunSpec spec;
+  spec.name = "counted";
+  spec.bytes_per_step = 1 << 20;
+  spec.keep = true;
+  auto run = (*c)->OpenRun(spec);
+  ASSERT_TRUE(run.ok());
+  std::vector<char> step(1 << 20, 'c');
+  for (uint64_t t = 0; t < 3; ++t) {
+    auto h = (*c)->Push(run->run_id, t, step.data(), step.size());
+    ASSERT_TRUE(h.ok() && h->WaitStored().ok());
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (read().find("snapd_pushes_total 3\n") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::string text = read();
+  EXPECT_NE(text.find("snapd_pushes_total 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("snapd_sessions 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("snapd_tier_used_bytes{tier=\"host\"} 3145728\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE snapd_spill_bytes_total counter\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find(dir.path()), std::string::npos) << "no paths in the metrics";
+  EXPECT_EQ((*d)->Stop(), 0) << (*d)->Log();
 }
 
 }  // namespace

@@ -1,0 +1,175 @@
+#include "metrics/metrics.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "log.h"
+
+namespace snapd {
+
+namespace {
+
+class Exposition {
+ public:
+  // One metric family: its HELP and TYPE lines, then `samples` as {labels, value}.
+  void Family(const char* name, const char* type, const char* help,
+              const std::vector<std::pair<std::string, double>>& samples) {
+    out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    for (const auto& [labels, value] : samples) {
+      char number[64];
+      std::snprintf(number, sizeof number, "%.17g", value);
+      out_ += std::string(name) + labels + " " + number + "\n";
+    }
+  }
+  void One(const char* name, const char* type, const char* help, double value) {
+    Family(name, type, help, {{"", value}});
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+const v1::TierStats* Tier(const v1::StatsResponse& s, v1::Tier tier) {
+  for (const auto& t : s.tiers()) {
+    if (t.tier() == tier) return &t;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string RenderMetrics(const v1::StatsResponse& s) {
+  Exposition e;
+  e.Family("snapd_info", "gauge", "snapd's version and data-plane wire version.",
+           {{"{version=\"" + s.version() + "\",wire=\"" + std::to_string(s.wire_version()) +
+                 "\"}",
+             1}});
+  e.One("snapd_uptime_seconds", "gauge", "Seconds since snapd started.", s.uptime_ms() / 1e3);
+  e.One("snapd_sessions", "gauge", "Open client sessions.", static_cast<double>(s.sessions()));
+  e.One("snapd_runs", "gauge", "Runs in the catalog.", static_cast<double>(s.runs()));
+  const v1::TierStats* host = Tier(s, v1::TIER_HOST);
+  const v1::TierStats* disk = Tier(s, v1::TIER_DISK);
+  // One sample per tier snapd has, labelled tier="host" or tier="disk".
+  auto per_tier = [&](const char* name, const char* type, const char* help,
+                      double (*value)(const v1::TierStats&)) {
+    std::vector<std::pair<std::string, double>> samples;
+    if (host) samples.push_back({"{tier=\"host\"}", value(*host)});
+    if (disk) samples.push_back({"{tier=\"disk\"}", value(*disk)});
+    e.Family(name, type, help, samples);
+  };
+  per_tier("snapd_tier_budget_bytes", "gauge", "Bytes the tier may hold.",
+           [](const v1::TierStats& t) { return static_cast<double>(t.budget_bytes()); });
+  per_tier("snapd_tier_used_bytes", "gauge", "Bytes the tier holds now.",
+           [](const v1::TierStats& t) { return static_cast<double>(t.used_bytes()); });
+  per_tier("snapd_tier_raw_bytes", "gauge",
+           "Raw (uncompressed) size of the snapshots the tier holds.",
+           [](const v1::TierStats& t) { return static_cast<double>(t.raw_bytes()); });
+  per_tier("snapd_tier_snapshots", "gauge", "Snapshots whose bytes are in the tier.",
+           [](const v1::TierStats& t) { return static_cast<double>(t.snapshots()); });
+  per_tier("snapd_tier_write_bytes_per_second", "gauge",
+           "Measured write bandwidth into the tier since start.",
+           [](const v1::TierStats& t) { return t.write_bytes_per_second(); });
+  per_tier("snapd_tier_read_bytes_per_second", "gauge",
+           "Measured read bandwidth out of the tier since start.",
+           [](const v1::TierStats& t) { return t.read_bytes_per_second(); });
+  std::string out = e.Take();
+  Exposition c;
+  if (host) {
+    c.One("snapd_host_peak_used_bytes", "gauge", "The most the host tier has held since start.",
+          static_cast<double>(host->peak_used_bytes()));
+  }
+  if (disk) {
+    c.One("snapd_spill_bytes_total", "counter", "Bytes written to the disk tier.",
+          static_cast<double>(disk->write_bytes()));
+    c.One("snapd_disk_read_bytes_total", "counter", "Bytes read from the disk tier.",
+          static_cast<double>(disk->read_bytes()));
+    c.One("snapd_disk_compression_ratio", "gauge",
+          "Raw bytes over stored bytes of the disk tier's snapshots (1 = none compressed).",
+          disk->used_bytes() ? static_cast<double>(disk->raw_bytes()) / disk->used_bytes() : 1);
+  }
+  c.One("snapd_pushes_total", "counter", "Pushes stored.", static_cast<double>(s.pushes()));
+  c.One("snapd_fetches_total", "counter", "Fetches served.", static_cast<double>(s.fetches()));
+  c.One("snapd_refused_pushes_total", "counter",
+        "Pushes refused because host and disk together had no room.",
+        static_cast<double>(s.refused_pushes()));
+  c.One("snapd_rejected_messages_total", "counter",
+        "Data-plane messages rejected as malformed or unauthenticated.",
+        static_cast<double>(s.rejected_messages()));
+  c.One("snapd_demotions_total", "counter", "Steps written from host memory to disk.",
+        static_cast<double>(s.demotions()));
+  c.One("snapd_prefetch_hits_total", "counter",
+        "Fetches of a disk-tier step that found it already read ahead.",
+        static_cast<double>(s.prefetch_hits()));
+  c.One("snapd_prefetch_misses_total", "counter", "Fetches that had to wait for a disk read.",
+        static_cast<double>(s.demand_reads()));
+  c.One("snapd_compactions_total", "counter",
+        "Host-tier blocks moved to merge free room (mixed step sizes).",
+        static_cast<double>(s.compactions()));
+  c.One("snapd_released_total", "counter", "Read-once steps released after their fetch.",
+        static_cast<double>(s.released()));
+  c.One("snapd_lost_snapshots", "gauge",
+        "Snapshots lost to a restart or a failed checksum (fetches answer DATA_LOSS).",
+        static_cast<double>(s.lost_snapshots()));
+  return out + c.Take();
+}
+
+Result<std::unique_ptr<MetricsFile>> MetricsFile::Start(
+    std::string path, std::chrono::seconds interval, std::function<v1::StatsResponse()> collect) {
+  std::unique_ptr<MetricsFile> m(new MetricsFile(std::move(path), interval, std::move(collect)));
+  SNAPD_RETURN_IF_ERROR(m->WriteOnce());
+  MetricsFile* raw = m.get();
+  m->thread_ = std::thread([raw] {
+    MutexLock lock(raw->mu_);
+    while (!raw->cv_.WaitFor(raw->mu_, raw->interval_,
+                             [raw]() SNAPD_REQUIRES(raw->mu_) { return raw->stop_; })) {
+      lock.Unlock();
+      Status s = raw->WriteOnce();
+      if (!s.ok()) SNAPD_LOG_WARN("metrics_textfile: %s", s.ToString().c_str());
+      lock.Lock();
+    }
+  });
+  return m;
+}
+
+MetricsFile::MetricsFile(std::string path, std::chrono::seconds interval,
+                         std::function<v1::StatsResponse()> collect)
+    : path_(std::move(path)), interval_(interval), collect_(std::move(collect)) {}
+
+MetricsFile::~MetricsFile() {
+  {
+    MutexLock lock(mu_);
+    stop_ = true;
+  }
+  cv_.NotifyAll();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status MetricsFile::WriteOnce() {
+  std::string text = RenderMetrics(collect_());
+  std::string tmp = path_ + ".tmp";
+  // 0644: node_exporter reads it as its own user; it holds node-wide figures only.
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Status::FailedPrecondition("metrics_textfile: creating " + tmp + ": " +
+                                      std::strerror(errno));
+  }
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  int err = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path_.c_str()) != 0) {
+    if (ok) err = errno;
+    ::unlink(tmp.c_str());
+    return Status::FailedPrecondition("metrics_textfile: writing " + path_ + ": " +
+                                      std::strerror(err));
+  }
+  return Status::Ok();
+}
+
+}  // namespace snapd

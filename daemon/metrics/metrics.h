@@ -1,0 +1,45 @@
+// Metrics for the monitoring an HPC site already runs: snapd's counters (what Stats answers) in
+// the Prometheus text format, written every `interval` to a file that node_exporter's textfile
+// collector reads (docs/operations.md says why a file and not an HTTP port). The file is
+// replaced atomically (written beside it, then renamed) and holds only node-wide numbers: no
+// run names, paths or uids.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "snapd/status.h"
+#include "snapd/v1/control.pb.h"
+#include "thread_annotations.h"
+
+namespace snapd {
+
+// The Prometheus text exposition of `stats`.
+std::string RenderMetrics(const v1::StatsResponse& stats);
+
+class MetricsFile {
+ public:
+  // Writes once (so a path snapd cannot write fails here, at start), then every `interval`.
+  static Result<std::unique_ptr<MetricsFile>> Start(std::string path,
+                                                    std::chrono::seconds interval,
+                                                    std::function<v1::StatsResponse()> collect);
+  ~MetricsFile();  // stops the writer; the file stays with the last figures
+
+ private:
+  MetricsFile(std::string path, std::chrono::seconds interval,
+              std::function<v1::StatsResponse()> collect);
+  Status WriteOnce();
+
+  const std::string path_;
+  const std::chrono::seconds interval_;
+  const std::function<v1::StatsResponse()> collect_;
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ SNAPD_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
+}  // namespace snapd

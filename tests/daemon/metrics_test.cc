@@ -1,0 +1,83 @@
+#include "metrics/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace snapd {
+namespace {
+
+v1::StatsResponse Sample() {
+  v1::StatsResponse s;
+  s.set_version("0.1.0");
+  s.set_wire_version(2);
+  s.set_uptime_ms(61500);
+  s.set_sessions(2);
+  s.set_runs(3);
+  s.set_pushes(40);
+  s.set_refused_pushes(1);
+  s.set_demand_reads(5);
+  s.set_prefetch_hits(7);
+  v1::TierStats* host = s.add_tiers();
+  host->set_tier(v1::TIER_HOST);
+  host->set_budget_bytes(1 << 30);
+  host->set_used_bytes(1234);
+  host->set_peak_used_bytes(5678);
+  v1::TierStats* disk = s.add_tiers();
+  disk->set_tier(v1::TIER_DISK);
+  disk->set_used_bytes(1000);
+  disk->set_raw_bytes(3000);
+  disk->set_write_bytes(4096);
+  return s;
+}
+
+TEST(Metrics, EverySampleFollowsThePrometheusTextFormatUnderItsHelpAndType) {
+  std::string text = RenderMetrics(Sample());
+  std::istringstream in(text);
+  const std::regex sample(R"(([a-z_]+)(\{[a-z]+="[^"]*"(,[a-z]+="[^"]*")*\})? -?[0-9.e+-]+)");
+  std::set<std::string> typed;
+  int samples = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (line.rfind("# HELP ", 0) == 0) continue;
+    if (line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream t(line.substr(7));
+      std::string name, type;
+      t >> name >> type;
+      EXPECT_TRUE(type == "gauge" || type == "counter") << line;
+      EXPECT_TRUE(type != "counter" || (name.size() > 6 && name.substr(name.size() - 6) == "_total"))
+          << line;
+      typed.insert(name);
+      continue;
+    }
+    ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
+    EXPECT_TRUE(typed.count(m[1])) << "no TYPE before " << line;
+    ++samples;
+  }
+  EXPECT_GT(samples, 20);
+}
+
+TEST(Metrics, FiguresComeFromTheStatsPerTier) {
+  std::string text = RenderMetrics(Sample());
+  for (const char* line : {
+           "snapd_tier_used_bytes{tier=\"host\"} 1234\n",
+           "snapd_tier_used_bytes{tier=\"disk\"} 1000\n",
+           "snapd_host_peak_used_bytes 5678\n",
+           "snapd_spill_bytes_total 4096\n",
+           "snapd_disk_compression_ratio 3\n",
+           "snapd_pushes_total 40\n",
+           "snapd_refused_pushes_total 1\n",
+           "snapd_prefetch_misses_total 5\n",
+           "snapd_prefetch_hits_total 7\n",
+           "snapd_uptime_seconds 61.5\n",
+           "snapd_info{version=\"0.1.0\",wire=\"2\"} 1\n",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "in\n" << text;
+  }
+}
+
+}  // namespace
+}  // namespace snapd
