@@ -14,16 +14,17 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <utility>
+#include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "device_copy.h"
 #include "device_pool.h"
-#include "snapd/kernels.h"
 #include "op_state.h"
 #include "paths.h"
-#include "snapd/v1/control.grpc.pb.h"
+#include "snapd/kernels.h"
 #include "snapd/layers.h"
+#include "snapd/v1/control.grpc.pb.h"
 #include "snapd/wire.h"
 #include "task_thread.h"
 #include "ucx.h"
@@ -211,16 +212,19 @@ struct Client::Impl {
                        bool device, void* stream);
   FetchHandle StartFetch(uint64_t run_id, uint64_t step, void* data, size_t bytes, bool device,
                          void* stream);
-  // Runs that check their values on push (RunSpec.check_finite), by run id, with their dtype.
+  // What a push must match, for every run this client opened or attached to (runs it only
+  // knows by id are checked by snapd, when stored): its step size, and for a run that checks
+  // its values (RunSpec.check_finite) the dtype to scan.
+  struct KnownRun {
+    uint64_t bytes_per_step = 0;
+    std::optional<Dtype> finite_checked;
+  };
   Mutex runs_mu;
-  std::map<uint64_t, Dtype> finite_checked SNAPD_GUARDED_BY(runs_mu);
-  // bytes_per_step of every run this client opened or attached to, so a push of another size
-  // fails at the call (runs it only knows by id are checked by snapd, when stored).
-  std::map<uint64_t, uint64_t> step_bytes SNAPD_GUARDED_BY(runs_mu);
-  Status CheckStepSize(uint64_t run_id, uint64_t step, size_t bytes, const char* what);
-  // INVALID_ARGUMENT naming the step and element when a checked run's push holds NaN or Inf.
-  Status CheckFinite(uint64_t run_id, uint64_t step, const void* data, size_t bytes,
-                     bool device, void* stream);
+  std::map<uint64_t, KnownRun> known_runs SNAPD_GUARDED_BY(runs_mu);
+  // INVALID_ARGUMENT when a push to a known run has another size, or (a checked run) holds NaN
+  // or Inf, naming the step and element. `what`: "push" or "device push".
+  Status CheckPush(uint64_t run_id, uint64_t step, const void* data, size_t bytes, bool device,
+                   void* stream, const char* what);
   std::shared_ptr<detail::OpState> UnstoredPush(uint64_t run_id, uint64_t step);
 
   // The device tier (device_pool.h): a pool of GPU memory allocated on the first run with a
@@ -656,10 +660,10 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   RunInfo info = FromProto(resp.run());
   info.created = resp.created();
   {
-    MutexLock lock(impl_->runs_mu);
-    impl_->step_bytes[info.run_id] = info.spec.bytes_per_step;
-    // also when attaching to a run another client opened
-    if (info.spec.check_finite) impl_->finite_checked[info.run_id] = info.spec.dtype;
+    MutexLock lock(impl_->runs_mu);  // also when attaching to a run another client opened
+    Impl::KnownRun& known = impl_->known_runs[info.run_id];
+    known.bytes_per_step = info.spec.bytes_per_step;
+    if (info.spec.check_finite) known.finite_checked = info.spec.dtype;
   }
   return info;
 }
@@ -942,8 +946,8 @@ Result<PushHandle> Client::Push(uint64_t run_id, uint64_t step, const void* data
     return Status::InvalidArgument("push of step " + std::to_string(step) +
                                    ": data is null but bytes is " + std::to_string(bytes));
   }
-  SNAPD_RETURN_IF_ERROR(impl_->CheckStepSize(run_id, step, bytes, "push"));
-  SNAPD_RETURN_IF_ERROR(impl_->CheckFinite(run_id, step, data, bytes, /*device=*/false, nullptr));
+  SNAPD_RETURN_IF_ERROR(
+      impl_->CheckPush(run_id, step, data, bytes, /*device=*/false, nullptr, "push"));
   if (auto pooled = impl_->PushToPool(run_id, step, data, bytes, nullptr)) return *pooled;
   return impl_->StartPush(run_id, step, data, bytes, /*device=*/false, nullptr);
 }
@@ -981,8 +985,8 @@ Result<PushHandle> Client::PushDevice(uint64_t run_id, uint64_t step, const void
   }
   SNAPD_RETURN_IF_ERROR(
       impl_->GpuUsable("device push of step " + std::to_string(step) + " needs CUDA"));
-  SNAPD_RETURN_IF_ERROR(impl_->CheckStepSize(run_id, step, bytes, "device push"));
-  SNAPD_RETURN_IF_ERROR(impl_->CheckFinite(run_id, step, device_data, bytes, true, stream));
+  SNAPD_RETURN_IF_ERROR(
+      impl_->CheckPush(run_id, step, device_data, bytes, /*device=*/true, stream, "device push"));
   if (auto pooled = impl_->PushToPool(run_id, step, device_data, bytes, stream)) return *pooled;
   return impl_->PushDeviceToDaemon(run_id, step, device_data, bytes, stream);
 }
@@ -1002,25 +1006,23 @@ Result<PushHandle> Client::Impl::PushDeviceToDaemon(uint64_t run_id, uint64_t st
   return h;
 }
 
-Status Client::Impl::CheckStepSize(uint64_t run_id, uint64_t step, size_t bytes, const char* what) {
-  MutexLock lock(runs_mu);
-  auto it = step_bytes.find(run_id);
-  if (it == step_bytes.end() || it->second == bytes) return Status::Ok();
-  return Status::InvalidArgument(std::string(what) + " of step " + std::to_string(step) +
-                                 " of run " + std::to_string(run_id) + ": " +
-                                 std::to_string(bytes) + " bytes, but the run stores " +
-                                 std::to_string(it->second) + " per step");
-}
-
-Status Client::Impl::CheckFinite(uint64_t run_id, uint64_t step, const void* data,
-                                 size_t bytes, bool device, void* stream) {
-  Dtype dtype;
+Status Client::Impl::CheckPush(uint64_t run_id, uint64_t step, const void* data, size_t bytes,
+                               bool device, void* stream, const char* what) {
+  KnownRun known;
   {
     MutexLock lock(runs_mu);
-    auto it = finite_checked.find(run_id);
-    if (it == finite_checked.end()) return Status::Ok();
-    dtype = it->second;
+    auto it = known_runs.find(run_id);
+    if (it == known_runs.end()) return Status::Ok();
+    known = it->second;
   }
+  if (known.bytes_per_step != bytes) {
+    return Status::InvalidArgument(std::string(what) + " of step " + std::to_string(step) +
+                                   " of run " + std::to_string(run_id) + ": " +
+                                   std::to_string(bytes) + " bytes, but the run stores " +
+                                   std::to_string(known.bytes_per_step) + " per step");
+  }
+  if (!known.finite_checked) return Status::Ok();
+  Dtype dtype = *known.finite_checked;
   bool f64 = dtype == Dtype::kFloat64;
   uint64_t count = bytes / (f64 ? 8 : 4);
   uint64_t bad = kernels::kAllFinite;
