@@ -465,18 +465,15 @@ uint64_t Store::HostRoomForNewRun() const {
   return claimed >= host_->budget() ? 0 : host_->budget() - claimed;
 }
 
-std::pair<uint64_t, uint64_t> Store::HostBytesOf(uint32_t uid) const {
-  uint64_t all = 0, pinned = 0;
+uint64_t Store::PinnedHostBytesOf(uint32_t uid) const {
+  uint64_t pinned = 0;
   for (const auto& [id, run] : runs_) {
-    if (run.record.owner_uid() != uid) continue;
-    bool movable = UsesDisk(run.record.spec().layers());
+    if (run.record.owner_uid() != uid || UsesDisk(run.record.spec().layers())) continue;
     for (const auto& [step, snap] : run.snapshots) {
-      if (!snap.block) continue;
-      all += snap.block->size();
-      if (!movable) pinned += snap.block->size();
+      if (snap.block) pinned += snap.block->size();
     }
   }
-  return {all, pinned};
+  return pinned;
 }
 
 uint64_t Store::BlockBytes(const Run& run) const {
@@ -812,7 +809,7 @@ Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint6
   }
   if (options_.tenant_host_share < 1.0 && !who.admin && !UsesDisk(r.spec().layers())) {
     uint64_t share = static_cast<uint64_t>(options_.tenant_host_share * host_->budget());
-    uint64_t pinned = HostBytesOf(r.owner_uid()).second + run->in_flight.size() * BlockBytes(*run);
+    uint64_t pinned = PinnedHostBytesOf(r.owner_uid()) + run->in_flight.size() * BlockBytes(*run);
     if (pinned + BlockBytes(*run) > share) {
       return Status::ResourceExhausted(
           StepName(r, step) + ": uid " + std::to_string(r.owner_uid()) + " holds " +

@@ -340,8 +340,8 @@ class Store {
   // every other run holds there or has planned to keep there (an open declared run's range
   // [host_boundary, N)), so runs sharing the tier get boundaries computed against each other.
   uint64_t HostRoomForNewRun() const SNAPD_REQUIRES(mu_);
-  // Host-tier bytes of `uid`'s steps: all of them, and those of runs that cannot use disk.
-  std::pair<uint64_t, uint64_t> HostBytesOf(uint32_t uid) const SNAPD_REQUIRES(mu_);
+  // Host-tier bytes of `uid`'s steps in runs that cannot move them to disk.
+  uint64_t PinnedHostBytesOf(uint32_t uid) const SNAPD_REQUIRES(mu_);
   Result<uint64_t> DeleteRunLocked(Run* run) SNAPD_REQUIRES(mu_);
   // A run whose declared steps cannot fit in the tiers it may use (host and disk budgets
   // together) is refused when it opens, naming the node's limit, unless it compresses (its

@@ -290,14 +290,18 @@ bool Store::FreeHostRoom() {
   bool have_heavy = false;  // a tenant above its share, when several hold host memory
   uint32_t heavy = 0;
   if (options_.tenant_host_share < 1.0) {
-    std::set<uint32_t> owners;
-    for (const auto& [id, run] : runs_) owners.insert(run.record.owner_uid());
+    std::map<uint32_t, uint64_t> held;  // host bytes by owner, in one pass over the runs
+    for (const auto& [id, run] : runs_) {
+      uint64_t& bytes = held[run.record.owner_uid()];
+      for (const auto& [step, snap] : run.snapshots) {
+        if (snap.block) bytes += snap.block->size();
+      }
+    }
     uint64_t most = 0;
-    for (uint32_t uid : owners) {
-      uint64_t bytes = HostBytesOf(uid).first;
+    for (const auto& [uid, bytes] : held) {
       if (bytes > most) most = bytes, heavy = uid;
     }
-    have_heavy = owners.size() >= 2 &&
+    have_heavy = held.size() >= 2 &&
                  most > static_cast<uint64_t>(options_.tenant_host_share * host_->budget());
   }
   for (int pass = have_heavy ? 0 : 1; pass < 2 && !best; ++pass) {
