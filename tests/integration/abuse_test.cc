@@ -117,7 +117,9 @@ class AbuseTest : public ::testing::Test {
   void SetUp() override { StartDaemon("60"); }
   // (Re)starts snapd with a session connect timeout of `seconds`.
   void StartDaemon(const std::string& seconds) {
-    if (daemon_) EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    if (daemon_) {
+      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    }
     auto d = DaemonProcess::Start({dir_.path(), "64M", {"--session-connect-timeout", seconds}, {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
@@ -141,11 +143,7 @@ class AbuseTest : public ::testing::Test {
   // Waits for the good client's next round, then stops it and checks every byte was exact.
   void ExpectGoodClientExact(GoodClient& good) {
     int before = good.rounds();
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (good.rounds() <= before && !good.failed() &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    WaitUntil([&] { return good.rounds() > before || good.failed(); }, std::chrono::seconds(30));
     good.Stop();
     if (!good.error().empty()) {  // the daemon's log first, the client's error on the last line
       ADD_FAILURE() << "snapd's log:\n"
@@ -437,7 +435,8 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
   auto peer = RawPeer::Open(*stub_, &error);  // also warms UCX's lazily opened resources
   ASSERT_NE(peer, nullptr) << error;
   const std::string address = peer->address();
-  std::this_thread::sleep_for(std::chrono::seconds(3));  // its session expires: no Hello
+  // Its session expires (no Hello), and its endpoint with it.
+  EXPECT_TRUE(WaitUntil([&] { return Stats().sessions() == 0; }, std::chrono::seconds(10)));
   size_t fds_before = fds();
   long rss_before = rss_kib();
   std::atomic<int> opened{0}, failed{0};
@@ -465,13 +464,10 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
   for (auto& t : callers) t.join();
   double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(opened, count) << first_failure;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (Stats().sessions() > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_EQ(Stats().sessions(), 0u);
+  EXPECT_TRUE(WaitUntil([&] { return Stats().sessions() == 0; }, std::chrono::seconds(30)));
   EXPECT_NE(daemon_->Log().find("did not connect within 2 s"), std::string::npos);
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  // Endpoints close on snapd's UCX thread after their sessions: give them a moment.
+  WaitUntil([&] { return fds() <= fds_before + 2; }, std::chrono::seconds(5));
   size_t fds_after = fds();
   long rss_after = rss_kib();
   std::printf(

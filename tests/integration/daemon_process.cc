@@ -132,4 +132,13 @@ void FillPattern(void* data, size_t bytes, uint64_t seed, uint64_t step) {
   for (; i < bytes; ++i) p[i] = static_cast<unsigned char>(step + i);
 }
 
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
 }  // namespace snapd::testing

@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,5 +58,9 @@ int RunProgram(const std::vector<std::string>& argv, std::string* out, std::stri
 
 // Deterministic snapshot contents: every 8-byte word depends on run seed, step and position.
 void FillPattern(void* data, size_t bytes, uint64_t seed, uint64_t step);
+
+// Checks `done` until it holds or `timeout` passes; returns its last answer. For what the
+// daemon does on its own time (expiry, a file rewritten): the caller asserts the result.
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout);
 
 }  // namespace snapd::testing

@@ -57,6 +57,28 @@ std::string RunSolver(const DaemonProcess& daemon, int id, const Solver& s,
   return "";
 }
 
+// Starts tests/integration/push_until_killed (RUN of BYTES per step; BYTES "0": connect and
+// idle) and returns its pid once it printed its first line, "pushed 0" (the run exists and a
+// push is under way) or "connected"; that line goes to `first_line`. -1 if it could not start.
+pid_t StartPushUntilKilled(const DaemonProcess& daemon, const char* run, const char* bytes,
+                           bool keep, std::string* first_line) {
+  int out[2];
+  if (pipe(out) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    execl(PUSH_UNTIL_KILLED_BINARY, PUSH_UNTIL_KILLED_BINARY, daemon.socket().c_str(), run, bytes,
+          keep ? "keep" : static_cast<char*>(nullptr), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  first_line->clear();
+  char c;
+  while (read(out[0], &c, 1) == 1 && c != '\n') first_line->push_back(c);
+  close(out[0]);  // later lines go nowhere: the helper ignores SIGPIPE and goes on
+  return pid;
+}
+
 TEST(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackExact) {
   TempDir dir;
   std::string spool = dir.path() + "/spool";
@@ -69,13 +91,6 @@ TEST(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackExa
       {3 * kMiB + 17, 30, false},  {24 * kMiB, 8, true},   {256 * 1024 + 8, 80, false},
       {5 * kMiB + 4096, 20, true}, {12 * kMiB, 10, false},
   };
-  // One more client is killed mid-push; its run and session must not hold anyone up.
-  pid_t victim = fork();
-  if (victim == 0) {
-    execl(PUSH_UNTIL_KILLED_BINARY, PUSH_UNTIL_KILLED_BINARY, (*d)->socket().c_str(), "victim",
-          "7340032", static_cast<char*>(nullptr));
-    _exit(127);
-  }
   std::atomic<int> refused{0};
   std::vector<std::string> errors(solvers.size());
   std::vector<std::thread> threads;
@@ -83,7 +98,12 @@ TEST(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackExa
     threads.emplace_back(
         [&, i] { errors[i] = RunSolver(**d, static_cast<int>(i), solvers[i], &refused); });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // One more client is killed mid-push, while the others run; its run and session must not
+  // hold anyone up.
+  std::string line;
+  pid_t victim = StartPushUntilKilled(**d, "victim", "7340032", /*keep=*/false, &line);
+  ASSERT_GT(victim, 0);
+  EXPECT_EQ(line, "pushed 0");
   kill(victim, SIGKILL);
   waitpid(victim, nullptr, 0);
   for (auto& t : threads) t.join();
@@ -106,28 +126,15 @@ TEST(ManySolvers, AKilledIdleClientsSessionCloses) {
     EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &r).ok());
     return r.sessions();
   };
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  pid_t idle = fork();
-  if (idle == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    execl(PUSH_UNTIL_KILLED_BINARY, PUSH_UNTIL_KILLED_BINARY, (*d)->socket().c_str(), "idle", "0",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(out[1]);
-  char line[16] = {};
-  ASSERT_GT(read(out[0], line, sizeof line - 1), 0);  // "connected"
-  close(out[0]);
-  EXPECT_EQ(std::string(line), "connected\n");
+  std::string line;
+  pid_t idle = StartPushUntilKilled(**d, "idle", "0", /*keep=*/false, &line);
+  ASSERT_GT(idle, 0);
+  EXPECT_EQ(line, "connected");
   EXPECT_EQ(sessions(), 1u);
   kill(idle, SIGKILL);
   waitpid(idle, nullptr, 0);
   auto t0 = std::chrono::steady_clock::now();
-  while (sessions() > 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_EQ(sessions(), 0u) << (*d)->Log();
+  EXPECT_TRUE(WaitUntil([&] { return sessions() == 0; }, std::chrono::seconds(30))) << (*d)->Log();
   EXPECT_NE((*d)->Log().find("client disconnected"), std::string::npos);
   std::printf("a killed idle client's session closed after %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -142,23 +149,13 @@ TEST(ManySolvers, AKilledClientsRunIsRemovedAfterTheGraceUnlessKept) {
   auto d = DaemonProcess::Start(
       {dir.path(), "32M", {"--spool-dirs", spool, "--disk-mem", "1G", "--orphan-grace", "2"}, {}});
   ASSERT_TRUE(d.ok()) << d.status().ToString();
-  auto start = [&](const char* run, bool keep) {
-    int out[2];
-    EXPECT_EQ(pipe(out), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      execl(PUSH_UNTIL_KILLED_BINARY, PUSH_UNTIL_KILLED_BINARY, (*d)->socket().c_str(), run,
-            "1048576", keep ? "keep" : static_cast<char*>(nullptr), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(out[1]);
-    char buf[64];
-    EXPECT_GT(read(out[0], buf, sizeof buf), 0);  // "pushed 0": the run exists
-    close(out[0]);
-    return pid;
-  };
-  pid_t orphan = start("orphan", false), kept = start("kept", true);
+  std::string line;
+  pid_t orphan = StartPushUntilKilled(**d, "orphan", "1048576", /*keep=*/false, &line);
+  EXPECT_EQ(line, "pushed 0");  // the run exists
+  pid_t kept = StartPushUntilKilled(**d, "kept", "1048576", /*keep=*/true, &line);
+  EXPECT_EQ(line, "pushed 0");
+  ASSERT_GT(orphan, 0);
+  ASSERT_GT(kept, 0);
   auto alive = ConnectClient(**d);
   ASSERT_TRUE(alive.ok());
   RunSpec spec;
@@ -178,11 +175,7 @@ TEST(ManySolvers, AKilledClientsRunIsRemovedAfterTheGraceUnlessKept) {
     }
     return n;
   };
-  auto t0 = std::chrono::steady_clock::now();
-  while (names().count("orphan") &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  WaitUntil([&] { return names().count("orphan") == 0; }, std::chrono::seconds(20));
   EXPECT_EQ(names(), (std::set<std::string>{"alive", "kept"})) << (*d)->Log();
   EXPECT_NE((*d)->Log().find("run 'orphan' removed"), std::string::npos) << (*d)->Log();
   alive->reset();

@@ -5,6 +5,7 @@
 // "connected", and stay idle until killed. A fifth argument "keep" opens the run with keep.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,6 +19,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: push_until_killed SOCKET RUN BYTES [keep]\n");
     return 2;
   }
+  // A reader that stops reading must not end it: only the test's kill does.
+  std::signal(SIGPIPE, SIG_IGN);
   snapd::ClientOptions o;
   o.socket_path = argv[1];
   auto client = snapd::Client::Connect(o);

@@ -143,11 +143,8 @@ TEST(ServiceTest, TheMetricsFileFollowsWhatSnapdDoes) {
     auto h = (*c)->Push(run->run_id, t, step.data(), step.size());
     ASSERT_TRUE(h.ok() && h->WaitStored().ok());
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (read().find("snapd_pushes_total 3\n") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  WaitUntil([&] { return read().find("snapd_pushes_total 3\n") != std::string::npos; },
+            std::chrono::seconds(10));
   std::string text = read();
   EXPECT_NE(text.find("snapd_pushes_total 3\n"), std::string::npos) << text;
   EXPECT_NE(text.find("snapd_sessions 1\n"), std::string::npos) << text;

@@ -50,13 +50,17 @@ class TenancyTest : public ::testing::Test {
     uid_ = pw->pw_uid;
     gid_ = pw->pw_gid;
     ASSERT_EQ(chmod(dir_.path().c_str(), 0711), 0);  // the tenant reaches the socket inside
-    if (daemon_) EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    if (daemon_) {
+      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    }
     auto d = DaemonProcess::Start({dir_.path(), "64M", args, {}});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
   }
   void TearDown() override {
-    if (daemon_) EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    if (daemon_) {
+      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
+    }
   }
   // Runs tenant_probe as the tenant; its fields.
   std::map<std::string, std::string> Probe(const std::vector<std::string>& args) {
