@@ -1016,6 +1016,7 @@ void Store::ChecksumLoop() {
       continue;
     }
     checksum_busy_ = true;
+    checksum_current_ = {job.run_id, job.step, job.generation, job.bytes, nullptr};
     lock.Unlock();
     uint64_t sum = Checksum(job.block->data(), job.bytes);
     job.block.reset();

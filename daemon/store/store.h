@@ -328,8 +328,13 @@ class Store {
   void SchedulePrefetch(Run& run) SNAPD_REQUIRES(mu_);
   // Drops one read-ahead copy or starts one demotion to make host room; false if neither.
   bool FreeHostRoom() SNAPD_REQUIRES(mu_);
-  // Host bytes that demotions in flight will free.
-  uint64_t WritingBytes() const SNAPD_REQUIRES(mu_);
+  // Host bytes that work in flight will free without another demotion: demotions being
+  // written, and a checksum still hashing a block the store has let go of.
+  uint64_t FreeingBytes() const SNAPD_REQUIRES(mu_);
+  // Drops queued checksums of steps that were deleted or whose checksum a demotion recorded,
+  // so their blocks go back to the host tier now instead of when the checksum thread gets
+  // to them.
+  void PruneChecksumQueue() SNAPD_REQUIRES(mu_);
   bool DemotionWanted(const Run& run, const Snapshot& snap) const SNAPD_REQUIRES(mu_);
   // Something in flight (a disk write or read, a checksum holding a block) will free host
   // memory or change what can be demoted soon.
@@ -362,6 +367,7 @@ class Store {
   StoreCounters counters_ SNAPD_GUARDED_BY(mu_);  // demotions, reads, hits, releases
   std::deque<ChecksumJob> checksum_queue_ SNAPD_GUARDED_BY(mu_);
   bool checksum_busy_ SNAPD_GUARDED_BY(mu_) = false;
+  ChecksumJob checksum_current_ SNAPD_GUARDED_BY(mu_);  // while busy; its block is not held
   std::deque<ParkedPush> parked_pushes_ SNAPD_GUARDED_BY(mu_);
   std::set<Key> parked_reads_ SNAPD_GUARDED_BY(mu_);  // fetches waiting for host room
   std::set<Key> pending_packs_ SNAPD_GUARDED_BY(mu_);  // snapshots with a pending_pack

@@ -86,6 +86,7 @@ bool Store::DemotionWanted(const Run& run, const Snapshot& snap) const {
 
 void Store::Rebalance(Deferred& deferred) {
   if (stopping_) return;
+  PruneChecksumQueue();
   RetryPendingPacks();
   GrantParkedPushes(deferred);
   const int max_writes = options_.io_threads + 1;
@@ -114,7 +115,7 @@ void Store::Rebalance(Deferred& deferred) {
     if (run != runs_.end()) waiting += BlockBytes(run->second);
   }
   uint64_t need = std::max(reserve, waiting);
-  uint64_t writing = WritingBytes();
+  uint64_t writing = FreeingBytes();
   // Short of room: fewer free bytes than needed, or (with mixed step sizes) enough free bytes
   // but no piece the first waiting push fits in, even after compacting (GrantParkedPushes
   // tried): then write out more, counting what is being written as if it joined that piece.
@@ -128,7 +129,7 @@ void Store::Rebalance(Deferred& deferred) {
     int writes_before = writes_in_flight_;
     if (!FreeHostRoom()) break;
     if (writes_in_flight_ > writes_before) {
-      writing = WritingBytes();
+      writing = FreeingBytes();
     } else if (host_->used() == before) {
       break;  // dropped a copy whose memory a lease still holds
     }
@@ -253,14 +254,34 @@ bool Store::CompactHost(uint64_t bytes) {
   return host_->largest_free() >= bytes;
 }
 
-uint64_t Store::WritingBytes() const {
+uint64_t Store::FreeingBytes() const {
   uint64_t writing = 0;
   for (const auto& [id, run] : runs_) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.writing) writing += BlockBytes(run);
     }
   }
+  if (checksum_busy_) {
+    const ChecksumJob& job = checksum_current_;
+    auto run = runs_.find(job.run_id);
+    const Snapshot* snap = nullptr;
+    if (run != runs_.end()) {
+      auto it = run->second.snapshots.find(job.step);
+      if (it != run->second.snapshots.end() && it->second.generation == job.generation) {
+        snap = &it->second;
+      }
+    }
+    if (!snap || !snap->block) writing += job.bytes;  // the checksum holds its only copy
+  }
   return writing;
+}
+
+void Store::PruneChecksumQueue() {
+  size_t dropped = std::erase_if(checksum_queue_, [&](const ChecksumJob& job) SNAPD_REQUIRES(mu_) {
+    Snapshot* snap = FindSnapshot(job.run_id, job.step, job.generation);
+    return !snap || snap->record.checksum_state() == v1::CHECKSUM_RECORDED;
+  });
+  if (dropped) checksum_cv_.NotifyAll();  // WaitChecksumsIdle may be waiting on an empty queue
 }
 
 bool Store::FreeHostRoom() {
