@@ -16,7 +16,7 @@
 #include <filesystem>
 
 #include "catalog/catalog.h"
-#include "compress/compress_pool.h"
+#include "snapd/compress_pool.h"
 #include "config/config.h"
 #include "control/control_service.h"
 #include "control/peer_listener.h"
@@ -28,12 +28,12 @@
 #include "disk_tier/disk_tier.h"
 #include "host_tier/host_tier.h"
 #include "log.h"
-#include "paths.h"
+#include "snapd/paths.h"
 #include "service/sd_notify.h"
 #include "sessions/sessions.h"
 #include "store/store.h"
-#include "units.h"
-#include "unix_socket.h"
+#include "snapd/units.h"
+#include "snapd/unix_socket.h"
 
 extern char** environ;
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "checksum_math.h"  // SNAPD_HD
+#include "snapd/checksum_math.h"  // SNAPD_HD
 #include "snapd/kernels.h"
 
 namespace snapd::kernels::math {

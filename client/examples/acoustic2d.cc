@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "acoustic_model.h"
-#include "checksum.h"
+#include "snapd/checksum.h"
 #include "snapd/client.h"
-#include "units.h"
+#include "snapd/units.h"
 
 namespace {
 

@@ -21,14 +21,14 @@
 #include "device_copy.h"
 #include "device_pool.h"
 #include "op_state.h"
-#include "paths.h"
+#include "snapd/paths.h"
 #include "snapd/kernels.h"
 #include "snapd/layers.h"
 #include "snapd/v1/control.grpc.pb.h"
 #include "snapd/wire.h"
 #include "task_thread.h"
-#include "ucx.h"
-#include "unix_socket.h"
+#include "snapd/ucx.h"
+#include "snapd/unix_socket.h"
 
 namespace snapd {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "units.h"
+#include "snapd/units.h"
 
 namespace snapd::detail {
 

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "op_state.h"
-#include "range_allocator.h"
+#include "snapd/range_allocator.h"
 #include "snapd/status.h"
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd::detail {
 

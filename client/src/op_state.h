@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "snapd/status.h"
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd::detail {
 

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd::detail {
 

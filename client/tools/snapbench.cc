@@ -50,12 +50,12 @@
 #include <vector>
 
 #include "acoustic_model.h"
-#include "compress/zfp_codec.h"
-#include "paths.h"
+#include "snapd/zfp_codec.h"
+#include "snapd/paths.h"
 #include "snapbench_device.h"
 #include "snapd/client.h"
 #include "snapd/v1/control.grpc.pb.h"
-#include "units.h"
+#include "snapd/units.h"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "snapd/kernels.h"
-#include "units.h"
+#include "snapd/units.h"
 
 namespace {
 

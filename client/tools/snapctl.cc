@@ -18,14 +18,14 @@
 #include <utility>
 #include <vector>
 
-#include "checksum.h"
+#include "snapd/checksum.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "paths.h"
+#include "snapd/paths.h"
 #include "snapd/kernels.h"
 #include "snapd/layers.h"
 #include "snapd/schedule.h"
 #include "snapd/v1/control.grpc.pb.h"
-#include "units.h"
+#include "snapd/units.h"
 
 namespace snapd {
 namespace {

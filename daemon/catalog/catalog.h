@@ -19,7 +19,7 @@
 
 #include "snapd/status.h"
 #include "snapd/v1/catalog.pb.h"
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd {
 

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "paths.h"
-#include "units.h"
+#include "snapd/paths.h"
+#include "snapd/units.h"
 
 namespace snapd {
 

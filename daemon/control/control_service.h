@@ -10,7 +10,7 @@
 
 #include "control/peer_listener.h"
 #include "data_plane/data_plane.h"
-#include "disk_tier/io_pool.h"
+#include "snapd/io_pool.h"
 #include "log.h"
 #include "sessions/sessions.h"
 #include "snapd/v1/control.grpc.pb.h"

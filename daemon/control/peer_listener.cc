@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "log.h"
-#include "unix_socket.h"
+#include "snapd/unix_socket.h"
 
 namespace snapd {
 

@@ -20,8 +20,8 @@
 #include <thread>
 
 #include "snapd/status.h"
-#include "thread_annotations.h"
-#include "ucx.h"
+#include "snapd/thread_annotations.h"
+#include "snapd/ucx.h"
 
 namespace grpc {
 class Server;

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <thread>
 
-#include "ucx.h"
+#include "snapd/ucx.h"
 
 extern char** environ;
 

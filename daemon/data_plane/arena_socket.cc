@@ -11,7 +11,7 @@
 
 #include "log.h"
 #include "snapd/wire.h"
-#include "unix_socket.h"
+#include "snapd/unix_socket.h"
 
 namespace snapd {
 namespace {

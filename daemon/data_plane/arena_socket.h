@@ -17,7 +17,7 @@
 #include "log.h"
 #include "sessions/sessions.h"
 #include "snapd/status.h"
-#include "ucx.h"
+#include "snapd/ucx.h"
 
 namespace snapd {
 

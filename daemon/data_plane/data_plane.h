@@ -44,7 +44,7 @@
 #include "sessions/sessions.h"
 #include "snapd/wire.h"
 #include "store/store.h"
-#include "ucx.h"
+#include "snapd/ucx.h"
 
 namespace snapd {
 

@@ -12,7 +12,7 @@
 #include <filesystem>
 
 #include "log.h"
-#include "units.h"
+#include "snapd/units.h"
 
 namespace snapd {
 namespace {

@@ -22,7 +22,7 @@
 
 #include "disk_tier/spool_io.h"
 #include "snapd/status.h"
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd {
 

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "units.h"
+#include "snapd/units.h"
 
 namespace snapd {
 

@@ -11,9 +11,9 @@
 #include <memory>
 #include <mutex>
 
-#include "range_allocator.h"
+#include "snapd/range_allocator.h"
 #include "snapd/status.h"
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd {
 

@@ -13,7 +13,7 @@
 
 #include "snapd/status.h"
 #include "snapd/v1/control.pb.h"
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd {
 

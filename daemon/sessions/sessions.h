@@ -10,7 +10,7 @@
 #include <string>
 
 #include "snapd/status.h"
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd {
 

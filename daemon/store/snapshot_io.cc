@@ -4,7 +4,7 @@
 #include <cstring>
 #include <memory>
 
-#include "checksum.h"
+#include "snapd/checksum.h"
 
 namespace snapd {
 namespace {

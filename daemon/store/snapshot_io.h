@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "compress/zfp_codec.h"
+#include "snapd/zfp_codec.h"
 #include "disk_tier/disk_tier.h"
 #include "snapd/status.h"
 #include "snapd/v1/catalog.pb.h"

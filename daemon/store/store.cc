@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
-#include "checksum.h"
+#include "snapd/checksum.h"
 #include "log.h"
 #include "placement/placement.h"
-#include "units.h"
+#include "snapd/units.h"
 
 namespace snapd {
 namespace {

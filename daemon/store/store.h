@@ -33,13 +33,13 @@
 
 #include "catalog/catalog.h"
 #include "disk_tier/disk_tier.h"
-#include "disk_tier/io_pool.h"
+#include "snapd/io_pool.h"
 #include "host_tier/host_tier.h"
 #include "log.h"
 #include "snapd/status.h"
 #include "snapd/v1/control.pb.h"
 #include "store/snapshot_io.h"
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd {
 

@@ -7,12 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "checksum.h"
+#include "snapd/checksum.h"
 #include "log.h"
 #include "placement/placement.h"
 #include "store/snapshot_io.h"
 #include "store/store.h"
-#include "units.h"
+#include "snapd/units.h"
 
 namespace snapd {
 namespace {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <future>
 
-#include "checksum.h"
+#include "snapd/checksum.h"
 #include "faulty_spool_io.h"
 #include "placement/placement.h"
 #include "temp_dir.h"

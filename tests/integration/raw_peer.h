@@ -17,7 +17,7 @@
 
 #include "snapd/v1/control.grpc.pb.h"
 #include "snapd/wire.h"
-#include "ucx.h"
+#include "snapd/ucx.h"
 
 namespace snapd::testing {
 

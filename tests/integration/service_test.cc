@@ -16,7 +16,7 @@
 
 #include "daemon_process.h"
 #include "snapd/client.h"
-#include "unix_socket.h"
+#include "snapd/unix_socket.h"
 
 namespace snapd::testing {
 namespace {

@@ -15,7 +15,7 @@
 #include "snapd/client.h"
 #include "snapd/v1/control.grpc.pb.h"
 #include "snapd/wire.h"
-#include "ucx.h"
+#include "snapd/ucx.h"
 
 namespace snapd::testing {
 namespace {

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "checksum.h"
+#include "snapd/checksum.h"
 #include "snapd/kernels.h"
 
 namespace snapd::kernels {

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "checksum.h"
+#include "snapd/checksum.h"
 #include "kernel_math.h"
 #include "snapd/kernels.h"
 

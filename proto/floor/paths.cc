@@ -1,4 +1,4 @@
-#include "paths.h"
+#include "snapd/paths.h"
 
 #include <unistd.h>
 

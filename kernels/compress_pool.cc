@@ -1,9 +1,9 @@
-#include "compress/compress_pool.h"
+#include "snapd/compress_pool.h"
 
 #include <algorithm>
 #include <thread>
 
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd::compress {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "snapd/status.h"
-#include "ucx.h"  // ScopedFd
+#include "snapd/ucx.h"  // ScopedFd
 
 namespace snapd {
 

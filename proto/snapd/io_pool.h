@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd {
 

@@ -1,4 +1,4 @@
-#include "compress/zfp_codec.h"
+#include "snapd/zfp_codec.h"
 
 #include <zfp.h>
 

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "compress/compress_pool.h"
+#include "snapd/compress_pool.h"
 #include "snapd/status.h"
 #include "snapd/v1/control.pb.h"
 

@@ -1,4 +1,4 @@
-#include "range_allocator.h"
+#include "snapd/range_allocator.h"
 
 #include <algorithm>
 #include <iterator>

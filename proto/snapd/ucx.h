@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "snapd/status.h"
-#include "thread_annotations.h"
+#include "snapd/thread_annotations.h"
 
 namespace snapd::ucx {
 

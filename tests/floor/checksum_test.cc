@@ -1,4 +1,4 @@
-#include "checksum.h"
+#include "snapd/checksum.h"
 
 #include <gtest/gtest.h>
 

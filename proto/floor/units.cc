@@ -1,4 +1,4 @@
-#include "units.h"
+#include "snapd/units.h"
 
 #include <cctype>
 #include <cstdio>

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "checksum_math.h"
+#include "snapd/checksum_math.h"
 
 namespace snapd {
 

@@ -1,4 +1,4 @@
-#include "ucx.h"
+#include "snapd/ucx.h"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>

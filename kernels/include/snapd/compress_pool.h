@@ -11,7 +11,7 @@
 #include <functional>
 #include <memory>
 
-#include "disk_tier/io_pool.h"
+#include "snapd/io_pool.h"
 
 namespace snapd::compress {
 

@@ -1,8 +1,8 @@
-#include "checksum.h"
+#include "snapd/checksum.h"
 
 #include <cstring>
 
-#include "checksum_math.h"
+#include "snapd/checksum_math.h"
 
 namespace snapd {
 
