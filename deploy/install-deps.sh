@@ -9,6 +9,7 @@ packages=(
   librocksdb-dev
   libzfp-dev
   libgtest-dev
+  libtomlplusplus-dev libcli11-dev nlohmann-json3-dev  # config file, command lines, --json
   python3-numpy util-linux  # tests: numpy loads `snapctl dump` output; unshare mounts a tiny tmpfs
   python3-dev python3-venv  # the Python package (client/python) and its tests, in a venv
   systemd passwd            # tests: systemd-analyze verify of the unit; useradd for two-uid tests
