@@ -21,18 +21,36 @@ class Exposition {
   void Family(const char* name, const char* type, const char* help,
               const std::vector<std::pair<std::string, double>>& samples) {
     out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-    for (const auto& [labels, value] : samples) {
-      char number[64];
-      std::snprintf(number, sizeof number, "%.17g", value);
-      out_ += std::string(name) + labels + " " + number + "\n";
-    }
+    for (const auto& [labels, value] : samples) Sample(std::string(name) + labels, value);
   }
   void One(const char* name, const char* type, const char* help, double value) {
     Family(name, type, help, {{"", value}});
   }
+  // A histogram family: NAME_bucket{le=...} per bound and +Inf, NAME_sum, NAME_count.
+  void Histogram(const char* name, const char* help, const v1::Histogram& h) {
+    out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
+    for (int i = 0; i < h.upper_bounds_size() && i < h.cumulative_counts_size(); ++i) {
+      char bound[32];  // as written in the bound table: 0.0005, not 0.00050000000000000001
+      std::snprintf(bound, sizeof bound, "%.6g", h.upper_bounds(i));
+      Sample(std::string(name) + "_bucket{le=\"" + bound + "\"}",
+             static_cast<double>(h.cumulative_counts(i)));
+    }
+    Sample(std::string(name) + "_bucket{le=\"+Inf\"}", static_cast<double>(h.count()));
+    Sample(std::string(name) + "_sum", h.sum_seconds());
+    Sample(std::string(name) + "_count", static_cast<double>(h.count()));
+  }
   std::string Take() { return std::move(out_); }
 
  private:
+  static std::string Number(double value) {
+    char number[64];
+    std::snprintf(number, sizeof number, "%.17g", value);
+    return number;
+  }
+  void Sample(const std::string& name_and_labels, double value) {
+    out_ += name_and_labels + " " + Number(value) + "\n";
+  }
+
   std::string out_;
 };
 
@@ -95,6 +113,9 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
           disk->used_bytes() ? static_cast<double>(disk->raw_bytes()) / disk->used_bytes() : 1);
   }
   c.One("snapd_pushes_total", "counter", "Pushes stored.", static_cast<double>(s.pushes()));
+  c.Histogram("snapd_push_seconds",
+              "Seconds from a push reaching snapd to its reply that it is stored.",
+              s.push_seconds());
   c.One("snapd_fetches_total", "counter", "Fetches served.", static_cast<double>(s.fetches()));
   c.One("snapd_refused_pushes_total", "counter",
         "Pushes refused because host and disk together had no room.",

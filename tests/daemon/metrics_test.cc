@@ -7,6 +7,8 @@
 #include <sstream>
 #include <string>
 
+#include "metrics/latency_histogram.h"
+
 namespace snapd {
 namespace {
 
@@ -31,6 +33,10 @@ v1::StatsResponse Sample() {
   disk->set_used_bytes(1000);
   disk->set_raw_bytes(3000);
   disk->set_write_bytes(4096);
+  // Pushes of 0.3 ms, 0.3 ms and 2 s, bucketed as LatencyHistogram does.
+  LatencyHistogram pushes;
+  for (double seconds : {3e-4, 3e-4, 2.0}) pushes.Observe(seconds);
+  pushes.Fill(s.mutable_push_seconds());
   return s;
 }
 
@@ -47,14 +53,16 @@ TEST(Metrics, EverySampleFollowsThePrometheusTextFormatUnderItsHelpAndType) {
       std::istringstream t(line.substr(7));
       std::string name, type;
       t >> name >> type;
-      EXPECT_TRUE(type == "gauge" || type == "counter") << line;
+      EXPECT_TRUE(type == "gauge" || type == "counter" || type == "histogram") << line;
       EXPECT_TRUE(type != "counter" || (name.size() > 6 && name.substr(name.size() - 6) == "_total"))
           << line;
       typed.insert(name);
       continue;
     }
     ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
-    EXPECT_TRUE(typed.count(m[1])) << "no TYPE before " << line;
+    // A histogram's samples are its name with _bucket (le="..."), _sum or _count.
+    std::string family = std::regex_replace(std::string(m[1]), std::regex("_(bucket|sum|count)$"), "");
+    EXPECT_TRUE(typed.count(m[1]) || typed.count(family)) << "no TYPE before " << line;
     ++samples;
   }
   EXPECT_GT(samples, 20);
@@ -74,6 +82,13 @@ TEST(Metrics, FiguresComeFromTheStatsPerTier) {
            "snapd_prefetch_hits_total 7\n",
            "snapd_uptime_seconds 61.5\n",
            "snapd_info{version=\"0.1.0\",wire=\"2\"} 1\n",
+           "# TYPE snapd_push_seconds histogram\n",
+           "snapd_push_seconds_bucket{le=\"0.00025\"} 0\n",
+           "snapd_push_seconds_bucket{le=\"0.0005\"} 2\n",
+           "snapd_push_seconds_bucket{le=\"1\"} 2\n",
+           "snapd_push_seconds_bucket{le=\"2.5\"} 3\n",
+           "snapd_push_seconds_bucket{le=\"+Inf\"} 3\n",
+           "snapd_push_seconds_count 3\n",
        }) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "in\n" << text;
   }
