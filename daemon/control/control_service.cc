@@ -278,6 +278,7 @@ void ControlService::CollectStats(bool admin, v1::StatsResponse* resp) const {
   };
   host->set_write_bytes_per_second(rate(d.write_bytes.load(), d.write_ns.load()));
   host->set_read_bytes_per_second(rate(d.read_bytes.load(), d.read_ns.load()));
+  d.push_seconds.Fill(resp->mutable_push_seconds());
   if (const DiskTier* disk = store_->disk()) {
     v1::TierStats* t = resp->add_tiers();
     t->set_tier(v1::TIER_DISK);
@@ -398,14 +399,9 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
       WriteLost(info.step());
       return;
     }
-    auto grant = store_->BeginFetch(
-        run_id_, info.step(), bytes_, /*backward=*/false,
-        [this](Result<Store::FetchGrant> g) { OnBlock(std::move(g)); }, who_);
-    if (!grant.ok()) {
-      OnBlock(grant.status());
-    } else if (grant->has_value()) {
-      OnBlock(std::move(**grant));
-    }
+    // OnBlock runs now, or from an I/O thread once the step is read from disk.
+    store_->BeginFetch(run_id_, info.step(), bytes_, /*backward=*/false,
+                       [this](Result<Store::FetchGrant> g) { OnBlock(std::move(g)); }, who_);
   }
 
   void OnBlock(Result<Store::FetchGrant> grant) {

@@ -126,6 +126,10 @@ void DataPlane::Reject(const char* kind, const std::string& detail) {
 template <typename T>
 std::function<void(T)> DataPlane::OnLoop(std::function<void(T)> f) {
   return [this, liveness = liveness_, f = std::move(f)](T value) {
+    if (loop_->InLoopThread()) {  // answered at once, inside the handler that asked
+      f(std::move(value));
+      return;
+    }
     MutexLock lock(liveness->mu);
     if (!liveness->alive) return;  // shutting down: nobody left to answer
     loop_->Post([f, value = std::move(value)]() mutable { f(std::move(value)); });
@@ -333,48 +337,49 @@ ucs_status_t DataPlane::HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequ
     return UCS_OK;
   }
   bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
-  // Eager data live only during this callback: a push that must wait keeps a copy.
-  auto eager = std::make_shared<std::vector<char>>();
-  auto ticket = store_->BeginPush(
+  auto arrived = std::chrono::steady_clock::now();
+  // Eager data live only during this callback: a push that must wait keeps a copy (`kept`),
+  // made before the answer can arrive (it is posted to this thread).
+  auto kept = std::make_shared<std::optional<std::vector<char>>>();
+  bool waits = store_->BeginPush(
       req.run_id, req.step, req.bytes,
-      OnLoop<Result<Store::PushTicket>>([this, ep, id, data, length, rndv,
-                                         eager](Result<Store::PushTicket> t) {
+      OnLoop<Result<Store::PushTicket>>([this, ep, id, data, length, rndv, kept,
+                                         arrived](Result<Store::PushTicket> t) {
+        bool kept_rndv = rndv && kept->has_value();  // a parked rendezvous: ours to release
         if (!conns_.count(ep) || !t.ok()) {
           if (t.ok()) store_->AbortPush(*t);
-          if (rndv) ucp_am_data_release(loop_->worker(), data);
+          if (kept_rndv) ucp_am_data_release(loop_->worker(), data);
           if (!t.ok()) Reply(ep, id, t.status());
           return;
         }
-        ReceivePush(ep, id, std::move(t).value(), data, length, rndv, eager.get());
+        const std::vector<char>* eager = !rndv && kept->has_value() ? &**kept : nullptr;
+        ReceivePush(ep, id, std::move(t).value(), data, length, rndv, eager, arrived);
       }),
       conn.tenant);
-  if (!ticket.ok()) {
-    Reply(ep, id, ticket.status());
-    return UCS_OK;
+  if (!waits) return UCS_OK;  // answered already: received, or refused with a reply
+  if (rndv) {
+    kept->emplace();  // marks the descriptor as ours to receive or release later
+    return UCS_INPROGRESS;  // the descriptor stays valid until received or released
   }
-  if (!ticket->has_value()) {  // waiting for host room
-    if (rndv) return UCS_INPROGRESS;  // the descriptor stays valid until received or released
-    eager->assign(static_cast<char*>(data), static_cast<char*>(data) + length);
-    return UCS_OK;
-  }
-  ReceivePush(ep, id, std::move(**ticket), data, length, rndv, nullptr);
+  kept->emplace(static_cast<char*>(data), static_cast<char*>(data) + length);
   return UCS_OK;
 }
 
 void DataPlane::ReceivePush(ucp_ep_h ep, uint64_t id, Store::PushTicket t, void* data,
-                            size_t length, bool rndv, const std::vector<char>* eager) {
+                            size_t length, bool rndv, const std::vector<char>* eager,
+                            Clock::time_point arrived) {
   if (!rndv) {
     std::memcpy(t.block->data(), eager ? eager->data() : data, length);
-    FinishPush(ep, id, t);
+    FinishPush(ep, id, t, arrived);
     return;
   }
   void* dest = t.block->data();
   auto since = std::chrono::steady_clock::now();
-  ucp_request_param_t p = ucx::RecvDataParam([this, ep, id, t, since, length](ucs_status_t s,
-                                                                              size_t) {
+  ucp_request_param_t p = ucx::RecvDataParam([this, ep, id, t, since, length,
+                                              arrived](ucs_status_t s, size_t) {
     if (s == UCS_OK) {
       counters_.AddWrite(length, since);
-      FinishPush(ep, id, t);
+      FinishPush(ep, id, t, arrived);
     } else {
       store_->AbortPush(t);
       SNAPD_LOG_WARN("push of run %llu step %llu abandoned: %s",
@@ -386,10 +391,13 @@ void DataPlane::ReceivePush(ucp_ep_h ep, uint64_t id, Store::PushTicket t, void*
   ucx::Track(ucp_am_recv_data_nbx(loop_->worker(), data, dest, length, &p), p);
 }
 
-void DataPlane::FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTicket& ticket) {
+void DataPlane::FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTicket& ticket,
+                           Clock::time_point arrived) {
   Status s = store_->CommitPush(ticket);
   if (s.ok()) {
     counters_.pushes.fetch_add(1, std::memory_order_relaxed);
+    counters_.push_seconds.Observe(
+        std::chrono::duration<double>(Clock::now() - arrived).count());
   } else {
     store_->AbortPush(ticket);
   }
@@ -410,17 +418,13 @@ ucs_status_t DataPlane::HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::F
 
 void DataPlane::StartFetch(const Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req,
                            bool mapped) {
-  auto grant = store_->BeginFetch(
+  // OnFetched runs now, or when the step lands from disk.
+  store_->BeginFetch(
       req.run_id, req.step, req.bytes, /*backward=*/true,
       OnLoop<Result<Store::FetchGrant>>([this, ep, req, mapped](Result<Store::FetchGrant> g) {
         OnFetched(ep, req.header.request_id, mapped, req, std::move(g));
       }),
       conn.tenant);
-  if (!grant.ok()) {
-    Reply(ep, req.header.request_id, grant.status());
-  } else if (grant->has_value()) {
-    OnFetched(ep, req.header.request_id, mapped, req, std::move(**grant));
-  }  // else: the step is being read from disk; OnFetched runs when it lands
 }
 
 void DataPlane::OnFetched(ucp_ep_h ep, uint64_t id, bool mapped, const wire::FetchRequest& req,
@@ -462,23 +466,24 @@ ucs_status_t DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushR
               "earlier pushes to be stored"));
     return UCS_OK;
   }
-  auto ticket = store_->BeginPush(
+  auto arrived = Clock::now();
+  auto parked = std::make_shared<bool>(false);  // set below if the answer comes later
+  bool waits = store_->BeginPush(
       req.run_id, req.step, req.bytes,
-      OnLoop<Result<Store::PushTicket>>([this, ep, id](Result<Store::PushTicket> t) {
-        OnReserved(ep, id, /*parked=*/true, std::move(t));
+      OnLoop<Result<Store::PushTicket>>([this, ep, id, arrived,
+                                         parked](Result<Store::PushTicket> t) {
+        OnReserved(ep, id, *parked, std::move(t), arrived);
       }),
       conn.tenant);
-  if (!ticket.ok()) {
-    Reply(ep, id, ticket.status());
-  } else if (ticket->has_value()) {
-    OnReserved(ep, id, /*parked=*/false, std::move(**ticket));
-  } else {
+  if (waits) {
+    *parked = true;  // before the posted answer runs on this thread
     ++conn.parked;
   }
   return UCS_OK;
 }
 
-void DataPlane::OnReserved(ucp_ep_h ep, uint64_t id, bool parked, Result<Store::PushTicket> t) {
+void DataPlane::OnReserved(ucp_ep_h ep, uint64_t id, bool parked, Result<Store::PushTicket> t,
+                           Clock::time_point arrived) {
   auto it = conns_.find(ep);
   if (it == conns_.end()) {
     if (t.ok()) store_->AbortPush(*t);
@@ -494,7 +499,7 @@ void DataPlane::OnReserved(ucp_ep_h ep, uint64_t id, bool parked, Result<Store::
   body.offset = t->block->offset();
   Store::PushTicket ticket = std::move(t).value();
   conn.reserved[{ticket.run_id, ticket.step}] =
-      Conn::Reservation{std::move(ticket), std::chrono::steady_clock::now()};
+      Conn::Reservation{std::move(ticket), Clock::now(), arrived};
   Reply(ep, id, Status::Ok(), std::move(body));
 }
 
@@ -524,7 +529,7 @@ ucs_status_t DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRe
   } else {
     counters_.AddWrite(req.bytes, r->since);
   }
-  FinishPush(ep, req.header.request_id, r->ticket);
+  FinishPush(ep, req.header.request_id, r->ticket, r->arrived);
   return UCS_OK;
 }
 

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "log.h"
+#include "metrics/latency_histogram.h"
 #include "sessions/sessions.h"
 #include "snapd/wire.h"
 #include "store/store.h"
@@ -57,6 +58,7 @@ struct DataPlaneCounters {
   std::atomic<uint64_t> write_ns{0};
   std::atomic<uint64_t> read_bytes{0};
   std::atomic<uint64_t> read_ns{0};
+  LatencyHistogram push_seconds;  // first message to the stored reply, per push
   void AddWrite(uint64_t bytes, std::chrono::steady_clock::time_point since);
   void AddRead(uint64_t bytes, std::chrono::steady_clock::time_point since);
   // With a duration the client measured for its own copy (mapped path).
@@ -108,7 +110,8 @@ class DataPlane {
     Tenant tenant;  // the session's uid (from the control socket's SO_PEERCRED)
     struct Reservation {
       Store::PushTicket ticket;
-      std::chrono::steady_clock::time_point since;
+      std::chrono::steady_clock::time_point since;    // granted: the client's copy starts
+      std::chrono::steady_clock::time_point arrived;  // the Reserve reached snapd
     };
     struct Lease {
       std::shared_ptr<HostBlock> block;
@@ -201,12 +204,17 @@ class DataPlane {
   // On failure counts the message as rejected, answers it when it can, and returns null.
   Conn* Admit(const ucp_am_recv_param_t* param, const void* header, size_t header_length,
               size_t expected_length, wire::AmId op, bool needs_session);
-  void FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTicket& ticket);
+  using Clock = std::chrono::steady_clock;
+  // `arrived`: when the push's first message reached snapd (its latency is observed here).
+  void FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTicket& ticket,
+                  Clock::time_point arrived);
   // A copied push has its tier memory: receives the data (eager: from `eager`; rendezvous:
   // from the descriptor `data`) and commits.
   void ReceivePush(ucp_ep_h ep, uint64_t request_id, Store::PushTicket ticket, void* data,
-                   size_t length, bool rndv, const std::vector<char>* eager);
-  void OnReserved(ucp_ep_h ep, uint64_t request_id, bool parked, Result<Store::PushTicket> t);
+                   size_t length, bool rndv, const std::vector<char>* eager,
+                   Clock::time_point arrived);
+  void OnReserved(ucp_ep_h ep, uint64_t request_id, bool parked, Result<Store::PushTicket> t,
+                  Clock::time_point arrived);
   // Both fetch paths: asks the store for the step's host bytes, then answers in OnFetched
   // (mapped: a lease and the arena offset; copied: the bytes as the Reply's data).
   void StartFetch(const Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, bool mapped);

@@ -575,7 +575,7 @@ Result<v1::RunInfo> Store::CloseRun(const std::string& name, const Tenant& who) 
 // and its waiting fetches (answered with `why`).
 static void ReleaseSnapshotResources(DiskTier* disk, IoPool* io, uint64_t run_id,
                                      const v1::SnapshotRecord& rec,
-                                     std::vector<Store::FetchLater> waiters, const Status& why,
+                                     std::vector<Store::FetchDone> waiters, const Status& why,
                                      std::vector<std::function<void()>>& deferred) {
   if (rec.tier() == v1::TIER_DISK && disk) {
     io->Submit([disk, run_id, spool = rec.spool(), name = rec.disk_name(),
@@ -780,9 +780,17 @@ Status Store::CheckSize(const Run& run, uint64_t step, uint64_t bytes, const cha
                                  std::to_string(r.spec().bytes_per_step()) + " per step");
 }
 
-Result<std::optional<Store::PushTicket>> Store::BeginPush(uint64_t run_id, uint64_t step,
-                                                          uint64_t bytes, PushLater later,
-                                                          const Tenant& who) {
+bool Store::BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes, PushDone done,
+                      const Tenant& who) {
+  auto now = TryBeginPush(run_id, step, bytes, done, who);
+  if (now.ok() && !now->has_value()) return true;  // parked: `done` was moved there
+  done(now.ok() ? Result<PushTicket>(std::move(**now)) : Result<PushTicket>(now.status()));
+  return false;
+}
+
+Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, uint64_t step,
+                                                             uint64_t bytes, PushDone& later,
+                                                             const Tenant& who) {
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;
@@ -880,9 +888,18 @@ void Store::AbortPush(const PushTicket& t) {
   if (auto it = runs_.find(t.run_id); it != runs_.end()) it->second.in_flight.erase(t.step);
 }
 
-Result<std::optional<Store::FetchGrant>> Store::BeginFetch(uint64_t run_id, uint64_t step,
-                                                           uint64_t bytes, bool backward,
-                                                           FetchLater later, const Tenant& who) {
+bool Store::BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes, bool backward,
+                       FetchDone done, const Tenant& who) {
+  auto now = TryBeginFetch(run_id, step, bytes, backward, done, who);
+  if (now.ok() && !now->has_value()) return true;  // waits for a disk read: `done` is there
+  done(now.ok() ? Result<FetchGrant>(std::move(**now)) : Result<FetchGrant>(now.status()));
+  return false;
+}
+
+Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, uint64_t step,
+                                                              uint64_t bytes, bool backward,
+                                                              FetchDone& later,
+                                                              const Tenant& who) {
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;

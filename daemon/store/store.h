@@ -146,16 +146,16 @@ class Store {
     uint64_t step = 0;
     std::shared_ptr<HostBlock> block;
   };
-  using PushLater = std::function<void(Result<PushTicket>)>;
-  // Validates and reserves host memory. Returns the ticket, an error, or nullopt when the host
-  // tier is full but room is coming (demotion to disk): `later` then gets the ticket or the
-  // error.
+  using PushDone = std::function<void(Result<PushTicket>)>;
+  // Validates and reserves host memory. `done` gets the ticket or the error, exactly once: on
+  // the caller's thread before BeginPush returns when the answer is known at once, or later
+  // (from the tiering thread) when the host tier is full but room is coming (demotion to
+  // disk). Returns true in that second case: the push waits. Never calls `done` under the
+  // store's lock.
   // `who`: the pushing session's tenant; the run must be its own, and the push must fit the
   // tenant's quota.
-  Result<std::optional<PushTicket>> BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes,
-                                              PushLater later,
-                                              const Tenant& who = Tenant::Admin())
-      SNAPD_EXCLUDES(mu_);
+  bool BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes, PushDone done,
+                 const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
   Status CommitPush(const PushTicket& ticket) SNAPD_EXCLUDES(mu_);
   void AbortPush(const PushTicket& ticket) SNAPD_EXCLUDES(mu_);
 
@@ -165,14 +165,13 @@ class Store {
     std::shared_ptr<HostBlock> block;  // shared: a concurrent delete cannot free it under a send
     uint64_t generation = 0;
   };
-  using FetchLater = std::function<void(Result<FetchGrant>)>;
-  // Returns the bytes now, an error, or nullopt while they are read from disk (`later` gets the
-  // result). `backward`: the fetch is the backward pass (it paces and triggers prefetch);
-  // false for a dump.
-  Result<std::optional<FetchGrant>> BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes,
-                                               bool backward, FetchLater later,
-                                               const Tenant& who = Tenant::Admin())
-      SNAPD_EXCLUDES(mu_);
+  using FetchDone = std::function<void(Result<FetchGrant>)>;
+  // `done` gets the bytes or an error, exactly once: before BeginFetch returns when they are
+  // in host memory (or the fetch is refused), or later, from an I/O thread, once they are
+  // read from disk; true in that second case. `backward`: the fetch is the backward pass (it
+  // paces and triggers prefetch); false for a dump.
+  bool BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes, bool backward,
+                  FetchDone done, const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
   // The solver has the bytes of a fetched step: unless the run keeps steps, the step is
   // released (read-once).
   void Consumed(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_EXCLUDES(mu_);
@@ -199,6 +198,13 @@ class Store {
   void WaitTieringIdle() SNAPD_EXCLUDES(mu_);
 
  private:
+  // BeginPush and BeginFetch under the lock: the answer now, or nullopt after parking `done`.
+  Result<std::optional<PushTicket>> TryBeginPush(uint64_t run_id, uint64_t step, uint64_t bytes,
+                                                 PushDone& done, const Tenant& who)
+      SNAPD_EXCLUDES(mu_);
+  Result<std::optional<FetchGrant>> TryBeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes,
+                                                  bool backward, FetchDone& done,
+                                                  const Tenant& who) SNAPD_EXCLUDES(mu_);
   struct PendingPack {
     PackedSnapshot packed;
     uint64_t checksum;  // of the raw bytes, taken before compressing
@@ -210,7 +216,7 @@ class Store {
     bool writing = false;              // a demotion is writing `block` to disk
     bool reading = false;              // a disk read into host memory is in flight
     bool verified = true;              // false for a recovered file not yet checksummed
-    std::vector<FetchLater> waiters;   // fetches waiting for that read
+    std::vector<FetchDone> waiters;   // fetches waiting for that read
     // A compressed copy made at ingest that could not replace the raw block yet.
     std::shared_ptr<PendingPack> pending_pack;
   };
@@ -245,7 +251,7 @@ class Store {
     uint64_t run_id;
     uint64_t step;
     uint64_t bytes;
-    PushLater later;
+    PushDone later;
   };
   struct DrainWaiter {
     std::function<void(Result<DrainResult>)> done;

@@ -458,7 +458,7 @@ void Store::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
     if (snap) {
       snap->reading = false;
       Run& run = runs_.at(run_id);
-      std::vector<FetchLater> waiters = std::move(snap->waiters);
+      std::vector<FetchDone> waiters = std::move(snap->waiters);
       snap->waiters.clear();
       if (read.ok() && HoldsCompressed(*snap)) {
         // Decoded in host memory: the step is raw again there.

@@ -17,21 +17,21 @@ namespace snapd {
 namespace {
 
 // Synchronous views of the store's asynchronous push and fetch, for tests.
-Result<Store::PushTicket> Reserve(Store& store, uint64_t run_id, uint64_t step, uint64_t bytes) {
+Result<Store::PushTicket> Reserve(Store& store, uint64_t run_id, uint64_t step, uint64_t bytes,
+                                  const Tenant& who = Tenant::Admin()) {
   auto promise = std::make_shared<std::promise<Result<Store::PushTicket>>>();
-  auto now = store.BeginPush(run_id, step, bytes,
-                             [promise](Result<Store::PushTicket> t) { promise->set_value(t); });
-  if (!now.ok()) return now.status();
-  if (now->has_value()) return std::move(**now);
+  store.BeginPush(
+      run_id, step, bytes, [promise](Result<Store::PushTicket> t) { promise->set_value(t); },
+      who);
   return promise->get_future().get();
 }
 
-Result<Store::FetchGrant> Fetch(Store& store, uint64_t run_id, uint64_t step, uint64_t bytes) {
+Result<Store::FetchGrant> Fetch(Store& store, uint64_t run_id, uint64_t step, uint64_t bytes,
+                                const Tenant& who = Tenant::Admin()) {
   auto promise = std::make_shared<std::promise<Result<Store::FetchGrant>>>();
-  auto now = store.BeginFetch(run_id, step, bytes, /*backward=*/true,
-                              [promise](Result<Store::FetchGrant> g) { promise->set_value(g); });
-  if (!now.ok()) return now.status();
-  if (now->has_value()) return std::move(**now);
+  store.BeginFetch(
+      run_id, step, bytes, /*backward=*/true,
+      [promise](Result<Store::FetchGrant> g) { promise->set_value(g); }, who);
   return promise->get_future().get();
 }
 
@@ -355,11 +355,10 @@ TEST_F(StoreTest, ABlockingRunWaitsForRoomInsteadOfFailing) {
   uint64_t id = store_->OpenRun(spec, 0, &created)->run_id();
   for (uint64_t t = 0; t < kHostBytes / kStep; ++t) ASSERT_TRUE(Push(id, t, kStep).ok()) << t;
   auto promise = std::make_shared<std::promise<Result<Store::PushTicket>>>();
-  auto waiting = store_->BeginPush(id, 99, kStep, [promise](Result<Store::PushTicket> t) {
+  bool waits = store_->BeginPush(id, 99, kStep, [promise](Result<Store::PushTicket> t) {
     promise->set_value(std::move(t));
   });
-  ASSERT_TRUE(waiting.ok());
-  ASSERT_FALSE(waiting->has_value());  // parked, not refused
+  ASSERT_TRUE(waits);  // parked, not refused
   auto granted = promise->get_future();
   EXPECT_EQ(granted.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
   ASSERT_TRUE(store_->DeleteSnapshot("r", 0).ok());  // room appears
@@ -686,9 +685,9 @@ TEST_F(StoreTest, ATenantSeesOnlyItsOwnRuns) {
   auto run = store_->OpenRun(spec, a.uid, &created);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   uint64_t id = run->run_id();
-  auto pushed = store_->BeginPush(id, 0, 4096, [](Result<Store::PushTicket>) {}, a);
-  ASSERT_TRUE(pushed.ok() && pushed->has_value());
-  ASSERT_TRUE(store_->CommitPush(**pushed).ok());
+  auto pushed = Reserve(*store_, id, 0, 4096, a);
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  ASSERT_TRUE(store_->CommitPush(*pushed).ok());
 
   EXPECT_EQ(store_->Locate("mine", 0, b).status().code(), Code::kNotFound);
   EXPECT_TRUE(store_->ListRuns(b).empty());
@@ -697,12 +696,8 @@ TEST_F(StoreTest, ATenantSeesOnlyItsOwnRuns) {
   EXPECT_EQ(store_->DeleteRun("mine", b).status().code(), Code::kNotFound);
   EXPECT_EQ(store_->CloseRun("mine", b).status().code(), Code::kNotFound);
   EXPECT_EQ(store_->Prefetch("mine", {0}, b).status().code(), Code::kNotFound);
-  EXPECT_EQ(store_->BeginPush(id, 1, 4096, [](Result<Store::PushTicket>) {}, b).status().code(),
-            Code::kNotFound);
-  EXPECT_EQ(store_->BeginFetch(id, 0, 4096, true, [](Result<Store::FetchGrant>) {}, b)
-                .status()
-                .code(),
-            Code::kNotFound);
+  EXPECT_EQ(Reserve(*store_, id, 1, 4096, b).status().code(), Code::kNotFound);
+  EXPECT_EQ(Fetch(*store_, id, 0, 4096, b).status().code(), Code::kNotFound);
   EXPECT_EQ(store_->Locate("1001:mine", 0, b).status().code(), Code::kNotFound);
 
   // Names are per user: B's "mine" is a run of its own, and says nothing about A's.
@@ -747,13 +742,7 @@ TEST_F(StoreTest, ATenantAboveItsHostShareMovesToDiskFirst) {
     return run.ok() ? run->run_id() : 0;
   };
   auto push = [&](const Tenant& who, uint64_t id, uint64_t step) {
-    auto later = std::make_shared<std::promise<Result<Store::PushTicket>>>();
-    auto t = store_->BeginPush(
-        id, step, kStep, [later](Result<Store::PushTicket> r) { later->set_value(std::move(r)); },
-        who);
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
-    Result<Store::PushTicket> ticket =
-        t->has_value() ? Result<Store::PushTicket>(**t) : later->get_future().get();
+    Result<Store::PushTicket> ticket = Reserve(*store_, id, step, kStep, who);
     ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
     std::memset(ticket->block->data(), static_cast<int>(step), kStep);
     ASSERT_TRUE(store_->CommitPush(*ticket).ok());
@@ -781,9 +770,7 @@ TEST_F(StoreTest, AQuotaBoundsATenantsBytesIncludingPushesInFlight) {
   };
   uint64_t ra = open("a-run", a), rb = open("b-run", b);
   auto push = [&](uint64_t id, uint64_t step, const Tenant& who) -> Result<Store::PushTicket> {
-    auto t = store_->BeginPush(id, step, 4096, [](Result<Store::PushTicket>) {}, who);
-    if (!t.ok()) return t.status();
-    return **t;
+    return Reserve(*store_, id, step, 4096, who);
   };
   ASSERT_TRUE(store_->CommitPush(push(ra, 0, a).value()).ok());
   auto in_flight_1 = push(ra, 1, a);
