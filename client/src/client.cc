@@ -191,7 +191,6 @@ struct Client::Impl {
   char* arena = nullptr;  // the daemon's host tier, mapped; null on the UCX path
   uint64_t arena_bytes = 0;
   std::string data_path_reason;
-  std::unique_ptr<detail::TaskThread> copier;
   std::unique_ptr<v1::Control::Stub> stub;
   uint64_t session_id = 0;
   uint64_t token = 0;
@@ -277,11 +276,17 @@ struct Client::Impl {
     auto header = std::make_shared<T>(fields);
     Send(header, sizeof(T), id, op, std::move(entry), nullptr, 0);
   }
-  // Progress thread: a reservation or lease arrived; copy on the copy thread.
+  // Loop thread, inside OnReply: a reservation or lease arrived. Host memory is copied by a
+  // task the loop posts to itself (the loop thread is the only one a mapped push or fetch
+  // crosses); GPU memory is handed to the copy engine, whose completion posts the follow-up
+  // back to the loop.
   void CopyIn(Pending p, uint64_t offset);
   void CopyOut(Pending p, uint64_t offset, uint64_t lease);
-  // Ends push `p`'s reservation on the loop: kCommit once its bytes are in tier memory (copied
-  // in `copy_ns`; stored when the daemon answers), kAbort when they never will be.
+  // Loop thread: ends push `p`'s reservation: kCommit once its bytes are in tier memory
+  // (copied in `copy_ns`; stored when the daemon answers), kAbort when they never will be.
+  void EndReservation(wire::AmId op, const Pending& p, uint64_t copy_ns);
+  void ReleaseLease(uint64_t lease, uint64_t copy_ns);
+  // The same from another thread (a CUDA completion): posted to the loop.
   void PostReservationEnd(wire::AmId op, const Pending& p, uint64_t copy_ns);
   void PostLeaseRelease(uint64_t lease, uint64_t copy_ns);
   Status CheckRange(uint64_t offset, size_t bytes) const;
@@ -304,9 +309,9 @@ Client::Impl::~Impl() {
     }
     records.reset();  // sends the device-tier records still queued, while the session lives
   }
-  // Order matters: (1) on the loop, close the endpoint so no more replies can hand work to
-  // the copy thread, and fail what is pending; (2) drain the copy thread, whose follow-ups fail
-  // fast on the loop for want of an endpoint; (3) stop the loop.
+  // Order matters: (1) on the loop, close the endpoint so no more replies arrive, and fail
+  // what is pending (GPU copies still in flight post follow-ups that fail fast for want of an
+  // endpoint); (2) stop the loop.
   if (loop && loop->running()) {  // not running: Connect failed before any endpoint existed
     auto closed = std::make_shared<detail::OpState>();
     loop->Post([this, closed] {
@@ -317,7 +322,6 @@ Client::Impl::~Impl() {
     });
     (void)closed->WaitCompleted();
   }
-  copier.reset();
   if (loop) loop->Stop();
   if (stub && session_id) {
     v1::CloseSessionRequest req;
@@ -344,24 +348,28 @@ Status Client::Impl::CheckRange(uint64_t offset, size_t bytes) const {
   return Status::Ok();
 }
 
+void Client::Impl::EndReservation(wire::AmId op, const Pending& p, uint64_t ns) {
+  wire::PushRequest end{};
+  end.run_id = p.run_id;
+  end.step = p.step;
+  end.bytes = p.bytes;
+  end.copy_ns = ns;
+  SendHeader(op, end, Pending{Kind::kCommit, op == wire::kCommit ? p.state : nullptr});
+}
+
+void Client::Impl::ReleaseLease(uint64_t lease, uint64_t ns) {
+  wire::LeaseRelease release{};
+  release.lease = lease;
+  release.copy_ns = ns;
+  SendHeader(wire::kReleaseLease, release, Pending{Kind::kFetchMapped, nullptr});
+}
+
 void Client::Impl::PostReservationEnd(wire::AmId op, const Pending& p, uint64_t ns) {
-  loop->Post([this, op, p, ns] {
-    wire::PushRequest end{};
-    end.run_id = p.run_id;
-    end.step = p.step;
-    end.bytes = p.bytes;
-    end.copy_ns = ns;
-    SendHeader(op, end, Pending{Kind::kCommit, op == wire::kCommit ? p.state : nullptr});
-  });
+  loop->Post([this, op, p, ns] { EndReservation(op, p, ns); });
 }
 
 void Client::Impl::PostLeaseRelease(uint64_t lease, uint64_t ns) {
-  loop->Post([this, lease, ns] {
-    wire::LeaseRelease release{};
-    release.lease = lease;
-    release.copy_ns = ns;
-    SendHeader(wire::kReleaseLease, release, Pending{Kind::kFetchMapped, nullptr});
-  });
+  loop->Post([this, lease, ns] { ReleaseLease(lease, ns); });
 }
 
 void Client::Impl::CopyIn(Pending p, uint64_t offset) {
@@ -382,12 +390,15 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
     }
     return;
   }
-  copier->Submit([this, p, offset] {
+  // Host memory: copied on the loop thread that received the reservation and committed at
+  // once, so the push crosses no other thread of this client. Posted to the loop itself: the
+  // commit is sent after this UCX callback returns, never from inside it.
+  loop->Post([this, p, offset] {
     auto t0 = std::chrono::steady_clock::now();
     std::memcpy(arena + offset, p.buffer, p.bytes);
     uint64_t ns = NanosSince(t0);
     p.state->Release(Status::Ok());
-    PostReservationEnd(wire::kCommit, p, ns);
+    EndReservation(wire::kCommit, p, ns);
   });
 }
 
@@ -409,10 +420,10 @@ void Client::Impl::CopyOut(Pending p, uint64_t offset, uint64_t lease) {
     }
     return;
   }
-  copier->Submit([this, p, offset, lease] {
+  loop->Post([this, p, offset, lease] {  // on the loop thread, as CopyIn
     auto t0 = std::chrono::steady_clock::now();
     std::memcpy(p.buffer, arena + offset, p.bytes);
-    PostLeaseRelease(lease, NanosSince(t0));
+    ReleaseLease(lease, NanosSince(t0));
     p.state->Complete(Status::Ok());
   });
 }
@@ -570,8 +581,6 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
                                  &impl->arena, &impl->arena_bytes);
              !s.ok()) {
     impl->data_path_reason = s.ToString();
-  } else {
-    impl->copier = std::make_unique<detail::TaskThread>();
   }
 
   // Connect and bind the endpoint to the session with Hello.

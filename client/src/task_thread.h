@@ -1,6 +1,4 @@
-// One thread that runs tasks in submission order. libsnapd has two: the copy thread performs
-// the bulk copies into and out of the mapped host tier, so Push() and FetchAsync() return at
-// once and the progress thread never stalls on a memcpy; the device recorder tells the daemon
+// One thread that runs tasks in submission order: libsnapd's device recorder tells the daemon
 // which steps the device tier holds, in order, off the solver's thread.
 // Thread-safe: Submit() from any thread. The destructor runs the tasks already submitted, then
 // joins.
