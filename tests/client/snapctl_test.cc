@@ -1,14 +1,22 @@
 // snapctl against a real daemon: tables for people, --json for scripts, clear errors.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "daemon_process.h"
@@ -283,6 +291,201 @@ TEST_F(SnapctlTest, PlanStoresAllWhenEverythingFitsAndRejectsBadOptions) {
   EXPECT_NE(err.find("codec 'zfp-rate' is not available"), std::string::npos) << err;
   EXPECT_EQ(Snapctl({"plan", "--steps", "0", "--bytes-per-step", "1M"}, &out, &err), 2);
   EXPECT_NE(err.find("--steps must be a positive integer"), std::string::npos) << err;
+}
+
+// A program whose stdout is read line by line while it runs.
+class Streaming {
+ public:
+  explicit Streaming(const std::vector<std::string>& argv) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    out_ = fdopen(fds[0], "r");
+  }
+  ~Streaming() {
+    if (out_) std::fclose(out_);
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  // The next line without its newline; false at the end of the output.
+  bool ReadLine(std::string* line) {
+    char* text = nullptr;
+    size_t size = 0;
+    ssize_t n = out_ ? getline(&text, &size, out_) : -1;
+    if (n > 0) line->assign(text, text[n - 1] == '\n' ? n - 1 : n);
+    std::free(text);
+    return n > 0;
+  }
+  // The exit status (-1 if it did not exit).
+  int Wait() {
+    int status = 0;
+    pid_t pid = std::exchange(pid_, -1);
+    if (pid <= 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::FILE* out_ = nullptr;
+};
+
+uint64_t Counter(const nlohmann::json& stats, const char* name) {
+  return std::stoull(stats.at(name).get<std::string>());  // uint64 in protobuf's JSON: a string
+}
+
+TEST_F(SnapctlTest, TopPrintsOneJsonLinePerRefreshFollowingAClientsPushes) {
+  auto c = ConnectClient(*daemon_);
+  ASSERT_TRUE(c.ok());
+  RunSpec spec;
+  spec.name = "watched";
+  spec.steps = 5;
+  spec.bytes_per_step = 4096;
+  auto run = (*c)->OpenRun(spec);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  Streaming top({SNAPCTL_BINARY, "--socket", daemon_->socket(), "top", "--count", "2", "--interval",
+                 "0.2", "--json"});
+  ASSERT_GT(top.pid(), 0);
+  std::string first, second, more;
+  ASSERT_TRUE(top.ReadLine(&first));
+  // top is stopped between its two refreshes while the client pushes, so the second refresh
+  // follows every push however slow the machine is.
+  ASSERT_EQ(kill(top.pid(), SIGSTOP), 0);
+  std::vector<char> buf(4096, 7);
+  for (uint64_t t = 0; t < 5; ++t) {
+    auto h = (*c)->Push(run->run_id, t, buf.data(), buf.size());
+    ASSERT_TRUE(h.ok() && h->WaitStored().ok());
+  }
+  ASSERT_EQ(kill(top.pid(), SIGCONT), 0);
+  ASSERT_TRUE(top.ReadLine(&second));
+  EXPECT_FALSE(top.ReadLine(&more)) << more;  // --count 2: two lines, then it ends
+  EXPECT_EQ(top.Wait(), 0);
+
+  auto a = nlohmann::json::parse(first, nullptr, /*allow_exceptions=*/false);
+  auto b = nlohmann::json::parse(second, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(a.is_object()) << first;
+  ASSERT_TRUE(b.is_object()) << second;
+  EXPECT_EQ(Counter(a, "pushes"), 3u) << first;  // the fixture's
+  EXPECT_EQ(Counter(b, "pushes"), 8u) << second;
+  EXPECT_EQ(Counter(b, "runs"), 2u) << second;
+  // The same fields as `status --json`, and the rates: none yet at the first refresh.
+  for (const char* field : {"version", "sessions", "fetches", "refused_pushes", "prefetch_hits",
+                            "demand_reads", "tiers"}) {
+    EXPECT_TRUE(b.contains(field)) << field << " " << second;
+  }
+  EXPECT_TRUE(a.at("rates").is_null()) << first;
+  const auto& rates = b.at("rates");
+  ASSERT_TRUE(rates.is_object()) << second;
+  double seconds = rates.at("interval_seconds").get<double>();
+  ASSERT_GT(seconds, 0);
+  EXPECT_NEAR(rates.at("pushes_per_second").get<double>() * seconds, 5.0, 1e-6) << second;
+  EXPECT_EQ(rates.at("fetches_per_second").get<double>(), 0.0) << second;
+  for (const char* field : {"spill_bytes_per_second", "prefetch_hits_per_second",
+                            "prefetch_misses_per_second", "refused_pushes_per_second"}) {
+    EXPECT_TRUE(rates.contains(field)) << field << " " << second;
+  }
+  bool host = false;
+  for (const auto& tier : b.at("tiers")) {
+    if (tier.at("tier") != "TIER_HOST") continue;
+    host = true;
+    EXPECT_TRUE(tier.contains("used_bytes") && tier.contains("budget_bytes") &&
+                tier.contains("peak_used_bytes"))
+        << tier;
+  }
+  EXPECT_TRUE(host) << second;
+}
+
+// Into a pipe without --json, top prints JSON lines too (it redraws only a terminal).
+TEST_F(SnapctlTest, TopIntoAPipeIsJsonLines) {
+  std::string out, err;
+  ASSERT_EQ(Snapctl({"top", "--count", "1", "--interval", "0.1"}, &out, &err), 0) << err;
+  auto j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << out;
+  EXPECT_EQ(Counter(j, "pushes"), 3u) << out;
+}
+
+TEST_F(SnapctlTest, JsonMayFollowTheCommand) {
+  std::string out;
+  ASSERT_EQ(Snapctl({"status", "--json"}, &out), 0);
+  EXPECT_NE(out.find("\"pushes\": \"3\""), std::string::npos) << out;
+  ASSERT_EQ(Snapctl({"runs", "--json"}, &out), 0);
+  EXPECT_NE(out.find("\"name\": \"shot-7\""), std::string::npos) << out;
+}
+
+// The command line, without a daemon: help for every command, and clear refusals.
+std::map<std::string, std::vector<std::string>> CommandsAndWhatTheirHelpNames() {
+  return {{"status", {}},
+          {"runs", {}},
+          {"ls", {"RUN"}},
+          {"locate", {"RUN", "STEP"}},
+          {"rm", {"RUN"}},
+          {"drain", {}},
+          {"quota", {"--uid", "--set"}},
+          {"purge", {"--uid", "--job"}},
+          {"dump", {"RUN", "--to", "--format", "--steps", "--mode"}},
+          {"plan", {"--steps", "--bytes-per-step", "--compute-time", "--backward-time", "--codec"}},
+          {"top", {"--interval", "--count"}}};
+}
+
+TEST(SnapctlCommandLine, HelpDescribesEveryCommandAndItsOptions) {
+  std::string out, err;
+  ASSERT_EQ(RunProgram({SNAPCTL_BINARY, "--help"}, &out, &err), 0) << err;
+  for (const char* option :
+       {"--socket", "--remote", "--tls-ca", "--tls-cert", "--tls-key", "--json"}) {
+    EXPECT_NE(out.find(option), std::string::npos) << option << "\n" << out;
+  }
+  for (const auto& [command, names] : CommandsAndWhatTheirHelpNames()) {
+    EXPECT_NE(out.find("  " + command + " "), std::string::npos) << command << "\n" << out;
+    std::string help;
+    ASSERT_EQ(RunProgram({SNAPCTL_BINARY, command, "--help"}, &help, &err), 0)
+        << command << ": " << err;
+    EXPECT_NE(help.find("Usage: snapctl " + command), std::string::npos) << help;
+    for (const std::string& name : names) {
+      EXPECT_NE(help.find(name), std::string::npos) << command << " " << name << "\n" << help;
+    }
+  }
+}
+
+TEST(SnapctlCommandLine, RefusesWhatItDoesNotKnowNamingIt) {
+  std::string out, err;
+  // No daemon is needed to refuse a command line: none of these connects.
+  const std::string socket = "/nonexistent/snapd.sock";
+  auto snapctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {SNAPCTL_BINARY, "--socket", socket});
+    return RunProgram(args, &out, &err);
+  };
+  EXPECT_EQ(snapctl({"ls", "shot-7", "--frobnicate"}), 2);
+  EXPECT_NE(err.find("--frobnicate"), std::string::npos) << err;
+  EXPECT_EQ(snapctl({"--frobnicate", "status"}), 2);
+  EXPECT_NE(err.find("--frobnicate"), std::string::npos) << err;
+  EXPECT_EQ(snapctl({"ls"}), 2);
+  EXPECT_NE(err.find("RUN is required"), std::string::npos) << err;
+  EXPECT_EQ(snapctl({"dump", "shot-7"}), 2);
+  EXPECT_NE(err.find("--to is required"), std::string::npos) << err;
+  EXPECT_EQ(snapctl({"dump", "shot-7", "--to", "/nonexistent/d", "--format", "tiff"}), 2);
+  EXPECT_NE(err.find("--format"), std::string::npos) << err;
+  EXPECT_EQ(snapctl({"top", "--interval", "-1"}), 2);
+  EXPECT_NE(err.find("--interval must be seconds > 0"), std::string::npos) << err;
+  EXPECT_EQ(snapctl({"top", "--count", "abc"}), 2);
+  EXPECT_NE(err.find("--count must be a positive integer, got 'abc'"), std::string::npos) << err;
+  EXPECT_EQ(snapctl({"quota", "--uid", "alice"}), 2);
+  EXPECT_NE(err.find("--uid must be a numeric uid"), std::string::npos) << err;
+  EXPECT_EQ(snapctl({}), 2);
+  EXPECT_NE(err.find("subcommand is required"), std::string::npos) << err;
+  EXPECT_TRUE(out.empty()) << out;
 }
 
 TEST(SnapctlNoDaemon, SaysHowToStartIt) {

@@ -1,0 +1,108 @@
+#include "common.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <tuple>
+#include <utility>
+
+#include "snapd/paths.h"
+
+namespace snapd::snapctl {
+
+Session::Session(const GlobalOptions& options, std::shared_ptr<grpc::Channel> channel)
+    : options_(options),
+      channel_(std::move(channel)),
+      stub_(v1::Control::NewStub(channel_)),
+      out_(options.json) {}
+
+Result<std::unique_ptr<Session>> Session::Open(const GlobalOptions& options) {
+  std::shared_ptr<grpc::Channel> channel;
+  if (options.remote.empty()) {
+    channel = grpc::CreateChannel("unix:" + options.socket, grpc::InsecureChannelCredentials());
+  } else {
+    grpc::SslCredentialsOptions tls;
+    for (auto [flag, path, pem] :
+         {std::tuple{"--tls-ca", &options.tls_ca, &tls.pem_root_certs},
+          std::tuple{"--tls-cert", &options.tls_cert, &tls.pem_cert_chain},
+          std::tuple{"--tls-key", &options.tls_key, &tls.pem_private_key}}) {
+      Result<std::string> text = path->empty() ? Status::NotFound("") : ReadTextFile(*path);
+      if (!text.ok()) {
+        return Status::InvalidArgument(std::string("--remote needs ") + flag +
+                                       " FILE (a readable PEM file)" +
+                                       (path->empty() ? "" : "; cannot read " + *path));
+      }
+      *pem = *std::move(text);
+    }
+    channel = grpc::CreateChannel(options.remote, grpc::SslCredentials(tls));
+  }
+  return std::unique_ptr<Session>(new Session(options, std::move(channel)));
+}
+
+int Session::Fail(const std::string& what, const grpc::Status& status) const {
+  std::string msg = status.error_message();
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    msg = options_.remote.empty()
+              ? "snapd is not reachable at " + options_.socket + " (" + msg +
+                    "). Start it with `snapd` (or `systemctl start snapd`), or pass --socket"
+              : "snapd is not reachable at " + options_.remote + " (" + msg +
+                    "): check the address, that snapd serves admin_listen there, and that its "
+                    "admin_tls_ca signed your certificate";
+  }
+  Error(what, msg);
+  return kExitFailed;
+}
+
+std::unique_ptr<grpc::ClientContext> ShortContext() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return ctx;
+}
+
+int UsageError(std::string_view command, std::string_view message) {
+  Error(command, message);
+  return kExitUsage;
+}
+
+std::string TierName(v1::Tier tier) {
+  switch (tier) {
+    case v1::TIER_DEVICE:
+      return "device";
+    case v1::TIER_HOST:
+      return "host";
+    case v1::TIER_DISK:
+      return "disk";
+    case v1::TIER_LOST:
+      return "LOST";
+    default:
+      return "-";
+  }
+}
+
+std::string CodecLabel(v1::Codec codec) {
+  switch (codec) {
+    case v1::CODEC_NONE:
+      return "none";
+    case v1::CODEC_ZFP_REVERSIBLE:
+      return "zfp-reversible";
+    case v1::CODEC_ZFP_RATE:
+      return "zfp-rate";
+    case v1::CODEC_ZFP_PRECISION:
+      return "zfp-precision";
+    case v1::CODEC_ZFP_ACCURACY:
+      return "zfp-accuracy";
+    default:
+      return "?";
+  }
+}
+
+bool ParseCount(const std::string& text, uint64_t* value) {
+  if (text.empty() || text[0] < '0' || text[0] > '9') return false;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (*end != '\0' || errno != 0) return false;
+  *value = v;
+  return true;
+}
+
+}  // namespace snapd::snapctl

@@ -1,0 +1,141 @@
+// rm, drain, quota, purge: what changes snapd's state.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+
+#include "common.h"
+#include "snapd/units.h"
+
+namespace snapd::snapctl {
+namespace {
+
+int Rm(Session& s, const std::string& name) {
+  v1::DeleteRunRequest req;
+  req.set_name(name);
+  v1::DeleteRunResponse r;
+  grpc::Status st = s.stub().DeleteRun(ShortContext().get(), req, &r);
+  if (!st.ok()) return s.Fail("rm", st);
+  if (s.out().json()) {
+    s.out().Print(ProtoJson(r));
+  } else {
+    s.out().Line("deleted run " + name + ", freed " + FormatBytes(r.freed_bytes()));
+  }
+  return kExitOk;
+}
+
+int Drain(Session& s) {
+  grpc::ClientContext ctx;  // no deadline: it answers once everything is on disk
+  v1::DrainResponse r;
+  grpc::Status st = s.stub().Drain(&ctx, v1::DrainRequest(), &r);
+  if (!st.ok()) return s.Fail("drain", st);
+  if (s.out().json()) {
+    s.out().Print(ProtoJson(r));
+  } else {
+    s.out().Line(
+        Format("moved %llu snapshots (%s) to disk; the host tier holds no snapshot only "
+               "it has",
+               (unsigned long long)r.moved(), FormatBytes(r.moved_bytes()).c_str()));
+  }
+  return kExitOk;
+}
+
+// The options of quota and purge as given; empty: not given.
+struct UidArgs {
+  std::string uid;
+  std::string set;  // quota only
+  std::string job;  // purge only
+};
+
+// Sets the uid of `req` from `--uid`, if given; false after saying why not.
+template <typename Request>
+bool ParseUid(const char* command, const std::string& text, Request* req) {
+  if (text.empty()) return true;
+  uint64_t uid = 0;
+  if (!ParseCount(text, &uid) || uid > UINT32_MAX) {
+    Error(command, "--uid must be a numeric uid, got '" + text + "'");
+    return false;
+  }
+  req->set_uid(static_cast<uint32_t>(uid));
+  return true;
+}
+
+int Quota(Session& s, const UidArgs& a) {
+  v1::QuotaRequest req;
+  if (!ParseUid("quota", a.uid, &req)) return kExitUsage;
+  if (!a.set.empty()) {
+    Result<uint64_t> bytes = ParseBytes(a.set);
+    if (!bytes.ok())
+      return UsageError("quota", "--set '" + a.set + "': " + bytes.status().message());
+    req.set_set(true);
+    req.set_quota_bytes(*bytes);
+  }
+  v1::QuotaResponse r;
+  grpc::Status st = s.stub().Quota(ShortContext().get(), req, &r);
+  if (!st.ok()) return s.Fail("quota", st);
+  if (s.out().json()) {
+    s.out().Print(ProtoJson(r));
+  } else {
+    s.out().Line(Format("uid %u: quota %s, stored %s in %llu runs", r.uid(),
+                        r.quota_bytes() ? FormatBytes(r.quota_bytes()).c_str() : "none",
+                        FormatBytes(r.stored_bytes()).c_str(), (unsigned long long)r.runs()));
+  }
+  return kExitOk;
+}
+
+int Purge(Session& s, const UidArgs& a) {
+  v1::PurgeRunsRequest req;
+  if (!ParseUid("purge", a.uid, &req)) return kExitUsage;
+  req.set_job(a.job);
+  v1::PurgeRunsResponse r;
+  grpc::Status st = s.stub().PurgeRuns(ShortContext().get(), req, &r);
+  if (!st.ok()) return s.Fail("purge", st);
+  if (s.out().json()) {
+    s.out().Print(ProtoJson(r));
+  } else {
+    s.out().Line(Format("deleted %llu runs, freed %s", (unsigned long long)r.runs(),
+                        FormatBytes(r.freed_bytes()).c_str()));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddManageCommands(CLI::App& app, Action* action) {
+  auto run = std::make_shared<std::string>();
+  CLI::App* rm = app.add_subcommand("rm", "delete RUN and free its snapshots");
+  rm->add_option("RUN", *run, "the run (an admin names another uid's run as UID:name)")
+      ->type_name("")
+      ->required();
+  rm->callback([action, run] { *action = [run](Session& s) { return Rm(s, *run); }; });
+
+  app.add_subcommand("drain", "move every host-tier snapshot to disk (before draining the node)")
+      ->callback([action] { *action = Drain; });
+
+  auto quota_args = std::make_shared<UidArgs>();
+  CLI::App* quota =
+      app.add_subcommand("quota", "a uid's byte quota and what it stores (default: yours)");
+  quota->footer(
+      "--set needs root, snapd's uid or a member of admin_group; another uid's quota "
+      "needs one too.");
+  quota->add_option("--uid", quota_args->uid, "the uid (default: yours)")->type_name("U");
+  quota->add_option("--set", quota_args->set, "set the quota: 500G, 1T, ... (0 = no limit)")
+      ->type_name("BYTES");
+  quota->callback([action, quota_args] {
+    *action = [quota_args](Session& s) { return Quota(s, *quota_args); };
+  });
+
+  auto purge_args = std::make_shared<UidArgs>();
+  CLI::App* purge = app.add_subcommand(
+      "purge", "delete every run of a uid (default: yours), or only those of one batch job");
+  purge->footer(
+      "Another uid's runs need an admin. The Slurm epilog runs\n"
+      "`snapctl purge --uid U --job J` after every job.");
+  purge->add_option("--uid", purge_args->uid, "the uid (default: yours)")->type_name("U");
+  purge->add_option("--job", purge_args->job, "only the runs labelled with this batch job")
+      ->type_name("J");
+  purge->callback([action, purge_args] {
+    *action = [purge_args](Session& s) { return Purge(s, *purge_args); };
+  });
+}
+
+}  // namespace snapd::snapctl

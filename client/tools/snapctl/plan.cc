@@ -1,0 +1,192 @@
+// plan: the checkpoint schedule for an adjoint run on this node's tiers, with the write and read
+// costs snapd has measured.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "snapd/schedule.h"
+#include "snapd/units.h"
+
+namespace snapd::snapctl {
+namespace {
+
+// The command line of plan, as given.
+struct PlanArgs {
+  std::string steps;
+  std::string bytes;
+  std::string forward;   // seconds per forward step; empty = not given
+  std::string backward;  // seconds per backward step; empty = same as forward
+  std::string codec = "none";
+};
+
+// Seconds >= 0 from `text`; false after saying why not.
+bool ParseSeconds(const char* flag, const std::string& text, double* seconds) {
+  char* end = nullptr;
+  double d = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(d >= 0)) {
+    Error("plan", std::string(flag) + " must be seconds >= 0, got '" + text + "'");
+    return false;
+  }
+  *seconds = d;
+  return true;
+}
+
+int Plan(Session& s, const PlanArgs& a) {
+  uint64_t steps = 0;
+  if (!ParseCount(a.steps, &steps) || steps == 0) {
+    return UsageError("plan", "--steps must be a positive integer, got '" + a.steps + "'");
+  }
+  Result<uint64_t> parsed_bytes = ParseBytes(a.bytes);
+  if (!parsed_bytes.ok() || *parsed_bytes == 0) {
+    return UsageError(
+        "plan", "--bytes-per-step '" + a.bytes +
+                    "': " + (parsed_bytes.ok() ? "must be > 0" : parsed_bytes.status().message()));
+  }
+  const uint64_t bytes = *parsed_bytes;
+  double forward = 0;    // 0 = not given
+  double backward = -1;  // < 0 = same as forward
+  if (!a.forward.empty() && !ParseSeconds("--compute-time", a.forward, &forward)) {
+    return kExitUsage;
+  }
+  if (!a.backward.empty() && !ParseSeconds("--backward-time", a.backward, &backward)) {
+    return kExitUsage;
+  }
+  if (a.codec != "none") {
+    return UsageError("plan", "codec '" + a.codec +
+                                  "' is not available: this snapd stores snapshots uncompressed "
+                                  "(use --codec none)");
+  }
+  if (backward < 0) backward = forward;
+  v1::StatsResponse r;
+  grpc::Status gs = s.stub().Stats(ShortContext().get(), v1::StatsRequest(), &r);
+  if (!gs.ok()) return s.Fail("plan", gs);
+
+  // This node's tiers as schedule levels: capacity in snapshots, measured costs per snapshot.
+  std::vector<schedule::Level> levels;
+  std::vector<std::string> cost_source;
+  uint64_t slot_bytes = (bytes + 4095) / 4096 * 4096;
+  for (const auto& t : r.tiers()) {
+    schedule::Level l;
+    l.name = TierName(t.tier());
+    uint64_t free_bytes = t.budget_bytes() > t.used_bytes() ? t.budget_bytes() - t.used_bytes() : 0;
+    l.slots = free_bytes / slot_bytes;
+    bool measured = t.write_bytes_per_second() > 0 && t.read_bytes_per_second() > 0;
+    if (measured && forward > 0) {
+      l.write = bytes / t.write_bytes_per_second();
+      l.read = bytes / t.read_bytes_per_second();
+    }
+    cost_source.push_back(!measured     ? "not measured yet (treated as free)"
+                          : forward > 0 ? "measured by snapd"
+                                        : "ignored (no --compute-time)");
+    levels.push_back(l);
+  }
+  schedule::StepCosts costs{forward > 0 ? forward : 1.0, forward > 0 ? backward : 0.0};
+  std::string note;
+  Result<schedule::Schedule> plan = schedule::Schedule();
+  uint64_t total_slots = 0;
+  for (const auto& l : levels) total_slots += l.slots;
+  if (!levels.empty() && levels[0].slots >= steps) {
+    plan = schedule::StoreAll(steps, levels[0], 0, costs);
+  } else {
+    plan = schedule::HRevolve(steps, levels, costs);
+    if (!plan.ok() && plan.status().code() == Code::kResourceExhausted && total_slots > 0) {
+      // Too large for the exact table: Revolve's closed form on the fastest tier.
+      auto fwd = schedule::RevolveForwardSteps(steps, levels[0].slots);
+      if (fwd.ok()) {
+        schedule::Schedule closed;
+        closed.method = "revolve (closed form; storage costs not optimised)";
+        closed.steps = steps;
+        closed.forward_steps = *fwd;
+        closed.cost = *fwd * costs.forward + steps * costs.backward;
+        closed.peak_slots = {std::min(levels[0].slots, steps)};
+        plan = closed;
+        note = "exact multi-level table too large for this size";
+      }
+    }
+  }
+  if (!plan.ok()) {
+    Error("plan", plan.status().message());
+    return kExitFailed;
+  }
+  const schedule::Schedule& p = *plan;
+  double baseline = (steps - 1) * costs.forward + steps * costs.backward;
+  double overhead = baseline > 0 ? p.cost / baseline - 1.0 : 0.0;
+  auto held = [&](size_t i) { return i < p.peak_slots.size() ? p.peak_slots[i] : 0; };
+  Output& out = s.out();
+  if (out.json()) {
+    Json tiers = Json::array();
+    for (size_t i = 0; i < levels.size(); ++i) {
+      tiers.push_back({{"tier", levels[i].name},
+                       {"slots_available", levels[i].slots},
+                       {"snapshots", held(i)},
+                       {"write_seconds", levels[i].write},
+                       {"read_seconds", levels[i].read},
+                       {"costs", cost_source[i]}});
+    }
+    out.Print(Json{{"steps", steps},
+                   {"bytes_per_step", bytes},
+                   {"codec", a.codec},
+                   {"method", p.method},
+                   {"forward_steps", p.forward_steps},
+                   {"recomputation_factor", p.RecomputationFactor()},
+                   {"predicted_seconds", forward > 0 ? p.cost : 0.0},
+                   {"baseline_seconds", forward > 0 ? baseline : 0.0},
+                   {"overhead", overhead},
+                   {"timed", forward > 0},
+                   {"tiers", tiers}});
+    return kExitOk;
+  }
+  out.Line(Format("plan for %llu steps x %s (codec %s)", (unsigned long long)steps,
+                  FormatBytes(bytes).c_str(), a.codec.c_str()));
+  out.Line("schedule      " + p.method + (note.empty() ? "" : "  -- " + note));
+  Table t({{"TIER", 8, true},
+           {"SLOTS FREE", 14},
+           {"SNAPSHOTS", 12},
+           {"WRITE s", 12},
+           {"READ s", 12},
+           {" COSTS", 0, true}});
+  for (size_t i = 0; i < levels.size(); ++i) {
+    t.Add({levels[i].name, std::to_string(levels[i].slots), std::to_string(held(i)),
+           Format("%.4g", levels[i].write), Format("%.4g", levels[i].read), " " + cost_source[i]});
+  }
+  out.Print(t);
+  out.Line(Format("forward steps %llu (recomputation factor %.3f)",
+                  (unsigned long long)p.forward_steps, p.RecomputationFactor()));
+  if (forward > 0) {
+    out.Line(Format("predicted     %.4g s vs %.4g s without storage limits: overhead %.1f%%",
+                    p.cost, baseline, 100.0 * overhead));
+  } else {
+    out.Line("predicted     pass --compute-time to predict times");
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddPlanCommand(CLI::App& app, Action* action) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* plan = app.add_subcommand(
+      "plan", "checkpoint schedule for an adjoint run of N steps of S bytes on this node");
+  plan->footer(
+      "Capacities are this node's free tier space; write and read costs are what snapd\n"
+      "has measured. Without --compute-time it minimises forward steps.");
+  plan->add_option("--steps", a->steps, "steps of the run (N > 0)")->type_name("N")->required();
+  plan->add_option("--bytes-per-step", a->bytes, "bytes of one step: 64M, 1G, ...")
+      ->type_name("S")
+      ->required();
+  plan->add_option("--compute-time", a->forward, "seconds per forward step (predicts times)")
+      ->type_name("T");
+  plan->add_option("--backward-time", a->backward,
+                   "seconds per backward step (default: the forward time)")
+      ->type_name("T");
+  plan->add_option("--codec", a->codec, "only none today")
+      ->type_name("CODEC")
+      ->capture_default_str();
+  plan->callback([action, a] { *action = [a](Session& s) { return Plan(s, *a); }; });
+}
+
+}  // namespace snapd::snapctl

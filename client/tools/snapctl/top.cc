@@ -1,0 +1,250 @@
+// top: the daemon's Stats, live. Every refresh reads Stats (what `status` shows) and turns the
+// counters' differences since the previous refresh into rates.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common.h"
+#include "snapd/units.h"
+
+namespace snapd::snapctl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The command line of top, as given.
+struct TopArgs {
+  std::string interval = "2";
+  std::string count;  // empty: forever
+};
+
+// The write end is written by the SIGINT/SIGTERM handler, the read end polled by the wait
+// between refreshes: a signal ends the wait with no race between testing a flag and sleeping.
+int g_wake_write = -1;
+int g_wake_read = -1;
+
+extern "C" void OnStopSignal(int) {
+  const int saved = errno;
+  const char byte = 1;
+  (void)!write(g_wake_write, &byte, 1);
+  errno = saved;
+}
+
+// From here on SIGINT and SIGTERM end top's wait (and top, with status 0) rather than the
+// process, and a closed stdout ends it through a failed write rather than SIGPIPE.
+bool CatchStopSignals() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return false;
+  g_wake_read = fds[0];
+  g_wake_write = fds[1];
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sa.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &sa, nullptr);
+  return true;
+}
+
+// Sleeps until `deadline`; false if a stop signal came first.
+bool WaitUntil(Clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd p{g_wake_read, POLLIN, 0};
+    int n = poll(&p, 1, left.count() > 0 ? static_cast<int>(left.count()) : 0);
+    if (n > 0) return false;
+    if (n == 0 && Clock::now() >= deadline) return true;
+  }
+}
+
+// One Stats answer and when it arrived.
+struct Sample {
+  v1::StatsResponse stats;
+  Clock::time_point at;
+};
+
+const v1::TierStats* FindTier(const v1::StatsResponse& r, v1::Tier tier) {
+  for (const auto& t : r.tiers()) {
+    if (t.tier() == tier) return &t;
+  }
+  return nullptr;
+}
+
+uint64_t SpillBytes(const v1::StatsResponse& r) {
+  const v1::TierStats* disk = FindTier(r, v1::TIER_DISK);
+  return disk ? disk->write_bytes() : 0;
+}
+
+uint64_t DiskReadBytes(const v1::StatsResponse& r) {
+  const v1::TierStats* disk = FindTier(r, v1::TIER_DISK);
+  return disk ? disk->read_bytes() : 0;
+}
+
+// Per second between two samples of the same daemon; none for the first sample, or when the
+// daemon restarted in between (its counters began again).
+struct Rates {
+  double seconds = 0;
+  double pushes = 0;
+  double fetches = 0;
+  double spill_bytes = 0;
+  double disk_read_bytes = 0;
+  double prefetch_hits = 0;
+  double prefetch_misses = 0;
+  double refused_pushes = 0;
+};
+
+std::optional<Rates> RatesBetween(const std::optional<Sample>& before, const Sample& now) {
+  if (!before || now.stats.uptime_ms() < before->stats.uptime_ms()) return std::nullopt;
+  const v1::StatsResponse& a = before->stats;
+  const v1::StatsResponse& b = now.stats;
+  Rates r;
+  r.seconds = std::chrono::duration<double>(now.at - before->at).count();
+  if (r.seconds <= 0) return std::nullopt;
+  auto per_second = [&](uint64_t from, uint64_t to) {
+    return to >= from ? static_cast<double>(to - from) / r.seconds : 0.0;
+  };
+  r.pushes = per_second(a.pushes(), b.pushes());
+  r.fetches = per_second(a.fetches(), b.fetches());
+  r.spill_bytes = per_second(SpillBytes(a), SpillBytes(b));
+  r.disk_read_bytes = per_second(DiskReadBytes(a), DiskReadBytes(b));
+  r.prefetch_hits = per_second(a.prefetch_hits(), b.prefetch_hits());
+  r.prefetch_misses = per_second(a.demand_reads(), b.demand_reads());
+  r.refused_pushes = per_second(a.refused_pushes(), b.refused_pushes());
+  return r;
+}
+
+// The Stats fields as `status --json` names them, and "rates" (null on the first refresh).
+Json RefreshJson(const Sample& now, const std::optional<Rates>& rates) {
+  Json j = ProtoJson(now.stats);
+  if (!rates) {
+    j["rates"] = nullptr;
+    return j;
+  }
+  j["rates"] = {{"interval_seconds", rates->seconds},
+                {"pushes_per_second", rates->pushes},
+                {"fetches_per_second", rates->fetches},
+                {"spill_bytes_per_second", rates->spill_bytes},
+                {"disk_read_bytes_per_second", rates->disk_read_bytes},
+                {"prefetch_hits_per_second", rates->prefetch_hits},
+                {"prefetch_misses_per_second", rates->prefetch_misses},
+                {"refused_pushes_per_second", rates->refused_pushes}};
+  return j;
+}
+
+// One screen for people.
+std::string Frame(const Sample& now, const std::optional<Rates>& rates, double interval) {
+  const v1::StatsResponse& r = now.stats;
+  std::string out = Format(
+      "snapd %s  up %.1f s  sessions %llu  runs %llu  (every %g s; Ctrl-C "
+      "quits)\n\n",
+      r.version().c_str(), static_cast<double>(r.uptime_ms()) / 1000.0,
+      (unsigned long long)r.sessions(), (unsigned long long)r.runs(), interval);
+  auto count = [&](double Rates::*field) {
+    return rates ? Format("%.1f", (*rates).*field) : std::string("-");
+  };
+  auto bytes = [&](double Rates::*field) {
+    return rates ? FormatBytes(static_cast<uint64_t>(std::llround((*rates).*field))) + "/s"
+                 : std::string("-");
+  };
+  Table counters({{"", 16, true}, {"TOTAL", 12}, {"PER SECOND", 14}});
+  counters.Add({"pushes", std::to_string(r.pushes()), count(&Rates::pushes)});
+  counters.Add({"fetches", std::to_string(r.fetches()), count(&Rates::fetches)});
+  counters.Add({"spill", FormatBytes(SpillBytes(r)), bytes(&Rates::spill_bytes)});
+  counters.Add({"disk reads", FormatBytes(DiskReadBytes(r)), bytes(&Rates::disk_read_bytes)});
+  counters.Add({"prefetch hits", std::to_string(r.prefetch_hits()), count(&Rates::prefetch_hits)});
+  counters.Add(
+      {"prefetch misses", std::to_string(r.demand_reads()), count(&Rates::prefetch_misses)});
+  counters.Add(
+      {"refused pushes", std::to_string(r.refused_pushes()), count(&Rates::refused_pushes)});
+  counters.Add({"lost snapshots", std::to_string(r.lost_snapshots()), ""});
+  out += counters.Render() + "\n";
+  Table tiers({{"TIER", 8, true},
+               {"USED", 12},
+               {"BUDGET", 12},
+               {"USE%", 7},
+               {"PEAK", 12},
+               {"SNAPSHOTS", 10}});
+  for (const auto& t : r.tiers()) {
+    double pct = t.budget_bytes() ? 100.0 * t.used_bytes() / t.budget_bytes() : 0.0;
+    // Only the host tier keeps its peak.
+    std::string peak = t.tier() == v1::TIER_HOST ? FormatBytes(t.peak_used_bytes()) : "-";
+    tiers.Add({TierName(t.tier()), FormatBytes(t.used_bytes()), FormatBytes(t.budget_bytes()),
+               Format("%.1f%%", pct), peak, std::to_string(t.snapshots())});
+  }
+  return out + tiers.Render();
+}
+
+int Top(Session& s, const TopArgs& a) {
+  char* end = nullptr;
+  const double interval = std::strtod(a.interval.c_str(), &end);
+  if (a.interval.empty() || *end != '\0' || !(interval > 0) || interval > 86400) {
+    return UsageError("top",
+                      "--interval must be seconds > 0 (up to 86400), got '" + a.interval + "'");
+  }
+  uint64_t count = 0;  // 0: forever
+  if (!a.count.empty() && (!ParseCount(a.count, &count) || count == 0)) {
+    return UsageError("top", "--count must be a positive integer, got '" + a.count + "'");
+  }
+  if (!CatchStopSignals()) {
+    Error("top", std::string("cannot watch for Ctrl-C: ") + std::strerror(errno));
+    return kExitFailed;
+  }
+  Output& out = s.out();
+  // Redrawn in place on a terminal; JSON lines for --json or a pipe.
+  const bool lines = out.json() || !isatty(STDOUT_FILENO);
+  const auto period =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval));
+  const Clock::time_point start = Clock::now();
+  std::optional<Sample> previous;
+  for (uint64_t n = 0; count == 0 || n < count; ++n) {
+    if (n > 0 && !WaitUntil(start + n * period)) break;
+    Sample now;
+    grpc::Status st = s.stub().Stats(ShortContext().get(), v1::StatsRequest(), &now.stats);
+    if (!st.ok()) return s.Fail("top", st);
+    now.at = Clock::now();
+    std::optional<Rates> rates = RatesBetween(previous, now);
+    if (lines) {
+      out.PrintLine(RefreshJson(now, rates));
+    } else {
+      out.Text("\x1b[H\x1b[2J");  // cursor home, clear the screen
+      out.Text(Frame(now, rates, interval));
+    }
+    if (!out.Flush()) break;  // whoever read stdout went away
+    previous = std::move(now);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddTopCommand(CLI::App& app, Action* action) {
+  auto a = std::make_shared<TopArgs>();
+  CLI::App* top = app.add_subcommand(
+      "top", "tiers, sessions and counters live, with pushes, fetches and spill per second");
+  top->footer(
+      "On a terminal the screen is redrawn in place. With --json, or when stdout is not a\n"
+      "terminal, it prints one JSON object per refresh: the Stats fields as `status --json`\n"
+      "names them plus \"rates\" (per second since the previous refresh; null on the first).\n"
+      "Ctrl-C quits with status 0.");
+  top->add_option("--interval", a->interval, "seconds between refreshes (fractions allowed)")
+      ->type_name("SECONDS")
+      ->capture_default_str();
+  top->add_option("--count", a->count, "stop after N refreshes (default: run until Ctrl-C)")
+      ->type_name("N");
+  top->callback([action, a] { *action = [a](Session& s) { return Top(s, *a); }; });
+}
+
+}  // namespace snapd::snapctl
