@@ -1,0 +1,206 @@
+// Client::Impl: libsnapd's state behind snapd::Client. Private to the library (not installed).
+//
+// One struct, split by job across four files:
+//   control_channel.cc  gRPC to snapd: Control() and its retry, OpenSession/CloseSession, and
+//                       the run calls (Client::OpenRun ... Client::Tiers).
+//   data_channel.cc     UCX to snapd: Send/SendHeader, OnReply, OnEndpointError,
+//                       CreateEndpoint, FailAll; StartPush/StartFetch; the mapped host tier
+//                       (MapArena, CheckRange, CopyIn/CopyOut, EndReservation/ReleaseLease and
+//                       their Post variants); unstored pushes (TrackPush/UnstoredPush).
+//   device_tier.cc      the GPU pool: GpuUsable, EnsurePool, Pool, the recorder thread
+//                       (FlushRecords, HoldOnDaemon), PushToPool/FetchFromPool/Evict,
+//                       PushDeviceToDaemon.
+//   client.cc           the rest of the public API (handles, Push/Fetch and their device
+//                       forms), Connect, ~Impl (the teardown order), CheckPush.
+//
+// Threading:
+// - socket_path, arena, arena_bytes, data_path_reason, stub, session_id, token,
+//   data_plane_address, device_fraction, device_bytes and device_options are set by Connect
+//   and then read-only.
+// - next_request is atomic: any thread numbers requests.
+// - ep, ep_error and pending belong to the loop thread: touch them only from a task posted to
+//   `loop` or from a UCX callback (OnReply, OnEndpointError). Send, SendHeader, CopyIn,
+//   CopyOut, EndReservation and ReleaseLease run there; the Post variants are for other
+//   threads (CUDA completions).
+// - unstored is guarded by unstored_mu, known_runs by runs_mu, and the pool, its base and the
+//   recorder by device_mu; gpu_status is written once, under gpu_once.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "device_pool.h"
+#include "op_state.h"
+#include "snapd/client.h"
+#include "snapd/status.h"
+#include "snapd/thread_annotations.h"
+#include "snapd/ucx.h"
+#include "snapd/unix_socket.h"
+#include "snapd/v1/control.grpc.pb.h"
+#include "snapd/wire.h"
+#include "task_thread.h"
+
+namespace snapd {
+namespace detail {
+
+// A plain connect() tells "no daemon" apart from other failures, with errno, before gRPC
+// retries hide the cause.
+inline Status ProbeSocket(const std::string& path) {
+  auto fd = ConnectUnix(path);
+  if (fd.ok() || fd.status().code() != Code::kUnavailable) return fd.status();
+  return Status::Unavailable("snapd is not running at " + path + " (" + fd.status().message() +
+                             "). Start it with `snapd` (or `systemctl start snapd`), or set "
+                             "SNAPD_SOCKET to the socket it listens on");
+}
+
+// Asks the arena socket for the host tier's memfd and maps it. The daemon refuses clients of
+// another uid; the caller then uses the copied UCX path.
+Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, char** base,
+                uint64_t* bytes);
+
+}  // namespace detail
+
+// Threading: the fields after `loop` belong to the loop thread; everything before is set
+// during Connect and then read-only.
+struct Client::Impl {
+  enum class Kind { kHello, kPush, kFetch, kReserve, kCommit, kFetchMapped };
+  struct Pending {
+    Kind kind;
+    std::shared_ptr<detail::OpState> state;
+    void* buffer = nullptr;  // fetch destination, or (kReserve) the push source
+    size_t bytes = 0;
+    uint64_t run_id = 0;     // kReserve: what to commit once copied
+    uint64_t step = 0;
+    void* stream = nullptr;  // device pushes and fetches: the caller's CUDA stream
+    bool device = false;     // `buffer` is GPU memory: the copy engine moves the bytes
+  };
+
+  std::string socket_path;
+  char* arena = nullptr;  // the daemon's host tier, mapped; null on the UCX path
+  uint64_t arena_bytes = 0;
+  std::string data_path_reason;
+  std::unique_ptr<v1::Control::Stub> stub;
+  uint64_t session_id = 0;
+  uint64_t token = 0;
+  std::string data_plane_address;  // snapd's packed UCX worker address
+  std::atomic<uint64_t> next_request{1};
+  std::unique_ptr<ucx::WorkerLoop> loop;
+  // Loop-thread state.
+  ucp_ep_h ep = nullptr;
+  Status ep_error;  // set when the endpoint failed; later requests fail with it
+  std::unordered_map<uint64_t, Pending> pending;
+  // Pushes not yet stored, by (run, step): a fetch of such a step waits for its push, so a
+  // client always reads what it wrote (released comes before the daemon has the step).
+  Mutex unstored_mu;
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<detail::OpState>> unstored
+      SNAPD_GUARDED_BY(unstored_mu);
+  void TrackPush(uint64_t run_id, uint64_t step, const std::shared_ptr<detail::OpState>& state);
+  PushHandle StartPush(uint64_t run_id, uint64_t step, const void* data, size_t bytes,
+                       bool device, void* stream);
+  FetchHandle StartFetch(uint64_t run_id, uint64_t step, void* data, size_t bytes, bool device,
+                         void* stream);
+  // What a push must match, for every run this client opened or attached to (runs it only
+  // knows by id are checked by snapd, when stored): its step size, and for a run that checks
+  // its values (RunSpec.check_finite) the dtype to scan.
+  struct KnownRun {
+    uint64_t bytes_per_step = 0;
+    std::optional<Dtype> finite_checked;
+  };
+  Mutex runs_mu;
+  std::map<uint64_t, KnownRun> known_runs SNAPD_GUARDED_BY(runs_mu);
+  // INVALID_ARGUMENT when a push to a known run has another size, or (a checked run) holds NaN
+  // or Inf, naming the step and element. `what`: "push" or "device push".
+  Status CheckPush(uint64_t run_id, uint64_t step, const void* data, size_t bytes, bool device,
+                   void* stream, const char* what);
+  std::shared_ptr<detail::OpState> UnstoredPush(uint64_t run_id, uint64_t step);
+
+  // The device tier (device_pool.h): a pool of GPU memory allocated on the first run with a
+  // device layer, kept until the client goes.
+  // FAILED_PRECONDITION "`what`: no GPU is usable here (why)" unless one is (probed once).
+  Status GpuUsable(const std::string& what);
+  std::once_flag gpu_once;
+  Status gpu_status;
+  double device_fraction = 0.7;
+  uint64_t device_bytes = 0;
+  Status device_options;  // SNAPD_DEVICE_MEM parsed
+  Mutex device_mu;
+  std::unique_ptr<detail::DevicePool> device_pool SNAPD_GUARDED_BY(device_mu);
+  char* device_base SNAPD_GUARDED_BY(device_mu) = nullptr;
+  // Sends HoldDeviceStep records in push order, off the solver's thread (a device-tier push
+  // costs the solver no control-plane round trip). Created with the pool.
+  std::unique_ptr<detail::TaskThread> recorder SNAPD_GUARDED_BY(device_mu);
+  // Waits until the records queued so far reached the daemon (before calls that read or change
+  // the run's steps there: close, delete).
+  void FlushRecords();
+  // The pool, allocated on first use; FAILED_PRECONDITION naming the run when no GPU is usable.
+  Result<detail::DevicePool*> EnsurePool(const std::string& run_name, v1::Layers layers);
+  // Null until a run with a device layer allocated the pool.
+  detail::DevicePool* Pool(char** base = nullptr, detail::TaskThread** recorder = nullptr);
+  Status HoldOnDaemon(uint64_t run_id, uint64_t step, uint64_t bytes, bool held);
+  // A push or fetch the device tier serves; nullopt when the step is the daemon's.
+  std::optional<Result<PushHandle>> PushToPool(uint64_t run_id, uint64_t step, const void* data,
+                                               size_t bytes, void* stream);
+  std::optional<Result<FetchHandle>> FetchFromPool(uint64_t run_id, uint64_t step, void* data,
+                                                   size_t bytes, void* stream);
+  // Moves the pool's oldest step of a run of unknown length to the daemon (its slot is needed).
+  Status Evict(uint64_t run_id, const detail::DevicePool::Evict& evict, const char* slot);
+  Result<PushHandle> PushDeviceToDaemon(uint64_t run_id, uint64_t step, const void* device_data,
+                                        size_t bytes, void* stream);
+
+  ~Impl();
+  Status Control(const std::function<grpc::Status(grpc::ClientContext*)>& call);
+  // OpenSession for `client_name` at the loop's address; FAILED_PRECONDITION when snapd speaks
+  // another data-plane wire version. Connect calls it once, with the loop running.
+  Status OpenSession(const std::string& client_name, v1::OpenSessionResponse* resp);
+  // Best effort, on teardown: snapd also drops the sessions of dead endpoints.
+  void CloseSession();
+  Status CreateEndpoint();
+  void FailAll(const Status& s);
+  // Sends one request on the loop thread; `data` (copied push only) travels as AM data. An
+  // entry without state expects no Reply.
+  void Send(std::shared_ptr<const void> header, size_t header_bytes, uint64_t request_id,
+            wire::AmId op, Pending pending_entry, const void* data, size_t data_bytes);
+  // Loop thread: sends a header-only request of type T built from `fields`.
+  template <typename T>
+  void SendHeader(wire::AmId op, T fields, Pending entry) {
+    uint64_t id = next_request++;
+    fields.header = wire::MakeHeader(op, token, id);
+    auto header = std::make_shared<T>(fields);
+    Send(header, sizeof(T), id, op, std::move(entry), nullptr, 0);
+  }
+  // Loop thread, inside OnReply: a reservation or lease arrived. Host memory is copied by a
+  // task the loop posts to itself (the loop thread is the only one a mapped push or fetch
+  // crosses); GPU memory is handed to the copy engine, whose completion posts the follow-up
+  // back to the loop.
+  void CopyIn(Pending p, uint64_t offset);
+  void CopyOut(Pending p, uint64_t offset, uint64_t lease);
+  // Loop thread: ends push `p`'s reservation: kCommit once its bytes are in tier memory
+  // (copied in `copy_ns`; stored when the daemon answers), kAbort when they never will be.
+  void EndReservation(wire::AmId op, const Pending& p, uint64_t copy_ns);
+  void ReleaseLease(uint64_t lease, uint64_t copy_ns);
+  // The same from another thread (a CUDA completion): posted to the loop.
+  void PostReservationEnd(wire::AmId op, const Pending& p, uint64_t copy_ns);
+  void PostLeaseRelease(uint64_t lease, uint64_t copy_ns);
+  Status CheckRange(uint64_t offset, size_t bytes) const;
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // Drops any message but a Reply (snapd sends nothing else).
+  static ucs_status_t OnUnknownId(void*, const void*, size_t, void*, size_t,
+                                  const ucp_am_recv_param_t*) {
+    return UCS_OK;
+  }
+  static ucs_status_t OnReply(void* arg, const void* header, size_t header_length, void* data,
+                              size_t length, const ucp_am_recv_param_t* param);
+};
+
+}  // namespace snapd
