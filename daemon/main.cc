@@ -40,17 +40,6 @@ extern char** environ;
 namespace snapd {
 namespace {
 
-void PrintHelp() {
-  std::printf(
-      "usage: snapd [--config FILE] [--print-config] [--KEY VALUE ...]\n\n"
-      "Per-node snapshot storage daemon for adjoint solvers.\n"
-      "Each option is read from the config file (KEY = VALUE), then the environment, then the\n"
-      "flag --KEY (dashes or underscores), the later winning.\n\n");
-  for (const OptionDoc& o : ConfigOptions()) {
-    std::printf("  --%-16s %-22s %s\n", o.key, o.env, o.help);
-  }
-}
-
 // Fails when a live daemon already answers on `path`; removes a stale socket file.
 Status ClaimSocket(const std::string& path) {
   std::error_code ec;
@@ -79,7 +68,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   if (loaded->help) {
-    PrintHelp();
+    std::fputs(CommandLineHelp().c_str(), stdout);
     return 0;
   }
   const Config& config = loaded->config;

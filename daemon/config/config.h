@@ -40,10 +40,23 @@ struct Config {
   std::string admin_tls_ca;     // PEM CA that signs the admins' client certificates
 };
 
-// One option as documented by `snapd --help` and docs/configuration.md.
+// What an option's value is: how a config file may write it (TOML type) and how it is checked.
+enum class OptionKind {
+  kText,      // a TOML string
+  kSize,      // bytes: "64G" or an integer
+  kFraction,  // a number in (0, 1]: 0.7 or "0.7"
+  kInteger,   // a whole number: 8 or "8"
+  kMode,      // octal permissions: "0660", 0o660 or 660
+};
+
+// One option of the config file, its SNAPD_* variable and its --flag (the key with dashes).
+// This table is the only list: the file parser, the environment, the command line and
+// `snapd --help` all read it.
 struct OptionDoc {
   const char* key;
   const char* env;
+  OptionKind kind;
+  const char* value_name;  // placeholder in `snapd --help`, e.g. SIZE
   const char* help;
 };
 const std::vector<OptionDoc>& ConfigOptions();
@@ -51,13 +64,17 @@ const std::vector<OptionDoc>& ConfigOptions();
 struct LoadedConfig {
   Config config;
   bool print_config = false;
-  bool help = false;
+  bool help = false;  // --help: print CommandLineHelp() and exit
 };
 
-// Builds the effective configuration. `env` holds the process environment (tests pass their
-// own). Errors name the source (file:line, variable or flag) and the offending value.
+// Builds the effective configuration from the command line `args` (without the program name).
+// `env` holds the process environment (tests pass their own). Errors name the source
+// (file:line and key, variable or flag) and the offending value.
 Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env);
+
+// `snapd --help`: every flag of ConfigOptions() with its variable and description.
+std::string CommandLineHelp();
 
 // `key = value` lines (TOML-compatible) with every effective value.
 std::string FormatConfig(const Config& config);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -15,13 +16,14 @@ TEST(Config, LaterLayersWinFileThenEnvironmentThenFlags) {
   std::string path = tmp.path() + "/snapd.toml";
   {
     std::ofstream f(path);
-    f << "# snapd\n[snapd]\nhost_mem = \"1G\"\nlog_level = \"warn\"\nsession_connect_timeout = 700\n";
+    f << "# snapd\n[snapd]\nhost_mem = \"1G\"\nlog_level = \"warn\"\nsession_connect_timeout = "
+         "700\n";
   }
   auto c = LoadConfig({"--config", path, "--session-connect-timeout=702"},
                       {{"SNAPD_LOG_LEVEL", "debug"}, {"SNAPD_SESSION_CONNECT_TIMEOUT", "701"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->config.host_mem, 1ull << 30);      // file
-  EXPECT_EQ(c->config.log_level, "debug");        // environment over file
+  EXPECT_EQ(c->config.host_mem, 1ull << 30);           // file
+  EXPECT_EQ(c->config.log_level, "debug");             // environment over file
   EXPECT_EQ(c->config.session_connect_timeout, 702u);  // flag over environment
 }
 
@@ -42,8 +44,8 @@ TEST(Config, TheShippedConfigFileLoadsAndDocumentsEveryOption) {
 }
 
 TEST(Config, TenancyOptionsParseAndRejectBadValues) {
-  auto c = LoadConfig({"--socket_mode", "0660", "--tenant_quota", "2G", "--admin_group", "hpc"},
-                      {});
+  auto c =
+      LoadConfig({"--socket_mode", "0660", "--tenant_quota", "2G", "--admin_group", "hpc"}, {});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->config.socket_mode, 0660u);
   EXPECT_EQ(c->config.tenant_quota, 2ull << 30);
@@ -66,8 +68,7 @@ TEST(Config, DefaultsAreDocumentedValues) {
 TEST(Config, ErrorsNameTheSourceAndTheValue) {
   auto bad_env = LoadConfig({}, {{"SNAPD_HOST_MEM_PERC", "1.5"}});
   ASSERT_FALSE(bad_env.ok());
-  EXPECT_NE(bad_env.status().message().find("environment SNAPD_HOST_MEM_PERC"),
-            std::string::npos);
+  EXPECT_NE(bad_env.status().message().find("environment SNAPD_HOST_MEM_PERC"), std::string::npos);
   auto bad_flag = LoadConfig({"--nonsense", "1"}, {});
   ASSERT_FALSE(bad_flag.ok());
   EXPECT_NE(bad_flag.status().message().find("unknown option 'nonsense'"), std::string::npos);
@@ -88,6 +89,141 @@ TEST(Config, PrintConfigRoundTripsThroughTheFileParser) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->config.host_mem, 2ull << 30);
   EXPECT_EQ(again->config.socket, "/tmp/x.sock");
+}
+
+// Writes `text` to snapd.toml in `dir` and returns its path.
+std::string WriteConfig(const testing::TempDir& dir, const std::string& text) {
+  std::string path = dir.path() + "/snapd.toml";
+  std::ofstream f(path);
+  f << text;
+  return path;
+}
+
+TEST(Config, ABadValueInTheFileNamesFileLineKeyAndValue) {
+  testing::TempDir tmp;
+  std::string path =
+      WriteConfig(tmp, "# snapd\n[snapd]\nlog_level = \"info\"\nhost_mem = \"lots\"\n");
+  auto c = LoadConfig({"--config", path}, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(c.status().message(), path + ":4: host_mem: expected a size like 64G, got \"lots\"");
+  path = WriteConfig(tmp, "io_threads = 0\nlog_level = true\n");
+  c = LoadConfig({"--config", path}, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), path + ":1: io_threads: expected an integer 1..256, got 0");
+  path = WriteConfig(tmp, "log_level = true\n");
+  c = LoadConfig({"--config", path}, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), path + ":1: log_level: expected a string in quotes, got true");
+}
+
+TEST(Config, ATomlSyntaxErrorNamesLineAndColumn) {
+  testing::TempDir tmp;
+  std::string path = WriteConfig(tmp, "[snapd]\nlog_level = \"info\"\nhost_mem = \"1G\n");
+  auto c = LoadConfig({"--config", path}, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind(path + ":3:", 0), 0u) << c.status().message();
+  // Unquoted text is not TOML: the old parser's leniency ends at the first line it reaches.
+  path = WriteConfig(tmp, "log_level = info\n");
+  c = LoadConfig({"--config", path}, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind(path + ":1:", 0), 0u) << c.status().message();
+}
+
+TEST(Config, AnUnknownKeyOrTableInTheFileIsRefusedByName) {
+  testing::TempDir tmp;
+  std::string path = WriteConfig(tmp, "[snapd]\nhost_mem = \"1G\"\nhots_mem = \"1G\"\n");
+  auto c = LoadConfig({"--config", path}, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            path + ":3: unknown option 'hots_mem' (see `snapd --help` for the list)");
+  path = WriteConfig(tmp, "[snpad]\nhost_mem = \"1G\"\n");
+  c = LoadConfig({"--config", path}, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(path + ":1: unknown table [snpad]"), std::string::npos)
+      << c.status().message();
+}
+
+TEST(Config, NumbersMayBeWrittenAsStringsOrAsTomlNumbers) {
+  testing::TempDir tmp;
+  std::string path = WriteConfig(tmp,
+                                 "host_mem = 1073741824\n"
+                                 "disk_mem = \"2G\"\n"
+                                 "host_mem_perc = \"0.5\"\n"
+                                 "disk_mem_perc = 0.25\n"
+                                 "tenant_host_share = 1\n"
+                                 "io_threads = \"4\"\n"
+                                 "prefetch_depth = 3\n"
+                                 "socket_mode = 0o660\n");
+  auto c = LoadConfig({"--config", path}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->config.host_mem, 1ull << 30);
+  EXPECT_EQ(c->config.disk_mem, 2ull << 30);
+  EXPECT_DOUBLE_EQ(c->config.host_mem_perc, 0.5);
+  EXPECT_DOUBLE_EQ(c->config.disk_mem_perc, 0.25);
+  EXPECT_DOUBLE_EQ(c->config.tenant_host_share, 1.0);
+  EXPECT_EQ(c->config.io_threads, 4u);
+  EXPECT_EQ(c->config.prefetch_depth, 3u);
+  EXPECT_EQ(c->config.socket_mode, 0660u);
+  // A bare 660 reads as octal, as the string "660" does.
+  path = WriteConfig(tmp, "socket_mode = 660\n");
+  c = LoadConfig({"--config", path}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->config.socket_mode, 0660u);
+}
+
+TEST(Config, TheEnvironmentOverridesTheFileAndAFlagOverridesTheEnvironment) {
+  testing::TempDir tmp;
+  std::string path = WriteConfig(tmp, "[snapd]\nhost_mem = \"1G\"\n");
+  auto from_env = LoadConfig({}, {{"SNAPD_CONFIG", path}, {"SNAPD_HOST_MEM", "2G"}});
+  ASSERT_TRUE(from_env.ok()) << from_env.status().ToString();
+  EXPECT_EQ(from_env->config.host_mem, 2ull << 30);
+  auto from_flag =
+      LoadConfig({"--host_mem=3G"}, {{"SNAPD_CONFIG", path}, {"SNAPD_HOST_MEM", "2G"}});
+  ASSERT_TRUE(from_flag.ok()) << from_flag.status().ToString();
+  EXPECT_EQ(from_flag->config.host_mem, 3ull << 30);
+  auto last_flag = LoadConfig({"--host-mem", "4G", "--host-mem", "5G"}, {});
+  ASSERT_TRUE(last_flag.ok()) << last_flag.status().ToString();
+  EXPECT_EQ(last_flag->config.host_mem, 5ull << 30);
+}
+
+TEST(Config, BadFlagsAreNamed) {
+  auto bad_value = LoadConfig({"--host-mem", "lots"}, {});
+  ASSERT_FALSE(bad_value.ok());
+  EXPECT_EQ(bad_value.status().message(),
+            "flag --host-mem: expected a size like 64G, got \"lots\"");
+  auto unknown = LoadConfig({"--nope=1"}, {});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().message(),
+            "flag --nope: unknown option 'nope' (see `snapd --help` for the list)");
+  auto no_value = LoadConfig({"--log-level"}, {});
+  ASSERT_FALSE(no_value.ok());
+  EXPECT_EQ(no_value.status().message(), "flag --log-level needs a value (see `snapd --help`)");
+  // `--config=` is an empty value (no file), not a name for the argument after it.
+  auto empty = LoadConfig({"--config=", "--print-config"}, {{"SNAPD_CONFIG", "/nonexistent"}});
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_TRUE(empty->print_config);
+  auto stray = LoadConfig({"serve"}, {});
+  ASSERT_FALSE(stray.ok());
+  EXPECT_NE(stray.status().message().find("unexpected argument 'serve'"), std::string::npos)
+      << stray.status().message();
+}
+
+TEST(Config, HelpListsEveryOptionOfTheTable) {
+  auto c = LoadConfig({"--help"}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->help);
+  std::string help = CommandLineHelp();
+  for (const char* flag : {"--config FILE", "--print-config", "--help"}) {
+    EXPECT_NE(help.find(flag), std::string::npos) << flag;
+  }
+  for (const OptionDoc& o : ConfigOptions()) {
+    std::string flag = std::string("--") + o.key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    EXPECT_NE(help.find(flag + " " + o.value_name), std::string::npos) << flag;
+    EXPECT_NE(help.find(o.help), std::string::npos) << o.help;
+    EXPECT_NE(help.find(std::string("env ") + o.env), std::string::npos) << o.env;
+  }
 }
 
 }  // namespace
