@@ -41,10 +41,16 @@
 #include <unistd.h>
 #include <zfp.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -730,58 +736,167 @@ int Codec(const Args& a) {
   return 0;
 }
 
+constexpr int kExitUsage = 2;
+
+constexpr const char* kFooter =
+    "Modes, one at a time (none: push and fetch against memcpy and a raw UCX put):\n"
+    "  snapbench [--steps N] [--bytes S] [--socket PATH] [--cold] [--json]\n"
+    "  snapbench --spill [--bytes S] [--compute-ms T] [--socket PATH] [--json]\n"
+    "  snapbench --codec [--workers N] [--json]\n"
+    "  snapbench --many N [--kill K] [--steps S] [--socket PATH] [--json]\n"
+    "  snapbench --device [--steps N] [--bytes S] [--compute-ms T] [--socket PATH] [--json]\n"
+    "Exit status: 0 done, 1 a benchmark or snapd failed, 2 bad command line.";
+
+// "snapbench: WHAT" and how to get help, for an error CLI11 found.
+std::string FailureMessage(const CLI::App* /*app*/, const CLI::Error& e) {
+  return std::string("snapbench: ") + e.what() + "\nRun 'snapbench --help' for more information.\n";
+}
+
+// CLI11's help, less its "Needs:" and "Excludes:" lists, which the descriptions and the footer
+// give in words: each option's line is its name, its argument and its default.
+class HelpFormatter final : public CLI::Formatter {
+ public:
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    if (opt->get_type_size() == 0) return "";  // a flag
+    std::string out = " " + opt->get_type_name();
+    if (!opt->get_default_str().empty()) out += "=" + opt->get_default_str();
+    return out;
+  }
+};
+
+// CLI11 checks that say what they want in words (CLI11's own print the type's whole range).
+// A whole number in [min, max], digits only: no sign, so "-3" is refused, not wrapped around.
+CLI::Validator WholeNumber(uint64_t min, uint64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        std::string want = "a whole number >= " + std::to_string(min);
+        if (max != std::numeric_limits<uint64_t>::max()) {
+          want += " and <= " + std::to_string(max);
+        }
+        bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        errno = 0;
+        uint64_t v = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+        if (!digits || errno == ERANGE || v < min || v > max) {
+          return "'" + text + "' is not " + want;
+        }
+        return "";
+      },
+      "", "WHOLE");
+}
+
+// A finite number of milliseconds, >= 0.
+CLI::Validator NonNegativeMs() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(v) || v < 0) {
+          return "'" + text + "' is not a number of milliseconds >= 0";
+        }
+        return "";
+      },
+      "", "MS");
+}
+
+// Fills `a` from the command line. Returns the exit status when snapbench should stop here
+// (--help: 0, after printing it; a bad command line: kExitUsage, after saying why), else
+// nullopt. CLI11's exceptions stay inside.
+std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
+  CLI::App app("snapbench: snapd's throughput against the physical limits, in the same run.",
+               "snapbench");
+  app.footer(kFooter);
+  app.failure_message(FailureMessage);
+  app.formatter(std::make_shared<HelpFormatter>());
+  app.get_formatter()->column_width(26);
+  // A repeated option takes its last value, as on every command line before CLI11.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+
+  CLI::Option* spill =
+      app.add_flag("--spill", a->spill,
+                   "Spill a run of 3x the daemon's host tier to disk, against O_DIRECT [off]")
+          ->group("Modes");
+  CLI::Option* codec =
+      app.add_flag("--codec", a->codec,
+                   "zfp codec on a wavefield against standalone zfp; no daemon [off]")
+          ->group("Modes");
+  CLI::Option* many =
+      app.add_option("--many", a->many, "N solver processes of mixed step sizes at once [off]")
+          ->type_name("N")
+          ->check(WholeNumber(1, std::numeric_limits<int>::max()))
+          ->group("Modes");
+  CLI::Option* device =
+      app.add_flag("--device", a->device,
+                   "Device pushes and fetches against pinned cudaMemcpy (CUDA builds) [off]")
+          ->group("Modes");
+  const std::vector<CLI::Option*> modes = {spill, codec, many, device};
+  for (CLI::Option* m : modes) {
+    for (CLI::Option* other : modes) {
+      if (other != m) m->excludes(other);
+    }
+  }
+
+  app.add_option("--steps", a->steps,
+                 "Steps per run (--many: S, 1.5 S or 2 S per solver; not --spill)")
+      ->type_name("N")
+      ->check(WholeNumber(2, std::numeric_limits<uint64_t>::max()))
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--bytes", [a](const std::string& text) { a->bytes = *snapd::ParseBytes(text); },
+         "Bytes per step, e.g. 64M or 4GiB (not --many, --codec)")
+      ->type_name("S")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            snapd::Result<uint64_t> b = snapd::ParseBytes(text);
+            if (!b.ok()) return b.status().message();
+            return *b == 0 ? "must be more than 0" : "";
+          },
+          "", "SIZE"))
+      ->default_str("64MiB");
+  app.add_option("--socket", a->socket, "snapd's control socket (not --codec)")
+      ->type_name("PATH")
+      ->default_str(snapd::ClientSocketPath());
+  app.add_option("--compute-ms", a->compute_ms,
+                 "--spill, --device: compute per backward step, ms; 0: 1.25x a step's transfer")
+      ->type_name("T")
+      ->check(NonNegativeMs())
+      ->capture_default_str();
+  app.add_option("--workers", a->workers,
+                 "--codec: the pool's workers; 0: the daemon's default, cores minus one")
+      ->type_name("N")
+      ->check(WholeNumber(0, std::numeric_limits<int>::max()))
+      ->capture_default_str()
+      ->needs(codec);
+  app.add_option("--kill", a->kill, "--many: how many solvers are killed mid-run")
+      ->type_name("K")
+      ->check(WholeNumber(0, std::numeric_limits<int>::max()))
+      ->capture_default_str()
+      ->needs(many);
+  app.add_flag("--cold", a->cold, "Skip the warm-up pass (no mode given) [off]");
+  app.add_flag("--json", a->json, "JSON for scripts instead of tables [off]");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  if (a->kill > a->many) {
+    std::fprintf(stderr,
+                 "snapbench: --kill %d is more than --many %d\n"
+                 "Run 'snapbench --help' for more information.\n",
+                 a->kill, a->many);
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (k == "--json") {
-      a.json = true;
-    } else if (k == "--cold") {
-      a.cold = true;
-    } else if (k == "--spill") {
-      a.spill = true;
-    } else if (k == "--codec") {
-      a.codec = true;
-    } else if (k == "--device") {
-      a.device = true;
-    } else if (k == "--many" && v) {
-      a.many = std::atoi(argv[++i]);
-    } else if (k == "--kill" && v) {
-      a.kill = std::atoi(argv[++i]);
-    } else if (k == "--workers" && v) {
-      a.workers = std::atoi(argv[++i]);
-    } else if (k == "--compute-ms" && v) {
-      a.compute_ms = std::strtod(argv[++i], nullptr);
-    } else if (k == "--steps" && v) {
-      a.steps = std::strtoull(argv[++i], nullptr, 10);
-    } else if (k == "--bytes" && v) {
-      auto b = snapd::ParseBytes(argv[++i]);
-      if (!b.ok()) {
-        std::fprintf(stderr, "snapbench: --bytes: %s\n", b.status().message().c_str());
-        return 2;
-      }
-      a.bytes = *b;
-    } else if (k == "--socket" && v) {
-      a.socket = argv[++i];
-    } else {
-      std::fprintf(stderr,
-                   "usage: snapbench [--steps N] [--bytes S] [--socket PATH] [--cold] [--json]\n"
-                   "       snapbench --spill [--bytes S] [--compute-ms T] [--socket PATH] "
-                   "[--json]\n"
-                   "       snapbench --codec [--workers N] [--json]\n"
-                   "       snapbench --many N [--kill K] [--steps S] [--socket PATH] [--json]\n"
-                   "       snapbench --device [--steps N] [--bytes S] [--compute-ms T] "
-                   "[--socket PATH] [--json]\n");
-      return 2;
-    }
-  }
-  if (a.steps < 2 || a.bytes == 0) {
-    std::fprintf(stderr, "snapbench: need --steps >= 2 and --bytes > 0\n");
-    return 2;
-  }
+  if (std::optional<int> exit_code = ParseArgs(argc, argv, &a)) return *exit_code;
   if (a.codec) return Codec(a);
   if (a.many > 0) return Many(a);  // forks its solvers before any client state exists here
   snapd::ClientOptions opts;
