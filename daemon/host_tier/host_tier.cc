@@ -11,32 +11,13 @@
 
 namespace snapd {
 
-HostBlock::~HostBlock() {
-  tier_->Free(offset_, size_);
-  std::function<void()> listener;
-  {
-    MutexLock lock(tier_->listener_mu_);
-    listener = tier_->listener_;
-  }
-  if (listener) listener();
-}
+HostBlock::~HostBlock() { tier_->Free(offset_, size_); }
 
 void HostBlock::ShrinkTo(uint64_t bytes) {
   uint64_t keep = (bytes + HostTier::kAlignment - 1) / HostTier::kAlignment * HostTier::kAlignment;
   if (keep == 0 || keep >= size_) return;
   tier_->Free(offset_ + keep, size_ - keep);
   size_ = keep;
-  std::function<void()> listener;
-  {
-    MutexLock lock(tier_->listener_mu_);
-    listener = tier_->listener_;
-  }
-  if (listener) listener();
-}
-
-void HostTier::SetReleaseListener(std::function<void()> listener) {
-  MutexLock lock(listener_mu_);
-  listener_ = std::move(listener);
 }
 
 Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes) {
@@ -87,14 +68,14 @@ uint64_t HostTier::peak_used() const {
   return peak_used_;
 }
 
-Result<std::shared_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes, bool from_top) {
+Result<std::unique_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes, bool from_top) {
   if (bytes == 0) return Status::InvalidArgument("host-tier allocation of 0 bytes");
   uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   MutexLock lock(mu_);
   if (std::optional<uint64_t> offset = ranges_.Allocate(size, from_top)) {
     used_ += size;
     peak_used_ = std::max(peak_used_, used_);
-    return std::make_shared<HostBlock>(this, *offset, size, static_cast<char*>(base_) + *offset);
+    return std::make_unique<HostBlock>(this, *offset, size, static_cast<char*>(base_) + *offset);
   }
   std::string why = used_ + size > budget_ ? "" : " (free space is fragmented)";
   return Status::ResourceExhausted("host tier full: " + FormatBytes(bytes) + " requested, " +

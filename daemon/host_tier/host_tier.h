@@ -59,7 +59,7 @@ class HostTier {
   // `from_top`: take the highest free range that fits instead of the lowest. Compressed copies
   // are placed from the top so the raw blocks they replace leave whole holes at the bottom,
   // where the next raw push fits.
-  Result<std::shared_ptr<HostBlock>> Allocate(uint64_t bytes, bool from_top = false)
+  Result<std::unique_ptr<HostBlock>> Allocate(uint64_t bytes, bool from_top = false)
       SNAPD_EXCLUDES(mu_);
 
   uint64_t budget() const { return budget_; }
@@ -68,9 +68,6 @@ class HostTier {
   uint64_t peak_used() const SNAPD_EXCLUDES(mu_);
   // The largest block Allocate could hand out now.
   uint64_t largest_free() const SNAPD_EXCLUDES(mu_);
-  // Called (without the tier's lock) after every block release, on the releasing thread; the
-  // store uses it to hand freed room to waiting pushes. Pass nullptr to clear.
-  void SetReleaseListener(std::function<void()> listener) SNAPD_EXCLUDES(listener_mu_);
   int fd() const { return fd_; }  // the arena memfd; owned by the tier
 
  private:
@@ -85,8 +82,6 @@ class HostTier {
   RangeAllocator ranges_ SNAPD_GUARDED_BY(mu_);
   uint64_t used_ SNAPD_GUARDED_BY(mu_) = 0;
   uint64_t peak_used_ SNAPD_GUARDED_BY(mu_) = 0;
-  mutable Mutex listener_mu_;
-  std::function<void()> listener_ SNAPD_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace snapd

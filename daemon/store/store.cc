@@ -155,7 +155,10 @@ Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, Dis
   std::unique_ptr<Store> store(new Store(catalog, host, disk, options));
   SNAPD_RETURN_IF_ERROR(store->Load());
   Store* s = store.get();
-  host->SetReleaseListener([s] { s->Wake(); });
+  {
+    MutexLock lock(s->waker_->mu);
+    s->waker_->store = s;
+  }
   s->compress_ = std::make_unique<compress::CompressPool>(options.compress_threads);
   s->io_ = std::make_unique<IoPool>(std::max(1, options.io_threads));
   s->checksum_thread_ = std::thread([s] { s->ChecksumLoop(); });
@@ -185,7 +188,10 @@ Store::~Store() {
   if (tiering_thread_.joinable()) tiering_thread_.join();
   if (checksum_thread_.joinable()) checksum_thread_.join();
   io_.reset();  // finishes the I/O already queued; completions still find the index intact
-  host_->SetReleaseListener(nullptr);
+  {
+    MutexLock lock(waker_->mu);
+    waker_->store = nullptr;  // blocks released from now on wake nobody
+  }
   // Whoever still waits gets an answer.
   Deferred deferred;
   {
@@ -829,7 +835,7 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
           "); fetch or delete steps, or use layers with Disk");
     }
   }
-  auto block = parked_pushes_.empty() ? host_->Allocate(bytes)
+  auto block = parked_pushes_.empty() ? AllocateHost(bytes)
                                       : Status::ResourceExhausted("earlier pushes are waiting");
   if (block.ok()) {
     run->in_flight.insert(step);

@@ -198,6 +198,17 @@ class Store {
   void WaitTieringIdle() SNAPD_EXCLUDES(mu_);
 
  private:
+  // A host-tier block whose release, by whoever drops the last reference (a lease, an I/O job,
+  // the checksum thread), wakes the tiering thread to hand the room to what waits for it.
+  Result<std::shared_ptr<HostBlock>> AllocateHost(uint64_t bytes, bool from_top = false);
+  // What a released block's deleter calls: the store, until it is destroyed (blocks may
+  // outlive it in a lease the data plane still holds), then nothing.
+  struct Waker {
+    Mutex mu;
+    Store* store SNAPD_GUARDED_BY(mu) = nullptr;
+    void Wake() SNAPD_EXCLUDES(mu);
+  };
+  const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
   // BeginPush and BeginFetch under the lock: the answer now, or nullopt after parking `done`.
   Result<std::optional<PushTicket>> TryBeginPush(uint64_t run_id, uint64_t step, uint64_t bytes,
                                                  PushDone& done, const Tenant& who)

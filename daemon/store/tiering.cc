@@ -29,6 +29,19 @@ std::string StepLabel(uint64_t run_id, uint64_t step) {
 
 }  // namespace
 
+Result<std::shared_ptr<HostBlock>> Store::AllocateHost(uint64_t bytes, bool from_top) {
+  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block, host_->Allocate(bytes, from_top));
+  return std::shared_ptr<HostBlock>(block.release(), [waker = waker_](HostBlock* b) {
+    delete b;  // the room is the tier's again
+    waker->Wake();
+  });
+}
+
+void Store::Waker::Wake() {
+  MutexLock lock(mu);
+  if (store) store->Wake();
+}
+
 void Store::Wake() {
   {
     MutexLock lock(wake_mu_);
@@ -216,8 +229,8 @@ void Store::GrantParkedPushes(Deferred& deferred) {
       parked_pushes_.pop_front();
       continue;
     }
-    auto block = host_->Allocate(p.bytes);
-    if (!block.ok() && CompactHost(p.bytes)) block = host_->Allocate(p.bytes);
+    auto block = AllocateHost(p.bytes);
+    if (!block.ok() && CompactHost(p.bytes)) block = AllocateHost(p.bytes);
     if (!block.ok()) return;  // first come, first served
     PushTicket ticket{p.run_id, p.step, std::move(block).value()};
     deferred.push_back([l = std::move(p.later), t = std::move(ticket)] { l(t); });
@@ -244,7 +257,7 @@ bool Store::CompactHost(uint64_t bytes) {
   });
   for (Snapshot* snap : movable) {
     if (host_->largest_free() >= bytes) return true;
-    auto dest = host_->Allocate(snap->block->size(), /*from_top=*/true);
+    auto dest = AllocateHost(snap->block->size(), /*from_top=*/true);
     if (!dest.ok()) continue;  // no piece this block fits in; a smaller one may move
     if ((*dest)->offset() < snap->block->offset()) continue;  // would move down: no gain
     std::memcpy((*dest)->data(), snap->block->data(), snap->block->size());
@@ -428,8 +441,8 @@ void Store::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation, 
 
 bool Store::StartRead(Run& run, Snapshot& snap, bool urgent) {
   const v1::SnapshotRecord& r = snap.record;
-  auto block = host_->Allocate(r.raw_bytes());
-  if (!block.ok() && urgent && CompactHost(r.raw_bytes())) block = host_->Allocate(r.raw_bytes());
+  auto block = AllocateHost(r.raw_bytes());
+  if (!block.ok() && urgent && CompactHost(r.raw_bytes())) block = AllocateHost(r.raw_bytes());
   if (!block.ok()) return false;
   snap.reading = true;
   ++reads_in_flight_;
@@ -542,7 +555,7 @@ bool Store::ApplyPack(Run& run, Snapshot& snap, const PendingPack& pending) {
   // for the next raw push). With no room for it, and nobody reading the raw bytes, it goes over
   // the raw bytes and the tail comes free: a smaller hole, but the next copy fits in it.
   std::shared_ptr<HostBlock> block;
-  if (auto beside = host_->Allocate(packed.size, /*from_top=*/true); beside.ok()) {
+  if (auto beside = AllocateHost(packed.size, /*from_top=*/true); beside.ok()) {
     block = std::move(beside).value();
   } else if (snap.block.use_count() == 1) {
     block = snap.block;
@@ -561,7 +574,7 @@ bool Store::ApplyPack(Run& run, Snapshot& snap, const PendingPack& pending) {
     return true;  // stays raw
   }
   std::memcpy(block->data(), packed.bytes.get(), packed.size);
-  block->ShrinkTo(packed.size);
+  block->ShrinkTo(packed.size);  // the tail is free; the caller wakes the tiering thread
   run.stored_bytes -= snap.record.stored_bytes() - packed.size;
   snap.record = std::move(updated);
   snap.block = std::move(block);  // a raw block beside is freed once nobody holds it

@@ -368,6 +368,37 @@ TEST_F(StoreTest, ABlockingRunWaitsForRoomInsteadOfFailing) {
   EXPECT_TRUE(store_->CommitPush(*t).ok());
 }
 
+// The room a deleted step leaves comes free only when the last holder of its bytes lets go (here
+// a fetch still reading them, as a lease would): that release, outside the store, must still
+// reach the push that waits for the room.
+TEST_F(StoreTest, AWaitingPushGetsTheRoomOfABlockReleasedOutsideTheStore) {
+  constexpr uint64_t kStep = 64 << 10;
+  Open(/*disk_bytes=*/0);
+  v1::RunSpec spec;
+  spec.set_name("r");
+  spec.set_bytes_per_step(kStep);
+  spec.set_block_when_full(true);
+  spec.set_keep(true);
+  bool created = false;
+  uint64_t id = store_->OpenRun(spec, 0, &created)->run_id();
+  for (uint64_t t = 0; t < kHostBytes / kStep; ++t) ASSERT_TRUE(Push(id, t, kStep).ok()) << t;
+  store_->WaitChecksumsIdle();  // the checksum thread holds no block now
+  auto reading = Fetch(*store_, id, 0, kStep);
+  ASSERT_TRUE(reading.ok()) << reading.status().ToString();
+  ASSERT_TRUE(store_->DeleteSnapshot("r", 0).ok());  // the store lets go; the reader does not
+  auto promise = std::make_shared<std::promise<Result<Store::PushTicket>>>();
+  ASSERT_TRUE(store_->BeginPush(id, 99, kStep, [promise](Result<Store::PushTicket> t) {
+    promise->set_value(std::move(t));
+  }));
+  auto granted = promise->get_future();
+  EXPECT_EQ(granted.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  reading->block.reset();  // the last reference: the block goes back to the tier
+  ASSERT_EQ(granted.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  Result<Store::PushTicket> t = granted.get();
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_TRUE(store_->CommitPush(*t).ok());
+}
+
 TEST_F(StoreTest, APrefetchHintReadsDiskStepsIntoHostMemory) {
   constexpr uint64_t kStep = 64 << 10;
   uint64_t id = OpenRun("r", 4, kStep, v1::LAYERS_DISK);
