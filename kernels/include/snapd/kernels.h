@@ -40,7 +40,7 @@ Status PackBoxCpu(const void* full, void* packed, const Box& box);
 Status UnpackBoxCpu(const void* packed, void* full, const Box& box);
 // Index of the first NaN or infinity among `count` values, or kAllFinite.
 uint64_t FirstNonFiniteCpu(const void* data, uint64_t count, Real type);
-// The checksum is snapd::Checksum (client/core/checksum.h).
+// The checksum is snapd::Checksum (snapd/checksum.h, in the floor).
 
 // --- CUDA (device pointers)
 // snapd::Checksum of `bytes` bytes at `data`, written to `*result` (device or pinned memory).
