@@ -1032,9 +1032,8 @@ void Store::ChecksumLoop() {
     if (stopping_) return;
     ChecksumJob job = std::move(checksum_queue_.front());
     checksum_queue_.pop_front();
-    Snapshot* current = FindSnapshot(job.run_id, job.step, job.generation);
-    if (!current || current->record.checksum_state() == v1::CHECKSUM_RECORDED) {
-      job.block.reset();  // deleted, or a demotion recorded it already: nothing to hash
+    if (Moot(job)) {
+      job.block.reset();
       checksum_cv_.NotifyAll();
       continue;
     }

@@ -347,7 +347,9 @@ class Store {
   bool FreeHostRoom() SNAPD_REQUIRES(mu_);
   // Host bytes that work in flight will free without another demotion: demotions being
   // written, and a checksum still hashing a block the store has let go of.
-  uint64_t FreeingBytes() const SNAPD_REQUIRES(mu_);
+  uint64_t FreeingBytes() SNAPD_REQUIRES(mu_);
+  // The job's step was deleted, or a demotion recorded its checksum: nothing to hash.
+  bool Moot(const ChecksumJob& job) SNAPD_REQUIRES(mu_);
   // Drops queued checksums of steps that were deleted or whose checksum a demotion recorded,
   // so their blocks go back to the host tier now instead of when the checksum thread gets
   // to them.

@@ -267,7 +267,7 @@ bool Store::CompactHost(uint64_t bytes) {
   return host_->largest_free() >= bytes;
 }
 
-uint64_t Store::FreeingBytes() const {
+uint64_t Store::FreeingBytes() {
   uint64_t writing = 0;
   for (const auto& [id, run] : runs_) {
     for (const auto& [step, snap] : run.snapshots) {
@@ -276,24 +276,20 @@ uint64_t Store::FreeingBytes() const {
   }
   if (checksum_busy_) {
     const ChecksumJob& job = checksum_current_;
-    auto run = runs_.find(job.run_id);
-    const Snapshot* snap = nullptr;
-    if (run != runs_.end()) {
-      auto it = run->second.snapshots.find(job.step);
-      if (it != run->second.snapshots.end() && it->second.generation == job.generation) {
-        snap = &it->second;
-      }
-    }
+    const Snapshot* snap = FindSnapshot(job.run_id, job.step, job.generation);
     if (!snap || !snap->block) writing += job.bytes;  // the checksum holds its only copy
   }
   return writing;
 }
 
+bool Store::Moot(const ChecksumJob& job) {
+  Snapshot* snap = FindSnapshot(job.run_id, job.step, job.generation);
+  return !snap || snap->record.checksum_state() == v1::CHECKSUM_RECORDED;
+}
+
 void Store::PruneChecksumQueue() {
-  size_t dropped = std::erase_if(checksum_queue_, [&](const ChecksumJob& job) SNAPD_REQUIRES(mu_) {
-    Snapshot* snap = FindSnapshot(job.run_id, job.step, job.generation);
-    return !snap || snap->record.checksum_state() == v1::CHECKSUM_RECORDED;
-  });
+  size_t dropped = std::erase_if(checksum_queue_, [&](const ChecksumJob& job)
+                                                     SNAPD_REQUIRES(mu_) { return Moot(job); });
   if (dropped) checksum_cv_.NotifyAll();  // WaitChecksumsIdle may be waiting on an empty queue
 }
 
