@@ -778,10 +778,8 @@ CLI::Validator WholeNumber(uint64_t min, uint64_t max) {
         if (max != std::numeric_limits<uint64_t>::max()) {
           want += " and <= " + std::to_string(max);
         }
-        bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-        errno = 0;
-        uint64_t v = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
-        if (!digits || errno == ERANGE || v < min || v > max) {
+        uint64_t v = 0;
+        if (!snapd::ParseCount(text, &v) || v < min || v > max) {
           return "'" + text + "' is not " + want;
         }
         return "";

@@ -1,6 +1,7 @@
 #include "snapd/units.h"
 
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 
 namespace snapd {
@@ -57,6 +58,15 @@ std::string FormatBytes(uint64_t bytes) {
     std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
   }
   return buf;
+}
+
+bool ParseCount(std::string_view text, uint64_t* value) {
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  // from_chars takes no sign or space for an unsigned type; out of range is an error.
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return false;
+  *value = v;
+  return true;
 }
 
 }  // namespace snapd

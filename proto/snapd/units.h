@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "snapd/status.h"
 
@@ -12,5 +13,8 @@ namespace snapd {
 Result<uint64_t> ParseBytes(const std::string& text);
 // "64.0 MiB"
 std::string FormatBytes(uint64_t bytes);
+// A count as people write it on a command line: decimal digits only (no sign, no space, no
+// suffix) within uint64_t. False otherwise: "-3" is refused, not wrapped around.
+bool ParseCount(std::string_view text, uint64_t* value);
 
 }  // namespace snapd

@@ -23,6 +23,19 @@ TEST(ParseBytes, RejectsGarbageWithTheReason) {
   EXPECT_FALSE(ParseBytes("20000000T").ok());
 }
 
+TEST(ParseCount, TakesDigitsOnlyWithinSixtyFourBits) {
+  uint64_t v = 7;
+  EXPECT_TRUE(ParseCount("0", &v));
+  EXPECT_EQ(v, 0u);
+  EXPECT_TRUE(ParseCount("18446744073709551615", &v));
+  EXPECT_EQ(v, UINT64_MAX);
+  for (const char* bad : {"", "-3", "+3", " 3", "3 ", "2x", "0x10", "18446744073709551616"}) {
+    v = 7;
+    EXPECT_FALSE(ParseCount(bad, &v)) << "'" << bad << "'";
+    EXPECT_EQ(v, 7u) << "'" << bad << "' changed the value";
+  }
+}
+
 TEST(FormatBytes, UsesBinaryUnits) {
   EXPECT_EQ(FormatBytes(512), "512 B");
   EXPECT_EQ(FormatBytes(64ull << 20), "64.0 MiB");

@@ -1,7 +1,5 @@
 #include "common.h"
 
-#include <cerrno>
-#include <cstdlib>
 #include <tuple>
 #include <utility>
 
@@ -93,16 +91,6 @@ std::string CodecLabel(v1::Codec codec) {
     default:
       return "?";
   }
-}
-
-bool ParseCount(const std::string& text, uint64_t* value) {
-  if (text.empty() || text[0] < '0' || text[0] > '9') return false;
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (*end != '\0' || errno != 0) return false;
-  *value = v;
-  return true;
 }
 
 }  // namespace snapd::snapctl

@@ -13,6 +13,7 @@
 
 #include "output.h"
 #include "snapd/status.h"
+#include "snapd/units.h"  // ParseCount
 #include "snapd/v1/control.grpc.pb.h"
 
 namespace CLI {
@@ -68,8 +69,6 @@ std::string TierName(v1::Tier tier);
 std::string CodecLabel(v1::Codec codec);
 // Error(), then kExitUsage: the command line gave `command` a bad value.
 int UsageError(std::string_view command, std::string_view message);
-// A decimal integer >= 0 with nothing around it.
-bool ParseCount(const std::string& text, uint64_t* value);
 
 // What the chosen subcommand runs once connected; set by the subcommand's parse callback.
 using Action = std::function<int(Session&)>;
