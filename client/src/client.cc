@@ -68,7 +68,7 @@ Client::Impl::~Impl() {
   if (loop) loop->Stop();
   CloseSession();
   if (arena) {
-    detail::UnregisterHost(arena);  // if a device push or fetch registered it
+    pinning.reset();  // unpins what device pushes and fetches pinned
     munmap(arena, arena_bytes);
   }
   MutexLock lock(device_mu);
@@ -117,6 +117,11 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
                                          &impl->arena, &impl->arena_bytes);
              !s.ok()) {
     impl->data_path_reason = s.ToString();
+  }
+  if (impl->arena) {
+    impl->pinning = std::make_unique<detail::HostPinning>(
+        impl->arena, impl->arena_bytes, detail::HostPinning::kDefaultChunk, detail::PinHost,
+        detail::UnpinHost);
   }
 
   // Connect and bind the endpoint to the session with Hello.
@@ -220,7 +225,7 @@ Result<FetchHandle> Client::FetchDeviceAsync(uint64_t run_id, uint64_t step, voi
     return *pooled;
   }
   if (impl_->arena) {
-    SNAPD_RETURN_IF_ERROR(detail::RegisterHost(impl_->arena, impl_->arena_bytes));
+    impl_->pinning->PinAllInBackground();
     return impl_->StartFetch(run_id, step, device_data, bytes, /*device=*/true, stream);
   }
   // No mapped tier: through host memory, done before returning.

@@ -14,7 +14,7 @@
 //                       forms), Connect, ~Impl (the teardown order), CheckPush.
 //
 // Threading:
-// - socket_path, arena, arena_bytes, data_path_reason, stub, session_id, token,
+// - socket_path, arena, arena_bytes, pinning (itself thread-safe), data_path_reason, stub, session_id, token,
 //   data_plane_address, device_fraction, device_bytes and device_options are set by Connect
 //   and then read-only.
 // - next_request is atomic: any thread numbers requests.
@@ -41,6 +41,7 @@
 #include <utility>
 
 #include "device_pool.h"
+#include "host_pinning.h"
 #include "op_state.h"
 #include "snapd/client.h"
 #include "snapd/status.h"
@@ -89,6 +90,10 @@ struct Client::Impl {
   std::string socket_path;
   char* arena = nullptr;  // the daemon's host tier, mapped; null on the UCX path
   uint64_t arena_bytes = 0;
+  // The mapped tier pinned for the GPU chunk by chunk, as device pushes and fetches need it;
+  // null on the UCX path. Nothing is pinned (and CUDA is not touched) until the first device
+  // push or fetch, or the first run with a device layer, starts it.
+  std::unique_ptr<detail::HostPinning> pinning;
   std::string data_path_reason;
   std::unique_ptr<v1::Control::Stub> stub;
   uint64_t session_id = 0;
@@ -155,6 +160,10 @@ struct Client::Impl {
                                                    size_t bytes, void* stream);
   // Moves the pool's oldest step of a run of unknown length to the daemon (its slot is needed).
   Status Evict(uint64_t run_id, const detail::DevicePool::Evict& evict, const char* slot);
+  // The GPU's copy into (CopyIn) or out of (CopyOut) tier memory at `offset`, once its chunks
+  // are pinned: any thread (the loop, or the pinning thread when it had to pin first).
+  void EnqueueDeviceCopyIn(const Pending& p, uint64_t offset);
+  void EnqueueDeviceCopyOut(const Pending& p, uint64_t offset, uint64_t lease);
   Result<PushHandle> PushDeviceToDaemon(uint64_t run_id, uint64_t step, const void* device_data,
                                         size_t bytes, void* stream);
 

@@ -106,17 +106,15 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
     p.state->Complete(s);
     return;
   }
-  if (p.device) {  // the GPU copies into tier memory; the reservation is committed after
-    auto t0 = std::chrono::steady_clock::now();
-    auto landed = [this, p, t0](Status) {
-      p.state->Release(Status::Ok());
-      PostReservationEnd(wire::kCommit, p, NanosSince(t0));
-    };
-    Status s = detail::CopyDeviceToHostAsync(arena + offset, p.buffer, p.bytes, p.stream, landed);
-    if (!s.ok()) {  // not enqueued: the push failed; give the reservation back
-      p.state->Complete(s);
+  if (p.device) {  // the GPU copies into tier memory once the block's chunks are pinned
+    pinning->WhenPinned(offset, p.bytes, [this, p, offset](Status pinned) {
+      if (pinned.ok()) {
+        EnqueueDeviceCopyIn(p, offset);
+        return;
+      }
+      p.state->Complete(pinned);
       PostReservationEnd(wire::kAbort, p, 0);
-    }
+    });
     return;
   }
   // Host memory: copied on the loop thread that received the reservation and committed at
@@ -131,22 +129,48 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
   });
 }
 
+void Client::Impl::EnqueueDeviceCopyIn(const Pending& p, uint64_t offset) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto landed = [this, p, t0](Status) {  // the reservation is committed once the bytes landed
+    p.state->Release(Status::Ok());
+    PostReservationEnd(wire::kCommit, p, NanosSince(t0));
+  };
+  Status s = detail::CopyDeviceToHostAsync(arena, static_cast<const char*>(p.buffer),
+                                           pinning->Pieces(offset, p.bytes), p.stream, landed);
+  if (!s.ok()) {  // not enqueued: the push failed; give the reservation back
+    p.state->Complete(s);
+    PostReservationEnd(wire::kAbort, p, 0);
+  }
+}
+
+void Client::Impl::EnqueueDeviceCopyOut(const Pending& p, uint64_t offset, uint64_t lease) {
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = detail::CopyHostToDeviceAsync(static_cast<char*>(p.buffer), arena,
+                                           pinning->Pieces(offset, p.bytes), p.stream,
+                                           [this, p, lease, t0](Status) {
+                                             PostLeaseRelease(lease, NanosSince(t0));
+                                             p.state->Complete(Status::Ok());
+                                           });
+  if (!s.ok()) {
+    PostLeaseRelease(lease, 0);
+    p.state->Complete(s);
+  }
+}
+
 void Client::Impl::CopyOut(Pending p, uint64_t offset, uint64_t lease) {
   if (Status s = CheckRange(offset, p.bytes); !s.ok()) {
     p.state->Complete(s);
     return;
   }
   if (p.device) {
-    auto t0 = std::chrono::steady_clock::now();
-    Status s = detail::CopyHostToDeviceAsync(p.buffer, arena + offset, p.bytes, p.stream,
-                                             [this, p, lease, t0](Status) {
-                                               PostLeaseRelease(lease, NanosSince(t0));
-                                               p.state->Complete(Status::Ok());
-                                             });
-    if (!s.ok()) {
+    pinning->WhenPinned(offset, p.bytes, [this, p, offset, lease](Status pinned) {
+      if (pinned.ok()) {
+        EnqueueDeviceCopyOut(p, offset, lease);
+        return;
+      }
       PostLeaseRelease(lease, 0);
-      p.state->Complete(s);
-    }
+      p.state->Complete(pinned);
+    });
     return;
   }
   loop->Post([this, p, offset, lease] {  // on the loop thread, as CopyIn

@@ -2,8 +2,6 @@
 
 #include "snapd/kernels.h"
 
-#include <map>
-#include <mutex>
 #include <string>
 
 #if SNAPD_WITH_CUDA
@@ -44,27 +42,43 @@ Status CopyAsync(void* to, const void* from, size_t bytes, cudaMemcpyKind kind, 
   return launched;
 }
 
-std::mutex registered_mu;
-std::map<void*, Status> registered;  // by base address: one entry per mapped host tier
+// Each piece its own copy, in order on one stream, then `done`.
+Status CopyPiecesAsync(char* host, char* device, const Pieces& pieces, cudaMemcpyKind kind,
+                       void* stream, std::function<void(Status)> done) {
+  if (pieces.empty()) return Status::InvalidArgument("a copy of no bytes");
+  auto s = static_cast<cudaStream_t>(stream);
+  uint64_t first = pieces.front().first;
+  for (const auto& [offset, bytes] : pieces) {
+    char* h = host + offset;
+    char* d = device + (offset - first);
+    cudaError_t e = kind == cudaMemcpyDeviceToHost ? cudaMemcpyAsync(h, d, bytes, kind, s)
+                                                   : cudaMemcpyAsync(d, h, bytes, kind, s);
+    SNAPD_RETURN_IF_ERROR(FromCuda(e, "cudaMemcpyAsync"));
+  }
+  auto* d = new Done{std::move(done)};
+  Status launched = FromCuda(cudaLaunchHostFunc(s, RunDone, d), "cudaLaunchHostFunc");
+  if (!launched.ok()) delete d;
+  return launched;
+}
 
 }  // namespace
 
-Status RegisterHost(void* base, size_t bytes) {
-  std::lock_guard<std::mutex> lock(registered_mu);
-  auto it = registered.find(base);
-  if (it != registered.end()) return it->second;
-  Status s = FromCuda(cudaHostRegister(base, bytes, cudaHostRegisterDefault),
-                      "cudaHostRegister of snapd's host tier");
-  registered.emplace(base, s);
-  return s;
+Status PinHost(char* base, size_t bytes) {
+  return FromCuda(cudaHostRegister(base, bytes, cudaHostRegisterPortable), "cudaHostRegister");
 }
 
-void UnregisterHost(void* base) {
-  std::lock_guard<std::mutex> lock(registered_mu);
-  auto it = registered.find(base);
-  if (it == registered.end()) return;
-  if (it->second.ok()) cudaHostUnregister(base);
-  registered.erase(it);
+void UnpinHost(char* base) { cudaHostUnregister(base); }
+
+Status CopyDeviceToHostAsync(char* host, const char* device, const Pieces& pieces, void* stream,
+                             std::function<void(Status)> done) {
+  return CopyPiecesAsync(host, const_cast<char*>(device), pieces, cudaMemcpyDeviceToHost, stream,
+                         std::move(done));
+}
+
+Status CopyHostToDeviceAsync(char* device, const char* host, const Pieces& pieces, void* stream,
+                             std::function<void(Status)> done) {
+  return CopyPiecesAsync(const_cast<char*>(host), device, pieces, cudaMemcpyHostToDevice, stream,
+                         std::move(done));
 }
 
 Status CopyDeviceToHostAsync(void* host, const void* device, size_t bytes, void* stream,
@@ -131,8 +145,16 @@ Status NoCuda() {
 }
 }  // namespace
 
-Status RegisterHost(void*, size_t) { return NoCuda(); }
-void UnregisterHost(void*) {}
+Status PinHost(char*, size_t) { return NoCuda(); }
+void UnpinHost(char*) {}
+Status CopyDeviceToHostAsync(char*, const char*, const Pieces&, void*,
+                             std::function<void(Status)>) {
+  return NoCuda();
+}
+Status CopyHostToDeviceAsync(char*, const char*, const Pieces&, void*,
+                             std::function<void(Status)>) {
+  return NoCuda();
+}
 Status CopyDeviceToHostAsync(void*, const void*, size_t, void*, std::function<void(Status)>) {
   return NoCuda();
 }

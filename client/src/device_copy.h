@@ -1,6 +1,6 @@
 // Copies between GPU memory and host memory on the caller's CUDA stream, for libsnapd's device
-// pushes and fetches. With the daemon's host tier mapped and registered (RegisterHost), the
-// GPU's copy engine moves the bytes straight to or from tier memory: no CPU copy.
+// pushes and fetches. With the daemon's host tier mapped and pinned (PinHost, chunk by chunk:
+// host_pinning.h), the GPU's copy engine moves the bytes straight to or from tier memory: no CPU copy.
 // A build without CUDA returns FAILED_PRECONDITION from every call.
 //
 // Threading: any thread; `done` runs on a CUDA runtime thread and must not call CUDA.
@@ -9,21 +9,32 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "snapd/status.h"
 
 namespace snapd::detail {
 
-// Pins [base, base + bytes) for the GPU (cudaHostRegister), once; later calls return the first
-// call's status.
-Status RegisterHost(void* base, size_t bytes);
-void UnregisterHost(void* base);
+// Pins [base, base + bytes) for the GPU (cudaHostRegister, portable: for every device's
+// context, as the solver's stream may belong to any), and unpins a range PinHost pinned.
+Status PinHost(char* base, size_t bytes);
+void UnpinHost(char* base);
 
 // Enqueues the copy on `stream` (a cudaStream_t) and then `done`, called once the copy
 // finished (OK) or failed (the status says how).
 Status CopyDeviceToHostAsync(void* host, const void* device, size_t bytes, void* stream,
                              std::function<void(Status)> done);
 Status CopyHostToDeviceAsync(void* device, const void* host, size_t bytes, void* stream,
+                             std::function<void(Status)> done);
+
+// The same in pieces: piece (offset, bytes) copies host + offset to or from device + (offset -
+// the first piece's offset), each piece its own cudaMemcpyAsync (each lies in one pinned
+// chunk); `done` after the last.
+using Pieces = std::vector<std::pair<uint64_t, uint64_t>>;
+Status CopyDeviceToHostAsync(char* host, const char* device, const Pieces& pieces, void* stream,
+                             std::function<void(Status)> done);
+Status CopyHostToDeviceAsync(char* device, const char* host, const Pieces& pieces, void* stream,
                              std::function<void(Status)> done);
 
 // Any direction (unified addressing tells device from host memory): the device tier's

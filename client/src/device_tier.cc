@@ -37,6 +37,8 @@ Result<detail::DevicePool*> Client::Impl::EnsurePool(const std::string& run_name
   }
   device_base = static_cast<char*>(base);
   device_pool = std::make_unique<detail::DevicePool>(budget);
+  // Steps leave the pool for the daemon's host tier: pin it now, off the first eviction's path.
+  if (pinning) pinning->PinAllInBackground();
   recorder = std::make_unique<detail::TaskThread>();
   return device_pool.get();
 }
@@ -169,7 +171,7 @@ Result<PushHandle> Client::Impl::PushDeviceToDaemon(uint64_t run_id, uint64_t st
                                                     const void* device_data, size_t bytes,
                                                     void* stream) {
   if (arena) {
-    SNAPD_RETURN_IF_ERROR(detail::RegisterHost(arena, arena_bytes));
+    pinning->PinAllInBackground();
     return StartPush(run_id, step, device_data, bytes, /*device=*/true, stream);
   }
   // No mapped tier: through host memory, and released before returning.

@@ -5,7 +5,10 @@
 // timed until every snapshot is stored. Backward: N FetchDeviceAsync in reverse step order,
 // double-buffered: step t-1's fetch runs while step t "computes" (a spin kernel of the given
 // time, default 1.25x the H2D copy of one step); the stall is the time the solver waited for a
-// fetch, as a fraction of the backward pass.
+// fetch, as a fraction of the backward pass, over the newest 16, 64 and 256 steps (as many of
+// those as the run has) and over all of them. The first push is also timed on its own, from the
+// call to stored: it pays whatever the client must set up (pinning the host tier's chunks its
+// block lies in), against the median of the others.
 #include "snapbench_device.h"
 
 #include <cuda_runtime.h>
@@ -75,36 +78,63 @@ int DeviceBench(snapd::Client& c, uint64_t steps, uint64_t bytes, double compute
   spec.keep = true;  // two backward passes
   auto run = c.OpenRun(spec);
   if (!run.ok()) return fail("open run", run.status());
-  // Forward.
+  // Forward. The first push is waited for on its own, so its latency is a figure by itself.
   std::vector<snapd::PushHandle> pushes;
+  double first_push = 0;  // call to stored
   auto f0 = Clock::now();
   for (uint64_t t = 0; t < steps; ++t) {
     if (t >= 2) {
       if (auto s = pushes[t - 2].WaitReleased(); !s.ok()) return fail("push", s);
     }
+    auto p0 = Clock::now();
     auto h = c.PushDevice(run->run_id, t, d[t % 2], bytes, stream);
     if (!h.ok()) return fail("push", h.status());
     pushes.push_back(*h);
+    if (t == 0) {  // the first alone
+      if (auto s = h->WaitStored(); !s.ok()) return fail("push", s);
+      first_push = Seconds(p0, Clock::now());
+    }
   }
   for (auto& h : pushes) {
     if (auto s = h.WaitStored(); !s.ok()) return fail("push", s);
   }
   double push_rate = steps * bytes / Seconds(f0, Clock::now());
+  // Steady state: one push at a time, timed alone, after the run (the tier pinned by now).
+  std::vector<double> steady;
+  {
+    snapd::RunSpec again = spec;
+    again.name = "snapbench-device-steady";
+    again.steps = std::min<uint64_t>(steps, 8);
+    auto r2 = c.OpenRun(again);
+    if (!r2.ok()) return fail("open run", r2.status());
+    for (uint64_t t = 0; t < again.steps; ++t) {
+      auto p0 = Clock::now();
+      auto h = c.PushDevice(r2->run_id, t, d[t % 2], bytes, stream);
+      if (!h.ok()) return fail("push", h.status());
+      if (auto s = h->WaitStored(); !s.ok()) return fail("push", s);
+      steady.push_back(Seconds(p0, Clock::now()));
+    }
+    (void)c.DeleteRun(again.name);
+  }
+  std::sort(steady.begin(), steady.end());
+  double steady_push = steady[steady.size() / 2];
 
   // Backward, double-buffered: once without compute (the fetch rate), once with a simulated
   // compute per step (the stall). The run keeps its steps for the second pass.
   double compute_s = compute_ms > 0 ? compute_ms / 1e3 : 1.25 * bytes / h2d;
-  auto backward = [&](double compute, double* waited) -> double {
+  // Reads the newest `n` steps in reverse; returns the pass's time, or -1.
+  auto backward = [&](double compute, uint64_t n, double* waited) -> double {
     *waited = 0;
+    uint64_t stop = steps - n;
     auto b0 = Clock::now();
     auto first = c.FetchDeviceAsync(run->run_id, steps - 1, d[(steps - 1) % 2], bytes, stream);
     if (!first.ok()) return fail("fetch", first.status()), -1.0;
     snapd::FetchHandle current = *first;
-    for (uint64_t t = steps; t-- > 0;) {
+    for (uint64_t t = steps; t-- > stop;) {
       auto w0 = Clock::now();
       if (auto s = current.Wait(); !s.ok()) return fail("fetch", s), -1.0;
       *waited += Seconds(w0, Clock::now());
-      if (t > 0) {
+      if (t > stop) {
         auto f = c.FetchDeviceAsync(run->run_id, t - 1, d[(t - 1) % 2], bytes, stream);
         if (!f.ok()) return fail("fetch", f.status()), -1.0;
         current = *f;
@@ -116,12 +146,26 @@ int DeviceBench(snapd::Client& c, uint64_t steps, uint64_t bytes, double compute
     return Seconds(b0, Clock::now());
   };
   double waited = 0;
-  double bare = backward(0, &waited);
+  double bare = backward(0, steps, &waited);
   if (bare < 0) return 1;
   double fetch_rate = steps * bytes / bare;
-  double with_compute = backward(compute_s, &waited);
+  double with_compute = backward(compute_s, steps, &waited);
   if (with_compute < 0) return 1;
   double stall = waited / with_compute;
+  std::vector<std::pair<uint64_t, double>> stalls;  // (steps, stall) over the newest steps
+  for (uint64_t n : {16, 64, 256}) {
+    if (n >= steps) break;
+    double pass = backward(compute_s, n, &waited);
+    if (pass < 0) return 1;
+    stalls.emplace_back(n, waited / pass);
+  }
+  stalls.emplace_back(steps, stall);
+  uint64_t host_tier = 0;
+  if (auto tiers = c.Tiers(); tiers.ok()) {
+    for (const snapd::TierInfo& t : *tiers) {
+      if (t.tier == snapd::Tier::kHost) host_tier = t.budget_bytes;
+    }
+  }
   snapd::Status deleted = c.DeleteRun("snapbench-device");
   (void)deleted;
   for (auto& p : d) cudaFree(p);
@@ -130,13 +174,23 @@ int DeviceBench(snapd::Client& c, uint64_t steps, uint64_t bytes, double compute
   auto gbs = [](double r) { return r / 1e9; };
   const char* path = c.data_path() == snapd::DataPath::kMappedHostTier ? "mapped" : "ucx";
   if (json) {
+    std::string by_steps;
+    for (auto [n, f] : stalls) {
+      by_steps += (by_steps.empty() ? "" : ", ") + std::string("\"") + std::to_string(n) +
+                  "\": " + std::to_string(f);
+    }
     std::printf("{\"gpu\": \"%s\", \"steps\": %llu, \"bytes\": %llu, \"data_path\": \"%s\",\n"
-                " \"d2h_gbs\": %.3f, \"h2d_gbs\": %.3f, \"push_gbs\": %.3f, \"fetch_gbs\": %.3f,\n"
-                " \"push_vs_d2h\": %.3f, \"fetch_vs_h2d\": %.3f, \"compute_ms\": %.3f,"
-                " \"backward_stall\": %.4f}\n",
+                " \"host_tier_bytes\": %llu, \"d2h_gbs\": %.3f, \"h2d_gbs\": %.3f,"
+                " \"push_gbs\": %.3f, \"fetch_gbs\": %.3f,\n"
+                " \"push_vs_d2h\": %.3f, \"fetch_vs_h2d\": %.3f, \"first_push_ms\": %.3f,"
+                " \"steady_push_ms\": %.3f, \"first_vs_steady\": %.2f,\n"
+                " \"compute_ms\": %.3f, \"backward_stall\": %.4f,"
+                " \"backward_stall_by_steps\": {%s}}\n",
                 gpu.description.c_str(), (unsigned long long)steps, (unsigned long long)bytes,
-                path, gbs(d2h), gbs(h2d), gbs(push_rate), gbs(fetch_rate), push_rate / d2h,
-                fetch_rate / h2d, compute_s * 1e3, stall);
+                path, (unsigned long long)host_tier, gbs(d2h), gbs(h2d), gbs(push_rate),
+                gbs(fetch_rate), push_rate / d2h, fetch_rate / h2d, first_push * 1e3,
+                steady_push * 1e3, first_push / steady_push, compute_s * 1e3, stall,
+                by_steps.c_str());
   } else {
     std::printf("snapbench --device: %s; %llu steps x %s, data path %s\n",
                 gpu.description.c_str(), (unsigned long long)steps,
@@ -147,8 +201,14 @@ int DeviceBench(snapd::Client& c, uint64_t steps, uint64_t bytes, double compute
                 push_rate / d2h);
     std::printf("%-28s %8.2f %8s\n", "pinned cudaMemcpy H2D", gbs(h2d), "1.00");
     std::printf("%-28s %8.2f %8.2f\n", "snapd device fetch", gbs(fetch_rate), fetch_rate / h2d);
-    std::printf("backward with %.2f ms compute per step: the solver waited %.1f %% of the pass\n",
-                compute_s * 1e3, 100 * stall);
+    std::printf("host tier %s; first push %.2f ms (call to stored), a steady push %.2f ms: %.2fx\n",
+                snapd::FormatBytes(host_tier).c_str(), first_push * 1e3, steady_push * 1e3,
+                first_push / steady_push);
+    for (auto [n, f] : stalls) {
+      std::printf("backward over the newest %llu steps, %.2f ms compute per step: the solver "
+                  "waited %.1f %% of the pass\n",
+                  (unsigned long long)n, compute_s * 1e3, 100 * f);
+    }
   }
   return 0;
 }

@@ -95,8 +95,11 @@ TEST_P(DeviceTest, ACheckedRunRefusesADeviceNaN) {
 TEST_P(DeviceTest, ThreeTiersKeepTheNewestStepsClosestToTheSolver) {
   constexpr size_t kBytes = (1 << 20) + 64;
   constexpr uint64_t kSteps = 24, kPoolSteps = 6;
-  std::string spool = dir_.path() + "/spool3";
-  auto d = DaemonProcess::Start({dir_.path() + "/three", "8M",
+  // A daemon of its own beside the fixture's, in a directory of its own (one that exists).
+  TempDir three;
+  ASSERT_FALSE(three.path().empty());
+  std::string spool = three.path() + "/spool";
+  auto d = DaemonProcess::Start({three.path(), "8M",
                                  {"--spool-dirs", spool, "--disk-mem", "256M"}, {}});
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   ClientOptions options;
