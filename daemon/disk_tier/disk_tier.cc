@@ -157,7 +157,7 @@ std::string DiskTier::Path(uint32_t spool, uint64_t run_id, const std::string& n
   return spools_[spool]->dir + "/run-" + std::to_string(run_id) + "/" + name;
 }
 
-Result<uint32_t> DiskTier::Reserve(uint64_t raw) {
+Result<DiskTier::Space> DiskTier::Reserve(uint64_t raw) {
   uint64_t bytes = FileBytes(raw);
   MutexLock lock(mu_);
   uint32_t best = 0;
@@ -175,23 +175,18 @@ Result<uint32_t> DiskTier::Reserve(uint64_t raw) {
                                      " in use; delete finished runs or raise disk_mem");
   }
   spools_[best]->used += bytes;
-  return best;
+  return Space{best, bytes};
 }
 
-void DiskTier::Unreserve(uint32_t spool, uint64_t raw) {
+void DiskTier::Unaccount(uint32_t spool, uint64_t bytes) {
   MutexLock lock(mu_);
-  spools_[spool]->used -= FileBytes(raw);
+  spools_[spool]->used -= bytes;
 }
 
 std::vector<std::string> DiskTier::spool_dirs() const {
   std::vector<std::string> dirs;
   for (const auto& s : spools_) dirs.push_back(s->dir);
   return dirs;
-}
-
-void DiskTier::Shrink(uint32_t spool, uint64_t from, uint64_t to) {
-  MutexLock lock(mu_);
-  spools_[spool]->used -= FileBytes(from) - FileBytes(to);
 }
 
 uint64_t DiskTier::used() const {
@@ -236,14 +231,22 @@ int DiskTier::OpenFile(Spool& spool, const std::string& path, int flags) {
   return io_->Open(path.c_str(), flags | O_CLOEXEC, 0600);
 }
 
-Status DiskTier::Write(uint32_t spool_index, uint64_t run_id, const std::string& name,
+Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& name,
                        const void* data, uint64_t raw) {
-  Spool& spool = *spools_[spool_index];
+  Spool& spool = *spools_[space.spool];
+  uint64_t bytes = FileBytes(raw);
+  // The file keeps what it takes of the reservation; the rest returns now, and all of it if
+  // the write fails.
+  if (space.bytes > bytes) Unaccount(space.spool, space.bytes - bytes);
+  const uint64_t kept = std::min(space.bytes, bytes);
   std::string dir = spool.dir + "/run-" + std::to_string(run_id);
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return IoError("mkdir", dir, errno);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    Status failed = IoError("mkdir", dir, errno);
+    Unaccount(space.spool, kept);
+    return failed;
+  }
   std::string path = dir + "/" + name;
   std::string tmp = path + ".tmp";
-  uint64_t bytes = FileBytes(raw);
   BeginIo(/*write=*/true);
   Status status = [&]() -> Status {
     Fd fd(io_, OpenFile(spool, tmp, O_WRONLY | O_CREAT | O_TRUNC));
@@ -267,6 +270,7 @@ Status DiskTier::Write(uint32_t spool_index, uint64_t run_id, const std::string&
   if (!status.ok()) {
     io_->Unlink(tmp.c_str());
     io_->Unlink(path.c_str());
+    Unaccount(space.spool, kept);
   }
   return status;
 }
@@ -307,7 +311,7 @@ void DiskTier::Remove(uint32_t spool, uint64_t run_id, const std::string& name, 
   if (io_->Unlink(path.c_str()) != 0 && errno != ENOENT) {
     SNAPD_LOG_WARN("removing %s: %s", path.c_str(), std::strerror(errno));
   }
-  Unreserve(spool, raw);
+  Unaccount(spool, FileBytes(raw));
 }
 
 Status DiskTier::Adopt(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw) {

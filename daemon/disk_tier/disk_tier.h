@@ -47,24 +47,31 @@ class DiskTier {
 
   static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
 
-  // Accounts FileBytes(raw) in the spool with the most room and returns its index.
-  // RESOURCE_EXHAUSTED, naming use and budget, when no spool has room.
+  // Room for one file in one spool, taken by Reserve and handed to Write.
+  struct Space {
+    uint32_t spool = 0;
+    uint64_t bytes = 0;  // FileBytes of what may be written
+  };
+  // Accounts FileBytes(raw) in the spool with the most room. RESOURCE_EXHAUSTED, naming use
+  // and budget, when no spool has room.
   // (Here and below, `raw` is what the file holds before padding: a snapshot's stored bytes.)
-  Result<uint32_t> Reserve(uint64_t raw) SNAPD_EXCLUDES(mu_);
-  void Unreserve(uint32_t spool, uint64_t raw) SNAPD_EXCLUDES(mu_);
-  // A reservation of `from` bytes becomes one of `to` <= `from` (compression shrank it).
-  void Shrink(uint32_t spool, uint64_t from, uint64_t to) SNAPD_EXCLUDES(mu_);
+  // The tier is the one owner of its accounting: a reservation ends in Write (which keeps what
+  // the file takes) and a file in Remove; Adopt accounts a file found at start.
+  Result<Space> Reserve(uint64_t raw) SNAPD_EXCLUDES(mu_);
 
   // Writes FileBytes(raw) bytes from `data` (readable that far, 4 KiB-aligned for O_DIRECT)
-  // durably under `name`. On failure nothing is left under `name` or `name.tmp`; a full
-  // filesystem is RESOURCE_EXHAUSTED.
-  Status Write(uint32_t spool, uint64_t run_id, const std::string& name, const void* data,
-               uint64_t raw);
+  // durably under `name`, in the room `space` reserved (raw may be less than was reserved: a
+  // compressed copy; the rest returns to the budget). On failure nothing is left under `name`
+  // or `name.tmp` and all of `space` returns to the budget; a full filesystem is
+  // RESOURCE_EXHAUSTED.
+  Status Write(const Space& space, uint64_t run_id, const std::string& name, const void* data,
+               uint64_t raw) SNAPD_EXCLUDES(mu_);
   // Reads the file into `data` (writable for FileBytes(raw) bytes). DATA_LOSS if the file is
   // missing or shorter than recorded.
   Status Read(uint32_t spool, uint64_t run_id, const std::string& name, void* data, uint64_t raw);
   // Unlinks the file and returns its bytes to the budget.
-  void Remove(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw);
+  void Remove(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw)
+      SNAPD_EXCLUDES(mu_);
 
   // Recovery. Adopt: the file a catalog record names is present and complete; accounts it.
   Status Adopt(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw)
@@ -95,6 +102,8 @@ class DiskTier {
     int64_t since_ns = 0;
   };
   DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget, SpoolIo* io);
+  // Returns `bytes` of what the spool has accounted to its budget.
+  void Unaccount(uint32_t spool, uint64_t bytes) SNAPD_EXCLUDES(mu_);
   std::string Path(uint32_t spool, uint64_t run_id, const std::string& name) const;
   void BeginIo(bool write) SNAPD_EXCLUDES(mu_);
   void EndIo(bool write, uint64_t bytes) SNAPD_EXCLUDES(mu_);

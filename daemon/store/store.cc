@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
-#include "snapd/checksum.h"
 #include "log.h"
-#include "placement/placement.h"
 #include "snapd/units.h"
+#include "tiering/placement.h"
+#include "tiering/snapshot_io.h"
 
 namespace snapd {
 namespace {
@@ -50,10 +50,6 @@ std::string SpecDifference(const v1::RunSpec& a, const v1::RunSpec& b) {
 }
 
 }  // namespace
-
-std::string StepName(const v1::RunRecord& run, uint64_t step) {
-  return "step " + std::to_string(step) + " of run '" + run.spec().name() + "'";
-}
 
 uint64_t DtypeBytes(v1::Dtype dtype) {
   switch (dtype) {
@@ -148,21 +144,17 @@ Status ValidateRunSpec(const v1::RunSpec& spec) {
 }
 
 Store::Store(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOptions& options)
-    : catalog_(catalog), host_(host), disk_(disk), options_(options) {}
+    : Tiering(catalog, host, disk, options) {}
 
 Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, DiskTier* disk,
                                            const StoreOptions& options) {
   std::unique_ptr<Store> store(new Store(catalog, host, disk, options));
   SNAPD_RETURN_IF_ERROR(store->Load());
   Store* s = store.get();
-  {
-    MutexLock lock(s->waker_->mu);
-    s->waker_->store = s;
-  }
   s->compress_ = std::make_unique<compress::CompressPool>(options.compress_threads);
   s->io_ = std::make_unique<IoPool>(std::max(1, options.io_threads));
-  s->checksum_thread_ = std::thread([s] { s->ChecksumLoop(); });
-  s->tiering_thread_ = std::thread([s] { s->TieringLoop(); });
+  s->StartChecksums();
+  s->StartTiering();
   {
     MutexLock lock(s->mu_);
     for (auto& [id, run] : s->runs_) {
@@ -179,34 +171,23 @@ Store::~Store() {
     MutexLock lock(mu_);
     stopping_ = true;
   }
-  {
-    MutexLock lock(wake_mu_);
-    wake_stop_ = true;
-  }
-  wake_cv_.NotifyAll();
-  checksum_cv_.NotifyAll();
-  if (tiering_thread_.joinable()) tiering_thread_.join();
-  if (checksum_thread_.joinable()) checksum_thread_.join();
+  StopWaking();
+  StopTiering();
+  StopChecksums();
   io_.reset();  // finishes the I/O already queued; completions still find the index intact
-  {
-    MutexLock lock(waker_->mu);
-    waker_->store = nullptr;  // blocks released from now on wake nobody
-  }
+  DetachWaker();  // blocks released from now on wake nobody
   // Whoever still waits gets an answer.
   Deferred deferred;
   {
     MutexLock lock(mu_);
     Status down = Status::Unavailable("snapd is shutting down");
-    for (auto& p : parked_pushes_) deferred.push_back([l = std::move(p.later), down] { l(down); });
-    parked_pushes_.clear();
+    AnswerWaiting(down, deferred);
     for (auto& [id, run] : runs_) {
       for (auto& [step, snap] : run.snapshots) {
         for (auto& w : snap.waiters) deferred.push_back([l = std::move(w), down] { l(down); });
         snap.waiters.clear();
       }
     }
-    for (auto& d : drains_) deferred.push_back([l = std::move(d.done), down] { l(down); });
-    drains_.clear();
   }
   for (auto& f : deferred) f();
 }
@@ -266,18 +247,6 @@ Status Store::Load() {
                    static_cast<unsigned long long>(recovered));
   }
   return Status::Ok();
-}
-
-void Store::MarkLost(Run& run, Snapshot& snap, const std::string& why) {
-  v1::SnapshotRecord& r = snap.record;
-  if (!why.empty()) SNAPD_LOG_ERROR("%s is lost: %s", StepName(run.record, r.step()).c_str(),
-                                    why.c_str());
-  run.stored_bytes -= r.stored_bytes();
-  r.set_tier(v1::TIER_LOST);
-  r.set_stored_bytes(0);
-  snap.block.reset();
-  Status s = catalog_->PutSnapshot(r);
-  if (!s.ok()) SNAPD_LOG_ERROR("recording a lost snapshot: %s", s.ToString().c_str());
 }
 
 static Status RunNotFound(const std::string& name) {
@@ -358,24 +327,6 @@ Store::Usage Store::UsageOf(uint32_t uid) const {
 Store::Usage Store::TenantUsage(uint32_t uid) const {
   MutexLock lock(mu_);
   return UsageOf(uid);
-}
-
-Store::Snapshot* Store::FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) {
-  auto run = runs_.find(run_id);
-  if (run == runs_.end()) return nullptr;
-  auto snap = run->second.snapshots.find(step);
-  if (snap == run->second.snapshots.end() || snap->second.generation != generation) {
-    return nullptr;
-  }
-  return &snap->second;
-}
-
-std::pair<Store::Run*, Store::Snapshot*> Store::FindSnapshot(const Key& key) {
-  auto run = runs_.find(key.first);
-  if (run == runs_.end()) return {nullptr, nullptr};
-  auto snap = run->second.snapshots.find(key.second);
-  if (snap == run->second.snapshots.end()) return {nullptr, nullptr};
-  return {&run->second, &snap->second};
 }
 
 Result<uint64_t> Store::RunId(const std::string& name, const Tenant& who) const {
@@ -480,11 +431,6 @@ uint64_t Store::PinnedHostBytesOf(uint32_t uid) const {
     }
   }
   return pinned;
-}
-
-uint64_t Store::BlockBytes(const Run& run) const {
-  uint64_t b = run.record.spec().bytes_per_step();
-  return (b + HostTier::kAlignment - 1) / HostTier::kAlignment * HostTier::kAlignment;
 }
 
 Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_uid, bool* created,
@@ -600,7 +546,7 @@ Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
                            Status::NotFound(StepName(run.record, it->first) +
                                             " was deleted while being read"),
                            deferred);
-  if (it->second.record.tier() == v1::TIER_DISK) disk_full_ = false;
+  if (it->second.record.tier() == v1::TIER_DISK) DiskRoomFreed();
   run.stored_bytes -= it->second.record.stored_bytes();
   run.snapshots.erase(it);  // an in-flight fetch keeps the block until it completes
   // Waiters of a deleted snapshot are answered from an I/O thread, never under mu_.
@@ -627,7 +573,7 @@ Result<uint64_t> Store::DeleteRunLocked(Run* run) {
     ReleaseSnapshotResources(disk_, io_.get(), id, snap.record, std::move(snap.waiters), why,
                              deferred);
   }
-  disk_full_ = false;
+  DiskRoomFreed();
   by_name_.erase({run->record.owner_uid(), name});
   runs_.erase(id);  // blocks still held by in-flight fetches are freed when those complete
   if (!deferred.empty()) {
@@ -835,22 +781,7 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
           "); fetch or delete steps, or use layers with Disk");
     }
   }
-  auto block = parked_pushes_.empty() ? AllocateHost(bytes)
-                                      : Status::ResourceExhausted("earlier pushes are waiting");
-  if (block.ok()) {
-    run->in_flight.insert(step);
-    return std::optional<PushTicket>(PushTicket{run_id, step, std::move(block).value()});
-  }
-  // Room comes from demotion to disk, from compressions in flight, from compacting the host
-  // tier, or (blocking runs) from deletes and consumed steps.
-  bool fragmented = host_->budget() - host_->used() >= bytes;  // compaction may make room
-  if (!disk_ && !r.spec().block_when_full() && ingests_in_flight_ == 0 && !fragmented) {
-    return block.status();
-  }
-  run->in_flight.insert(step);
-  parked_pushes_.push_back(ParkedPush{run_id, step, bytes, std::move(later)});
-  Wake();
-  return std::optional<PushTicket>();
+  return AdmitPush(*run, step, bytes, later);
 }
 
 Status Store::CommitPush(const PushTicket& t) {
@@ -880,10 +811,9 @@ Status Store::CommitPush(const PushTicket& t) {
   run.released.erase(t.step);
   run.stored_bytes += raw;
   if (CompressesAtIngest(run.record.spec())) {
-    StartIngestCompression(run, snap);  // takes the checksum itself, before compressing
+    StartIngestCompression(run, snap);  // asks for the checksum itself, before compressing
   } else {
-    checksum_queue_.push_back({t.run_id, t.step, snap.generation, raw, t.block});
-    checksum_cv_.NotifyOne();
+    QueueChecksum(t.run_id, snap, raw);
   }
   if (DemotionWanted(run, snap)) Wake();
   return Status::Ok();
@@ -921,35 +851,7 @@ Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, u
                             " was lost: it was in host memory when snapd restarted, or its "
                             "disk copy failed verification");
   }
-  if (backward) {
-    int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count();
-    if (run->last_fetch_ns && step < run->last_fetch_step) {
-      double dt = static_cast<double>(now - run->last_fetch_ns) /
-                  static_cast<double>(run->last_fetch_step - step);
-      run->pace_ns = run->pace_ns > 0 ? 0.7 * run->pace_ns + 0.3 * dt : dt;
-    }
-    run->last_fetch_ns = now;
-    run->last_fetch_step = step;
-    run->prefetch_from = step;
-  }
-  std::optional<FetchGrant> grant;
-  if (snap.block && !HoldsCompressed(snap)) {
-    if (snap.record.tier() == v1::TIER_DISK) ++counters_.prefetch_hits;
-    grant = FetchGrant{snap.block, snap.generation};
-  } else {
-    // On disk only, or compressed in host memory: answer once the read (or decode) lands; it
-    // goes before any read-ahead.
-    ++counters_.demand_reads;
-    snap.waiters.push_back(std::move(later));
-    if (!snap.reading && !StartRead(*run, snap, /*urgent=*/true)) {
-      parked_reads_.insert({run_id, step});
-      Wake();
-    }
-  }
-  if (backward && parked_reads_.empty() && parked_pushes_.empty()) SchedulePrefetch(*run);
-  return grant;
+  return AdmitFetch(*run, snap, backward, later);
 }
 
 void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
@@ -972,37 +874,16 @@ Result<uint64_t> Store::Prefetch(const std::string& name, const std::vector<uint
                                  const Tenant& who) {
   MutexLock lock(mu_);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
-  uint64_t started = 0;
-  for (uint64_t step : steps) {
-    auto it = run->snapshots.find(step);
-    if (it == run->snapshots.end()) continue;
-    Snapshot& snap = it->second;
-    if (snap.record.tier() != v1::TIER_DISK || snap.block || snap.reading) continue;
-    if (!StartRead(*run, snap, /*urgent=*/false)) break;  // no host room left
-    ++started;
-  }
-  return started;
+  return PrefetchSteps(*run, steps);
 }
 
-void Store::Drain(std::function<void(Result<DrainResult>)> done) {
-  {
-    MutexLock lock(mu_);
-    if (disk_) {
-      drains_.push_back(DrainWaiter{std::move(done), {}});
-      Wake();
-      return;
-    }
-  }
-  done(Status::FailedPrecondition(
-      "snapd runs without a disk tier (spool_dirs = none): there is nowhere to drain to"));
-}
+void Store::Drain(std::function<void(Result<DrainResult>)> done) { StartDrain(std::move(done)); }
 
 StoreCounters Store::Counters() const {
   MutexLock lock(mu_);
   StoreCounters c = counters_;
   c.runs = runs_.size();
-  c.refused_pushes = refused_pushes_;
-  c.compactions = compactions_;
+  AddTieringCounters(c);
   for (const auto& [id, run] : runs_) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.block) ++c.host_snapshots;
@@ -1014,54 +895,6 @@ StoreCounters Store::Counters() const {
     }
   }
   return c;
-}
-
-void Store::WaitChecksumsIdle() {
-  MutexLock lock(mu_);
-  checksum_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) {
-    return checksum_queue_.empty() && !checksum_busy_;
-  });
-}
-
-void Store::ChecksumLoop() {
-  MutexLock lock(mu_);
-  for (;;) {
-    checksum_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) {
-      return stopping_ || !checksum_queue_.empty();
-    });
-    if (stopping_) return;
-    ChecksumJob job = std::move(checksum_queue_.front());
-    checksum_queue_.pop_front();
-    if (Moot(job)) {
-      job.block.reset();
-      checksum_cv_.NotifyAll();
-      continue;
-    }
-    checksum_busy_ = true;
-    checksum_current_ = {job.run_id, job.step, job.generation, job.bytes, nullptr};
-    lock.Unlock();
-    uint64_t sum = Checksum(job.block->data(), job.bytes);
-    job.block.reset();
-    lock.Lock();
-    checksum_busy_ = false;
-    // Record it only if this copy of the step is still stored and still unrecorded (a
-    // demotion records the checksum itself if it gets there first).
-    Snapshot* snap = FindSnapshot(job.run_id, job.step, job.generation);
-    if (snap && snap->record.checksum_state() == v1::CHECKSUM_PENDING &&
-        snap->record.tier() != v1::TIER_LOST) {
-      v1::SnapshotRecord updated = snap->record;
-      updated.set_checksum(sum);
-      updated.set_checksum_state(v1::CHECKSUM_RECORDED);
-      Status s = catalog_->PutSnapshot(updated);
-      if (s.ok()) {
-        snap->record = std::move(updated);
-      } else {
-        SNAPD_LOG_ERROR("recording checksum: %s", s.ToString().c_str());
-      }
-    }
-    checksum_cv_.NotifyAll();
-    Wake();  // tiering holds back while checksums are pending (see FreeHostRoom)
-  }
 }
 
 }  // namespace snapd

@@ -43,16 +43,16 @@ TEST_F(DiskTierTest, WritesAndReadsBackAnUnalignedSnapshot) {
   constexpr uint64_t kRaw = 10000;
   AlignedBuffer out(kRaw), in(kRaw);
   for (uint64_t i = 0; i < kRaw; ++i) out.data.get()[i] = static_cast<char>(i * 7);
-  auto spool = disk->Reserve(kRaw);
-  ASSERT_TRUE(spool.ok());
+  auto space = disk->Reserve(kRaw);
+  ASSERT_TRUE(space.ok());
   EXPECT_EQ(disk->used(), DiskTier::FileBytes(kRaw));
-  ASSERT_TRUE(disk->Write(*spool, 3, "step-1", out.data.get(), kRaw).ok());
-  ASSERT_TRUE(disk->Read(*spool, 3, "step-1", in.data.get(), kRaw).ok());
+  ASSERT_TRUE(disk->Write(*space, 3, "step-1", out.data.get(), kRaw).ok());
+  ASSERT_TRUE(disk->Read(space->spool, 3, "step-1", in.data.get(), kRaw).ok());
   EXPECT_EQ(0, std::memcmp(out.data.get(), in.data.get(), kRaw));
   EXPECT_EQ(disk->writes().bytes, DiskTier::FileBytes(kRaw));
-  disk->Remove(*spool, 3, "step-1", kRaw);
+  disk->Remove(space->spool, 3, "step-1", kRaw);
   EXPECT_EQ(disk->used(), 0u);
-  Status gone = disk->Read(*spool, 3, "step-1", in.data.get(), kRaw);
+  Status gone = disk->Read(space->spool, 3, "step-1", in.data.get(), kRaw);
   EXPECT_EQ(gone.code(), Code::kDataLoss) << gone.ToString();
 }
 
@@ -145,14 +145,30 @@ TEST_F(DiskTierTest, TheBudgetCannotBeExceededAndTheErrorSaysSo) {
   EXPECT_NE(full.message().find("16.0 KiB of 16.0 KiB"), std::string::npos) << full.ToString();
 }
 
+TEST_F(DiskTierTest, AWriteKeepsWhatTheFileTakesOfItsReservation) {
+  auto disk = Open(1 << 20);
+  constexpr uint64_t kReserved = 5 * DiskTier::kAlignment, kWritten = 3000;  // compressed
+  AlignedBuffer out(kWritten);
+  std::memset(out.data.get(), 3, kWritten);
+  auto space = disk->Reserve(kReserved);
+  ASSERT_TRUE(space.ok());
+  EXPECT_EQ(disk->used(), kReserved);
+  ASSERT_TRUE(disk->Write(*space, 3, "step-1", out.data.get(), kWritten).ok());
+  EXPECT_EQ(disk->used(), DiskTier::FileBytes(kWritten));
+  disk->Remove(space->spool, 3, "step-1", kWritten);
+  EXPECT_EQ(disk->used(), 0u);
+}
+
 TEST_F(DiskTierTest, RecoveryAdoptsCompleteFilesAndRemovesTheRest) {
   constexpr uint64_t kRaw = 8192;
   AlignedBuffer buf(kRaw);
   std::memset(buf.data.get(), 1, kRaw);
   {
-    auto disk = Open(1 << 20);
+    auto a_only = std::move(DiskTier::Open({{dir_ + "/a"}, 1 << 20, 0.7}).value());
     for (const char* name : {"kept", "orphan", "short"}) {
-      ASSERT_TRUE(disk->Write(0, 9, name, buf.data.get(), kRaw).ok());
+      auto space = a_only->Reserve(kRaw);
+      ASSERT_TRUE(space.ok());
+      ASSERT_TRUE(a_only->Write(*space, 9, name, buf.data.get(), kRaw).ok());
     }
   }
   std::ofstream(dir_ + "/a/run-9/interrupted.tmp") << "partial";
@@ -190,7 +206,8 @@ class DiskFaultTest : public ::testing::Test {
     for (uint64_t i = 0; i < kRaw; ++i) out_.data.get()[i] = static_cast<char>(i * 13 + 5);
   }
   Status WriteStep(const std::string& name) {
-    return disk_->Write(0, 7, name, out_.data.get(), kRaw);
+    SNAPD_ASSIGN_OR_RETURN(DiskTier::Space space, disk_->Reserve(kRaw));
+    return disk_->Write(space, 7, name, out_.data.get(), kRaw);
   }
   // The snapshot reads back exactly what was written.
   void ExpectReadsBackExact(const std::string& name) {
@@ -231,6 +248,7 @@ TEST_F(DiskFaultTest, EnospcPartWayThroughASpillIsADiskFullError) {
   EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.ToString();
   ExpectNoFile("step-2");
   EXPECT_EQ(disk_->writes().bytes, 0u);  // a failed write moved nothing that counts
+  EXPECT_EQ(disk_->used(), 0u);          // and its reservation went back to the budget
 }
 
 TEST_F(DiskFaultTest, ShortWritesAreContinuedUntilEveryByteIsOnDisk) {

@@ -3,15 +3,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
+#include <mutex>
+#include <thread>
 
-#include "snapd/checksum.h"
 #include "faulty_spool_io.h"
-#include "placement/placement.h"
+#include "snapd/checksum.h"
 #include "temp_dir.h"
+#include "tiering/placement.h"
 
 namespace snapd {
 namespace {
@@ -59,6 +63,7 @@ class StoreTest : public ::testing::Test {
     StoreOptions options;
     options.epoch = catalog_->BeginEpoch().value();
     options.tenant_host_share = host_share_;
+    options.on_hash = on_hash_;
     store_ = std::move(Store::Open(catalog_.get(), tier_.get(), disk_.get(), options).value());
   }
   uint64_t OpenRun(const std::string& name, uint64_t steps, uint64_t bytes,
@@ -123,6 +128,7 @@ class StoreTest : public ::testing::Test {
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<DiskTier> disk_;
   double host_share_ = 1.0;  // StoreOptions.tenant_host_share for Open()
+  std::function<void(const void*, uint64_t)> on_hash_;  // StoreOptions.on_hash for Open()
   std::unique_ptr<Store> store_;
 };
 
@@ -413,6 +419,86 @@ TEST_F(StoreTest, APrefetchHintReadsDiskStepsIntoHostMemory) {
   ASSERT_TRUE(FetchExact(id, 2, kStep).ok());
   EXPECT_EQ(store_->Counters().prefetch_hits, 1u);
   EXPECT_EQ(store_->Prefetch("nope", {1}).status().code(), Code::kNotFound);
+}
+
+// Which steps the store hashed, by their first byte (Pattern(step, 0)); the first hash of
+// `held_step` blocks until Release.
+struct HashLog {
+  explicit HashLog(uint64_t held_step) : held(Pattern(held_step, 0)) {}
+  void OnHash(const void* data, uint64_t) {
+    char first = *static_cast<const char*>(data);
+    std::shared_future<void> wait;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (++counts[first] == 1 && first == held) {
+        entered.set_value();
+        wait = released;
+      } else if (first != held) {
+        other.notify_all();
+      }
+    }
+    if (wait.valid()) wait.wait();
+  }
+  int Count(uint64_t step) {
+    std::lock_guard<std::mutex> lock(mu);
+    return counts[Pattern(step, 0)];
+  }
+  // Waits until `step` was hashed at least once.
+  bool WaitHashed(uint64_t step) {
+    std::unique_lock<std::mutex> lock(mu);
+    return other.wait_for(lock, std::chrono::seconds(10),
+                          [&] { return counts[Pattern(step, 0)] > 0; });
+  }
+  const char held;
+  std::mutex mu;
+  std::map<char, int> counts;
+  std::condition_variable other;
+  std::promise<void> entered;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+};
+
+// A demotion asks the checksum owner for the step's checksum: one being computed by the checksum
+// thread is waited for, one still queued is computed once by the demotion and the queued job
+// dropped. Each block is hashed once; the reads back verify through the same owner.
+TEST_F(StoreTest, ADemotionNeverHashesAStepTheChecksumThreadHashesOrHasQueued) {
+  auto log = std::make_shared<HashLog>(/*held_step=*/0);
+  on_hash_ = [log](const void* data, uint64_t bytes) { log->OnHash(data, bytes); };
+  Open();
+  constexpr uint64_t kStep = 16 << 10;
+  uint64_t id = OpenRun("r", 0, kStep);  // N unknown: both steps stay in host memory
+  ASSERT_TRUE(Push(id, 0, kStep).ok());
+  auto entered = log->entered.get_future();
+  ASSERT_EQ(entered.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  // The checksum thread is hashing step 0 now; step 1's checksum waits in its queue.
+  ASSERT_TRUE(Push(id, 1, kStep).ok());
+  std::promise<Result<Store::DrainResult>> drained;
+  store_->Drain([&](Result<Store::DrainResult> r) { drained.set_value(r); });
+  // Step 1's demotion takes its queued checksum and computes it; step 0's waits.
+  ASSERT_TRUE(log->WaitHashed(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  log->release.set_value();
+  auto done = drained.get_future();
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  Result<Store::DrainResult> r = done.get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->moved, 2u);
+  store_->WaitChecksumsIdle();
+  EXPECT_EQ(log->Count(0), 1);
+  EXPECT_EQ(log->Count(1), 1);
+  EXPECT_EQ(store_->hashes(), 2u);
+  std::vector<char> bytes(kStep);
+  for (uint64_t step : {0, 1}) {
+    for (size_t i = 0; i < kStep; ++i) bytes[i] = Pattern(step, i);
+    auto where = store_->Locate("r", step);
+    ASSERT_TRUE(where.ok());
+    EXPECT_TRUE(where->on_disk());
+    EXPECT_EQ(where->checksum_state(), v1::CHECKSUM_RECORDED);
+    EXPECT_EQ(where->checksum(), Checksum(bytes.data(), kStep)) << "step " << step;
+  }
+  ASSERT_TRUE(FetchExact(id, 0, kStep).ok());
+  ASSERT_TRUE(FetchExact(id, 1, kStep).ok());
+  EXPECT_EQ(store_->hashes(), 4u);  // each read from disk verified once
 }
 
 // A smooth float32 field, as a wavefield is: what zfp is for.

@@ -1,5 +1,5 @@
 // The placement policy: which tier each snapshot belongs in, and how far ahead the backward
-// pass is prefetched. Pure functions; the store applies them (store/tiering.cc).
+// pass is prefetched. Pure functions; the tiering owner applies them (tiering/tiering.h).
 //
 // Reverse-order rule: the backward pass reads step N-1 first, so the newest steps stay in host
 // memory and the oldest go to disk. With N declared, steps [0, j) go to disk and [j, N) stay in

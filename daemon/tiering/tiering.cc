@@ -1,18 +1,13 @@
-// Tiering: the store's moves between host memory and disk (see store.h and
-// placement/placement.h for the policy). One thread runs Rebalance whenever something changed
-// (a commit, a freed host block, a finished I/O); the I/O itself runs on the IoPool, and its
-// completions update the index under the store's mutex.
+#include "tiering/tiering.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 
-#include "snapd/checksum.h"
 #include "log.h"
-#include "placement/placement.h"
-#include "store/snapshot_io.h"
-#include "store/store.h"
 #include "snapd/units.h"
+#include "tiering/placement.h"
 
 namespace snapd {
 namespace {
@@ -29,35 +24,28 @@ std::string StepLabel(uint64_t run_id, uint64_t step) {
 
 }  // namespace
 
-Result<std::shared_ptr<HostBlock>> Store::AllocateHost(uint64_t bytes, bool from_top) {
-  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block, host_->Allocate(bytes, from_top));
-  return std::shared_ptr<HostBlock>(block.release(), [waker = waker_](HostBlock* b) {
-    delete b;  // the room is the tier's again
-    waker->Wake();
-  });
+void Tiering::StartTiering() {
+  tiering_thread_ = std::thread([this] { TieringLoop(); });
 }
 
-void Store::Waker::Wake() {
-  MutexLock lock(mu);
-  if (store) store->Wake();
+void Tiering::StopTiering() {
+  if (tiering_thread_.joinable()) tiering_thread_.join();
 }
 
-void Store::Wake() {
-  {
-    MutexLock lock(wake_mu_);
-    wake_ = true;
-  }
-  wake_cv_.NotifyOne();
+void Tiering::AnswerWaiting(const Status& down, Deferred& deferred) {
+  for (auto& p : parked_pushes_) deferred.push_back([l = std::move(p.later), down] { l(down); });
+  parked_pushes_.clear();
+  for (auto& d : drains_) deferred.push_back([l = std::move(d.done), down] { l(down); });
+  drains_.clear();
 }
 
-void Store::TieringLoop() {
-  for (;;) {
-    {
-      MutexLock lock(wake_mu_);
-      wake_cv_.Wait(wake_mu_, [&]() SNAPD_REQUIRES(wake_mu_) { return wake_ || wake_stop_; });
-      if (wake_stop_) return;
-      wake_ = false;
-    }
+void Tiering::AddTieringCounters(StoreCounters& c) const {
+  c.refused_pushes = refused_pushes_;
+  c.compactions = compactions_;
+}
+
+void Tiering::TieringLoop() {
+  while (WaitForWake()) {
     Deferred deferred;
     {
       MutexLock lock(mu_);
@@ -68,10 +56,89 @@ void Store::TieringLoop() {
   }
 }
 
-void Store::WaitTieringIdle() {
+Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(Run& run, uint64_t step,
+                                                              uint64_t bytes, PushDone& later) {
+  auto block = parked_pushes_.empty() ? AllocateHost(bytes)
+                                      : Status::ResourceExhausted("earlier pushes are waiting");
+  if (block.ok()) {
+    run.in_flight.insert(step);
+    return std::optional<PushTicket>(
+        PushTicket{run.record.run_id(), step, std::move(block).value()});
+  }
+  // Room comes from demotion to disk, from compressions in flight, from compacting the host
+  // tier, or (blocking runs) from deletes and consumed steps.
+  bool fragmented = host_->budget() - host_->used() >= bytes;  // compaction may make room
+  if (!disk_ && !run.record.spec().block_when_full() && ingests_in_flight() == 0 && !fragmented) {
+    return block.status();
+  }
+  run.in_flight.insert(step);
+  parked_pushes_.push_back(ParkedPush{run.record.run_id(), step, bytes, std::move(later)});
+  Wake();
+  return std::optional<PushTicket>();
+}
+
+std::optional<Tiering::FetchGrant> Tiering::AdmitFetch(Run& run, Snapshot& snap, bool backward,
+                                                       FetchDone& later) {
+  const uint64_t step = snap.record.step();
+  if (backward) {
+    int64_t now = NowNs();
+    if (run.last_fetch_ns && step < run.last_fetch_step) {
+      double dt = static_cast<double>(now - run.last_fetch_ns) /
+                  static_cast<double>(run.last_fetch_step - step);
+      run.pace_ns = run.pace_ns > 0 ? 0.7 * run.pace_ns + 0.3 * dt : dt;
+    }
+    run.last_fetch_ns = now;
+    run.last_fetch_step = step;
+    run.prefetch_from = step;
+  }
+  std::optional<FetchGrant> grant;
+  if (snap.block && !HoldsCompressed(snap)) {
+    if (snap.record.tier() == v1::TIER_DISK) ++counters_.prefetch_hits;
+    grant = FetchGrant{snap.block, snap.generation};
+  } else {
+    // On disk only, or compressed in host memory: answer once the read (or decode) lands; it
+    // goes before any read-ahead.
+    ++counters_.demand_reads;
+    snap.waiters.push_back(std::move(later));
+    if (!snap.reading && !StartRead(run, snap, /*urgent=*/true)) {
+      parked_reads_.insert({run.record.run_id(), step});
+      Wake();
+    }
+  }
+  if (backward && parked_reads_.empty() && parked_pushes_.empty()) SchedulePrefetch(run);
+  return grant;
+}
+
+uint64_t Tiering::PrefetchSteps(Run& run, const std::vector<uint64_t>& steps) {
+  uint64_t started = 0;
+  for (uint64_t step : steps) {
+    auto it = run.snapshots.find(step);
+    if (it == run.snapshots.end()) continue;
+    Snapshot& snap = it->second;
+    if (snap.record.tier() != v1::TIER_DISK || snap.block || snap.reading) continue;
+    if (!StartRead(run, snap, /*urgent=*/false)) break;  // no host room left
+    ++started;
+  }
+  return started;
+}
+
+void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
+  {
+    MutexLock lock(mu_);
+    if (disk_) {
+      drains_.push_back(DrainWaiter{std::move(done), {}});
+      Wake();
+      return;
+    }
+  }
+  done(Status::FailedPrecondition(
+      "snapd runs without a disk tier (spool_dirs = none): there is nowhere to drain to"));
+}
+
+void Tiering::WaitTieringIdle() {
   MutexLock lock(mu_);
   idle_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) {
-    if (writes_in_flight_ || reads_in_flight_ || ingests_in_flight_ || !parked_pushes_.empty()) {
+    if (writes_in_flight_ || reads_in_flight_ || ingests_in_flight() || !parked_pushes_.empty()) {
       return false;
     }
     for (const auto& [id, run] : runs_) {
@@ -83,12 +150,12 @@ void Store::WaitTieringIdle() {
   });
 }
 
-bool Store::Settling() const {
-  return writes_in_flight_ || reads_in_flight_ || ingests_in_flight_ || !pending_packs_.empty() ||
-         checksum_busy_ || !checksum_queue_.empty();
+bool Tiering::Settling() const {
+  return writes_in_flight_ || reads_in_flight_ || ingests_in_flight() || packs_pending() ||
+         ChecksumsPending();
 }
 
-bool Store::DemotionWanted(const Run& run, const Snapshot& snap) const {
+bool Tiering::DemotionWanted(const Run& run, const Snapshot& snap) const {
   if (!disk_ || snap.writing || snap.record.tier() != v1::TIER_HOST || !snap.block) return false;
   if (!drains_.empty()) return true;
   const v1::RunSpec& spec = run.record.spec();
@@ -97,7 +164,7 @@ bool Store::DemotionWanted(const Run& run, const Snapshot& snap) const {
   return spec.steps() != 0 && snap.record.step() < run.record.host_boundary();
 }
 
-void Store::Rebalance(Deferred& deferred) {
+void Tiering::Rebalance(Deferred& deferred) {
   if (stopping_) return;
   PruneChecksumQueue();
   RetryPendingPacks();
@@ -205,7 +272,7 @@ void Store::Rebalance(Deferred& deferred) {
   FinishDrainsIfDone(deferred);
 }
 
-void Store::ServeParkedReads() {
+void Tiering::ServeParkedReads() {
   for (auto it = parked_reads_.begin(); it != parked_reads_.end();) {
     auto [run, snap] = FindSnapshot(*it);
     if (!snap || snap->block || snap->reading || snap->waiters.empty()) {
@@ -218,7 +285,7 @@ void Store::ServeParkedReads() {
   }
 }
 
-void Store::GrantParkedPushes(Deferred& deferred) {
+void Tiering::GrantParkedPushes(Deferred& deferred) {
   while (!parked_pushes_.empty()) {
     ParkedPush& p = parked_pushes_.front();
     auto run = runs_.find(p.run_id);
@@ -238,7 +305,7 @@ void Store::GrantParkedPushes(Deferred& deferred) {
   }
 }
 
-bool Store::CompactHost(uint64_t bytes) {
+bool Tiering::CompactHost(uint64_t bytes) {
   if (host_->budget() - host_->used() < bytes) return false;  // not fragmentation: too full
   // Enough free bytes, but in pieces: move blocks only the store holds (no send, lease,
   // checksum, compression or disk I/O has them), lowest first, to the highest free piece that
@@ -267,33 +334,17 @@ bool Store::CompactHost(uint64_t bytes) {
   return host_->largest_free() >= bytes;
 }
 
-uint64_t Store::FreeingBytes() {
+uint64_t Tiering::FreeingBytes() {
   uint64_t writing = 0;
   for (const auto& [id, run] : runs_) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.writing) writing += BlockBytes(run);
     }
   }
-  if (checksum_busy_) {
-    const ChecksumJob& job = checksum_current_;
-    const Snapshot* snap = FindSnapshot(job.run_id, job.step, job.generation);
-    if (!snap || !snap->block) writing += job.bytes;  // the checksum holds its only copy
-  }
-  return writing;
+  return writing + ChecksumHeldBytes();
 }
 
-bool Store::Moot(const ChecksumJob& job) {
-  Snapshot* snap = FindSnapshot(job.run_id, job.step, job.generation);
-  return !snap || snap->record.checksum_state() == v1::CHECKSUM_RECORDED;
-}
-
-void Store::PruneChecksumQueue() {
-  size_t dropped = std::erase_if(checksum_queue_, [&](const ChecksumJob& job)
-                                                     SNAPD_REQUIRES(mu_) { return Moot(job); });
-  if (dropped) checksum_cv_.NotifyAll();  // WaitChecksumsIdle may be waiting on an empty queue
-}
-
-bool Store::FreeHostRoom() {
+bool Tiering::FreeHostRoom() {
   // A read-ahead copy costs nothing to drop: prefer the highest step (already passed by the
   // backward pass, or the furthest from it).
   Run* best_run = nullptr;
@@ -352,11 +403,11 @@ bool Store::FreeHostRoom() {
   return best->writing;
 }
 
-void Store::StartDemotion(Run& run, Snapshot& snap) {
+void Tiering::StartDemotion(Run& run, Snapshot& snap) {
   const v1::SnapshotRecord& r = snap.record;
-  auto spool = disk_->Reserve(FileContentBytes(r));
-  if (!spool.ok()) {
-    if (!disk_full_) SNAPD_LOG_WARN("%s", spool.status().message().c_str());
+  auto space = disk_->Reserve(FileContentBytes(r));
+  if (!space.ok()) {
+    if (!disk_full_) SNAPD_LOG_WARN("%s", space.status().message().c_str());
     disk_full_ = true;
     return;
   }
@@ -364,25 +415,24 @@ void Store::StartDemotion(Run& run, Snapshot& snap) {
   ++writes_in_flight_;
   std::string name = "step-" + std::to_string(r.step()) + "-e" + std::to_string(options_.epoch) +
                      "-g" + std::to_string(snap.generation);
-  std::optional<uint64_t> known;
-  if (r.checksum_state() == v1::CHECKSUM_RECORDED) known = r.checksum();
   io_->Submit(
-      [this, run_id = run.record.run_id(), step = r.step(), gen = snap.generation,
-       spool = *spool, name, known, record = r, codec = CodecOf(run.record.spec()),
-       field = FieldOf(run.record.spec()), block = snap.block]() mutable {
-        // A step compressed at ingest has its checksum recorded already (see below).
-        uint64_t sum = known ? *known : Checksum(block->data(), field.bytes);
-        auto written = WriteSnapshot(*disk_, spool, run_id, name, record, codec, field,
-                                     block->data(), compress_.get());
+      [this, run_id = run.record.run_id(), step = r.step(), gen = snap.generation, space = *space,
+       name, record = r, codec = CodecOf(run.record.spec()), field = FieldOf(run.record.spec()),
+       block = snap.block]() mutable {
+        // A step compressed at ingest has its checksum recorded already; any other is hashed
+        // once, by whichever job gets to it first (Checksums::ChecksumOf).
+        uint64_t sum = ChecksumOf(run_id, step, gen, *block, field.bytes);
+        auto written = WriteSnapshot(*disk_, space, run_id, name, record, codec, field,
+                                     block->data(), compress_.get(), *this);
         block.reset();  // before FinishDemotion: the host memory is free once it says so
-        FinishDemotion(run_id, step, gen, spool, name, sum, std::move(written));
+        FinishDemotion(run_id, step, gen, space, name, sum, std::move(written));
       },
       /*urgent=*/false);
 }
 
-void Store::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation, uint32_t spool,
-                           const std::string& name, uint64_t checksum,
-                           Result<WrittenSnapshot> written) {
+void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation,
+                             const DiskTier::Space& space, const std::string& name,
+                             uint64_t checksum, Result<WrittenSnapshot> written) {
   Deferred deferred;
   {
     MutexLock lock(mu_);
@@ -392,7 +442,7 @@ void Store::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation, 
     if (snap && s.ok()) {
       v1::SnapshotRecord updated = snap->record;
       updated.set_tier(v1::TIER_DISK);
-      updated.set_spool(spool);
+      updated.set_spool(space.spool);
       updated.set_disk_name(name);
       updated.set_checksum(checksum);
       updated.set_checksum_state(v1::CHECKSUM_RECORDED);
@@ -419,7 +469,7 @@ void Store::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation, 
     if (snap) snap->writing = false;
     if (written.ok() && (!snap || !s.ok())) {
       // Deleted or released while being written, or not recorded: the file must not stay.
-      deferred.push_back([this, spool, run_id, name, bytes = written->stored_bytes] {
+      deferred.push_back([this, spool = space.spool, run_id, name, bytes = written->stored_bytes] {
         disk_->Remove(spool, run_id, name, bytes);
       });
     }
@@ -435,7 +485,7 @@ void Store::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation, 
   for (auto& f : deferred) f();
 }
 
-bool Store::StartRead(Run& run, Snapshot& snap, bool urgent) {
+bool Tiering::StartRead(Run& run, Snapshot& snap, bool urgent) {
   const v1::SnapshotRecord& r = snap.record;
   auto block = AllocateHost(r.raw_bytes());
   if (!block.ok() && urgent && CompactHost(r.raw_bytes())) block = AllocateHost(r.raw_bytes());
@@ -447,9 +497,10 @@ bool Store::StartRead(Run& run, Snapshot& snap, bool urgent) {
       [this, record = r, gen = snap.generation, field = FieldOf(run.record.spec()),
        block = std::move(block).value(), stored = std::move(stored)]() mutable {
         int64_t started = NowNs();
-        Status s = stored ? DecodeSnapshot(record, field, stored->data(), block->data(),
-                                           compress_.get())
-                          : ReadSnapshot(*disk_, record, field, block->data(), compress_.get());
+        Status s = stored
+                       ? DecodeSnapshot(record, field, stored->data(), block->data(),
+                                        compress_.get(), *this)
+                       : ReadSnapshot(*disk_, record, field, block->data(), compress_.get(), *this);
         stored.reset();
         FinishRead(record.run_id(), record.step(), gen, std::move(block), s, started);
       },
@@ -457,8 +508,8 @@ bool Store::StartRead(Run& run, Snapshot& snap, bool urgent) {
   return true;
 }
 
-void Store::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
-                       std::shared_ptr<HostBlock> block, Status read, int64_t started_ns) {
+void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
+                         std::shared_ptr<HostBlock> block, Status read, int64_t started_ns) {
   Deferred deferred;
   {
     MutexLock lock(mu_);
@@ -508,89 +559,7 @@ void Store::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
   for (auto& f : deferred) f();
 }
 
-void Store::StartIngestCompression(Run& run, Snapshot& snap) {
-  std::optional<uint64_t> known;
-  if (snap.record.checksum_state() == v1::CHECKSUM_RECORDED) known = snap.record.checksum();
-  ++ingests_in_flight_;
-  io_->Submit(
-      [this, run_id = run.record.run_id(), step = snap.record.step(), gen = snap.generation,
-       known, codec = CodecOf(run.record.spec()), field = FieldOf(run.record.spec()),
-       block = snap.block]() mutable {
-        // The checksum of the pushed bytes is taken now: the raw bytes are about to go.
-        uint64_t sum = known ? *known : Checksum(block->data(), field.bytes);
-        auto packed = PackSnapshot(codec, field, block->data(), compress_.get());
-        block.reset();
-        FinishIngestCompression(run_id, step, gen, sum, std::move(packed));
-      },
-      /*urgent=*/false);
-}
-
-void Store::FinishIngestCompression(uint64_t run_id, uint64_t step, uint64_t generation,
-                                    uint64_t checksum, Result<PackedSnapshot> packed) {
-  MutexLock lock(mu_);
-  --ingests_in_flight_;
-  Wake();
-  Snapshot* snap = FindSnapshot(run_id, step, generation);
-  if (!snap || !packed.ok() || !PackStillApplies(*snap)) return;  // not worth it: stays raw
-  auto pending = std::make_shared<PendingPack>(PendingPack{std::move(packed).value(), checksum});
-  if (!ApplyPack(runs_.at(run_id), *snap, *pending)) {
-    snap->pending_pack = std::move(pending);  // retried by Rebalance
-    pending_packs_.insert({run_id, step});
-  }
-}
-
-bool Store::PackStillApplies(const Snapshot& snap) {
-  // Gone to disk or being written there (the demotion compresses by itself): too late.
-  return !snap.writing && snap.block && snap.record.tier() == v1::TIER_HOST &&
-         snap.record.codec() == v1::CODEC_NONE;
-}
-
-bool Store::ApplyPack(Run& run, Snapshot& snap, const PendingPack& pending) {
-  const PackedSnapshot& packed = pending.packed;
-  // The compressed copy goes into a block of its own, so the whole raw block comes free (room
-  // for the next raw push). With no room for it, and nobody reading the raw bytes, it goes over
-  // the raw bytes and the tail comes free: a smaller hole, but the next copy fits in it.
-  std::shared_ptr<HostBlock> block;
-  if (auto beside = AllocateHost(packed.size, /*from_top=*/true); beside.ok()) {
-    block = std::move(beside).value();
-  } else if (snap.block.use_count() == 1) {
-    block = snap.block;
-  } else {
-    return false;  // a push or fetch still holds the raw bytes and there is no room: later
-  }
-  v1::SnapshotRecord updated = snap.record;
-  updated.set_checksum(pending.checksum);
-  updated.set_checksum_state(v1::CHECKSUM_RECORDED);
-  updated.set_stored_bytes(packed.size);
-  updated.set_codec(packed.codec);
-  updated.set_codec_param(run.record.spec().codec_param());
-  updated.set_stored_checksum(packed.checksum);
-  if (Status s = catalog_->PutSnapshot(updated); !s.ok()) {
-    SNAPD_LOG_ERROR("recording a compressed step: %s", s.ToString().c_str());
-    return true;  // stays raw
-  }
-  std::memcpy(block->data(), packed.bytes.get(), packed.size);
-  block->ShrinkTo(packed.size);  // the tail is free; the caller wakes the tiering thread
-  run.stored_bytes -= snap.record.stored_bytes() - packed.size;
-  snap.record = std::move(updated);
-  snap.block = std::move(block);  // a raw block beside is freed once nobody holds it
-  return true;
-}
-
-void Store::RetryPendingPacks() {
-  for (auto it = pending_packs_.begin(); it != pending_packs_.end();) {
-    auto [run, snap] = FindSnapshot(*it);
-    if (snap && !snap->pending_pack) snap = nullptr;
-    if (!snap || !PackStillApplies(*snap) || ApplyPack(*run, *snap, *snap->pending_pack)) {
-      if (snap) snap->pending_pack.reset();
-      it = pending_packs_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void Store::StartScrub(uint64_t run_id, uint64_t step) {
+void Tiering::StartScrub(uint64_t run_id, uint64_t step) {
   const Snapshot& snap = runs_.at(run_id).snapshots.at(step);
   if (snap.record.checksum_state() != v1::CHECKSUM_RECORDED) return;
   // Outside the host tier (VerifySnapshot has its own buffers): scrubbing must not take room
@@ -598,7 +567,7 @@ void Store::StartScrub(uint64_t run_id, uint64_t step) {
   io_->Submit(
       [this, record = snap.record, gen = snap.generation,
        field = FieldOf(runs_.at(run_id).record.spec())] {
-        Status s = VerifySnapshot(*disk_, record, field, compress_.get());
+        Status s = VerifySnapshot(*disk_, record, field, compress_.get(), *this);
         MutexLock lock(mu_);
         Snapshot* current = FindSnapshot(record.run_id(), record.step(), gen);
         if (!current) return;
@@ -616,7 +585,7 @@ void Store::StartScrub(uint64_t run_id, uint64_t step) {
       /*urgent=*/false);
 }
 
-void Store::SchedulePrefetch(Run& run) {
+void Tiering::SchedulePrefetch(Run& run) {
   if (!disk_ || run.prefetch_from == 0) return;
   double read_ns = read_ns_per_byte_ * static_cast<double>(run.record.spec().bytes_per_step());
   uint64_t depth = PrefetchDepth(run.pace_ns, read_ns, options_.max_prefetch);
@@ -631,7 +600,7 @@ void Store::SchedulePrefetch(Run& run) {
   }
 }
 
-void Store::FinishDrainsIfDone(Deferred& deferred) {
+void Tiering::FinishDrainsIfDone(Deferred& deferred) {
   if (drains_.empty() || writes_in_flight_) return;
   for (const auto& [id, run] : runs_) {
     for (const auto& [step, snap] : run.snapshots) {

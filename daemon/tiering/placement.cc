@@ -1,4 +1,4 @@
-#include "placement/placement.h"
+#include "tiering/placement.h"
 
 #include <algorithm>
 #include <cmath>

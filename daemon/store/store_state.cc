@@ -1,0 +1,99 @@
+#include "store/store_state.h"
+
+#include "log.h"
+
+namespace snapd {
+
+std::string StepName(const v1::RunRecord& run, uint64_t step) {
+  return "step " + std::to_string(step) + " of run '" + run.spec().name() + "'";
+}
+
+StoreState::StoreState(Catalog* catalog, HostTier* host, DiskTier* disk,
+                       const StoreOptions& options)
+    : catalog_(catalog), host_(host), disk_(disk), options_(options) {
+  MutexLock lock(waker_->mu);
+  waker_->state = this;
+}
+
+StoreState::~StoreState() { DetachWaker(); }
+
+Result<std::shared_ptr<HostBlock>> StoreState::AllocateHost(uint64_t bytes, bool from_top) {
+  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block, host_->Allocate(bytes, from_top));
+  return std::shared_ptr<HostBlock>(block.release(), [waker = waker_](HostBlock* b) {
+    delete b;  // the room is the tier's again
+    waker->Wake();
+  });
+}
+
+void StoreState::Waker::Wake() {
+  MutexLock lock(mu);
+  if (state) state->Wake();
+}
+
+void StoreState::DetachWaker() {
+  MutexLock lock(waker_->mu);
+  waker_->state = nullptr;
+}
+
+void StoreState::Wake() {
+  {
+    MutexLock lock(wake_mu_);
+    wake_ = true;
+  }
+  wake_cv_.NotifyOne();
+}
+
+bool StoreState::WaitForWake() {
+  MutexLock lock(wake_mu_);
+  wake_cv_.Wait(wake_mu_, [&]() SNAPD_REQUIRES(wake_mu_) { return wake_ || wake_stop_; });
+  if (wake_stop_) return false;
+  wake_ = false;
+  return true;
+}
+
+void StoreState::StopWaking() {
+  {
+    MutexLock lock(wake_mu_);
+    wake_stop_ = true;
+  }
+  wake_cv_.NotifyAll();
+}
+
+StoreState::Snapshot* StoreState::FindSnapshot(uint64_t run_id, uint64_t step,
+                                               uint64_t generation) {
+  auto run = runs_.find(run_id);
+  if (run == runs_.end()) return nullptr;
+  auto snap = run->second.snapshots.find(step);
+  if (snap == run->second.snapshots.end() || snap->second.generation != generation) {
+    return nullptr;
+  }
+  return &snap->second;
+}
+
+std::pair<StoreState::Run*, StoreState::Snapshot*> StoreState::FindSnapshot(const Key& key) {
+  auto run = runs_.find(key.first);
+  if (run == runs_.end()) return {nullptr, nullptr};
+  auto snap = run->second.snapshots.find(key.second);
+  if (snap == run->second.snapshots.end()) return {nullptr, nullptr};
+  return {&run->second, &snap->second};
+}
+
+void StoreState::MarkLost(Run& run, Snapshot& snap, const std::string& why) {
+  v1::SnapshotRecord& r = snap.record;
+  if (!why.empty()) {
+    SNAPD_LOG_ERROR("%s is lost: %s", StepName(run.record, r.step()).c_str(), why.c_str());
+  }
+  run.stored_bytes -= r.stored_bytes();
+  r.set_tier(v1::TIER_LOST);
+  r.set_stored_bytes(0);
+  snap.block.reset();
+  Status s = catalog_->PutSnapshot(r);
+  if (!s.ok()) SNAPD_LOG_ERROR("recording a lost snapshot: %s", s.ToString().c_str());
+}
+
+uint64_t StoreState::BlockBytes(const Run& run) {
+  uint64_t b = run.record.spec().bytes_per_step();
+  return (b + HostTier::kAlignment - 1) / HostTier::kAlignment * HostTier::kAlignment;
+}
+
+}  // namespace snapd

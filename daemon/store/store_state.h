@@ -1,0 +1,188 @@
+// What the store's owners share: the index of runs and snapshots over the catalog and the
+// tiers, the one mutex that guards it, the signal that wakes the tiering thread, and the I/O
+// and compression pools their jobs run on.
+//
+// The owners are layers of one object, each in the folder of its job:
+//   StoreState (store/store_state.h)  the shared index and plumbing
+//   Checksums  (ingest/checksums.h)   every checksum of a stored step: computed, verified
+//   Ingest     (ingest/ingest.h)      at-ingest compression
+//   Tiering    (tiering/tiering.h)    the tiering thread and the placement policy as applied
+//   Store      (store/store.h)        the front door and the catalog bookkeeping
+// Each layer uses only the protected interface of the layers below it and calls nothing
+// above it. They are layers of one object rather than separate objects so that the one mutex
+// is one capability to the clang thread-safety analysis (which cannot see that two objects'
+// references name the same mutex): every SNAPD_REQUIRES(mu_) is checked at every call.
+//
+// Threading: mu_ guards the index and every owner's state; wake_mu_ is taken after mu_ when
+// both are held, never the other way round.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "catalog/catalog.h"
+#include "disk_tier/disk_tier.h"
+#include "host_tier/host_tier.h"
+#include "snapd/io_pool.h"
+#include "snapd/status.h"
+#include "snapd/thread_annotations.h"
+#include "snapd/v1/control.pb.h"
+#include "snapd/zfp_codec.h"
+
+namespace snapd {
+
+struct StoreCounters {
+  uint64_t runs = 0;
+  uint64_t host_snapshots = 0;  // whose bytes are in host memory (only copy or read-ahead)
+  uint64_t disk_snapshots = 0;
+  uint64_t disk_raw_bytes = 0;  // raw size of the disk-tier snapshots (compressed or not)
+  uint64_t lost_snapshots = 0;
+  uint64_t demotions = 0;
+  uint64_t disk_reads = 0;
+  uint64_t prefetch_hits = 0;
+  uint64_t demand_reads = 0;
+  uint64_t released = 0;
+  uint64_t refused_pushes = 0;  // refused because host and disk together had no room
+  uint64_t compactions = 0;     // host blocks moved to merge free room
+};
+
+struct StoreOptions {
+  uint64_t epoch = 0;         // this daemon start (Catalog::BeginEpoch)
+  int io_threads = 2;         // disk I/O threads
+  uint64_t max_prefetch = 8;  // upper bound of the adaptive read-ahead depth
+  int compress_threads = 1;   // compression workers (slabs of one snapshot in parallel)
+  uint64_t tenant_quota = 0;  // bytes a tenant (not an admin) may store; 0 = no limit
+  // The most of the host tier one tenant (not an admin) may fill with steps of runs that
+  // cannot move to disk (layers without Disk); a tenant above it has its movable steps written
+  // out first. 1 = no limit.
+  double tenant_host_share = 1.0;
+  // Tests: called on the hashing thread just before each checksum of stored bytes is computed
+  // (Checksums::Hash, the one place that computes them); it may block.
+  std::function<void(const void* data, uint64_t bytes)> on_hash;
+};
+
+class StoreState {
+ public:
+  // A push between BeginPush and CommitPush/AbortPush: the step is reserved and `block` holds
+  // the host memory its bytes go to (also the staging buffer of a step bound for disk).
+  struct PushTicket {
+    uint64_t run_id = 0;
+    uint64_t step = 0;
+    std::shared_ptr<HostBlock> block;
+  };
+  using PushDone = std::function<void(Result<PushTicket>)>;
+  // The step's bytes in host memory. `generation` identifies this copy of the step for
+  // Consumed (a step deleted and pushed again is another generation).
+  struct FetchGrant {
+    std::shared_ptr<HostBlock> block;  // shared: a concurrent delete cannot free it under a send
+    uint64_t generation = 0;
+  };
+  using FetchDone = std::function<void(Result<FetchGrant>)>;
+  struct DrainResult {
+    uint64_t moved = 0;
+    uint64_t moved_bytes = 0;
+  };
+
+ protected:
+  struct PendingPack;  // ingest/ingest.h
+  struct Snapshot {
+    v1::SnapshotRecord record;         // durable truth: TIER_HOST, TIER_DISK or TIER_LOST
+    std::shared_ptr<HostBlock> block;  // host bytes: the only copy (HOST) or a read-ahead (DISK)
+    uint64_t generation = 0;           // unique per stored copy; also arrival order
+    bool writing = false;              // a demotion is writing `block` to disk
+    bool reading = false;              // a disk read into host memory is in flight
+    bool verified = true;              // false for a recovered file not yet checksummed
+    std::vector<FetchDone> waiters;    // fetches waiting for that read
+    // A compressed copy made at ingest that could not replace the raw block yet.
+    std::shared_ptr<PendingPack> pending_pack;
+  };
+  struct DeviceStep {
+    uint64_t session_id = 0;  // whose GPU memory holds it
+    bool lost = false;        // that session ended
+  };
+  struct Run {
+    v1::RunRecord record;
+    std::map<uint64_t, Snapshot> snapshots;
+    std::map<uint64_t, DeviceStep> device;  // the device tier: recorded, held by clients
+    std::set<uint64_t> in_flight;           // pushes reserved or waiting for room
+    std::set<uint64_t> released;            // read-once steps already consumed (this daemon start)
+    uint64_t stored_bytes = 0;
+    // Backward pace: time between consecutive fetches of descending steps (EWMA).
+    int64_t last_fetch_ns = 0;
+    uint64_t last_fetch_step = 0;
+    double pace_ns = 0;
+    uint64_t prefetch_from = 0;   // read ahead below this step (the last backward fetch); 0 = none
+    std::set<uint64_t> sessions;  // live sessions that opened or attached to it
+    // When the last of them died (its client went away without closing); none: not an orphan.
+    std::optional<std::chrono::steady_clock::time_point> orphaned_at;
+  };
+  using Key = std::pair<uint64_t, uint64_t>;  // (run_id, step)
+  // Callbacks collected under the mutex, run after it is released.
+  using Deferred = std::vector<std::function<void()>>;
+
+  StoreState(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOptions& options);
+  ~StoreState();
+
+  // A host-tier block whose release, by whoever drops the last reference (a lease, an I/O job,
+  // the checksum thread), wakes the tiering thread to hand the room to what waits for it.
+  Result<std::shared_ptr<HostBlock>> AllocateHost(uint64_t bytes, bool from_top = false);
+  // Something changed that the tiering policy may act on: wakes the tiering thread.
+  void Wake() SNAPD_EXCLUDES(wake_mu_);
+  // The tiering thread's wait for Wake; false once StopWaking was called.
+  bool WaitForWake() SNAPD_EXCLUDES(wake_mu_);
+  void StopWaking() SNAPD_EXCLUDES(wake_mu_);
+  // Blocks released from now on wake nobody (the store is being destroyed).
+  void DetachWaker();
+
+  Snapshot* FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_REQUIRES(mu_);
+  // The snapshot at `key` (any generation), with its run; both null if gone.
+  std::pair<Run*, Snapshot*> FindSnapshot(const Key& key) SNAPD_REQUIRES(mu_);
+  void MarkLost(Run& run, Snapshot& snap, const std::string& why) SNAPD_REQUIRES(mu_);
+  static uint64_t BlockBytes(const Run& run);
+  // The snapshot's host block holds compressed bytes (compressed at ingest, not yet decoded).
+  static bool HoldsCompressed(const Snapshot& snap) {
+    return snap.record.tier() == v1::TIER_HOST && snap.record.codec() != v1::CODEC_NONE;
+  }
+
+  Catalog* const catalog_;
+  HostTier* const host_;
+  DiskTier* const disk_;  // null: no disk tier
+  const StoreOptions options_;
+
+  mutable Mutex mu_;
+  std::map<uint64_t, Run> runs_ SNAPD_GUARDED_BY(mu_);
+  StoreCounters counters_ SNAPD_GUARDED_BY(mu_);  // demotions, reads, hits, releases
+  bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
+
+  // Used by the I/O jobs of every owner; started by Store::Open, io_ stopped first at shutdown
+  // (compress_ outlives it: its jobs use the workers).
+  std::unique_ptr<compress::CompressPool> compress_;
+  std::unique_ptr<IoPool> io_;
+
+ private:
+  // What a released block's deleter calls: the store, until it is destroyed (blocks may
+  // outlive it in a lease the data plane still holds), then nothing.
+  struct Waker {
+    Mutex mu;
+    StoreState* state SNAPD_GUARDED_BY(mu) = nullptr;
+    void Wake() SNAPD_EXCLUDES(mu);
+  };
+  const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
+
+  Mutex wake_mu_;  // taken after mu_ when both are held; never the other way round
+  bool wake_ SNAPD_GUARDED_BY(wake_mu_) = false;
+  bool wake_stop_ SNAPD_GUARDED_BY(wake_mu_) = false;
+  CondVar wake_cv_;
+};
+
+// "step S of run 'NAME'", for messages.
+std::string StepName(const v1::RunRecord& run, uint64_t step);
+
+}  // namespace snapd

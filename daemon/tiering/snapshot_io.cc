@@ -1,0 +1,76 @@
+#include "tiering/snapshot_io.h"
+
+#include <cstdlib>
+#include <memory>
+
+namespace snapd {
+namespace {
+
+using AlignedPtr = std::unique_ptr<char, void (*)(void*)>;
+
+// A page-aligned scratch buffer for `bytes` (rounded up to the disk tier's alignment).
+AlignedPtr Scratch(uint64_t bytes) {
+  return AlignedPtr(
+      static_cast<char*>(std::aligned_alloc(DiskTier::kAlignment, DiskTier::FileBytes(bytes))),
+      std::free);
+}
+
+}  // namespace
+
+uint64_t FileContentBytes(const v1::SnapshotRecord& r) {
+  return r.codec() == v1::CODEC_NONE ? r.raw_bytes() : r.stored_bytes();
+}
+
+Result<WrittenSnapshot> WriteSnapshot(DiskTier& disk, const DiskTier::Space& space, uint64_t run_id,
+                                      const std::string& name, const v1::SnapshotRecord& record,
+                                      const compress::CodecSpec& codec,
+                                      const compress::FieldSpec& field, const void* data,
+                                      compress::CompressPool* pool, const Checksums& sums) {
+  WrittenSnapshot w;
+  const void* src = data;
+  PackedSnapshot packed;
+  if (record.codec() != v1::CODEC_NONE) {  // compressed at ingest: as it is
+    w.stored_bytes = record.stored_bytes();
+    w.codec = record.codec();
+    w.stored_checksum = record.stored_checksum();
+  } else {
+    w.stored_bytes = field.bytes;
+    if (codec.codec != v1::CODEC_NONE) {
+      auto p = PackSnapshot(codec, field, data, pool, sums);
+      if (p.ok()) {
+        packed = std::move(p).value();
+        src = packed.bytes.get();
+        w.stored_bytes = packed.size;
+        w.codec = packed.codec;
+        w.stored_checksum = packed.checksum;
+      }
+    }
+  }
+  SNAPD_RETURN_IF_ERROR(disk.Write(space, run_id, name, src, w.stored_bytes));
+  return w;
+}
+
+Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& r, const compress::FieldSpec& field,
+                    void* raw, compress::CompressPool* pool, const Checksums& sums) {
+  if (r.codec() == v1::CODEC_NONE) {
+    SNAPD_RETURN_IF_ERROR(disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.raw_bytes()));
+    if (r.checksum_state() == v1::CHECKSUM_RECORDED) {
+      return sums.Verify(raw, r.raw_bytes(), r.checksum(), "bytes");
+    }
+    return Status::Ok();
+  }
+  AlignedPtr packed = Scratch(r.stored_bytes());
+  if (!packed) return Status::ResourceExhausted("no memory for a decompression buffer");
+  SNAPD_RETURN_IF_ERROR(
+      disk.Read(r.spool(), r.run_id(), r.disk_name(), packed.get(), r.stored_bytes()));
+  return DecodeSnapshot(r, field, packed.get(), raw, pool, sums);
+}
+
+Status VerifySnapshot(DiskTier& disk, const v1::SnapshotRecord& r, const compress::FieldSpec& field,
+                      compress::CompressPool* pool, const Checksums& sums) {
+  AlignedPtr raw = Scratch(r.raw_bytes());
+  if (!raw) return Status::ResourceExhausted("no memory for a verification buffer");
+  return ReadSnapshot(disk, r, field, raw.get(), pool, sums);
+}
+
+}  // namespace snapd

@@ -1,0 +1,119 @@
+// Tiering: the store's moves between host memory and disk, the placement policy
+// (tiering/placement.h) as applied. One thread runs Rebalance whenever something changed (a
+// commit, a freed host block, a finished I/O): it grants pushes parked for want of host room,
+// starts the disk reads parked fetches wait on, demotes steps whose place is disk or whose room
+// is needed, compacts fragmented host memory and reads ahead of the backward pass. The I/O
+// runs on the IoPool; its completions update the index under the store's mutex. Checksums of
+// the steps it writes are asked of the checksum owner (ingest/checksums.h), never hashed here.
+//
+// Threading: everything runs under the store's mutex (store/store_state.h) except the tiering
+// thread's wait for a wake-up and the I/O jobs.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ingest/ingest.h"
+#include "log.h"
+#include "store/store_state.h"
+#include "tiering/snapshot_io.h"
+
+namespace snapd {
+
+class Tiering : protected Ingest {
+ protected:
+  using Ingest::Ingest;
+
+  void StartTiering();
+  // Stops and joins the tiering thread; stopping_ is set and StopWaking called already.
+  void StopTiering();
+  // Answers the pushes and drains still waiting at shutdown with `down`.
+  void AnswerWaiting(const Status& down, Deferred& deferred) SNAPD_REQUIRES(mu_);
+
+  // Host memory for a validated push of `step`: a ticket now; or nullopt after parking `later`
+  // until room comes (demotion to disk, a compression in flight, compacting the host tier, or
+  // for a blocking run deletes and consumed steps); or the allocation's error when nothing can
+  // make room. Either way but the error, the step is in run.in_flight.
+  Result<std::optional<PushTicket>> AdmitPush(Run& run, uint64_t step, uint64_t bytes,
+                                              PushDone& later) SNAPD_REQUIRES(mu_);
+  // The bytes of a stored (not lost) step: now if they are raw in host memory, else nullopt
+  // after queueing `later` for a disk read or decode. `backward` paces the backward pass and
+  // reads ahead of it.
+  std::optional<FetchGrant> AdmitFetch(Run& run, Snapshot& snap, bool backward, FetchDone& later)
+      SNAPD_REQUIRES(mu_);
+  // Starts disk reads of these steps into host memory; returns how many started.
+  uint64_t PrefetchSteps(Run& run, const std::vector<uint64_t>& steps) SNAPD_REQUIRES(mu_);
+  // Writes every host-only snapshot to disk; `done` runs once they all are (or one failed).
+  void StartDrain(std::function<void(Result<DrainResult>)> done) SNAPD_EXCLUDES(mu_);
+  // A file was deleted: a demotion may find room again.
+  void DiskRoomFreed() SNAPD_REQUIRES(mu_) { disk_full_ = false; }
+  bool DemotionWanted(const Run& run, const Snapshot& snap) const SNAPD_REQUIRES(mu_);
+  // Verifies a recovered disk-tier file in the background.
+  void StartScrub(uint64_t run_id, uint64_t step) SNAPD_REQUIRES(mu_);
+  // Adds the refused pushes and compactions.
+  void AddTieringCounters(StoreCounters& c) const SNAPD_REQUIRES(mu_);
+  void WaitTieringIdle() SNAPD_EXCLUDES(mu_);
+
+ private:
+  struct ParkedPush {
+    uint64_t run_id;
+    uint64_t step;
+    uint64_t bytes;
+    PushDone later;
+  };
+  struct DrainWaiter {
+    std::function<void(Result<DrainResult>)> done;
+    DrainResult result;
+  };
+
+  void TieringLoop() SNAPD_EXCLUDES(mu_);
+  // One pass of the policy; returns callbacks to run unlocked.
+  void Rebalance(Deferred& deferred) SNAPD_REQUIRES(mu_);
+  void GrantParkedPushes(Deferred& deferred) SNAPD_REQUIRES(mu_);
+  // Starts the disk reads that fetches wait on, as far as host room allows.
+  void ServeParkedReads() SNAPD_REQUIRES(mu_);
+  void StartDemotion(Run& run, Snapshot& snap) SNAPD_REQUIRES(mu_);
+  void FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation,
+                      const DiskTier::Space& space, const std::string& name, uint64_t checksum,
+                      Result<WrittenSnapshot> written) SNAPD_EXCLUDES(mu_);
+  // Starts a disk read of `snap` into host memory if there is room; false if not.
+  // A step compressed at ingest and still only in host memory is decoded instead of read.
+  bool StartRead(Run& run, Snapshot& snap, bool urgent) SNAPD_REQUIRES(mu_);
+  void FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
+                  std::shared_ptr<HostBlock> block, Status read, int64_t started_ns)
+      SNAPD_EXCLUDES(mu_);
+  void SchedulePrefetch(Run& run) SNAPD_REQUIRES(mu_);
+  // Moves compressed host copies up the arena until a block of `bytes` fits (variable-size
+  // copies fragment it); false if the free room is too small or cannot be merged.
+  bool CompactHost(uint64_t bytes) SNAPD_REQUIRES(mu_);
+  // Drops one read-ahead copy or starts one demotion to make host room; false if neither.
+  bool FreeHostRoom() SNAPD_REQUIRES(mu_);
+  // Host bytes that work in flight will free without another demotion: demotions being
+  // written, and a checksum still hashing a block the store has let go of.
+  uint64_t FreeingBytes() SNAPD_REQUIRES(mu_);
+  // Something in flight (a disk write or read, a compression, a checksum holding a block) will
+  // free host memory or change what can be demoted soon.
+  bool Settling() const SNAPD_REQUIRES(mu_);
+  void FinishDrainsIfDone(Deferred& deferred) SNAPD_REQUIRES(mu_);
+
+  std::deque<ParkedPush> parked_pushes_ SNAPD_GUARDED_BY(mu_);
+  std::set<Key> parked_reads_ SNAPD_GUARDED_BY(mu_);  // fetches waiting for host room
+  std::vector<DrainWaiter> drains_ SNAPD_GUARDED_BY(mu_);
+  int writes_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;
+  int reads_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;
+  bool disk_full_ SNAPD_GUARDED_BY(mu_) = false;       // the last demotion found no room
+  uint64_t refused_pushes_ SNAPD_GUARDED_BY(mu_) = 0;  // refused for want of room
+  uint64_t compactions_ SNAPD_GUARDED_BY(mu_) = 0;     // blocks moved to merge free room
+  log::RejectionLog refusals_{"store"};
+  double read_ns_per_byte_ SNAPD_GUARDED_BY(mu_) = 0;  // EWMA of disk reads
+  CondVar idle_cv_;                                    // tiering quiescence (WaitTieringIdle)
+  std::thread tiering_thread_;
+};
+
+}  // namespace snapd
