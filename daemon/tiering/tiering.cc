@@ -196,13 +196,26 @@ void Tiering::Rebalance(Deferred& deferred) {
   }
   uint64_t need = std::max(reserve, waiting);
   uint64_t writing = FreeingBytes();
+  // The block the first waiting read needs (ServeParkedReads serves them in order).
+  uint64_t first_read = 0;
+  for (const auto& key : parked_reads_) {
+    auto [run, snap] = FindSnapshot(key);
+    if (snap && !snap->block && !snap->reading && !snap->waiters.empty()) {
+      first_read = snap->record.raw_bytes();
+      break;
+    }
+  }
   // Short of room: fewer free bytes than needed, or (with mixed step sizes) enough free bytes
-  // but no piece the first waiting push fits in, even after compacting (GrantParkedPushes
-  // tried): then write out more, counting what is being written as if it joined that piece.
+  // but no piece the first waiting push or read fits in, even after compacting
+  // (GrantParkedPushes and ServeParkedReads tried): then write out more, counting what is being
+  // written as if it joined that piece.
   auto short_of_room = [&]() SNAPD_REQUIRES(mu_) {
     if (host_->budget() - host_->used() + writing < need) return true;
-    return !parked_pushes_.empty() &&
-           host_->largest_free() + writing < parked_pushes_.front().bytes;
+    if (!parked_pushes_.empty() &&
+        host_->largest_free() + writing < parked_pushes_.front().bytes) {
+      return true;
+    }
+    return first_read != 0 && host_->largest_free() + writing < first_read;
   };
   while (short_of_room() && writes_in_flight_ < max_writes) {
     uint64_t before = host_->used();
