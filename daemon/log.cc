@@ -5,11 +5,78 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <iterator>
+#include <utility>
 
 namespace snapd::log {
 namespace {
 std::atomic<int> g_level{static_cast<int>(Level::kInfo)};
 const char* kNames[] = {"debug", "info", "warn", "error"};
+
+constexpr int kSurfaces = static_cast<int>(Surface::kControlPlane) + 1;
+constexpr int kReasons = static_cast<int>(Reason::kResourceExhausted) + 1;
+
+// By Surface: the label, and the name log lines begin with.
+constexpr const char* kSurfaceLabels[] = {"data_plane", "arena_socket", "control_plane"};
+constexpr const char* kSurfaceNames[] = {"data plane", "arena socket", "control plane"};
+static_assert(std::size(kSurfaceLabels) == kSurfaces && std::size(kSurfaceNames) == kSurfaces);
+
+// By Reason: the label, and what the log line says.
+struct ReasonName {
+  const char* label;
+  const char* text;
+};
+constexpr ReasonName kReasonNames[] = {
+    {"unknown_am_id", "AM id that is not part of the wire format"},
+    {"no_reply_endpoint", "no reply endpoint"},
+    {"unknown_endpoint", "from an endpoint that no session created"},
+    {"malformed", "malformed message"},
+    {"unsupported_wire_format", "unsupported wire format"},
+    {"wrong_token", "wrong token"},
+    {"before_hello", "before Hello"},
+    {"untrusted_uid", "mapped-path message from an untrusted uid"},
+    {"another_session", "Hello for another session"},
+    {"unknown_session", "unknown session"},
+    {"another_uid", "another uid's session"},
+    {"undecodable_request", "request body that does not decode"},
+    {"unknown_method", "unknown method"},
+    {"invalid_argument", "invalid argument"},
+    {"unauthenticated", "unauthenticated"},
+    {"permission_denied", "permission denied"},
+    {"resource_exhausted", "resource exhausted"},
+};
+static_assert(std::size(kReasonNames) == kReasons, "a label and a text for every Reason");
+
+// The pairs RejectionCounts reports, in its order: each surface's reasons (docs/operations.md).
+struct Pair {
+  Surface surface;
+  Reason reason;
+};
+constexpr Pair kCounted[] = {
+    {Surface::kDataPlane, Reason::kUnknownAmId},
+    {Surface::kDataPlane, Reason::kNoReplyEndpoint},
+    {Surface::kDataPlane, Reason::kUnknownEndpoint},
+    {Surface::kDataPlane, Reason::kMalformed},
+    {Surface::kDataPlane, Reason::kWireVersion},
+    {Surface::kDataPlane, Reason::kWrongToken},
+    {Surface::kDataPlane, Reason::kBeforeHello},
+    {Surface::kDataPlane, Reason::kUntrustedUid},
+    {Surface::kDataPlane, Reason::kAnotherSession},
+    {Surface::kArenaSocket, Reason::kMalformed},
+    {Surface::kArenaSocket, Reason::kUnknownSession},
+    {Surface::kArenaSocket, Reason::kAnotherUid},
+    {Surface::kControlPlane, Reason::kUndecodable},
+    {Surface::kControlPlane, Reason::kUnknownMethod},
+    {Surface::kControlPlane, Reason::kInvalidArgument},
+    {Surface::kControlPlane, Reason::kUnauthenticated},
+    {Surface::kControlPlane, Reason::kPermissionDenied},
+    {Surface::kControlPlane, Reason::kResourceExhausted},
+};
+
+// Every (surface, reason) has a counter, so a pair missing from kCounted is still counted
+// (and shows once added there).
+std::atomic<uint64_t> g_rejections[kSurfaces][kReasons];
+
 }  // namespace
 
 void SetLevel(Level level) { g_level = static_cast<int>(level); }
@@ -38,6 +105,33 @@ void Write(Level level, const char* fmt, ...) {
   std::fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ snapd %s: %s\n", t.tm_year + 1900,
                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, ts.tv_nsec / 1000000,
                kNames[static_cast<int>(level)], msg);
+}
+
+std::vector<RejectionCount> RejectionCounts() {
+  std::vector<RejectionCount> out;
+  out.reserve(std::size(kCounted));
+  for (const Pair& p : kCounted) {
+    int s = static_cast<int>(p.surface), r = static_cast<int>(p.reason);
+    out.push_back({kSurfaceLabels[s], kReasonNames[r].label,
+                   g_rejections[s][r].load(std::memory_order_relaxed)});
+  }
+  return out;
+}
+
+RejectionLog::RejectionLog(Surface surface, int lines_per_second)
+    : surface_(kSurfaceNames[static_cast<int>(surface)]),
+      counted_(surface),
+      lines_per_second_(lines_per_second) {}
+
+RejectionLog::RejectionLog(std::string surface, int lines_per_second)
+    : surface_(std::move(surface)), counted_(std::nullopt), lines_per_second_(lines_per_second) {}
+
+void RejectionLog::Reject(Reason reason, const std::string& detail) {
+  if (counted_) {
+    g_rejections[static_cast<int>(*counted_)][static_cast<int>(reason)].fetch_add(
+        1, std::memory_order_relaxed);
+  }
+  Reject(kReasonNames[static_cast<int>(reason)].text, detail);
 }
 
 void RejectionLog::Reject(const char* kind, const std::string& detail) {

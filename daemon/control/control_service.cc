@@ -4,6 +4,8 @@
 #include <grpc/grpc_security_constants.h>
 #include <pwd.h>
 
+#include <functional>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -18,10 +20,22 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
 }
 
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status& s) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpc(s));
-  return reactor;
+// The answers counted as rejections of the request: it was malformed, or its caller may not
+// make it, or it asks for more than a limit allows. Other failures (NOT_FOUND, ALREADY_EXISTS,
+// FAILED_PRECONDITION, UNAVAILABLE, ...) answer about the state of snapd and its runs.
+std::optional<log::Reason> RefusalReason(Code code) {
+  switch (code) {
+    case Code::kInvalidArgument:
+      return log::Reason::kInvalidArgument;
+    case Code::kUnauthenticated:
+      return log::Reason::kUnauthenticated;
+    case Code::kPermissionDenied:
+      return log::Reason::kPermissionDenied;
+    case Code::kResourceExhausted:
+      return log::Reason::kResourceExhausted;
+    default:
+      return std::nullopt;
+  }
 }
 
 // Is `uid` (primary group `gid`) a member of `group`, by its primary or supplementary groups?
@@ -50,6 +64,26 @@ bool InGroup(uid_t uid, gid_t gid, gid_t group) {
 
 }  // namespace
 
+grpc::ServerUnaryReactor* ControlService::Finish(grpc::CallbackServerContext* ctx,
+                                                 const Status& s) {
+  if (!s.ok()) Refused(ctx, s);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpc(s));
+  return reactor;
+}
+
+void ControlService::Refused(grpc::CallbackServerContext* ctx, const Status& s) {
+  if (!RefusalReason(s.code())) return;
+  std::optional<Peer> p = peers_ ? peers_->Find(ctx->peer()) : std::nullopt;
+  Refused(p ? "uid " + std::to_string(p->uid) : "peer " + ctx->peer(), s);
+}
+
+void ControlService::Refused(const std::string& caller, const Status& s) {
+  if (std::optional<log::Reason> reason = RefusalReason(s.code())) {
+    rejections_.Reject(*reason, caller + ": " + s.ToString());
+  }
+}
+
 Result<Tenant> ControlService::Caller(grpc::CallbackServerContext* ctx) const {
   std::optional<Peer> p = peers_ ? peers_->Find(ctx->peer()) : std::nullopt;
   if (!p && RemoteAdmin(ctx)) return Tenant::Admin();
@@ -71,10 +105,11 @@ bool ControlService::RemoteAdmin(grpc::CallbackServerContext* ctx) {
 }
 
 ControlService::ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane,
-                               std::string arena_socket)
+                               std::string control_socket, std::string arena_socket)
     : store_(store),
       sessions_(sessions),
       data_plane_(data_plane),
+      control_socket_(std::move(control_socket)),
       arena_socket_(std::move(arena_socket)),
       started_(std::chrono::steady_clock::now()) {}
 
@@ -98,10 +133,9 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
   }
   if (opening_.fetch_add(1) >= kMaxOpening) {
     opening_.fetch_sub(1);
-    Status busy = Status::ResourceExhausted(
-        "snapd is already opening " + std::to_string(kMaxOpening) + " sessions; retry in a moment");
-    rejections_.Reject("OpenSession", "uid " + std::to_string(who.uid) + ": " + busy.ToString());
-    return Finish(ctx, busy);
+    return Finish(
+        ctx, Status::ResourceExhausted("snapd is already opening " + std::to_string(kMaxOpening) +
+                                       " sessions; retry in a moment"));
   }
   // Vetting the address takes a child process: off the reactor, on the vetting threads.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -124,8 +158,12 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
             resp->set_arena_socket(arena_socket_);
           }
         }
-        if (!s.ok())
-          rejections_.Reject("OpenSession", "uid " + std::to_string(uid) + ": " + s.ToString());
+        if (RefusalReason(s.code())) {
+          Refused("uid " + std::to_string(uid), s);
+        } else if (!s.ok()) {  // not the caller's fault (snapd is stopping, or slow): logged only
+          rejections_.Reject("OpenSession failed",
+                             "uid " + std::to_string(uid) + ": " + s.ToString());
+        }
         opening_.fetch_sub(1);
         reactor->Finish(ToGrpc(s));
       },
@@ -272,6 +310,7 @@ void ControlService::CollectStats(bool admin, v1::StatsResponse* resp) const {
   host->set_raw_bytes(store_->host_used());  // host copies are never compressed
   host->set_peak_used_bytes(store_->host_peak_used());
   resp->set_data_plane_address(data_plane_->Describe());
+  resp->set_control_socket("unix:" + control_socket_);
   const DataPlaneCounters& d = data_plane_->counters();
   auto rate = [](uint64_t bytes, uint64_t ns) {
     return ns ? static_cast<double>(bytes) * 1e9 / static_cast<double>(ns) : 0.0;
@@ -307,6 +346,17 @@ void ControlService::CollectStats(bool admin, v1::StatsResponse* resp) const {
   resp->set_rejected_messages(d.rejected.load());
   resp->set_lost_snapshots(c.lost_snapshots);
   resp->set_refused_pushes(c.refused_pushes);
+  for (const log::RejectionCount& r : log::RejectionCounts()) {
+    v1::RejectionCount* out = resp->add_rejections();
+    out->set_surface(r.surface);
+    out->set_reason(r.reason);
+    out->set_count(r.count);
+  }
+  // The store counts its own refusals (pushes with no room in host and disk together).
+  v1::RejectionCount* store = resp->add_rejections();
+  store->set_surface("store");
+  store->set_reason("no_room");
+  store->set_count(c.refused_pushes);
   resp->set_compactions(c.compactions);
 }
 
@@ -347,9 +397,12 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
  public:
   static constexpr uint64_t kChunk = 1 << 20;
 
-  DumpReactor(Store* store, const v1::DumpRequest& req, const Result<Tenant>& who)
+  // `refused` hears of a request refused up front (before this constructor returns).
+  DumpReactor(Store* store, const v1::DumpRequest& req, const Result<Tenant>& who,
+              const std::function<void(const Status&)>& refused)
       : store_(store) {
     if (!who.ok()) {
+      refused(who.status());
       FinishWith(who.status());
       return;
     }
@@ -357,6 +410,7 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
     v1::RunInfo run;
     auto snaps = store->ListSnapshots(req.name(), &run, who_);
     if (!snaps.ok()) {
+      refused(snaps.status());
       FinishWith(snaps.status());
       return;
     }
@@ -460,7 +514,8 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
 
 grpc::ServerWriteReactor<v1::DumpChunk>* ControlService::Dump(grpc::CallbackServerContext* ctx,
                                                               const v1::DumpRequest* req) {
-  return new DumpReactor(store_, *req, Caller(ctx));
+  return new DumpReactor(store_, *req, Caller(ctx),
+                         [this, ctx](const Status& s) { Refused(ctx, s); });
 }
 
 grpc::ServerUnaryReactor* ControlService::Quota(grpc::CallbackServerContext* ctx,

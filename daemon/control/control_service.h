@@ -21,7 +21,7 @@ namespace snapd {
 class ControlService final : public v1::Control::CallbackService {
  public:
   ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane,
-                 std::string arena_socket);
+                 std::string control_socket, std::string arena_socket);
   // Who is calling: set once, before the first connection is accepted. Members of
   // `admin_gid` (and root, and snapd's own uid) are admins; kNoGroup: no admin group.
   static constexpr gid_t kNoGroup = static_cast<gid_t>(-1);
@@ -90,10 +90,18 @@ class ControlService final : public v1::Control::CallbackService {
   Result<Session> OwnSession(const Tenant& who, uint64_t id, uint64_t token) const;
   // A caller on admin_listen: mutual TLS verified its client certificate.
   static bool RemoteAdmin(grpc::CallbackServerContext* ctx);
+  // Answers a unary call with `s`; a refusal of the request is counted and logged (Refused).
+  grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status& s);
+  // Counts and logs `s` under its reason (rejections_) when it refuses the request as
+  // malformed, unauthenticated, not permitted or over a limit; other failures are answers about
+  // snapd's state, not rejections. `caller`: who asked ("uid 1000"), for the log line.
+  void Refused(grpc::CallbackServerContext* ctx, const Status& s);
+  void Refused(const std::string& caller, const Status& s);
 
   Store* const store_;
   SessionTable* const sessions_;
   DataPlane* const data_plane_;
+  const std::string control_socket_;
   const std::string arena_socket_;
   const std::chrono::steady_clock::time_point started_;
   const PeerListener* peers_ = nullptr;
@@ -106,7 +114,7 @@ class ControlService final : public v1::Control::CallbackService {
   static constexpr int kMaxOpening = 256;
   std::atomic<int> opening_{0};
   std::atomic<bool> stopping_{false};
-  log::RejectionLog rejections_{"control plane"};
+  log::RejectionLog rejections_{log::Surface::kControlPlane};
   IoPool vetting_{kVettingThreads};  // last: joined before the members its jobs use go
 };
 

@@ -4,13 +4,16 @@
 
 #include <string>
 
+#include "log.h"
+
 namespace snapd {
 
 namespace {
 
 class RequestErrors final : public grpc::experimental::Interceptor {
  public:
-  explicit RequestErrors(const char* method) : method_(method ? method : "") {}
+  RequestErrors(const char* method, log::RejectionLog* rejections)
+      : method_(method ? method : ""), rejections_(rejections) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* batch) override {
     using Hook = grpc::experimental::InterceptionHookPoints;
@@ -19,7 +22,12 @@ class RequestErrors final : public grpc::experimental::Interceptor {
       // snapd implements every method it serves, and its own errors always carry a message:
       // an empty UNIMPLEMENTED comes from gRPC itself.
       if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && s.error_message().empty()) {
-        batch->ModifySendStatus(Explain());
+        grpc::Status named = Explain();
+        rejections_->Reject(named.error_code() == grpc::StatusCode::UNIMPLEMENTED
+                                ? log::Reason::kUnknownMethod
+                                : log::Reason::kUndecodable,
+                            named.error_message());
+        batch->ModifySendStatus(named);
       }
     }
     batch->Proceed();
@@ -45,14 +53,21 @@ class RequestErrors final : public grpc::experimental::Interceptor {
   }
 
   const std::string method_;
+  log::RejectionLog* const rejections_;
 };
 
+// Outlives its interceptors: the server owns it and destroys it after its last call.
 class Factory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new RequestErrors(info->method());
+    return new RequestErrors(info->method(), &rejections_);
   }
+
+ private:
+  // The control plane's requests that never reach the service (ControlService counts the
+  // others).
+  log::RejectionLog rejections_{log::Surface::kControlPlane};
 };
 
 }  // namespace

@@ -83,13 +83,13 @@ void ArenaSocket::Answer(int fd) {
   wire::ArenaRequest req{};
   // Every refusal is answered (a client that waits learns why) and logged, rate-limited: a
   // peer that connects in a loop cannot flood the journal.
-  auto refuse = [&](const char* kind, const Status& why) {
+  auto refuse = [&](log::Reason reason, const Status& why) {
     rejections_.Reject(
-        kind,
+        reason,
         why.ToString() + (SendReply(fd, why, 0, -1) ? "" : " (the peer left before the answer)"));
   };
   if (recv(fd, &req, sizeof req, MSG_WAITALL) != sizeof req) {
-    refuse("malformed request", Status::InvalidArgument("expected a 16-byte ArenaRequest"));
+    refuse(log::Reason::kMalformed, Status::InvalidArgument("expected a 16-byte ArenaRequest"));
     return;
   }
   ucred cred{};
@@ -100,11 +100,12 @@ void ArenaSocket::Answer(int fd) {
   }
   std::optional<Session> session = sessions_->Find(req.session_id, req.token);
   if (!session) {
-    refuse("unknown session", Status::Unauthenticated("no open session with this id and token"));
+    refuse(log::Reason::kUnknownSession,
+           Status::Unauthenticated("no open session with this id and token"));
     return;
   }
   if (session->uid != cred.uid) {
-    refuse("another uid's session",
+    refuse(log::Reason::kAnotherUid,
            Status::PermissionDenied("this session belongs to another uid"));
     return;
   }

@@ -39,7 +39,7 @@ class ArenaSocket {
   ucx::ScopedFd listen_fd_;
   const HostTier* const tier_;
   SessionTable* const sessions_;
-  log::RejectionLog rejections_{"arena socket"};
+  log::RejectionLog rejections_{log::Surface::kArenaSocket};
   std::thread thread_;  // declared last: starts after the members it uses exist
 };
 

@@ -114,13 +114,13 @@ ucs_status_t DataPlane::OnUnknownId(void* arg, const void*, size_t header_length
   char why[200];
   std::snprintf(why, sizeof why, "%zu-byte header, %zu bytes of data, from %s", header_length,
                 length, known ? "a session's endpoint" : "an endpoint no session created");
-  self->Reject("AM id that is not part of the wire format", why);
+  self->Reject(log::Reason::kUnknownAmId, why);
   return UCS_OK;  // eager data are dropped; an unread rendezvous is cancelled
 }
 
-void DataPlane::Reject(const char* kind, const std::string& detail) {
+void DataPlane::Reject(log::Reason reason, const std::string& detail) {
   counters_.rejected.fetch_add(1, std::memory_order_relaxed);
-  rejections_.Reject(kind, detail);
+  rejections_.Reject(reason, detail);
 }
 
 template <typename T>
@@ -249,57 +249,58 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
                                   bool needs_session) {
   std::string op_name = "AM id " + std::to_string(op);
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-    Reject("no reply endpoint", op_name);
+    Reject(log::Reason::kNoReplyEndpoint, op_name);
     return nullptr;
   }
   ucp_ep_h ep = param->reply_ep;
   auto it = conns_.find(ep);
   if (it == conns_.end()) {
     // Not answered: an endpoint snapd did not create is UCX's to free at any time.
-    Reject("from an endpoint that no session created", op_name + " (open a session first)");
+    Reject(log::Reason::kUnknownEndpoint, op_name + " (open a session first)");
     return nullptr;
   }
   Conn& conn = it->second;
-  auto refuse = [&](const char* kind, uint64_t request_id, Status status) {
-    Reject(kind, "session " + std::to_string(conn.session_id) + ", " + op_name + ": " +
-                     status.ToString());
+  auto refuse = [&](log::Reason reason, uint64_t request_id, Status status) {
+    Reject(reason, "session " + std::to_string(conn.session_id) + ", " + op_name + ": " +
+                       status.ToString());
     Reply(ep, request_id, status);
     return nullptr;
   };
   wire::Header h{};
   if (header_length < sizeof h) {
-    return refuse("malformed message", 0, Status::InvalidArgument("malformed message: header of " +
-                                             std::to_string(header_length) + " bytes, expected " +
-                                             std::to_string(expected_length)));
+    return refuse(
+        log::Reason::kMalformed, 0,
+        Status::InvalidArgument("malformed message: header of " + std::to_string(header_length) +
+                                " bytes, expected " + std::to_string(expected_length)));
   }
   std::memcpy(&h, header, sizeof h);
   if (h.magic != wire::kMagic || h.version != wire::kVersion) {
-    return refuse("unsupported wire format", h.request_id,
-                  Status::InvalidArgument("unsupported wire format (magic " +
-                                          std::to_string(h.magic) + ", version " +
-                                          std::to_string(h.version) +
-                                          "); this snapd speaks version " +
-                                          std::to_string(wire::kVersion)));
+    return refuse(
+        log::Reason::kWireVersion, h.request_id,
+        Status::InvalidArgument("unsupported wire format (magic " + std::to_string(h.magic) +
+                                ", version " + std::to_string(h.version) +
+                                "); this snapd speaks version " + std::to_string(wire::kVersion)));
   }
   if (header_length != expected_length || h.op != op) {
-    return refuse("malformed message", h.request_id,
-                  Status::InvalidArgument(
-                      "malformed message for AM id " + std::to_string(op) + ": header of " +
-                      std::to_string(header_length) + " bytes with op " +
-                      std::to_string(h.op) + ", expected " + std::to_string(expected_length) +
-                      " bytes with op " + std::to_string(op)));
+    return refuse(log::Reason::kMalformed, h.request_id,
+                  Status::InvalidArgument("malformed message for AM id " + std::to_string(op) +
+                                          ": header of " + std::to_string(header_length) +
+                                          " bytes with op " + std::to_string(h.op) + ", expected " +
+                                          std::to_string(expected_length) + " bytes with op " +
+                                          std::to_string(op)));
   }
   if (h.token != conn.token || !sessions_->Find(conn.session_id, h.token)) {
-    return refuse("wrong token", h.request_id, Status::Unauthenticated(
-                                    "token does not match the open session of this endpoint"));
+    return refuse(
+        log::Reason::kWrongToken, h.request_id,
+        Status::Unauthenticated("token does not match the open session of this endpoint"));
   }
   if (needs_session && !conn.hello) {
-    return refuse("before Hello", h.request_id,
+    return refuse(log::Reason::kBeforeHello, h.request_id,
                   Status::Unauthenticated("endpoint has not said Hello: send Hello with the "
                                           "OpenSession id and token first"));
   }
   if (wire::IsMappedPath(op) && !TrustedUid(conn.tenant.uid)) {
-    return refuse("mapped-path message from an untrusted uid", h.request_id,
+    return refuse(log::Reason::kUntrustedUid, h.request_id,
                   Status::PermissionDenied("AM id " + std::to_string(op) +
                                            " belongs to the mapped host-tier path, "
                                            "which is shared only with root and uid " +
@@ -314,9 +315,9 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
 ucs_status_t DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req,
                                     void*, size_t, const ucp_am_recv_param_t*) {
   if (req.session_id != conn.session_id) {
-    Reject("Hello for another session", "Hello for session " + std::to_string(req.session_id) +
-                                            " on the endpoint of session " +
-                                            std::to_string(conn.session_id));
+    Reject(log::Reason::kAnotherSession, "Hello for session " + std::to_string(req.session_id) +
+                                             " on the endpoint of session " +
+                                             std::to_string(conn.session_id));
     Reply(ep, req.header.request_id,
           Status::Unauthenticated("session " + std::to_string(req.session_id) +
                                   " is not the session this endpoint was opened for"));

@@ -52,7 +52,7 @@ namespace snapd {
 struct DataPlaneCounters {
   std::atomic<uint64_t> pushes{0};
   std::atomic<uint64_t> fetches{0};
-  std::atomic<uint64_t> rejected{0};
+  std::atomic<uint64_t> rejected{0};  // every rejection; by reason: log::RejectionCounts
   // Bytes and nanoseconds of completed transfers into (write) and out of (read) the host tier.
   std::atomic<uint64_t> write_bytes{0};
   std::atomic<uint64_t> write_ns{0};
@@ -154,9 +154,9 @@ class DataPlane {
   // The handler of every AM id that is not part of the wire format.
   static ucs_status_t OnUnknownId(void* arg, const void* header, size_t header_length,
                                   void* data, size_t length, const ucp_am_recv_param_t* param);
-  // Counts a dropped or refused message and logs `kind: detail`, at most a few lines a second
-  // for each kind (a flood of one kind hides no other). Loop thread.
-  void Reject(const char* kind, const std::string& detail);
+  // Counts a dropped or refused message (in total and by reason) and logs `reason: detail`, at
+  // most a few lines a second for each reason (a flood of one kind hides no other). Loop thread.
+  void Reject(log::Reason reason, const std::string& detail);
   // Closes the sessions that did not say Hello within the connect timeout. Loop thread.
   void Sweep();
 
@@ -232,7 +232,7 @@ class DataPlane {
   std::shared_ptr<Liveness> liveness_ = std::make_shared<Liveness>();
   // Loop-thread state. Declared before loop_ so it outlives the progress thread.
   std::unordered_map<ucp_ep_h, Conn> conns_;
-  log::RejectionLog rejections_{"data plane"};
+  log::RejectionLog rejections_{log::Surface::kDataPlane};
   std::unique_ptr<ucx::WorkerLoop> loop_;
   // Posts Sweep() to the loop once a second; stopped before the loop.
   Mutex sweeper_mu_;

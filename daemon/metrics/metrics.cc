@@ -54,6 +54,23 @@ class Exposition {
   std::string out_;
 };
 
+// A label value in the text format: backslash, double quote and newline escaped. (snapd's
+// labels are fixed names; this keeps the file well-formed whatever Stats holds.)
+std::string LabelValue(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 const v1::TierStats* Tier(const v1::StatsResponse& s, v1::Tier tier) {
   for (const auto& t : s.tiers()) {
     if (t.tier() == tier) return &t;
@@ -123,6 +140,15 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
   c.One("snapd_rejected_messages_total", "counter",
         "Data-plane messages rejected as malformed or unauthenticated.",
         static_cast<double>(s.rejected_messages()));
+  std::vector<std::pair<std::string, double>> rejections;
+  for (const v1::RejectionCount& r : s.rejections()) {
+    rejections.push_back(
+        {"{surface=\"" + LabelValue(r.surface()) + "\",reason=\"" + LabelValue(r.reason()) + "\"}",
+         static_cast<double>(r.count())});
+  }
+  c.Family("snapd_rejections_total", "counter",
+           "Requests and messages refused for what a peer sent or asked, by where and why.",
+           rejections);
   c.One("snapd_demotions_total", "counter", "Steps written from host memory to disk.",
         static_cast<double>(s.demotions()));
   c.One("snapd_prefetch_hits_total", "counter",

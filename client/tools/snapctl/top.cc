@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common.h"
 #include "snapd/units.h"
@@ -93,6 +94,21 @@ uint64_t DiskReadBytes(const v1::StatsResponse& r) {
   return disk ? disk->read_bytes() : 0;
 }
 
+// Every rejection in `r`, all surfaces and reasons together (the store's refused pushes too).
+uint64_t Rejections(const v1::StatsResponse& r) {
+  uint64_t n = 0;
+  for (const auto& x : r.rejections()) n += x.count();
+  return n;
+}
+
+// The count of `like`'s surface and reason in `r`; 0 when `r` has no such entry.
+uint64_t RejectionCount(const v1::StatsResponse& r, const v1::RejectionCount& like) {
+  for (const auto& x : r.rejections()) {
+    if (x.surface() == like.surface() && x.reason() == like.reason()) return x.count();
+  }
+  return 0;
+}
+
 // Per second between two samples of the same daemon; none for the first sample, or when the
 // daemon restarted in between (its counters began again).
 struct Rates {
@@ -104,6 +120,8 @@ struct Rates {
   double prefetch_hits = 0;
   double prefetch_misses = 0;
   double refused_pushes = 0;
+  double rejections = 0;                     // all reasons together
+  std::vector<double> rejections_by_reason;  // as the later sample's Stats.rejections
 };
 
 std::optional<Rates> RatesBetween(const std::optional<Sample>& before, const Sample& now) {
@@ -123,6 +141,10 @@ std::optional<Rates> RatesBetween(const std::optional<Sample>& before, const Sam
   r.prefetch_hits = per_second(a.prefetch_hits(), b.prefetch_hits());
   r.prefetch_misses = per_second(a.demand_reads(), b.demand_reads());
   r.refused_pushes = per_second(a.refused_pushes(), b.refused_pushes());
+  r.rejections = per_second(Rejections(a), Rejections(b));
+  for (const auto& x : b.rejections()) {
+    r.rejections_by_reason.push_back(per_second(RejectionCount(a, x), x.count()));
+  }
   return r;
 }
 
@@ -140,7 +162,8 @@ Json RefreshJson(const Sample& now, const std::optional<Rates>& rates) {
                 {"disk_read_bytes_per_second", rates->disk_read_bytes},
                 {"prefetch_hits_per_second", rates->prefetch_hits},
                 {"prefetch_misses_per_second", rates->prefetch_misses},
-                {"refused_pushes_per_second", rates->refused_pushes}};
+                {"refused_pushes_per_second", rates->refused_pushes},
+                {"rejections_per_second", rates->rejections}};
   return j;
 }
 
@@ -169,8 +192,20 @@ std::string Frame(const Sample& now, const std::optional<Rates>& rates, double i
       {"prefetch misses", std::to_string(r.demand_reads()), count(&Rates::prefetch_misses)});
   counters.Add(
       {"refused pushes", std::to_string(r.refused_pushes()), count(&Rates::refused_pushes)});
+  counters.Add({"rejections", std::to_string(Rejections(r)), count(&Rates::rejections)});
   counters.Add({"lost snapshots", std::to_string(r.lost_snapshots()), ""});
   out += counters.Render() + "\n";
+  // Only the reasons that happened: most never do.
+  Table rejected({{"REJECTED", 16, true}, {"REASON", 24, true}, {"TOTAL", 12}, {"PER SECOND", 14}});
+  bool any = false;
+  for (int i = 0; i < r.rejections_size(); ++i) {
+    const v1::RejectionCount& x = r.rejections(i);
+    if (x.count() == 0) continue;
+    any = true;
+    rejected.Add({x.surface(), x.reason(), std::to_string(x.count()),
+                  rates ? Format("%.1f", rates->rejections_by_reason[i]) : std::string("-")});
+  }
+  if (any) out += rejected.Render() + "\n";
   Table tiers({{"TIER", 8, true},
                {"USED", 12},
                {"BUDGET", 12},
@@ -233,7 +268,8 @@ int Top(Session& s, const TopArgs& a) {
 void AddTopCommand(CLI::App& app, Action* action) {
   auto a = std::make_shared<TopArgs>();
   CLI::App* top = app.add_subcommand(
-      "top", "tiers, sessions and counters live, with pushes, fetches and spill per second");
+      "top",
+      "tiers, sessions and counters live, with pushes, fetches, spill and rejections per second");
   top->footer(
       "On a terminal the screen is redrawn in place. With --json, or when stdout is not a\n"
       "terminal, it prints one JSON object per refresh: the Stats fields as `status --json`\n"
