@@ -71,6 +71,10 @@ int Run(int argc, char** argv) {
     std::fputs(CommandLineHelp().c_str(), stdout);
     return 0;
   }
+  if (loaded->version) {
+    std::printf("snapd %s\n", SNAPD_VERSION);
+    return 0;
+  }
   const Config& config = loaded->config;
   if (loaded->print_config) {
     std::fputs(FormatConfig(config).c_str(), stdout);
@@ -150,7 +154,8 @@ int Run(int argc, char** argv) {
   if (!claimed.ok()) return fail(claimed);
   auto arena = ArenaSocket::Start(config.socket + ".arena", host->get(), &sessions);
   if (!arena.ok()) return fail(arena.status());
-  ControlService service(store->get(), &sessions, data_plane->get(), (*arena)->path());
+  ControlService service(store->get(), &sessions, data_plane->get(), config.socket,
+                         (*arena)->path());
   std::unique_ptr<MetricsFile> metrics;
   if (!config.metrics_textfile.empty()) {
     auto started = MetricsFile::Start(config.metrics_textfile,

@@ -1,7 +1,9 @@
 // The C API: opaque handles over the C++ client; errors become codes + a thread-local message.
 #include "snapd/snapd.h"
 
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "snapd/client.h"
 
@@ -10,6 +12,9 @@ struct snapd_client {
 };
 struct snapd_push_handle {
   snapd::PushHandle handle;
+};
+struct snapd_fetch_handle {
+  snapd::FetchHandle handle;
 };
 
 namespace {
@@ -62,6 +67,8 @@ snapd_code snapd_open_run(snapd_client* client, const snapd_run_spec* spec, uint
   s.codec = static_cast<snapd::Codec>(spec->codec);
   s.codec_param = spec->codec_param;
   s.compress_at_ingest = spec->compress_at_ingest != 0;
+  s.job = spec->job ? spec->job : "";
+  s.check_finite = spec->check_finite != 0;
   auto run = client->client->OpenRun(s);
   if (!run.ok()) return Report(run.status());
   *run_id = run->run_id;
@@ -83,9 +90,45 @@ snapd_code snapd_locate(snapd_client* client, const char* name, uint64_t step,
   if (!client || !name || !out) return NullArgument("client, name and out");
   auto loc = client->client->Locate(name, step);
   if (!loc.ok()) return Report(loc.status());
-  *out = snapd_location{loc->step,         static_cast<int>(loc->tier), loc->raw_bytes,
-                        loc->stored_bytes, loc->checksum,               loc->checksum_recorded,
-                        loc->on_disk};
+  *out =
+      snapd_location{loc->step,     static_cast<int>(loc->tier), loc->raw_bytes, loc->stored_bytes,
+                     loc->checksum, loc->checksum_recorded,      loc->on_disk};
+  return Report(snapd::Status::Ok());
+}
+
+snapd_code snapd_delete_snapshot(snapd_client* client, const char* name, uint64_t step) {
+  if (!client || !name) return NullArgument("client and name");
+  return Report(client->client->DeleteSnapshot(name, step));
+}
+
+snapd_code snapd_list_runs(snapd_client* client, snapd_run_info** runs, size_t* count) {
+  if (!client || !runs || !count) return NullArgument("client, runs and count");
+  auto listed = client->client->ListRuns();
+  if (!listed.ok()) return Report(listed.status());
+  *count = listed->size();
+  *runs = new snapd_run_info[listed->size()];
+  for (size_t i = 0; i < listed->size(); ++i) {
+    const snapd::RunInfo& r = (*listed)[i];
+    char* name = new char[r.spec.name.size() + 1];
+    std::memcpy(name, r.spec.name.c_str(), r.spec.name.size() + 1);
+    (*runs)[i] = snapd_run_info{r.run_id, name,        r.spec.steps,  r.spec.bytes_per_step,
+                                r.closed, r.snapshots, r.stored_bytes};
+  }
+  return Report(snapd::Status::Ok());
+}
+
+void snapd_free_runs(snapd_run_info* runs, size_t count) {
+  if (!runs) return;
+  for (size_t i = 0; i < count; ++i) delete[] runs[i].name;
+  delete[] runs;
+}
+
+snapd_code snapd_prefetch(snapd_client* client, const char* name, const uint64_t* steps,
+                          size_t count, uint64_t* started) {
+  if (!client || !name || (!steps && count)) return NullArgument("client, name and steps");
+  auto n = client->client->Prefetch(name, std::vector<uint64_t>(steps, steps + count));
+  if (!n.ok()) return Report(n.status());
+  if (started) *started = *n;
   return Report(snapd::Status::Ok());
 }
 
@@ -134,5 +177,23 @@ snapd_code snapd_fetch(snapd_client* client, uint64_t run_id, uint64_t step, voi
   if (!client) return NullArgument("client");
   return Report(client->client->Fetch(run_id, step, data, bytes));
 }
+
+snapd_code snapd_fetch_async(snapd_client* client, uint64_t run_id, uint64_t step, void* data,
+                             size_t bytes, snapd_fetch_handle** out) {
+  if (!client || !out) return NullArgument("client and out");
+  auto fetch = client->client->FetchAsync(run_id, step, data, bytes);
+  if (!fetch.ok()) return Report(fetch.status());
+  *out = new snapd_fetch_handle{std::move(fetch).value()};
+  return Report(snapd::Status::Ok());
+}
+
+snapd_code snapd_fetch_wait(snapd_fetch_handle* fetch) {
+  if (!fetch) return NullArgument("fetch");
+  return Report(fetch->handle.Wait());
+}
+
+int snapd_fetch_done(const snapd_fetch_handle* fetch) { return fetch && fetch->handle.done(); }
+
+void snapd_fetch_free(snapd_fetch_handle* fetch) { delete fetch; }
 
 }  // extern "C"

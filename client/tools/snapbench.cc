@@ -811,6 +811,7 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
   app.failure_message(FailureMessage);
   app.formatter(std::make_shared<HelpFormatter>());
   app.get_formatter()->column_width(26);
+  app.set_version_flag("--version", "snapbench " SNAPD_VERSION, "Print snapbench's version");
   // A repeated option takes its last value, as on every command line before CLI11.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
@@ -879,7 +880,7 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);

@@ -329,6 +329,7 @@ Status LoadFile(Config& c, const std::string& path) {
 struct Flags {
   std::string config_file;
   bool print_config = false;
+  bool version = false;
   std::vector<std::string> values = std::vector<std::string>(ConfigOptions().size());
   std::vector<CLI::Option*> options;
 };
@@ -346,6 +347,7 @@ void DefineFlags(CLI::App& app, Flags& flags) {
       ->type_name("FILE");
   app.add_flag("--print-config", flags.print_config,
                "print the effective configuration in the config file format and exit");
+  app.add_flag("--version", flags.version, "print snapd's version and exit");
   const std::vector<OptionDoc>& options = ConfigOptions();
   for (size_t i = 0; i < options.size(); ++i) {
     const OptionDoc& o = options[i];
@@ -418,6 +420,10 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
     return Status::InvalidArgument("unexpected argument '" + a + "' (see `snapd --help`)");
   }
   out.print_config = flags.print_config;
+  if (flags.version) {  // before the config file: --version answers whatever the config says
+    out.version = true;
+    return out;
+  }
 
   std::string config_file = flags.config_file;
   if (app.get_option("--config")->count() == 0) {

@@ -64,7 +64,8 @@ const std::vector<OptionDoc>& ConfigOptions();
 struct LoadedConfig {
   Config config;
   bool print_config = false;
-  bool help = false;  // --help: print CommandLineHelp() and exit
+  bool help = false;     // --help: print CommandLineHelp() and exit
+  bool version = false;  // --version: print the version and exit
 };
 
 // Builds the effective configuration from the command line `args` (without the program name).

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cassert>
+#include <exception>
 #include <string>
 #include <utility>
 #include <variant>
@@ -66,7 +67,23 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-// A value or the Status explaining why there is none.
+// What Result<T>::value() throws when there is no value: the Status, whose code and message
+// say why ("UNAVAILABLE: snapd is not running at ..."). snapd's own code tests ok() first;
+// this is for callers who treat a failure as fatal, so that the reason is what they see.
+class BadResultAccess : public std::exception {
+ public:
+  explicit BadResultAccess(Status status) : status_(std::move(status)), what_(status_.ToString()) {}
+  const Status& status() const noexcept { return status_; }
+  Code code() const noexcept { return status_.code(); }
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  Status status_;
+  std::string what_;
+};
+
+// A value or the Status explaining why there is none. value() (and * and ->) on a Result that
+// holds a Status throws BadResultAccess carrying it.
 template <typename T>
 class [[nodiscard]] Result {
  public:
@@ -77,9 +94,18 @@ class [[nodiscard]] Result {
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  T& value() & {
+    CheckHasValue();
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    CheckHasValue();
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    CheckHasValue();
+    return std::get<T>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -87,6 +113,10 @@ class [[nodiscard]] Result {
   T&& operator*() && { return std::move(*this).value(); }
 
  private:
+  void CheckHasValue() const {
+    if (!ok()) throw BadResultAccess(std::get<Status>(v_));
+  }
+
   std::variant<T, Status> v_;
 };
 

@@ -1,12 +1,105 @@
 #!/usr/bin/env bash
-# Installs the build into a temporary prefix and builds and runs a separate project that
-# finds it with find_package(snapd) and links snapd::client.
+# Installs the build into a scratch prefix, checks that it installs one shared library whose
+# dependents find it by RUNPATH, starts the installed snapd, and builds and runs solver
+# projects against the prefix: CMake (find_package, C++ and C), pkg-config (C++), a plain
+# `cc ... -lsnapd` (C) and, when the build has the Fortran module, gfortran. Every installed
+# program runs with an empty environment but for UCX_NET_DEVICES=lo: no LD_LIBRARY_PATH, no
+# ldconfig.
+#
+#   check_install.sh BUILD_DIR
 set -euo pipefail
 build_dir=$1
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cmake --install "$build_dir" --prefix "$work/prefix" > "$work/install.log"
-cmake -S "$here/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log"
-cmake --build "$work/consumer" > "$work/build.log"
-LD_LIBRARY_PATH="$work/prefix/lib" "$work/consumer/consumer" "$work/absent.sock"
+daemon_pid=""
+cleanup() {
+  if [[ -n $daemon_pid ]]; then
+    kill "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAILED: $*" >&2
+  exit 1
+}
+# An installed program as a site runs it: nothing in the environment says where libraries are.
+bare() { env -i PATH=/usr/bin:/bin UCX_NET_DEVICES=lo "$@"; }
+
+prefix=$work/prefix
+cmake --install "$build_dir" --prefix "$prefix" > "$work/install.log"
+pc_file=$(find "$prefix" -name snapd.pc)
+[[ -n $pc_file ]] || fail "no snapd.pc installed"
+libdir=$(dirname "$(dirname "$pc_file")")
+
+echo "== one shared library, found by RUNPATH"
+libs=$(cd "$libdir" && ls libsnapd*.so*)
+echo "$libs"
+[[ $(echo "$libs" | grep -c '^libsnapd\.so\.[0-9]*$') == 1 ]] || fail "no libsnapd.so.N"
+[[ -z $(echo "$libs" | grep -v '^libsnapd\.so') ]] || fail "more libraries than libsnapd"
+soname=$(readelf -d "$libdir/libsnapd.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+echo "SONAME $soname"
+[[ $soname =~ ^libsnapd\.so\.[0-9]+$ ]] || fail "SONAME '$soname'"
+for exe in "$prefix"/sbin/snapd "$prefix"/bin/snapctl "$prefix"/bin/snapbench; do
+  runpath=$(readelf -d "$exe" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+  echo "$(basename "$exe"): RUNPATH $runpath"
+  [[ $runpath == *'$ORIGIN/'* ]] || fail "$exe has no \$ORIGIN-relative RUNPATH"
+  bare "$exe" --version || fail "$exe --version"
+done
+
+echo "== the systemd unit: the config file decides"
+unit=$here/../../deploy/systemd/snapd.service
+grep -q '^ExecStart=.* --config /etc/snapd/snapd.toml$' "$unit" || fail "the unit reads no config file"
+if grep -q '^Environment=.*SNAPD_' "$unit"; then fail "the unit's Environment= overrides the file"; fi
+# A file's socket and state_dir are what snapd uses, as the unit starts it (no SNAPD_*).
+sed -e 's|^socket = .*|socket = "/run/snapd-site/snapd.sock"|' \
+  -e 's|^state_dir = .*|state_dir = "/srv/snapd"|' "$here/../../deploy/snapd.toml" > "$work/snapd.toml"
+bare "$prefix/sbin/snapd" --config "$work/snapd.toml" --print-config > "$work/effective.toml"
+grep -qx 'socket = "/run/snapd-site/snapd.sock"' "$work/effective.toml" || fail "socket"
+grep -qx 'state_dir = "/srv/snapd"' "$work/effective.toml" || fail "state_dir"
+
+echo "== the installed snapd"
+sock=$work/run/snapd.sock
+# env execs snapd: $! is snapd itself, which the cleanup stops (not a subshell around it).
+env -i PATH=/usr/bin:/bin UCX_NET_DEVICES=lo "$prefix/sbin/snapd" --socket "$sock" \
+  --state-dir "$work/state" --host-mem 64M --spool-dirs none > "$work/snapd.log" 2>&1 &
+daemon_pid=$!
+for _ in $(seq 100); do
+  bare "$prefix/bin/snapctl" --socket "$sock" status > "$work/status.txt" 2>&1 && break
+  kill -0 "$daemon_pid" 2>/dev/null || { cat "$work/snapd.log" >&2; fail "snapd exited"; }
+  sleep 0.2
+done
+bare "$prefix/bin/snapctl" --socket "$sock" status || { cat "$work/snapd.log" >&2; fail "status"; }
+
+echo "== CMake: find_package(snapd), snapd::client and snapd::c"
+cmake -S "$here/consumer" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" > "$work/cmake.log" ||
+  { cat "$work/cmake.log" >&2; fail "configuring the CMake consumer"; }
+cmake --build "$work/cmake" > "$work/cmake-build.log" ||
+  { cat "$work/cmake-build.log" >&2; fail "building the CMake consumer"; }
+bare "$work/cmake/consumer" "$sock"
+bare "$work/cmake/consumer_c" "$sock"
+
+echo "== pkg-config: c++ main.cc \$(pkg-config --cflags --libs snapd)"
+pc_flags=$(PKG_CONFIG_PATH=$(dirname "$pc_file") pkg-config --cflags --libs snapd)
+echo "pkg-config: $pc_flags"
+# shellcheck disable=SC2086 # the flags are words
+c++ -std=c++20 -Wall -Wextra -Werror "$here/consumer/main.cc" $pc_flags -o "$work/pc_consumer"
+bare "$work/pc_consumer" "$sock"
+
+echo "== plain: cc main.c -I... -L... -Wl,-rpath,... -lsnapd"
+cc -std=c11 -Wall -Wextra -Werror "$here/consumer/main.c" -I"$prefix/include" -L"$libdir" \
+  -Wl,-rpath,"$libdir" -lsnapd -o "$work/cc_consumer"
+bare "$work/cc_consumer" "$sock"
+
+if [[ -e $prefix/include/snapd/fortran/snapd.mod ]]; then
+  echo "== Fortran: gfortran ... -lsnapd_fortran -lsnapd"
+  gfortran -Wall -Werror "$here/../fortran/acoustic_test.f90" -I"$prefix/include/snapd/fortran" \
+    -L"$libdir" -Wl,-rpath,"$libdir" -lsnapd_fortran -lsnapd -o "$work/fortran_consumer"
+  bare "$work/fortran_consumer" "$sock"
+fi
+
+echo "== no snapd: the error says why"
+bare "$work/cmake/consumer" "$work/absent.sock" absent
+bare "$work/cc_consumer" "$work/absent.sock" absent
+echo "installed package OK"

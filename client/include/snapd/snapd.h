@@ -18,6 +18,7 @@ enum { SNAPD_OK = 0, SNAPD_INVALID_ARGUMENT = 3, SNAPD_NOT_FOUND = 5, SNAPD_ALRE
 
 typedef struct snapd_client snapd_client;
 typedef struct snapd_push_handle snapd_push_handle;
+typedef struct snapd_fetch_handle snapd_fetch_handle;
 
 typedef struct snapd_run_spec {
   const char* name;
@@ -33,6 +34,8 @@ typedef struct snapd_run_spec {
   int codec;               /* 0 none, 1 zfp-reversible, 2 zfp-rate, 3 zfp-precision, 4 zfp-accuracy */
   double codec_param;      /* rate (bits/value), precision (bits) or accuracy (tolerance) */
   int compress_at_ingest;  /* nonzero: compress when stored, not when moved to disk */
+  const char* job;         /* the batch job the run belongs to; NULL or "": $SLURM_JOB_ID */
+  int check_finite;        /* nonzero: refuse pushes holding NaN or infinities (float dtypes) */
 } snapd_run_spec;
 
 typedef struct snapd_location {
@@ -44,6 +47,17 @@ typedef struct snapd_location {
   int checksum_recorded;
   int on_disk;             /* a durable copy is in the daemon's disk spool */
 } snapd_location;
+
+/* One run as snapd_list_runs reports it; `name` lives as long as the array. */
+typedef struct snapd_run_info {
+  uint64_t run_id;
+  const char* name;
+  uint64_t steps;          /* declared step count; 0 = unknown */
+  uint64_t bytes_per_step;
+  int closed;              /* nonzero once closed (fetches only) */
+  uint64_t snapshots;
+  uint64_t stored_bytes;
+} snapd_run_info;
 
 /* Message of the last failed call on this thread ("" if none). Valid until the next call. */
 const char* snapd_last_error(void);
@@ -57,6 +71,15 @@ snapd_code snapd_close_run(snapd_client* client, const char* name);
 snapd_code snapd_delete_run(snapd_client* client, const char* name);
 snapd_code snapd_locate(snapd_client* client, const char* name, uint64_t step,
                         snapd_location* out);
+/* Removes one snapshot; the step may be pushed again afterwards. */
+snapd_code snapd_delete_snapshot(snapd_client* client, const char* name, uint64_t step);
+/* The caller's runs: *runs is an array of *count entries, freed with snapd_free_runs. */
+snapd_code snapd_list_runs(snapd_client* client, snapd_run_info** runs, size_t* count);
+void snapd_free_runs(snapd_run_info* runs, size_t count);
+/* Asks snapd to read steps[0..count) of run `name` from disk into host memory ahead of their
+ * fetches; `started` (may be NULL) receives the number of reads started. */
+snapd_code snapd_prefetch(snapd_client* client, const char* name, const uint64_t* steps,
+                          size_t count, uint64_t* started);
 
 snapd_code snapd_push(snapd_client* client, uint64_t run_id, uint64_t step, const void* data,
                       size_t bytes, snapd_push_handle** out);
@@ -66,6 +89,13 @@ void snapd_push_free(snapd_push_handle* push);
 
 snapd_code snapd_fetch(snapd_client* client, uint64_t run_id, uint64_t step, void* data,
                        size_t bytes);
+/* Starts a fetch; `data` is filled once snapd_fetch_wait returns SNAPD_OK. Free the handle
+ * with snapd_fetch_free once waited for: until the fetch completes it still writes `data`. */
+snapd_code snapd_fetch_async(snapd_client* client, uint64_t run_id, uint64_t step, void* data,
+                             size_t bytes, snapd_fetch_handle** out);
+snapd_code snapd_fetch_wait(snapd_fetch_handle* fetch);
+int snapd_fetch_done(const snapd_fetch_handle* fetch); /* nonzero once complete */
+void snapd_fetch_free(snapd_fetch_handle* fetch);
 
 /* CUDA device memory; `stream` is a cudaStream_t (NULL: the legacy default stream). A device
  * push completes as Client::PushDevice; snapd_fetch_device returns once the bytes are in

@@ -220,7 +220,7 @@ int Dump(Session& s, const DumpArgs& args) {
 
   Json manifest = {{"run", d.run},
                    {"format", d.format},
-                   {"dtype", v1::Dtype_Name(spec.dtype())},
+                   {"dtype", EnumJson(*v1::Dtype_descriptor()->FindValueByNumber(spec.dtype()))},
                    {"numpy_dtype", NpyDescr(spec.dtype())},
                    {"shape", Json::array()},
                    {"bytes_per_step", spec.bytes_per_step()},

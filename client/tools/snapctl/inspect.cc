@@ -1,7 +1,9 @@
 // status, runs, ls, locate: what snapd holds, read-only.
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "common.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -23,15 +25,24 @@ int ShowStatus(Session& s) {
   grpc::Status st = s.stub().Stats(ShortContext().get(), v1::StatsRequest(), &r);
   if (!st.ok()) return s.Fail("status", st);
   Output& out = s.out();
+  const GlobalOptions& o = s.options();
+  // The address this snapctl reached the daemon at: its admin_listen with --remote.
+  const std::string control = o.remote.empty() ? "unix:" + o.socket : "tls:" + o.remote;
   if (out.json()) {
-    out.Print(ProtoJson(r));
+    Json j = ProtoJson(r);
+    j["serving"] = EnumJson(
+        *grpc::health::v1::HealthCheckResponse::ServingStatus_descriptor()->FindValueByNumber(
+            hresp.status()));
+    j["control_address"] = control;
+    out.Print(j);
     return kExitOk;
   }
-  const GlobalOptions& o = s.options();
   out.Line(Format("snapd %s  %s  up %.1f s", r.version().c_str(),
                   grpc::health::v1::HealthCheckResponse::ServingStatus_Name(hresp.status()).c_str(),
                   static_cast<double>(r.uptime_ms()) / 1000.0));
-  out.Line("control   " + (o.remote.empty() ? "unix:" + o.socket : "tls:" + o.remote));
+  // With --remote, also the daemon's own socket on its node (where its solvers connect).
+  out.Line("control   " + control +
+           (o.remote.empty() ? "" : "   (on its node: " + r.control_socket() + ")"));
   out.Line(Format("data      %s (wire v%u)", r.data_plane_address().c_str(), r.wire_version()));
   // The GPU this client (and a solver on this node) could use: found at run time.
   out.Line("gpu       " + kernels::ProbeDevice().description);
@@ -62,12 +73,30 @@ int ShowStatus(Session& s) {
   return kExitOk;
 }
 
+// Snapshots of `run` whose bytes did not survive (TIER_LOST), or -1 when snapd would not say.
+// Runs carry no such count, so each run's snapshots are listed: one RPC per run.
+int64_t LostSnapshots(Session& s, const v1::RunInfo& run) {
+  v1::ListSnapshotsRequest req;
+  req.set_name(std::to_string(run.owner_uid()) + ":" + run.spec().name());
+  v1::ListSnapshotsResponse r;
+  if (!s.stub().ListSnapshots(ShortContext().get(), req, &r).ok()) return -1;
+  int64_t lost = 0;
+  for (const auto& snap : r.snapshots()) lost += snap.tier() == v1::TIER_LOST;
+  return lost;
+}
+
 int Runs(Session& s) {
   v1::ListRunsResponse r;
   grpc::Status st = s.stub().ListRuns(ShortContext().get(), v1::ListRunsRequest(), &r);
   if (!st.ok()) return s.Fail("runs", st);
+  std::vector<int64_t> lost;
+  for (const auto& run : r.runs()) lost.push_back(LostSnapshots(s, run));
   if (s.out().json()) {
-    s.out().Print(ProtoJson(r));
+    Json j = ProtoJson(r);
+    for (size_t i = 0; i < lost.size(); ++i) {
+      j["runs"][i]["lost_snapshots"] = lost[i] < 0 ? Json(nullptr) : Json(lost[i]);
+    }
+    s.out().Print(j);
     return kExitOk;
   }
   Table t({{"RUN", 24, true},
@@ -75,12 +104,15 @@ int Runs(Session& s) {
            {"OWNER", 6},
            {"STATE", 6, true},
            {"SNAPSHOTS", 9},
+           {"LOST", 5},
            {"STEPS", 10},
            {"STEP BYTES", 12},
            {"STORED", 12}});
-  for (const auto& run : r.runs()) {
+  for (int i = 0; i < r.runs_size(); ++i) {
+    const v1::RunInfo& run = r.runs(i);
     t.Add({run.spec().name(), std::to_string(run.run_id()), std::to_string(run.owner_uid()),
            run.state() == v1::RUN_OPEN ? "open" : "closed", std::to_string(run.snapshots()),
+           lost[i] < 0 ? "?" : std::to_string(lost[i]),
            run.spec().steps() ? std::to_string(run.spec().steps()) : "?",
            FormatBytes(run.spec().bytes_per_step()), FormatBytes(run.stored_bytes())});
   }

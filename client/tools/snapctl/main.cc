@@ -45,6 +45,7 @@ int Main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer(kFooter);
   app.failure_message(FailureMessage);
+  app.set_version_flag("--version", "snapctl " SNAPD_VERSION, "print snapctl's version and exit");
   app.add_option("--socket", o.socket, "snapd's control socket")
       ->type_name("PATH")
       ->capture_default_str();
@@ -75,7 +76,7 @@ int Main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // A word where the command belongs: say so rather than that a command is missing.

@@ -1,15 +1,19 @@
 // snapctl's one output layer: tables and lines for people, JSON for scripts (--json), errors on
 // stderr. Commands print through it only.
 //
-// JSON: a protobuf message is turned into JSON by protobuf's own mapping (proto field names,
-// enum names, 64-bit integers as strings, every field even when zero) and then handled as an
-// nlohmann::ordered_json value like everything snapctl composes itself, so that one serializer
-// prints every document. The names therefore cannot drift from the .proto, and they are the
-// ones `--json` has always printed.
+// JSON, one contract for every command (docs/snapctl-json.md, schema in
+// docs/snapctl-json.schema.json): a protobuf message becomes an object with its proto field
+// names, every field present even when zero; integers are JSON numbers, except fixed64
+// fields (checksums), which are 16 lower-case hex digits as the tables and the dump manifest
+// print them; enum values are lower-case names without their type's prefix, words joined by
+// '-' (TIER_HOST is "host", CODEC_ZFP_REVERSIBLE "zfp-reversible", as tables and the command
+// line spell tiers and codecs). Everything snapctl composes itself follows the same rules, and
+// one serializer prints every document, indented.
 #pragma once
 
 #include <google/protobuf/message.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -20,8 +24,12 @@ namespace snapd::snapctl {
 
 using Json = nlohmann::ordered_json;
 
-// `message` as JSON (see above); an empty object if protobuf cannot map it.
+// `message` as JSON (see above).
 Json ProtoJson(const google::protobuf::Message& message);
+// An enum value's name as JSON spells it: "host" for TIER_HOST.
+std::string EnumJson(const google::protobuf::EnumValueDescriptor& value);
+// A checksum (or any fixed64) as JSON and tables spell it: 16 lower-case hex digits.
+std::string HexJson(uint64_t value);
 
 // printf into a string.
 std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));

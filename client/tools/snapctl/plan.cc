@@ -2,6 +2,7 @@
 // costs snapd has measured.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -21,7 +22,61 @@ struct PlanArgs {
   std::string forward;   // seconds per forward step; empty = not given
   std::string backward;  // seconds per backward step; empty = same as forward
   std::string codec = "none";
+  std::string codec_param;  // empty = not given
+  std::string dtype = "float32";
 };
+
+// How the disk tier stores a step of the planned run: its size there is bytes / ratio.
+struct Compression {
+  v1::Codec codec = v1::CODEC_NONE;
+  double param = 0;
+  double ratio = 1;
+  std::string source = "uncompressed";
+};
+
+// --codec and --codec-param checked; false after saying why not. zfp-rate's ratio follows
+// from its rate; the other zfp modes depend on the data, so their ratio is the one this node's
+// disk tier measured (raw over stored bytes of what it holds), or 1 before it holds any.
+bool ParseCompression(const PlanArgs& a, Compression* c) {
+  std::string names;
+  bool found = false;
+  for (int i = v1::Codec_MIN; i <= v1::Codec_MAX; ++i) {
+    if (!v1::Codec_IsValid(i)) continue;
+    std::string name = CodecLabel(static_cast<v1::Codec>(i));
+    names += (names.empty() ? "" : ", ") + name;
+    if (name == a.codec) {
+      c->codec = static_cast<v1::Codec>(i);
+      found = true;
+    }
+  }
+  if (!found) {
+    Error("plan", "--codec must be one of " + names + ", got '" + a.codec + "'");
+    return false;
+  }
+  const char* param_is = c->codec == v1::CODEC_ZFP_RATE        ? "bits per value"
+                         : c->codec == v1::CODEC_ZFP_PRECISION ? "bit planes kept"
+                         : c->codec == v1::CODEC_ZFP_ACCURACY  ? "absolute error tolerance"
+                                                               : nullptr;
+  if (param_is && a.codec_param.empty()) {
+    Error("plan", "--codec " + a.codec + " needs --codec-param (" + param_is + ")");
+    return false;
+  }
+  if (!a.codec_param.empty()) {
+    char* end = nullptr;
+    c->param = std::strtod(a.codec_param.c_str(), &end);
+    if (!param_is || end == a.codec_param.c_str() || *end != '\0' || !(c->param > 0)) {
+      Error("plan", param_is ? "--codec-param must be a number > 0, got '" + a.codec_param + "'"
+                             : "--codec " + a.codec + " takes no --codec-param");
+      return false;
+    }
+  }
+  if (c->codec == v1::CODEC_ZFP_RATE) {
+    double bits = a.dtype == "float64" ? 64 : 32;
+    c->ratio = c->param < bits ? bits / c->param : 1.0;
+    c->source = Format("fixed rate: %g of %g bits per value", c->param, bits);
+  }
+  return true;
+}
 
 // Seconds >= 0 from `text`; false after saying why not.
 bool ParseSeconds(const char* flag, const std::string& text, double* seconds) {
@@ -55,29 +110,39 @@ int Plan(Session& s, const PlanArgs& a) {
   if (!a.backward.empty() && !ParseSeconds("--backward-time", a.backward, &backward)) {
     return kExitUsage;
   }
-  if (a.codec != "none") {
-    return UsageError("plan", "codec '" + a.codec +
-                                  "' is not available: this snapd stores snapshots uncompressed "
-                                  "(use --codec none)");
-  }
+  Compression comp;
+  if (!ParseCompression(a, &comp)) return kExitUsage;
   if (backward < 0) backward = forward;
   v1::StatsResponse r;
   grpc::Status gs = s.stub().Stats(ShortContext().get(), v1::StatsRequest(), &r);
   if (!gs.ok()) return s.Fail("plan", gs);
+  if (comp.codec != v1::CODEC_NONE && comp.codec != v1::CODEC_ZFP_RATE) {
+    comp.source = "not measured yet (no compressed step on disk; treated as 1)";
+    for (const auto& t : r.tiers()) {
+      if (t.tier() == v1::TIER_DISK && t.used_bytes() > 0 && t.raw_bytes() > t.used_bytes()) {
+        comp.ratio = double(t.raw_bytes()) / t.used_bytes();
+        comp.source = "measured on this node's disk tier";
+      }
+    }
+  }
 
   // This node's tiers as schedule levels: capacity in snapshots, measured costs per snapshot.
   std::vector<schedule::Level> levels;
   std::vector<std::string> cost_source;
   uint64_t slot_bytes = (bytes + 4095) / 4096 * 4096;
+  // Steps are compressed on their way to disk: a disk slot and its transfers are smaller.
+  uint64_t disk_bytes = static_cast<uint64_t>(std::ceil(double(bytes) / comp.ratio));
+  uint64_t disk_slot_bytes = (disk_bytes + 4095) / 4096 * 4096;
   for (const auto& t : r.tiers()) {
     schedule::Level l;
     l.name = TierName(t.tier());
+    const bool disk = t.tier() == v1::TIER_DISK;
     uint64_t free_bytes = t.budget_bytes() > t.used_bytes() ? t.budget_bytes() - t.used_bytes() : 0;
-    l.slots = free_bytes / slot_bytes;
+    l.slots = free_bytes / (disk ? disk_slot_bytes : slot_bytes);
     bool measured = t.write_bytes_per_second() > 0 && t.read_bytes_per_second() > 0;
     if (measured && forward > 0) {
-      l.write = bytes / t.write_bytes_per_second();
-      l.read = bytes / t.read_bytes_per_second();
+      l.write = (disk ? disk_bytes : bytes) / t.write_bytes_per_second();
+      l.read = (disk ? disk_bytes : bytes) / t.read_bytes_per_second();
     }
     cost_source.push_back(!measured     ? "not measured yet (treated as free)"
                           : forward > 0 ? "measured by snapd"
@@ -130,6 +195,9 @@ int Plan(Session& s, const PlanArgs& a) {
     out.Print(Json{{"steps", steps},
                    {"bytes_per_step", bytes},
                    {"codec", a.codec},
+                   {"codec_param", comp.param},
+                   {"compression_ratio", comp.ratio},
+                   {"compression", comp.source},
                    {"method", p.method},
                    {"forward_steps", p.forward_steps},
                    {"recomputation_factor", p.RecomputationFactor()},
@@ -142,6 +210,9 @@ int Plan(Session& s, const PlanArgs& a) {
   }
   out.Line(Format("plan for %llu steps x %s (codec %s)", (unsigned long long)steps,
                   FormatBytes(bytes).c_str(), a.codec.c_str()));
+  if (comp.codec != v1::CODEC_NONE) {
+    out.Line(Format("compression   %.2fx on disk (%s)", comp.ratio, comp.source.c_str()));
+  }
   out.Line("schedule      " + p.method + (note.empty() ? "" : "  -- " + note));
   Table t({{"TIER", 8, true},
            {"SLOTS FREE", 14},
@@ -183,9 +254,17 @@ void AddPlanCommand(CLI::App& app, Action* action) {
   plan->add_option("--backward-time", a->backward,
                    "seconds per backward step (default: the forward time)")
       ->type_name("T");
-  plan->add_option("--codec", a->codec, "only none today")
+  plan->add_option("--codec", a->codec,
+                   "none, zfp-reversible, zfp-rate, zfp-precision or zfp-accuracy")
       ->type_name("CODEC")
       ->capture_default_str();
+  plan->add_option("--codec-param", a->codec_param,
+                   "zfp-rate: bits per value; zfp-precision: bit planes; zfp-accuracy: tolerance")
+      ->type_name("X");
+  plan->add_option("--dtype", a->dtype, "float32 or float64 (zfp-rate's ratio)")
+      ->type_name("DTYPE")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "float64"}));
   plan->callback([action, a] { *action = [a](Session& s) { return Plan(s, *a); }; });
 }
 
