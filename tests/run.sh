@@ -7,6 +7,10 @@
 # test again.
 #   bash tests/run.sh            # both passes
 #   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only
+# After each test pass it prints how many tests skipped and why (tests/report_skips.py).
+# SNAPD_STRICT_SKIPS=1 (set by .ci/run) fails the run when a skip hides what this machine could
+# test: a gpu test skipped where nvidia-smi lists a GPU, nvcc installed but no gpu test built,
+# a test that needs root skipped as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
@@ -18,7 +22,12 @@ run_pass() {  # run_pass BUILD_DIR [cmake args...]
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" > "$dir.configure.log" 2>&1 ||
     { cat "$dir.configure.log"; return 1; }
   cmake --build "$dir" -j "$jobs"
-  ctest --test-dir "$dir" -j "$jobs" --output-on-failure --timeout 600
+  local rc=0
+  ctest --test-dir "$dir" -j "$jobs" --output-on-failure --timeout 600 \
+    --output-junit "$PWD/$dir/ctest-junit.xml" || rc=$?
+  python3 tests/report_skips.py --junit "$dir/ctest-junit.xml" --name "ctest in $dir" \
+    --ctest-build "$dir" || ((rc != 0)) || rc=1
+  return "$rc"
 }
 
 echo "== clang -Wthread-safety: the locking contracts in the code hold"
@@ -37,7 +46,12 @@ venv=build-tests/python
 # setup.py imports `packaging`): bring the build tools up to date before anything else.
 "$venv/bin/pip" install -q --upgrade pip setuptools wheel packaging
 CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$venv/bin/pip" install -q "./client/python[test]"
-SNAPD_BINARY=$PWD/build-tests/daemon/snapd "$venv/bin/python" -m pytest -q client/python/tests
+rc=0
+SNAPD_BINARY=$PWD/build-tests/daemon/snapd "$venv/bin/python" -m pytest -q -rs \
+  --junitxml=build-tests/pytest-junit.xml client/python/tests || rc=$?
+python3 tests/report_skips.py --junit build-tests/pytest-junit.xml --name "pytest" ||
+  ((rc != 0)) || rc=1
+((rc == 0)) || exit "$rc"
 
 echo "== Slurm: a job through deploy/slurm's prolog and epilog on a real single-node Slurm"
 if [[ $(id -u) -eq 0 ]]; then

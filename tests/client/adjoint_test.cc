@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "daemon_process.h"
+#include "snapd_fixture.h"
 
 namespace snapd::testing {
 namespace {
@@ -56,23 +56,14 @@ void ExpectReversedInOrder(const std::vector<uint64_t>& reversed, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) EXPECT_EQ(reversed[i], n - i);
 }
 
-class AdjointTest : public ::testing::Test {
+class AdjointTest : public SnapdTest {
  protected:
   void SetUp() override {
-    auto d = DaemonProcess::Start({dir_.path(), "64M", {}, {}});
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
-    daemon_ = std::move(d).value();
-    auto c = ConnectClient(*daemon_);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    client_ = std::move(c).value();
+    ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
+    client_ = Connect();
+    ASSERT_NE(client_, nullptr);
   }
-  void TearDown() override {
-    client_.reset();
-    EXPECT_EQ(daemon_->Stop(), 0);
-  }
-  TempDir dir_;
-  std::unique_ptr<DaemonProcess> daemon_;
-  std::unique_ptr<Client> client_;
+  Client* client_ = nullptr;  // the fixture's
 };
 
 TEST_F(AdjointTest, RevolveWithCheckpointsInSnapd) {
@@ -81,7 +72,7 @@ TEST_F(AdjointTest, RevolveWithCheckpointsInSnapd) {
   ASSERT_TRUE(plan.ok());
   ModelSolver solver(64 * 1024);
   AdjointSolver cb = solver.Callbacks();
-  Status s = RunAdjoint(*plan, {Storage::kSnapd}, client_.get(), "revolve", cb);
+  Status s = RunAdjoint(*plan, {Storage::kSnapd}, client_, "revolve", cb);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(solver.forward_steps, *schedule::RevolveForwardSteps(n, slots));
   ExpectReversedInOrder(solver.reversed, n);
@@ -97,8 +88,7 @@ TEST_F(AdjointTest, DiskRevolveWithMemoryLocalAndDiskInSnapd) {
   ASSERT_GT(plan->writes[1], 0u);  // the plan does use snapd
   ModelSolver solver(16 * 1024);
   AdjointSolver cb = solver.Callbacks();
-  Status s = RunAdjoint(*plan, {Storage::kLocalMemory, Storage::kSnapd}, client_.get(), "disk",
-                        cb);
+  Status s = RunAdjoint(*plan, {Storage::kLocalMemory, Storage::kSnapd}, client_, "disk", cb);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(solver.forward_steps, plan->forward_steps);
   ExpectReversedInOrder(solver.reversed, n);
@@ -112,7 +102,7 @@ TEST_F(AdjointTest, SolverErrorsStopTheRunAndAreReturned) {
   cb.reverse = [](uint64_t step) {
     return step == 7 ? Status::Aborted("adjoint blew up at 7") : Status::Ok();
   };
-  Status s = RunAdjoint(*plan, {Storage::kSnapd}, client_.get(), "fails", cb);
+  Status s = RunAdjoint(*plan, {Storage::kSnapd}, client_, "fails", cb);
   EXPECT_EQ(s.code(), Code::kAborted);
   EXPECT_TRUE(client_->ListRuns()->empty());
 }

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "metrics/latency_histogram.h"
 
@@ -37,6 +38,15 @@ v1::StatsResponse Sample() {
   LatencyHistogram pushes;
   for (double seconds : {3e-4, 3e-4, 2.0}) pushes.Observe(seconds);
   pushes.Fill(s.mutable_push_seconds());
+  for (auto [surface, reason, count] :
+       {std::tuple{"data_plane", "unknown_am_id", 65534},
+        std::tuple{"data_plane", "wrong_token", 0},
+        std::tuple{"control_plane", "invalid_argument", 2}, std::tuple{"store", "no_room", 1}}) {
+    v1::RejectionCount* r = s.add_rejections();
+    r->set_surface(surface);
+    r->set_reason(reason);
+    r->set_count(count);
+  }
   return s;
 }
 
@@ -66,6 +76,29 @@ TEST(Metrics, EverySampleFollowsThePrometheusTextFormatUnderItsHelpAndType) {
     ++samples;
   }
   EXPECT_GT(samples, 20);
+}
+
+// One counter family, a sample per (surface, reason), zeros included: rate() works from the
+// first scrape, and no reason's series appears out of nowhere.
+TEST(Metrics, RejectionsAreOneCounterLabelledBySurfaceAndReason) {
+  std::string text = RenderMetrics(Sample());
+  EXPECT_NE(text.find("# TYPE snapd_rejections_total counter\n"), std::string::npos) << text;
+  for (const char* line : {
+           "snapd_rejections_total{surface=\"data_plane\",reason=\"unknown_am_id\"} 65534\n",
+           "snapd_rejections_total{surface=\"data_plane\",reason=\"wrong_token\"} 0\n",
+           "snapd_rejections_total{surface=\"control_plane\",reason=\"invalid_argument\"} 2\n",
+           "snapd_rejections_total{surface=\"store\",reason=\"no_room\"} 1\n",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "in\n" << text;
+  }
+  v1::StatsResponse odd;
+  v1::RejectionCount* r = odd.add_rejections();
+  r->set_surface("a\"b");
+  r->set_reason("c\\d\ne");
+  EXPECT_NE(RenderMetrics(odd).find(
+                "snapd_rejections_total{surface=\"a\\\"b\",reason=\"c\\\\d\\ne\"} 0\n"),
+            std::string::npos)
+      << RenderMetrics(odd);
 }
 
 TEST(Metrics, FiguresComeFromTheStatsPerTier) {

@@ -60,6 +60,7 @@ program acoustic_test
   if (bad /= 0) error stop 1
   print '(a, i0, a, es10.3)', "fortran: ", nt, " steps pushed and fetched byte-exact; image norm ", &
     sqrt(sum(real(image, c_double)**2))
+  deallocate (u0, u1, u2, fwd, image, sent)
 
 contains
 

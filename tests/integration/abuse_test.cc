@@ -22,9 +22,9 @@
 #include <sstream>
 #include <thread>
 
-#include "daemon_process.h"
 #include "raw_peer.h"
 #include "snapd/client.h"
+#include "snapd_fixture.h"
 
 namespace snapd::testing {
 namespace {
@@ -112,33 +112,12 @@ class GoodClient {
   std::thread thread_;
 };
 
-class AbuseTest : public ::testing::Test {
+class AbuseTest : public SnapdTest {
  protected:
-  void SetUp() override { StartDaemon("60"); }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(StartWithConnectTimeout("60")); }
   // (Re)starts snapd with a session connect timeout of `seconds`.
-  void StartDaemon(const std::string& seconds) {
-    if (daemon_) {
-      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
-    }
-    auto d = DaemonProcess::Start({dir_.path(), "64M", {"--session-connect-timeout", seconds}, {}});
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
-    daemon_ = std::move(d).value();
-    stub_ = v1::Control::NewStub(
-        grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
-  }
-  void TearDown() override {
-    stub_.reset();
-    if (daemon_) {
-      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
-    }
-  }
-  v1::StatsResponse Stats() {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::StatsResponse r;
-    grpc::Status s = stub_->Stats(&ctx, v1::StatsRequest(), &r);
-    EXPECT_TRUE(s.ok()) << s.error_message() << "\n" << daemon_->Log();
-    return r;
+  void StartWithConnectTimeout(const std::string& seconds) {
+    StartDaemon(Options("64M", {"--session-connect-timeout", seconds}));
   }
   // Waits for the good client's next round, then stops it and checks every byte was exact.
   void ExpectGoodClientExact(GoodClient& good) {
@@ -147,14 +126,10 @@ class AbuseTest : public ::testing::Test {
     good.Stop();
     if (!good.error().empty()) {  // the daemon's log first, the client's error on the last line
       ADD_FAILURE() << "snapd's log:\n"
-                    << daemon_->Log() << "\nthe good client failed: " << good.error();
+                    << daemon().Log() << "\nthe good client failed: " << good.error();
     }
     EXPECT_GT(good.rounds(), before) << "the good client finished no round";
   }
-
-  TempDir dir_;
-  std::unique_ptr<DaemonProcess> daemon_;
-  std::unique_ptr<v1::Control::Stub> stub_;
 };
 
 std::vector<char> RandomBytes(std::mt19937_64& rng, size_t n) {
@@ -164,9 +139,9 @@ std::vector<char> RandomBytes(std::mt19937_64& rng, size_t n) {
 }
 
 TEST_F(AbuseTest, EveryAmIdAndEveryMalformedMessageLeaveAGoodClientExact) {
-  GoodClient good(*daemon_);
+  GoodClient good(daemon());
   std::string error;
-  auto peer = RawPeer::Open(*stub_, &error);
+  auto peer = RawPeer::Open(stub(), &error);
   ASSERT_NE(peer, nullptr) << error;
   const uint64_t token = peer->session().token();
   std::mt19937_64 rng(14);
@@ -225,14 +200,14 @@ TEST_F(AbuseTest, EveryAmIdAndEveryMalformedMessageLeaveAGoodClientExact) {
     close.set_session_id(peer->session().session_id());
     close.set_token(token);
     v1::CloseSessionResponse closed;
-    ASSERT_TRUE(stub_->CloseSession(&ctx, close, &closed).ok());
+    ASSERT_TRUE(stub().CloseSession(&ctx, close, &closed).ok());
   }
   for (int i = 0; i < 20; ++i) peer->Send(wire::kFetch, &fetch, sizeof fetch);
 
   ExpectGoodClientExact(good);
   v1::StatsResponse stats = Stats();
   EXPECT_GE(stats.rejected_messages() - before, 65536u - 2);
-  std::string log = daemon_->Log();
+  std::string log = daemon().Log();
   for (const char* why : {"rejected (AM id that is not part of the wire format)",
                           "rejected (malformed message)", "rejected (before Hello)",
                           "rejected (wrong token)", "rejected (unsupported wire format)",
@@ -318,8 +293,8 @@ int ConnectUnixPath(const std::string& path) {
 }
 
 TEST_F(AbuseTest, RawBytesOnEverySocketLeaveTheDaemonServing) {
-  GoodClient good(*daemon_);
-  auto tcp = ListeningTcp(daemon_->pid());
+  GoodClient good(daemon());
+  auto tcp = ListeningTcp(daemon().pid());
   for (const auto& [address, port] : tcp) {
     // UCX's network transports are bound to loopback by default.
     EXPECT_TRUE(address == "0100007F" || address == "00000000000000000000000001000000")
@@ -329,7 +304,7 @@ TEST_F(AbuseTest, RawBytesOnEverySocketLeaveTheDaemonServing) {
   for (const auto& [address, port] : tcp) {
     targets.push_back([address = address, port = port] { return ConnectTcp(address, port); });
   }
-  for (std::string path : {daemon_->socket(), daemon_->socket() + ".arena"}) {
+  for (std::string path : {daemon().socket(), daemon().socket() + ".arena"}) {
     targets.push_back([path] { return ConnectUnixPath(path); });
   }
   std::mt19937_64 rng(25);
@@ -355,14 +330,14 @@ TEST_F(AbuseTest, RawBytesOnEverySocketLeaveTheDaemonServing) {
   ExpectGoodClientExact(good);
   for (int fd : half_open) close(fd);
   EXPECT_EQ(Stats().version().empty(), false);
-  GoodClient again(*daemon_);
+  GoodClient again(daemon());
   ExpectGoodClientExact(again);
 }
 
 TEST_F(AbuseTest, GarbageWorkerAddressesInOpenSessionAreRefused) {
-  GoodClient good(*daemon_);
+  GoodClient good(daemon());
   std::string error;
-  auto peer = RawPeer::Open(*stub_, &error);  // a real address to mutate
+  auto peer = RawPeer::Open(stub(), &error);  // a real address to mutate
   ASSERT_NE(peer, nullptr) << error;
   std::string real = peer->session().data_plane_worker_address();
   std::mt19937_64 rng(99);
@@ -389,7 +364,7 @@ TEST_F(AbuseTest, GarbageWorkerAddressesInOpenSessionAreRefused) {
     v1::OpenSessionRequest req;
     req.set_ucx_address(a);
     v1::OpenSessionResponse resp;
-    grpc::Status s = stub_->OpenSession(&ctx, req, &resp);
+    grpc::Status s = stub().OpenSession(&ctx, req, &resp);
     if (!s.ok()) {
       ++refused;
       EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
@@ -399,7 +374,7 @@ TEST_F(AbuseTest, GarbageWorkerAddressesInOpenSessionAreRefused) {
   EXPECT_GT(refused, 30);
   grpc::ClientContext ctx;
   v1::OpenSessionResponse resp;
-  grpc::Status none = stub_->OpenSession(&ctx, v1::OpenSessionRequest(), &resp);
+  grpc::Status none = stub().OpenSession(&ctx, v1::OpenSessionRequest(), &resp);
   EXPECT_EQ(none.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(none.error_message().find("needs ucx_address"), std::string::npos);
   ExpectGoodClientExact(good);
@@ -411,12 +386,12 @@ TEST_F(AbuseTest, GarbageWorkerAddressesInOpenSessionAreRefused) {
 // say Hello, all to one live worker, eight callers at a time: every one expires, and snapd's
 // file descriptors and resident memory come back to where they were.
 TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
-  StartDaemon("2");
+  ASSERT_NO_FATAL_FAILURE(StartWithConnectTimeout("2"));
   const char* env = std::getenv("SNAPD_ABUSE_SESSIONS");
   const int count = env && *env ? std::atoi(env) : 100;
   auto fds = [&] {
     size_t n = 0;
-    std::string dir = "/proc/" + std::to_string(daemon_->pid()) + "/fd";
+    std::string dir = "/proc/" + std::to_string(daemon().pid()) + "/fd";
     if (DIR* d = opendir(dir.c_str())) {
       while (readdir(d)) ++n;
       closedir(d);
@@ -424,7 +399,7 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
     return n;
   };
   auto rss_kib = [&] {
-    std::ifstream status("/proc/" + std::to_string(daemon_->pid()) + "/status");
+    std::ifstream status("/proc/" + std::to_string(daemon().pid()) + "/status");
     std::string line;
     while (std::getline(status, line)) {
       if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
@@ -432,7 +407,7 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
     return 0L;
   };
   std::string error;
-  auto peer = RawPeer::Open(*stub_, &error);  // also warms UCX's lazily opened resources
+  auto peer = RawPeer::Open(stub(), &error);  // also warms UCX's lazily opened resources
   ASSERT_NE(peer, nullptr) << error;
   const std::string address = peer->address();
   // Its session expires (no Hello), and its endpoint with it.
@@ -451,7 +426,7 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
         v1::OpenSessionRequest req;
         req.set_ucx_address(address);
         v1::OpenSessionResponse resp;
-        grpc::Status s = stub_->OpenSession(&ctx, req, &resp);
+        grpc::Status s = stub().OpenSession(&ctx, req, &resp);
         if (s.ok()) {
           ++opened;
         } else if (failed++ == 0) {
@@ -465,7 +440,7 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
   double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(opened, count) << first_failure;
   EXPECT_TRUE(WaitUntil([&] { return Stats().sessions() == 0; }, std::chrono::seconds(30)));
-  EXPECT_NE(daemon_->Log().find("did not connect within 2 s"), std::string::npos);
+  EXPECT_NE(daemon().Log().find("did not connect within 2 s"), std::string::npos);
   // Endpoints close on snapd's UCX thread after their sessions: give them a moment.
   WaitUntil([&] { return fds() <= fds_before + 2; }, std::chrono::seconds(5));
   size_t fds_after = fds();
@@ -481,7 +456,7 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
     EXPECT_LT(rss_after - rss_before, 64 * 1024) << "resident memory grew by more than 64 MiB";
   }
   peer.reset();
-  GoodClient good(*daemon_);
+  GoodClient good(daemon());
   ExpectGoodClientExact(good);
 }
 
@@ -495,7 +470,7 @@ TEST_F(AbuseTest, UndecodableAndOutOfRangeControlRequestsGetNamedErrors) {
   {
     grpc::ClientContext ctx;
     v1::OpenRunResponse resp;
-    grpc::Status s = stub_->OpenRun(&ctx, open, &resp);
+    grpc::Status s = stub().OpenRun(&ctx, open, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(s.error_message().find("unknown compress_when 99"), std::string::npos)
         << s.error_message();
@@ -505,13 +480,13 @@ TEST_F(AbuseTest, UndecodableAndOutOfRangeControlRequestsGetNamedErrors) {
   {
     grpc::ClientContext ctx;
     v1::OpenRunResponse resp;
-    grpc::Status s = stub_->OpenRun(&ctx, open, &resp);
+    grpc::Status s = stub().OpenRun(&ctx, open, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(s.error_message().find("unknown codec 77"), std::string::npos) << s.error_message();
   }
   // Bytes that are no protobuf message at all, sent as OpenRun's body.
   auto channel =
-      grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials());
+      grpc::CreateChannel("unix:" + daemon().socket(), grpc::InsecureChannelCredentials());
   grpc::GenericStub generic(channel);
   std::mt19937_64 rng(3);
   int refused = 0;
@@ -544,22 +519,19 @@ TEST_F(AbuseTest, UndecodableAndOutOfRangeControlRequestsGetNamedErrors) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
     EXPECT_EQ(s.error_message(), "snapd serves no method '/snapd.v1.Control/FormatDisk'");
   }
-  GoodClient good(*daemon_);
+  GoodClient good(daemon());
   ExpectGoodClientExact(good);
 }
 
 TEST_F(AbuseTest, ADiskBudgetLargerThanTheFilesystemIsReportedAtStart) {
-  std::string spool = dir_.path() + "/spool";
-  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
-  auto d =
-      DaemonProcess::Start({dir_.path(), "64M", {"--spool-dirs", spool, "--disk-mem", "900T"}, {}});
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
-  daemon_ = std::move(d).value();
-  EXPECT_NE(daemon_->Log().find("disk_mem gives spool " + spool +
+  std::string spool = dir() + "/spool";
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon(Options("64M", {"--spool-dirs", spool, "--disk-mem", "900T"})));
+  EXPECT_NE(daemon().Log().find("disk_mem gives spool " + spool +
                                 " 900.0 TiB, but its "
                                 "filesystem has only"),
             std::string::npos)
-      << daemon_->Log();
+      << daemon().Log();
 }
 
 // Start-up refuses what cannot work, naming the key: a host tier larger than the node's
@@ -592,15 +564,9 @@ TEST(StartUp, RefusesAHostTierLargerThanTheNodeAndASpoolItCannotWrite) {
 }
 
 TEST_F(AbuseTest, ARunLargerThanTheNodeIsRefusedWhenItOpensNamingTheLimit) {
-  std::string spool = dir_.path() + "/spool";
+  std::string spool = dir() + "/spool";
   ASSERT_EQ(mkdir(spool.c_str(), 0700), 0);
-  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
-  auto d =
-      DaemonProcess::Start({dir_.path(), "64M", {"--spool-dirs", spool, "--disk-mem", "1G"}, {}});
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
-  daemon_ = std::move(d).value();
-  stub_ = v1::Control::NewStub(
-      grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M", {"--spool-dirs", spool, "--disk-mem", "1G"})));
   auto open = [&](const std::string& name, uint64_t steps, uint64_t bytes, v1::Layers layers,
                   bool block_when_full) {
     v1::OpenRunRequest req;
@@ -611,7 +577,7 @@ TEST_F(AbuseTest, ARunLargerThanTheNodeIsRefusedWhenItOpensNamingTheLimit) {
     req.mutable_spec()->set_block_when_full(block_when_full);
     grpc::ClientContext ctx;
     v1::OpenRunResponse resp;
-    return stub_->OpenRun(&ctx, req, &resp);
+    return stub().OpenRun(&ctx, req, &resp);
   };
   // 2^44 steps of 64 KiB: one exbibyte.
   grpc::Status s = open("exbibyte", uint64_t{1} << 44, 64 << 10, v1::LAYERS_DISK_HOST, false);
@@ -632,11 +598,11 @@ TEST_F(AbuseTest, ARunLargerThanTheNodeIsRefusedWhenItOpensNamingTheLimit) {
   EXPECT_TRUE(open("fits", 1000, 1 << 20, v1::LAYERS_DISK_HOST, false).ok());
   v1::ListRunsResponse runs;
   grpc::ClientContext ctx;
-  ASSERT_TRUE(stub_->ListRuns(&ctx, v1::ListRunsRequest(), &runs).ok());
+  ASSERT_TRUE(stub().ListRuns(&ctx, v1::ListRunsRequest(), &runs).ok());
   std::set<std::string> names;
   for (const auto& r : runs.runs()) names.insert(r.spec().name());
   EXPECT_EQ(names, (std::set<std::string>{"streams", "fits"}));
-  GoodClient good(*daemon_);
+  GoodClient good(daemon());
   ExpectGoodClientExact(good);
 }
 

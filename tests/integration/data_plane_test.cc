@@ -1,7 +1,7 @@
 // End-to-end behaviour of the real snapd binary over each data path: UCX over tcp, UCX over
 // shared memory (rendezvous by CMA), and the mapped host tier.
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "daemon_process.h"
 #include "snapd/client.h"
 #include "snapd/v1/control.grpc.pb.h"
+#include "snapd_fixture.h"
 
 namespace snapd::testing {
 namespace {
@@ -25,38 +25,24 @@ struct Transport {
   bool mapped;
 };
 
-class DataPlaneTest : public ::testing::TestWithParam<Transport> {
+class DataPlaneTest : public SnapdTest, public ::testing::WithParamInterface<Transport> {
  protected:
   void SetUp() override {
     setenv("UCX_TLS", GetParam().ucx_tls, 1);
-    StartDaemon();
+    ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("512M")));
   }
   void TearDown() override {
-    if (daemon_) {
-      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();  // clean SIGTERM shutdown
-    }
+    SnapdTest::TearDown();
     unsetenv("UCX_TLS");
   }
-  void StartDaemon() {
-    auto d = DaemonProcess::Start({dir_.path(), "512M", {}, {}});
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
-    daemon_ = std::move(d).value();
-  }
-  std::unique_ptr<Client> Connect() {
-    auto c = ConnectClient(*daemon_, GetParam().mapped);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    if (!c.ok()) return nullptr;
-    EXPECT_EQ((*c)->data_path(), GetParam().mapped ? DataPath::kMappedHostTier : DataPath::kUcx)
-        << (*c)->data_path_reason();
-    return std::move(c).value();
-  }
-  v1::StatsResponse Stats() {
-    auto stub = v1::Control::NewStub(
-        grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    v1::StatsResponse r;
-    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &r).ok());
-    return r;
+  // A client on this transport's data path; null (with a failure) if it cannot connect.
+  Client* ConnectOnTransport() {
+    Client* c = Connect(GetParam().mapped);
+    if (c != nullptr) {
+      EXPECT_EQ(c->data_path(), GetParam().mapped ? DataPath::kMappedHostTier : DataPath::kUcx)
+          << c->data_path_reason();
+    }
+    return c;
   }
   // Pushes steps [0, n) of `run` (pattern seed `seed`), forward, then fetches them in reverse
   // and checks every byte.
@@ -90,16 +76,13 @@ class DataPlaneTest : public ::testing::TestWithParam<Transport> {
       ASSERT_EQ(0, std::memcmp(got.data(), want.data(), bytes)) << "step " << t << " differs";
     }
   }
-
-  TempDir dir_;
-  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 // 256 KiB + 24 bytes: rendezvous-sized, and not a multiple of a page or of the checksum block.
 constexpr size_t kStepBytes = 256 * 1024 + 24;
 
 TEST_P(DataPlaneTest, RoundTripOf100StepsIsByteExact) {
-  auto c = Connect();
+  Client* c = ConnectOnTransport();
   ASSERT_NE(c, nullptr);
   RoundTrip(*c, "roundtrip", 100, kStepBytes, 1);
   auto where = c->Locate("roundtrip", 99);
@@ -110,14 +93,14 @@ TEST_P(DataPlaneTest, RoundTripOf100StepsIsByteExact) {
 }
 
 TEST_P(DataPlaneTest, SmallSnapshotsTravelEagerlyAndStayExact) {
-  auto c = Connect();
+  Client* c = ConnectOnTransport();
   ASSERT_NE(c, nullptr);
   RoundTrip(*c, "small", 20, 100, 2);
 }
 
 TEST_P(DataPlaneTest, TwoClientsInParallelKeepTheirRunsApart) {
-  auto a = Connect();
-  auto b = Connect();
+  Client* a = ConnectOnTransport();
+  Client* b = ConnectOnTransport();
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   std::thread ta([&] { RoundTrip(*a, "client-a", 50, kStepBytes, 10); });
@@ -129,7 +112,7 @@ TEST_P(DataPlaneTest, TwoClientsInParallelKeepTheirRunsApart) {
 
 // Released comes before the daemon has the step; a fetch of it right after must still see it.
 TEST_P(DataPlaneTest, AFetchRightAfterReleaseReadsWhatThisClientPushed) {
-  auto c = Connect();
+  Client* c = ConnectOnTransport();
   ASSERT_NE(c, nullptr);
   constexpr uint64_t kSteps = 200;
   auto run = c->OpenRun({.name = "read-your-writes", .steps = kSteps, .bytes_per_step = kStepBytes});
@@ -149,13 +132,13 @@ TEST_P(DataPlaneTest, AFetchRightAfterReleaseReadsWhatThisClientPushed) {
 
 TEST_P(DataPlaneTest, ClientKilledMidPushLeavesCatalogConsistent) {
   const size_t bytes = 1 << 20;
-  std::string out_path = dir_.path() + "/helper.out";
+  std::string out_path = dir() + "/helper.out";
   std::string cmd_out;
   pid_t pid = -1;
   {
     // The helper's stdout goes to a file we poll for progress.
-    std::string sh = std::string(PUSH_UNTIL_KILLED_BINARY) + " " + daemon_->socket() +
-                     " victim " + std::to_string(bytes) + " > " + out_path;
+    std::string sh = std::string(PUSH_UNTIL_KILLED_BINARY) + " " + daemon().socket() + " victim " +
+                     std::to_string(bytes) + " > " + out_path;
     pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -177,9 +160,7 @@ TEST_P(DataPlaneTest, ClientKilledMidPushLeavesCatalogConsistent) {
   waitpid(pid, nullptr, 0);
 
   // Every recorded snapshot is complete and exact; the tier holds exactly those.
-  auto stub = v1::Control::NewStub(
-      grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
-  auto c = Connect();
+  Client* c = ConnectOnTransport();
   ASSERT_NE(c, nullptr);
   auto runs = c->ListRuns();
   ASSERT_TRUE(runs.ok());
@@ -192,7 +173,7 @@ TEST_P(DataPlaneTest, ClientKilledMidPushLeavesCatalogConsistent) {
     grpc::ClientContext ctx;
     v1::ListSnapshotsRequest req;
     req.set_name("victim");
-    ASSERT_TRUE(stub->ListSnapshots(&ctx, req, &list).ok());
+    ASSERT_TRUE(stub().ListSnapshots(&ctx, req, &list).ok());
     uint64_t used = Stats().tiers(0).used_bytes();
     if (used == list.snapshots_size() * bytes) break;
     ASSERT_LT(std::chrono::steady_clock::now(), deadline)
@@ -211,14 +192,13 @@ TEST_P(DataPlaneTest, ClientKilledMidPushLeavesCatalogConsistent) {
 
 TEST_P(DataPlaneTest, RestartedDaemonReportsHostStepsLostAndServesNewRuns) {
   {
-    auto c = Connect();
+    Client* c = ConnectOnTransport();
     ASSERT_NE(c, nullptr);
     RoundTrip(*c, "before", 5, kStepBytes, 4);
   }
-  ASSERT_EQ(daemon_->Stop(), 0) << daemon_->Log();
-  daemon_.reset();
-  StartDaemon();
-  auto c = Connect();
+  StopDaemon();  // its client leaves first; a clean exit expected
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("512M")));
+  Client* c = ConnectOnTransport();
   ASSERT_NE(c, nullptr);
   auto where = c->Locate("before", 2);
   ASSERT_TRUE(where.ok()) << where.status().ToString();

@@ -12,9 +12,9 @@
 #include <set>
 #include <thread>
 
-#include "daemon_process.h"
 #include "snapd/client.h"
 #include "snapd/v1/control.grpc.pb.h"
+#include "snapd_fixture.h"
 
 namespace snapd::testing {
 namespace {
@@ -79,12 +79,11 @@ pid_t StartPushUntilKilled(const DaemonProcess& daemon, const char* run, const c
   return pid;
 }
 
-TEST(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackExact) {
-  TempDir dir;
-  std::string spool = dir.path() + "/spool";
-  auto d =
-      DaemonProcess::Start({dir.path(), "96M", {"--spool-dirs", spool, "--disk-mem", "4G"}, {}});
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+class ManySolvers : public SnapdTest {};
+
+TEST_F(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackExact) {
+  std::string spool = dir() + "/spool";
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("96M", {"--spool-dirs", spool, "--disk-mem", "4G"})));
   constexpr uint64_t kMiB = 1 << 20;
   const std::vector<Solver> solvers = {
       {1 * kMiB, 60, true},        {4 * kMiB, 30, false},  {16 * kMiB, 12, true},
@@ -96,79 +95,64 @@ TEST(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackExa
   std::vector<std::thread> threads;
   for (size_t i = 0; i < solvers.size(); ++i) {
     threads.emplace_back(
-        [&, i] { errors[i] = RunSolver(**d, static_cast<int>(i), solvers[i], &refused); });
+        [&, i] { errors[i] = RunSolver(daemon(), static_cast<int>(i), solvers[i], &refused); });
   }
   // One more client is killed mid-push, while the others run; its run and session must not
   // hold anyone up.
   std::string line;
-  pid_t victim = StartPushUntilKilled(**d, "victim", "7340032", /*keep=*/false, &line);
+  pid_t victim = StartPushUntilKilled(daemon(), "victim", "7340032", /*keep=*/false, &line);
   ASSERT_GT(victim, 0);
   EXPECT_EQ(line, "pushed 0");
   kill(victim, SIGKILL);
   waitpid(victim, nullptr, 0);
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < solvers.size(); ++i) EXPECT_EQ(errors[i], "") << "solver " << i;
-  EXPECT_EQ(refused, 0) << (*d)->Log();
-  EXPECT_EQ((*d)->Stop(), 0) << (*d)->Log();
+  EXPECT_EQ(refused, 0) << daemon().Log();
 }
 
 // A client killed while idle (no traffic that would notice) loses its session, and with it its
 // token, within 30 s (docs/operations.md; UCX's keepalive finds the dead peer).
-TEST(ManySolvers, AKilledIdleClientsSessionCloses) {
-  TempDir dir;
-  auto d = DaemonProcess::Start({dir.path(), "32M", {}, {}});
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
-  auto stub = v1::Control::NewStub(
-      grpc::CreateChannel("unix:" + (*d)->socket(), grpc::InsecureChannelCredentials()));
-  auto sessions = [&] {
-    grpc::ClientContext ctx;
-    v1::StatsResponse r;
-    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &r).ok());
-    return r.sessions();
-  };
+TEST_F(ManySolvers, AKilledIdleClientsSessionCloses) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("32M")));
+  auto sessions = [&] { return Stats().sessions(); };
   std::string line;
-  pid_t idle = StartPushUntilKilled(**d, "idle", "0", /*keep=*/false, &line);
+  pid_t idle = StartPushUntilKilled(daemon(), "idle", "0", /*keep=*/false, &line);
   ASSERT_GT(idle, 0);
   EXPECT_EQ(line, "connected");
   EXPECT_EQ(sessions(), 1u);
   kill(idle, SIGKILL);
   waitpid(idle, nullptr, 0);
   auto t0 = std::chrono::steady_clock::now();
-  EXPECT_TRUE(WaitUntil([&] { return sessions() == 0; }, std::chrono::seconds(30))) << (*d)->Log();
-  EXPECT_NE((*d)->Log().find("client disconnected"), std::string::npos);
+  EXPECT_TRUE(WaitUntil([&] { return sessions() == 0; }, std::chrono::seconds(30)))
+      << daemon().Log();
+  EXPECT_NE(daemon().Log().find("client disconnected"), std::string::npos);
   std::printf("a killed idle client's session closed after %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  EXPECT_EQ((*d)->Stop(), 0);
 }
 
 // A run that is not kept goes orphan_grace after every client that opened it died; a kept
 // one, and one whose client is alive, stay.
-TEST(ManySolvers, AKilledClientsRunIsRemovedAfterTheGraceUnlessKept) {
-  TempDir dir;
-  std::string spool = dir.path() + "/spool";
-  auto d = DaemonProcess::Start(
-      {dir.path(), "32M", {"--spool-dirs", spool, "--disk-mem", "1G", "--orphan-grace", "2"}, {}});
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
+TEST_F(ManySolvers, AKilledClientsRunIsRemovedAfterTheGraceUnlessKept) {
+  std::string spool = dir() + "/spool";
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      Options("32M", {"--spool-dirs", spool, "--disk-mem", "1G", "--orphan-grace", "2"})));
   std::string line;
-  pid_t orphan = StartPushUntilKilled(**d, "orphan", "1048576", /*keep=*/false, &line);
+  pid_t orphan = StartPushUntilKilled(daemon(), "orphan", "1048576", /*keep=*/false, &line);
   EXPECT_EQ(line, "pushed 0");  // the run exists
-  pid_t kept = StartPushUntilKilled(**d, "kept", "1048576", /*keep=*/true, &line);
+  pid_t kept = StartPushUntilKilled(daemon(), "kept", "1048576", /*keep=*/true, &line);
   EXPECT_EQ(line, "pushed 0");
   ASSERT_GT(orphan, 0);
   ASSERT_GT(kept, 0);
-  auto alive = ConnectClient(**d);
-  ASSERT_TRUE(alive.ok());
-  RunSpec spec;
-  spec.name = "alive";
-  spec.bytes_per_step = 4096;
-  ASSERT_TRUE((*alive)->OpenRun(spec).ok());
+  Client* alive = Connect();
+  ASSERT_NE(alive, nullptr);
+  ASSERT_NE(OpenRun(*alive, Spec("alive", 0, 4096)).run_id, 0u);
   for (pid_t pid : {orphan, kept}) {
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
   }
   auto names = [&] {
     std::set<std::string> n;
-    auto runs = (*alive)->ListRuns();
+    auto runs = alive->ListRuns();
     EXPECT_TRUE(runs.ok());
     if (runs.ok()) {
       for (const auto& r : *runs) n.insert(r.spec.name);
@@ -176,10 +160,8 @@ TEST(ManySolvers, AKilledClientsRunIsRemovedAfterTheGraceUnlessKept) {
     return n;
   };
   WaitUntil([&] { return names().count("orphan") == 0; }, std::chrono::seconds(20));
-  EXPECT_EQ(names(), (std::set<std::string>{"alive", "kept"})) << (*d)->Log();
-  EXPECT_NE((*d)->Log().find("run 'orphan' removed"), std::string::npos) << (*d)->Log();
-  alive->reset();
-  EXPECT_EQ((*d)->Stop(), 0);
+  EXPECT_EQ(names(), (std::set<std::string>{"alive", "kept"})) << daemon().Log();
+  EXPECT_NE(daemon().Log().find("run 'orphan' removed"), std::string::npos) << daemon().Log();
 }
 
 }  // namespace

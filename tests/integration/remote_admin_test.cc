@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "daemon_process.h"
+#include "snapd_fixture.h"
 
 namespace snapd::testing {
 namespace {
 
-class RemoteAdminTest : public ::testing::Test {
+class RemoteAdminTest : public SnapdTest {
  protected:
   void SetUp() override {
     // A CA, a server certificate for localhost, an admin's client certificate from that CA and
@@ -35,25 +35,20 @@ openssl x509 -req -in rogue.csr -CA rogue-ca.pem -CAkey rogue-ca.key -CAcreatese
   -out rogue.pem 2>/dev/null
 )";
     std::string out, err;
-    ASSERT_EQ(RunProgram({"/bin/bash", "-c", script, "certs", dir_.path()}, &out, &err), 0) << err;
+    ASSERT_EQ(RunProgram({"/bin/bash", "-c", script, "certs", dir()}, &out, &err), 0) << err;
     // Port 0: the kernel picks a free port, and snapd's log names it.
-    auto d = DaemonProcess::Start(
-        {dir_.path(),
-         "64M",
-         {"--admin_listen", "localhost:0", "--admin_tls_cert", Path("server.pem"),
-          "--admin_tls_key", Path("server.key"), "--admin_tls_ca", Path("ca.pem")},
-         {}});
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
-    daemon_ = std::move(d).value();
+    ASSERT_NO_FATAL_FAILURE(StartDaemon(
+        Options("64M", {"--admin_listen", "localhost:0", "--admin_tls_cert", Path("server.pem"),
+                        "--admin_tls_key", Path("server.key"), "--admin_tls_ca", Path("ca.pem")})));
     const std::string said = "remote administration over mutual TLS on localhost:";
-    const std::string log = daemon_->Log();
+    const std::string log = daemon().Log();
     const size_t at = log.find(said);
     ASSERT_NE(at, std::string::npos) << log;
     const int port = std::atoi(log.c_str() + at + said.size());
     ASSERT_GT(port, 0) << log;
     address_ = "localhost:" + std::to_string(port);
   }
-  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
+  std::string Path(const std::string& name) const { return dir() + "/" + name; }
   // snapctl --remote with the client certificate `who` (admin or rogue).
   int Remote(const std::string& who, std::vector<std::string> args, std::string* out,
              std::string* err) {
@@ -64,28 +59,30 @@ openssl x509 -req -in rogue.csr -CA rogue-ca.pem -CAkey rogue-ca.key -CAcreatese
     return RunProgram(argv, out, err);
   }
 
-  TempDir dir_;
   std::string address_;
-  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 TEST_F(RemoteAdminTest, AnAdminCertificateSeesAndManagesEveryRun) {
-  auto c = ConnectClient(*daemon_);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  ASSERT_TRUE((*c)->OpenRun({.name = "local-run", .steps = 1, .bytes_per_step = 64}).ok());
+  Client* c = Connect();
+  ASSERT_NE(c, nullptr);
+  ASSERT_NE(OpenRun(*c, Spec("local-run", 1, 64)).run_id, 0u);
   std::string out, err;
   ASSERT_EQ(Remote("admin", {"runs"}, &out, &err), 0) << err;
   EXPECT_NE(out.find("local-run"), std::string::npos) << out;
   ASSERT_EQ(Remote("admin", {"quota", "--uid", "4242", "--set", "1G"}, &out, &err), 0) << err;
   EXPECT_NE(out.find("uid 4242: quota 1.0 GiB"), std::string::npos) << out;
+  // status names the address reached and the remote daemon's own socket on its node.
+  ASSERT_EQ(Remote("admin", {"status"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("control   tls:" + address_), std::string::npos) << out;
+  EXPECT_NE(out.find("(on its node: unix:" + daemon().socket() + ")"), std::string::npos) << out;
   ASSERT_EQ(Remote("admin", {"rm", "local-run"}, &out, &err), 0) << err;
-  EXPECT_TRUE((*c)->ListRuns()->empty());
+  EXPECT_TRUE(c->ListRuns()->empty());
 }
 
 TEST_F(RemoteAdminTest, ACertificateFromAnotherCaIsRefused) {
-  auto c = ConnectClient(*daemon_);
-  ASSERT_TRUE(c.ok());
-  ASSERT_TRUE((*c)->OpenRun({.name = "private-run", .steps = 1, .bytes_per_step = 64}).ok());
+  Client* c = Connect();
+  ASSERT_NE(c, nullptr);
+  ASSERT_NE(OpenRun(*c, Spec("private-run", 1, 64)).run_id, 0u);
   std::string out, err;
   EXPECT_NE(Remote("rogue", {"runs"}, &out, &err), 0);
   EXPECT_EQ(out.find("private-run"), std::string::npos) << out;

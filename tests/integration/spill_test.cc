@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "acoustic_model.h"
-#include "daemon_process.h"
 #include "snapd/client.h"
+#include "snapd_fixture.h"
 
 namespace snapd::testing {
 namespace {
@@ -57,31 +57,21 @@ bool WaitOnDisk(Client& c, const std::string& run, uint64_t boundary) {
   return false;
 }
 
-class SpillTest : public ::testing::TestWithParam<bool> {
+class SpillTest : public SnapdTest, public ::testing::WithParamInterface<bool> {
  protected:
-  void SetUp() override { Start(); }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(Start()); }
   void Start() {
-    auto d = DaemonProcess::Start({dir_.path(), "16M", {}, {}});
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
-    daemon_ = std::move(d).value();
-    auto c = ConnectClient(*daemon_, /*map_host_tier=*/GetParam());
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    client_ = std::move(c).value();
+    ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("16M")));
+    client_ = Connect(/*map_host_tier=*/GetParam());
+    ASSERT_NE(client_, nullptr);
   }
   RunInfo Open(const std::string& name, bool keep) {
-    RunSpec spec;
-    spec.name = name;
-    spec.steps = kSteps;
-    spec.bytes_per_step = kStep;
+    RunSpec spec = Spec(name, kSteps, kStep);
     spec.keep = keep;
-    auto run = client_->OpenRun(spec);
-    EXPECT_TRUE(run.ok()) << run.status().ToString();
-    return run.ok() ? *run : RunInfo{};
+    return OpenRun(*client_, spec);
   }
 
-  TempDir dir_;
-  std::unique_ptr<DaemonProcess> daemon_;
-  std::unique_ptr<Client> client_;
+  Client* client_ = nullptr;  // the fixture's
 };
 
 TEST_P(SpillTest, ARunThreeTimesTheHostTierRoundTripsWithTheNewestStepsInHost) {
@@ -90,7 +80,7 @@ TEST_P(SpillTest, ARunThreeTimesTheHostTierRoundTripsWithTheNewestStepsInHost) {
   const uint64_t j = kSteps - 13;
   ASSERT_EQ(run.host_boundary, j);
   PushSteps(*client_, run.run_id, 0, kSteps, 11);
-  ASSERT_TRUE(WaitOnDisk(*client_, "big", j)) << daemon_->Log();
+  ASSERT_TRUE(WaitOnDisk(*client_, "big", j)) << daemon().Log();
   auto list = client_->ListSnapshots("big");
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), kSteps);
@@ -108,13 +98,15 @@ TEST_P(SpillTest, ARunThreeTimesTheHostTierRoundTripsWithTheNewestStepsInHost) {
   // learns the client has the bytes (lease release or send completion), just after the fetch
   // returned, so the last one may take a moment.
   size_t left = kSteps;
-  for (int i = 0; i < 500 && left > 0; ++i) {
-    auto after = client_->ListSnapshots("big");
-    ASSERT_TRUE(after.ok());
-    left = after->size();
-    if (left) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(left, 0u);
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto after = client_->ListSnapshots("big");
+        left = after.ok() ? after->size() : kSteps;
+        return after.ok() && left == 0;
+      },
+      std::chrono::seconds(30)))
+      << left << " steps left\n"
+      << daemon().Log();
   Status again = client_->Fetch(run.run_id, 3, std::vector<char>(kStep).data(), kStep);
   EXPECT_EQ(again.code(), Code::kNotFound);
   EXPECT_NE(again.message().find("read once"), std::string::npos) << again.ToString();
@@ -125,11 +117,9 @@ TEST_P(SpillTest, KillMinus9MidRunKeepsDiskStepsAndReportsHostStepsLost) {
   const uint64_t j = run.host_boundary;
   const uint64_t pushed = j + 5;  // mid-run: the forward pass is not over
   PushSteps(*client_, run.run_id, 0, pushed, 21);
-  ASSERT_TRUE(WaitOnDisk(*client_, "crash", j)) << daemon_->Log();
-  client_.reset();
-  daemon_->Kill();
-  daemon_.reset();
-  Start();
+  ASSERT_TRUE(WaitOnDisk(*client_, "crash", j)) << daemon().Log();
+  KillDaemon();  // its client leaves first
+  ASSERT_NO_FATAL_FAILURE(Start());
   for (uint64_t t = 0; t < pushed; ++t) {
     auto where = client_->Locate("crash", t);
     ASSERT_TRUE(where.ok()) << where.status().ToString();
@@ -183,23 +173,30 @@ TEST_P(SpillTest, AReversiblyCompressedRunIsStoredSmallerAndComesBackBitExact) {
       auto h = client_->Push(run->run_id, t, fields[t].data(), kBytes);
       ASSERT_TRUE(h.ok() && h->WaitStored().ok());
     }
-    ASSERT_TRUE(WaitOnDisk(*client_, spec.name, run->host_boundary)) << daemon_->Log();
+    ASSERT_TRUE(WaitOnDisk(*client_, spec.name, run->host_boundary)) << daemon().Log();
     // On demotion, the spilled steps end up compressed; at ingest, every step (compression is
     // background work: poll).
     const uint64_t expected = at_ingest ? kCount : run->host_boundary;
     uint64_t compressed = 0;
-    for (int i = 0; i < 1000 && compressed < expected; ++i) {
-      if (i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      auto list = client_->ListSnapshots(spec.name);
-      ASSERT_TRUE(list.ok());
-      compressed = 0;
-      for (const auto& l : *list) {
-        if (l.codec != Codec::kZfpReversible) continue;
-        ++compressed;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          auto list = client_->ListSnapshots(spec.name);
+          compressed = 0;
+          for (const auto& l : list.ok() ? *list : std::vector<Location>{}) {
+            compressed += l.codec == Codec::kZfpReversible;
+          }
+          return compressed == expected;
+        },
+        std::chrono::seconds(30)))
+        << compressed << " of " << expected << " steps compressed\n"
+        << daemon().Log();
+    auto list = client_->ListSnapshots(spec.name);
+    ASSERT_TRUE(list.ok());
+    for (const auto& l : *list) {
+      if (l.codec == Codec::kZfpReversible) {
         EXPECT_LT(l.stored_bytes, kBytes / 2) << "step " << l.step;
       }
     }
-    EXPECT_EQ(compressed, expected);
     std::vector<float> got(kN * kN);
     for (uint64_t t = kCount; t-- > 0;) {
       ASSERT_TRUE(client_->Fetch(run->run_id, t, got.data(), kBytes).ok());
@@ -213,32 +210,33 @@ INSTANTIATE_TEST_SUITE_P(DataPaths, SpillTest, ::testing::Values(true, false),
 
 // snapd whose spool is a 4 MiB tmpfs in a private mount namespace: a real filesystem that
 // fills up, while the disk budget (64 MiB) says there is room.
-TEST(SmallFilesystem, FillsUpWithoutLosingOrCorruptingWhatWasStored) {
-  TempDir dir;
-  std::string spool = dir.path() + "/spool";
+class SmallFilesystem : public SnapdTest {};
+
+TEST_F(SmallFilesystem, FillsUpWithoutLosingOrCorruptingWhatWasStored) {
+  std::string spool = dir() + "/spool";
   std::filesystem::create_directories(spool);
-  DaemonOptions o{dir.path(), "8M", {"--spool-dirs", spool, "--disk-mem", "64M"}, {}};
+  DaemonOptions o = Options("8M", {"--spool-dirs", spool, "--disk-mem", "64M"});
   o.wrapper = {"/usr/bin/unshare", "--user", "--map-root-user", "--mount", "/bin/sh", "-c",
                "mount -t tmpfs -o size=4m snapd-test-spool \"$SPOOL_DIR\" && exec \"$@\"", "sh"};
   setenv("SPOOL_DIR", spool.c_str(), 1);
-  auto d = DaemonProcess::Start(o);
-  if (!d.ok() && d.status().message().find("unshare") != std::string::npos) {
-    GTEST_SKIP() << "no unprivileged mount namespaces here: " << d.status().ToString();
+  Status started = TryStartDaemon(o);
+  if (!started.ok() && started.message().find("unshare") != std::string::npos) {
+    GTEST_SKIP() << "no unprivileged mount namespaces here: " << started.ToString();
   }
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
-  auto c = ConnectClient(**d);
-  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  Client* c = Connect();
+  ASSERT_NE(c, nullptr);
   RunSpec spec;
   spec.name = "fill";
   spec.bytes_per_step = kStep;  // steps unknown: a full host tier demotes its oldest step
-  auto run = (*c)->OpenRun(spec);
+  auto run = c->OpenRun(spec);
   ASSERT_TRUE(run.ok());
   std::vector<char> buf(kStep);
   uint64_t stored = 0;
   Status failure;
   for (uint64_t t = 0; t < 32 && failure.ok(); ++t) {
     FillPattern(buf.data(), kStep, 31, t);
-    auto h = (*c)->Push(run->run_id, t, buf.data(), kStep);
+    auto h = c->Push(run->run_id, t, buf.data(), kStep);
     ASSERT_TRUE(h.ok());
     failure = h->WaitStored();
     if (failure.ok()) ++stored;
@@ -248,23 +246,21 @@ TEST(SmallFilesystem, FillsUpWithoutLosingOrCorruptingWhatWasStored) {
   // 8 MiB of host and at most 4 MiB of disk: everything acknowledged is intact, and the
   // catalog lists exactly the acknowledged steps.
   EXPECT_GE(stored, 8u);
-  auto list = (*c)->ListSnapshots("fill");
+  auto list = c->ListSnapshots("fill");
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), stored);
   uint64_t on_disk = 0;
   for (const auto& l : *list) on_disk += l.on_disk;
   EXPECT_GT(on_disk, 0u);
   for (uint64_t t = stored; t-- > 0;) {
-    Status s = FetchExact(**c, run->run_id, t, 31);
+    Status s = FetchExact(*c, run->run_id, t, 31);
     EXPECT_TRUE(s.ok()) << "step " << t << ": " << s.ToString();
   }
   // Consumed steps freed room: the daemon takes pushes again.
   FillPattern(buf.data(), kStep, 31, 100);
-  auto h = (*c)->Push(run->run_id, 100, buf.data(), kStep);
+  auto h = c->Push(run->run_id, 100, buf.data(), kStep);
   ASSERT_TRUE(h.ok());
   EXPECT_TRUE(h->WaitStored().ok()) << h->WaitStored().ToString();
-  c->reset();
-  EXPECT_EQ((*d)->Stop(), 0) << (*d)->Log();
 }
 
 }  // namespace

@@ -10,9 +10,9 @@
 #include <map>
 #include <sstream>
 
-#include "daemon_process.h"
 #include "raw_peer.h"
 #include "snapd/client.h"
+#include "snapd_fixture.h"
 
 namespace snapd::testing {
 namespace {
@@ -30,9 +30,9 @@ std::map<std::string, std::string> Fields(const std::string& out) {
   return f;
 }
 
-class TenancyTest : public ::testing::Test {
+class TenancyTest : public SnapdTest {
  protected:
-  void SetUp() override { Start({}); }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(Start({})); }
   // (Re)starts snapd with `args`.
   void Start(const std::vector<std::string>& args) {
     if (geteuid() != 0) GTEST_SKIP() << "creates a user and runs a client as it: needs root";
@@ -49,18 +49,8 @@ class TenancyTest : public ::testing::Test {
     }
     uid_ = pw->pw_uid;
     gid_ = pw->pw_gid;
-    ASSERT_EQ(chmod(dir_.path().c_str(), 0711), 0);  // the tenant reaches the socket inside
-    if (daemon_) {
-      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
-    }
-    auto d = DaemonProcess::Start({dir_.path(), "64M", args, {}});
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
-    daemon_ = std::move(d).value();
-  }
-  void TearDown() override {
-    if (daemon_) {
-      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
-    }
+    ASSERT_EQ(chmod(dir().c_str(), 0711), 0);  // the tenant reaches the socket inside
+    StartDaemon(Options("64M", args));
   }
   // Runs tenant_probe as the tenant; its fields.
   std::map<std::string, std::string> Probe(const std::vector<std::string>& args) {
@@ -69,18 +59,16 @@ class TenancyTest : public ::testing::Test {
                                      "--regid=" + std::to_string(gid_),
                                      "--clear-groups",
                                      TENANT_PROBE_BINARY,
-                                     daemon_->socket()};
+                                     daemon().socket()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::string out, err;
     int status = RunProgram(argv, &out, &err);
-    EXPECT_EQ(status, 0) << out << err << daemon_->Log();
+    EXPECT_EQ(status, 0) << out << err << daemon().Log();
     return Fields(out);
   }
 
-  TempDir dir_;
   uid_t uid_ = 0;
   gid_t gid_ = 0;
-  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 // The replay of the issue: root's solver pushes 48 steps and deletes them; the tenant, with its
@@ -88,26 +76,25 @@ class TenancyTest : public ::testing::Test {
 // fetches. Every mapped-path message is refused, nothing is stored, and the tenant's own
 // pushes into the reused blocks come back as its bytes only.
 TEST_F(TenancyTest, AnotherUsersFreedBytesCannotBeReadThroughTheMappedPath) {
-  Start({"--tenant-host-share", "1"});  // the tenant may fill the whole tier (share: below)
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--tenant-host-share", "1"}));  // the tenant may fill the whole tier (share: below)
   constexpr uint64_t kSteps = 48, kBytes = 1 << 20;
   {
-    auto a = ConnectClient(*daemon_);
-    ASSERT_TRUE(a.ok()) << a.status().ToString();
-    ASSERT_EQ((*a)->data_path(), DataPath::kMappedHostTier);  // root maps the host tier
-    RunSpec spec;
-    spec.name = "victim";
-    spec.steps = kSteps;
-    spec.bytes_per_step = kBytes;
+    Client* a = Connect();
+    ASSERT_NE(a, nullptr);
+    ASSERT_EQ(a->data_path(), DataPath::kMappedHostTier);  // root maps the host tier
+    RunSpec spec = Spec("victim", kSteps, kBytes);
     spec.keep = true;
-    auto run = (*a)->OpenRun(spec);
-    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    RunInfo run = OpenRun(*a, spec);
+    ASSERT_NE(run.run_id, 0u);
     std::vector<char> step(kBytes);
     for (uint64_t t = 0; t < kSteps; ++t) {
       FillPattern(step.data(), kBytes, 1, t);
-      auto h = (*a)->Push(run->run_id, t, step.data(), kBytes);
+      auto h = a->Push(run.run_id, t, step.data(), kBytes);
       ASSERT_TRUE(h.ok() && h->WaitStored().ok());
     }
-    ASSERT_TRUE((*a)->DeleteRun("victim").ok());
+    ASSERT_TRUE(a->DeleteRun("victim").ok());
+    ReleaseClients();  // root's solver is gone before the tenant comes
   }
   auto f = Probe({"replay", std::to_string(kSteps), std::to_string(kBytes)});
   EXPECT_EQ(f["hello"], "0");
@@ -119,7 +106,7 @@ TEST_F(TenancyTest, AnotherUsersFreedBytesCannotBeReadThroughTheMappedPath) {
   EXPECT_EQ(f["mapped"], "0");  // the tenant's client uses the copied path
   EXPECT_EQ(f["fetch_not_found"], std::to_string(kSteps));
   EXPECT_EQ(f["exact"], std::to_string(kSteps));
-  EXPECT_NE(daemon_->Log().find("rejected (mapped-path message from an untrusted uid)"),
+  EXPECT_NE(daemon().Log().find("rejected (mapped-path message from an untrusted uid)"),
             std::string::npos);
 }
 
@@ -127,10 +114,8 @@ TEST_F(TenancyTest, AnotherUsersFreedBytesCannotBeReadThroughTheMappedPath) {
 // cannot close the session over gRPC nor use it over UCX, and the session keeps serving its
 // owner.
 TEST_F(TenancyTest, AnotherUserCannotCloseASessionWithItsToken) {
-  auto stub = v1::Control::NewStub(
-      grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
   std::string error;
-  auto owner = RawPeer::Open(*stub, &error);
+  auto owner = RawPeer::Open(stub(), &error);
   ASSERT_NE(owner, nullptr) << error;
   auto f = Probe({"close", std::to_string(owner->session().session_id()),
                   std::to_string(owner->session().token())});
@@ -147,7 +132,7 @@ TEST_F(TenancyTest, AnotherUserCannotCloseASessionWithItsToken) {
   auto h = Probe({"hello", hex, std::to_string(owner->session().session_id()),
                   std::to_string(owner->session().token())});
   EXPECT_EQ(h["replies"], "0");
-  EXPECT_NE(daemon_->Log().find("rejected (from an endpoint that no session created)"),
+  EXPECT_NE(daemon().Log().find("rejected (from an endpoint that no session created)"),
             std::string::npos);
   wire::HelloRequest hello{wire::MakeHeader(wire::kHello, owner->session().token(), 5),
                            owner->session().session_id()};
@@ -160,28 +145,25 @@ TEST_F(TenancyTest, AnotherUserCannotCloseASessionWithItsToken) {
 // What snapd and snapctl write is private: another user can read neither the catalog, the
 // spool nor a dump (all as the owner left them, whatever the umask).
 TEST_F(TenancyTest, AnotherUserCannotReadTheStateTheSpoolOrADump) {
-  auto a = ConnectClient(*daemon_);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  RunSpec spec;
-  spec.name = "secret";
-  spec.steps = 2;
-  spec.bytes_per_step = 8192;
+  Client* a = Connect();
+  ASSERT_NE(a, nullptr);
+  RunSpec spec = Spec("secret", 2, 8192);
   spec.layers = "Disk";
   spec.keep = true;
-  auto run = (*a)->OpenRun(spec);
-  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  RunInfo run = OpenRun(*a, spec);
+  ASSERT_NE(run.run_id, 0u);
   std::vector<char> step(8192, 's');
   for (uint64_t t = 0; t < 2; ++t) {
-    auto h = (*a)->Push(run->run_id, t, step.data(), step.size());
+    auto h = a->Push(run.run_id, t, step.data(), step.size());
     ASSERT_TRUE(h.ok() && h->WaitStored().ok());
   }
-  std::string dump = dir_.path() + "/dump", out, err;
+  std::string dump = dir() + "/dump", out, err;
   mode_t old = umask(0);
   int rc = RunProgram(
-      {SNAPCTL_BINARY, "--socket", daemon_->socket(), "dump", "secret", "--to", dump}, &out, &err);
+      {SNAPCTL_BINARY, "--socket", daemon().socket(), "dump", "secret", "--to", dump}, &out, &err);
   umask(old);
   ASSERT_EQ(rc, 0) << err;
-  std::string state = dir_.path() + "/state";
+  std::string state = dir() + "/state";
   auto f = Probe({"read", state, state + "/catalog", state + "/spool", dump,
                   dump + "/manifest.json", dump + "/step-00000000.npy"});
   for (const std::string& path : {state, state + "/catalog", state + "/spool", dump,
@@ -193,28 +175,26 @@ TEST_F(TenancyTest, AnotherUserCannotReadTheStateTheSpoolOrADump) {
 // A fair host tier: a tenant filling it with a host-only run stops at its share (half, here),
 // and another user's host-only push still finds room.
 TEST_F(TenancyTest, OneTenantFillingTheHostTierDoesNotRefuseAnothersPush) {
-  Start({"--spool-dirs", "none", "--tenant-host-share", "0.5"});
+  ASSERT_NO_FATAL_FAILURE(Start({"--spool-dirs", "none", "--tenant-host-share", "0.5"}));
   auto f = Probe({"fill", "64", std::to_string(1 << 20)});  // 64 x 1 MiB into a 64 MiB tier
   EXPECT_EQ(f["stored"], "32");
   EXPECT_NE(f["refused"].find("its share is 32.0 MiB (tenant_host_share 0.50)"), std::string::npos)
       << f["refused"];
-  auto a = ConnectClient(*daemon_);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  RunSpec spec;
-  spec.name = "mine";
-  spec.bytes_per_step = 4 << 20;
+  Client* a = Connect();
+  ASSERT_NE(a, nullptr);
+  RunSpec spec = Spec("mine", 0, 4 << 20);
   spec.layers = "Host";
   spec.keep = true;
-  auto run = (*a)->OpenRun(spec);
-  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  RunInfo run = OpenRun(*a, spec);
+  ASSERT_NE(run.run_id, 0u);
   std::vector<char> step(4 << 20, 'm'), back(4 << 20);
   for (uint64_t t = 0; t < 6; ++t) {  // 24 MiB beside the tenant's 32
-    auto h = (*a)->Push(run->run_id, t, step.data(), step.size());
+    auto h = a->Push(run.run_id, t, step.data(), step.size());
     ASSERT_TRUE(h.ok());
     Status s = h->WaitStored();
     ASSERT_TRUE(s.ok()) << "step " << t << ": " << s.ToString();
   }
-  ASSERT_TRUE((*a)->Fetch(run->run_id, 5, back.data(), back.size()).ok());
+  ASSERT_TRUE(a->Fetch(run.run_id, 5, back.data(), back.size()).ok());
   EXPECT_EQ(back, step);
 }
 

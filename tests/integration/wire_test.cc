@@ -1,7 +1,8 @@
 // Malformed and unauthenticated data-plane messages from a raw UCX peer are rejected with a
 // clear error, counted, and do not disturb the daemon.
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <cstring>
@@ -10,42 +11,30 @@
 #include <optional>
 #include <thread>
 
-#include "daemon_process.h"
 #include "raw_peer.h"
 #include "snapd/client.h"
+#include "snapd/ucx.h"
 #include "snapd/v1/control.grpc.pb.h"
 #include "snapd/wire.h"
-#include "snapd/ucx.h"
+#include "snapd_fixture.h"
 
 namespace snapd::testing {
 namespace {
 
-class WireTest : public ::testing::Test {
+class WireTest : public SnapdTest {
  protected:
   void SetUp() override {
-    auto d = DaemonProcess::Start({dir_.path(), "64M", {}, {}});
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
-    daemon_ = std::move(d).value();
-    stub_ = v1::Control::NewStub(
-        grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
+    ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
     std::string error;
-    peer_ = RawPeer::Open(*stub_, &error);
+    peer_ = RawPeer::Open(stub(), &error);
     ASSERT_NE(peer_, nullptr) << error;
     session_ = peer_->session();
   }
   void TearDown() override {
-    peer_.reset();
-    stub_.reset();  // clients leave first, as they would in a real shutdown
-    if (daemon_) {
-      EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
-    }
+    peer_.reset();  // the raw peer leaves with the other clients
+    SnapdTest::TearDown();
   }
-  uint64_t Rejected() {
-    grpc::ClientContext ctx;
-    v1::StatsResponse r;
-    EXPECT_TRUE(stub_->Stats(&ctx, v1::StatsRequest(), &r).ok());
-    return r.rejected_messages();
-  }
+  uint64_t Rejected() { return Stats().rejected_messages(); }
   void Hello(uint64_t request_id) {
     wire::HelloRequest h{wire::MakeHeader(wire::kHello, session_.token(), request_id),
                          session_.session_id()};
@@ -54,25 +43,7 @@ class WireTest : public ::testing::Test {
     ASSERT_TRUE(r.has_value());
     ASSERT_EQ(r->code, 0) << Message(*r);
   }
-  // The daemon still serves a well-behaved client end to end.
-  void ExpectDaemonServes() {
-    auto c = ConnectClient(*daemon_);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    RunSpec spec;
-    spec.name = "healthy";
-    spec.bytes_per_step = 4096;
-    auto run = (*c)->OpenRun(spec);
-    ASSERT_TRUE(run.ok());
-    std::vector<char> a(4096, 5), b(4096, 0);
-    auto h = (*c)->Push(run->run_id, 0, a.data(), a.size());
-    ASSERT_TRUE(h.ok() && h->WaitStored().ok());
-    ASSERT_TRUE((*c)->Fetch(run->run_id, 0, b.data(), b.size()).ok());
-    EXPECT_EQ(a, b);
-  }
 
-  TempDir dir_;
-  std::unique_ptr<DaemonProcess> daemon_;
-  std::unique_ptr<v1::Control::Stub> stub_;
   v1::OpenSessionResponse session_;
   std::unique_ptr<RawPeer> peer_;
 };
@@ -86,7 +57,8 @@ TEST_F(WireTest, TruncatedHeaderIsRejected) {
   EXPECT_NE(Message(*r).find("malformed message: header of 5 bytes"), std::string::npos)
       << Message(*r);
   EXPECT_EQ(Rejected(), 1u);
-  ExpectDaemonServes();
+  EXPECT_EQ(Rejections("data_plane", "malformed"), 1);
+  ExpectRoundTrip();
 }
 
 TEST_F(WireTest, WrongVersionIsRejectedNamingTheVersion) {
@@ -97,7 +69,8 @@ TEST_F(WireTest, WrongVersionIsRejectedNamingTheVersion) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->code, static_cast<int>(Code::kInvalidArgument));
   EXPECT_NE(Message(*r).find("version 99"), std::string::npos) << Message(*r);
-  ExpectDaemonServes();
+  EXPECT_EQ(Rejections("data_plane", "unsupported_wire_format"), 1);
+  ExpectRoundTrip();
 }
 
 TEST_F(WireTest, WrongHeaderSizeForOpIsRejected) {
@@ -107,7 +80,10 @@ TEST_F(WireTest, WrongHeaderSizeForOpIsRejected) {
   auto r = peer_->WaitReply(42);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->code, static_cast<int>(Code::kInvalidArgument));
-  EXPECT_NE(Message(*r).find("expected 48 bytes"), std::string::npos) << Message(*r);
+  const std::string expected = "expected " + std::to_string(sizeof(wire::FetchRequest)) + " bytes";
+  EXPECT_NE(Message(*r).find(expected), std::string::npos) << Message(*r);
+  EXPECT_EQ(Rejections("data_plane", "malformed"), 1);
+  ExpectRoundTrip();
 }
 
 TEST_F(WireTest, PushWithoutHelloIsUnauthenticated) {
@@ -117,6 +93,8 @@ TEST_F(WireTest, PushWithoutHelloIsUnauthenticated) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->code, static_cast<int>(Code::kUnauthenticated));
   EXPECT_NE(Message(*r).find("has not said Hello"), std::string::npos) << Message(*r);
+  EXPECT_EQ(Rejections("data_plane", "before_hello"), 1);
+  ExpectRoundTrip();
 }
 
 TEST_F(WireTest, HelloWithWrongTokenIsUnauthenticated) {
@@ -127,7 +105,8 @@ TEST_F(WireTest, HelloWithWrongTokenIsUnauthenticated) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->code, static_cast<int>(Code::kUnauthenticated));
   EXPECT_NE(Message(*r).find("token does not match"), std::string::npos) << Message(*r);
-  ExpectDaemonServes();
+  EXPECT_EQ(Rejections("data_plane", "wrong_token"), 1);
+  ExpectRoundTrip();
 }
 
 TEST_F(WireTest, RequestWithAnotherTokenAfterHelloIsUnauthenticated) {
@@ -138,6 +117,8 @@ TEST_F(WireTest, RequestWithAnotherTokenAfterHelloIsUnauthenticated) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->code, static_cast<int>(Code::kUnauthenticated));
   EXPECT_NE(Message(*r).find("token does not match"), std::string::npos) << Message(*r);
+  EXPECT_EQ(Rejections("data_plane", "wrong_token"), 1);
+  ExpectRoundTrip();
 }
 
 TEST_F(WireTest, CommitWithoutReservationIsRefused) {
@@ -148,6 +129,7 @@ TEST_F(WireTest, CommitWithoutReservationIsRefused) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->code, static_cast<int>(Code::kFailedPrecondition));
   EXPECT_NE(Message(*r).find("without a reservation"), std::string::npos) << Message(*r);
+  ExpectRoundTrip();
 }
 
 // A client whose copy into the arena could not start (a device copy that failed to enqueue)
@@ -159,7 +141,7 @@ TEST_F(WireTest, AnAbortedReservationFreesTheStepAndItsMemory) {
   open.mutable_spec()->set_name("aborted");
   open.mutable_spec()->set_bytes_per_step(4096);
   v1::OpenRunResponse run;
-  ASSERT_TRUE(stub_->OpenRun(&ctx, open, &run).ok());
+  ASSERT_TRUE(stub().OpenRun(&ctx, open, &run).ok());
   uint64_t id = run.run().run_id();
   wire::PushRequest reserve{wire::MakeHeader(wire::kReserve, session_.token(), 50), id, 0, 4096,
                             0};
@@ -170,7 +152,7 @@ TEST_F(WireTest, AnAbortedReservationFreesTheStepAndItsMemory) {
   auto used = [&] {
     grpc::ClientContext sctx;
     v1::StatsResponse stats;
-    EXPECT_TRUE(stub_->Stats(&sctx, v1::StatsRequest(), &stats).ok());
+    EXPECT_TRUE(stub().Stats(&sctx, v1::StatsRequest(), &stats).ok());
     return stats.tiers(0).used_bytes();
   };
   EXPECT_GT(used(), 0u);
@@ -200,8 +182,8 @@ TEST_F(WireTest, AnAbortedReservationFreesTheStepAndItsMemory) {
   where.set_name("aborted");
   where.set_step(0);
   v1::LocateResponse located;
-  EXPECT_EQ(stub_->Locate(&lctx, where, &located).error_code(), grpc::StatusCode::NOT_FOUND);
-  ExpectDaemonServes();
+  EXPECT_EQ(stub().Locate(&lctx, where, &located).error_code(), grpc::StatusCode::NOT_FOUND);
+  ExpectRoundTrip();
 }
 
 TEST_F(WireTest, ReservationsBeyondThePerEndpointCapAreRefused) {
@@ -211,38 +193,88 @@ TEST_F(WireTest, ReservationsBeyondThePerEndpointCapAreRefused) {
   open.mutable_spec()->set_name("pinned");
   open.mutable_spec()->set_bytes_per_step(4096);
   v1::OpenRunResponse run;
-  ASSERT_TRUE(stub_->OpenRun(&ctx, open, &run).ok());
-  const uint64_t cap = 64;  // DataPlane::kMaxReservationsPerEndpoint
-  for (uint64_t step = 0; step <= cap; ++step) {
+  ASSERT_TRUE(stub().OpenRun(&ctx, open, &run).ok());
+  // Reserve until refused: the refusal names the cap, which is how many were granted.
+  uint64_t granted = 0;
+  for (uint64_t step = 0;; ++step) {
+    ASSERT_LT(step, 4096u) << "no cap on reservations";
     wire::PushRequest p{wire::MakeHeader(wire::kReserve, session_.token(), 100 + step),
                         run.run().run_id(), step, 4096, 0};
     peer_->Send(wire::kReserve, &p, sizeof p);
     auto r = peer_->WaitReply(100 + step);
     ASSERT_TRUE(r.has_value());
-    if (step < cap) {
-      ASSERT_EQ(r->code, 0) << Message(*r);
-    } else {
-      EXPECT_EQ(r->code, static_cast<int>(Code::kResourceExhausted));
-      EXPECT_NE(Message(*r).find("already reserved"), std::string::npos) << Message(*r);
+    if (r->code == 0) {
+      ++granted;
+      continue;
     }
+    EXPECT_EQ(r->code, static_cast<int>(Code::kResourceExhausted)) << Message(*r);
+    EXPECT_EQ(Message(*r).rfind(std::to_string(granted) + " pushes are already reserved", 0), 0u)
+        << "after " << granted << " reservations: " << Message(*r);
+    break;
   }
+  EXPECT_GT(granted, 1u);
   peer_.reset();  // disconnecting releases every reservation
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
     grpc::ClientContext sctx;
     v1::StatsResponse stats;
-    ASSERT_TRUE(stub_->Stats(&sctx, v1::StatsRequest(), &stats).ok());
+    ASSERT_TRUE(stub().Stats(&sctx, v1::StatsRequest(), &stats).ok());
     if (stats.tiers(0).used_bytes() == 0) break;
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << stats.tiers(0).used_bytes();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ExpectDaemonServes();
+  ExpectRoundTrip();
 }
 
 TEST_F(WireTest, UnknownMessageIdLeavesTheDaemonServing) {
   char junk[64] = {};
   peer_->Send(77, junk, sizeof junk);
-  ExpectDaemonServes();
+  // Dropped unanswered; counted once it arrives.
+  EXPECT_TRUE(WaitUntil([&] { return Rejections("data_plane", "unknown_am_id") == 1; },
+                        std::chrono::seconds(30)))
+      << daemon().Log();
+  ExpectRoundTrip();
+}
+
+// Two kinds of rejection, each counted under its own reason (Stats.rejections, the source of
+// snapd_rejections_total) and logged: an AM id outside the wire format on the data plane, and
+// an OpenRun whose enum value is outside the schema on the control plane.
+TEST_F(WireTest, EachRejectionIsCountedUnderItsOwnReason) {
+  auto count = [&](const std::string& surface, const std::string& reason) {
+    return Rejections(surface, reason);  // -1: not reported at all
+  };
+  auto total = [&] { return RejectionsTotal(); };
+  EXPECT_EQ(count("data_plane", "unknown_am_id"), 0);  // reported from the start, at 0
+  EXPECT_EQ(count("control_plane", "invalid_argument"), 0);
+  EXPECT_EQ(total(), 0u);
+
+  char junk[64] = {};
+  peer_->Send(77, junk, sizeof junk);
+  v1::OpenRunRequest open;
+  open.mutable_spec()->set_name("enums");
+  open.mutable_spec()->set_bytes_per_step(4);
+  open.mutable_spec()->set_compress_when(static_cast<v1::CompressWhen>(99));
+  grpc::ClientContext ctx;
+  v1::OpenRunResponse run;
+  EXPECT_EQ(stub().OpenRun(&ctx, open, &run).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // The unknown id is dropped unanswered: wait for it to be counted.
+  EXPECT_TRUE(WaitUntil([&] { return count("data_plane", "unknown_am_id") == 1; },
+                        std::chrono::seconds(10)))
+      << daemon().Log();
+  EXPECT_EQ(count("control_plane", "invalid_argument"), 1);
+  EXPECT_EQ(total(), 2u);  // each under its own reason, nowhere else
+  EXPECT_EQ(Rejected(), 1u);
+  const std::string log = daemon().Log();
+  EXPECT_NE(log.find("data plane: rejected (AM id that is not part of the wire format)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(
+      log.find("control plane: rejected (invalid argument): uid " + std::to_string(geteuid()) +
+               ": INVALID_ARGUMENT: run 'enums': unknown compress_when 99"),
+      std::string::npos)
+      << log;
+  ExpectRoundTrip();
 }
 
 }  // namespace

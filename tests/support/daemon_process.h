@@ -1,4 +1,6 @@
-// Starts the real snapd binary for an integration test, in a private directory, and stops it.
+// Starts the real snapd binary for an integration test, in a private directory, and stops it;
+// and the small helpers every suite and helper program shares. The gtest fixture built on it is
+// snapd_fixture.h.
 #pragma once
 
 #include <signal.h>
@@ -29,12 +31,15 @@ struct DaemonOptions {
 // One snapd process. Not thread-safe; owned by one test.
 class DaemonProcess {
  public:
-  // Starts snapd and waits until its control plane answers (or fails after 30 s).
+  // Starts snapd and waits until its control plane answers (or fails after 30 s). UCX in this
+  // process and in snapd is kept to loopback (UCX_NET_DEVICES=lo) unless the caller chose.
   static Result<std::unique_ptr<DaemonProcess>> Start(const DaemonOptions& options);
   ~DaemonProcess();  // SIGKILL if still running
 
   const std::string& socket() const { return socket_; }
   pid_t pid() const { return pid_; }
+  // False once snapd has exited (it is then reaped; Stop returns its status).
+  bool Running();
   // SIGTERM and wait; returns the exit status (0 = clean shutdown).
   int Stop();
   // SIGKILL and wait (crash simulation).
@@ -45,6 +50,7 @@ class DaemonProcess {
  private:
   DaemonProcess() = default;
   pid_t pid_ = -1;
+  int exit_status_ = -1;  // once reaped by Running()
   std::string socket_;
   std::string log_path_;
 };

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -37,6 +38,11 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path,
   return pid;
 }
 
+// The exit status as a shell reports it: the code, or 128 + the signal.
+int ExitStatus(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -47,6 +53,9 @@ std::string ReadFile(const std::string& path) {
 }  // namespace
 
 Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const DaemonOptions& o) {
+  // Test traffic stays on loopback. Set before any thread of the test reads the environment
+  // (and only while unset, so it is written once).
+  if (std::getenv("UCX_NET_DEVICES") == nullptr) setenv("UCX_NET_DEVICES", "lo", 0);
   std::unique_ptr<DaemonProcess> d(new DaemonProcess());
   d->socket_ = o.dir + "/snapd.sock";
   d->log_path_ = o.dir + "/snapd.log";
@@ -82,13 +91,23 @@ DaemonProcess::~DaemonProcess() {
   if (pid_ > 0) Kill();
 }
 
+bool DaemonProcess::Running() {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) != pid_) return true;
+  exit_status_ = ExitStatus(status);
+  pid_ = -1;
+  return false;
+}
+
 int DaemonProcess::Stop() {
-  if (pid_ <= 0) return -1;
+  if (pid_ <= 0) return exit_status_;
   kill(pid_, SIGTERM);
   int status = 0;
   waitpid(pid_, &status, 0);
   pid_ = -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  exit_status_ = ExitStatus(status);
+  return exit_status_;
 }
 
 void DaemonProcess::Kill() {
@@ -116,7 +135,7 @@ int RunProgram(const std::vector<std::string>& argv, std::string* out, std::stri
   waitpid(pid, &status, 0);
   if (out) *out = ReadFile(dir.path() + "/out");
   if (err) *err = ReadFile(dir.path() + "/err");
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return ExitStatus(status);
 }
 
 void FillPattern(void* data, size_t bytes, uint64_t seed, uint64_t step) {

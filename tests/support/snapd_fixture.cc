@@ -1,0 +1,143 @@
+#include "snapd_fixture.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <utility>
+
+namespace snapd::testing {
+
+RunSpec Spec(std::string name, uint64_t steps, uint64_t bytes_per_step) {
+  RunSpec spec;
+  spec.name = std::move(name);
+  spec.steps = steps;
+  spec.bytes_per_step = bytes_per_step;
+  return spec;
+}
+
+DaemonOptions SnapdTest::Options(std::string host_mem, std::vector<std::string> extra_args,
+                                 std::vector<std::string> wrapper) const {
+  return DaemonOptions{dir_.path(), std::move(host_mem), std::move(extra_args), std::move(wrapper)};
+}
+
+Status SnapdTest::TryStartDaemon(const DaemonOptions& options) {
+  if (daemon_) StopDaemon();
+  auto d = DaemonProcess::Start(options);
+  if (!d.ok()) return d.status();
+  daemon_ = std::move(d).value();
+  return Status::Ok();
+}
+
+void SnapdTest::StartDaemon(const DaemonOptions& options) {
+  Status s = TryStartDaemon(options);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+void SnapdTest::StopDaemon() {
+  ReleaseClients();
+  if (!daemon_) return;
+  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();  // a clean SIGTERM shutdown
+  daemon_.reset();
+}
+
+void SnapdTest::KillDaemon() {
+  ReleaseClients();
+  if (!daemon_) return;
+  daemon_->Kill();
+  daemon_.reset();
+}
+
+Client* SnapdTest::Connect(bool map_host_tier) {
+  if (!daemon_) {
+    ADD_FAILURE() << "Connect: no daemon is running";
+    return nullptr;
+  }
+  auto c = ConnectClient(*daemon_, map_host_tier);
+  if (!c.ok()) {
+    ADD_FAILURE() << "Connect: " << c.status().ToString();
+    return nullptr;
+  }
+  clients_.push_back(std::move(c).value());
+  return clients_.back().get();
+}
+
+RunInfo SnapdTest::OpenRun(Client& client, const RunSpec& spec) {
+  auto run = client.OpenRun(spec);
+  if (!run.ok()) {
+    ADD_FAILURE() << "OpenRun '" << spec.name << "': " << run.status().ToString();
+    return RunInfo{};
+  }
+  return std::move(run).value();
+}
+
+void SnapdTest::ReleaseClients() {
+  clients_.clear();
+  stub_.reset();
+}
+
+v1::Control::Stub& SnapdTest::stub() {
+  if (!stub_) {
+    stub_ = v1::Control::NewStub(
+        grpc::CreateChannel("unix:" + daemon_->socket(), grpc::InsecureChannelCredentials()));
+  }
+  return *stub_;
+}
+
+v1::StatsResponse SnapdTest::Stats() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::StatsResponse r;
+  grpc::Status s = stub().Stats(&ctx, v1::StatsRequest(), &r);
+  EXPECT_TRUE(s.ok()) << s.error_message() << "\n" << daemon_->Log();
+  return r;
+}
+
+uint64_t SnapdTest::RejectionsTotal() {
+  const v1::StatsResponse stats = Stats();
+  uint64_t n = 0;
+  for (const v1::RejectionCount& r : stats.rejections()) n += r.count();
+  return n;
+}
+
+int64_t SnapdTest::Rejections(const std::string& surface, const std::string& reason) {
+  const v1::StatsResponse stats = Stats();
+  for (const v1::RejectionCount& r : stats.rejections()) {
+    if (r.surface() == surface && r.reason() == reason) return static_cast<int64_t>(r.count());
+  }
+  return -1;
+}
+
+void SnapdTest::ExpectRoundTrip() {
+  ASSERT_NE(daemon_, nullptr) << "no daemon is running";
+  auto c = ConnectClient(*daemon_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString() << "\n" << daemon_->Log();
+  RunSpec spec = Spec("round-trip-" + std::to_string(++round_trips_), 1, 4096);
+  auto run = (*c)->OpenRun(spec);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  std::vector<char> pushed(4096), fetched(4096, 0);
+  FillPattern(pushed.data(), pushed.size(), 77, 0);
+  auto h = (*c)->Push(run->run_id, 0, pushed.data(), pushed.size());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  Status stored = h->WaitStored();
+  ASSERT_TRUE(stored.ok()) << stored.ToString();
+  Status got = (*c)->Fetch(run->run_id, 0, fetched.data(), fetched.size());
+  ASSERT_TRUE(got.ok()) << got.ToString();
+  EXPECT_EQ(pushed, fetched);
+}
+
+void SnapdTest::TearDown() {
+  ReleaseClients();      // clients leave first, as they would in a real shutdown
+  if (!daemon_) return;  // the test stopped it, or it never started
+  if (!daemon_->Running()) {
+    ADD_FAILURE() << "snapd exited during the test (status " << daemon_->Stop() << "):\n"
+                  << daemon_->Log();
+    daemon_.reset();
+    return;
+  }
+  // Alive and answering: whatever the test sent, the control plane still serves.
+  Stats();
+  ReleaseClients();
+  StopDaemon();
+}
+
+}  // namespace snapd::testing
