@@ -174,7 +174,12 @@ TEST_F(DiskTierTest, RecoveryAdoptsCompleteFilesAndRemovesTheRest) {
   std::ofstream(dir_ + "/a/run-9/interrupted.tmp") << "partial";
   std::filesystem::resize_file(dir_ + "/a/run-9/short", 100);
   auto disk = Open(1 << 20);
+  EXPECT_EQ(disk->used(), 0u);
   EXPECT_TRUE(disk->Adopt(0, 9, "kept", kRaw).ok());
+  EXPECT_EQ(disk->used(), kRaw);  // accounted, as a written file is
+  AlignedBuffer back(kRaw);       // and read back as written
+  ASSERT_TRUE(disk->Read(0, 9, "kept", back.data.get(), kRaw).ok());
+  EXPECT_EQ(std::memcmp(back.data.get(), buf.data.get(), kRaw), 0);
   Status truncated = disk->Adopt(0, 9, "short", kRaw);
   EXPECT_EQ(truncated.code(), Code::kDataLoss);
   EXPECT_NE(truncated.message().find("holds 100 bytes"), std::string::npos)

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <vector>
 
 namespace snapd {
@@ -22,9 +27,15 @@ TEST(HostTier, NeverHandsOutMoreThanItsBudget) {
   }
   EXPECT_EQ(blocks.size(), 10u);  // 10 x 25 pages fit in 256 pages, 11 do not
   EXPECT_LE((*tier)->used(), (*tier)->budget());
-  for (auto& b : blocks) {  // every block lies inside the arena and none overlap
-    EXPECT_LE(b->offset() + b->size(), (*tier)->budget());
-    EXPECT_EQ(b->offset() % HostTier::kAlignment, 0u);
+  std::sort(blocks.begin(), blocks.end(),
+            [](const auto& a, const auto& b) { return a->offset() < b->offset(); });
+  for (size_t i = 0; i < blocks.size(); ++i) {  // inside the arena, aligned, none overlap
+    EXPECT_LE(blocks[i]->offset() + blocks[i]->size(), (*tier)->budget());
+    EXPECT_EQ(blocks[i]->offset() % HostTier::kAlignment, 0u);
+    EXPECT_GE(blocks[i]->size(), 100u * 1000);
+    if (i > 0) {
+      EXPECT_LE(blocks[i - 1]->offset() + blocks[i - 1]->size(), blocks[i]->offset()) << i;
+    }
   }
 }
 
@@ -46,10 +57,16 @@ TEST(HostTier, BlocksAreWritableSharedMemory) {
   auto tier = HostTier::Create(1 << 20);
   ASSERT_TRUE(tier.ok());
   EXPECT_GE((*tier)->fd(), 0);
+  auto first = (*tier)->Allocate(4096);  // so that the block under test is not at offset 0
   auto b = (*tier)->Allocate(4096);
-  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(first.ok() && b.ok());
   static_cast<char*>((*b)->data())[4095] = 42;
-  EXPECT_EQ(static_cast<char*>((*b)->data())[4095], 42);
+  // What a client sees: the memfd mapped again, read at the block's offset.
+  void* view = mmap(nullptr, (*tier)->budget(), PROT_READ, MAP_SHARED, (*tier)->fd(), 0);
+  ASSERT_NE(view, MAP_FAILED) << std::strerror(errno);
+  EXPECT_EQ(static_cast<const char*>(view)[(*b)->offset() + 4095], 42);
+  EXPECT_EQ(static_cast<const char*>(view)[(*first)->offset() + 4095], 0);
+  munmap(view, (*tier)->budget());
 }
 
 TEST(HostTier, TopAllocationsLeaveWholeHolesAtTheBottom) {
