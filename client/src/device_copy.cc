@@ -32,10 +32,8 @@ void CUDART_CB RunDone(void* arg) {
   delete d;
 }
 
-Status CopyAsync(void* to, const void* from, size_t bytes, cudaMemcpyKind kind, void* stream,
-                 std::function<void(Status)> done) {
-  auto s = static_cast<cudaStream_t>(stream);
-  SNAPD_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(to, from, bytes, kind, s), "cudaMemcpyAsync"));
+// Enqueues `done` on `s`, after what the stream already holds.
+Status ThenDone(cudaStream_t s, std::function<void(Status)> done) {
   auto* d = new Done{std::move(done)};
   Status launched = FromCuda(cudaLaunchHostFunc(s, RunDone, d), "cudaLaunchHostFunc");
   if (!launched.ok()) delete d;
@@ -55,10 +53,7 @@ Status CopyPiecesAsync(char* host, char* device, const Pieces& pieces, cudaMemcp
                                                    : cudaMemcpyAsync(d, h, bytes, kind, s);
     SNAPD_RETURN_IF_ERROR(FromCuda(e, "cudaMemcpyAsync"));
   }
-  auto* d = new Done{std::move(done)};
-  Status launched = FromCuda(cudaLaunchHostFunc(s, RunDone, d), "cudaLaunchHostFunc");
-  if (!launched.ok()) delete d;
-  return launched;
+  return ThenDone(s, std::move(done));
 }
 
 }  // namespace
@@ -81,19 +76,12 @@ Status CopyHostToDeviceAsync(char* device, const char* host, const Pieces& piece
                          std::move(done));
 }
 
-Status CopyDeviceToHostAsync(void* host, const void* device, size_t bytes, void* stream,
-                             std::function<void(Status)> done) {
-  return CopyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream, std::move(done));
-}
-
-Status CopyHostToDeviceAsync(void* device, const void* host, size_t bytes, void* stream,
-                             std::function<void(Status)> done) {
-  return CopyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream, std::move(done));
-}
-
 Status CopyAnyAsync(void* to, const void* from, size_t bytes, void* stream,
                     std::function<void(Status)> done) {
-  return CopyAsync(to, from, bytes, cudaMemcpyDefault, stream, std::move(done));
+  auto s = static_cast<cudaStream_t>(stream);
+  SNAPD_RETURN_IF_ERROR(
+      FromCuda(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync"));
+  return ThenDone(s, std::move(done));
 }
 
 Status DeviceFreeMemory(uint64_t* free_bytes) {
@@ -153,12 +141,6 @@ Status CopyDeviceToHostAsync(char*, const char*, const Pieces&, void*,
 }
 Status CopyHostToDeviceAsync(char*, const char*, const Pieces&, void*,
                              std::function<void(Status)>) {
-  return NoCuda();
-}
-Status CopyDeviceToHostAsync(void*, const void*, size_t, void*, std::function<void(Status)>) {
-  return NoCuda();
-}
-Status CopyHostToDeviceAsync(void*, const void*, size_t, void*, std::function<void(Status)>) {
   return NoCuda();
 }
 Status CopyAnyAsync(void*, const void*, size_t, void*, std::function<void(Status)>) {

@@ -22,15 +22,9 @@ Status PinHost(char* base, size_t bytes);
 void UnpinHost(char* base);
 
 // Enqueues the copy on `stream` (a cudaStream_t) and then `done`, called once the copy
-// finished (OK) or failed (the status says how).
-Status CopyDeviceToHostAsync(void* host, const void* device, size_t bytes, void* stream,
-                             std::function<void(Status)> done);
-Status CopyHostToDeviceAsync(void* device, const void* host, size_t bytes, void* stream,
-                             std::function<void(Status)> done);
-
-// The same in pieces: piece (offset, bytes) copies host + offset to or from device + (offset -
-// the first piece's offset), each piece its own cudaMemcpyAsync (each lies in one pinned
-// chunk); `done` after the last.
+// finished (OK) or failed (the status says how). In pieces: piece (offset, bytes) copies
+// host + offset to or from device + (offset - the first piece's offset), each piece its own
+// cudaMemcpyAsync (each lies in one pinned chunk of the host tier: host_pinning.h).
 using Pieces = std::vector<std::pair<uint64_t, uint64_t>>;
 Status CopyDeviceToHostAsync(char* host, const char* device, const Pieces& pieces, void* stream,
                              std::function<void(Status)> done);
