@@ -77,20 +77,9 @@ std::string TierName(v1::Tier tier) {
 }
 
 std::string CodecLabel(v1::Codec codec) {
-  switch (codec) {
-    case v1::CODEC_NONE:
-      return "none";
-    case v1::CODEC_ZFP_REVERSIBLE:
-      return "zfp-reversible";
-    case v1::CODEC_ZFP_RATE:
-      return "zfp-rate";
-    case v1::CODEC_ZFP_PRECISION:
-      return "zfp-precision";
-    case v1::CODEC_ZFP_ACCURACY:
-      return "zfp-accuracy";
-    default:
-      return "?";
-  }
+  // The JSON spelling of the enum value ("zfp-reversible"), so tables, --codec and JSON agree.
+  const auto* value = v1::Codec_descriptor()->FindValueByNumber(codec);
+  return value ? EnumJson(*value) : "?";
 }
 
 }  // namespace snapd::snapctl
