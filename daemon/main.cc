@@ -124,7 +124,12 @@ int Run(int argc, char** argv) {
   if (!catalog.ok()) return fail(catalog.status());
   auto epoch = (*catalog)->BeginEpoch();
   if (!epoch.ok()) return fail(epoch.status());
-  auto host = HostTier::Create(budget);
+  HostTierOptions host_options;
+  host_options.huge_pages = config.host_huge_pages == "hugetlb" ? HugePages::kHugeTlb
+                            : config.host_huge_pages == "off"   ? HugePages::kOff
+                                                                : HugePages::kAuto;
+  host_options.prefault = config.host_prefault;
+  auto host = HostTier::Create(budget, host_options);
   if (!host.ok()) return fail(host.status());
   std::unique_ptr<DiskTier> disk;
   if (std::vector<std::string> spools = SpoolDirs(config); !spools.empty()) {
@@ -216,10 +221,12 @@ int Run(int argc, char** argv) {
   (*listener)->Serve(server.get());
   server->GetHealthCheckService()->SetServingStatus("snapd.v1.Control", true);
 
-  SNAPD_LOG_INFO("snapd %s serving on unix:%s, data plane: %s, host tier %s, disk tier %s "
-                 "(%s), catalog %s",
+  SNAPD_LOG_INFO("snapd %s serving on unix:%s, data plane: %s, host tier %s (%s%s), disk "
+                 "tier %s (%s), catalog %s",
                  SNAPD_VERSION, config.socket.c_str(), (*data_plane)->Describe().c_str(),
-                 FormatBytes(budget).c_str(), disk ? FormatBytes(disk->budget()).c_str() : "none",
+                 FormatBytes((*host)->budget()).c_str(), (*host)->pages().c_str(),
+                 config.host_prefault ? ", prefaulting" : "",
+                 disk ? FormatBytes(disk->budget()).c_str() : "none",
                  SpoolDirsText(config).c_str(), config.state_dir.c_str());
   // systemd (Type=notify): ready now; then watchdog pings while the store answers and the UCX
   // progress thread runs.

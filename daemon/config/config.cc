@@ -29,6 +29,12 @@ const std::vector<OptionDoc>& ConfigOptions() {
        "host-tier budget, e.g. 8G; 0 = use host_mem_perc (default 0)"},
       {"host_mem_perc", "SNAPD_HOST_MEM_PERC", K::kFraction, "FRACTION",
        "host-tier budget as a fraction of MemAvailable at start (default 0.7)"},
+      {"host_huge_pages", "SNAPD_HOST_HUGE_PAGES", K::kText, "MODE",
+       "host-tier pages: auto (hugetlb when the pool holds the whole tier, else shmem THP "
+       "where the kernel allows it), hugetlb (or refuse to start), off (default auto)"},
+      {"host_prefault", "SNAPD_HOST_PREFAULT", K::kBool, "BOOL",
+       "populate the whole host tier in the background at start, so no push pays a first "
+       "touch; commits host_mem of RAM (default false)"},
       {"spool_dirs", "SNAPD_SPOOL_DIRS", K::kText, "DIRS",
        "disk-tier spool directories, comma-separated (NVMe); none = no disk tier (default "
        "<state_dir>/spool)"},
@@ -163,6 +169,14 @@ Status Parse(Config& c, const std::string& key, const std::string& value) {
     (key == "host_mem_perc"   ? c.host_mem_perc
      : key == "disk_mem_perc" ? c.disk_mem_perc
                               : c.tenant_host_share) = d;
+  } else if (key == "host_huge_pages") {
+    if (value != "auto" && value != "hugetlb" && value != "off") {
+      return expected("auto, hugetlb or off");
+    }
+    c.host_huge_pages = value;
+  } else if (key == "host_prefault") {
+    if (value != "true" && value != "false") return expected("true or false");
+    c.host_prefault = value == "true";
   } else if (key == "spool_dirs") {
     std::vector<std::string> dirs;
     std::stringstream in(value);
@@ -242,7 +256,10 @@ std::string Printed(const toml::node& value) {
 // take numbers, as decimal text (an octal 0o660 for socket_mode as octal text).
 Result<std::string> ValueText(const OptionDoc& o, const toml::node& value) {
   if (const auto* s = value.as_string()) return s->get();
-  if (o.kind != OptionKind::kText) {
+  if (const auto* b = value.as_boolean(); b != nullptr && o.kind == OptionKind::kBool) {
+    return std::string(b->get() ? "true" : "false");
+  }
+  if (o.kind != OptionKind::kText && o.kind != OptionKind::kBool) {
     if (const auto* i = value.as_integer()) {
       if (o.kind == OptionKind::kMode &&
           (i->flags() & toml::value_flags::format_as_octal) != toml::value_flags::none) {
@@ -262,6 +279,7 @@ Result<std::string> ValueText(const OptionDoc& o, const toml::node& value) {
     return Status::InvalidArgument(
         "expected one string of comma-separated directories like \"/nvme0/snapd,/nvme1/snapd\"");
   }
+  if (o.kind == OptionKind::kBool) return Status::InvalidArgument("expected true or false");
   return Status::InvalidArgument(o.kind == OptionKind::kText ? "expected a string in quotes"
                                                              : "expected a number or a string");
 }
@@ -458,6 +476,8 @@ std::string FormatConfig(const Config& c) {
     << "state_dir = " << Quoted(c.state_dir) << "\n"
     << "host_mem = \"" << c.host_mem << "\"\n"
     << "host_mem_perc = " << c.host_mem_perc << "\n"
+    << "host_huge_pages = " << Quoted(c.host_huge_pages) << "\n"
+    << "host_prefault = " << (c.host_prefault ? "true" : "false") << "\n"
     << "spool_dirs = " << Quoted(SpoolDirsText(c)) << "\n"
     << "disk_mem = \"" << c.disk_mem << "\"\n"
     << "disk_mem_perc = " << c.disk_mem_perc << "\n"

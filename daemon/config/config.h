@@ -16,6 +16,8 @@ struct Config {
   std::string state_dir;        // holds the RocksDB catalog
   uint64_t host_mem = 0;        // host-tier budget in bytes; 0 = host_mem_perc of MemAvailable
   double host_mem_perc = 0.7;   // fraction of MemAvailable at start, used when host_mem is 0
+  std::string host_huge_pages = "auto";  // auto, hugetlb or off (host_tier.h, HugePages)
+  bool host_prefault = false;   // populate the whole host tier in the background at start
   std::vector<std::string> spool_dirs;  // disk-tier spools; see SpoolDirs()
   bool spool_dirs_set = false;          // false: the default, <state_dir>/spool
   uint64_t disk_mem = 0;                // disk-tier budget; 0 = disk_mem_perc of free space
@@ -47,6 +49,7 @@ enum class OptionKind {
   kFraction,  // a number in (0, 1]: 0.7 or "0.7"
   kInteger,   // a whole number: 8 or "8"
   kMode,      // octal permissions: "0660", 0o660 or 660
+  kBool,      // true or false (or "true"/"false")
 };
 
 // One option of the config file, its SNAPD_* variable and its --flag (the key with dashes).

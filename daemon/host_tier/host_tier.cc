@@ -5,8 +5,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
+#include "log.h"
 #include "snapd/units.h"
 
 namespace snapd {
@@ -20,37 +25,152 @@ void HostBlock::ShrinkTo(uint64_t bytes) {
   size_ = keep;
 }
 
-Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes) {
+namespace {
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
+
+// A number from /proc/meminfo ("HugePages_Free", "Hugepagesize" in kB); 0 if absent.
+uint64_t MemInfoNumber(const char* key) {
+  FILE* f = std::fopen("/proc/meminfo", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t value = 0;
+  size_t n = std::strlen(key);
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, key, n) == 0 && line[n] == ':') {
+      value = std::strtoull(line + n + 1, nullptr, 10);
+      break;
+    }
+  }
+  std::fclose(f);
+  return value;
+}
+
+// The kernel's shmem THP policy, the bracketed word of shmem_enabled ("never" if unknown).
+std::string ShmemThpPolicy() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string word;
+  while (in >> word) {
+    if (word.size() > 2 && word.front() == '[' && word.back() == ']') {
+      return word.substr(1, word.size() - 2);
+    }
+  }
+  return "never";
+}
+
+struct Backing {
+  int fd = -1;
+  uint64_t budget = 0;
+  std::string pages;
+  bool hugetlb = false;
+};
+
+// A hugetlb memfd of the budget rounded down to whole huge pages, when the pool has them free;
+// else the reason why not.
+Result<Backing> HugeTlbBacking(uint64_t budget) {
+  uint64_t page = MemInfoNumber("Hugepagesize") * 1024;
+  uint64_t free_pages = MemInfoNumber("HugePages_Free") - MemInfoNumber("HugePages_Rsvd");
+  if (page == 0) return Status::Unavailable("this kernel has no hugetlb pages");
+  uint64_t rounded = budget / page * page;
+  if (rounded == 0 || free_pages * page < rounded) {
+    return Status::ResourceExhausted(
+        "the hugetlb pool has " + FormatBytes(free_pages * page) + " free of the " +
+        FormatBytes(rounded) + " the host tier needs (vm.nr_hugepages; docs/operations.md)");
+  }
+  int fd = memfd_create("snapd-host-tier", MFD_CLOEXEC | MFD_HUGETLB);
+  if (fd < 0) return Status::Unavailable(std::string("memfd_create(MFD_HUGETLB): ") +
+                                         std::strerror(errno));
+  return Backing{fd, rounded, "hugetlb " + FormatBytes(page), true};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
+                                                   const HostTierOptions& options) {
   uint64_t budget = budget_bytes / kAlignment * kAlignment;
   if (budget == 0) {
     return Status::InvalidArgument("host-tier budget " + std::to_string(budget_bytes) +
                                    " bytes is below one page; set host_mem or host_mem_perc");
   }
-  // A sparse memfd: the budget is a ceiling, not an up-front commitment of RAM.
-  int fd = memfd_create("snapd-host-tier", MFD_CLOEXEC);
-  if (fd < 0) return Status::Internal(std::string("memfd_create: ") + std::strerror(errno));
-  if (ftruncate(fd, static_cast<off_t>(budget)) != 0) {
+  Backing b;
+  std::string not_huge;
+  if (options.huge_pages != HugePages::kOff) {
+    auto huge = HugeTlbBacking(budget);
+    if (huge.ok()) {
+      b = *huge;
+    } else if (options.huge_pages == HugePages::kHugeTlb) {
+      return Status::ResourceExhausted("host_huge_pages = \"hugetlb\": " +
+                                       huge.status().message());
+    } else {
+      not_huge = huge.status().message();
+    }
+  }
+  if (b.fd < 0) {
+    // A sparse memfd: without prefault the budget is a ceiling, not an up-front commitment.
+    b.fd = memfd_create("snapd-host-tier", MFD_CLOEXEC);
+    if (b.fd < 0) return Status::Internal(std::string("memfd_create: ") + std::strerror(errno));
+    b.budget = budget;
+    b.pages = "4 KiB pages";
+  }
+  if (ftruncate(b.fd, static_cast<off_t>(b.budget)) != 0) {
     int err = errno;
-    close(fd);
-    return Status::ResourceExhausted("sizing the host tier to " + FormatBytes(budget) +
+    close(b.fd);
+    return Status::ResourceExhausted("sizing the host tier to " + FormatBytes(b.budget) +
                                      " failed: " + std::strerror(err));
   }
-  void* base = mmap(nullptr, budget, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* base = mmap(nullptr, b.budget, PROT_READ | PROT_WRITE, MAP_SHARED, b.fd, 0);
   if (base == MAP_FAILED) {
     int err = errno;
-    close(fd);
-    return Status::ResourceExhausted("mapping " + FormatBytes(budget) +
+    close(b.fd);
+    return Status::ResourceExhausted("mapping " + FormatBytes(b.budget) +
                                      " for the host tier failed: " + std::strerror(err));
   }
-  return std::unique_ptr<HostTier>(new HostTier(fd, base, budget));
+  if (options.huge_pages == HugePages::kAuto && !b.hugetlb) {
+    // Shmem THP: effective when the kernel's shmem_enabled policy allows it. The advice is set
+    // on this mapping and on every client's (the first toucher's mapping decides).
+    std::string policy = ShmemThpPolicy();
+    bool thp = policy != "never" && policy != "deny" &&
+               madvise(base, b.budget, MADV_HUGEPAGE) == 0;
+    b.pages = thp ? "shmem THP (" + policy + ")"
+                  : "4 KiB pages (no hugetlb: " + not_huge + "; shmem THP: " + policy + ")";
+  }
+  std::unique_ptr<HostTier> tier(new HostTier(b.fd, base, b.budget, b.pages));
+  if (options.prefault) {
+    tier->prefault_ = std::thread([t = tier.get()] { t->Prefault(); });
+  }
+  return tier;
 }
 
-HostTier::HostTier(int fd, void* base, uint64_t budget)
-    : fd_(fd), base_(base), budget_(budget), ranges_(budget) {}
+HostTier::HostTier(int fd, void* base, uint64_t budget, std::string pages)
+    : fd_(fd), base_(base), budget_(budget), pages_(std::move(pages)), ranges_(budget) {}
 
 HostTier::~HostTier() {
+  stopping_ = true;
+  if (prefault_.joinable()) prefault_.join();
   munmap(base_, budget_);
   close(fd_);
+}
+
+// Populates the tier 64 MiB at a time: a page in use is left as it is (populating maps it, it
+// never writes it), a page not yet touched is allocated and zeroed now instead of in a push.
+void HostTier::Prefault() {
+  constexpr uint64_t kChunk = 64ull << 20;
+  for (uint64_t off = 0; off < budget_ && !stopping_; off += kChunk) {
+    uint64_t n = std::min(kChunk, budget_ - off);
+    if (madvise(static_cast<char*>(base_) + off, n, MADV_POPULATE_WRITE) != 0) {
+      SNAPD_LOG_WARN("host-tier prefault stopped at %s of %s: %s (pages will be populated on "
+                     "first touch)",
+                     FormatBytes(off).c_str(), FormatBytes(budget_).c_str(),
+                     std::strerror(errno));
+      return;
+    }
+    prefaulted_.fetch_add(n, std::memory_order_relaxed);
+  }
+  if (!stopping_) {
+    SNAPD_LOG_INFO("host tier prefaulted: %s of %s", FormatBytes(budget_).c_str(), pages_.c_str());
+  }
 }
 
 uint64_t HostTier::largest_free() const {

@@ -5,11 +5,14 @@
 // into tier memory: the one CPU copy of a push.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 
 #include "snapd/range_allocator.h"
 #include "snapd/status.h"
@@ -45,15 +48,39 @@ class HostBlock {
   void* const data_;
 };
 
+// How the tier's memory is backed (config `host_huge_pages`, docs/architecture.md "First
+// touch"). Huge pages cut the page faults of a process that touches the tier for the first
+// time 512-fold (one per 2 MiB instead of one per 4 KiB).
+enum class HugePages {
+  kAuto,     // hugetlb when the node's pool has the whole budget free, else shmem THP advice
+  kHugeTlb,  // hugetlb or refuse to start
+  kOff,      // 4 KiB pages
+};
+
+struct HostTierOptions {
+  HugePages huge_pages = HugePages::kOff;
+  // Populate every page of the tier in the background after start, so no push pays the
+  // kernel's allocate-and-zero of a page first touched. Commits the whole budget of RAM.
+  bool prefault = false;
+};
+
 // Thread-safe: Allocate and block release may run on any thread.
-// Pages are populated on first touch and kept after a block is freed, so a steady stream of
-// same-sized snapshots (the common case) reuses warm pages instead of faulting fresh ones.
+// Pages are populated on first touch (or by the prefault at start) and kept after a block is
+// freed, so a steady stream of same-sized snapshots (the common case) reuses warm pages
+// instead of faulting fresh ones.
 class HostTier {
  public:
   static constexpr uint64_t kAlignment = 4096;
 
-  static Result<std::unique_ptr<HostTier>> Create(uint64_t budget_bytes);
+  static Result<std::unique_ptr<HostTier>> Create(uint64_t budget_bytes,
+                                                  const HostTierOptions& options = {});
   ~HostTier();
+
+  // What backs the tier: "hugetlb 2 MiB", "shmem THP (advised)" or "4 KiB pages"; with the
+  // reason when huge pages were asked for and not had.
+  const std::string& pages() const { return pages_; }
+  // Bytes the background prefault has populated so far (budget() once it is done).
+  uint64_t prefaulted() const { return prefaulted_.load(std::memory_order_relaxed); }
 
   // RESOURCE_EXHAUSTED, naming the request, the use and the budget, when it does not fit.
   // `from_top`: take the highest free range that fits instead of the lowest. Compressed copies
@@ -72,12 +99,17 @@ class HostTier {
 
  private:
   friend class HostBlock;
-  HostTier(int fd, void* base, uint64_t budget);
+  HostTier(int fd, void* base, uint64_t budget, std::string pages);
   void Free(uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
+  void Prefault();
 
   const int fd_;
   void* const base_;
   const uint64_t budget_;
+  const std::string pages_;
+  std::atomic<uint64_t> prefaulted_{0};
+  std::atomic<bool> stopping_{false};
+  std::thread prefault_;
   mutable Mutex mu_;
   RangeAllocator ranges_ SNAPD_GUARDED_BY(mu_);
   uint64_t used_ SNAPD_GUARDED_BY(mu_) = 0;

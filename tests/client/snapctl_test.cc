@@ -58,6 +58,10 @@ TEST_F(SnapctlTest, StatusShowsHealthAndTheHostTier) {
   EXPECT_NE(out.find("SERVING"), std::string::npos) << out;
   EXPECT_NE(out.find("host"), std::string::npos);
   EXPECT_NE(out.find("3.0 MiB"), std::string::npos) << out;
+  // What backs the host tier, as snapd chose it (no prefault by default).
+  EXPECT_TRUE(std::regex_search(out, std::regex("host pages  (4 KiB pages|shmem THP|hugetlb)[^\n]*; "
+                                                "not prefaulted")))
+      << out;
   // Whether a GPU is usable is found at run time and said either way. Compared without the
   // free memory, which another process (a test running beside this one) changes at any time.
   auto stable = [](const std::string& line) {

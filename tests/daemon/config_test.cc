@@ -60,6 +60,8 @@ TEST(Config, DefaultsAreDocumentedValues) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->config.host_mem, 0u);
   EXPECT_DOUBLE_EQ(c->config.host_mem_perc, 0.7);
+  EXPECT_EQ(c->config.host_huge_pages, "auto");
+  EXPECT_FALSE(c->config.host_prefault);
   EXPECT_EQ(HostBudget(c->config, 1000), 700u);
   c->config.host_mem = 123;
   EXPECT_EQ(HostBudget(c->config, 1000), 123u);
@@ -142,6 +144,28 @@ TEST(Config, AnUnknownKeyOrTableInTheFileIsRefusedByName) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find(path + ":1: unknown table [snpad]"), std::string::npos)
       << c.status().message();
+}
+
+TEST(Config, HostPageOptionsParseAndRejectBadValues) {
+  testing::TempDir tmp;
+  auto c = LoadConfig({"--config", WriteConfig(tmp, "host_huge_pages = \"hugetlb\"\n"
+                                                    "host_prefault = true\n")},
+                      {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->config.host_huge_pages, "hugetlb");
+  EXPECT_TRUE(c->config.host_prefault);
+  c = LoadConfig({"--host-prefault", "false"}, {{"SNAPD_HOST_PREFAULT", "true"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->config.host_prefault);
+  auto bad = LoadConfig({"--host-huge-pages", "always"}, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("auto, hugetlb or off"), std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find("always"), std::string::npos);
+  bad = LoadConfig({"--config", WriteConfig(tmp, "host_prefault = 1\n")}, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("true or false"), std::string::npos)
+      << bad.status().message();
 }
 
 TEST(Config, NumbersMayBeWrittenAsStringsOrAsTomlNumbers) {

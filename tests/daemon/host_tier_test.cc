@@ -3,8 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -96,6 +101,58 @@ TEST(HostTier, RejectsABudgetBelowOnePage) {
   auto tier = HostTier::Create(100);
   ASSERT_FALSE(tier.ok());
   EXPECT_EQ(tier.status().code(), Code::kInvalidArgument);
+}
+
+// The start-up prefault populates every page of the memfd (what a fresh client then maps
+// without the kernel allocating and zeroing it), and says so in prefaulted().
+TEST(HostTier, ThePrefaultPopulatesTheWholeTier) {
+  HostTierOptions options;
+  options.huge_pages = HugePages::kOff;
+  options.prefault = true;
+  auto tier = HostTier::Create(64 << 20, options);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  EXPECT_EQ((*tier)->pages(), "4 KiB pages");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((*tier)->prefaulted() < (*tier)->budget() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ((*tier)->prefaulted(), (*tier)->budget());
+  struct stat st {};
+  ASSERT_EQ(fstat((*tier)->fd(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_blocks) * 512, (*tier)->budget());  // every page backed
+
+  auto plain = HostTier::Create(64 << 20, HostTierOptions{HugePages::kOff, false});
+  ASSERT_TRUE(plain.ok());
+  ASSERT_EQ(fstat((*plain)->fd(), &st), 0);
+  EXPECT_EQ(st.st_blocks, 0);  // without it the memfd is sparse: the budget is a ceiling
+  EXPECT_EQ((*plain)->prefaulted(), 0u);
+}
+
+// Huge pages where the node has none: "hugetlb" refuses to start naming the pool and what it
+// lacks; "auto" falls back to 4 KiB or shmem THP pages and says why not hugetlb.
+TEST(HostTier, HugePagesAskedForWithoutAPoolAreRefusedOrFallBackSayingWhy) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  uint64_t free_huge = 0;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("HugePages_Free:", 0) == 0) free_huge = std::stoull(line.substr(15));
+  }
+  if (free_huge > 0) GTEST_SKIP() << "this node has a hugetlb pool with free pages";
+  auto strict = HostTier::Create(64 << 20, HostTierOptions{HugePages::kHugeTlb, false});
+  ASSERT_FALSE(strict.ok());
+  EXPECT_EQ(strict.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(strict.status().message().find("host_huge_pages = \"hugetlb\""), std::string::npos)
+      << strict.status().message();
+  EXPECT_NE(strict.status().message().find("vm.nr_hugepages"), std::string::npos);
+  auto fallback = HostTier::Create(64 << 20, HostTierOptions{HugePages::kAuto, false});
+  ASSERT_TRUE(fallback.ok()) << fallback.status().ToString();
+  const std::string& pages = (*fallback)->pages();
+  EXPECT_TRUE(pages.rfind("shmem THP", 0) == 0 || pages.find("no hugetlb: the hugetlb pool has") !=
+                                                      std::string::npos)
+      << pages;
+  auto block = (*fallback)->Allocate(1 << 20);  // and it serves
+  ASSERT_TRUE(block.ok());
+  std::memset((*block)->data(), 7, 1 << 20);
 }
 
 }  // namespace

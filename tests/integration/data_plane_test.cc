@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -219,6 +220,76 @@ INSTANTIATE_TEST_SUITE_P(Transports, DataPlaneTest,
                                            Transport{"shm", "sm,tcp", false},
                                            Transport{"shm_mapped", "sm,tcp", true}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// A solver process maps the host tier afresh for every shot. The client populates the tier
+// pages of a push or fetch in bulk before its copy, so a fresh process takes far fewer page
+// faults than one per 4 KiB page (the kernel faults around 16 pages at a time; huge pages
+// would make it one per 2 MiB). With host_prefault, the first process on a new daemon finds
+// every page allocated too.
+struct FreshPass {
+  long push_faults = -1;
+  long fetch_faults = -1;
+  long pages = 0;
+};
+
+// Runs tests/integration/fresh_process_pass against the daemon; a failure if it did not
+// round-trip its run exactly.
+FreshPass RunFreshProcess(const DaemonProcess& daemon, const std::string& run, int steps,
+                          uint64_t bytes) {
+  std::string cmd = std::string(FRESH_PROCESS_PASS_BINARY) + " " + daemon.socket() + " " + run +
+                    " " + std::to_string(steps) + " " + std::to_string(bytes);
+  FILE* out = popen(cmd.c_str(), "r");
+  FreshPass r;
+  if (out == nullptr) {
+    ADD_FAILURE() << "cannot run " << cmd;
+    return r;
+  }
+  char line[256] = {};
+  bool got = std::fgets(line, sizeof line, out) != nullptr;
+  int status = pclose(out);
+  EXPECT_EQ(status, 0) << cmd << " (its error is in the test's stderr)";
+  EXPECT_TRUE(got && std::sscanf(line, "push_faults %ld fetch_faults %ld pages %ld",
+                                 &r.push_faults, &r.fetch_faults, &r.pages) == 3)
+      << line;
+  return r;
+}
+
+class FirstTouchTest : public SnapdTest {};
+
+TEST_F(FirstTouchTest, AFreshProcessTakesFarFewerFaultsThanPagesItCopies) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("256M", {"--host-huge-pages", "off"})));
+  constexpr int kSteps = 16;
+  constexpr uint64_t kBytes = 4 << 20;
+  FreshPass first = RunFreshProcess(daemon(), "shot-1", kSteps, kBytes);  // snapd's pages new
+  FreshPass second = RunFreshProcess(daemon(), "shot-2", kSteps, kBytes);
+  ASSERT_EQ(second.pages, kSteps * static_cast<long>(kBytes / 4096));
+  EXPECT_GE(second.push_faults, 0);
+  EXPECT_LT(second.push_faults, second.pages / 4) << "first process: " << first.push_faults;
+  EXPECT_LT(second.fetch_faults, second.pages / 4);
+}
+
+TEST_F(FirstTouchTest, WithPrefaultTheFirstProcessOnANewDaemonFindsThePagesThere) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      Options("256M", {"--host-huge-pages", "off", "--host-prefault", "true"})));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  uint64_t prefaulted = 0, budget = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    v1::StatsResponse stats = Stats();
+    for (const auto& t : stats.tiers()) {
+      if (t.tier() == v1::TIER_HOST) {
+        prefaulted = t.prefaulted_bytes();
+        budget = t.budget_bytes();
+        EXPECT_EQ(t.pages(), "4 KiB pages");
+      }
+    }
+    if (budget > 0 && prefaulted == budget) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(prefaulted, budget);
+  FreshPass first = RunFreshProcess(daemon(), "shot-1", 16, 4 << 20);
+  EXPECT_GE(first.push_faults, 0);
+  EXPECT_LT(first.push_faults, first.pages / 4);
+}
 
 }  // namespace
 }  // namespace snapd::testing

@@ -70,6 +70,15 @@ int ShowStatus(Session& s) {
            Format("%.2f", tier.read_bytes_per_second() / 1e9)});
   }
   out.Print(t);
+  for (const auto& tier : r.tiers()) {  // what backs the host tier (docs/architecture.md)
+    if (tier.tier() != v1::TIER_HOST) continue;
+    std::string prefault =
+        tier.prefaulted_bytes() == 0 ? "not prefaulted"
+        : tier.prefaulted_bytes() >= tier.budget_bytes()
+            ? "prefaulted"
+            : "prefaulting: " + FormatBytes(tier.prefaulted_bytes()) + " so far";
+    out.Line("host pages  " + tier.pages() + "; " + prefault);
+  }
   return kExitOk;
 }
 
