@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The figures of docs/benchmarks.md, "A fresh process per pass": snapbench's default mode
+# (each pass in a fresh process, faults per GiB beside each rate) against a new snapd for each
+# way of backing the host tier: 4 KiB pages, 4 KiB pages prefaulted at start, hugetlb pages,
+# hugetlb pages prefaulted. Prints a Markdown table, one row per pass.
+#   client/tools/bench/first_touch.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]
+# The hugetlb rows need a pool of huge pages: as root the script sizes vm.nr_hugepages for the
+# tier for its own run and puts the old value back; otherwise they are left out, said so.
+set -euo pipefail
+build=${1:?usage: first_touch.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]}
+shift
+runs=3 steps=32 bytes=64M host_mem=3G
+while (($#)); do
+  case $1 in
+    --runs) runs=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --bytes) bytes=$2; shift 2 ;;
+    *) echo "first_touch.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+work=$(mktemp -d)
+export UCX_NET_DEVICES=lo  # the benchmark's traffic stays on loopback
+pool_file=/proc/sys/vm/nr_hugepages
+old_pool=$(cat "$pool_file")
+daemon=""
+cleanup() {
+  [[ -n $daemon ]] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true
+  [[ -w $pool_file ]] && echo "$old_pool" > "$pool_file" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+configs=("off false" "off true")
+if [[ -w $pool_file ]]; then
+  echo $(( (3 << 30) / (2 << 20) + 16 )) > "$pool_file"
+  configs+=("hugetlb false" "hugetlb true")
+else
+  echo "(hugetlb rows left out: sizing vm.nr_hugepages needs root)" >&2
+fi
+
+echo "| tier pages | prefault | run | pass | push / memcpy | fetch / memcpy | push faults/GiB | fetch faults/GiB | pages new to snapd |"
+echo "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
+for config in "${configs[@]}"; do
+  read -r pages prefault <<< "$config"
+  rm -rf "$work/state"
+  "$build/daemon/snapd" --socket "$work/snapd.sock" --state-dir "$work/state" \
+    --host-mem "$host_mem" --spool-dirs none --host-huge-pages "$pages" \
+    --host-prefault "$prefault" > "$work/snapd.log" 2>&1 &
+  daemon=$!
+  for _ in $(seq 100); do [[ -S $work/snapd.sock ]] && break; sleep 0.1; done
+  if [[ $prefault == true ]]; then  # wait for the prefault, as a node's solvers would find it
+    until "$build/client/tools/snapctl" --socket "$work/snapd.sock" status |
+      grep -q "; prefaulted$"; do sleep 0.2; done
+  fi
+  for run in $(seq "$runs"); do
+    "$build/client/tools/snapbench" --socket "$work/snapd.sock" --steps "$steps" \
+      --bytes "$bytes" --json |
+      python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+for p in d["passes"]:
+    print("| %s | %s | %s | %s | %.2f | %.2f | %.0f | %.0f | %.0f%% |" % (
+        sys.argv[1], sys.argv[2], sys.argv[3], p["pass"], p["push_vs_memcpy"],
+        p["fetch_vs_memcpy"], p["push_faults_per_gib"], p["fetch_faults_per_gib"],
+        100 * p["new_daemon_pages"]))
+' "$pages" "$prefault" "$run"
+  done
+  kill "$daemon"; wait "$daemon" 2>/dev/null || true
+  daemon=""
+  rm -f "$work/snapd.sock"
+done
+echo
+echo "memcpy of the same pattern in the last run: see snapbench --json (memcpy_gbs, memcpy_back_gbs);"
+echo "$(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
