@@ -150,6 +150,9 @@ class StoreState {
   static bool HoldsCompressed(const Snapshot& snap) {
     return snap.record.tier() == v1::TIER_HOST && snap.record.codec() != v1::CODEC_NONE;
   }
+  // The snapshot's raw bytes are in host memory: a fetch can be answered from there, with no
+  // disk read and no decode.
+  static bool RawInHost(const Snapshot& snap) { return snap.block && !HoldsCompressed(snap); }
 
   Catalog* const catalog_;
   HostTier* const host_;

@@ -92,7 +92,7 @@ std::optional<Tiering::FetchGrant> Tiering::AdmitFetch(Run& run, Snapshot& snap,
     run.prefetch_from = step;
   }
   std::optional<FetchGrant> grant;
-  if (snap.block && !HoldsCompressed(snap)) {
+  if (RawInHost(snap)) {
     if (snap.record.tier() == v1::TIER_DISK) ++counters_.prefetch_hits;
     grant = FetchGrant{snap.block, snap.generation};
   } else {
@@ -200,7 +200,7 @@ void Tiering::Rebalance(Deferred& deferred) {
   uint64_t first_read = 0;
   for (const auto& key : parked_reads_) {
     auto [run, snap] = FindSnapshot(key);
-    if (snap && !snap->block && !snap->reading && !snap->waiters.empty()) {
+    if (snap && !RawInHost(*snap) && !snap->reading && !snap->waiters.empty()) {
       first_read = snap->record.raw_bytes();
       break;
     }
@@ -288,7 +288,7 @@ void Tiering::Rebalance(Deferred& deferred) {
 void Tiering::ServeParkedReads() {
   for (auto it = parked_reads_.begin(); it != parked_reads_.end();) {
     auto [run, snap] = FindSnapshot(*it);
-    if (!snap || snap->block || snap->reading || snap->waiters.empty()) {
+    if (!snap || RawInHost(*snap) || snap->reading || snap->waiters.empty()) {
       it = parked_reads_.erase(it);
     } else if (StartRead(*run, *snap, /*urgent=*/true)) {
       it = parked_reads_.erase(it);
