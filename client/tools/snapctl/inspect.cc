@@ -70,6 +70,10 @@ int ShowStatus(Session& s) {
            Format("%.2f", tier.read_bytes_per_second() / 1e9)});
   }
   out.Print(t);
+  if (r.spools_size() > 0) {
+    out.Line("");
+    PrintSpools(out, r.spools());
+  }
   return kExitOk;
 }
 
