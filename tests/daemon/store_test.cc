@@ -326,7 +326,8 @@ TEST_F(StoreTest, AnEioOnADiskReadFailsThatFetchOnlyNamingTheCause) {
   EXPECT_GT(io.failures(), 0u);
   io.Heal();
   EXPECT_EQ(TierOf("on-disk", 1), v1::TIER_LOST);
-  EXPECT_TRUE(FetchExact(on_disk, 0, kStep).ok());
+  Status other = FetchExact(on_disk, 0, kStep);
+  EXPECT_TRUE(other.ok()) << other.ToString();
 }
 
 TEST_F(StoreTest, AFullDiskFailsThePushThatNeedsItAndLosesNothingStored) {
