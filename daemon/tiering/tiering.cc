@@ -256,16 +256,20 @@ void Tiering::Rebalance(Deferred& deferred) {
   // (Parked pushes left here could not be granted even after compacting the host tier.)
   bool stuck = !Settling();
   if (disk_ && !disk_->usable()) FailPushesWithoutDisk(deferred);
-  if (!parked_pushes_.empty() && stuck && (!disk_ || disk_->usable())) {
+  const bool no_spool = disk_ && !disk_->usable();
+  if (!parked_pushes_.empty() && stuck) {
     std::string why = !disk_       ? "snapd runs without a disk tier"
+                      : no_spool   ? "no spool of the disk tier works (" +
+                                       disk_->FailedSpools() + ")"
                       : disk_full_ ? "the disk tier is full too (" + FormatBytes(disk_->used()) +
                                          " of " + FormatBytes(disk_->budget()) + " in use)"
                                    : "every snapshot left in host memory belongs to a run "
                                      "whose layers keep it there, or is in use";
     for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
       auto run = runs_.find(it->run_id);
-      if (run != runs_.end() && run->second.record.spec().block_when_full()) {
-        ++it;
+      if (run != runs_.end() && (run->second.record.spec().block_when_full() ||
+                                 (no_spool && UsesDisk(run->second.record.spec().layers())))) {
+        ++it;  // waits for room; a run that may use disk waits for a spool (above)
         continue;
       }
       Status full = Status::ResourceExhausted(
@@ -307,8 +311,9 @@ void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
   std::string failed;
   for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
     auto run = runs_.find(it->run_id);
-    if (run != runs_.end() && run->second.record.spec().block_when_full()) {
-      ++it;  // waits for room from its own reads and deletes, as it would with a full disk
+    if (run == runs_.end() || run->second.record.spec().block_when_full() ||
+        !UsesDisk(run->second.record.spec().layers())) {
+      ++it;  // waits for room as with a full disk, or needs no disk (Rebalance answers it)
       continue;
     }
     if (now - it->parked_at < timeout) {
@@ -317,8 +322,7 @@ void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
       continue;
     }
     if (failed.empty()) failed = disk_->FailedSpools();
-    std::string step = run != runs_.end() ? StepName(run->second.record, it->step)
-                                          : "run id " + std::to_string(it->run_id);
+    std::string step = StepName(run->second.record, it->step);
     Status down = Status::Unavailable(
         step + " needs the disk tier (host tier " + FormatBytes(host_->used()) + " of " +
         FormatBytes(host_->budget()) + " in use) and no spool works: " + failed + ". Waited " +
@@ -327,7 +331,7 @@ void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
         "`snapctl spool probe` tries now; steps already stored can still be fetched");
     ++unavailable_pushes_;
     refusals_.Reject("push failed, no spool works", down.message());
-    if (run != runs_.end()) run->second.in_flight.erase(it->step);
+    run->second.in_flight.erase(it->step);
     deferred.push_back([l = std::move(it->later), down] { l(down); });
     it = parked_pushes_.erase(it);
   }

@@ -227,7 +227,7 @@ TEST_P(PersistentWriteFaultTest, APushThatNeedsTheDiskFailsWithinTheBoundWithout
   EXPECT_EQ(CapturedLog::Count(text, "failed and is out of the rotation"), 1u) << text;
   std::printf("[ figures  ] %s: failed after %.2f s, CPU %.1f%% of wall, %llu seam calls, %zu "
               "log lines\n",
-              fault.name, wall, 100.0 * cpu / wall, static_cast<unsigned long long>(calls),
+              ::testing::UnitTest::GetInstance()->current_test_info()->name(), wall, 100.0 * cpu / wall, static_cast<unsigned long long>(calls),
               CapturedLog::Lines(text));
   std::vector<SpoolStatus> spools = disk_->SpoolStates();
   ASSERT_EQ(spools.size(), 1u);
@@ -286,6 +286,29 @@ TEST_F(SpoolFailureTest, OneOfTwoSpoolsFailingMidRunTheRunCompletesOnTheOther) {
     Status f = FetchExact(id, t);
     EXPECT_TRUE(f.ok()) << t << ": " << f.ToString();
   }
+  ExpectRoundTrip();
+}
+
+// A run whose layers keep it in host memory does not wait for a failed spool: with the host
+// tier full its push is refused at once (RESOURCE_EXHAUSTED), as it would be with no disk tier.
+TEST_F(SpoolFailureTest, AHostOnlyRunIsNotHeldBackByAFailedSpool) {
+  ASSERT_NO_FATAL_FAILURE(Open(1, milliseconds(10000)));
+  io_.Fail(testing::FaultySpoolIo::kOpenForWrite, EROFS);
+  uint64_t disk = OpenRun("d", 2, v1::LAYERS_DISK);
+  ASSERT_TRUE(Push(disk, 0).ok());
+  ASSERT_TRUE(WaitFor([&] { return !disk_->usable(); }, milliseconds(5000)));
+  ASSERT_TRUE(store_->DeleteRun("d").ok());
+  uint64_t host = OpenRun("h", 0, v1::LAYERS_HOST);
+  uint64_t t = 0;
+  Status s;
+  const auto started = steady_clock::now();
+  for (; t < 64 && s.ok(); ++t) s = Push(host, t);
+  EXPECT_EQ(s.code(), Code::kResourceExhausted) << s.ToString();
+  EXPECT_LT(steady_clock::now() - started, milliseconds(5000));  // not spool_failure_timeout
+  io_.Heal();
+  EXPECT_EQ(disk_->ProbeNow(), 1);
+  for (uint64_t k = 0; k + 1 < t; ++k) EXPECT_TRUE(FetchExact(host, k).ok()) << k;
+  ASSERT_TRUE(store_->DeleteRun("h").ok());
   ExpectRoundTrip();
 }
 
