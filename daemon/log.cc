@@ -118,13 +118,41 @@ std::vector<RejectionCount> RejectionCounts() {
   return out;
 }
 
+RateLimitedLog::RateLimitedLog(std::string name, int lines, std::chrono::milliseconds interval)
+    : name_(std::move(name)), lines_(lines), interval_(interval) {}
+
+void RateLimitedLog::Write(Level level, const std::string& kind, const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Window& w = windows_[kind];
+  auto now = std::chrono::steady_clock::now();
+  if (now - w.start >= interval_) {
+    if (w.suppressed > 0) {
+      log::Write(level, "%s: %llu more %s not logged", name_.c_str(),
+                 static_cast<unsigned long long>(w.suppressed), kind.c_str());
+    }
+    w.start = now;
+    w.lines = 0;
+    w.suppressed = 0;
+  }
+  if (w.lines++ < lines_) {
+    log::Write(level, "%s: %s", name_.c_str(), line.c_str());
+  } else {
+    ++w.suppressed;
+  }
+}
+
+uint64_t RateLimitedLog::suppressed(const std::string& kind) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = windows_.find(kind);
+  return it == windows_.end() ? 0 : it->second.suppressed;
+}
+
 RejectionLog::RejectionLog(Surface surface, int lines_per_second)
-    : surface_(kSurfaceNames[static_cast<int>(surface)]),
-      counted_(surface),
-      lines_per_second_(lines_per_second) {}
+    : counted_(surface),
+      log_(kSurfaceNames[static_cast<int>(surface)], lines_per_second, std::chrono::seconds(1)) {}
 
 RejectionLog::RejectionLog(std::string surface, int lines_per_second)
-    : surface_(std::move(surface)), counted_(std::nullopt), lines_per_second_(lines_per_second) {}
+    : counted_(std::nullopt), log_(std::move(surface), lines_per_second, std::chrono::seconds(1)) {}
 
 void RejectionLog::Reject(Reason reason, const std::string& detail) {
   if (counted_) {
@@ -135,23 +163,8 @@ void RejectionLog::Reject(Reason reason, const std::string& detail) {
 }
 
 void RejectionLog::Reject(const char* kind, const std::string& detail) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Window& w = windows_[kind];
-  auto now = std::chrono::steady_clock::now();
-  if (now - w.start >= std::chrono::seconds(1)) {
-    if (w.suppressed > 0) {
-      Write(Level::kWarn, "%s: %llu more rejected messages (%s) not logged", surface_.c_str(),
-            static_cast<unsigned long long>(w.suppressed), kind);
-    }
-    w.start = now;
-    w.lines = 0;
-    w.suppressed = 0;
-  }
-  if (w.lines++ < lines_per_second_) {
-    Write(Level::kWarn, "%s: rejected (%s): %s", surface_.c_str(), kind, detail.c_str());
-  } else {
-    ++w.suppressed;
-  }
+  log_.Write(Level::kWarn, std::string("rejected messages (") + kind + ")",
+             std::string("rejected (") + kind + "): " + detail);
 }
 
 }  // namespace snapd::log

@@ -55,6 +55,33 @@ struct RejectionCount {
 // (one daemon per process); thread-safe.
 std::vector<RejectionCount> RejectionCounts();
 
+// A line that may repeat without end (a failing disk, a hostile peer): of each kind, at most
+// `lines` lines per `interval` are logged; the repeats held back are counted and said in one
+// line ("N more ... not logged") when the kind is next logged after the interval. The one
+// owner of rate-limited logging: RejectionLog and the disk tier's error lines use it.
+// Thread-safe.
+class RateLimitedLog {
+ public:
+  RateLimitedLog(std::string name, int lines, std::chrono::milliseconds interval);
+  // Logs "<name>: <line>" unless `kind` ("failed demotions": a plural noun, said in the count
+  // line) has had its lines this interval.
+  void Write(Level level, const std::string& kind, const std::string& line);
+  // Repeats of `kind` not logged so far in this interval.
+  uint64_t suppressed(const std::string& kind);
+
+ private:
+  struct Window {
+    std::chrono::steady_clock::time_point start;
+    int lines = 0;
+    uint64_t suppressed = 0;
+  };
+  const std::string name_;
+  const int lines_;
+  const std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  std::map<std::string, Window> windows_;
+};
+
 // Logs what a peer did wrong at most `lines_per_second` lines a second per kind, so a hostile
 // or broken peer cannot flood the journal; the lines held back are counted in one line when the
 // next second's first rejection of that kind is logged. Thread-safe.
@@ -71,16 +98,8 @@ class RejectionLog {
   void Reject(const char* kind, const std::string& detail);
 
  private:
-  struct Window {
-    std::chrono::steady_clock::time_point start;
-    int lines = 0;
-    uint64_t suppressed = 0;
-  };
-  const std::string surface_;
   const std::optional<Surface> counted_;  // none: log only
-  const int lines_per_second_;
-  std::mutex mu_;
-  std::map<std::string, Window> windows_;
+  RateLimitedLog log_;
 };
 
 }  // namespace snapd::log

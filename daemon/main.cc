@@ -143,6 +143,8 @@ int Run(int argc, char** argv) {
   store_options.max_prefetch = config.prefetch_depth;
   store_options.tenant_quota = config.tenant_quota;
   store_options.tenant_host_share = config.tenant_host_share;
+  store_options.spool_failure_timeout = std::chrono::seconds(config.spool_failure_timeout);
+  store_options.scrub_bytes_per_second = config.scrub_rate;
   store_options.compress_threads = config.compress_threads
                                        ? static_cast<int>(config.compress_threads)
                                        : compress::DefaultCompressThreads();
@@ -220,6 +222,15 @@ int Run(int argc, char** argv) {
   service.SetPeers(listener->get(), admin_gid);
   (*listener)->Serve(server.get());
   server->GetHealthCheckService()->SetServingStatus("snapd.v1.Control", true);
+  if (disk) {
+    // "snapd.v1.DiskTier": SERVING while at least one spool works (snapctl status and Stats
+    // say which failed and why).
+    grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+    DiskTier* d = disk.get();
+    auto update = [health, d] { health->SetServingStatus("snapd.v1.DiskTier", d->usable()); };
+    update();
+    disk->AddStateListener(update);
+  }
 
   SNAPD_LOG_INFO("snapd %s serving on unix:%s, data plane: %s, host tier %s (%s%s), disk "
                  "tier %s (%s), catalog %s",

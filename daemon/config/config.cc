@@ -42,6 +42,12 @@ const std::vector<OptionDoc>& ConfigOptions() {
        "disk-tier budget over all spools, e.g. 500G; 0 = use disk_mem_perc (default 0)"},
       {"disk_mem_perc", "SNAPD_DISK_MEM_PERC", K::kFraction, "FRACTION",
        "disk-tier budget as a fraction of each spool's free space at start (default 0.7)"},
+      {"spool_failure_timeout", "SNAPD_SPOOL_FAILURE_TIMEOUT", K::kInteger, "SECONDS",
+       "seconds a push that needs the disk tier waits while no spool works before it fails "
+       "with UNAVAILABLE, 1..3600 (default 10)"},
+      {"scrub_rate", "SNAPD_SCRUB_RATE", K::kSize, "SIZE",
+       "bytes per second the background scrub reads to re-verify spool files, e.g. 64M; 0 = "
+       "off (default 0)"},
       {"io_threads", "SNAPD_IO_THREADS", K::kInteger, "N", "disk I/O threads (default 2)"},
       {"prefetch_depth", "SNAPD_PREFETCH_DEPTH", K::kInteger, "N",
        "most steps read ahead of the backward pass; the depth adapts below it (default 8)"},
@@ -156,10 +162,18 @@ Status Parse(Config& c, const std::string& key, const std::string& value) {
   } else if (key == "state_dir") {
     if (value.empty()) return expected("a directory");
     c.state_dir = value;
-  } else if (key == "host_mem" || key == "disk_mem" || key == "tenant_quota") {
+  } else if (key == "host_mem" || key == "disk_mem" || key == "tenant_quota" ||
+             key == "scrub_rate") {
     auto v = ParseBytes(value);
     if (!v.ok()) return expected("a size like 64G");
-    (key == "host_mem" ? c.host_mem : key == "disk_mem" ? c.disk_mem : c.tenant_quota) = *v;
+    (key == "host_mem"   ? c.host_mem
+     : key == "disk_mem" ? c.disk_mem
+     : key == "scrub_rate" ? c.scrub_rate
+                           : c.tenant_quota) = *v;
+  } else if (key == "spool_failure_timeout") {
+    if (!ParseInteger(value, 1, 3600, &c.spool_failure_timeout)) {
+      return expected("a number of seconds 1..3600");
+    }
   } else if (key == "host_mem_perc" || key == "disk_mem_perc" || key == "tenant_host_share") {
     char* end = nullptr;
     double d = std::strtod(value.c_str(), &end);
@@ -481,6 +495,8 @@ std::string FormatConfig(const Config& c) {
     << "spool_dirs = " << Quoted(SpoolDirsText(c)) << "\n"
     << "disk_mem = \"" << c.disk_mem << "\"\n"
     << "disk_mem_perc = " << c.disk_mem_perc << "\n"
+    << "spool_failure_timeout = " << c.spool_failure_timeout << "\n"
+    << "scrub_rate = \"" << c.scrub_rate << "\"\n"
     << "io_threads = " << c.io_threads << "\n"
     << "prefetch_depth = " << c.prefetch_depth << "\n"
     << "compress_threads = " << c.compress_threads << "\n"

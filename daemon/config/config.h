@@ -22,6 +22,8 @@ struct Config {
   bool spool_dirs_set = false;          // false: the default, <state_dir>/spool
   uint64_t disk_mem = 0;                // disk-tier budget; 0 = disk_mem_perc of free space
   double disk_mem_perc = 0.7;
+  uint32_t spool_failure_timeout = 10;  // seconds a push needing disk waits with no spool working
+  uint64_t scrub_rate = 0;              // background scrub, bytes/s; 0 = off
   uint32_t io_threads = 2;
   uint32_t prefetch_depth = 8;
   uint32_t compress_threads = 0;  // 0 = the cores minus one

@@ -4,6 +4,7 @@
 #include <grpc/grpc_security_constants.h>
 #include <pwd.h>
 
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -293,6 +294,31 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
   return Finish(ctx, Status::Ok());
 }
 
+namespace {
+void FillSpools(const DiskTier& disk, bool admin,
+                google::protobuf::RepeatedPtrField<v1::SpoolState>* out) {
+  uint32_t index = 0;
+  for (const SpoolStatus& st : disk.SpoolStates()) {
+    v1::SpoolState* s = out->Add();
+    s->set_index(index++);
+    s->set_state(st.failed ? "failed" : "ok");
+    if (st.failed) {
+      // Paths name the spool and the runs on it: an admin's business.
+      s->set_reason(admin ? st.reason : std::string(std::strerror(st.error)));
+      s->set_error_number(st.error);
+      s->set_error_name(ErrnoName(st.error));
+      s->set_failed_unix_ms(st.failed_unix_ms);
+      s->set_next_probe_ms(st.next_probe_ms);
+    }
+    if (admin) s->set_dir(st.dir);
+    s->set_budget_bytes(st.budget);
+    s->set_used_bytes(st.used);
+    s->set_failures(st.failures);
+    s->set_read_errors(st.read_errors);
+  }
+}
+}  // namespace
+
 void ControlService::CollectStats(bool admin, v1::StatsResponse* resp) const {
   StoreCounters c = store_->Counters();
   resp->set_version(SNAPD_VERSION);
@@ -337,6 +363,7 @@ void ControlService::CollectStats(bool admin, v1::StatsResponse* resp) const {
     if (admin) {
       for (const std::string& dir : disk->spool_dirs()) resp->add_spool_dirs(dir);
     }
+    FillSpools(*disk, admin, resp->mutable_spools());
   }
   resp->set_demotions(c.demotions);
   resp->set_disk_reads(c.disk_reads);
@@ -360,6 +387,8 @@ void ControlService::CollectStats(bool admin, v1::StatsResponse* resp) const {
   store->set_reason("no_room");
   store->set_count(c.refused_pushes);
   resp->set_compactions(c.compactions);
+  resp->set_unavailable_pushes(c.unavailable_pushes);
+  resp->set_scrubbed_files(c.scrubbed);
 }
 
 grpc::ServerUnaryReactor* ControlService::Prefetch(grpc::CallbackServerContext* ctx,
@@ -370,6 +399,59 @@ grpc::ServerUnaryReactor* ControlService::Prefetch(grpc::CallbackServerContext* 
       req->name(), std::vector<uint64_t>(req->steps().begin(), req->steps().end()), who);
   if (started.ok()) resp->set_scheduled(*started);
   return Finish(ctx, started.status());
+}
+
+
+grpc::ServerUnaryReactor* ControlService::ProbeSpools(grpc::CallbackServerContext* ctx,
+                                                      const v1::ProbeSpoolsRequest*,
+                                                      v1::ProbeSpoolsResponse* resp) {
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  if (!who.admin) {
+    return Finish(ctx, Status::PermissionDenied("probing spools is for root, snapd's own uid or "
+                                                "the admin_group (uid " +
+                                                std::to_string(who.uid) + " may not)"));
+  }
+  if (!store_->disk()) {
+    return Finish(ctx, Status::FailedPrecondition(
+                           "snapd runs without a disk tier (spool_dirs = none): no spool to probe"));
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  store_->ProbeSpools([this, reactor, resp](int recovered) {
+    resp->set_recovered(static_cast<uint32_t>(recovered));
+    FillSpools(*store_->disk(), /*admin=*/true, resp->mutable_spools());
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ControlService::ScrubRun(grpc::CallbackServerContext* ctx,
+                                                   const v1::ScrubRunRequest* req,
+                                                   v1::ScrubRunResponse* resp) {
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  if (!who.admin) {
+    return Finish(ctx, Status::PermissionDenied("a scrub reads the disk at full speed: only "
+                                                "root, snapd's own uid or the admin_group may "
+                                                "start one (uid " +
+                                                std::to_string(who.uid) + " may not)"));
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  store_->ScrubRun(
+      req->name(),
+      [reactor, resp](Result<Store::ScrubResult> r) {
+        if (r.ok()) {
+          resp->set_verified(r->verified);
+          resp->set_unreadable(r->unreadable);
+          for (const auto& [step, why] : r->lost) {
+            v1::LostStep* l = resp->add_lost();
+            l->set_step(step);
+            l->set_reason(why);
+          }
+        }
+        const Status& s = r.status();
+        reactor->Finish(grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message()));
+      },
+      who);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* ctx,

@@ -8,8 +8,10 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "log.h"
 #include "snapd/units.h"
@@ -34,6 +36,31 @@ Status IoError(const std::string& what, const std::string& path, int err) {
   return Status::Internal(msg);
 }
 
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A transient error is retried this many times, pausing 1, 2, 4, ... ms: 63 ms at most.
+constexpr int kTransientRetries = 6;
+
+// Runs `call` (a system call through the seam: negative with errno on failure) until it
+// succeeds, fails with an error that is not transient, or a transient one persists.
+template <typename Call>
+auto Retry(Call call) -> decltype(call()) {
+  for (int attempt = 0;; ++attempt) {
+    auto r = call();
+    if (r >= 0 || ClassifySpoolError(errno) != SpoolError::kTransient ||
+        attempt == kTransientRetries) {
+      return r;
+    }
+    int err = errno;
+    if (err != EINTR) std::this_thread::sleep_for(std::chrono::milliseconds(1 << attempt));
+    errno = err;
+  }
+}
+
 class Fd {
  public:
   Fd(SpoolIo* io, int fd) : io_(io), fd_(fd) {}
@@ -51,8 +78,68 @@ class Fd {
 
 }  // namespace
 
-DiskTier::DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget, SpoolIo* io)
-    : spools_(std::move(spools)), budget_(budget), io_(io) {}
+SpoolError ClassifySpoolError(int err) {
+  switch (err) {
+    case EINTR:
+    case EAGAIN:
+#if EWOULDBLOCK != EAGAIN
+    case EWOULDBLOCK:
+#endif
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
+    case EBUSY:
+      return SpoolError::kTransient;
+    case ENOSPC:
+    case EDQUOT:
+      return SpoolError::kFull;
+    default:
+      return SpoolError::kDeviceFailed;
+  }
+}
+
+std::string ErrnoName(int err) {
+  switch (err) {
+    case EROFS: return "EROFS";
+    case EIO: return "EIO";
+    case ENODEV: return "ENODEV";
+    case ENXIO: return "ENXIO";
+    case ENOSPC: return "ENOSPC";
+    case EDQUOT: return "EDQUOT";
+    case EACCES: return "EACCES";
+    case EPERM: return "EPERM";
+    case ENOENT: return "ENOENT";
+    case EINTR: return "EINTR";
+    case EAGAIN: return "EAGAIN";
+    case ENOMEM: return "ENOMEM";
+    case EMFILE: return "EMFILE";
+    case ENFILE: return "ENFILE";
+    case EBUSY: return "EBUSY";
+    case EUCLEAN: return "EUCLEAN";
+    case ENOTCONN: return "ENOTCONN";
+    case ESTALE: return "ESTALE";
+    default: return "errno " + std::to_string(err);
+  }
+}
+
+DiskTier::DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget,
+                   const DiskTierOptions& options)
+    : spools_(std::move(spools)),
+      budget_(budget),
+      io_(options.io ? options.io : SpoolIo::System()),
+      probe_min_(std::max(options.probe_min, std::chrono::milliseconds(1))),
+      probe_max_(std::max(options.probe_max, options.probe_min)) {
+  prober_ = std::thread([this] { ProbeLoop(); });
+}
+
+DiskTier::~DiskTier() {
+  {
+    MutexLock lock(mu_);
+    stop_ = true;
+  }
+  probe_cv_.NotifyAll();
+  prober_.join();
+}
 
 namespace {
 // Bytes the files under `dir` occupy on disk (allocated blocks); 0 for what cannot be read.
@@ -145,8 +232,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
     return Status::InvalidArgument("disk tier budget is 0 bytes; set disk_mem or disk_mem_perc, "
                                    "or spool_dirs = none to run without a disk tier");
   }
-  return std::unique_ptr<DiskTier>(
-      new DiskTier(std::move(spools), total, options.io ? options.io : SpoolIo::System()));
+  return std::unique_ptr<DiskTier>(new DiskTier(std::move(spools), total, options));
 }
 
 std::string DiskTier::Key(uint32_t spool, uint64_t run_id, const std::string& name) {
@@ -163,11 +249,23 @@ Result<DiskTier::Space> DiskTier::Reserve(uint64_t raw) {
   uint32_t best = 0;
   uint64_t best_room = 0;
   uint64_t used = 0;
+  bool any = false;
   for (uint32_t i = 0; i < spools_.size(); ++i) {
     const Spool& s = *spools_[i];
     used += s.used;
+    if (s.failed) continue;  // out of the rotation until a probe brings it back
+    any = true;
     uint64_t room = s.budget - s.used;
     if (room > best_room) best = i, best_room = room;
+  }
+  if (!any) {
+    std::string failed;
+    for (const auto& s : spools_) {
+      failed += (failed.empty() ? "" : "; ") + s->dir + ": " + s->reason;
+    }
+    return Status::Unavailable("no spool of the disk tier works (" + failed +
+                               "); snapd re-probes them with backoff, `snapctl spool probe` "
+                               "tries now");
   }
   if (best_room < bytes) {
     return Status::ResourceExhausted("disk tier full: " + FormatBytes(bytes) + " requested, " +
@@ -240,8 +338,8 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
   if (space.bytes > bytes) Unaccount(space.spool, space.bytes - bytes);
   const uint64_t kept = std::min(space.bytes, bytes);
   std::string dir = spool.dir + "/run-" + std::to_string(run_id);
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    Status failed = IoError("mkdir", dir, errno);
+  if (Retry([&] { return mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST ? -1 : 0; }) != 0) {
+    Status failed = WriteError(space.spool, "creating directory", dir, errno);
     Unaccount(space.spool, kept);
     return failed;
   }
@@ -249,19 +347,24 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
   std::string tmp = path + ".tmp";
   BeginIo(/*write=*/true);
   Status status = [&]() -> Status {
-    Fd fd(io_, OpenFile(spool, tmp, O_WRONLY | O_CREAT | O_TRUNC));
-    if (fd.get() < 0) return IoError("creating", tmp, errno);
+    Fd fd(io_, Retry([&] { return OpenFile(spool, tmp, O_WRONLY | O_CREAT | O_TRUNC); }));
+    if (fd.get() < 0) return WriteError(space.spool, "creating", tmp, errno);
     const char* p = static_cast<const char*>(data);
     for (uint64_t done = 0; done < bytes;) {
-      ssize_t n =
-          io_->Pwrite(fd.get(), p + done, std::min(bytes - done, kMaxIo), static_cast<off_t>(done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return IoError("writing", tmp, errno);
-      if (n == 0) return IoError("writing", tmp, ENOSPC);
+      ssize_t n = Retry([&] {
+        return io_->Pwrite(fd.get(), p + done, std::min(bytes - done, kMaxIo),
+                           static_cast<off_t>(done));
+      });
+      if (n < 0) return WriteError(space.spool, "writing", tmp, errno);
+      if (n == 0) return WriteError(space.spool, "writing", tmp, ENOSPC);
       done += static_cast<uint64_t>(n);
     }
-    if (io_->Fdatasync(fd.get()) != 0) return IoError("syncing", tmp, errno);
-    if (io_->Rename(tmp.c_str(), path.c_str()) != 0) return IoError("renaming", tmp, errno);
+    // A failed fdatasync is never retried: the kernel may have dropped the dirty pages and
+    // cleared the error, so a second call could succeed without the bytes being on disk.
+    if (io_->Fdatasync(fd.get()) != 0) return WriteError(space.spool, "syncing", tmp, errno);
+    if (Retry([&] { return io_->Rename(tmp.c_str(), path.c_str()); }) != 0) {
+      return WriteError(space.spool, "renaming", tmp, errno);
+    }
     Fd dfd(io_, io_->Open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
     if (dfd.get() >= 0) io_->Fsync(dfd.get());  // the rename survives a power loss
     return Status::Ok();
@@ -275,25 +378,244 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
   return status;
 }
 
+Status DiskTier::WriteError(uint32_t index, const char* what, const std::string& path, int err) {
+  SpoolError kind = ClassifySpoolError(err);
+  if (kind == SpoolError::kFull) return IoError(what, path, err);
+  Spool& spool = *spools_[index];
+  std::string reason = std::string(what) + " " + path + ": " + std::strerror(err) + " (" +
+                       ErrnoName(err) + (kind == SpoolError::kTransient ? ", persistent" : "") +
+                       ")";
+  bool first = false;
+  {
+    MutexLock lock(mu_);
+    if (!spool.failed) {
+      first = true;
+      spool.failed = true;
+      spool.error = err;
+      spool.reason = reason;
+      spool.failed_unix_ms = UnixMs();
+      spool.backoff = probe_min_;
+      spool.next_probe = std::chrono::steady_clock::now() + probe_min_;
+      ++spool.failures;
+      UpdateUsable();
+    }
+  }
+  if (first) {
+    // Once per failure: the writes that fail after it, on a spool already out of the rotation,
+    // say nothing more (their callers count them).
+    SNAPD_LOG_ERROR("spool %s failed and is out of the rotation: %s; snapd re-probes it with "
+                    "backoff (first in %lld ms), `snapctl spool probe` tries now",
+                    spool.dir.c_str(), reason.c_str(),
+                    static_cast<long long>(probe_min_.count()));
+    probe_cv_.NotifyAll();
+    NotifyListener();
+  }
+  return Status::Unavailable("spool " + spool.dir + " failed: " + reason);
+}
+
+void DiskTier::UpdateUsable() {
+  bool any = false;
+  for (const auto& s : spools_) any |= !s->failed;
+  usable_.store(any, std::memory_order_release);
+}
+
+void DiskTier::NotifyListener() {
+  std::vector<std::function<void()>> listeners;
+  {
+    MutexLock lock(mu_);
+    listeners = listeners_;
+  }
+  changes_.fetch_add(1, std::memory_order_acq_rel);
+  for (auto& f : listeners) f();
+}
+
+void DiskTier::AddStateListener(std::function<void()> listener) {
+  MutexLock lock(mu_);
+  listeners_.push_back(std::move(listener));
+}
+
+Status DiskTier::Probe(uint32_t index) {
+  Spool& spool = *spools_[index];
+  std::string probe = spool.dir + "/.snapd-probe";
+  void* block = std::aligned_alloc(kAlignment, kAlignment);
+  if (!block) return Status::ResourceExhausted("no memory for a probe");
+  std::memset(block, 0, kAlignment);
+  int err = 0;
+  const char* what = "creating";
+  int fd = OpenFile(spool, probe, O_WRONLY | O_CREAT | O_TRUNC);
+  if (fd < 0) {
+    err = errno;
+  } else {
+    if (io_->Pwrite(fd, block, kAlignment, 0) != static_cast<ssize_t>(kAlignment)) {
+      err = errno ? errno : ENOSPC;
+      what = "writing";
+    } else if (io_->Fdatasync(fd) != 0) {
+      err = errno;
+      what = "syncing";
+    }
+    io_->Close(fd);
+    io_->Unlink(probe.c_str());
+  }
+  std::free(block);
+  if (err == 0) return Status::Ok();
+  return Status::Unavailable(std::string(what) + " " + probe + ": " + std::strerror(err) + " (" +
+                             ErrnoName(err) + ")");
+}
+
+void DiskTier::Recovered(uint32_t index) {
+  Spool& spool = *spools_[index];
+  {
+    MutexLock lock(mu_);
+    if (!spool.failed) return;
+    spool.failed = false;
+    spool.reason.clear();
+    spool.error = 0;
+    UpdateUsable();
+  }
+  SNAPD_LOG_INFO("spool %s is writable again (a probe wrote, synced and removed a file): back "
+                 "in the rotation",
+                 spool.dir.c_str());
+  NotifyListener();
+}
+
+int DiskTier::ProbeNow() {
+  int back = 0;
+  for (uint32_t i = 0; i < spools_.size(); ++i) {
+    {
+      MutexLock lock(mu_);
+      if (!spools_[i]->failed) continue;
+    }
+    Status s = Probe(i);
+    if (s.ok()) {
+      Recovered(i);
+      ++back;
+    } else {
+      SNAPD_LOG_WARN("spool %s still fails: %s", spools_[i]->dir.c_str(), s.message().c_str());
+    }
+  }
+  return back;
+}
+
+void DiskTier::ProbeLoop() {
+  // Each failed spool is probed when its next_probe comes; a failed probe doubles its pause up
+  // to probe_max_. Repeated failures log one line per probe_max_ at most, counting the rest.
+  log::RateLimitedLog still_failing("disk tier", 1, probe_max_);
+  MutexLock lock(mu_);
+  while (!stop_) {
+    auto now = std::chrono::steady_clock::now();
+    auto next = std::chrono::steady_clock::time_point::max();
+    std::vector<uint32_t> due;
+    for (uint32_t i = 0; i < spools_.size(); ++i) {
+      const Spool& s = *spools_[i];
+      if (!s.failed) continue;
+      if (s.next_probe <= now) {
+        due.push_back(i);
+      } else {
+        next = std::min(next, s.next_probe);
+      }
+    }
+    if (due.empty()) {
+      auto woken = [&]() SNAPD_REQUIRES(mu_) {
+        if (stop_) return true;
+        for (const auto& s : spools_) {
+          if (s->failed && s->next_probe < next) return true;  // newly failed
+        }
+        return false;
+      };
+      if (next == std::chrono::steady_clock::time_point::max()) {
+        probe_cv_.Wait(mu_, woken);
+      } else {
+        probe_cv_.WaitUntil(mu_, next, woken);
+      }
+      continue;
+    }
+    lock.Unlock();
+    for (uint32_t i : due) {
+      Status s = Probe(i);
+      if (s.ok()) {
+        Recovered(i);
+        continue;
+      }
+      MutexLock relock(mu_);
+      Spool& spool = *spools_[i];
+      spool.backoff = std::min(spool.backoff * 2, probe_max_);
+      spool.next_probe = std::chrono::steady_clock::now() + spool.backoff;
+      still_failing.Write(log::Level::kWarn, "failed probes of " + spool.dir,
+                          "spool " + spool.dir + " still fails: " + s.message() +
+                              "; next probe in " + std::to_string(spool.backoff.count()) + " ms");
+    }
+    lock.Lock();
+  }
+}
+
+std::vector<SpoolStatus> DiskTier::SpoolStates() const {
+  MutexLock lock(mu_);
+  auto now = std::chrono::steady_clock::now();
+  std::vector<SpoolStatus> out;
+  for (const auto& s : spools_) {
+    SpoolStatus& st = out.emplace_back();
+    st.dir = s->dir;
+    st.failed = s->failed;
+    st.error = s->error;
+    st.reason = s->reason;
+    st.failed_unix_ms = s->failed ? s->failed_unix_ms : 0;
+    if (s->failed) {
+      st.next_probe_ms = std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(s->next_probe - now).count());
+    }
+    st.budget = s->budget;
+    st.used = s->used;
+    st.failures = s->failures;
+    st.read_errors = s->read_errors;
+  }
+  return out;
+}
+
+std::string DiskTier::FailedSpools() const {
+  MutexLock lock(mu_);
+  std::string failed;
+  for (const auto& s : spools_) {
+    if (s->failed) failed += (failed.empty() ? "" : "; ") + s->dir + ": " + s->reason;
+  }
+  return failed;
+}
+
 Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& name, void* data,
                       uint64_t raw) {
   Spool& spool = *spools_[spool_index];
   std::string path = Path(spool_index, run_id, name);
   uint64_t bytes = FileBytes(raw);
+  // A read error is the loss of this file, not of the spool: DATA_LOSS naming the path and the
+  // errno. A transient error that persists is no verdict on the file: UNAVAILABLE.
+  auto lost = [&](const char* what, int err) {
+    if (ClassifySpoolError(err) == SpoolError::kTransient) {
+      return Status::Unavailable(std::string(what) + " " + path + ": " + std::strerror(err) +
+                                 " (" + ErrnoName(err) + ", persistent)");
+    }
+    {
+      MutexLock lock(mu_);
+      ++spool.read_errors;
+    }
+    return Status::DataLoss(std::string(what) + " snapshot file " + path + ": " +
+                            std::strerror(err) + " (" + ErrnoName(err) + ")");
+  };
   BeginIo(/*write=*/false);
   Status status = [&]() -> Status {
-    Fd fd(io_, OpenFile(spool, path, O_RDONLY));
+    Fd fd(io_, Retry([&] { return OpenFile(spool, path, O_RDONLY); }));
     if (fd.get() < 0) {
       if (errno == ENOENT) return Status::DataLoss("snapshot file " + path + " is missing");
-      return IoError("opening", path, errno);
+      return lost("opening", errno);
     }
     char* p = static_cast<char*>(data);
     for (uint64_t done = 0; done < bytes;) {
-      ssize_t n =
-          io_->Pread(fd.get(), p + done, std::min(bytes - done, kMaxIo), static_cast<off_t>(done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return IoError("reading", path, errno);
+      ssize_t n = Retry([&] {
+        return io_->Pread(fd.get(), p + done, std::min(bytes - done, kMaxIo),
+                          static_cast<off_t>(done));
+      });
+      if (n < 0) return lost("reading", errno);
       if (n == 0) {
+        MutexLock lock(mu_);
+        ++spool.read_errors;
         return Status::DataLoss("snapshot file " + path + " is truncated: " +
                                 std::to_string(done) + " of " + std::to_string(bytes) +
                                 " bytes");
@@ -333,8 +655,30 @@ Status DiskTier::Adopt(uint32_t spool, uint64_t run_id, const std::string& name,
   return Status::Ok();
 }
 
-uint64_t DiskTier::RemoveOrphans(const std::set<std::string>& keep) {
-  uint64_t removed = 0;
+Result<std::string> DiskTier::Quarantine(uint32_t spool, uint64_t run_id,
+                                          const std::string& name, uint64_t accounted_raw) {
+  if (spool >= spools_.size()) return Status::NotFound("no spool " + std::to_string(spool));
+  std::string from = Path(spool, run_id, name);
+  std::string dir = spools_[spool]->dir + "/quarantine/run-" + std::to_string(run_id);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::string to = dir + "/" + name;
+  Status moved = ec ? Status::Unavailable("creating " + dir + ": " + ec.message())
+                    : Status::Ok();
+  if (moved.ok() && io_->Rename(from.c_str(), to.c_str()) != 0) {
+    int err = errno;
+    moved = err == ENOENT ? Status::NotFound(from + " is gone")
+                          : Status::Unavailable("moving " + from + " to " + to + ": " +
+                                                std::strerror(err) + " (" + ErrnoName(err) + ")");
+  }
+  // Out of the budget either way: the step is lost, its room is not snapd's to count.
+  if (accounted_raw) Unaccount(spool, FileBytes(accounted_raw));
+  if (!moved.ok()) return moved;
+  return to;
+}
+
+std::vector<std::string> DiskTier::RemoveOrphans(const std::set<std::string>& keep) {
+  std::vector<std::string> removed;
   for (uint32_t i = 0; i < spools_.size(); ++i) {
     std::error_code ec;
     for (const auto& run_dir : std::filesystem::directory_iterator(spools_[i]->dir, ec)) {
@@ -344,8 +688,8 @@ uint64_t DiskTier::RemoveOrphans(const std::set<std::string>& keep) {
       std::error_code ec2;
       for (const auto& file : std::filesystem::directory_iterator(run_dir.path(), ec2)) {
         if (keep.count(Key(i, run_id, file.path().filename().string()))) continue;
-        std::filesystem::remove(file.path(), ec2);
-        ++removed;
+        std::error_code ec3;
+        if (std::filesystem::remove(file.path(), ec3)) removed.push_back(file.path().string());
       }
       std::filesystem::remove(run_dir.path(), ec2);  // only succeeds when empty
     }

@@ -9,15 +9,29 @@
 // always complete. I/O is O_DIRECT from/to page-aligned host-tier memory where the
 // filesystem supports it (tmpfs does not: buffered I/O there).
 //
+// Errors (ClassifySpoolError, the one place that tells them apart): a transient error
+// (EINTR, EAGAIN, ENOMEM, ...) is retried a few times with exponential backoff (bounded, well
+// under a second); a full filesystem (ENOSPC, EDQUOT) is RESOURCE_EXHAUSTED, as the budget is;
+// anything else on the write path (EROFS, EIO, ENODEV, a failed fdatasync or rename, a
+// transient error that persists) means the spool's device failed: the spool is marked failed
+// with the errno and the path, leaves the rotation (Reserve picks the others), and a prober
+// thread re-probes it (write, fdatasync and unlink of a small file) with backoff until it is
+// writable again. Reads never fail a spool: a read error or a short read is the loss of that
+// one file (DATA_LOSS naming the path and errno).
+//
 // Thread-safety: every method is thread-safe; Write/Read/Remove block in the kernel and are
-// meant for I/O threads, never for the UCX progress thread or a gRPC reactor.
+// meant for I/O threads, never for the UCX progress thread or a gRPC reactor. The prober
+// thread calls the state listener with no lock held.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "disk_tier/spool_io.h"
@@ -31,6 +45,34 @@ struct DiskTierOptions {
   uint64_t budget_bytes = 0;        // whole tier, split evenly over spools; 0 = budget_perc
   double budget_perc = 0.7;         // of each spool filesystem's free space at start
   SpoolIo* io = nullptr;  // the snapshot files' I/O; null = the kernel's (SpoolIo::System)
+  // A failed spool is re-probed after probe_min, then after twice as long each time it is
+  // still failing, up to probe_max.
+  std::chrono::milliseconds probe_min{1000};
+  std::chrono::milliseconds probe_max{60000};
+};
+
+// What a spool I/O error means (ClassifySpoolError).
+enum class SpoolError {
+  kTransient,     // EINTR, EAGAIN, ENOMEM, EMFILE, ENFILE, EBUSY: retry after a pause
+  kFull,          // ENOSPC, EDQUOT: the filesystem is full
+  kDeviceFailed,  // anything else: EROFS, EIO, ENODEV, ENXIO, EACCES, ...
+};
+SpoolError ClassifySpoolError(int err);
+// "EROFS", "EIO", ...; the number for an errno without a name here.
+std::string ErrnoName(int err);
+
+// One spool as Stats reports it.
+struct SpoolStatus {
+  std::string dir;
+  bool failed = false;
+  int error = 0;         // the errno that failed it (failed only)
+  std::string reason;    // "writing <path>: Read-only file system (EROFS)" (failed only)
+  int64_t failed_unix_ms = 0;
+  int64_t next_probe_ms = 0;  // from now (failed only)
+  uint64_t budget = 0;
+  uint64_t used = 0;
+  uint64_t failures = 0;     // times it was marked failed since start
+  uint64_t read_errors = 0;  // reads that failed (each a lost step)
 };
 
 // Bytes and busy wall time (time with at least one transfer in flight) of one direction.
@@ -46,14 +88,16 @@ class DiskTier {
   static uint64_t FileBytes(uint64_t raw) { return (raw + kAlignment - 1) / kAlignment * kAlignment; }
 
   static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
+  ~DiskTier();  // stops the prober
 
   // Room for one file in one spool, taken by Reserve and handed to Write.
   struct Space {
     uint32_t spool = 0;
     uint64_t bytes = 0;  // FileBytes of what may be written
   };
-  // Accounts FileBytes(raw) in the spool with the most room. RESOURCE_EXHAUSTED, naming use
-  // and budget, when no spool has room.
+  // Accounts FileBytes(raw) in the working spool with the most room. RESOURCE_EXHAUSTED,
+  // naming use and budget, when no working spool has room; UNAVAILABLE, naming each failed
+  // spool and its errno, when every spool has failed.
   // (Here and below, `raw` is what the file holds before padding: a snapshot's stored bytes.)
   // The tier is the one owner of its accounting: a reservation ends in Write (which keeps what
   // the file takes) and a file in Remove; Adopt accounts a file found at start.
@@ -63,11 +107,12 @@ class DiskTier {
   // durably under `name`, in the room `space` reserved (raw may be less than was reserved: a
   // compressed copy; the rest returns to the budget). On failure nothing is left under `name`
   // or `name.tmp` and all of `space` returns to the budget; a full filesystem is
-  // RESOURCE_EXHAUSTED.
+  // RESOURCE_EXHAUSTED, a failed device UNAVAILABLE (the spool is marked failed).
   Status Write(const Space& space, uint64_t run_id, const std::string& name, const void* data,
                uint64_t raw) SNAPD_EXCLUDES(mu_);
-  // Reads the file into `data` (writable for FileBytes(raw) bytes). DATA_LOSS if the file is
-  // missing or shorter than recorded.
+  // Reads the file into `data` (writable for FileBytes(raw) bytes). DATA_LOSS, naming the path
+  // and the errno, if the file is missing, shorter than recorded or cannot be read (EIO);
+  // UNAVAILABLE if a transient error persisted (the file may be fine).
   Status Read(uint32_t spool, uint64_t run_id, const std::string& name, void* data, uint64_t raw);
   // Unlinks the file and returns its bytes to the budget.
   void Remove(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw)
@@ -76,11 +121,34 @@ class DiskTier {
   // Recovery. Adopt: the file a catalog record names is present and complete; accounts it.
   Status Adopt(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw)
       SNAPD_EXCLUDES(mu_);
-  // Deletes every file and run directory in the spools that `keep` ("<spool>/run-<id>/<name>"
-  // relative keys, see Key) does not name: leftovers of writes a crash interrupted.
-  uint64_t RemoveOrphans(const std::set<std::string>& keep);
+  // Moves a damaged file aside, out of the budget, to `<spool>/quarantine/run-<id>/<name>`, where
+  // an operator can look at it: evidence is never deleted. `accounted_raw`: what the file holds
+  // as the budget counts it (0: not accounted, e.g. a file Adopt refused). Returns the new path,
+  // or the error (the file then stays where it was).
+  Result<std::string> Quarantine(uint32_t spool, uint64_t run_id, const std::string& name,
+                                 uint64_t accounted_raw) SNAPD_EXCLUDES(mu_);
+  // Deletes what writes a crash interrupted: `.tmp` files, and complete files no record names
+  // (renamed into place, not yet recorded), with empty run directories. Never a file `keep`
+  // ("<spool>/run-<id>/<name>" relative keys, see Key) names, whatever state its record is in.
+  // Returns the paths removed.
+  std::vector<std::string> RemoveOrphans(const std::set<std::string>& keep);
   static std::string Key(uint32_t spool, uint64_t run_id, const std::string& name);
 
+  // Spool health. A spool is marked failed by the write path (see the class comment) and
+  // comes back when a probe succeeds.
+  std::vector<SpoolStatus> SpoolStates() const SNAPD_EXCLUDES(mu_);
+  // At least one spool works.
+  bool usable() const { return usable_.load(std::memory_order_acquire); }
+  // What a refusal says when no spool works: each spool, what failed it and its errno.
+  std::string FailedSpools() const SNAPD_EXCLUDES(mu_);
+  // Probes every failed spool now (`snapctl spool probe`), on the caller's thread; returns how
+  // many came back.
+  int ProbeNow() SNAPD_EXCLUDES(mu_);
+  // `listener` is called (with no lock held, on whichever thread saw it) whenever a spool fails
+  // or comes back. It must stay callable as long as the tier lives.
+  void AddStateListener(std::function<void()> listener) SNAPD_EXCLUDES(mu_);
+  // Counts the spools' failures and recoveries: a change says the room may have changed.
+  uint64_t changes() const { return changes_.load(std::memory_order_acquire); }
   size_t spools() const { return spools_.size(); }
   std::vector<std::string> spool_dirs() const;
   uint64_t budget() const { return budget_; }
@@ -94,6 +162,15 @@ class DiskTier {
     uint64_t budget = 0;
     uint64_t used = 0;
     std::atomic<bool> direct{true};  // cleared the first time O_DIRECT is refused
+    // Health, guarded by the tier's mu_.
+    bool failed = false;
+    int error = 0;
+    std::string reason;
+    int64_t failed_unix_ms = 0;
+    std::chrono::steady_clock::time_point next_probe;
+    std::chrono::milliseconds backoff{0};
+    uint64_t failures = 0;
+    uint64_t read_errors = 0;
   };
   // Busy-time accounting for one direction.
   struct Busy {
@@ -101,7 +178,19 @@ class DiskTier {
     int in_flight = 0;
     int64_t since_ns = 0;
   };
-  DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget, SpoolIo* io);
+  DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget,
+           const DiskTierOptions& options);
+  // The write path's error: RESOURCE_EXHAUSTED when full; otherwise marks the spool failed
+  // (logging it once) and returns UNAVAILABLE naming the spool, `what`, `path` and the errno.
+  Status WriteError(uint32_t spool, const char* what, const std::string& path, int err)
+      SNAPD_EXCLUDES(mu_);
+  // Writes, syncs and removes a small file in the spool through the seam.
+  Status Probe(uint32_t spool);
+  // Marks the spool working again after a probe succeeded.
+  void Recovered(uint32_t spool) SNAPD_EXCLUDES(mu_);
+  void ProbeLoop() SNAPD_EXCLUDES(mu_);
+  void NotifyListener() SNAPD_EXCLUDES(mu_);
+  void UpdateUsable() SNAPD_REQUIRES(mu_);
   // Returns `bytes` of what the spool has accounted to its budget.
   void Unaccount(uint32_t spool, uint64_t bytes) SNAPD_EXCLUDES(mu_);
   std::string Path(uint32_t spool, uint64_t run_id, const std::string& name) const;
@@ -113,9 +202,17 @@ class DiskTier {
   const std::vector<std::unique_ptr<Spool>> spools_;
   const uint64_t budget_;
   SpoolIo* const io_;
-  mutable Mutex mu_;  // guards Spool::used and the Busy records
+  const std::chrono::milliseconds probe_min_;
+  const std::chrono::milliseconds probe_max_;
+  mutable Mutex mu_;  // guards Spool::used, the spools' health and the Busy records
   Busy writes_ SNAPD_GUARDED_BY(mu_);
   Busy reads_ SNAPD_GUARDED_BY(mu_);
+  std::atomic<bool> usable_{true};
+  std::atomic<uint64_t> changes_{0};
+  std::vector<std::function<void()>> listeners_ SNAPD_GUARDED_BY(mu_);
+  bool stop_ SNAPD_GUARDED_BY(mu_) = false;
+  CondVar probe_cv_;  // a spool failed, or stop_
+  std::thread prober_;  // last: started once the rest is built
 };
 
 }  // namespace snapd

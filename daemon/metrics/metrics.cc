@@ -162,8 +162,32 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
   c.One("snapd_released_total", "counter", "Read-once steps released after their fetch.",
         static_cast<double>(s.released()));
   c.One("snapd_lost_snapshots", "gauge",
-        "Snapshots lost to a restart or a failed checksum (fetches answer DATA_LOSS).",
+        "Snapshots lost to a restart, a failed checksum or a failed read (fetches answer "
+        "DATA_LOSS).",
         static_cast<double>(s.lost_snapshots()));
+  if (s.spools_size() > 0) {
+    std::vector<std::pair<std::string, double>> failed, read_errors, failures;
+    for (const v1::SpoolState& sp : s.spools()) {
+      std::string label = "{spool=\"" + std::to_string(sp.index()) + "\"}";
+      failed.push_back({label, sp.state() == "failed" ? 1.0 : 0.0});
+      failures.push_back({label, static_cast<double>(sp.failures())});
+      read_errors.push_back({label, static_cast<double>(sp.read_errors())});
+    }
+    c.Family("snapd_spool_failed", "gauge",
+             "1 while the spool (by its place in spool_dirs) is out of the rotation because its "
+             "device failed; snapctl status says why.",
+             failed);
+    c.Family("snapd_spool_failures_total", "counter", "Times the spool was marked failed.",
+             failures);
+    c.Family("snapd_spool_read_errors_total", "counter",
+             "Reads of the spool's files that failed, each a lost step.", read_errors);
+  }
+  c.One("snapd_unavailable_pushes_total", "counter",
+        "Pushes that needed the disk tier and failed (UNAVAILABLE) because no spool worked.",
+        static_cast<double>(s.unavailable_pushes()));
+  c.One("snapd_scrubbed_files_total", "counter",
+        "Spool files re-verified against their checksums (recovery, background, on demand).",
+        static_cast<double>(s.scrubbed_files()));
   return out + c.Take();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 
 #include "log.h"
 #include "snapd/units.h"
@@ -203,6 +204,13 @@ Status Store::Load() {
     runs_[id].record = std::move(r);
   }
   std::set<std::string> keep;
+  // Files of steps found damaged now or lost before: moved aside, never deleted.
+  struct Damaged {
+    std::string step;
+    v1::SnapshotRecord record;
+    std::string why;
+  };
+  std::vector<Damaged> damaged;
   uint64_t lost_host = 0, recovered = 0;
   for (auto& rec : snapshots) {
     auto it = runs_.find(rec.run_id());
@@ -213,6 +221,13 @@ Status Store::Load() {
     snap.generation = next_generation_++;
     run.stored_bytes += snap.record.stored_bytes();  // before MarkLost takes it off again
     v1::SnapshotRecord& r = snap.record;
+    // A file a record names is never an interrupted write, whatever became of the step.
+    if (disk_ && !r.disk_name().empty()) {
+      keep.insert(DiskTier::Key(r.spool(), r.run_id(), r.disk_name()));
+    }
+    if (r.tier() == v1::TIER_LOST && disk_ && !r.disk_name().empty()) {
+      damaged.push_back({StepName(run.record, r.step()), r, "lost before this start"});
+    }
     if (r.tier() == v1::TIER_HOST && r.daemon_epoch() != options_.epoch) {
       ++lost_host;
       MarkLost(run, snap, "");
@@ -225,17 +240,37 @@ Status Store::Load() {
         snap.verified = false;  // checked by a background scrub (StartScrub) and on every read
         ++recovered;
       } else {
-        SNAPD_LOG_WARN("%s: %s", StepName(run.record, r.step()).c_str(),
+        SNAPD_LOG_WARN("%s is lost: %s", StepName(run.record, r.step()).c_str(),
                        adopted.message().c_str());
+        if (disk_) damaged.push_back({StepName(run.record, r.step()), r, adopted.message()});
         MarkLost(run, snap, "");
       }
     }
   }
   if (disk_) {
-    uint64_t orphans = disk_->RemoveOrphans(keep);
-    if (orphans) {
-      SNAPD_LOG_INFO("removed %llu spool files no snapshot record names (interrupted writes)",
-                     static_cast<unsigned long long>(orphans));
+    for (const Damaged& d : damaged) {
+      auto moved = disk_->Quarantine(d.record.spool(), d.record.run_id(), d.record.disk_name(),
+                                     /*accounted_raw=*/0);
+      if (moved.ok()) {
+        SNAPD_LOG_WARN("quarantined the spool file of lost %s (%s, %s recorded) as %s: %s",
+                       d.step.c_str(), d.record.disk_name().c_str(),
+                       FormatBytes(FileContentBytes(d.record)).c_str(), moved->c_str(),
+                       d.why.c_str());
+      } else if (moved.status().code() != Code::kNotFound) {
+        SNAPD_LOG_WARN("quarantining the spool file of lost %s: %s", d.step.c_str(),
+                       moved.status().message().c_str());
+      }
+    }
+    // Until files of recorded steps were kept (above), a file cut short behind snapd's back
+    // (Adopt refused it) was counted here too and deleted as an "interrupted write"; now only
+    // `.tmp` files and files renamed into place whose record was never written are.
+    std::vector<std::string> orphans = disk_->RemoveOrphans(keep);
+    if (!orphans.empty()) {
+      std::string some;
+      for (size_t i = 0; i < orphans.size() && i < 3; ++i) some += (i ? ", " : "") + orphans[i];
+      SNAPD_LOG_INFO("removed %zu spool files that no snapshot record names (writes a stop "
+                     "interrupted): %s%s",
+                     orphans.size(), some.c_str(), orphans.size() > 3 ? ", ..." : "");
     }
   }
   if (lost_host) {
@@ -878,6 +913,69 @@ Result<uint64_t> Store::Prefetch(const std::string& name, const std::vector<uint
 }
 
 void Store::Drain(std::function<void(Result<DrainResult>)> done) { StartDrain(std::move(done)); }
+
+void Store::ScrubRun(const std::string& name, std::function<void(Result<ScrubResult>)> done,
+                     const Tenant& who) {
+  struct Tally {
+    std::mutex mu;
+    ScrubResult result;
+    uint64_t left = 0;
+    std::function<void(Result<ScrubResult>)> done;
+  };
+  auto tally = std::make_shared<Tally>();
+  {
+    MutexLock lock(mu_);
+    auto run = FindByName(name, who);
+    if (!run.ok()) {
+      lock.Unlock();
+      done(run.status());
+      return;
+    }
+    if (!disk_) {
+      lock.Unlock();
+      done(Status::FailedPrecondition("snapd runs without a disk tier: nothing to scrub"));
+      return;
+    }
+    std::vector<uint64_t> steps;
+    for (const auto& [step, snap] : (*run)->snapshots) {
+      if (snap.record.tier() == v1::TIER_DISK && !snap.writing) steps.push_back(step);
+    }
+    tally->left = steps.size();
+    tally->done = std::move(done);
+    if (steps.empty()) {
+      lock.Unlock();
+      tally->done(tally->result);
+      return;
+    }
+    uint64_t id = (*run)->record.run_id();
+    for (uint64_t step : steps) {
+      StartScrub(id, step, [tally, step](Status s) {
+        std::unique_lock<std::mutex> l(tally->mu);
+        if (s.ok()) {
+          ++tally->result.verified;
+        } else if (s.code() == Code::kDataLoss) {
+          tally->result.lost.push_back({step, s.message()});
+        } else {
+          ++tally->result.unreadable;
+        }
+        if (--tally->left == 0) {
+          l.unlock();
+          std::sort(tally->result.lost.begin(), tally->result.lost.end());
+          tally->done(tally->result);
+        }
+      });
+    }
+  }
+}
+
+void Store::ProbeSpools(std::function<void(int)> done) {
+  if (!disk_) {
+    done(0);
+    return;
+  }
+  // A probe writes and syncs: an I/O thread's job, never the caller's (a gRPC reactor).
+  io_->Submit([this, done = std::move(done)] { done(disk_->ProbeNow()); }, /*urgent=*/true);
+}
 
 StoreCounters Store::Counters() const {
   MutexLock lock(mu_);

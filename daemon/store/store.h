@@ -149,6 +149,20 @@ class Store final : private Tiering {
   // Writes every host-only snapshot to disk; `done` runs once they all are (or one failed).
   void Drain(std::function<void(Result<DrainResult>)> done) SNAPD_EXCLUDES(mu_);
 
+  // Re-verifies every disk-tier file of the run now (`snapctl scrub`): each is read and checked
+  // against its checksums; a damaged one is marked lost and its file quarantined. `done` gets
+  // the tally once all are checked, on an I/O thread, never under the store's lock.
+  struct ScrubResult {
+    uint64_t verified = 0;
+    uint64_t unreadable = 0;  // could not be read now (a transient error): not a verdict
+    std::vector<std::pair<uint64_t, std::string>> lost;  // step, why
+  };
+  void ScrubRun(const std::string& name, std::function<void(Result<ScrubResult>)> done,
+                const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
+  // Probes every failed spool now (`snapctl spool probe`) on an I/O thread; `done` gets how
+  // many came back.
+  void ProbeSpools(std::function<void(int)> done);
+
   StoreCounters Counters() const SNAPD_EXCLUDES(mu_);
   uint64_t host_budget() const { return host_->budget(); }
   uint64_t host_used() const { return host_->used(); }

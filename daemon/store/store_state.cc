@@ -43,9 +43,14 @@ void StoreState::Wake() {
   wake_cv_.NotifyOne();
 }
 
-bool StoreState::WaitForWake() {
+bool StoreState::WaitForWake(std::chrono::steady_clock::time_point until) {
   MutexLock lock(wake_mu_);
-  wake_cv_.Wait(wake_mu_, [&]() SNAPD_REQUIRES(wake_mu_) { return wake_ || wake_stop_; });
+  auto woken = [&]() SNAPD_REQUIRES(wake_mu_) { return wake_ || wake_stop_; };
+  if (until == std::chrono::steady_clock::time_point::max()) {
+    wake_cv_.Wait(wake_mu_, woken);
+  } else {
+    wake_cv_.WaitUntil(wake_mu_, until, woken);
+  }
   if (wake_stop_) return false;
   wake_ = false;
   return true;

@@ -51,6 +51,8 @@ struct StoreCounters {
   uint64_t released = 0;
   uint64_t refused_pushes = 0;  // refused because host and disk together had no room
   uint64_t compactions = 0;     // host blocks moved to merge free room
+  uint64_t unavailable_pushes = 0;  // failed because they needed disk and no spool worked
+  uint64_t scrubbed = 0;            // spool files re-verified (recovery, background, on demand)
 };
 
 struct StoreOptions {
@@ -66,6 +68,11 @@ struct StoreOptions {
   // Tests: called on the hashing thread just before each checksum of stored bytes is computed
   // (Checksums::Hash, the one place that computes them); it may block.
   std::function<void(const void* data, uint64_t bytes)> on_hash;
+  // How long a push that needs the disk tier waits while no spool works (each failed spool is
+  // re-probed meanwhile) before it fails with UNAVAILABLE.
+  std::chrono::milliseconds spool_failure_timeout{10000};
+  // Background re-verification of spool files, bytes read per second; 0 = off.
+  uint64_t scrub_bytes_per_second = 0;
 };
 
 class StoreState {
@@ -135,8 +142,15 @@ class StoreState {
   Result<std::shared_ptr<HostBlock>> AllocateHost(uint64_t bytes, bool from_top = false);
   // Something changed that the tiering policy may act on: wakes the tiering thread.
   void Wake() SNAPD_EXCLUDES(wake_mu_);
-  // The tiering thread's wait for Wake; false once StopWaking was called.
-  bool WaitForWake() SNAPD_EXCLUDES(wake_mu_);
+  // The tiering thread's wait for Wake, or for `until` to pass; false once StopWaking was
+  // called.
+  bool WaitForWake(std::chrono::steady_clock::time_point until =
+                       std::chrono::steady_clock::time_point::max()) SNAPD_EXCLUDES(wake_mu_);
+  // Wake, as a callable that is safe to call from outside the store even after it is gone
+  // (the disk tier's state listener).
+  std::function<void()> WakeFromOutside() const {
+    return [w = waker_] { w->Wake(); };
+  }
   void StopWaking() SNAPD_EXCLUDES(wake_mu_);
   // Blocks released from now on wake nobody (the store is being destroyed).
   void DetachWaker();

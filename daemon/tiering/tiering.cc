@@ -8,6 +8,7 @@
 #include "log.h"
 #include "snapd/units.h"
 #include "tiering/placement.h"
+#include "tiering/snapshot_io.h"
 
 namespace snapd {
 namespace {
@@ -25,6 +26,8 @@ std::string StepLabel(uint64_t run_id, uint64_t step) {
 }  // namespace
 
 void Tiering::StartTiering() {
+  // A spool that fails or comes back changes what the policy can do.
+  if (disk_) disk_->AddStateListener(WakeFromOutside());
   tiering_thread_ = std::thread([this] { TieringLoop(); });
 }
 
@@ -42,14 +45,19 @@ void Tiering::AnswerWaiting(const Status& down, Deferred& deferred) {
 void Tiering::AddTieringCounters(StoreCounters& c) const {
   c.refused_pushes = refused_pushes_;
   c.compactions = compactions_;
+  c.unavailable_pushes = unavailable_pushes_;
+  c.scrubbed = scrubbed_;
 }
 
 void Tiering::TieringLoop() {
-  while (WaitForWake()) {
+  auto until = std::chrono::steady_clock::time_point::max();
+  while (WaitForWake(until)) {
     Deferred deferred;
     {
       MutexLock lock(mu_);
+      deadline_ = std::chrono::steady_clock::time_point::max();
       Rebalance(deferred);
+      until = deadline_;
       idle_cv_.NotifyAll();
     }
     for (auto& f : deferred) f();
@@ -72,7 +80,8 @@ Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(Run& run, uint64_t
     return block.status();
   }
   run.in_flight.insert(step);
-  parked_pushes_.push_back(ParkedPush{run.record.run_id(), step, bytes, std::move(later)});
+  parked_pushes_.push_back(ParkedPush{run.record.run_id(), step, bytes, std::move(later),
+                                      std::chrono::steady_clock::now()});
   Wake();
   return std::optional<PushTicket>();
 }
@@ -156,7 +165,8 @@ bool Tiering::Settling() const {
 }
 
 bool Tiering::DemotionWanted(const Run& run, const Snapshot& snap) const {
-  if (!disk_ || snap.writing || snap.record.tier() != v1::TIER_HOST || !snap.block) return false;
+  // With every spool failed nothing can be demoted until a probe brings one back.
+  if (!disk_ || !disk_->usable() || snap.writing || snap.record.tier() != v1::TIER_HOST || !snap.block) return false;
   if (!drains_.empty()) return true;
   const v1::RunSpec& spec = run.record.spec();
   if (!UsesDisk(spec.layers())) return false;
@@ -166,6 +176,10 @@ bool Tiering::DemotionWanted(const Run& run, const Snapshot& snap) const {
 
 void Tiering::Rebalance(Deferred& deferred) {
   if (stopping_) return;
+  if (disk_ && disk_->changes() != disk_changes_) {
+    disk_changes_ = disk_->changes();
+    disk_full_ = false;  // a spool came back (or another failed): the room is new
+  }
   PruneChecksumQueue();
   RetryPendingPacks();
   GrantParkedPushes(deferred);
@@ -241,16 +255,21 @@ void Tiering::Rebalance(Deferred& deferred) {
   // demote (the loop above found nothing).
   // (Parked pushes left here could not be granted even after compacting the host tier.)
   bool stuck = !Settling();
+  if (disk_ && !disk_->usable()) FailPushesWithoutDisk(deferred);
+  const bool no_spool = disk_ && !disk_->usable();
   if (!parked_pushes_.empty() && stuck) {
     std::string why = !disk_       ? "snapd runs without a disk tier"
+                      : no_spool   ? "no spool of the disk tier works (" +
+                                       disk_->FailedSpools() + ")"
                       : disk_full_ ? "the disk tier is full too (" + FormatBytes(disk_->used()) +
                                          " of " + FormatBytes(disk_->budget()) + " in use)"
                                    : "every snapshot left in host memory belongs to a run "
                                      "whose layers keep it there, or is in use";
     for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
       auto run = runs_.find(it->run_id);
-      if (run != runs_.end() && run->second.record.spec().block_when_full()) {
-        ++it;
+      if (run != runs_.end() && (run->second.record.spec().block_when_full() ||
+                                 (no_spool && UsesDisk(run->second.record.spec().layers())))) {
+        ++it;  // waits for room; a run that may use disk waits for a spool (above)
         continue;
       }
       Status full = Status::ResourceExhausted(
@@ -283,6 +302,77 @@ void Tiering::Rebalance(Deferred& deferred) {
     parked_reads_.clear();
   }
   FinishDrainsIfDone(deferred);
+  if (options_.scrub_bytes_per_second && disk_) ScrubNext();
+}
+
+void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
+  auto now = std::chrono::steady_clock::now();
+  const auto timeout = options_.spool_failure_timeout;
+  std::string failed;
+  for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
+    auto run = runs_.find(it->run_id);
+    if (run == runs_.end() || run->second.record.spec().block_when_full() ||
+        !UsesDisk(run->second.record.spec().layers())) {
+      ++it;  // waits for room as with a full disk, or needs no disk (Rebalance answers it)
+      continue;
+    }
+    if (now - it->parked_at < timeout) {
+      WakeBy(it->parked_at + timeout);
+      ++it;
+      continue;
+    }
+    if (failed.empty()) failed = disk_->FailedSpools();
+    std::string step = StepName(run->second.record, it->step);
+    Status down = Status::Unavailable(
+        step + " needs the disk tier (host tier " + FormatBytes(host_->used()) + " of " +
+        FormatBytes(host_->budget()) + " in use) and no spool works: " + failed + ". Waited " +
+        std::to_string(timeout.count()) +
+        " ms (spool_failure_timeout); snapd re-probes failed spools with backoff and "
+        "`snapctl spool probe` tries now; steps already stored can still be fetched");
+    ++unavailable_pushes_;
+    refusals_.Reject("push failed, no spool works", down.message());
+    run->second.in_flight.erase(it->step);
+    deferred.push_back([l = std::move(it->later), down] { l(down); });
+    it = parked_pushes_.erase(it);
+  }
+}
+
+void Tiering::ScrubNext() {
+  auto now = std::chrono::steady_clock::now();
+  if (scrubbing_) return;  // its completion wakes the thread
+  if (now < next_scrub_) {
+    WakeBy(next_scrub_);
+    return;
+  }
+  // The next disk-tier step after the cursor, in (run id, step) order, wrapping once.
+  auto next_after = [&](const Key& from) SNAPD_REQUIRES(mu_) -> std::pair<Run*, Snapshot*> {
+    for (auto r = runs_.lower_bound(from.first); r != runs_.end(); ++r) {
+      auto it = r->first == from.first ? r->second.snapshots.upper_bound(from.second)
+                                       : r->second.snapshots.begin();
+      for (; it != r->second.snapshots.end(); ++it) {
+        const Snapshot& snap = it->second;
+        if (snap.record.tier() == v1::TIER_DISK && !snap.writing &&
+            snap.record.checksum_state() == v1::CHECKSUM_RECORDED) {
+          return {&r->second, &it->second};
+        }
+      }
+    }
+    return {nullptr, nullptr};
+  };
+  auto [run, snap] = next_after(scrub_cursor_);
+  if (!snap) std::tie(run, snap) = next_after({0, 0});
+  if (!snap) return;  // nothing on disk; a demotion wakes the thread
+  scrub_cursor_ = {run->record.run_id(), snap->record.step()};
+  scrubbing_ = true;
+  uint64_t bytes = FileContentBytes(snap->record);
+  next_scrub_ = now + std::chrono::nanoseconds(static_cast<int64_t>(
+                          1e9 * static_cast<double>(bytes) /
+                          static_cast<double>(options_.scrub_bytes_per_second)));
+  StartScrub(run->record.run_id(), snap->record.step(), [this](Status) {
+    MutexLock lock(mu_);
+    scrubbing_ = false;
+    Wake();
+  });
 }
 
 void Tiering::ServeParkedReads() {
@@ -411,7 +501,7 @@ bool Tiering::FreeHostRoom() {
       }
     }
   }
-  if (!best || !disk_ || disk_full_) return false;
+  if (!best || !disk_ || disk_full_ || !disk_->usable()) return false;
   StartDemotion(*best_run, *best);
   return best->writing;
 }
@@ -420,6 +510,9 @@ void Tiering::StartDemotion(Run& run, Snapshot& snap) {
   const v1::SnapshotRecord& r = snap.record;
   auto space = disk_->Reserve(FileContentBytes(r));
   if (!space.ok()) {
+    // No spool works (UNAVAILABLE): said once when each failed, and re-tried when one comes
+    // back (DiskTier's state listener wakes this thread).
+    if (space.status().code() != Code::kResourceExhausted) return;
     if (!disk_full_) SNAPD_LOG_WARN("%s", space.status().message().c_str());
     disk_full_ = true;
     return;
@@ -487,8 +580,12 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
       });
     }
     if (!s.ok()) {
-      SNAPD_LOG_WARN("moving %s to disk failed: %s", StepLabel(run_id, step).c_str(),
-                     s.message().c_str());
+      // The step stays in host memory. A failed spool left the rotation (the next demotion
+      // goes to another, or waits for a probe); a full one stops demotions until room comes.
+      // Either way the next try is not the same write again at once.
+      failed_writes_.Write(log::Level::kWarn, "failed demotions",
+                           "moving " + StepLabel(run_id, step) + " to disk failed: " +
+                               s.message());
       if (s.code() == Code::kResourceExhausted) disk_full_ = true;
       for (auto& d : drains_) deferred.push_back([l = std::move(d.done), s] { l(s); });
       drains_.clear();
@@ -560,8 +657,8 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
       } else {
         Status answer = read;
         if (read.code() == Code::kDataLoss) {
-          MarkLost(run, *snap, read.message());
           answer = Status::DataLoss(StepName(run.record, step) + " is lost: " + read.message());
+          LoseDiskStep(run, *snap, read.message());
         }
         for (auto& w : waiters) deferred.push_back([w = std::move(w), answer] { w(answer); });
       }
@@ -572,27 +669,57 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
   for (auto& f : deferred) f();
 }
 
-void Tiering::StartScrub(uint64_t run_id, uint64_t step) {
+void Tiering::StartScrub(uint64_t run_id, uint64_t step, std::function<void(Status)> done) {
   const Snapshot& snap = runs_.at(run_id).snapshots.at(step);
-  if (snap.record.checksum_state() != v1::CHECKSUM_RECORDED) return;
+  if (snap.record.checksum_state() != v1::CHECKSUM_RECORDED) {
+    if (done) {
+      io_->Submit([done] { done(Status::FailedPrecondition("no checksum recorded")); },
+                  /*urgent=*/false);
+    }
+    return;
+  }
   // Outside the host tier (VerifySnapshot has its own buffers): scrubbing must not take room
   // from solvers.
   io_->Submit(
       [this, record = snap.record, gen = snap.generation,
-       field = FieldOf(runs_.at(run_id).record.spec())] {
+       field = FieldOf(runs_.at(run_id).record.spec()), done = std::move(done)] {
         Status s = VerifySnapshot(*disk_, record, field, compress_.get(), *this);
-        MutexLock lock(mu_);
-        Snapshot* current = FindSnapshot(record.run_id(), record.step(), gen);
-        if (!current) return;
-        if (s.ok()) {
-          current->verified = true;
-        } else if (s.code() == Code::kDataLoss) {
-          MarkLost(runs_.at(record.run_id()), *current, s.message());
-          disk_->Remove(record.spool(), record.run_id(), record.disk_name(),
-                        FileContentBytes(record));
-        } else {
-          SNAPD_LOG_WARN("verifying %s: %s", StepLabel(record.run_id(), record.step()).c_str(),
-                         s.message().c_str());
+        {
+          MutexLock lock(mu_);
+          ++scrubbed_;
+          Snapshot* current = FindSnapshot(record.run_id(), record.step(), gen);
+          if (current && current->record.tier() == v1::TIER_DISK) {
+            if (s.ok()) {
+              current->verified = true;
+            } else if (s.code() == Code::kDataLoss) {
+              LoseDiskStep(runs_.at(record.run_id()), *current,
+                           "found by a scrub of its spool file: " + s.message());
+            } else {
+              SNAPD_LOG_WARN("verifying %s: %s",
+                             StepLabel(record.run_id(), record.step()).c_str(),
+                             s.message().c_str());
+            }
+          }
+        }
+        if (done) done(s);
+      },
+      /*urgent=*/false);
+}
+
+void Tiering::LoseDiskStep(Run& run, Snapshot& snap, const std::string& why) {
+  const v1::SnapshotRecord r = snap.record;
+  if (r.tier() != v1::TIER_DISK) return;  // lost already: said once
+  MarkLost(run, snap, why + "; its file goes to " +
+                          disk_->spool_dirs()[std::min<size_t>(r.spool(), disk_->spools() - 1)] +
+                          "/quarantine/");
+  DiskRoomFreed();
+  io_->Submit(
+      [this, r] {
+        auto moved = disk_->Quarantine(r.spool(), r.run_id(), r.disk_name(), FileContentBytes(r));
+        if (!moved.ok() && moved.status().code() != Code::kNotFound) {
+          SNAPD_LOG_WARN("quarantining the file of lost %s: %s",
+                         StepLabel(r.run_id(), r.step()).c_str(),
+                         moved.status().message().c_str());
         }
       },
       /*urgent=*/false);
@@ -615,6 +742,14 @@ void Tiering::SchedulePrefetch(Run& run) {
 
 void Tiering::FinishDrainsIfDone(Deferred& deferred) {
   if (drains_.empty() || writes_in_flight_) return;
+  if (!disk_->usable()) {
+    Status down = Status::Unavailable(
+        "no spool works (" + disk_->FailedSpools() +
+        "); what was moved stays on disk and the rest is still in host memory");
+    for (auto& d : drains_) deferred.push_back([l = std::move(d.done), down] { l(down); });
+    drains_.clear();
+    return;
+  }
   for (const auto& [id, run] : runs_) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.record.tier() == v1::TIER_HOST && snap.block) {

@@ -10,6 +10,7 @@
 // thread's wait for a wake-up and the I/O jobs.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -54,8 +55,14 @@ class Tiering : protected Ingest {
   // A file was deleted: a demotion may find room again.
   void DiskRoomFreed() SNAPD_REQUIRES(mu_) { disk_full_ = false; }
   bool DemotionWanted(const Run& run, const Snapshot& snap) const SNAPD_REQUIRES(mu_);
-  // Verifies a recovered disk-tier file in the background.
-  void StartScrub(uint64_t run_id, uint64_t step) SNAPD_REQUIRES(mu_);
+  // Verifies a disk-tier file (a recovered one, the background scrub, `snapctl scrub`) on an
+  // I/O thread; a damaged one is marked lost and its file quarantined. `done`, if any, gets
+  // the verdict (OK, DATA_LOSS or another error) without the store's mutex held.
+  void StartScrub(uint64_t run_id, uint64_t step,
+                  std::function<void(Status)> done = nullptr) SNAPD_REQUIRES(mu_);
+  // A step read back from disk is lost (DATA_LOSS): marks it lost, logging `why` once, and
+  // moves its file aside (DiskTier::Quarantine) from an I/O thread.
+  void LoseDiskStep(Run& run, Snapshot& snap, const std::string& why) SNAPD_REQUIRES(mu_);
   // Adds the refused pushes and compactions.
   void AddTieringCounters(StoreCounters& c) const SNAPD_REQUIRES(mu_);
   void WaitTieringIdle() SNAPD_EXCLUDES(mu_);
@@ -66,6 +73,7 @@ class Tiering : protected Ingest {
     uint64_t step;
     uint64_t bytes;
     PushDone later;
+    std::chrono::steady_clock::time_point parked_at;
   };
   struct DrainWaiter {
     std::function<void(Result<DrainResult>)> done;
@@ -101,6 +109,14 @@ class Tiering : protected Ingest {
   // free host memory or change what can be demoted soon.
   bool Settling() const SNAPD_REQUIRES(mu_);
   void FinishDrainsIfDone(Deferred& deferred) SNAPD_REQUIRES(mu_);
+  // With no spool working: fails the pushes that waited spool_failure_timeout with
+  // UNAVAILABLE; sets the tiering thread's next deadline for the others.
+  void FailPushesWithoutDisk(Deferred& deferred) SNAPD_REQUIRES(mu_);
+  // The background scrub: verifies the next disk-tier file when its turn (the rate) comes.
+  void ScrubNext() SNAPD_REQUIRES(mu_);
+  void WakeBy(std::chrono::steady_clock::time_point when) SNAPD_REQUIRES(mu_) {
+    deadline_ = std::min(deadline_, when);
+  }
 
   std::deque<ParkedPush> parked_pushes_ SNAPD_GUARDED_BY(mu_);
   std::set<Key> parked_reads_ SNAPD_GUARDED_BY(mu_);  // fetches waiting for host room
@@ -112,6 +128,18 @@ class Tiering : protected Ingest {
   uint64_t compactions_ SNAPD_GUARDED_BY(mu_) = 0;     // blocks moved to merge free room
   log::RejectionLog refusals_{"store"};
   double read_ns_per_byte_ SNAPD_GUARDED_BY(mu_) = 0;  // EWMA of disk reads
+  uint64_t unavailable_pushes_ SNAPD_GUARDED_BY(mu_) = 0;
+  uint64_t scrubbed_ SNAPD_GUARDED_BY(mu_) = 0;
+  uint64_t disk_changes_ SNAPD_GUARDED_BY(mu_) = 0;  // DiskTier::changes() last seen
+  // When the tiering thread must run again without a wake-up (a push's deadline, the scrub).
+  std::chrono::steady_clock::time_point deadline_ SNAPD_GUARDED_BY(mu_) =
+      std::chrono::steady_clock::time_point::max();
+  bool scrubbing_ SNAPD_GUARDED_BY(mu_) = false;  // a background scrub read is in flight
+  Key scrub_cursor_ SNAPD_GUARDED_BY(mu_){0, 0};    // the last step the background scrub read
+  std::chrono::steady_clock::time_point next_scrub_ SNAPD_GUARDED_BY(mu_);
+  // Demotions that fail, one line per kind per 10 s, then a count: a spool that fails fails
+  // every write to it.
+  log::RateLimitedLog failed_writes_{"store", 3, std::chrono::seconds(10)};
   CondVar idle_cv_;                                    // tiering quiescence (WaitTieringIdle)
   std::thread tiering_thread_;
 };

@@ -66,6 +66,10 @@ class CondVar {
   bool WaitFor(Mutex& mu, Duration timeout, Predicate done) SNAPD_REQUIRES(mu) {
     return cv_.wait_for(mu, timeout, done);
   }
+  template <typename TimePoint, typename Predicate>
+  bool WaitUntil(Mutex& mu, TimePoint deadline, Predicate done) SNAPD_REQUIRES(mu) {
+    return cv_.wait_until(mu, deadline, done);
+  }
   void NotifyOne() { cv_.notify_one(); }
   void NotifyAll() { cv_.notify_all(); }
 

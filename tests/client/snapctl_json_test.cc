@@ -258,6 +258,8 @@ TEST_F(SnapctlJsonTest, EveryCommandPrintsWhatTheSchemaDocuments) {
   }
   EXPECT_EQ(refreshes, 2);
 
+  ExpectConforms(Snapctl({"spool", "probe"}), "spool");
+  ExpectConforms(Snapctl({"scrub", "on-disk"}), "scrub");
   ExpectConforms(Snapctl({"quota"}), "quota");
   ExpectConforms(Snapctl({"purge", "--job", "no-such-job"}), "purge");
   ExpectConforms(Snapctl({"rm", "fresh"}), "rm");
@@ -304,8 +306,8 @@ TEST(SnapctlJsonDocs, EachExampleConformsToItsDefinition) {
       block += line + "\n";
     }
   }
-  for (const char* command : {"status", "runs", "ls", "locate", "rm", "drain", "quota", "purge",
-                              "dump", "dump_manifest", "plan", "top"}) {
+  for (const char* command : {"status", "runs", "ls", "locate", "rm", "drain", "spool", "scrub",
+                              "quota", "purge", "dump", "dump_manifest", "plan", "top"}) {
     EXPECT_TRUE(shown.count(command)) << "docs/snapctl-json.md shows no example of " << command;
   }
 }

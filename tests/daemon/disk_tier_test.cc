@@ -185,7 +185,7 @@ TEST_F(DiskTierTest, RecoveryAdoptsCompleteFilesAndRemovesTheRest) {
   EXPECT_NE(truncated.message().find("holds 100 bytes"), std::string::npos)
       << truncated.ToString();
   EXPECT_EQ(disk->Adopt(5, 9, "kept", kRaw).code(), Code::kDataLoss);  // no such spool
-  EXPECT_EQ(disk->RemoveOrphans({DiskTier::Key(0, 9, "kept")}), 3u);
+  EXPECT_EQ(disk->RemoveOrphans({DiskTier::Key(0, 9, "kept")}).size(), 3u);
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/a/run-9/kept"));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/a/run-9/orphan"));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/a/run-9/interrupted.tmp"));
@@ -232,17 +232,51 @@ class DiskFaultTest : public ::testing::Test {
   AlignedBuffer out_{kRaw};
 };
 
-TEST_F(DiskFaultTest, EioOnWriteNamesTheFileAndLeavesNothingBehind) {
+TEST_F(DiskFaultTest, EioOnWriteNamesTheFileFailsTheSpoolAndLeavesNothingBehind) {
   io_.Fail(testing::FaultySpoolIo::kWrite, EIO);
   Status s = WriteStep("step-1");
-  EXPECT_EQ(s.code(), Code::kInternal);
+  EXPECT_EQ(s.code(), Code::kUnavailable);
   EXPECT_NE(s.message().find("writing"), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find("run-7/step-1.tmp: Input/output error"), std::string::npos)
+  EXPECT_NE(s.message().find("run-7/step-1.tmp: Input/output error (EIO)"), std::string::npos)
       << s.ToString();
   ExpectNoFile("step-1");
+  EXPECT_EQ(disk_->used(), 0u);
+  // The spool left the rotation: nothing is reserved on it until a probe finds it writable.
+  ASSERT_TRUE(disk_->SpoolStates()[0].failed);
+  EXPECT_EQ(disk_->SpoolStates()[0].error, EIO);
+  EXPECT_FALSE(disk_->usable());
+  EXPECT_EQ(disk_->Reserve(kRaw).status().code(), Code::kUnavailable);
+  EXPECT_EQ(disk_->ProbeNow(), 0);  // still failing
   io_.Heal();
+  EXPECT_EQ(disk_->ProbeNow(), 1);
+  EXPECT_TRUE(disk_->usable());
   ASSERT_TRUE(WriteStep("step-1").ok());
   ExpectReadsBackExact("step-1");
+}
+
+TEST(SpoolErrors, EachErrnoHasOneClass) {
+  for (int err : {EINTR, EAGAIN, ENOMEM, EMFILE, ENFILE, EBUSY}) {
+    EXPECT_EQ(ClassifySpoolError(err), SpoolError::kTransient) << err;
+  }
+  for (int err : {ENOSPC, EDQUOT}) EXPECT_EQ(ClassifySpoolError(err), SpoolError::kFull) << err;
+  for (int err : {EROFS, EIO, ENODEV, ENXIO, EACCES, ENOENT}) {
+    EXPECT_EQ(ClassifySpoolError(err), SpoolError::kDeviceFailed) << err;
+  }
+  EXPECT_EQ(ErrnoName(EROFS), "EROFS");
+}
+
+TEST_F(DiskFaultTest, ATransientErrorIsRetriedAndTheWriteSucceeds) {
+  // EAGAIN on every write for ~4 KiB, then fine: each retry waits a little longer.
+  io_.Fail(testing::FaultySpoolIo::kWrite, EAGAIN, /*after_bytes=*/DiskTier::kAlignment);
+  std::thread heal([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    io_.Heal();
+  });
+  Status s = WriteStep("step-t");
+  heal.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(disk_->SpoolStates()[0].failed);
+  ExpectReadsBackExact("step-t");
 }
 
 TEST_F(DiskFaultTest, EnospcPartWayThroughASpillIsADiskFullError) {
@@ -266,10 +300,12 @@ TEST_F(DiskFaultTest, ShortWritesAreContinuedUntilEveryByteIsOnDisk) {
 TEST_F(DiskFaultTest, AFailedFdatasyncLeavesNoFileUnderTheFinalName) {
   io_.Fail(testing::FaultySpoolIo::kSync, EIO);
   Status s = WriteStep("step-4");
-  EXPECT_EQ(s.code(), Code::kInternal);
+  EXPECT_EQ(s.code(), Code::kUnavailable);
   EXPECT_NE(s.message().find("syncing"), std::string::npos) << s.ToString();
   ExpectNoFile("step-4");
+  EXPECT_TRUE(disk_->SpoolStates()[0].failed);  // the kernel may have dropped the pages
   io_.Heal();
+  EXPECT_EQ(disk_->ProbeNow(), 1);
   AlignedBuffer in(kRaw);
   EXPECT_EQ(disk_->Read(0, 7, "step-4", in.data.get(), kRaw).code(), Code::kDataLoss);
 }
@@ -280,9 +316,12 @@ TEST_F(DiskFaultTest, EioOnReadIsAnErrorNeverWrongBytes) {
   AlignedBuffer in(kRaw);
   std::memset(in.data.get(), 0, kRaw);
   Status s = disk_->Read(0, 7, "step-5", in.data.get(), kRaw);
-  EXPECT_EQ(s.code(), Code::kInternal);
+  EXPECT_EQ(s.code(), Code::kDataLoss);
   EXPECT_NE(s.message().find("reading"), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find("Input/output error"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("run-7/step-5: Input/output error (EIO)"), std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(disk_->SpoolStates()[0].read_errors, 1u);
+  EXPECT_FALSE(disk_->SpoolStates()[0].failed);  // a read error loses a file, not the spool
   io_.Heal();
   ExpectReadsBackExact("step-5");  // the file itself was never touched
 }

@@ -301,8 +301,8 @@ TEST_F(StoreTest, ACorruptDiskFileIsReportedLostNeverReturned) {
 }
 
 // Through the disk tier's I/O seam: a disk that fails a read (EIO) fails that fetch with the
-// file and the cause, never with wrong bytes; the other run's steps come back exact, and the
-// catalog still lists the step where it is.
+// file and the cause, never with wrong bytes: the step is lost (a read error is a verdict on
+// the file: tests/daemon/spool_failure_test.cc), the other run's steps come back exact.
 TEST_F(StoreTest, AnEioOnADiskReadFailsThatFetchOnlyNamingTheCause) {
   testing::FaultySpoolIo io;
   Open(64 << 20, &io);
@@ -315,19 +315,19 @@ TEST_F(StoreTest, AnEioOnADiskReadFailsThatFetchOnlyNamingTheCause) {
   }
   store_->WaitTieringIdle();
   ASSERT_EQ(TierOf("on-disk", 1), v1::TIER_DISK);
-  io.Fail(testing::FaultySpoolIo::kRead, EIO);
+  // Step 1's file only: the read-ahead the fetch starts (step 0) reads a good file.
+  io.Fail(testing::FaultySpoolIo::kRead, EIO, 0,
+          dir_ + "/spool/run-" + std::to_string(on_disk) + "/step-1-");
   Status s = FetchExact(on_disk, 1, kStep);
-  EXPECT_NE(s.code(), Code::kOk);
-  EXPECT_NE(s.message().find("Input/output error"), std::string::npos) << s.ToString();
+  EXPECT_EQ(s.code(), Code::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("Input/output error (EIO)"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("run-" + std::to_string(on_disk)), std::string::npos) << s.ToString();
   for (uint64_t t = 2; t-- > 0;) EXPECT_TRUE(FetchExact(in_host, t, kStep).ok()) << t;
   EXPECT_GT(io.failures(), 0u);
   io.Heal();
-  // An I/O error is not a verdict on the file (a corrupt one is DATA_LOSS and lost): the step
-  // stays recorded on disk, and once the disk answers again it comes back exact.
-  EXPECT_EQ(TierOf("on-disk", 1), v1::TIER_DISK);
-  EXPECT_TRUE(FetchExact(on_disk, 1, kStep).ok());
-  EXPECT_TRUE(FetchExact(on_disk, 0, kStep).ok());
+  EXPECT_EQ(TierOf("on-disk", 1), v1::TIER_LOST);
+  Status other = FetchExact(on_disk, 0, kStep);
+  EXPECT_TRUE(other.ok()) << other.ToString();
 }
 
 TEST_F(StoreTest, AFullDiskFailsThePushThatNeedsItAndLosesNothingStored) {

@@ -1,6 +1,8 @@
 // Fault injection behind the disk tier's I/O seam (daemon/disk_tier/spool_io.h): passes every
 // call to the kernel until told to fail one kind of call with an errno, to cut writes short,
 // or to fail a write once a number of bytes went through (ENOSPC part-way through a spill).
+// A fault lasts until Heal (a persistent EROFS or EIO, as a read-only remount or a dying device
+// gives), and may be limited to the files under one path prefix (one spool of several).
 // Thread-safe: I/O threads call it while the test changes the faults.
 #pragma once
 
@@ -9,6 +11,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
 
 #include "disk_tier/spool_io.h"
 
@@ -16,11 +21,16 @@ namespace snapd::testing {
 
 class FaultySpoolIo final : public SpoolIo {
  public:
-  enum Op { kNone, kOpenForWrite, kWrite, kRead, kSync };
+  enum Op { kNone, kOpenForWrite, kWrite, kRead, kSync, kRename };
 
   // From now on `op` fails with `err`; for kWrite, only once `after_bytes` more bytes were
-  // written (a write that crosses that point is cut there; the next one fails).
-  void Fail(Op op, int err, uint64_t after_bytes = 0) {
+  // written (a write that crosses that point is cut there; the next one fails). With `prefix`,
+  // only calls on files whose path begins with it fail.
+  void Fail(Op op, int err, uint64_t after_bytes = 0, std::string prefix = "") {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      prefix_ = std::move(prefix);
+    }
     write_budget_ = after_bytes;
     err_ = err;
     op_ = op;
@@ -33,14 +43,29 @@ class FaultySpoolIo final : public SpoolIo {
     short_ = false;
   }
   uint64_t failures() const { return failures_; }
+  // Calls that reached the seam (every kind): a spinning caller shows here.
+  uint64_t calls() const { return calls_; }
 
   int Open(const char* path, int flags, mode_t mode) override {
-    if (op_ == kOpenForWrite && (flags & (O_WRONLY | O_RDWR))) return Failed();
-    return SpoolIo::System()->Open(path, flags, mode);
+    ++calls_;
+    if (op_ == kOpenForWrite && (flags & (O_WRONLY | O_RDWR)) && Matches(path)) return Failed();
+    int fd = SpoolIo::System()->Open(path, flags, mode);
+    if (fd >= 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      paths_[fd] = path;
+    }
+    return fd;
   }
-  int Close(int fd) override { return SpoolIo::System()->Close(fd); }
+  int Close(int fd) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      paths_.erase(fd);
+    }
+    return SpoolIo::System()->Close(fd);
+  }
   ssize_t Pwrite(int fd, const void* data, size_t bytes, off_t offset) override {
-    if (op_ == kWrite) {
+    ++calls_;
+    if (op_ == kWrite && Matches(fd)) {
       uint64_t left = write_budget_;
       if (left == 0) return Failed();
       if (bytes > left) bytes = left;
@@ -50,20 +75,39 @@ class FaultySpoolIo final : public SpoolIo {
     return SpoolIo::System()->Pwrite(fd, data, bytes, offset);
   }
   ssize_t Pread(int fd, void* data, size_t bytes, off_t offset) override {
-    if (op_ == kRead) return Failed();
+    ++calls_;
+    if (op_ == kRead && Matches(fd)) return Failed();
     return SpoolIo::System()->Pread(fd, data, bytes, offset);
   }
   int Fdatasync(int fd) override {
-    if (op_ == kSync) return Failed();
+    ++calls_;
+    if (op_ == kSync && Matches(fd)) return Failed();
     return SpoolIo::System()->Fdatasync(fd);
   }
   int Fsync(int fd) override { return SpoolIo::System()->Fsync(fd); }
   int Rename(const char* from, const char* to) override {
+    ++calls_;
+    if (op_ == kRename && Matches(from)) return Failed();
     return SpoolIo::System()->Rename(from, to);
   }
   int Unlink(const char* path) override { return SpoolIo::System()->Unlink(path); }
 
  private:
+  bool Matches(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return prefix_.empty() || path.rfind(prefix_, 0) == 0;
+  }
+  bool Matches(int fd) {
+    std::string path;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (prefix_.empty()) return true;
+      auto it = paths_.find(fd);
+      if (it == paths_.end()) return false;
+      path = it->second;
+    }
+    return Matches(path);
+  }
   int Failed() {
     ++failures_;
     errno = err_;
@@ -75,6 +119,10 @@ class FaultySpoolIo final : public SpoolIo {
   std::atomic<uint64_t> write_budget_{0};
   std::atomic<bool> short_{false};
   std::atomic<uint64_t> failures_{0};
+  std::atomic<uint64_t> calls_{0};
+  std::mutex mu_;
+  std::string prefix_;               // guarded by mu_
+  std::map<int, std::string> paths_;  // open fds' paths, guarded by mu_
 };
 
 }  // namespace snapd::testing

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "snapd/paths.h"
+#include "snapd/units.h"
 
 namespace snapd::snapctl {
 
@@ -59,6 +60,22 @@ std::unique_ptr<grpc::ClientContext> ShortContext() {
 int UsageError(std::string_view command, std::string_view message) {
   Error(command, message);
   return kExitUsage;
+}
+
+void PrintSpools(Output& out, const google::protobuf::RepeatedPtrField<v1::SpoolState>& spools) {
+  Table t({{"SPOOL", 24, true}, {"STATE", 7, true}, {"USED", 12}, {"BUDGET", 12},
+           {"WHY", 0, true}});
+  for (const v1::SpoolState& sp : spools) {
+    std::string why;
+    if (sp.state() == "failed") {
+      why = sp.reason() + Format("; next probe in %.0f s", double(sp.next_probe_ms()) / 1000.0);
+    } else if (sp.read_errors() > 0) {
+      why = std::to_string(sp.read_errors()) + " read errors (lost steps)";
+    }
+    t.Add({sp.dir().empty() ? "#" + std::to_string(sp.index()) : sp.dir(), sp.state(),
+           FormatBytes(sp.used_bytes()), FormatBytes(sp.budget_bytes()), why});
+  }
+  out.Print(t);
 }
 
 std::string TierName(v1::Tier tier) {

@@ -65,6 +65,9 @@ std::unique_ptr<grpc::ClientContext> ShortContext();
 
 // "host", "disk", ... as tables show a tier.
 std::string TierName(v1::Tier tier);
+// The disk tier's spools as `status` and `spool probe` show them: one row each, with why a
+// failed one failed.
+void PrintSpools(Output& out, const google::protobuf::RepeatedPtrField<v1::SpoolState>& spools);
 // "zfp-reversible", "zfp-rate", ... as `snapd::Codec` names them in messages.
 std::string CodecLabel(v1::Codec codec);
 // Error(), then kExitUsage: the command line gave `command` a bad value.
@@ -75,7 +78,7 @@ using Action = std::function<int(Session&)>;
 
 // Each adds its group's subcommands to `app`; the one the command line names sets `*action`.
 void AddInspectCommands(CLI::App& app, Action* action);  // status, runs, ls, locate
-void AddManageCommands(CLI::App& app, Action* action);   // rm, drain, quota, purge
+void AddManageCommands(CLI::App& app, Action* action);   // rm, drain, spool, scrub, quota, purge
 void AddDumpCommand(CLI::App& app, Action* action);
 void AddPlanCommand(CLI::App& app, Action* action);
 void AddTopCommand(CLI::App& app, Action* action);

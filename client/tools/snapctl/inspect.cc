@@ -79,6 +79,10 @@ int ShowStatus(Session& s) {
             : "prefaulting: " + FormatBytes(tier.prefaulted_bytes()) + " so far";
     out.Line("host pages  " + tier.pages() + "; " + prefault);
   }
+  if (r.spools_size() > 0) {
+    out.Line("");
+    PrintSpools(out, r.spools());
+  }
   return kExitOk;
 }
 

@@ -1,4 +1,4 @@
-// rm, drain, quota, purge: what changes snapd's state.
+// rm, drain, spool probe, scrub, quota, purge: what changes snapd's state.
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
@@ -98,6 +98,43 @@ int Purge(Session& s, const UidArgs& a) {
   return kExitOk;
 }
 
+int ProbeSpools(Session& s) {
+  v1::ProbeSpoolsResponse r;
+  grpc::ClientContext ctx;  // a probe of a hung device may take a while: no short deadline
+  grpc::Status st = s.stub().ProbeSpools(&ctx, v1::ProbeSpoolsRequest(), &r);
+  if (!st.ok()) return s.Fail("spool probe", st);
+  int failed = 0;
+  for (const auto& sp : r.spools()) failed += sp.state() == "failed";
+  if (s.out().json()) {
+    s.out().Print(ProtoJson(r));
+  } else {
+    s.out().Line(Format("%u spools came back; %d still failed", r.recovered(), failed));
+    PrintSpools(s.out(), r.spools());
+  }
+  return failed ? kExitFailed : kExitOk;
+}
+
+int Scrub(Session& s, const std::string& name) {
+  v1::ScrubRunRequest req;
+  req.set_name(name);
+  v1::ScrubRunResponse r;
+  grpc::ClientContext ctx;  // reads every file of the run: no short deadline
+  grpc::Status st = s.stub().ScrubRun(&ctx, req, &r);
+  if (!st.ok()) return s.Fail("scrub", st);
+  if (s.out().json()) {
+    s.out().Print(ProtoJson(r));
+  } else {
+    s.out().Line(Format("%s: %llu spool files verified, %d lost, %llu unreadable now",
+                        name.c_str(), (unsigned long long)r.verified(), r.lost_size(),
+                        (unsigned long long)r.unreadable()));
+    for (const auto& l : r.lost()) {
+      s.out().Line(Format("  step %llu LOST: %s", (unsigned long long)l.step(),
+                          l.reason().c_str()));
+    }
+  }
+  return r.lost_size() ? kExitFailed : kExitOk;
+}
+
 }  // namespace
 
 void AddManageCommands(CLI::App& app, Action* action) {
@@ -110,6 +147,23 @@ void AddManageCommands(CLI::App& app, Action* action) {
 
   app.add_subcommand("drain", "move every host-tier snapshot to disk (before draining the node)")
       ->callback([action] { *action = Drain; });
+
+  CLI::App* spool = app.add_subcommand("spool", "the disk tier's spools");
+  spool->require_subcommand(1);
+  spool
+      ->add_subcommand("probe",
+                       "probe every failed spool now; one that works is back in the rotation")
+      ->callback([action] { *action = ProbeSpools; });
+
+  auto scrub_run = std::make_shared<std::string>();
+  CLI::App* scrub = app.add_subcommand(
+      "scrub", "re-verify every spool file of RUN now; damaged ones are marked lost");
+  scrub->footer("Exit status 1 when a step was found lost. Needs an admin.");
+  scrub->add_option("RUN", *scrub_run, "the run (an admin names another uid's run as UID:name)")
+      ->type_name("")
+      ->required();
+  scrub->callback(
+      [action, scrub_run] { *action = [scrub_run](Session& s) { return Scrub(s, *scrub_run); }; });
 
   auto quota_args = std::make_shared<UidArgs>();
   CLI::App* quota =

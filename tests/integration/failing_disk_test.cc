@@ -1,0 +1,178 @@
+// The real daemon over a real filesystem that fails: its only spool on an ext4 image mounted
+// through a loop device, remounted read-only in the middle of a run. snapd takes the spool out
+// of the rotation, fails the push that needs the disk within spool_failure_timeout (UNAVAILABLE
+// naming the spool and EROFS) while it sits idle and logs a few lines, says so in Stats; after
+// a remount read-write, `snapctl spool probe` brings the spool back and the run goes on.
+// Needs root and a loop device; skipped, saying why, elsewhere.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "snapd/client.h"
+#include "snapd_fixture.h"
+
+namespace snapd::testing {
+namespace {
+
+constexpr size_t kStep = 1 << 20;
+
+// CPU seconds (user + system) process `pid` has used, from /proc/<pid>/stat.
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after "pid (comm) "
+  std::string f;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::stoull(f);
+    if (i == 15) stime = std::stoull(f);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// The path of a system tool (RunProgram does not search PATH); "" if absent.
+std::string Tool(const std::string& name) {
+  for (const char* dir : {"/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"}) {
+    if (access((dir + name).c_str(), X_OK) == 0) return dir + name;
+  }
+  return "";
+}
+
+// An ext4 image loop-mounted at `dir`, unmounted (lazily if still busy) on destruction.
+class LoopMount {
+ public:
+  // Empty `why` on success; otherwise why the machine cannot do it.
+  static std::unique_ptr<LoopMount> Make(const std::string& image, const std::string& dir,
+                                         std::string* why) {
+    std::string out, err;
+    if (Tool("mkfs.ext4").empty() || Tool("mount").empty() || Tool("umount").empty()) {
+      *why = "mkfs.ext4, mount or umount is missing";
+      return nullptr;
+    }
+    std::filesystem::create_directories(dir);
+    { std::ofstream(image).close(); }
+    std::filesystem::resize_file(image, 96 << 20);
+    if (RunProgram({Tool("mkfs.ext4"), "-q", "-F", image}, &out, &err) != 0) {
+      *why = "mkfs.ext4 failed or is missing: " + err;
+      return nullptr;
+    }
+    if (RunProgram({Tool("mount"), "-o", "loop", image, dir}, &out, &err) != 0) {
+      *why = "loop devices are unavailable here (mount -o loop: " + err + ")";
+      return nullptr;
+    }
+    return std::unique_ptr<LoopMount>(new LoopMount(dir));
+  }
+  ~LoopMount() {
+    std::string out, err;
+    if (RunProgram({Tool("umount"), dir_}, &out, &err) != 0) {
+      RunProgram({Tool("umount"), "-l", dir_}, &out, &err);
+    }
+  }
+  // mount -o remount,<how>; a read-only remount waits for files open for writing (EBUSY).
+  bool Remount(const std::string& how) {
+    std::string out, err;
+    for (int i = 0; i < 50; ++i) {
+      if (RunProgram({Tool("mount"), "-o", "remount," + how, dir_}, &out, &err) == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "mount -o remount," << how << " " << dir_ << ": " << err;
+    return false;
+  }
+
+ private:
+  explicit LoopMount(std::string dir) : dir_(std::move(dir)) {}
+  const std::string dir_;
+};
+
+class FailingDiskTest : public SnapdTest {
+ protected:
+  void TearDown() override {
+    SnapdTest::TearDown();  // snapd stops before its spool goes
+    mount_.reset();
+  }
+  std::unique_ptr<LoopMount> mount_;
+};
+
+TEST_F(FailingDiskTest, ASpoolRemountedReadOnlyMidRunFailsThePushInBoundAndComesBack) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to loop-mount a filesystem (uid " << geteuid() << ")";
+  const std::string mnt = dir() + "/mnt";
+  std::string why;
+  mount_ = LoopMount::Make(dir() + "/spool.img", mnt, &why);
+  if (!mount_) GTEST_SKIP() << why;
+  const std::string spool = mnt + "/spool";
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(
+      "16M", {"--spool-dirs", spool, "--disk-mem", "64M", "--spool-failure-timeout", "2"})));
+  Client* c = Connect();
+  ASSERT_NE(c, nullptr);
+  RunInfo run = OpenRun(*c, Spec("fwi", 0, kStep));  // steps unknown: the oldest spill
+  ASSERT_NE(run.run_id, 0u);
+  std::vector<char> buf(kStep);
+  auto push = [&](uint64_t t) -> Status {
+    FillPattern(buf.data(), kStep, 21, t);
+    SNAPD_ASSIGN_OR_RETURN(PushHandle h, c->Push(run.run_id, t, buf.data(), kStep));
+    return h.WaitStored();
+  };
+  uint64_t t = 0;
+  for (; t < 24; ++t) ASSERT_TRUE(push(t).ok()) << t;  // some are on disk by now
+  ASSERT_TRUE(WaitUntil([&] { return Stats().demotions() > 0; }, std::chrono::seconds(30)));
+
+  ASSERT_TRUE(mount_->Remount("ro"));
+  const size_t log_before = daemon().Log().size();
+  const double cpu_before = ProcessCpuSeconds(daemon().pid());
+  const auto started = std::chrono::steady_clock::now();
+  Status s;
+  for (; t < 64; ++t) {
+    s = push(t);
+    if (!s.ok()) break;
+  }
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double cpu = ProcessCpuSeconds(daemon().pid()) - cpu_before;
+  const std::string grown = daemon().Log().substr(log_before);
+  const size_t lines = static_cast<size_t>(std::count(grown.begin(), grown.end(), '\n'));
+  std::printf("[ figures  ] read-only remount: push failed after %.2f s, snapd CPU %.1f%% of "
+              "wall, %zu log lines\n",
+              wall, 100.0 * cpu / wall, lines);
+  ASSERT_EQ(s.code(), Code::kUnavailable) << t << ": " << s.ToString();
+  EXPECT_NE(s.message().find(spool), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("EROFS"), std::string::npos) << s.ToString();
+  EXPECT_LT(wall, 2.0 + 5.0);
+  EXPECT_LT(cpu, 0.2 * wall) << cpu << " s of CPU in " << wall << " s";
+  EXPECT_LT(lines, 15u) << grown;
+  v1::StatsResponse stats = Stats();
+  ASSERT_EQ(stats.spools_size(), 1);
+  EXPECT_EQ(stats.spools(0).state(), "failed");
+  EXPECT_EQ(stats.spools(0).error_name(), "EROFS");
+  EXPECT_EQ(stats.spools(0).dir(), spool);
+  EXPECT_EQ(stats.unavailable_pushes(), 1u);
+  std::string out, err;
+  EXPECT_EQ(RunProgram({SNAPCTL_BINARY, "--socket", daemon().socket(), "status"}, &out, &err), 0)
+      << err;
+  EXPECT_NE(out.find("failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("Read-only file system"), std::string::npos) << out;
+
+  // Read-write again: a probe on demand puts the spool back, and the run goes on.
+  ASSERT_TRUE(mount_->Remount("rw"));
+  EXPECT_EQ(RunProgram({SNAPCTL_BINARY, "--socket", daemon().socket(), "spool", "probe"}, &out,
+                       &err),
+            0)
+      << out << err;
+  EXPECT_EQ(Stats().spools(0).state(), "ok");
+  for (uint64_t k = t; k < t + 4; ++k) ASSERT_TRUE(push(k).ok()) << k;
+  std::vector<char> got(kStep);
+  for (uint64_t k = t + 4; k-- > 0;) {
+    ASSERT_TRUE(c->Fetch(run.run_id, k, got.data(), kStep).ok()) << k;
+    FillPattern(buf.data(), kStep, 21, k);
+    ASSERT_EQ(got, buf) << k;
+  }
+  ExpectRoundTrip();
+}
+
+}  // namespace
+}  // namespace snapd::testing
