@@ -1,0 +1,156 @@
+"""Devito's acoustic FWI gradient four ways, timed in one run: every wavefield in memory
+(`save=True`), pyrevolve checkpoints in numpy arrays, `snapd.devito.Streamer` (store-all
+through snapd, K steps per operator call), and pyrevolve with `SnapdStorage`; each gradient is
+checked against the in-memory one (bit for bit for the lossless ways).
+
+    python client/python/bench/devito_bench.py --socket /run/snapd/snapd.sock \\
+        [--case 2d:1001:600] [--case 3d:111:300] [--block 16] [--checkpoints 40]
+
+A case is DIM:N:NT: an N^DIM model (plus 40 absorbing points a side in 2D, 20 in 3D) and NT
+time steps; choose NT so that NT wavefields fit in memory for `save=True`. Prints one
+Markdown table: seconds (forward + adjoint, operators compiled beforehand) and the ratio to
+the reference of each way (save=True for the Streamer, numpy storage for SnapdStorage).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+from devito import (CheckpointOperator, DevitoCheckpoint, Function, Inc, Operator,
+                    TimeFunction, configuration)
+from examples.seismic import AcquisitionGeometry, Receiver, demo_model
+from examples.seismic.acoustic.operators import iso_stencil
+from pyrevolve import Revolver
+
+import snapd
+from snapd.devito import Streamer, block_buffer
+from snapd.pyrevolve import SnapdStorage
+
+configuration["log-level"] = "ERROR"
+configuration["safe-math"] = True  # the ways are compared bit for bit
+
+
+class Case:
+    def __init__(self, dim: int, n: int, nt: int):
+        nbl = 40 if dim == 2 else 20
+        shape = (n,) * dim
+        spacing = (10.0,) * dim
+        self.model = demo_model("layers-isotropic", shape=shape, spacing=spacing, nbl=nbl,
+                                nlayers=4, space_order=8)
+        self.dt = self.model.critical_dt
+        extent = [s * (n - 1) for s in spacing]
+        src = np.array([[e / 2 for e in extent[:-1]] + [20.0]])
+        nrec = 101
+        rec = np.zeros((nrec, dim))
+        rec[:, 0] = np.linspace(0, extent[0], nrec)
+        rec[:, 1:-1] = extent[1] / 2 if dim == 3 else 0
+        rec[:, -1] = 30.0
+        tn = (nt - 1) * self.dt
+        self.geometry = AcquisitionGeometry(self.model, rec, src, t0=0.0, tn=tn, f0=0.010,
+                                            src_type="Ricker")
+        self.nt = self.geometry.nt
+        self.residual = Receiver(name="residual", grid=self.model.grid,
+                                 time_range=self.geometry.time_axis,
+                                 coordinates=self.geometry.rec_positions)
+        rng = np.random.default_rng(0)
+        self.residual.data[:] = rng.standard_normal(self.residual.data.shape) * 1e-3
+        self.label = f"{dim}D {'x'.join(map(str, shape))}, {self.nt} steps"
+        self.step_bytes = int(np.prod(self.model.grid.shape_local)) * 4
+
+    def fields(self, save):
+        kw = dict(grid=self.model.grid, time_order=2, space_order=8)
+        return (TimeFunction(name="u", save=save, **kw), TimeFunction(name="v", **kw),
+                Function(name="grad", grid=self.model.grid))
+
+    def operators(self, u, v, grad):
+        s, m = self.model.grid.stepping_dim.spacing, self.model.m
+        src, rec = self.geometry.src, self.geometry.rec
+        fwd = Operator(iso_stencil(u, self.model, "OT2")
+                       + src.inject(field=u.forward, expr=src * s**2 / m),
+                       subs=self.model.spacing_map, name="Forward")
+        adj = Operator(iso_stencil(v, self.model, "OT2", forward=False)
+                       + rec.inject(field=v.backward, expr=rec * s**2 / m)
+                       + [Inc(grad, -u * v.dt2)], subs=self.model.spacing_map, name="Gradient")
+        fwd.cfunction, adj.cfunction  # compile now, outside the timing
+        return fwd, adj
+
+    def args(self, u, v, grad):
+        fwd = dict(src=self.geometry.src, u=u, vp=self.model.vp, dt=self.dt)
+        adj = dict(rec=self.residual, u=u, v=v, grad=grad, vp=self.model.vp, dt=self.dt)
+        return fwd, adj
+
+
+def in_memory(c: Case):
+    u, v, grad = c.fields(save=c.nt)
+    fwd, adj = c.operators(u, v, grad)
+    fa, aa = c.args(u, v, grad)
+    t0 = time.perf_counter()
+    fwd.apply(time_m=1, time_M=c.nt - 2, **fa)
+    adj.apply(time_m=1, time_M=c.nt - 2, **aa)
+    return time.perf_counter() - t0, grad.data.copy()
+
+
+def streamed(c: Case, client, block: int):
+    u, v, grad = c.fields(save=block_buffer(block, 2))
+    fwd, adj = c.operators(u, v, grad)
+    fa, aa = c.args(u, v, grad)
+    t0 = time.perf_counter()
+    with Streamer(client, u, f"bench-stream-{os.getpid()}") as stream:
+        stream.forward(fwd, 1, c.nt - 2, **fa)
+        stream.adjoint(adj, c.nt - 2, 1, **aa)
+    return time.perf_counter() - t0, grad.data.copy()
+
+
+def revolved(c: Case, checkpoints: int, client=None):
+    u, v, grad = c.fields(save=None)
+    fwd, adj = c.operators(u, v, grad)
+    fa, aa = c.args(u, v, grad)
+    cp = DevitoCheckpoint([u])
+    wrp = Revolver(cp, CheckpointOperator(fwd, **fa), CheckpointOperator(adj, **aa),
+                   checkpoints, c.nt - 2)
+    storage = None
+    if client is not None:
+        wrp.resetStorageList()
+        storage = SnapdStorage(cp.size, checkpoints, cp.dtype, client=client,
+                               name=f"bench-revolve-{os.getpid()}")
+        wrp.addStorage(storage)
+    t0 = time.perf_counter()
+    wrp.apply_forward()
+    wrp.apply_reverse()
+    seconds = time.perf_counter() - t0
+    if storage is not None:
+        storage.close()
+    return seconds, grad.data.copy()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--socket", default="", help="snapd's control socket (default: the usual)")
+    ap.add_argument("--case", action="append", help="DIM:N:NT (repeatable)")
+    ap.add_argument("--block", type=int, default=16, help="Streamer: steps per operator call")
+    ap.add_argument("--checkpoints", type=int, default=40, help="pyrevolve checkpoints")
+    a = ap.parse_args()
+    cases = a.case or ["2d:1001:600", "3d:111:300"]
+    client = snapd.connect(a.socket)
+    print(f"{os.cpu_count()} cores, Devito's DEVITO_LANGUAGE={configuration['language']}, "
+          f"Streamer block {a.block}, {a.checkpoints} pyrevolve checkpoints")
+    print("| case | save=True s | Streamer s | Streamer / save=True | numpy revolve s | "
+          "SnapdStorage s | SnapdStorage / numpy | exact |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for spec in cases:
+        dim, n, nt = (int(x) for x in spec.lower().replace("d", "").split(":"))
+        c = Case(dim, n, nt)
+        t_mem, g_mem = in_memory(c)
+        t_str, g_str = streamed(c, client, a.block)
+        t_np, g_np = revolved(c, a.checkpoints)
+        t_sn, g_sn = revolved(c, a.checkpoints, client)
+        exact = all(np.array_equal(g, g_mem) for g in (g_str, g_np, g_sn))
+        print(f"| {c.label} ({c.step_bytes / 1e6:.1f} MB/step) | {t_mem:.2f} | {t_str:.2f} | "
+              f"{t_str / t_mem:.2f} | {t_np:.2f} | {t_sn:.2f} | {t_sn / t_np:.2f} | "
+              f"{'yes' if exact else 'NO'} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
