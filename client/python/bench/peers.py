@@ -128,7 +128,10 @@ def resident_bytes(paths) -> int:
             continue
         if size == 0:
             continue
-        fd = os.open(path, os.O_RDONLY)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:  # a spool file renamed or removed since it was listed
+            continue
         try:
             addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
             if addr in (None, ctypes.c_void_p(-1).value):
@@ -144,6 +147,15 @@ def resident_bytes(paths) -> int:
         finally:
             os.close(fd)
     return total
+
+
+def file_size(path) -> int:
+    """0 for a file gone since it was listed (snapd renames and removes spool files while it
+    demotes and frees steps in the background)."""
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
 
 
 def files_under(path) -> list:
@@ -512,7 +524,7 @@ def worker(job: dict) -> dict:
             "daemon_pss": proc_pss(daemon) if daemon else 0,
             "daemon_rss": proc_rss(daemon) if daemon else 0,
             "page_cache": resident_bytes(files),
-            "file_bytes": sum(os.path.getsize(p) for p in files),
+            "file_bytes": sum(file_size(p) for p in files),
             "meminfo_cached_delta": mi1["Cached"] - mi0["Cached"],
             "meminfo_shmem_delta": mi1["Shmem"] - mi0["Shmem"]}
     if isinstance(c, Snapd):
@@ -635,6 +647,8 @@ def _versions() -> dict:
 def main_driver(a) -> dict:
     sizes = QUICK_SIZES if a.quick else SIZES
     chosen = [k for k in CONTENDERS if k in a.only] if a.only else CONTENDERS
+    if a.workdir:
+        os.makedirs(a.workdir, exist_ok=True)
     root = tempfile.mkdtemp(prefix="snapd-peers-", dir=a.workdir)
     results = {"command": " ".join(["python", "client/python/bench/peers.py"] + a.argv),
                "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -821,7 +835,9 @@ def markdown(results, png_name=None) -> str:
            f"{m['cores']} cores ({m['cpu']}), {m['ram_gib']:.1f} GiB RAM, Linux {m['kernel']}, "
            f"workdir on {m['disk']}; Python {m['python']}, numpy {m['numpy']}, "
            f"h5py {m['versions'].get('h5py')}, adios2 {m['versions'].get('adios2')}. "
-           f"Load average {lb[0]:.2f} before the run, {la[0]:.2f} after.", ""]
+           f"Load average {lb[0]:.2f} before the run, {la[0]:.2f} after "
+           f"({m['cores']} cores: above {m['cores']}, other work shared them; compare figures "
+           "within one run).", ""]
     for size, block in results["sizes"].items():
         out += [table(size, block), ""]
     line = probe_line(results)
@@ -911,10 +927,19 @@ def main():
                    help="compare every byte of every step read back (inside the timing)")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     p.add_argument("--only", nargs="+", choices=CONTENDERS, help="run only these contenders")
+    p.add_argument("--from-json", metavar="FILE",
+                   help="no run: print (and with --out write) the table of a saved --json run")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
         print(json.dumps(worker(json.loads(a.worker))), flush=True)
+        return
+    if a.from_json:
+        with open(a.from_json) as f:
+            results = json.load(f)
+        print(markdown(results))
+        if a.out:
+            write_docs(results, a.out)
         return
     if not a.snapd and (not a.only or any(k.startswith("snapd") for k in a.only)):
         p.error("--snapd PATH is needed to run the snapd contenders")
