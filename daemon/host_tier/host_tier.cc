@@ -1,6 +1,7 @@
 #include "host_tier/host_tier.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,10 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes) {
     return Status::ResourceExhausted("sizing the host tier to " + FormatBytes(budget) +
                                      " failed: " + std::strerror(err));
   }
+  return Map(fd, budget);
+}
+
+Result<std::unique_ptr<HostTier>> HostTier::Map(int fd, uint64_t budget) {
   void* base = mmap(nullptr, budget, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
     int err = errno;
@@ -43,6 +48,39 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes) {
                                      " for the host tier failed: " + std::strerror(err));
   }
   return std::unique_ptr<HostTier>(new HostTier(fd, base, budget));
+}
+
+Result<std::unique_ptr<HostTier>> HostTier::Adopt(int fd, uint64_t budget_bytes) {
+  uint64_t budget = budget_bytes / kAlignment * kAlignment;
+  struct stat st{};
+  if (budget == 0 || fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return Status::InvalidArgument(budget == 0 ? "host-tier budget is below one page"
+                                               : std::string("fstat of the kept host tier: ") +
+                                                     std::strerror(err));
+  }
+  if (static_cast<uint64_t>(st.st_size) != budget &&
+      ftruncate(fd, static_cast<off_t>(budget)) != 0) {
+    int err = errno;
+    close(fd);
+    return Status::ResourceExhausted("resizing the kept host tier to " + FormatBytes(budget) +
+                                     " failed: " + std::strerror(err));
+  }
+  return Map(fd, budget);
+}
+
+Result<std::unique_ptr<HostBlock>> HostTier::Claim(uint64_t offset, uint64_t bytes) {
+  uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  MutexLock lock(mu_);
+  if (offset % kAlignment != 0 || size == 0 || !ranges_.AllocateAt(offset, size)) {
+    return Status::InvalidArgument("host-tier range at " + std::to_string(offset) + " of " +
+                                   std::to_string(size) + " bytes is not free in a tier of " +
+                                   FormatBytes(budget_));
+  }
+  used_ += size;
+  peak_used_ = std::max(peak_used_, used_);
+  return std::make_unique<HostBlock>(this, offset, size, static_cast<char*>(base_) + offset);
 }
 
 HostTier::HostTier(int fd, void* base, uint64_t budget)

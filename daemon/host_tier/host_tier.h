@@ -53,7 +53,15 @@ class HostTier {
   static constexpr uint64_t kAlignment = 4096;
 
   static Result<std::unique_ptr<HostTier>> Create(uint64_t budget_bytes);
+  // The tier over `fd`, a memfd kept through a restart (systemd's fd store), sized to the
+  // budget: grown if it is smaller; if larger, what lies beyond the budget is cut off (Claim
+  // refuses blocks there). Takes ownership of `fd`, also on error.
+  static Result<std::unique_ptr<HostTier>> Adopt(int fd, uint64_t budget_bytes);
   ~HostTier();
+
+  // The block at [offset, offset + bytes) of an adopted tier, holding a step kept through the
+  // restart; INVALID_ARGUMENT if that range is not free and inside the budget.
+  Result<std::unique_ptr<HostBlock>> Claim(uint64_t offset, uint64_t bytes) SNAPD_EXCLUDES(mu_);
 
   // RESOURCE_EXHAUSTED, naming the request, the use and the budget, when it does not fit.
   // `from_top`: take the highest free range that fits instead of the lowest. Compressed copies
@@ -73,6 +81,7 @@ class HostTier {
  private:
   friend class HostBlock;
   HostTier(int fd, void* base, uint64_t budget);
+  static Result<std::unique_ptr<HostTier>> Map(int fd, uint64_t budget);  // closes fd on error
   void Free(uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
 
   const int fd_;
