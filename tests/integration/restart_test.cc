@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -263,6 +264,70 @@ TEST_F(RestartTest, AnFdStoreThatDidNotPassTheTierBackIsReportedNotSilent) {
   ASSERT_NE(c, nullptr);
   std::vector<char> buf(kStep);
   EXPECT_EQ(c->Fetch(run.run_id, 1, buf.data(), kStep).code(), Code::kDataLoss);
+}
+
+// A solver pushing in a loop while snapd restarts: its pushes wait for the new daemon and are
+// sent again; the run finishes byte-exact and no call returns an error.
+TEST_F(RestartTest, AClientPushingThroughARestartFinishesItsRunExact) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
+  auto client = ConnectClient(daemon());  // the test's own: it outlives the daemon
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  Client& c = **client;
+  RunSpec spec = Spec("through", 40, kStep);
+  spec.keep = true;
+  auto run = c.OpenRun(spec);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  std::atomic<uint64_t> pushed{0};
+  std::vector<std::string> errors;
+  std::thread solver([&] {
+    std::vector<char> buf(kStep);
+    for (uint64_t t = 0; t < 40; ++t) {
+      FillPattern(buf.data(), kStep, 21, t);
+      auto h = c.Push(run->run_id, t, buf.data(), kStep);
+      Status s = h.ok() ? h->WaitStored() : h.status();
+      if (!s.ok()) errors.push_back("step " + std::to_string(t) + ": " + s.ToString());
+      pushed = t + 1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    }
+  });
+  ASSERT_TRUE(WaitUntil([&] { return pushed >= 8; }, std::chrono::seconds(30)));
+  StopDaemon();  // SIGTERM while the solver pushes; the host steps go to disk
+  uint64_t at_stop = pushed;
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
+  solver.join();
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_LT(at_stop, 40u) << "the run ended before the restart: the test proves nothing";
+  for (uint64_t t = 0; t < 40; ++t) {
+    Status s = FetchExact(c, run->run_id, t, 21);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_EQ(Stats().lost_snapshots(), 0u);
+}
+
+// A daemon that does not come back within the client's reconnect timeout: the push fails
+// with UNAVAILABLE naming the socket, after about that long.
+TEST_F(RestartTest, PastTheReconnectTimeoutAPushFailsNamingTheSocket) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("16M")));
+  ClientOptions o;
+  o.socket_path = daemon().socket();
+  o.reconnect_timeout_s = 1;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  RunSpec spec = Spec("gone", 4, kStep);
+  auto run = (*client)->OpenRun(spec);
+  ASSERT_TRUE(run.ok());
+  std::string socket = daemon().socket();
+  StopDaemon();
+  std::vector<char> buf(kStep);
+  auto t0 = std::chrono::steady_clock::now();
+  auto h = (*client)->Push(run->run_id, 0, buf.data(), kStep);
+  Status s = h.ok() ? h->WaitStored() : h.status();
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find(socket), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("did not come back within 1 s"), std::string::npos) << s.message();
+  EXPECT_GE(waited, 0.5);
+  EXPECT_LT(waited, 10.0);
 }
 
 // The same round trip through a real systemd: a transient unit with an fd store, restarted
