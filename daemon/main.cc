@@ -14,6 +14,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <thread>
+#include <utility>
 
 #include "catalog/catalog.h"
 #include "snapd/compress_pool.h"
@@ -54,6 +57,59 @@ Status ClaimSocket(const std::string& path) {
   }
   unlink(path.c_str());
   return Status::Ok();
+}
+
+// The name the host tier's memfd has in systemd's fd store (FDNAME=, LISTEN_FDNAMES).
+constexpr char kHostTierFdName[] = "hosttier";
+
+// systemd keeps an fd store for snapd: $FDSTORE (systemd 254 and later, when the unit sets
+// FileDescriptorStoreMax=) and a notification socket to send the fd on.
+bool FdStoreKept(const std::map<std::string, std::string>& env) {
+  auto fdstore = env.find("FDSTORE");
+  auto notify = env.find("NOTIFY_SOCKET");
+  return fdstore != env.end() && std::strtol(fdstore->second.c_str(), nullptr, 10) > 0 &&
+         notify != env.end() && !notify->second.empty();
+}
+
+// The host tier: the memfd the last stop handed to systemd's fd store, passed back to this
+// start as LISTEN_FDNAMES=hosttier, when the catalog says what it holds (`kept`); else a new
+// one. second: whether it was taken back. Any other fd passed is closed, and a memfd this
+// start does not use is taken out of the fd store, so systemd does not keep its memory.
+Result<std::pair<std::unique_ptr<HostTier>, bool>> TakeBackHostTier(
+    const std::map<std::string, std::string>& env, const std::optional<v1::HostTierKept>& kept,
+    uint64_t budget, const HostTierOptions& options) {
+  int fd = -1;
+  for (auto [name, passed] : ListenFds(env)) {
+    if (name == kHostTierFdName) {
+      fd = passed;
+    } else {
+      SNAPD_LOG_WARN("closing fd %d (%s) passed by systemd: snapd uses only '%s'", passed,
+                     name.c_str(), kHostTierFdName);
+      close(passed);
+    }
+  }
+  if (fd >= 0) {
+    // systemd's copy goes: this start holds the memfd now, and a stop stores it again.
+    Notify(env, "FDSTOREREMOVE=1\nFDNAME=" + std::string(kHostTierFdName));
+    if (kept) {
+      auto adopted = HostTier::Adopt(fd, budget, options.prefault);
+      if (adopted.ok()) {
+        SNAPD_LOG_INFO("took back the host tier from systemd's fd store (%llu steps kept by "
+                       "start %llu); checking them",
+                       static_cast<unsigned long long>(kept->steps()),
+                       static_cast<unsigned long long>(kept->epoch()));
+        return std::make_pair(std::move(adopted).value(), true);
+      }
+      SNAPD_LOG_ERROR("taking back the host tier: %s", adopted.status().message().c_str());
+    } else {
+      SNAPD_LOG_WARN("systemd passed a host tier but the catalog records none kept; "
+                     "starting with an empty one");
+      close(fd);
+    }
+  }
+  auto created = HostTier::Create(budget, options);
+  if (!created.ok()) return created.status();
+  return std::make_pair(std::move(created).value(), false);
 }
 
 int Run(int argc, char** argv) {
@@ -122,6 +178,11 @@ int Run(int argc, char** argv) {
 
   auto catalog = Catalog::Open(config.state_dir + "/catalog");
   if (!catalog.ok()) return fail(catalog.status());
+  if ((*catalog)->opened_format() < Catalog::kFormatVersion) {
+    SNAPD_LOG_INFO("catalog upgraded from format %llu to %llu",
+                   static_cast<unsigned long long>((*catalog)->opened_format()),
+                   static_cast<unsigned long long>(Catalog::kFormatVersion));
+  }
   auto epoch = (*catalog)->BeginEpoch();
   if (!epoch.ok()) return fail(epoch.status());
   HostTierOptions host_options;
@@ -129,8 +190,11 @@ int Run(int argc, char** argv) {
                             : config.host_huge_pages == "off"   ? HugePages::kOff
                                                                 : HugePages::kAuto;
   host_options.prefault = config.host_prefault;
-  auto host = HostTier::Create(budget, host_options);
+  auto kept = (*catalog)->TakeHostTierKept();
+  if (!kept.ok()) return fail(kept.status());
+  auto host = TakeBackHostTier(env, *kept, budget, host_options);
   if (!host.ok()) return fail(host.status());
+  const bool host_tier_adopted = host->second;
   std::unique_ptr<DiskTier> disk;
   if (std::vector<std::string> spools = SpoolDirs(config); !spools.empty()) {
     auto opened = DiskTier::Open({spools, config.disk_mem, config.disk_mem_perc});
@@ -145,10 +209,12 @@ int Run(int argc, char** argv) {
   store_options.tenant_host_share = config.tenant_host_share;
   store_options.spool_failure_timeout = std::chrono::seconds(config.spool_failure_timeout);
   store_options.scrub_bytes_per_second = config.scrub_rate;
+  store_options.kept_host_tier = *kept;
+  store_options.host_tier_adopted = host_tier_adopted;
   store_options.compress_threads = config.compress_threads
                                        ? static_cast<int>(config.compress_threads)
                                        : compress::DefaultCompressThreads();
-  auto store = Store::Open(catalog->get(), host->get(), disk.get(), store_options);
+  auto store = Store::Open(catalog->get(), host->first.get(), disk.get(), store_options);
   if (!store.ok()) return fail(store.status());
   SessionTable sessions;
   DataPlane::Options dp_options;
@@ -159,7 +225,7 @@ int Run(int argc, char** argv) {
 
   Status claimed = ClaimSocket(config.socket);
   if (!claimed.ok()) return fail(claimed);
-  auto arena = ArenaSocket::Start(config.socket + ".arena", host->get(), &sessions);
+  auto arena = ArenaSocket::Start(config.socket + ".arena", host->first.get(), &sessions);
   if (!arena.ok()) return fail(arena.status());
   ControlService service(store->get(), &sessions, data_plane->get(), config.socket,
                          (*arena)->path());
@@ -235,7 +301,7 @@ int Run(int argc, char** argv) {
   SNAPD_LOG_INFO("snapd %s serving on unix:%s, data plane: %s, host tier %s (%s%s), disk "
                  "tier %s (%s), catalog %s",
                  SNAPD_VERSION, config.socket.c_str(), (*data_plane)->Describe().c_str(),
-                 FormatBytes((*host)->budget()).c_str(), (*host)->pages().c_str(),
+                 FormatBytes(host->first->budget()).c_str(), host->first->pages().c_str(),
                  config.host_prefault ? ", prefaulting" : "",
                  disk ? FormatBytes(disk->budget()).c_str() : "none",
                  SpoolDirsText(config).c_str(), config.state_dir.c_str());
@@ -259,8 +325,23 @@ int Run(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  SNAPD_LOG_INFO("received %s, shutting down", strsignal(sig));
-  Notify(env, "STOPPING=1");
+  // A stop loses nothing (docs/operations.md, "Restart, upgrade and drain"): pushes are
+  // refused from now on, and the host-only steps go to systemd's fd store with the memfd that
+  // holds them, or are written to disk, within stop_timeout.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(config.stop_timeout);
+  const bool keep = config.fdstore == "auto" && FdStoreKept(env);
+  const std::string plan = keep ? "the host tier goes to systemd's fd store"
+                                : "writing host-only steps to disk (stop_timeout " +
+                                      std::to_string(config.stop_timeout) + " s)";
+  SNAPD_LOG_INFO("received %s, stopping: %s", strsignal(sig), plan.c_str());
+  Notify(env, std::string("STOPPING=1\nSTATUS=stopping: ") +
+                  (keep ? "handing the host tier to systemd" : "writing host memory to disk"));
+  (*store)->BeginStop();
+  // Pushes reserved before the stop may still commit (briefly: their bytes are being copied).
+  const auto settle = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  while ((*store)->PushesInFlight() != 0 && std::chrono::steady_clock::now() < settle) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   watchdog.reset();
   server->GetHealthCheckService()->SetServingStatus(false);
   metrics.reset();    // the file keeps the last figures
@@ -270,9 +351,30 @@ int Run(int argc, char** argv) {
   server->Wait();
   arena->reset();
   data_plane->reset();  // no more traffic into the store
+  auto started = std::chrono::steady_clock::now();
+  Store::StopResult stopped =
+      keep ? (*store)->KeepHostTier(deadline) : (*store)->DrainForStop(deadline);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (keep && stopped.status.ok() &&
+      !NotifyWithFd(env, "FDSTORE=1\nFDNAME=" + std::string(kHostTierFdName), host->first->fd())) {
+    SNAPD_LOG_ERROR("handing the host tier to systemd's fd store failed (%s): its %llu steps "
+                    "will be reported lost at the next start",
+                    std::strerror(errno), static_cast<unsigned long long>(stopped.steps));
+  } else if (!stopped.status.ok()) {
+    SNAPD_LOG_ERROR("stopping short: %s; the host-only steps left are named below and "
+                    "marked lost", stopped.status.message().c_str());
+  } else {
+    SNAPD_LOG_INFO("%s %llu host-only steps (%s) in %.2f s", keep ? "kept in systemd's fd store"
+                                                                  : "wrote to disk",
+                   static_cast<unsigned long long>(stopped.steps),
+                   FormatBytes(stopped.bytes).c_str(), took);
+  }
+  if (!keep && host_tier_adopted) {
+    Notify(env, "FDSTOREREMOVE=1\nFDNAME=" + std::string(kHostTierFdName));
+  }
   store->reset();
   disk.reset();
-  host->reset();
+  host->first.reset();
   catalog->reset();
   SNAPD_LOG_INFO("stopped cleanly");
   return 0;

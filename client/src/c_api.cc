@@ -48,6 +48,12 @@ snapd_code snapd_connect(const char* socket_path, snapd_client** out) {
 
 void snapd_disconnect(snapd_client* client) { delete client; }
 
+snapd_code snapd_set_reconnect_timeout(snapd_client* client, double seconds) {
+  if (!client) return NullArgument("client");
+  client->client->set_reconnect_timeout(seconds);
+  return SNAPD_OK;
+}
+
 snapd_code snapd_open_run(snapd_client* client, const snapd_run_spec* spec, uint64_t* run_id) {
   if (!client || !spec || !run_id) return NullArgument("client, spec and run_id");
   if (!spec->shape && spec->ndim != 0) {

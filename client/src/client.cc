@@ -45,6 +45,12 @@ bool FetchHandle::done() const {
 
 Client::Impl::~Impl() {
   {
+    MutexLock lock(conn_mu);
+    closing = true;
+  }
+  conn_cv.NotifyAll();
+  reconnector.reset();  // a reconnect in progress gives up; what waits for it fails
+  {
     std::unique_ptr<detail::TaskThread> records;
     {
       MutexLock lock(device_mu);
@@ -69,7 +75,7 @@ Client::Impl::~Impl() {
   CloseSession();
   if (arena) {
     pinning.reset();  // unpins what device pushes and fetches pinned
-    munmap(arena, arena_bytes);
+    munmap(arena.load(), arena_bytes);
   }
   MutexLock lock(device_mu);
   if (device_base) detail::DeviceRelease(device_base);  // waits for copies still in flight
@@ -81,9 +87,26 @@ Client::~Client() = default;
 Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->socket_path = options.socket_path.empty() ? ClientSocketPath() : options.socket_path;
+  impl->client_name = options.client_name;
+  impl->reconnect_timeout_s = options.reconnect_timeout_s;
+  if (const char* t = std::getenv("SNAPD_RECONNECT_TIMEOUT"); t && *t) {
+    char* end = nullptr;
+    double seconds = std::strtod(t, &end);
+    if (end == t || *end != '\0' || !(seconds >= 0)) {
+      return Status::InvalidArgument(std::string("SNAPD_RECONNECT_TIMEOUT must be a number of "
+                                                 "seconds (0 = do not reconnect), got '") +
+                                     t + "'");
+    }
+    impl->reconnect_timeout_s = seconds;
+  }
   SNAPD_RETURN_IF_ERROR(detail::ProbeSocket(impl->socket_path));
-  impl->stub = v1::Control::NewStub(
-      grpc::CreateChannel("unix:" + impl->socket_path, grpc::InsecureChannelCredentials()));
+  // Reconnects after a restart of snapd come quickly: gRPC's default backoff grows to 2 min.
+  grpc::ChannelArguments channel_args;
+  channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  impl->stub = v1::Control::NewStub(grpc::CreateCustomChannel(
+      "unix:" + impl->socket_path, grpc::InsecureChannelCredentials(), channel_args));
 
   // The worker runs before the session opens: snapd connects to it while answering.
   SNAPD_ASSIGN_OR_RETURN(impl->loop, ucx::WorkerLoop::Create("libsnapd"));
@@ -111,16 +134,21 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   impl->token = resp.token();
   impl->data_plane_address = resp.data_plane_worker_address();
   const char* path_env = std::getenv("SNAPD_DATA_PATH");
+  char* base = nullptr;
+  uint64_t base_bytes = 0;
   if (!options.map_host_tier || (path_env && std::string(path_env) == "ucx")) {
     impl->data_path_reason = "mapping turned off by the caller";
   } else if (Status s = detail::MapArena(resp.arena_socket(), impl->session_id, impl->token,
-                                         &impl->arena, &impl->arena_bytes);
+                                         &base, &base_bytes);
              !s.ok()) {
     impl->data_path_reason = s.ToString();
   }
+  impl->arena = base;
+  impl->arena_bytes = base_bytes;
+  impl->mapped = base != nullptr;
   if (impl->arena) {
     impl->pinning = std::make_unique<detail::HostPinning>(
-        impl->arena, impl->arena_bytes, detail::HostPinning::kDefaultChunk, detail::PinHost,
+        base, base_bytes, detail::HostPinning::kDefaultChunk, detail::PinHost,
         detail::UnpinHost);
   }
 
@@ -142,6 +170,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (!bound.ok()) {
     return Status(bound.code(), "binding the data plane to the session: " + bound.message());
   }
+  impl->reconnector = std::make_unique<detail::TaskThread>();
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -224,7 +253,7 @@ Result<FetchHandle> Client::FetchDeviceAsync(uint64_t run_id, uint64_t step, voi
   if (auto pooled = impl_->FetchFromPool(run_id, step, device_data, bytes, stream)) {
     return *pooled;
   }
-  if (impl_->arena) {
+  if (impl_->mapped) {
     impl_->pinning->PinAllInBackground();
     return impl_->StartFetch(run_id, step, device_data, bytes, /*device=*/true, stream);
   }
@@ -244,8 +273,11 @@ Status Client::Fetch(uint64_t run_id, uint64_t step, void* data, size_t bytes) {
 }
 
 const std::string& Client::socket_path() const { return impl_->socket_path; }
+void Client::set_reconnect_timeout(double seconds) {
+  impl_->reconnect_timeout_s = seconds > 0 ? seconds : 0;
+}
 DataPath Client::data_path() const {
-  return impl_->arena ? DataPath::kMappedHostTier : DataPath::kUcx;
+  return impl_->mapped ? DataPath::kMappedHostTier : DataPath::kUcx;
 }
 const std::string& Client::data_path_reason() const { return impl_->data_path_reason; }
 

@@ -14,9 +14,11 @@
 //                       forms), Connect, ~Impl (the teardown order), CheckPush.
 //
 // Threading:
-// - socket_path, arena, arena_bytes, pinning (itself thread-safe), data_path_reason, stub, session_id, token,
-//   data_plane_address, device_fraction, device_bytes and device_options are set by Connect
-//   and then read-only.
+// - socket_path, client_name, mapped, data_path_reason, stub, device_fraction, device_bytes
+//   and device_options are set by Connect and then read-only. session_id, token, arena and
+//   arena_bytes are atomics, set by Connect and replaced on the loop thread by a reconnect;
+//   data_plane_address and pinning are replaced there too (pinning is itself thread-safe; a
+//   device copy in flight across a reconnect is not supported).
 // - next_request is atomic: any thread numbers requests.
 // - ep, ep_error and pending belong to the loop thread: touch them only from a task posted to
 //   `loop` or from a UCX callback (OnReply, OnEndpointError). Send, SendHeader, CopyIn,
@@ -88,16 +90,22 @@ struct Client::Impl {
   };
 
   std::string socket_path;
-  char* arena = nullptr;  // the daemon's host tier, mapped; null on the UCX path
-  uint64_t arena_bytes = 0;
+  std::string client_name;
+  // The host tier is mapped (decided at Connect; a reconnect maps the new daemon's tier).
+  bool mapped = false;
+  // The daemon's host tier, mapped; null on the UCX path. Replaced on the loop thread when a
+  // reconnect maps the new daemon's tier; read by the loop (copies) and device paths.
+  std::atomic<char*> arena{nullptr};
+  std::atomic<uint64_t> arena_bytes{0};
   // The mapped tier pinned for the GPU chunk by chunk, as device pushes and fetches need it;
   // null on the UCX path. Nothing is pinned (and CUDA is not touched) until the first device
   // push or fetch, or the first run with a device layer, starts it.
   std::unique_ptr<detail::HostPinning> pinning;
   std::string data_path_reason;
   std::unique_ptr<v1::Control::Stub> stub;
-  uint64_t session_id = 0;
-  uint64_t token = 0;
+  // The session; replaced (on the loop thread) when a reconnect opens a new one.
+  std::atomic<uint64_t> session_id{0};
+  std::atomic<uint64_t> token{0};
   std::string data_plane_address;  // snapd's packed UCX worker address
   std::atomic<uint64_t> next_request{1};
   std::unique_ptr<ucx::WorkerLoop> loop;
@@ -167,8 +175,38 @@ struct Client::Impl {
   Result<PushHandle> PushDeviceToDaemon(uint64_t run_id, uint64_t step, const void* device_data,
                                         size_t bytes, void* stream);
 
+  // Riding through a restart of snapd. When the data plane fails with UNAVAILABLE (the
+  // endpoint died, or snapd refused a push because it is stopping), a push not yet released
+  // or a fetch waits for a new session (AfterReconnect) and is sent again on it; a push
+  // already released whose reply was lost is looked up (Locate) and completes if stored.
+  // One reconnect runs at a time, on `reconnector`: ProbeSocket + OpenSession + the arena +
+  // the endpoint and Hello, retried with backoff (50 ms doubling to 1 s) until
+  // reconnect_timeout_s; then everything waiting fails with UNAVAILABLE naming the socket.
+  std::atomic<double> reconnect_timeout_s{60};
+  Mutex conn_mu;
+  CondVar conn_cv;
+  uint64_t conn_generation SNAPD_GUARDED_BY(conn_mu) = 0;  // sessions opened after the first
+  bool reconnecting SNAPD_GUARDED_BY(conn_mu) = false;
+  bool closing SNAPD_GUARDED_BY(conn_mu) = false;  // teardown: no more reconnects
+  std::vector<std::function<void(Status)>> after_reconnect SNAPD_GUARDED_BY(conn_mu);
+  std::unique_ptr<detail::TaskThread> reconnector;
+  uint64_t Generation();
+  // Runs `then` off the loop thread once a session newer than generation `seen` is open (Ok),
+  // or with the reason none could be opened.
+  void AfterReconnect(uint64_t seen, std::function<void(Status)> then);
+  void ReconnectEpisode();
+  Status ReconnectOnce();  // one attempt at a new session
+  bool Retriable(const Status& s);
+  // One try of a push or fetch for the caller's `outer` handle; tried again after a reconnect.
+  void PushAttempt(std::shared_ptr<detail::OpState> outer, uint64_t run_id, uint64_t step,
+                   const void* data, size_t bytes, bool device, void* stream);
+  void FetchAttempt(std::shared_ptr<detail::OpState> outer, uint64_t run_id, uint64_t step,
+                    void* data, size_t bytes, bool device, void* stream);
+
   ~Impl();
   Status Control(const std::function<grpc::Status(grpc::ClientContext*)>& call);
+  // One call, retried once when only this channel's connection was lost.
+  Status ControlOnce(const std::function<grpc::Status(grpc::ClientContext*)>& call);
   // OpenSession for `client_name` at the loop's address; FAILED_PRECONDITION when snapd speaks
   // another data-plane wire version. Connect calls it once, with the loop running.
   Status OpenSession(const std::string& client_name, v1::OpenSessionResponse* resp);

@@ -1,9 +1,11 @@
 // Client::Impl's control channel: gRPC to snapd (see client_impl.h), and the public calls
 // that are one control-plane request each.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client_impl.h"
@@ -67,6 +69,29 @@ RunInfo FromProto(const v1::RunInfo& p) {
 }  // namespace
 
 Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+  // Once connected, a call during a restart of snapd waits for it (reconnect_timeout_s), with
+  // backoff; Connect itself fails at once.
+  const double timeout = session_id != 0 ? reconnect_timeout_s.load() : 0;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+  auto backoff = std::chrono::milliseconds(50);
+  for (;;) {
+    Status s = ControlOnce(call);
+    if (s.code() != Code::kUnavailable || timeout <= 0 ||
+        std::chrono::steady_clock::now() + backoff > deadline) {
+      return s;
+    }
+    {
+      MutexLock lock(conn_mu);
+      if (closing) return s;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+Status Client::Impl::ControlOnce(
+    const std::function<grpc::Status(grpc::ClientContext*)>& call) {
   grpc::Status s;
   for (int attempt = 0; attempt < 2; ++attempt) {
     grpc::ClientContext ctx;

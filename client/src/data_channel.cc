@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -146,7 +147,11 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
   // Host memory: copied on the loop thread that received the reservation and committed at
   // once, so the push crosses no other thread of this client. Posted to the loop itself: the
   // commit is sent after this UCX callback returns, never from inside it.
-  loop->Post([this, p, offset] {
+  loop->Post([this, p, offset, session = session_id.load()] {
+    if (session != session_id) {  // a reconnect replaced the tier this offset was in
+      p.state->Complete(Status::Unavailable("the reservation's session was replaced"));
+      return;
+    }
     auto t0 = std::chrono::steady_clock::now();
     PopulateTierPages(arena + offset, p.bytes);
     std::memcpy(arena + offset, p.buffer, p.bytes);
@@ -200,7 +205,11 @@ void Client::Impl::CopyOut(Pending p, uint64_t offset, uint64_t lease) {
     });
     return;
   }
-  loop->Post([this, p, offset, lease] {  // on the loop thread, as CopyIn
+  loop->Post([this, p, offset, lease, session = session_id.load()] {  // on the loop, as CopyIn
+    if (session != session_id) {  // a reconnect replaced the tier this offset was in
+      p.state->Complete(Status::Unavailable("the lease's session was replaced"));
+      return;
+    }
     auto t0 = std::chrono::steady_clock::now();
     PopulateTierPages(arena + offset, p.bytes);
     std::memcpy(p.buffer, arena + offset, p.bytes);
@@ -215,9 +224,13 @@ void Client::Impl::FailAll(const Status& s) {
   for (auto& [id, p] : failed) p.state->Complete(s);
 }
 
-void Client::Impl::OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
+void Client::Impl::OnEndpointError(void* arg, ucp_ep_h failed, ucs_status_t status) {
   auto* self = static_cast<Impl*>(arg);
-  self->ep_error = ucx::FromUcs(status, "data-plane connection to snapd lost");
+  if (failed != self->ep) return;  // an endpoint a reconnect replaced already
+  // UNAVAILABLE: snapd went away (a restart); pushes and fetches wait for a reconnect.
+  self->ep_error = Status::Unavailable(
+      "data-plane connection to snapd at " + self->socket_path + " lost: " +
+      ucx::FromUcs(status, "endpoint").message());
   self->FailAll(self->ep_error);
 }
 
@@ -314,9 +327,47 @@ std::shared_ptr<detail::OpState> Client::Impl::UnstoredPush(uint64_t run_id, uin
 
 PushHandle Client::Impl::StartPush(uint64_t run_id, uint64_t step, const void* data,
                                    size_t bytes, bool device, void* stream) {
+  auto outer = std::make_shared<detail::OpState>();
+  TrackPush(run_id, step, outer);
+  PushAttempt(outer, run_id, step, data, bytes, device, stream);
+  return PushHandle(outer);
+}
+
+void Client::Impl::PushAttempt(std::shared_ptr<detail::OpState> outer, uint64_t run_id,
+                               uint64_t step, const void* data, size_t bytes, bool device,
+                               void* stream) {
+  const uint64_t generation = Generation();
   auto state = std::make_shared<detail::OpState>();
-  TrackPush(run_id, step, state);
-  if (arena) {
+  // Released: the caller's buffer is free, whatever happens next. A failure before that is
+  // not passed on: the push may be sent again.
+  state->WhenReleased([outer, state] {
+    if (Status s = state->WaitReleased(); s.ok()) outer->Release(s);
+  });
+  state->WhenCompleted([this, outer, state, generation, run_id, step, data, bytes, device,
+                        stream] {
+    Status s = state->WaitCompleted();
+    if (s.ok() || !Retriable(s)) {
+      outer->Complete(s);
+      return;
+    }
+    bool released = outer->IsReleased();
+    AfterReconnect(generation, [this, outer, released, s, run_id, step, data, bytes, device,
+                                stream](Status reconnected) {
+      if (!reconnected.ok()) {
+        outer->Complete(reconnected);
+      } else if (!released) {
+        PushAttempt(outer, run_id, step, data, bytes, device, stream);
+      } else {
+        // The bytes left the caller's buffer but snapd stopped before storing them (it lets
+        // reserved pushes commit first, so this is a narrow window): say so.
+        outer->Complete(Status::Unavailable(
+            "push of step " + std::to_string(step) + " of run id " + std::to_string(run_id) +
+            " was released but snapd at " + socket_path + " stopped before storing it (" +
+            s.message() + "); push it again"));
+      }
+    });
+  });
+  if (mapped) {
     Pending entry{Kind::kReserve, state, const_cast<void*>(data), bytes, run_id, step, stream,
                   device};
     loop->Post([this, entry, run_id, step, bytes] {
@@ -326,41 +377,188 @@ PushHandle Client::Impl::StartPush(uint64_t run_id, uint64_t step, const void* d
       reserve.bytes = bytes;
       SendHeader(wire::kReserve, reserve, entry);
     });
-    return PushHandle(state);
+    return;
   }
-  uint64_t id = next_request++;
-  auto header = std::make_shared<wire::PushRequest>(wire::PushRequest{
-      wire::MakeHeader(wire::kPush, token, id), run_id, step, bytes, /*copy_ns=*/0});
-  loop->Post([this, header, id, state, data, bytes] {
+  loop->Post([this, state, run_id, step, data, bytes] {
+    uint64_t id = next_request++;
+    auto header = std::make_shared<wire::PushRequest>(wire::PushRequest{
+        wire::MakeHeader(wire::kPush, token, id), run_id, step, bytes, /*copy_ns=*/0});
     Send(header, sizeof *header, id, wire::kPush, Pending{Kind::kPush, state}, data, bytes);
   });
-  return PushHandle(state);
 }
 
 FetchHandle Client::Impl::StartFetch(uint64_t run_id, uint64_t step, void* data, size_t bytes,
                                      bool device, void* stream) {
-  auto state = std::make_shared<detail::OpState>();
-  bool mapped = arena != nullptr;
-  auto send = [this, mapped, state, run_id, step, data, bytes, device, stream] {
-    loop->Post([this, mapped, state, run_id, step, data, bytes, device, stream] {
-      wire::FetchRequest fetch{};
-      fetch.run_id = run_id;
-      fetch.step = step;
-      fetch.bytes = bytes;
-      if (mapped) {
-        SendHeader(wire::kFetchMapped, fetch,
-                   Pending{Kind::kFetchMapped, state, data, bytes, 0, 0, stream, device});
-      } else {
-        SendHeader(wire::kFetch, fetch, Pending{Kind::kFetch, state, data, bytes});
-      }
-    });
+  auto outer = std::make_shared<detail::OpState>();
+  auto send = [this, outer, run_id, step, data, bytes, device, stream] {
+    FetchAttempt(outer, run_id, step, data, bytes, device, stream);
   };
   if (auto push = UnstoredPush(run_id, step)) {
     push->WhenCompleted(std::move(send));  // read what this client wrote, once it is stored
   } else {
     send();
   }
-  return FetchHandle(state);
+  return FetchHandle(outer);
+}
+
+void Client::Impl::FetchAttempt(std::shared_ptr<detail::OpState> outer, uint64_t run_id,
+                                uint64_t step, void* data, size_t bytes, bool device,
+                                void* stream) {
+  const uint64_t generation = Generation();
+  auto state = std::make_shared<detail::OpState>();
+  state->WhenCompleted([this, outer, state, generation, run_id, step, data, bytes, device,
+                        stream] {
+    Status s = state->WaitCompleted();
+    if (s.ok() || !Retriable(s)) {
+      outer->Complete(s);
+      return;
+    }
+    // A fetch is sent again whole: whatever reached `data` is overwritten.
+    AfterReconnect(generation, [this, outer, run_id, step, data, bytes, device,
+                                stream](Status reconnected) {
+      if (!reconnected.ok()) {
+        outer->Complete(reconnected);
+      } else {
+        FetchAttempt(outer, run_id, step, data, bytes, device, stream);
+      }
+    });
+  });
+  loop->Post([this, state, run_id, step, data, bytes, device, stream] {
+    wire::FetchRequest fetch{};
+    fetch.run_id = run_id;
+    fetch.step = step;
+    fetch.bytes = bytes;
+    if (mapped) {
+      SendHeader(wire::kFetchMapped, fetch,
+                 Pending{Kind::kFetchMapped, state, data, bytes, 0, 0, stream, device});
+    } else {
+      SendHeader(wire::kFetch, fetch, Pending{Kind::kFetch, state, data, bytes});
+    }
+  });
+}
+
+uint64_t Client::Impl::Generation() {
+  MutexLock lock(conn_mu);
+  return conn_generation;
+}
+
+bool Client::Impl::Retriable(const Status& s) {
+  if (s.code() != Code::kUnavailable || reconnect_timeout_s.load() <= 0) return false;
+  MutexLock lock(conn_mu);
+  return !closing;
+}
+
+void Client::Impl::AfterReconnect(uint64_t seen, std::function<void(Status)> then) {
+  {
+    MutexLock lock(conn_mu);
+    if (closing) {
+      lock.Unlock();
+      then(Status::Aborted("client disconnected"));
+      return;
+    }
+    if (conn_generation <= seen) {
+      after_reconnect.push_back(std::move(then));
+      if (!reconnecting) {
+        reconnecting = true;
+        reconnector->Submit([this] { ReconnectEpisode(); });
+      }
+      return;
+    }
+  }
+  then(Status::Ok());  // a newer session is open already
+}
+
+void Client::Impl::ReconnectEpisode() {
+  const double timeout = reconnect_timeout_s.load();
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+  auto backoff = std::chrono::milliseconds(50);
+  Status result;
+  for (;;) {
+    {
+      MutexLock lock(conn_mu);
+      if (closing) {
+        result = Status::Aborted("client disconnected");
+        break;
+      }
+    }
+    result = ReconnectOnce();
+    if (result.ok()) break;
+    if (std::chrono::steady_clock::now() + backoff > deadline) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", timeout);
+      result = Status::Unavailable("snapd at " + socket_path + " did not come back within " +
+                                   secs + " s (" + result.message() +
+                                   "); start it, or raise SNAPD_RECONNECT_TIMEOUT");
+      break;
+    }
+    MutexLock lock(conn_mu);
+    conn_cv.WaitFor(conn_mu, backoff, [&]() SNAPD_REQUIRES(conn_mu) { return closing; });
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  std::vector<std::function<void(Status)>> waiting;
+  {
+    MutexLock lock(conn_mu);
+    if (result.ok()) ++conn_generation;
+    reconnecting = false;
+    waiting.swap(after_reconnect);
+  }
+  for (auto& f : waiting) f(result);
+}
+
+Status Client::Impl::ReconnectOnce() {
+  SNAPD_RETURN_IF_ERROR(detail::ProbeSocket(socket_path));
+  v1::OpenSessionRequest req;
+  req.set_client_name(client_name);
+  req.set_ucx_address(loop->address());
+  v1::OpenSessionResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ctx.set_wait_for_ready(true);
+  grpc::Status opened = stub->OpenSession(&ctx, req, &resp);
+  if (!opened.ok()) {
+    return Status(static_cast<Code>(opened.error_code()), opened.error_message());
+  }
+  if (resp.wire_version() != wire::kVersion) {
+    return Status::FailedPrecondition("snapd came back speaking data-plane wire version " +
+                                      std::to_string(resp.wire_version()));
+  }
+  char* base = nullptr;
+  uint64_t base_bytes = 0;
+  if (mapped) {
+    SNAPD_RETURN_IF_ERROR(detail::MapArena(resp.arena_socket(), resp.session_id(), resp.token(),
+                                           &base, &base_bytes));
+  }
+  // On the loop: the old endpoint and mapping go, the new session's come.
+  auto hello = std::make_shared<detail::OpState>();
+  loop->Post([this, hello, resp, base, base_bytes] {
+    if (ep) ucx::CloseEndpoint(*loop, ep, /*force=*/true);
+    ep = nullptr;
+    FailAll(Status::Unavailable("the data-plane session was replaced by a reconnect"));
+    session_id = resp.session_id();
+    token = resp.token();
+    data_plane_address = resp.data_plane_worker_address();
+    if (mapped) {
+      pinning.reset();
+      munmap(arena.load(), arena_bytes);
+      arena = base;
+      arena_bytes = base_bytes;
+      pinning = std::make_unique<detail::HostPinning>(
+          base, base_bytes, detail::HostPinning::kDefaultChunk, detail::PinHost,
+          detail::UnpinHost);
+    }
+    ep_error = Status::Ok();
+    if (Status s = CreateEndpoint(); !s.ok()) {
+      ep_error = s;
+      hello->Complete(s);
+      return;
+    }
+    wire::HelloRequest h{};
+    h.session_id = session_id;
+    SendHeader(wire::kHello, h, Pending{Kind::kHello, hello});
+  });
+  return hello->WaitCompleted();
 }
 
 }  // namespace snapd

@@ -170,7 +170,7 @@ std::optional<Result<FetchHandle>> Client::Impl::FetchFromPool(uint64_t run_id, 
 Result<PushHandle> Client::Impl::PushDeviceToDaemon(uint64_t run_id, uint64_t step,
                                                     const void* device_data, size_t bytes,
                                                     void* stream) {
-  if (arena) {
+  if (mapped) {
     pinning->PinAllInBackground();
     return StartPush(run_id, step, device_data, bytes, /*device=*/true, stream);
   }

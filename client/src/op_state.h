@@ -16,11 +16,32 @@ namespace snapd::detail {
 // Completion implies release. Thread-safe.
 struct OpState {
   void Release(const Status& s) SNAPD_EXCLUDES(mu) {
+    std::vector<std::function<void()>> callbacks;
+    {
+      MutexLock lock(mu);
+      if (released) return;
+      released = true;
+      release_status = s;
+      callbacks.swap(on_release);
+      cv.NotifyAll();
+    }
+    for (auto& f : callbacks) f();
+  }
+  // Runs `f` once the operation is released (or completes without a release first): now if
+  // it has, else on the thread that releases it.
+  void WhenReleased(std::function<void()> f) SNAPD_EXCLUDES(mu) {
+    {
+      MutexLock lock(mu);
+      if (!released) {
+        on_release.push_back(std::move(f));
+        return;
+      }
+    }
+    f();
+  }
+  bool IsReleased() SNAPD_EXCLUDES(mu) {
     MutexLock lock(mu);
-    if (released) return;
-    released = true;
-    release_status = s;
-    cv.NotifyAll();
+    return released;
   }
   void Complete(const Status& s) SNAPD_EXCLUDES(mu) {
     std::vector<std::function<void()>> callbacks;
@@ -30,10 +51,12 @@ struct OpState {
       if (!released) {
         released = true;
         release_status = s;
+        callbacks.swap(on_release);
       }
       completed = true;
       final_status = s;
-      callbacks.swap(on_complete);
+      for (auto& f : on_complete) callbacks.push_back(std::move(f));
+      on_complete.clear();
       cv.NotifyAll();
     }
     for (auto& f : callbacks) f();
@@ -68,6 +91,7 @@ struct OpState {
   Status release_status SNAPD_GUARDED_BY(mu);
   Status final_status SNAPD_GUARDED_BY(mu);
   std::vector<std::function<void()>> on_complete SNAPD_GUARDED_BY(mu);
+  std::vector<std::function<void()>> on_release SNAPD_GUARDED_BY(mu);
 };
 
 // Completes `state` once `parts` operations have reported: with the first error, else OK. A

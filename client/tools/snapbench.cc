@@ -90,6 +90,8 @@ struct Args {
   bool spill = false;
   bool codec = false;
   bool device = false;
+  bool fill = false;    // push a kept run for the restart benchmark, then exit
+  bool verify = false;  // fetch that run back and check every byte
   int workers = 0;  // codec: 0 = the daemon's default (cores minus one)
   int many = 0;     // many: solver processes at once
   int kill = 0;     // many: how many of them are killed mid-run
@@ -890,6 +892,57 @@ CLI::Validator NonNegativeMs() {
       "", "MS");
 }
 
+// The restart benchmark's run: --fill pushes it (kept) and waits until every step is stored;
+// --verify fetches every step and checks its bytes (word i of step t holds t * 2^32 + i).
+int RestartRun(snapd::Client& c, const Args& a) {
+  const char* name = "snapbench-restart";
+  auto fail = [](const char* what, const snapd::Status& s) {
+    std::fprintf(stderr, "snapbench: %s: %s\n", what, s.ToString().c_str());
+    return 1;
+  };
+  std::vector<uint64_t> buf(a.bytes / 8), want(a.bytes / 8);
+  auto pattern = [&](std::vector<uint64_t>& v, uint64_t t) {
+    for (uint64_t i = 0; i < v.size(); ++i) v[i] = (t << 32) + i;
+  };
+  if (a.fill) {
+    snapd::RunSpec spec;
+    spec.name = name;
+    spec.steps = a.steps;
+    spec.bytes_per_step = buf.size() * 8;
+    spec.keep = true;
+    auto run = c.OpenRun(spec);
+    if (!run.ok()) return fail("open", run.status());
+    for (uint64_t t = 0; t < a.steps; ++t) {
+      pattern(buf, t);
+      auto h = c.Push(run->run_id, t, buf.data(), buf.size() * 8);
+      snapd::Status s = h.ok() ? h->WaitStored() : h.status();
+      if (!s.ok()) return fail("push", s);
+    }
+    std::printf("pushed %llu steps of %llu bytes\n", (unsigned long long)a.steps,
+                (unsigned long long)(buf.size() * 8));
+    return 0;
+  }
+  uint64_t id = 0;
+  auto runs = c.ListRuns();
+  if (!runs.ok()) return fail("list", runs.status());
+  for (const auto& r : *runs) {
+    if (r.spec.name == name) id = r.run_id;
+  }
+  if (id == 0) return fail("verify", snapd::Status::NotFound("no run snapbench-restart"));
+  auto t0 = Clock::now();
+  for (uint64_t t = 0; t < a.steps; ++t) {
+    snapd::Status s = c.Fetch(id, t, buf.data(), buf.size() * 8);
+    if (!s.ok()) return fail("fetch", s);
+    pattern(want, t);
+    if (buf != want) {
+      return fail("verify", snapd::Status::DataLoss("step " + std::to_string(t) + " differs"));
+    }
+  }
+  std::printf("verified %llu steps exact in %.2f s\n", (unsigned long long)a.steps,
+              Seconds(t0, Clock::now()));
+  return 0;
+}
+
 // Fills `a` from the command line. Returns the exit status when snapbench should stop here
 // (--help: 0, after printing it; a bad command line: kExitUsage, after saying why), else
 // nullopt. CLI11's exceptions stay inside.
@@ -921,7 +974,16 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
       app.add_flag("--device", a->device,
                    "Device pushes and fetches against pinned cudaMemcpy (CUDA builds) [off]")
           ->group("Modes");
-  const std::vector<CLI::Option*> modes = {spill, codec, many, device};
+  CLI::Option* fill =
+      app.add_flag("--fill", a->fill,
+                   "Push a kept run 'snapbench-restart' of --steps x --bytes and exit (the "
+                   "restart benchmark, client/tools/restart_bench.sh) [off]")
+          ->group("Modes");
+  CLI::Option* verify =
+      app.add_flag("--verify", a->verify,
+                   "Fetch 'snapbench-restart' back, checking every byte [off]")
+          ->group("Modes");
+  const std::vector<CLI::Option*> modes = {spill, codec, many, device, fill, verify};
   for (CLI::Option* m : modes) {
     for (CLI::Option* other : modes) {
       if (other != m) m->excludes(other);
@@ -1115,6 +1177,7 @@ int main(int argc, char** argv) {
   auto client = snapd::Client::Connect(opts);
   if (!client.ok()) return Fail("", client.status());
   if (a.spill) return Spill(**client, a);
+  if (a.fill || a.verify) return RestartRun(**client, a);
   if (a.device) {
 #if SNAPD_WITH_CUDA
     return DeviceBench(**client, a.steps, a.bytes, a.compute_ms, a.json);

@@ -50,7 +50,62 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
     return Status::Unavailable("opening catalog at '" + dir + "' failed: " + s.ToString() +
                                " (is another snapd using this state_dir?)");
   }
-  return std::unique_ptr<Catalog>(new Catalog(std::unique_ptr<rocksdb::DB>(raw)));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string value;
+  s = db->Get(rocksdb::ReadOptions(), "m:format", &value);
+  if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "read of m:format");
+  uint64_t format = kFormatVersion;  // a new catalog
+  if (s.ok()) {
+    format = ReadBe64(value);
+  } else {
+    // No marker: new, or written by a snapd from before format versions (format 1).
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+    it->SeekToFirst();
+    if (it->Valid()) format = 1;
+    SNAPD_RETURN_IF_ERROR(FromRocks(it->status(), "scan"));
+  }
+  if (format > kFormatVersion) {
+    return Status::FailedPrecondition(
+        "catalog at '" + dir + "' has format version " + std::to_string(format) +
+        ", newer than this snapd's " + std::to_string(kFormatVersion) +
+        " (a newer snapd wrote it): run that snapd or a newer one, or move the state_dir aside "
+        "to start empty");
+  }
+  if (format != kFormatVersion || !s.ok()) {
+    std::string encoded;
+    AppendBe64(&encoded, kFormatVersion);
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    SNAPD_RETURN_IF_ERROR(FromRocks(db->Put(w, "m:format", encoded), "write of m:format"));
+  }
+  return std::unique_ptr<Catalog>(new Catalog(std::move(db), format));
+}
+
+Status Catalog::PutHostTierKept(const v1::HostTierKept& kept,
+                                const std::vector<v1::SnapshotRecord>& snapshots) {
+  rocksdb::WriteBatch batch;
+  for (const auto& snap : snapshots) {
+    batch.Put(SnapshotKey(snap.run_id(), snap.step()), snap.SerializeAsString());
+  }
+  batch.Put("m:host_tier", kept.SerializeAsString());
+  rocksdb::WriteOptions w;
+  w.sync = true;
+  return FromRocks(db_->Write(w, &batch), "write of the kept host tier");
+}
+
+Result<std::optional<v1::HostTierKept>> Catalog::TakeHostTierKept() {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), "m:host_tier", &value);
+  if (s.IsNotFound()) return std::optional<v1::HostTierKept>();
+  SNAPD_RETURN_IF_ERROR(FromRocks(s, "read of m:host_tier"));
+  v1::HostTierKept kept;
+  if (!kept.ParseFromString(value)) {
+    return Status::DataLoss("catalog key m:host_tier does not parse");
+  }
+  rocksdb::WriteOptions w;
+  w.sync = true;
+  SNAPD_RETURN_IF_ERROR(FromRocks(db_->Delete(w, "m:host_tier"), "delete of m:host_tier"));
+  return std::optional<v1::HostTierKept>(std::move(kept));
 }
 
 Result<uint64_t> Catalog::Increment(const std::string& key) {

@@ -2,8 +2,11 @@
 //
 // Keys (big-endian integers so RocksDB's order is numeric order):
 //   "m:next_run_id"            -> uint64 next run id to hand out
+//   "m:format"                 -> uint64 format version (absent: format 1, see catalog.proto)
 //   "m:epoch"                  -> uint64 number of daemon starts; a snapshot's record carries
 //                                 the epoch that stored it
+//   "m:host_tier"              -> snapd.v1.HostTierKept: the host tier was handed to systemd's
+//                                 fd store at the last stop
 //   "r:" run_id                -> snapd.v1.RunRecord
 //   "s:" run_id step           -> snapd.v1.SnapshotRecord
 // Deleting a run removes its run key and every "s:" key under it in one atomic write batch.
@@ -14,6 +17,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +29,14 @@ namespace snapd {
 
 class Catalog {
  public:
+  // The format this snapd writes; it reads every older one (catalog.proto lists them).
+  static constexpr uint64_t kFormatVersion = 2;
+
+  // Opens (or creates) the catalog and marks it kFormatVersion. FAILED_PRECONDITION, naming
+  // both versions, for a catalog of a newer format (written by a newer snapd).
   static Result<std::unique_ptr<Catalog>> Open(const std::string& dir);
+  // The format the catalog had when opened (1 for one written before formats were recorded).
+  uint64_t opened_format() const { return opened_format_; }
 
   // Increments and returns the start counter.
   Result<uint64_t> BeginEpoch();
@@ -38,11 +49,20 @@ class Catalog {
 
   Status LoadAll(std::vector<v1::RunRecord>* runs, std::vector<v1::SnapshotRecord>* snapshots);
 
+  // The host tier handed to systemd's fd store: `snapshots` (with host_copy) and the marker,
+  // in one synced batch, so the next start finds either both or neither.
+  Status PutHostTierKept(const v1::HostTierKept& kept,
+                         const std::vector<v1::SnapshotRecord>& snapshots);
+  // The marker left by the last stop, if any; removed from the catalog.
+  Result<std::optional<v1::HostTierKept>> TakeHostTierKept();
+
  private:
-  explicit Catalog(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+  Catalog(std::unique_ptr<rocksdb::DB> db, uint64_t opened_format)
+      : db_(std::move(db)), opened_format_(opened_format) {}
   Result<uint64_t> Increment(const std::string& key);
 
   std::unique_ptr<rocksdb::DB> db_;
+  const uint64_t opened_format_;
   Mutex mu_;  // serialises read-modify-write of counters
 };
 

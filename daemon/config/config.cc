@@ -59,6 +59,12 @@ const std::vector<OptionDoc>& ConfigOptions() {
       {"orphan_grace", "SNAPD_ORPHAN_GRACE", K::kInteger, "SECONDS",
        "seconds a run that is not kept survives the death of every client that opened it; "
        "0 = until removed (default 600)"},
+      {"stop_timeout", "SNAPD_STOP_TIMEOUT", K::kInteger, "SECONDS",
+       "seconds a stop may spend writing host-only steps to disk; what is not written by then "
+       "is named in the log and marked lost, 1..3600 (default 45)"},
+      {"fdstore", "SNAPD_FDSTORE", K::kText, "auto|off",
+       "auto: on stop, hand the host tier to systemd's fd store when systemd keeps one "
+       "($FDSTORE) and take it back on start; off: always write it to disk (default auto)"},
       {"metrics_textfile", "SNAPD_METRICS_TEXTFILE", K::kText, "FILE",
        "file snapd writes its metrics to in the Prometheus text format, for node_exporter's "
        "textfile collector (e.g. /var/lib/node_exporter/textfile/snapd.prom); empty = off "
@@ -219,6 +225,13 @@ Status Parse(Config& c, const std::string& key, const std::string& value) {
             key == "metrics_interval" ? &c.metrics_interval : &c.session_connect_timeout)) {
       return expected("a number of seconds 1..3600");
     }
+  } else if (key == "stop_timeout") {
+    if (!ParseInteger(value, 1, 3600, &c.stop_timeout)) {
+      return expected("a number of seconds 1..3600");
+    }
+  } else if (key == "fdstore") {
+    if (value != "auto" && value != "off") return expected("auto or off");
+    c.fdstore = value;
   } else if (key == "orphan_grace") {
     if (!ParseInteger(value, 0, 7 * 24 * 3600, &c.orphan_grace)) {
       return expected("a number of seconds 0..604800 (0 = never remove)");
@@ -502,6 +515,8 @@ std::string FormatConfig(const Config& c) {
     << "compress_threads = " << c.compress_threads << "\n"
     << "session_connect_timeout = " << c.session_connect_timeout << "\n"
     << "orphan_grace = " << c.orphan_grace << "\n"
+    << "stop_timeout = " << c.stop_timeout << "\n"
+    << "fdstore = " << Quoted(c.fdstore) << "\n"
     << "metrics_textfile = " << Quoted(c.metrics_textfile) << "\n"
     << "metrics_interval = " << c.metrics_interval << "\n"
     << "log_level = " << Quoted(c.log_level) << "\n"

@@ -31,6 +31,12 @@ struct Config {
   std::string metrics_textfile;   // Prometheus text file for node_exporter; empty = off
   uint32_t metrics_interval = 15;  // seconds between two writes of it
   uint32_t orphan_grace = 600;  // seconds a non-keep run outlives its dead clients; 0 = forever
+  // Seconds a stop may spend writing host-only steps to disk (SIGTERM, `snapctl shutdown`);
+  // the systemd unit's TimeoutStopSec leaves a margin above it.
+  uint32_t stop_timeout = 45;
+  // "auto": hand the host tier to systemd's fd store on stop when systemd keeps one ($FDSTORE),
+  // and take it back on start; "off": always drain to disk on stop.
+  std::string fdstore = "auto";
   std::string log_level = "info";
   uint32_t socket_mode = 0666;  // control socket permissions; tenancy is per uid regardless
   std::string admin_group;      // members see and manage every tenant's runs (root always does)

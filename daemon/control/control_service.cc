@@ -3,6 +3,8 @@
 #include <grp.h>
 #include <grpc/grpc_security_constants.h>
 #include <pwd.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <functional>
@@ -452,6 +454,20 @@ grpc::ServerUnaryReactor* ControlService::ScrubRun(grpc::CallbackServerContext* 
       },
       who);
   return reactor;
+}
+
+grpc::ServerUnaryReactor* ControlService::Shutdown(grpc::CallbackServerContext* ctx,
+                                                   const v1::ShutdownRequest*,
+                                                   v1::ShutdownResponse*) {
+  SNAPD_CALLER_OR_FINISH(who, ctx);
+  if (!who.admin) {
+    return Finish(ctx, Status::PermissionDenied(
+                           "shutdown stops snapd for everyone: only root, snapd's own uid or "
+                           "the admin_group may (uid " + std::to_string(who.uid) + " may not)"));
+  }
+  SNAPD_LOG_INFO("shutdown asked by uid %u", who.uid);
+  kill(getpid(), SIGTERM);  // main's sigwait takes it; this answer goes out first
+  return Finish(ctx, Status::Ok());
 }
 
 grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* ctx,

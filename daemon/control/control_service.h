@@ -71,6 +71,10 @@ class ControlService final : public v1::Control::CallbackService {
   grpc::ServerUnaryReactor* PurgeRuns(grpc::CallbackServerContext* ctx,
                                       const v1::PurgeRunsRequest* req,
                                       v1::PurgeRunsResponse* resp) override;
+  // Raises SIGTERM in snapd itself: the stop runs on the main thread, as for a signal.
+  grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx,
+                                     const v1::ShutdownRequest* req,
+                                     v1::ShutdownResponse* resp) override;
   grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* ctx,
                                      const v1::PrefetchRequest* req,
                                      v1::PrefetchResponse* resp) override;

@@ -1,6 +1,7 @@
 #include "host_tier/host_tier.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -120,27 +121,63 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
     return Status::ResourceExhausted("sizing the host tier to " + FormatBytes(b.budget) +
                                      " failed: " + std::strerror(err));
   }
-  void* base = mmap(nullptr, b.budget, PROT_READ | PROT_WRITE, MAP_SHARED, b.fd, 0);
-  if (base == MAP_FAILED) {
-    int err = errno;
-    close(b.fd);
-    return Status::ResourceExhausted("mapping " + FormatBytes(b.budget) +
-                                     " for the host tier failed: " + std::strerror(err));
-  }
   if (options.huge_pages == HugePages::kAuto && !b.hugetlb) {
     // Shmem THP: effective when the kernel's shmem_enabled policy allows it. The advice is set
-    // on this mapping and on every client's (the first toucher's mapping decides).
+    // on this mapping (in Map) and on every client's (the first toucher's mapping decides).
     std::string policy = ShmemThpPolicy();
-    bool thp = policy != "never" && policy != "deny" &&
-               madvise(base, b.budget, MADV_HUGEPAGE) == 0;
+    bool thp = policy != "never" && policy != "deny";
     b.pages = thp ? "shmem THP (" + policy + ")"
                   : "4 KiB pages (no hugetlb: " + not_huge + "; shmem THP: " + policy + ")";
   }
-  std::unique_ptr<HostTier> tier(new HostTier(b.fd, base, b.budget, b.pages));
-  if (options.prefault) {
-    tier->prefault_ = std::thread([t = tier.get()] { t->Prefault(); });
+  return Map(b.fd, b.budget, b.pages, options.prefault);
+}
+
+Result<std::unique_ptr<HostTier>> HostTier::Map(int fd, uint64_t budget, std::string pages,
+                                                bool prefault) {
+  void* base = mmap(nullptr, budget, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    return Status::ResourceExhausted("mapping " + FormatBytes(budget) +
+                                     " for the host tier failed: " + std::strerror(err));
   }
+  if (pages.rfind("shmem THP", 0) == 0) (void)madvise(base, budget, MADV_HUGEPAGE);
+  std::unique_ptr<HostTier> tier(new HostTier(fd, base, budget, std::move(pages)));
+  if (prefault) tier->prefault_ = std::thread([t = tier.get()] { t->Prefault(); });
   return tier;
+}
+
+Result<std::unique_ptr<HostTier>> HostTier::Adopt(int fd, uint64_t budget_bytes, bool prefault) {
+  uint64_t budget = budget_bytes / kAlignment * kAlignment;
+  struct stat st{};
+  if (budget == 0 || fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return Status::InvalidArgument(budget == 0 ? "host-tier budget is below one page"
+                                               : std::string("fstat of the kept host tier: ") +
+                                                     std::strerror(err));
+  }
+  if (static_cast<uint64_t>(st.st_size) != budget &&
+      ftruncate(fd, static_cast<off_t>(budget)) != 0) {
+    int err = errno;
+    close(fd);
+    return Status::ResourceExhausted("resizing the kept host tier to " + FormatBytes(budget) +
+                                     " failed: " + std::strerror(err));
+  }
+  return Map(fd, budget, "the memfd kept through the restart", prefault);
+}
+
+Result<std::unique_ptr<HostBlock>> HostTier::Claim(uint64_t offset, uint64_t bytes) {
+  uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  MutexLock lock(mu_);
+  if (offset % kAlignment != 0 || size == 0 || !ranges_.AllocateAt(offset, size)) {
+    return Status::InvalidArgument("host-tier range at " + std::to_string(offset) + " of " +
+                                   std::to_string(size) + " bytes is not free in a tier of " +
+                                   FormatBytes(budget_));
+  }
+  used_ += size;
+  peak_used_ = std::max(peak_used_, used_);
+  return std::make_unique<HostBlock>(this, offset, size, static_cast<char*>(base_) + offset);
 }
 
 HostTier::HostTier(int fd, void* base, uint64_t budget, std::string pages)

@@ -74,7 +74,16 @@ class HostTier {
 
   static Result<std::unique_ptr<HostTier>> Create(uint64_t budget_bytes,
                                                   const HostTierOptions& options = {});
+  // The tier over `fd`, a memfd kept through a restart (systemd's fd store), sized to the
+  // budget: grown if it is smaller; if larger, what lies beyond the budget is cut off (Claim
+  // refuses blocks there). Takes ownership of `fd`, also on error.
+  static Result<std::unique_ptr<HostTier>> Adopt(int fd, uint64_t budget_bytes,
+                                                 bool prefault = false);
   ~HostTier();
+
+  // The block at [offset, offset + bytes) of an adopted tier, holding a step kept through the
+  // restart; INVALID_ARGUMENT if that range is not free and inside the budget.
+  Result<std::unique_ptr<HostBlock>> Claim(uint64_t offset, uint64_t bytes) SNAPD_EXCLUDES(mu_);
 
   // What backs the tier: "hugetlb 2 MiB", "shmem THP (advised)" or "4 KiB pages"; with the
   // reason when huge pages were asked for and not had.
@@ -100,6 +109,9 @@ class HostTier {
  private:
   friend class HostBlock;
   HostTier(int fd, void* base, uint64_t budget, std::string pages);
+  // Maps `fd` (closing it on error), advises THP where `pages` says so and starts the prefault.
+  static Result<std::unique_ptr<HostTier>> Map(int fd, uint64_t budget, std::string pages,
+                                               bool prefault);
   void Free(uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
   void Prefault();
 

@@ -1,17 +1,24 @@
 #include "service/sd_notify.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "log.h"
 
 namespace snapd {
 
 bool Notify(const std::map<std::string, std::string>& env, const std::string& state) {
+  return NotifyWithFd(env, state, -1);
+}
+
+bool NotifyWithFd(const std::map<std::string, std::string>& env, const std::string& state,
+                  int fd_to_send) {
   auto it = env.find("NOTIFY_SOCKET");
   if (it == env.end() || it->second.empty()) return false;
   const std::string& path = it->second;
@@ -26,10 +33,60 @@ bool Notify(const std::map<std::string, std::string>& env, const std::string& st
   socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size());
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
-  ssize_t sent = sendto(fd, state.data(), state.size(), MSG_NOSIGNAL,
-                        reinterpret_cast<sockaddr*>(&addr), len);
+  iovec iov{const_cast<char*>(state.data()), state.size()};
+  msghdr msg{};
+  msg.msg_name = &addr;
+  msg.msg_namelen = len;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd_to_send >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd_to_send, sizeof(int));
+  }
+  ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
   close(fd);
   return sent == static_cast<ssize_t>(state.size());
+}
+
+std::map<std::string, int> ListenFds(const std::map<std::string, std::string>& env) {
+  std::map<std::string, int> fds;
+  auto pid = env.find("LISTEN_PID");
+  auto count = env.find("LISTEN_FDS");
+  if (pid == env.end() || count == env.end() ||
+      std::strtol(pid->second.c_str(), nullptr, 10) != getpid()) {
+    return fds;
+  }
+  long n = std::strtol(count->second.c_str(), nullptr, 10);
+  std::vector<std::string> names;
+  if (auto it = env.find("LISTEN_FDNAMES"); it != env.end()) {
+    std::string all = it->second;
+    for (size_t start = 0;;) {
+      size_t colon = all.find(':', start);
+      names.push_back(all.substr(start, colon - start));
+      if (colon == std::string::npos) break;
+      start = colon + 1;
+    }
+  }
+  constexpr int kFirst = 3;  // SD_LISTEN_FDS_START
+  for (long i = 0; i < n && i < 1024; ++i) {
+    int fd = kFirst + static_cast<int>(i);
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) continue;  // not open
+    std::string name = static_cast<size_t>(i) < names.size() && !names[i].empty()
+                           ? names[i]
+                           : "unknown";
+    if (fds.count(name)) {
+      close(fd);  // one of each name is used
+    } else {
+      fds[name] = fd;
+    }
+  }
+  return fds;
 }
 
 std::unique_ptr<Watchdog> Watchdog::Start(const std::map<std::string, std::string>& env,

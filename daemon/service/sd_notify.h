@@ -22,6 +22,15 @@ namespace snapd {
 // Sends `state` (e.g. "READY=1\nSTATUS=serving") to $NOTIFY_SOCKET from `env`; false when
 // there is no socket or the send failed.
 bool Notify(const std::map<std::string, std::string>& env, const std::string& state);
+// The same with `fd` attached (SCM_RIGHTS), e.g. "FDSTORE=1\nFDNAME=hosttier": systemd keeps a
+// duplicate in the service's fd store and passes it to the next start (LISTEN_FDS).
+bool NotifyWithFd(const std::map<std::string, std::string>& env, const std::string& state,
+                  int fd);
+
+// The fds systemd passed to this process (sd_listen_fds(3) with names): $LISTEN_PID must be
+// this process; fds 3 .. 3 + $LISTEN_FDS - 1, named by the colon-separated $LISTEN_FDNAMES
+// ("unknown" when unnamed). Each is marked close-on-exec. Empty when none were passed.
+std::map<std::string, int> ListenFds(const std::map<std::string, std::string>& env);
 
 // Pings WATCHDOG=1 every half $WATCHDOG_USEC while `healthy()` returns true within that time;
 // a daemon whose healthy() hangs or fails is left for systemd to restart.

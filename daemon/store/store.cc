@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "log.h"
+#include "snapd/checksum.h"
 #include "snapd/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
@@ -177,6 +180,25 @@ Store::~Store() {
   StopChecksums();
   io_.reset();  // finishes the I/O already queued; completions still find the index intact
   DetachWaker();  // blocks released from now on wake nobody
+  {
+    MutexLock lock(mu_);
+    if (!unsaved_why_.empty()) {
+      // A stop whose drain fell short: what did not reach the disk is named, never silent.
+      uint64_t lost = 0;
+      for (auto& [id, run] : runs_) {
+        for (auto& [step, snap] : run.snapshots) {
+          if (snap.record.tier() != v1::TIER_HOST || !snap.block) continue;
+          MarkLost(run, snap, "it was still only in host memory when snapd stopped (" +
+                                  unsaved_why_ + ")");
+          ++lost;
+        }
+      }
+      if (lost) {
+        SNAPD_LOG_ERROR("%llu host-tier steps were not written to disk before snapd stopped",
+                        static_cast<unsigned long long>(lost));
+      }
+    }
+  }
   // Whoever still waits gets an answer.
   Deferred deferred;
   {
@@ -211,7 +233,7 @@ Status Store::Load() {
     std::string why;
   };
   std::vector<Damaged> damaged;
-  uint64_t lost_host = 0, recovered = 0;
+  uint64_t lost_host = 0, recovered = 0, taken_back = 0;
   for (auto& rec : snapshots) {
     auto it = runs_.find(rec.run_id());
     if (it == runs_.end()) continue;  // unreachable: DeleteRun removes both in one batch
@@ -229,8 +251,12 @@ Status Store::Load() {
       damaged.push_back({StepName(run.record, r.step()), r, "lost before this start"});
     }
     if (r.tier() == v1::TIER_HOST && r.daemon_epoch() != options_.epoch) {
-      ++lost_host;
-      MarkLost(run, snap, "");
+      if (Status kept = TakeBack(snap); kept.ok()) {
+        ++taken_back;
+      } else {
+        ++lost_host;
+        MarkLost(run, snap, kept.message().empty() ? "" : kept.message());
+      }
     } else if (r.tier() == v1::TIER_DISK) {
       Status adopted = disk_ ? disk_->Adopt(r.spool(), r.run_id(), r.disk_name(),
                                             FileContentBytes(r))
@@ -277,11 +303,42 @@ Status Store::Load() {
     SNAPD_LOG_WARN("%llu host-tier snapshots from an earlier start are lost",
                    static_cast<unsigned long long>(lost_host));
   }
+  if (taken_back) {
+    SNAPD_LOG_INFO("took back %llu host-tier snapshots kept through the restart (checksums "
+                   "verified)",
+                   static_cast<unsigned long long>(taken_back));
+  }
   if (recovered) {
     SNAPD_LOG_INFO("recovered %llu disk-tier snapshots; verifying their checksums",
                    static_cast<unsigned long long>(recovered));
   }
   return Status::Ok();
+}
+
+Status Store::TakeBack(Snapshot& snap) {
+  v1::SnapshotRecord& r = snap.record;
+  const auto& kept = options_.kept_host_tier;
+  if (!kept || r.daemon_epoch() != kept->epoch() || !r.has_host_copy()) {
+    return Status::DataLoss("");  // in host memory at a stop that did not keep the tier
+  }
+  if (!options_.host_tier_adopted) {
+    return Status::DataLoss(
+        "it was in the host tier handed to systemd's fd store, which did not pass it back at "
+        "this start");
+  }
+  const v1::HostCopy& copy = r.host_copy();
+  auto block = ClaimHost(copy.offset(), copy.bytes());
+  if (!block.ok()) {
+    return Status::DataLoss("its place in the kept host tier: " + block.status().message());
+  }
+  if (r.stored_bytes() > (*block)->size() ||
+      Checksum((*block)->data(), r.stored_bytes()) != copy.checksum()) {
+    return Status::DataLoss("its bytes in the kept host tier fail their checksum");
+  }
+  snap.block = std::move(block).value();
+  r.set_daemon_epoch(options_.epoch);  // in this start's host tier now
+  r.clear_host_copy();
+  return catalog_->PutSnapshot(r);
 }
 
 static Status RunNotFound(const std::string& name) {
@@ -779,6 +836,11 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
                                                              uint64_t bytes, PushDone& later,
                                                              const Tenant& who) {
   MutexLock lock(mu_);
+  if (closing_) {
+    return Status::Unavailable("snapd is stopping: push of step " + std::to_string(step) +
+                               " of run id " + std::to_string(run_id) +
+                               " refused; push it again once snapd is back");
+  }
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;
   if (r.spec().layers() == v1::LAYERS_NO_LAYERS) {
@@ -975,6 +1037,111 @@ void Store::ProbeSpools(std::function<void(int)> done) {
   }
   // A probe writes and syncs: an I/O thread's job, never the caller's (a gRPC reactor).
   io_->Submit([this, done = std::move(done)] { done(disk_->ProbeNow()); }, /*urgent=*/true);
+}
+
+void Store::BeginStop() {
+  Deferred deferred;
+  {
+    MutexLock lock(mu_);
+    closing_ = true;
+    AnswerParkedPushes(Status::Unavailable("snapd is stopping: a push waiting for room was "
+                                           "refused; push it again once snapd is back"),
+                       deferred);
+  }
+  for (auto& f : deferred) f();
+}
+
+uint64_t Store::PushesInFlight() const {
+  MutexLock lock(mu_);
+  uint64_t n = 0;
+  for (const auto& [id, run] : runs_) n += run.in_flight.size();
+  return n;
+}
+
+Store::StopResult Store::DrainForStop(std::chrono::steady_clock::time_point deadline) {
+  struct Outcome {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Result<DrainResult>> result;
+  };
+  auto outcome = std::make_shared<Outcome>();
+  Drain([outcome](Result<DrainResult> r) {
+    std::lock_guard<std::mutex> lock(outcome->mu);
+    outcome->result = std::move(r);
+    outcome->cv.notify_all();
+  });
+  StopResult result;
+  {
+    std::unique_lock<std::mutex> lock(outcome->mu);
+    outcome->cv.wait_until(lock, deadline, [&] { return outcome->result.has_value(); });
+    if (!outcome->result) {
+      result.status = Status(Code::kDeadlineExceeded, "the drain did not finish within "
+                                                      "stop_timeout");
+    } else if (!outcome->result->ok()) {
+      result.status = outcome->result->status();
+    } else {
+      result.steps = (*outcome->result)->moved;
+      result.bytes = (*outcome->result)->moved_bytes;
+    }
+  }
+  MutexLock lock(mu_);
+  if (!result.status.ok()) unsaved_why_ = result.status.message();
+  return result;
+}
+
+Store::StopResult Store::KeepHostTier(std::chrono::steady_clock::time_point deadline) {
+  StopResult result;
+  WaitChecksumsIdle();  // every step's checksum recorded (the checksum thread stops below)
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;  // the tiering thread starts nothing more
+  }
+  for (;;) {
+    {
+      MutexLock lock(mu_);
+      if (IoIdle()) break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      result.status = Status(Code::kDeadlineExceeded,
+                             "disk I/O in flight did not end within stop_timeout");
+      MutexLock lock(mu_);
+      unsaved_why_ = result.status.message();
+      return result;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  MutexLock lock(mu_);
+  std::vector<v1::SnapshotRecord> records;
+  for (auto& [id, run] : runs_) {
+    for (auto& [step, snap] : run.snapshots) {
+      v1::SnapshotRecord& r = snap.record;
+      if (r.tier() != v1::TIER_HOST || !snap.block) continue;
+      // The checksum of what the block holds: the recorded one, or (never expected after
+      // WaitChecksumsIdle) computed now.
+      uint64_t sum = r.codec() != v1::CODEC_NONE ? r.stored_checksum()
+                     : r.checksum_state() == v1::CHECKSUM_RECORDED
+                         ? r.checksum()
+                         : Checksum(snap.block->data(), r.stored_bytes());
+      v1::SnapshotRecord kept = r;
+      kept.mutable_host_copy()->set_offset(snap.block->offset());
+      kept.mutable_host_copy()->set_bytes(snap.block->size());
+      kept.mutable_host_copy()->set_checksum(sum);
+      records.push_back(std::move(kept));
+      result.bytes += r.stored_bytes();
+    }
+  }
+  v1::HostTierKept marker;
+  marker.set_epoch(options_.epoch);
+  marker.set_arena_bytes(host_->budget());
+  marker.set_steps(records.size());
+  result.status = catalog_->PutHostTierKept(marker, records);
+  if (result.status.ok()) {
+    result.steps = records.size();
+  } else {
+    unsaved_why_ = "recording the host tier for systemd's fd store failed: " +
+                   result.status.message();
+  }
+  return result;
 }
 
 StoreCounters Store::Counters() const {

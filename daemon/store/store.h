@@ -162,6 +162,28 @@ class Store final : private Tiering {
   // Probes every failed spool now (`snapctl spool probe`) on an I/O thread; `done` gets how
   // many came back.
   void ProbeSpools(std::function<void(int)> done);
+  // A stop (SIGTERM, `snapctl shutdown`), in the order main calls these; see
+  // docs/operations.md, "Restart, upgrade and drain".
+  // From now on pushes are refused with UNAVAILABLE ("snapd is stopping"), those waiting for
+  // room too; fetches, and commits of pushes already reserved, go on.
+  void BeginStop() SNAPD_EXCLUDES(mu_);
+  // Pushes reserved (or waiting for room), not yet committed or aborted.
+  uint64_t PushesInFlight() const SNAPD_EXCLUDES(mu_);
+  struct StopResult {
+    uint64_t steps = 0;  // host-only steps written to disk, or recorded in the kept tier
+    uint64_t bytes = 0;
+    Status status;       // why it stopped short; the steps left are then lost
+  };
+  // Writes every host-only step to disk, waiting until `deadline`. What is still only in host
+  // memory when the store is destroyed (after the writes in flight end) is named in the log
+  // and marked lost: the drain ran out of time, the disk filled up, or there is no disk tier.
+  StopResult DrainForStop(std::chrono::steady_clock::time_point deadline) SNAPD_EXCLUDES(mu_);
+  // Instead of a drain, the host tier is handed to systemd's fd store: once the checksums,
+  // compressions and disk I/O in flight are done (by `deadline`), records where each host-only
+  // step lies in it and its checksum (Catalog::PutHostTierKept), for the next start to take it
+  // back (StoreOptions.kept_host_tier). Nothing may move blocks any more: the data plane is
+  // stopped. On error nothing is recorded, and what is left is marked lost as by a drain.
+  StopResult KeepHostTier(std::chrono::steady_clock::time_point deadline) SNAPD_EXCLUDES(mu_);
 
   StoreCounters Counters() const SNAPD_EXCLUDES(mu_);
   uint64_t host_budget() const { return host_->budget(); }
@@ -182,6 +204,10 @@ class Store final : private Tiering {
  private:
   Store(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOptions& options);
   Status Load();
+  // A host-tier record of the start whose stop kept the host tier (options_.kept_host_tier):
+  // its block claimed at the recorded offset and its checksum checked; DATA_LOSS saying why
+  // not (an empty message: it was not kept).
+  Status TakeBack(Snapshot& snap) SNAPD_REQUIRES(mu_);
   // BeginPush and BeginFetch under the lock: the answer now, or nullopt after parking `done`.
   Result<std::optional<PushTicket>> TryBeginPush(uint64_t run_id, uint64_t step, uint64_t bytes,
                                                  PushDone& done, const Tenant& who)
@@ -228,6 +254,9 @@ class Store final : private Tiering {
   // Run names are per owner uid: two users may each have "shot-17".
   std::map<std::pair<uint32_t, std::string>, uint64_t> by_name_ SNAPD_GUARDED_BY(mu_);
   std::map<uint32_t, uint64_t> quotas_ SNAPD_GUARDED_BY(mu_);  // per-uid, from SetQuota
+  bool closing_ SNAPD_GUARDED_BY(mu_) = false;  // BeginStop: pushes are refused
+  // Set by a stop whose drain fell short: why; the destructor marks what is left lost.
+  std::string unsaved_why_ SNAPD_GUARDED_BY(mu_);
   uint64_t next_generation_ SNAPD_GUARDED_BY(mu_) = 1;
 };
 

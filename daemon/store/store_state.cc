@@ -19,6 +19,15 @@ StoreState::~StoreState() { DetachWaker(); }
 
 Result<std::shared_ptr<HostBlock>> StoreState::AllocateHost(uint64_t bytes, bool from_top) {
   SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block, host_->Allocate(bytes, from_top));
+  return Wrap(std::move(block));
+}
+
+Result<std::shared_ptr<HostBlock>> StoreState::ClaimHost(uint64_t offset, uint64_t bytes) {
+  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block, host_->Claim(offset, bytes));
+  return Wrap(std::move(block));
+}
+
+std::shared_ptr<HostBlock> StoreState::Wrap(std::unique_ptr<HostBlock> block) {
   return std::shared_ptr<HostBlock>(block.release(), [waker = waker_](HostBlock* b) {
     delete b;  // the room is the tier's again
     waker->Wake();

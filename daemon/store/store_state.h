@@ -65,6 +65,11 @@ struct StoreOptions {
   // cannot move to disk (layers without Disk); a tenant above it has its movable steps written
   // out first. 1 = no limit.
   double tenant_host_share = 1.0;
+  // The last stop handed the host tier to systemd's fd store (Catalog::TakeHostTierKept), and
+  // whether this start took it back (HostTier::Adopt): its steps are then claimed where the
+  // catalog says, checked and served again; otherwise they are lost, and the log says why.
+  std::optional<v1::HostTierKept> kept_host_tier;
+  bool host_tier_adopted = false;
   // Tests: called on the hashing thread just before each checksum of stored bytes is computed
   // (Checksums::Hash, the one place that computes them); it may block.
   std::function<void(const void* data, uint64_t bytes)> on_hash;
@@ -140,6 +145,8 @@ class StoreState {
   // A host-tier block whose release, by whoever drops the last reference (a lease, an I/O job,
   // the checksum thread), wakes the tiering thread to hand the room to what waits for it.
   Result<std::shared_ptr<HostBlock>> AllocateHost(uint64_t bytes, bool from_top = false);
+  // The same for a block of an adopted host tier at a known place (HostTier::Claim).
+  Result<std::shared_ptr<HostBlock>> ClaimHost(uint64_t offset, uint64_t bytes);
   // Something changed that the tiering policy may act on: wakes the tiering thread.
   void Wake() SNAPD_EXCLUDES(wake_mu_);
   // The tiering thread's wait for Wake, or for `until` to pass; false once StopWaking was
@@ -192,6 +199,7 @@ class StoreState {
     void Wake() SNAPD_EXCLUDES(mu);
   };
   const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
+  std::shared_ptr<HostBlock> Wrap(std::unique_ptr<HostBlock> block);
 
   Mutex wake_mu_;  // taken after mu_ when both are held; never the other way round
   bool wake_ SNAPD_GUARDED_BY(wake_mu_) = false;

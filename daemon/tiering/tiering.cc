@@ -42,6 +42,14 @@ void Tiering::AnswerWaiting(const Status& down, Deferred& deferred) {
   drains_.clear();
 }
 
+void Tiering::AnswerParkedPushes(const Status& down, Deferred& deferred) {
+  for (auto& p : parked_pushes_) {
+    if (auto run = runs_.find(p.run_id); run != runs_.end()) run->second.in_flight.erase(p.step);
+    deferred.push_back([l = std::move(p.later), down] { l(down); });
+  }
+  parked_pushes_.clear();
+}
+
 void Tiering::AddTieringCounters(StoreCounters& c) const {
   c.refused_pushes = refused_pushes_;
   c.compactions = compactions_;

@@ -36,6 +36,12 @@ class Tiering : protected Ingest {
   void StopTiering();
   // Answers the pushes and drains still waiting at shutdown with `down`.
   void AnswerWaiting(const Status& down, Deferred& deferred) SNAPD_REQUIRES(mu_);
+  // Answers only the pushes waiting for room (a stop refuses them).
+  void AnswerParkedPushes(const Status& down, Deferred& deferred) SNAPD_REQUIRES(mu_);
+  // No disk write or read, and no compression, is in flight: nothing will move a host block.
+  bool IoIdle() const SNAPD_REQUIRES(mu_) {
+    return writes_in_flight_ == 0 && reads_in_flight_ == 0 && ingests_in_flight() == 0;
+  }
 
   // Host memory for a validated push of `step`: a ticket now; or nullopt after parking `later`
   // until room comes (demotion to disk, a compression in flight, compacting the host tier, or

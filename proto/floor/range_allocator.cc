@@ -32,6 +32,19 @@ std::optional<uint64_t> RangeAllocator::Allocate(uint64_t bytes, bool from_top) 
   return std::nullopt;
 }
 
+bool RangeAllocator::AllocateAt(uint64_t offset, uint64_t bytes) {
+  if (bytes == 0) return false;
+  auto it = free_.upper_bound(offset);
+  if (it == free_.begin()) return false;
+  --it;  // the free range starting at or below `offset`
+  uint64_t start = it->first, length = it->second;
+  if (offset + bytes < offset || offset + bytes > start + length) return false;
+  free_.erase(it);
+  if (offset > start) free_[start] = offset - start;
+  if (start + length > offset + bytes) free_[offset + bytes] = start + length - offset - bytes;
+  return true;
+}
+
 void RangeAllocator::Free(uint64_t offset, uint64_t bytes) {
   if (bytes == 0) return;
   auto next = free_.lower_bound(offset);

@@ -14,6 +14,9 @@ class RangeAllocator {
   explicit RangeAllocator(uint64_t capacity);
   // The lowest free range that fits, or with `from_top` the highest one (its top end).
   std::optional<uint64_t> Allocate(uint64_t bytes, bool from_top = false);
+  // Takes exactly [offset, offset + bytes) if all of it is free (the host tier taking back
+  // the blocks of a memfd kept through a restart); false, changing nothing, if not.
+  bool AllocateAt(uint64_t offset, uint64_t bytes);
   void Free(uint64_t offset, uint64_t bytes);
   uint64_t largest_free() const;
   uint64_t free_bytes() const;

@@ -190,8 +190,8 @@ TEST_F(SnapctlJsonTest, EveryCommandPrintsWhatTheSchemaDocuments) {
     ExpectConforms(Snapctl({"drain"}), "drain");
     ASSERT_NO_FATAL_FAILURE(Push(**c, "in-host", 2));
   }
-  // Host-tier snapshots do not survive a restart: in-host's are lost, on-disk's are not.
-  ASSERT_EQ(daemon_->Stop(), 0);
+  // Host-tier snapshots do not survive kill -9: in-host's are lost, on-disk's are not.
+  daemon_->Kill();
   ASSERT_NO_FATAL_FAILURE(Start());
   auto c = ConnectClient(*daemon_);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -263,6 +263,9 @@ TEST_F(SnapctlJsonTest, EveryCommandPrintsWhatTheSchemaDocuments) {
   ExpectConforms(Snapctl({"quota"}), "quota");
   ExpectConforms(Snapctl({"purge", "--job", "no-such-job"}), "purge");
   ExpectConforms(Snapctl({"rm", "fresh"}), "rm");
+  ExpectConforms(Snapctl({"shutdown"}), "shutdown");
+  EXPECT_TRUE(WaitUntil([&] { return !daemon_->Running(); }, std::chrono::seconds(30)));
+  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->Log();
 
   // Every command snapctl has was checked above (top and dump manifest count as theirs).
   std::string help;
@@ -306,7 +309,8 @@ TEST(SnapctlJsonDocs, EachExampleConformsToItsDefinition) {
       block += line + "\n";
     }
   }
-  for (const char* command : {"status", "runs", "ls", "locate", "rm", "drain", "spool", "scrub",
+  for (const char* command : {"status", "runs", "ls", "locate", "rm", "drain", "shutdown",
+                              "spool", "scrub",
                               "quota", "purge", "dump", "dump_manifest", "plan", "top"}) {
     EXPECT_TRUE(shown.count(command)) << "docs/snapctl-json.md shows no example of " << command;
   }

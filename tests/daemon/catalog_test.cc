@@ -1,6 +1,9 @@
 #include "catalog/catalog.h"
 
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
+
+#include <optional>
 #include "temp_dir.h"
 
 namespace snapd {
@@ -19,6 +22,85 @@ v1::SnapshotRecord Snap(uint64_t run, uint64_t step) {
   s.set_tier(v1::TIER_HOST);
   s.set_raw_bytes(100);
   return s;
+}
+
+// Writes `format` as the catalog's format version, as a snapd of that format would.
+void SetFormat(const std::string& dir, std::optional<uint64_t> format) {
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  if (!format) {
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), "m:format").ok());
+    return;
+  }
+  std::string be;
+  for (int i = 7; i >= 0; --i) be.push_back(static_cast<char>((*format >> (8 * i)) & 0xff));
+  ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "m:format", be).ok());
+}
+
+TEST_F(CatalogTest, ACatalogFromBeforeFormatVersionsIsReadAndMarkedCurrent) {
+  {
+    auto c = Catalog::Open(dir_);
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ((*c)->opened_format(), Catalog::kFormatVersion);  // a new catalog
+    ASSERT_TRUE((*c)->BeginEpoch().ok());
+    ASSERT_TRUE((*c)->PutSnapshot(Snap(1, 7)).ok());
+  }
+  ASSERT_NO_FATAL_FAILURE(SetFormat(dir_, std::nullopt));  // as format 1 left it
+  {
+    auto c = Catalog::Open(dir_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ((*c)->opened_format(), 1u);
+    std::vector<v1::RunRecord> runs;
+    std::vector<v1::SnapshotRecord> snaps;
+    ASSERT_TRUE((*c)->LoadAll(&runs, &snaps).ok());
+    ASSERT_EQ(snaps.size(), 1u);
+    EXPECT_EQ(snaps[0].step(), 7u);
+    auto kept = (*c)->TakeHostTierKept();
+    ASSERT_TRUE(kept.ok());
+    EXPECT_FALSE(kept->has_value());
+  }
+  auto c = Catalog::Open(dir_);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->opened_format(), Catalog::kFormatVersion);
+}
+
+TEST_F(CatalogTest, ANewerFormatIsRefusedNamingBothVersions) {
+  { ASSERT_TRUE(Catalog::Open(dir_).ok()); }
+  ASSERT_NO_FATAL_FAILURE(SetFormat(dir_, Catalog::kFormatVersion + 1));
+  auto c = Catalog::Open(dir_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kFailedPrecondition);
+  const std::string& m = c.status().message();
+  EXPECT_NE(m.find("format version " + std::to_string(Catalog::kFormatVersion + 1)),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("newer than this snapd's " + std::to_string(Catalog::kFormatVersion)),
+            std::string::npos)
+      << m;
+}
+
+TEST_F(CatalogTest, TheKeptHostTierMarkerIsReadOnce) {
+  auto c = Catalog::Open(dir_);
+  ASSERT_TRUE(c.ok());
+  v1::HostTierKept kept;
+  kept.set_epoch(4);
+  kept.set_arena_bytes(1 << 20);
+  kept.set_steps(1);
+  v1::SnapshotRecord s = Snap(1, 2);
+  s.mutable_host_copy()->set_offset(8192);
+  ASSERT_TRUE((*c)->PutHostTierKept(kept, {s}).ok());
+  auto taken = (*c)->TakeHostTierKept();
+  ASSERT_TRUE(taken.ok() && taken->has_value());
+  EXPECT_EQ((*taken)->epoch(), 4u);
+  std::vector<v1::RunRecord> runs;
+  std::vector<v1::SnapshotRecord> snaps;
+  ASSERT_TRUE((*c)->LoadAll(&runs, &snaps).ok());
+  ASSERT_EQ(snaps.size(), 1u);
+  EXPECT_EQ(snaps[0].host_copy().offset(), 8192u);
+  taken = (*c)->TakeHostTierKept();
+  ASSERT_TRUE(taken.ok());
+  EXPECT_FALSE(taken->has_value());
 }
 
 TEST_F(CatalogTest, RecordsSurviveReopening) {

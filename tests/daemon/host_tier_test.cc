@@ -4,6 +4,7 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -72,6 +73,33 @@ TEST(HostTier, BlocksAreWritableSharedMemory) {
   EXPECT_EQ(static_cast<const char*>(view)[(*b)->offset() + 4095], 42);
   EXPECT_EQ(static_cast<const char*>(view)[(*first)->offset() + 4095], 0);
   munmap(view, (*tier)->budget());
+}
+
+// A memfd kept through a restart: the new tier maps the same memory, claims the blocks the
+// catalog names at their offsets, and resizes the memfd to its own budget.
+TEST(HostTier, AnAdoptedMemfdKeepsItsBytesAndItsBlocksCanBeClaimed) {
+  auto old_tier = HostTier::Create(16 * 4096);
+  ASSERT_TRUE(old_tier.ok());
+  uint64_t offset = 0;
+  {
+    auto pad = (*old_tier)->Allocate(4096).value();
+    auto b = (*old_tier)->Allocate(2 * 4096).value();
+    offset = b->offset();
+    std::memset(b->data(), 0x5a, 2 * 4096);
+  }
+  int kept = dup((*old_tier)->fd());  // what systemd's fd store holds
+  old_tier->reset();
+  auto tier = HostTier::Adopt(kept, 32 * 4096);  // a larger budget after the restart
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  EXPECT_EQ((*tier)->budget(), 32u * 4096);
+  auto claimed = (*tier)->Claim(offset, 2 * 4096);
+  ASSERT_TRUE(claimed.ok()) << claimed.status().ToString();
+  EXPECT_EQ(static_cast<const char*>((*claimed)->data())[2 * 4096 - 1], 0x5a);
+  EXPECT_EQ((*tier)->used(), 2u * 4096);
+  EXPECT_FALSE((*tier)->Claim(offset + 4096, 4096).ok());  // already claimed
+  EXPECT_FALSE((*tier)->Claim(32 * 4096, 4096).ok());      // beyond the budget
+  // The rest is free as usual; the first block goes below the claimed one.
+  EXPECT_EQ((*tier)->Allocate(4096).value()->offset(), 0u);
 }
 
 TEST(HostTier, TopAllocationsLeaveWholeHolesAtTheBottom) {

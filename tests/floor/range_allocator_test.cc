@@ -22,6 +22,19 @@ TEST(RangeAllocator, ReusesAndMergesFreedRanges) {
   EXPECT_EQ(r.free_bytes(), 1000u);
 }
 
+TEST(RangeAllocator, AllocateAtTakesExactlyAFreeRangeOrNothing) {
+  RangeAllocator r(1000);
+  EXPECT_TRUE(r.AllocateAt(300, 100));
+  EXPECT_FALSE(r.AllocateAt(350, 100));  // overlaps the range just taken
+  EXPECT_FALSE(r.AllocateAt(950, 100));  // past the end
+  EXPECT_FALSE(r.AllocateAt(0, 0));
+  EXPECT_TRUE(r.AllocateAt(0, 300));     // the whole piece below it
+  EXPECT_EQ(r.free_bytes(), 600u);
+  EXPECT_EQ(*r.Allocate(600), 400u);     // the rest is one piece
+  r.Free(300, 100);
+  EXPECT_TRUE(r.AllocateAt(300, 100));
+}
+
 TEST(RangeAllocator, FromTopTakesTheHighestRangeThatFits) {
   RangeAllocator r(1000);
   auto low = r.Allocate(100);

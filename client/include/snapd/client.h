@@ -119,6 +119,11 @@ struct ClientOptions {
   // SNAPD_DEVICE_MEM ("0.5" or "8G") overrides both.
   double device_mem_perc = 0.7;
   uint64_t device_mem_bytes = 0;
+  // When snapd goes away (a restart, an upgrade), how long libsnapd keeps reconnecting, with
+  // backoff, before pushes and fetches fail with UNAVAILABLE naming the socket. Meanwhile
+  // they wait and are sent again on the new session: the caller sees a delay. 0 = fail at
+  // once. SNAPD_RECONNECT_TIMEOUT (seconds) overrides it.
+  double reconnect_timeout_s = 60;
 };
 
 // How a client's snapshot bytes travel.
@@ -210,6 +215,8 @@ class Client {
                                        size_t bytes, void* stream = nullptr);
 
   const std::string& socket_path() const;
+  // See ClientOptions.reconnect_timeout_s; from now on.
+  void set_reconnect_timeout(double seconds);
   DataPath data_path() const;
   // Why the host tier is not mapped ("" when it is).
   const std::string& data_path_reason() const;

@@ -65,6 +65,10 @@ const char* snapd_last_error(void);
 /* socket_path may be NULL for the default. */
 snapd_code snapd_connect(const char* socket_path, snapd_client** out);
 void snapd_disconnect(snapd_client* client);
+/* How long the client keeps reconnecting when snapd goes away (a restart), in seconds; pushes
+   and fetches meanwhile wait and are sent again. Past it they fail with SNAPD_UNAVAILABLE
+   naming the socket. 0 = fail at once. Default 60, or $SNAPD_RECONNECT_TIMEOUT. */
+snapd_code snapd_set_reconnect_timeout(snapd_client* client, double seconds);
 
 snapd_code snapd_open_run(snapd_client* client, const snapd_run_spec* spec, uint64_t* run_id);
 snapd_code snapd_close_run(snapd_client* client, const char* name);

@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -180,10 +181,12 @@ struct Fetch {
 };
 
 std::shared_ptr<snapd::Client> Connect(const std::string& socket, const std::string& name,
-                                       bool map_host_tier) {
+                                       bool map_host_tier, std::optional<double> reconnect) {
   snapd::ClientOptions o{.socket_path = socket, .client_name = name,
                          .map_host_tier = map_host_tier};
-  return std::shared_ptr<snapd::Client>(Call([&] { return snapd::Client::Connect(o); }));
+  auto client = std::shared_ptr<snapd::Client>(Call([&] { return snapd::Client::Connect(o); }));
+  if (reconnect) client->set_reconnect_timeout(*reconnect);
+  return client;
 }
 
 }  // namespace
@@ -304,8 +307,10 @@ PYBIND11_MODULE(_snapd, m) {
 
   py::class_<snapd::Client, std::shared_ptr<snapd::Client>>(m, "Client")
       .def(py::init(&Connect), py::arg("socket") = "", py::arg("name") = "python",
-           py::arg("map_host_tier") = true,
-           "Connects to snapd ($SNAPD_SOCKET or the default socket when `socket` is empty).")
+           py::arg("map_host_tier") = true, py::arg("reconnect_timeout") = py::none(),
+           "Connects to snapd ($SNAPD_SOCKET or the default socket when `socket` is empty). "
+           "reconnect_timeout: seconds to keep reconnecting when snapd restarts (pushes and "
+           "fetches wait meanwhile); default 60 or $SNAPD_RECONNECT_TIMEOUT, 0 = fail at once.")
       .def("open_run",
            [](snapd::Client& c, const snapd::RunSpec& spec) {
              return Call([&] { return c.OpenRun(spec); });

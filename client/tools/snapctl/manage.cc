@@ -1,4 +1,4 @@
-// rm, drain, spool probe, scrub, quota, purge: what changes snapd's state.
+// rm, drain, shutdown, spool probe, scrub, quota, purge: what changes snapd's state.
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
@@ -35,6 +35,19 @@ int Drain(Session& s) {
         Format("moved %llu snapshots (%s) to disk; the host tier holds no snapshot only "
                "it has",
                (unsigned long long)r.moved(), FormatBytes(r.moved_bytes()).c_str()));
+  }
+  return kExitOk;
+}
+
+int Shutdown(Session& s) {
+  v1::ShutdownResponse r;
+  grpc::Status st = s.stub().Shutdown(ShortContext().get(), v1::ShutdownRequest(), &r);
+  if (!st.ok()) return s.Fail("shutdown", st);
+  if (s.out().json()) {
+    s.out().Print(ProtoJson(r));
+  } else {
+    s.out().Line("snapd is stopping: pushes are refused, host memory goes to disk (or to "
+                 "systemd's fd store), then it exits; its log says what was kept");
   }
   return kExitOk;
 }
@@ -147,6 +160,9 @@ void AddManageCommands(CLI::App& app, Action* action) {
 
   app.add_subcommand("drain", "move every host-tier snapshot to disk (before draining the node)")
       ->callback([action] { *action = Drain; });
+  app.add_subcommand("shutdown",
+                     "stop snapd as SIGTERM does: host memory is kept or written to disk first")
+      ->callback([action] { *action = Shutdown; });
 
   CLI::App* spool = app.add_subcommand("spool", "the disk tier's spools");
   spool->require_subcommand(1);

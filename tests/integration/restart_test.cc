@@ -1,0 +1,385 @@
+// A clean stop loses nothing: SIGTERM writes the host-only steps to disk (the drain) or hands
+// the host tier's memfd to systemd's fd store, and the next start serves every step
+// byte-exact. The fd store is exercised with the real protocol: a notification socket the
+// test owns receives FDSTORE=1 with the memfd (SCM_RIGHTS), and the next snapd gets it back as
+// systemd passes it (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES, fd 3). Only the round trip
+// through a real systemd needs one as PID 1, and skips, saying so, elsewhere.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "snapd/client.h"
+#include "snapd/unix_socket.h"
+#include "snapd_fixture.h"
+
+namespace snapd::testing {
+namespace {
+
+constexpr size_t kStep = (1 << 20) + 40;
+
+void PushSteps(Client& c, uint64_t run_id, uint64_t end, uint64_t seed) {
+  std::vector<char> buf(kStep);
+  for (uint64_t t = 0; t < end; ++t) {
+    FillPattern(buf.data(), kStep, seed, t);
+    auto h = c.Push(run_id, t, buf.data(), kStep);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_TRUE(h->WaitStored().ok()) << h->WaitStored().ToString();
+  }
+}
+
+Status FetchExact(Client& c, uint64_t run_id, uint64_t step, uint64_t seed) {
+  std::vector<char> got(kStep), want(kStep);
+  SNAPD_RETURN_IF_ERROR(c.Fetch(run_id, step, got.data(), kStep));
+  FillPattern(want.data(), kStep, seed, step);
+  if (got != want) return Status::DataLoss("step " + std::to_string(step) + " differs");
+  return Status::Ok();
+}
+
+uint64_t HostOnlySteps(Client& c, const std::string& run) {
+  auto list = c.ListSnapshots(run);
+  EXPECT_TRUE(list.ok());
+  uint64_t host = 0;
+  for (const auto& l : *list) host += !l.on_disk && l.tier == Tier::kHost;
+  return host;
+}
+
+std::string ReadLog(const std::string& dir) {
+  std::ifstream in(dir + "/snapd.log");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A datagram socket standing in for systemd's $NOTIFY_SOCKET that also takes the fds sent
+// with a message (FDSTORE=1), as systemd does.
+class FdStoreSocket {
+ public:
+  explicit FdStoreSocket(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr;
+    EXPECT_TRUE(UnixAddress(path, &addr).ok());
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << strerror(errno);
+  }
+  ~FdStoreSocket() {
+    close(fd_);
+    if (stored_ >= 0) close(stored_);
+  }
+  // Reads messages until one says FDSTORE=1 (true; its text and fd kept) or `timeout` passes.
+  bool WaitForStore(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) != 1) continue;
+      char buf[4096];
+      iovec iov{buf, sizeof buf};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      ssize_t n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+      if (n <= 0) continue;
+      std::string text(buf, static_cast<size_t>(n));
+      int fd = -1;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+          std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+        }
+      }
+      if (text.find("FDSTORE=1") == std::string::npos) {
+        if (fd >= 0) close(fd);
+        continue;
+      }
+      text_ = text;
+      stored_ = fd;
+      return true;
+    }
+    return false;
+  }
+  const std::string& path() const { return path_; }
+  const std::string& text() const { return text_; }
+  int stored() const { return stored_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::string text_;
+  int stored_ = -1;
+};
+
+class RestartTest : public SnapdTest {};
+
+// The operator's case: a kept run half in host memory, SIGTERM, start again: every step is
+// served byte-exact from disk, none lost.
+TEST_F(RestartTest, StopWritesHostStepsToDiskAndTheRestartServesEveryStepExact) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("24M")));
+  Client* c = Connect();
+  ASSERT_NE(c, nullptr);
+  RunSpec spec = Spec("kept", 40, kStep);
+  spec.keep = true;
+  RunInfo run = OpenRun(*c, spec);
+  ASSERT_NE(run.run_id, 0u);
+  ASSERT_NO_FATAL_FAILURE(PushSteps(*c, run.run_id, 40, 5));
+  uint64_t in_host = HostOnlySteps(*c, "kept");
+  EXPECT_GE(in_host, 15u);  // 24 MiB hold about 20 of the 40 steps
+  StopDaemon();             // SIGTERM; a clean exit expected
+  std::string log = ReadLog(dir());
+  EXPECT_NE(log.find("wrote to disk " + std::to_string(in_host) + " host-only steps"),
+            std::string::npos)
+      << log;
+
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("24M")));
+  c = Connect();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(HostOnlySteps(*c, "kept"), 0u);
+  for (uint64_t t = 0; t < 40; ++t) {
+    Status s = FetchExact(*c, run.run_id, t, 5);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_EQ(Stats().lost_snapshots(), 0u);
+}
+
+// Without a disk tier there is nowhere to drain to: the stop names every step it could not
+// keep, and the restart reports them lost, never wrong.
+TEST_F(RestartTest, StopWithoutADiskTierNamesTheStepsItLoses) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("16M", {"--spool-dirs", "none"})));
+  Client* c = Connect();
+  ASSERT_NE(c, nullptr);
+  RunSpec spec = Spec("nowhere", 3, kStep);
+  spec.keep = true;
+  RunInfo run = OpenRun(*c, spec);
+  ASSERT_NO_FATAL_FAILURE(PushSteps(*c, run.run_id, 3, 9));
+  StopDaemon();
+  std::string log = ReadLog(dir());
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_NE(log.find("step " + std::to_string(t) +
+                       " of run 'nowhere' is lost: it was still only in host memory when "
+                       "snapd stopped"),
+              std::string::npos)
+        << log;
+  }
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("16M", {"--spool-dirs", "none"})));
+  c = Connect();
+  ASSERT_NE(c, nullptr);
+  std::vector<char> buf(kStep);
+  EXPECT_EQ(c->Fetch(run.run_id, 1, buf.data(), kStep).code(), Code::kDataLoss);
+}
+
+// The fd store: the stop sends the memfd with FDSTORE=1 and FDNAME=hosttier and writes nothing
+// to disk; the next start, given the memfd as systemd gives it, serves the steps from the
+// same memory after checking each one's checksum. A step whose bytes changed meanwhile is
+// reported lost; the others are exact.
+TEST_F(RestartTest, TheHostTierKeptInTheFdStoreIsTakenBackAndChecked) {
+  FdStoreSocket notify(dir() + "/notify.sock");
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      Options("64M", {}, {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=4"})));
+  Client* c = Connect();
+  ASSERT_NE(c, nullptr);
+  RunSpec spec = Spec("in-place", 10, kStep);
+  spec.keep = true;
+  RunInfo run = OpenRun(*c, spec);
+  ASSERT_NO_FATAL_FAILURE(PushSteps(*c, run.run_id, 10, 11));
+  EXPECT_EQ(HostOnlySteps(*c, "in-place"), 10u);
+  StopDaemon();
+  ASSERT_TRUE(notify.WaitForStore(std::chrono::seconds(5))) << ReadLog(dir());
+  EXPECT_NE(notify.text().find("FDNAME=hosttier"), std::string::npos) << notify.text();
+  ASSERT_GE(notify.stored(), 0) << "FDSTORE=1 came without an fd";
+  EXPECT_NE(ReadLog(dir()).find("kept in systemd's fd store 10 host-only steps"),
+            std::string::npos)
+      << ReadLog(dir());
+
+  // Step 0 lies at the bottom of the tier (first fit): one changed byte there.
+  char flipped = 0;
+  ASSERT_EQ(pread(notify.stored(), &flipped, 1, 100), 1);
+  flipped = static_cast<char>(~flipped);
+  ASSERT_EQ(pwrite(notify.stored(), &flipped, 1, 100), 1);
+
+  // As systemd passes it: fd 3, LISTEN_PID = snapd's pid (the shell execs snapd in place).
+  int passed = fcntl(notify.stored(), F_DUPFD, 4);  // inherited: no close-on-exec
+  ASSERT_GE(passed, 4);
+  ASSERT_LE(passed, 9) << "sh redirects single-digit fds only";
+  std::string n = std::to_string(passed);
+  Status started = TryStartDaemon(Options(
+      "64M", {},
+      {"/bin/sh", "-c",
+       "export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=hosttier; exec \"$@\" 3<&" + n + " " +
+           n + "<&-",
+       "sh"}));
+  close(passed);
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  std::string log = ReadLog(dir());
+  EXPECT_NE(log.find("took back the host tier from systemd's fd store"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("took back 9 host-tier snapshots"), std::string::npos) << log;
+  EXPECT_NE(log.find("step 0 of run 'in-place' is lost: its bytes in the kept host tier fail "
+                     "their checksum"),
+            std::string::npos)
+      << log;
+  c = Connect();
+  ASSERT_NE(c, nullptr);
+  auto where = c->Locate("in-place", 5);
+  ASSERT_TRUE(where.ok()) << where.status().ToString();
+  EXPECT_EQ(where->tier, Tier::kHost);  // in place: nothing was copied
+  std::vector<char> buf(kStep);
+  EXPECT_EQ(c->Fetch(run.run_id, 0, buf.data(), kStep).code(), Code::kDataLoss);
+  for (uint64_t t = 1; t < 10; ++t) {
+    Status s = FetchExact(*c, run.run_id, t, 11);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+}
+
+// A start that is not given back the memfd the last stop handed over (systemd flushed its fd
+// store, or snapd was started by hand) reports those steps lost and says why.
+TEST_F(RestartTest, AnFdStoreThatDidNotPassTheTierBackIsReportedNotSilent) {
+  FdStoreSocket notify(dir() + "/notify.sock");
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      Options("16M", {}, {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=4"})));
+  Client* c = Connect();
+  ASSERT_NE(c, nullptr);
+  RunSpec spec = Spec("dropped", 2, kStep);
+  spec.keep = true;
+  RunInfo run = OpenRun(*c, spec);
+  ASSERT_NO_FATAL_FAILURE(PushSteps(*c, run.run_id, 2, 3));
+  StopDaemon();
+  ASSERT_TRUE(notify.WaitForStore(std::chrono::seconds(5)));
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("16M")));
+  EXPECT_NE(ReadLog(dir()).find("was in the host tier handed to systemd's fd store, which did "
+                                "not pass it back"),
+            std::string::npos)
+      << ReadLog(dir());
+  c = Connect();
+  ASSERT_NE(c, nullptr);
+  std::vector<char> buf(kStep);
+  EXPECT_EQ(c->Fetch(run.run_id, 1, buf.data(), kStep).code(), Code::kDataLoss);
+}
+
+// A solver pushing in a loop while snapd restarts: its pushes wait for the new daemon and are
+// sent again; the run finishes byte-exact and no call returns an error.
+TEST_F(RestartTest, AClientPushingThroughARestartFinishesItsRunExact) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
+  auto client = ConnectClient(daemon());  // the test's own: it outlives the daemon
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  Client& c = **client;
+  RunSpec spec = Spec("through", 40, kStep);
+  spec.keep = true;
+  auto run = c.OpenRun(spec);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  std::atomic<uint64_t> pushed{0};
+  std::vector<std::string> errors;
+  std::thread solver([&] {
+    std::vector<char> buf(kStep);
+    for (uint64_t t = 0; t < 40; ++t) {
+      FillPattern(buf.data(), kStep, 21, t);
+      auto h = c.Push(run->run_id, t, buf.data(), kStep);
+      Status s = h.ok() ? h->WaitStored() : h.status();
+      if (!s.ok()) errors.push_back("step " + std::to_string(t) + ": " + s.ToString());
+      pushed = t + 1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    }
+  });
+  ASSERT_TRUE(WaitUntil([&] { return pushed >= 8; }, std::chrono::seconds(30)));
+  StopDaemon();  // SIGTERM while the solver pushes; the host steps go to disk
+  uint64_t at_stop = pushed;
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
+  solver.join();
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_LT(at_stop, 40u) << "the run ended before the restart: the test proves nothing";
+  for (uint64_t t = 0; t < 40; ++t) {
+    Status s = FetchExact(c, run->run_id, t, 21);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_EQ(Stats().lost_snapshots(), 0u);
+}
+
+// A daemon that does not come back within the client's reconnect timeout: the push fails
+// with UNAVAILABLE naming the socket, after about that long.
+TEST_F(RestartTest, PastTheReconnectTimeoutAPushFailsNamingTheSocket) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("16M")));
+  ClientOptions o;
+  o.socket_path = daemon().socket();
+  o.reconnect_timeout_s = 1;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  RunSpec spec = Spec("gone", 4, kStep);
+  auto run = (*client)->OpenRun(spec);
+  ASSERT_TRUE(run.ok());
+  std::string socket = daemon().socket();
+  StopDaemon();
+  std::vector<char> buf(kStep);
+  auto t0 = std::chrono::steady_clock::now();
+  auto h = (*client)->Push(run->run_id, 0, buf.data(), kStep);
+  Status s = h.ok() ? h->WaitStored() : h.status();
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find(socket), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("did not come back within 1 s"), std::string::npos) << s.message();
+  EXPECT_GE(waited, 0.5);
+  EXPECT_LT(waited, 10.0);
+}
+
+// The same round trip through a real systemd: a transient unit with an fd store, restarted
+// with `systemctl restart`. Needs systemd as PID 1 (254 or later, for $FDSTORE) and root.
+TEST_F(RestartTest, SystemctlRestartKeepsTheHostTierThroughARealFdStore) {
+  std::ifstream comm("/proc/1/comm");
+  std::string init;
+  std::getline(comm, init);
+  if (init != "systemd") {
+    GTEST_SKIP() << "PID 1 is '" << init
+                 << "', not systemd: the fd store round trip through systemd cannot run here "
+                    "(TheHostTierKeptInTheFdStoreIsTakenBackAndChecked covers the protocol)";
+  }
+  if (geteuid() != 0) GTEST_SKIP() << "starting a transient systemd unit needs root";
+  std::string unit = "snapd-restart-test-" + std::to_string(getpid());
+  std::string socket = dir() + "/snapd.sock";
+  std::string out, err;
+  ASSERT_EQ(RunProgram({"/usr/bin/systemd-run", "--unit", unit, "-p", "Type=notify", "-p",
+                        "NotifyAccess=main", "-p", "FileDescriptorStoreMax=4", "-p",
+                        "FileDescriptorStorePreserve=yes", "--setenv=UCX_NET_DEVICES=lo",
+                        SNAPD_BINARY, "--socket", socket, "--state-dir", dir() + "/state",
+                        "--host-mem", "64M"},
+                       &out, &err),
+            0)
+      << err;
+  auto stop_unit = [&] {
+    RunProgram({"/usr/bin/systemctl", "stop", unit}, &out, &err);
+    RunProgram({"/usr/bin/systemctl", "clean", "--what=fdstore", unit}, &out, &err);
+  };
+  ClientOptions o;
+  o.socket_path = socket;
+  auto client = Client::Connect(o);
+  if (!client.ok()) {
+    stop_unit();
+    FAIL() << client.status().ToString();
+  }
+  RunSpec spec = Spec("systemd", 4, kStep);
+  spec.keep = true;
+  auto run = (*client)->OpenRun(spec);
+  ASSERT_TRUE(run.ok());
+  ASSERT_NO_FATAL_FAILURE(PushSteps(**client, run->run_id, 4, 13));
+  client->reset();
+  ASSERT_EQ(RunProgram({"/usr/bin/systemctl", "restart", unit}, &out, &err), 0) << err;
+  client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto where = (*client)->Locate("systemd", 2);
+  ASSERT_TRUE(where.ok());
+  EXPECT_EQ(where->tier, Tier::kHost);
+  for (uint64_t t = 0; t < 4; ++t) EXPECT_TRUE(FetchExact(**client, run->run_id, t, 13).ok());
+  client->reset();
+  stop_unit();
+}
+
+}  // namespace
+}  // namespace snapd::testing
