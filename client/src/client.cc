@@ -281,5 +281,7 @@ DataPath Client::data_path() const {
 }
 const std::string& Client::data_path_reason() const { return impl_->data_path_reason; }
 
+std::string Client::data_transports() const { return impl_->EndpointTransports(); }
+
 }  // namespace snapd
 

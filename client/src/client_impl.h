@@ -112,6 +112,9 @@ struct Client::Impl {
   // Loop-thread state.
   ucp_ep_h ep = nullptr;
   Status ep_error;  // set when the endpoint failed; later requests fail with it
+  // The endpoint failed and no reconnect has replaced it yet: what failed with UNAVAILABLE may
+  // be sent again after a reconnect (Retriable). Set on the loop thread, read on any.
+  std::atomic<bool> link_lost{false};
   std::unordered_map<uint64_t, Pending> pending;
   // Pushes not yet stored, by (run, step): a fetch of such a step waits for its push, so a
   // client always reads what it wrote (released comes before the daemon has the step).
@@ -196,7 +199,12 @@ struct Client::Impl {
   void AfterReconnect(uint64_t seen, std::function<void(Status)> then);
   void ReconnectEpisode();
   Status ReconnectOnce();  // one attempt at a new session
-  bool Retriable(const Status& s);
+  // UNAVAILABLE because snapd went away (the endpoint failed) or said it is stopping, and
+  // reconnects are on: the operation waits for a reconnect and is sent again. Not another
+  // UNAVAILABLE (a push that needed the disk tier when no spool worked): that is the answer.
+  // `generation`: the connection the operation was sent on (a reconnect since then also
+  // makes it retriable).
+  bool Retriable(const Status& s, uint64_t generation);
   // One try of a push or fetch for the caller's `outer` handle; tried again after a reconnect.
   void PushAttempt(std::shared_ptr<detail::OpState> outer, uint64_t run_id, uint64_t step,
                    const void* data, size_t bytes, bool device, void* stream);
@@ -241,6 +249,8 @@ struct Client::Impl {
   void PostLeaseRelease(uint64_t lease, uint64_t copy_ns);
   Status CheckRange(uint64_t offset, size_t bytes) const;
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // Client::data_transports: the endpoint's lanes, read on the loop thread.
+  std::string EndpointTransports();
   // Drops any message but a Reply (snapd sends nothing else).
   static ucs_status_t OnUnknownId(void*, const void*, size_t, void*, size_t,
                                   const ucp_am_recv_param_t*) {

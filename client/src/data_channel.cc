@@ -8,6 +8,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <future>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "client_impl.h"
@@ -218,6 +221,47 @@ void Client::Impl::CopyOut(Pending p, uint64_t offset, uint64_t lease) {
   });
 }
 
+// ucp_ep_print_info names each lane's transport and device as "tl/dev" after "lane[N]:"
+// (e.g. "lane[0]:  1:posix/memory.0 md[1] ..."): the distinct ones, in lane order.
+std::string Client::Impl::EndpointTransports() {
+  std::promise<std::string> text;
+  std::future<std::string> got = text.get_future();
+  loop->Post([this, &text] {
+    std::string out;
+    if (ep != nullptr) {
+      char* buf = nullptr;
+      size_t len = 0;
+      if (FILE* mem = open_memstream(&buf, &len)) {
+        ucp_ep_print_info(ep, mem);
+        std::fclose(mem);
+        out.assign(buf, len);
+        std::free(buf);
+      }
+    }
+    text.set_value(std::move(out));
+  });
+  std::istringstream lines(got.get());
+  std::vector<std::string> seen;
+  for (std::string line; std::getline(lines, line);) {
+    size_t lane = line.find("lane[");
+    if (lane == std::string::npos) continue;
+    std::istringstream words(line.substr(line.find(':', lane) + 1));
+    std::string word;
+    words >> word;  // "1:posix/memory.0": resource index, transport/device, path index
+    size_t colon = word.find(':');
+    if (colon != std::string::npos) word = word.substr(colon + 1);
+    size_t dot = word.rfind('.');
+    if (dot != std::string::npos && word.find('/') != std::string::npos && dot > word.find('/')) {
+      word = word.substr(0, dot);
+    }
+    if (word.find('/') == std::string::npos) continue;
+    if (std::find(seen.begin(), seen.end(), word) == seen.end()) seen.push_back(word);
+  }
+  std::string joined;
+  for (const auto& w : seen) joined += (joined.empty() ? "" : ", ") + w;
+  return joined;
+}
+
 void Client::Impl::FailAll(const Status& s) {
   auto failed = std::move(pending);
   pending.clear();
@@ -228,6 +272,7 @@ void Client::Impl::OnEndpointError(void* arg, ucp_ep_h failed, ucs_status_t stat
   auto* self = static_cast<Impl*>(arg);
   if (failed != self->ep) return;  // an endpoint a reconnect replaced already
   // UNAVAILABLE: snapd went away (a restart); pushes and fetches wait for a reconnect.
+  self->link_lost = true;
   self->ep_error = Status::Unavailable(
       "data-plane connection to snapd at " + self->socket_path + " lost: " +
       ucx::FromUcs(status, "endpoint").message());
@@ -346,7 +391,7 @@ void Client::Impl::PushAttempt(std::shared_ptr<detail::OpState> outer, uint64_t 
   state->WhenCompleted([this, outer, state, generation, run_id, step, data, bytes, device,
                         stream] {
     Status s = state->WaitCompleted();
-    if (s.ok() || !Retriable(s)) {
+    if (s.ok() || !Retriable(s, generation)) {
       outer->Complete(s);
       return;
     }
@@ -409,7 +454,7 @@ void Client::Impl::FetchAttempt(std::shared_ptr<detail::OpState> outer, uint64_t
   state->WhenCompleted([this, outer, state, generation, run_id, step, data, bytes, device,
                         stream] {
     Status s = state->WaitCompleted();
-    if (s.ok() || !Retriable(s)) {
+    if (s.ok() || !Retriable(s, generation)) {
       outer->Complete(s);
       return;
     }
@@ -442,10 +487,12 @@ uint64_t Client::Impl::Generation() {
   return conn_generation;
 }
 
-bool Client::Impl::Retriable(const Status& s) {
+bool Client::Impl::Retriable(const Status& s, uint64_t generation) {
   if (s.code() != Code::kUnavailable || reconnect_timeout_s.load() <= 0) return false;
   MutexLock lock(conn_mu);
-  return !closing;
+  if (closing) return false;
+  return link_lost.load() || conn_generation != generation ||
+         s.message().rfind("snapd is stopping", 0) == 0;
 }
 
 void Client::Impl::AfterReconnect(uint64_t seen, std::function<void(Status)> then) {
@@ -549,6 +596,7 @@ Status Client::Impl::ReconnectOnce() {
           detail::UnpinHost);
     }
     ep_error = Status::Ok();
+    link_lost = false;
     if (Status s = CreateEndpoint(); !s.ok()) {
       ep_error = s;
       hello->Complete(s);

@@ -220,6 +220,10 @@ class Client {
   DataPath data_path() const;
   // Why the host tier is not mapped ("" when it is).
   const std::string& data_path_reason() const;
+  // The UCX transports the data-plane endpoint to snapd uses now, one "transport/device" per
+  // lane, comma-separated ("posix/memory, cma/memory", "tcp/lo"), as UCX reports its lanes
+  // (ucp_ep_print_info); "" when no endpoint is open.
+  std::string data_transports() const;
 
  private:
   struct Impl;
