@@ -24,21 +24,7 @@ bool SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
   std::memcpy(reply.message, s.message().data(), n);
   reply.message_length = static_cast<uint32_t>(n);
   reply.arena_bytes = arena_bytes;
-  iovec iov{&reply, sizeof reply};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (pass_fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-  }
-  return sendmsg(fd, &msg, MSG_NOSIGNAL) >= 0;
+  return SendWithFd(fd, &reply, sizeof reply, pass_fd) >= 0;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "log.h"
+#include "snapd/unix_socket.h"
 
 namespace snapd {
 
@@ -33,23 +34,7 @@ bool NotifyWithFd(const std::map<std::string, std::string>& env, const std::stri
   socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size());
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
-  iovec iov{const_cast<char*>(state.data()), state.size()};
-  msghdr msg{};
-  msg.msg_name = &addr;
-  msg.msg_namelen = len;
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd_to_send >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd_to_send, sizeof(int));
-  }
-  ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+  ssize_t sent = SendWithFd(fd, state.data(), state.size(), fd_to_send, &addr, len);
   close(fd);
   return sent == static_cast<ssize_t>(state.size());
 }

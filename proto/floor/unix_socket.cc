@@ -63,4 +63,25 @@ int AcceptConnection(int listen_fd, int flags, const std::function<void(int)>& o
   }
 }
 
+ssize_t SendWithFd(int fd, const void* data, size_t bytes, int pass_fd, const sockaddr_un* to,
+                   socklen_t to_len) {
+  iovec iov{const_cast<void*>(data), bytes};
+  msghdr msg{};
+  msg.msg_name = const_cast<sockaddr_un*>(to);
+  msg.msg_namelen = to ? to_len : 0;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (pass_fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  return sendmsg(fd, &msg, MSG_NOSIGNAL);
+}
+
 }  // namespace snapd

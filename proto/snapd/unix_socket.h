@@ -28,4 +28,10 @@ Result<ucx::ScopedFd> ListenUnix(const std::string& path, unsigned mode, const c
 // while its socket is open.
 int AcceptConnection(int listen_fd, int flags, const std::function<void(int)>& on_pressure);
 
+// sendmsg of `bytes` from `data` on `fd`, with `pass_fd` attached (SCM_RIGHTS) unless it is
+// negative; to `to` (`to_len` bytes) for a datagram socket, or null on a connected one.
+// MSG_NOSIGNAL. Returns what sendmsg returns.
+ssize_t SendWithFd(int fd, const void* data, size_t bytes, int pass_fd,
+                   const sockaddr_un* to = nullptr, socklen_t to_len = 0);
+
 }  // namespace snapd
