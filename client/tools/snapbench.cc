@@ -1160,7 +1160,7 @@ int main(int argc, char** argv) {
   if (std::optional<int> exit_code = ParseArgs(argc, argv, &a)) return *exit_code;
   if (a.codec) return Codec(a);
   if (a.many > 0) return Many(a);  // forks its solvers before any client state exists here
-  const bool fresh = !a.spill && !a.device && !a.in_process;
+  const bool fresh = !a.spill && !a.device && !a.fill && !a.verify && !a.in_process;
   DefaultRun run;
   if (fresh) {  // before any client state exists in this process: each pass forks its own
     for (const char* label : {"fresh process, first pass", "fresh process, second pass"}) {
