@@ -329,13 +329,17 @@ int Run(int argc, char** argv) {
   // refused from now on, and the host-only steps go to systemd's fd store with the memfd that
   // holds them, or are written to disk, within stop_timeout.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(config.stop_timeout);
-  const bool keep = config.fdstore == "auto" && FdStoreKept(env);
-  const std::string plan = keep ? "the host tier goes to systemd's fd store"
-                                : "writing host-only steps to disk (stop_timeout " +
-                                      std::to_string(config.stop_timeout) + " s)";
+  // fdstore "auto" does both: the drain makes a stop or a reboot lose nothing, the fd store
+  // makes a restart serve every step from memory again (also one the drain had no time for).
+  const bool keep = config.fdstore != "off" && FdStoreKept(env);
+  const bool drain = config.fdstore != "only" || !keep;
+  const std::string writing = "writing host-only steps to disk (stop_timeout " +
+                              std::to_string(config.stop_timeout) + " s)";
+  const std::string plan = !keep ? writing
+                           : drain ? writing + ", then the host tier goes to systemd's fd store"
+                                   : "the host tier goes to systemd's fd store";
   SNAPD_LOG_INFO("received %s, stopping: %s", strsignal(sig), plan.c_str());
-  Notify(env, std::string("STOPPING=1\nSTATUS=stopping: ") +
-                  (keep ? "handing the host tier to systemd" : "writing host memory to disk"));
+  Notify(env, "STOPPING=1\nSTATUS=stopping: " + plan);
   (*store)->BeginStop();
   // Pushes reserved before the stop may still commit (briefly: their bytes are being copied).
   const auto settle = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5));
@@ -352,22 +356,46 @@ int Run(int argc, char** argv) {
   arena->reset();
   data_plane->reset();  // no more traffic into the store
   auto started = std::chrono::steady_clock::now();
-  Store::StopResult stopped =
-      keep ? (*store)->KeepHostTier(deadline) : (*store)->DrainForStop(deadline);
-  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (keep && stopped.status.ok() &&
-      !NotifyWithFd(env, "FDSTORE=1\nFDNAME=" + std::string(kHostTierFdName), host->first->fd())) {
-    SNAPD_LOG_ERROR("handing the host tier to systemd's fd store failed (%s): its %llu steps "
-                    "will be reported lost at the next start",
-                    std::strerror(errno), static_cast<unsigned long long>(stopped.steps));
-  } else if (!stopped.status.ok()) {
-    SNAPD_LOG_ERROR("stopping short: %s; the host-only steps left are named below and "
-                    "marked lost", stopped.status.message().c_str());
-  } else {
-    SNAPD_LOG_INFO("%s %llu host-only steps (%s) in %.2f s", keep ? "kept in systemd's fd store"
-                                                                  : "wrote to disk",
-                   static_cast<unsigned long long>(stopped.steps),
-                   FormatBytes(stopped.bytes).c_str(), took);
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  if (drain) {
+    Store::StopResult drained = (*store)->DrainForStop(deadline, /*keep_host_copies=*/keep);
+    if (!drained.status.ok()) {
+      SNAPD_LOG_ERROR("stopping short of writing every host-only step to disk: %s; %s",
+                      drained.status.message().c_str(),
+                      keep ? "the rest stays only in the host tier kept by systemd's fd store "
+                             "(lost if the store is flushed or the node reboots)"
+                           : "the steps left are named below and marked lost");
+    } else {
+      SNAPD_LOG_INFO("wrote to disk %llu host-only steps (%s) in %.2f s",
+                     static_cast<unsigned long long>(drained.steps),
+                     FormatBytes(drained.bytes).c_str(), seconds_since(started));
+    }
+  }
+  if (keep) {
+    // Writes in flight when a drain ran out of time end first (one step each): a short grace
+    // inside TimeoutStopSec's margin over stop_timeout.
+    auto kept_by = std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    auto kept_from = std::chrono::steady_clock::now();
+    Store::StopResult stopped = (*store)->KeepHostTier(kept_by);
+    if (stopped.status.ok() &&
+        !NotifyWithFd(env, "FDSTORE=1\nFDNAME=" + std::string(kHostTierFdName),
+                      host->first->fd())) {
+      SNAPD_LOG_ERROR("handing the host tier to systemd's fd store failed (%s): %llu of its "
+                      "%llu steps are on no disk and will be reported lost at the next start",
+                      std::strerror(errno), static_cast<unsigned long long>(stopped.host_only),
+                      static_cast<unsigned long long>(stopped.steps));
+    } else if (!stopped.status.ok()) {
+      SNAPD_LOG_ERROR("stopping short: %s; the host-only steps left are named below and "
+                      "marked lost", stopped.status.message().c_str());
+    } else {
+      SNAPD_LOG_INFO("kept in systemd's fd store %llu host-tier steps (%s), %llu of them on no "
+                     "disk, in %.2f s",
+                     static_cast<unsigned long long>(stopped.steps),
+                     FormatBytes(stopped.bytes).c_str(),
+                     static_cast<unsigned long long>(stopped.host_only), seconds_since(kept_from));
+    }
   }
   if (!keep && host_tier_adopted) {
     Notify(env, "FDSTOREREMOVE=1\nFDNAME=" + std::string(kHostTierFdName));

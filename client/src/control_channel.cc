@@ -63,6 +63,9 @@ RunInfo FromProto(const v1::RunInfo& p) {
   r.stored_bytes = p.stored_bytes();
   r.host_boundary = p.host_boundary();
   r.device_boundary = p.device_boundary();
+  r.lost_snapshots = p.lost_snapshots();
+  r.compressed_snapshots = p.compressed_snapshots();
+  r.failure = p.failure();
   return r;
 }
 

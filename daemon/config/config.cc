@@ -62,9 +62,12 @@ const std::vector<OptionDoc>& ConfigOptions() {
       {"stop_timeout", "SNAPD_STOP_TIMEOUT", K::kInteger, "SECONDS",
        "seconds a stop may spend writing host-only steps to disk; what is not written by then "
        "is named in the log and marked lost, 1..3600 (default 45)"},
-      {"fdstore", "SNAPD_FDSTORE", K::kText, "auto|off",
-       "auto: on stop, hand the host tier to systemd's fd store when systemd keeps one "
-       "($FDSTORE) and take it back on start; off: always write it to disk (default auto)"},
+      {"fdstore", "SNAPD_FDSTORE", K::kText, "auto|only|off",
+       "auto: on stop, write the host-only steps to disk and also hand the host tier to "
+       "systemd's fd store when systemd keeps one ($FDSTORE), so a restart serves them from "
+       "memory and a stop or reboot from disk; only: hand it over without writing to disk "
+       "(a restart copies nothing at any size; a reboot or a flushed fd store loses the "
+       "host-only steps); off: write to disk only (default auto)"},
       {"metrics_textfile", "SNAPD_METRICS_TEXTFILE", K::kText, "FILE",
        "file snapd writes its metrics to in the Prometheus text format, for node_exporter's "
        "textfile collector (e.g. /var/lib/node_exporter/textfile/snapd.prom); empty = off "
@@ -230,7 +233,9 @@ Status Parse(Config& c, const std::string& key, const std::string& value) {
       return expected("a number of seconds 1..3600");
     }
   } else if (key == "fdstore") {
-    if (value != "auto" && value != "off") return expected("auto or off");
+    if (value != "auto" && value != "only" && value != "off") {
+      return expected("auto, only or off");
+    }
     c.fdstore = value;
   } else if (key == "orphan_grace") {
     if (!ParseInteger(value, 0, 7 * 24 * 3600, &c.orphan_grace)) {

@@ -255,7 +255,12 @@ Status Store::Load() {
         ++taken_back;
       } else {
         ++lost_host;
-        MarkLost(run, snap, kept.message().empty() ? "" : kept.message());
+        if (kept.message().empty()) {
+          NoteFailure(run, StepName(run.record, r.step()) +
+                               " is lost: it was in host memory when snapd last stopped "
+                               "without writing it to disk (kill -9 or a crash)");
+        }
+        MarkLost(run, snap, kept.message());
       }
     } else if (r.tier() == v1::TIER_DISK) {
       Status adopted = disk_ ? disk_->Adopt(r.spool(), r.run_id(), r.disk_name(),
@@ -265,6 +270,19 @@ Status Store::Load() {
         keep.insert(DiskTier::Key(r.spool(), r.run_id(), r.disk_name()));
         snap.verified = false;  // checked by a background scrub (StartScrub) and on every read
         ++recovered;
+        if (r.has_host_copy()) {
+          // A host copy kept through the restart: served from memory if it checks out, else
+          // the file serves, which is the durable copy either way.
+          if (Status kept = TakeBack(snap); kept.ok()) {
+            ++taken_back;
+          } else {
+            SNAPD_LOG_INFO("%s is served from its spool file, not from its host copy (%s)",
+                           StepName(run.record, r.step()).c_str(),
+                           kept.message().empty() ? "not kept" : kept.message().c_str());
+            r.clear_host_copy();
+            if (Status s = catalog_->PutSnapshot(r); !s.ok()) return s;
+          }
+        }
       } else {
         SNAPD_LOG_WARN("%s is lost: %s", StepName(run.record, r.step()).c_str(),
                        adopted.message().c_str());
@@ -331,8 +349,9 @@ Status Store::TakeBack(Snapshot& snap) {
   if (!block.ok()) {
     return Status::DataLoss("its place in the kept host tier: " + block.status().message());
   }
-  if (r.stored_bytes() > (*block)->size() ||
-      Checksum((*block)->data(), r.stored_bytes()) != copy.checksum()) {
+  // A disk step's host copy holds its raw bytes; a host step's block what it stores.
+  const uint64_t held = r.tier() == v1::TIER_DISK ? r.raw_bytes() : r.stored_bytes();
+  if (held > (*block)->size() || Checksum((*block)->data(), held) != copy.checksum()) {
     return Status::DataLoss("its bytes in the kept host tier fail their checksum");
   }
   snap.block = std::move(block).value();
@@ -439,6 +458,15 @@ v1::RunInfo Store::Info(const Run& run) {
   info.set_host_boundary(run.record.host_boundary());
   uint64_t steps = run.record.spec().steps();
   info.set_device_boundary(steps - std::min(steps, run.record.device_steps()));
+  uint64_t lost = 0, compressed = 0;
+  for (const auto& [step, snap] : run.snapshots) {
+    lost += snap.record.tier() == v1::TIER_LOST;
+    compressed += snap.record.codec() != v1::CODEC_NONE;
+  }
+  for (const auto& [step, held] : run.device) lost += held.lost;
+  info.set_lost_snapshots(lost);
+  info.set_compressed_snapshots(compressed);
+  info.set_failure(run.failure);
   return info;
 }
 
@@ -832,6 +860,13 @@ bool Store::BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes, PushDone d
   return false;
 }
 
+// A push refused for room after its request was found valid (`why` names the step): the run
+// now lacks that step.
+Status Store::Refused(Run& run, Status why) {
+  NoteFailure(run, "push refused: " + why.message());
+  return why;
+}
+
 Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, uint64_t step,
                                                              uint64_t bytes, PushDone& later,
                                                              const Tenant& who) {
@@ -857,25 +892,25 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
   if (Usage u = UsageOf(r.owner_uid()); u.quota != 0 && !who.admin) {
     uint64_t held = u.stored_bytes + u.in_flight_bytes;
     if (held + bytes > u.quota) {
-      return Status::ResourceExhausted(
+      return Refused(*run, Status::ResourceExhausted(
           StepName(r, step) + ": uid " + std::to_string(r.owner_uid()) +
           " would exceed its quota of " + FormatBytes(u.quota) + " (" + FormatBytes(held) +
           " stored or being pushed, this step " + FormatBytes(bytes) +
-          "); delete runs it no longer needs, or ask for a larger quota");
+          "); delete runs it no longer needs, or ask for a larger quota"));
     }
   }
   if (options_.tenant_host_share < 1.0 && !who.admin && !UsesDisk(r.spec().layers())) {
     uint64_t share = static_cast<uint64_t>(options_.tenant_host_share * host_->budget());
     uint64_t pinned = PinnedHostBytesOf(r.owner_uid()) + run->in_flight.size() * BlockBytes(*run);
     if (pinned + BlockBytes(*run) > share) {
-      return Status::ResourceExhausted(
+      return Refused(*run, Status::ResourceExhausted(
           StepName(r, step) + ": uid " + std::to_string(r.owner_uid()) + " holds " +
           FormatBytes(pinned) +
           " of the host tier in runs that cannot move to disk, and its "
           "share is " +
           FormatBytes(share) + " (tenant_host_share " +
           std::to_string(options_.tenant_host_share).substr(0, 4) +
-          "); fetch or delete steps, or use layers with Disk");
+          "); fetch or delete steps, or use layers with Disk"));
     }
   }
   return AdmitPush(*run, step, bytes, later);
@@ -1058,7 +1093,12 @@ uint64_t Store::PushesInFlight() const {
   return n;
 }
 
-Store::StopResult Store::DrainForStop(std::chrono::steady_clock::time_point deadline) {
+Store::StopResult Store::DrainForStop(std::chrono::steady_clock::time_point deadline,
+                                      bool keep_host_copies) {
+  if (keep_host_copies) {
+    MutexLock lock(mu_);
+    KeepHostCopies();
+  }
   struct Outcome {
     std::mutex mu;
     std::condition_variable cv;
@@ -1112,22 +1152,26 @@ Store::StopResult Store::KeepHostTier(std::chrono::steady_clock::time_point dead
   }
   MutexLock lock(mu_);
   std::vector<v1::SnapshotRecord> records;
+  uint64_t host_only = 0;
   for (auto& [id, run] : runs_) {
     for (auto& [step, snap] : run.snapshots) {
       v1::SnapshotRecord& r = snap.record;
-      if (r.tier() != v1::TIER_HOST || !snap.block) continue;
+      if (!snap.block || (r.tier() != v1::TIER_HOST && r.tier() != v1::TIER_DISK)) continue;
       // The checksum of what the block holds: the recorded one, or (never expected after
-      // WaitChecksumsIdle) computed now.
-      uint64_t sum = r.codec() != v1::CODEC_NONE ? r.stored_checksum()
+      // WaitChecksumsIdle) computed now. A disk step's block holds its raw bytes.
+      uint64_t sum = r.tier() == v1::TIER_DISK ? r.checksum()
+                     : r.codec() != v1::CODEC_NONE ? r.stored_checksum()
                      : r.checksum_state() == v1::CHECKSUM_RECORDED
                          ? r.checksum()
                          : Checksum(snap.block->data(), r.stored_bytes());
+      host_only += r.tier() == v1::TIER_HOST;
       v1::SnapshotRecord kept = r;
+      kept.set_daemon_epoch(options_.epoch);  // in this start's host tier
       kept.mutable_host_copy()->set_offset(snap.block->offset());
       kept.mutable_host_copy()->set_bytes(snap.block->size());
       kept.mutable_host_copy()->set_checksum(sum);
       records.push_back(std::move(kept));
-      result.bytes += r.stored_bytes();
+      result.bytes += r.tier() == v1::TIER_DISK ? r.raw_bytes() : r.stored_bytes();
     }
   }
   v1::HostTierKept marker;
@@ -1137,6 +1181,8 @@ Store::StopResult Store::KeepHostTier(std::chrono::steady_clock::time_point dead
   result.status = catalog_->PutHostTierKept(marker, records);
   if (result.status.ok()) {
     result.steps = records.size();
+    result.host_only = host_only;
+    unsaved_why_.clear();  // what a drain left in host memory is in the kept tier
   } else {
     unsaved_why_ = "recording the host tier for systemd's fd store failed: " +
                    result.status.message();

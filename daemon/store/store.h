@@ -170,19 +170,25 @@ class Store final : private Tiering {
   // Pushes reserved (or waiting for room), not yet committed or aborted.
   uint64_t PushesInFlight() const SNAPD_EXCLUDES(mu_);
   struct StopResult {
-    uint64_t steps = 0;  // host-only steps written to disk, or recorded in the kept tier
+    uint64_t steps = 0;  // host-only steps written to disk, or host blocks in the kept tier
+    uint64_t host_only = 0;  // KeepHostTier: of `steps`, those with no disk copy
     uint64_t bytes = 0;
     Status status;       // why it stopped short; the steps left are then lost
   };
   // Writes every host-only step to disk, waiting until `deadline`. What is still only in host
   // memory when the store is destroyed (after the writes in flight end) is named in the log
   // and marked lost: the drain ran out of time, the disk filled up, or there is no disk tier.
-  StopResult DrainForStop(std::chrono::steady_clock::time_point deadline) SNAPD_EXCLUDES(mu_);
-  // Instead of a drain, the host tier is handed to systemd's fd store: once the checksums,
-  // compressions and disk I/O in flight are done (by `deadline`), records where each host-only
-  // step lies in it and its checksum (Catalog::PutHostTierKept), for the next start to take it
-  // back (StoreOptions.kept_host_tier). Nothing may move blocks any more: the data plane is
-  // stopped. On error nothing is recorded, and what is left is marked lost as by a drain.
+  // `keep_host_copies`: KeepHostTier follows, so each step written keeps its raw block as a host
+  // copy of the disk step.
+  StopResult DrainForStop(std::chrono::steady_clock::time_point deadline,
+                          bool keep_host_copies = false) SNAPD_EXCLUDES(mu_);
+  // The host tier is handed to systemd's fd store (after a drain, or instead of one): once the
+  // checksums, compressions and disk I/O in flight are done (by `deadline`), records where each
+  // step with a host block lies in it and its checksum (Catalog::PutHostTierKept), for the next
+  // start to take it back (StoreOptions.kept_host_tier); a disk step's host copy is taken back
+  // as a read-ahead copy, its file staying the durable one. Nothing may move blocks any more:
+  // the data plane is stopped. On success nothing is marked lost at destruction (also after a
+  // drain that fell short); on error nothing is recorded, and host-only steps are marked lost.
   StopResult KeepHostTier(std::chrono::steady_clock::time_point deadline) SNAPD_EXCLUDES(mu_);
 
   StoreCounters Counters() const SNAPD_EXCLUDES(mu_);
@@ -224,6 +230,7 @@ class Store final : private Tiering {
   // NOT_FOUND for a step the run does not hold, saying whether it was read once and released.
   static Status StepNotFound(const Run& run, uint64_t step);
   static v1::RunInfo Info(const Run& run);
+  static Status Refused(Run& run, Status why);
   static v1::SnapshotInfo Info(const Snapshot& snap);
   static v1::SnapshotInfo Info(const Run& run, uint64_t step, const DeviceStep& held);
   // FAILED_PRECONDITION (held) or DATA_LOSS (its session ended) for a device step the daemon

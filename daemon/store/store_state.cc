@@ -97,12 +97,17 @@ void StoreState::MarkLost(Run& run, Snapshot& snap, const std::string& why) {
   if (!why.empty()) {
     SNAPD_LOG_ERROR("%s is lost: %s", StepName(run.record, r.step()).c_str(), why.c_str());
   }
+  NoteFailure(run, StepName(run.record, r.step()) + " is lost" + (why.empty() ? "" : ": " + why));
   run.stored_bytes -= r.stored_bytes();
   r.set_tier(v1::TIER_LOST);
   r.set_stored_bytes(0);
   snap.block.reset();
   Status s = catalog_->PutSnapshot(r);
   if (!s.ok()) SNAPD_LOG_ERROR("recording a lost snapshot: %s", s.ToString().c_str());
+}
+
+void StoreState::NoteFailure(Run& run, const std::string& why) {
+  if (run.failure.empty()) run.failure = why;
 }
 
 uint64_t StoreState::BlockBytes(const Run& run) {

@@ -134,6 +134,9 @@ class StoreState {
     std::set<uint64_t> sessions;  // live sessions that opened or attached to it
     // When the last of them died (its client went away without closing); none: not an orphan.
     std::optional<std::chrono::steady_clock::time_point> orphaned_at;
+    // Why the run is no longer whole (RunInfo.failure): the first refused push or lost step
+    // since snapd started; empty while it is whole.
+    std::string failure;
   };
   using Key = std::pair<uint64_t, uint64_t>;  // (run_id, step)
   // Callbacks collected under the mutex, run after it is released.
@@ -166,6 +169,9 @@ class StoreState {
   // The snapshot at `key` (any generation), with its run; both null if gone.
   std::pair<Run*, Snapshot*> FindSnapshot(const Key& key) SNAPD_REQUIRES(mu_);
   void MarkLost(Run& run, Snapshot& snap, const std::string& why) SNAPD_REQUIRES(mu_);
+  // Records the first thing that broke `run` (a push refused after it was accepted for
+  // checking, or a step lost); later ones leave it as it is.
+  static void NoteFailure(Run& run, const std::string& why);
   static uint64_t BlockBytes(const Run& run);
   // The snapshot's host block holds compressed bytes (compressed at ingest, not yet decoded).
   static bool HoldsCompressed(const Snapshot& snap) {

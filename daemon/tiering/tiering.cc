@@ -291,7 +291,11 @@ void Tiering::Rebalance(Deferred& deferred) {
                        (run != runs_.end() ? StepName(run->second.record, it->step)
                                            : "run id " + std::to_string(it->run_id)) +
                            ": " + full.message());
-      if (run != runs_.end()) run->second.in_flight.erase(it->step);
+      if (run != runs_.end()) {
+        run->second.in_flight.erase(it->step);
+        NoteFailure(run->second, StepName(run->second.record, it->step) +
+                                     " was refused: " + full.message());
+      }
       deferred.push_back([l = std::move(it->later), full] { l(full); });
       it = parked_pushes_.erase(it);
     }
@@ -340,6 +344,7 @@ void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
     ++unavailable_pushes_;
     refusals_.Reject("push failed, no spool works", down.message());
     run->second.in_flight.erase(it->step);
+    NoteFailure(run->second, step + " was refused: no spool works (" + failed + ")");
     deferred.push_back([l = std::move(it->later), down] { l(down); });
     it = parked_pushes_.erase(it);
   }
@@ -553,6 +558,7 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
     --writes_in_flight_;
     Snapshot* snap = FindSnapshot(run_id, step, generation);
     Status s = written.status();
+    const bool keep_copy = snap && keep_host_copies_ && RawInHost(*snap);
     if (snap && s.ok()) {
       v1::SnapshotRecord updated = snap->record;
       updated.set_tier(v1::TIER_DISK);
@@ -572,7 +578,8 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
         run.stored_bytes -= snap->record.stored_bytes();
         run.stored_bytes += updated.stored_bytes();
         snap->record = std::move(updated);
-        snap->block.reset();  // the host memory is free now; the record points at the file
+        // The host memory is free now (the record points at the file), unless a stop keeps it.
+        if (!keep_copy) snap->block.reset();
         ++counters_.demotions;
         for (auto& d : drains_) {
           ++d.result.moved;

@@ -58,6 +58,9 @@ class Tiering : protected Ingest {
   uint64_t PrefetchSteps(Run& run, const std::vector<uint64_t>& steps) SNAPD_REQUIRES(mu_);
   // Writes every host-only snapshot to disk; `done` runs once they all are (or one failed).
   void StartDrain(std::function<void(Result<DrainResult>)> done) SNAPD_EXCLUDES(mu_);
+  // For a stop that keeps the host tier (fd store): from now on a demotion leaves the step's
+  // raw block in place as a host copy of the disk step, for the next start to take back.
+  void KeepHostCopies() SNAPD_REQUIRES(mu_) { keep_host_copies_ = true; }
   // A file was deleted: a demotion may find room again.
   void DiskRoomFreed() SNAPD_REQUIRES(mu_) { disk_full_ = false; }
   bool DemotionWanted(const Run& run, const Snapshot& snap) const SNAPD_REQUIRES(mu_);
@@ -129,6 +132,7 @@ class Tiering : protected Ingest {
   std::vector<DrainWaiter> drains_ SNAPD_GUARDED_BY(mu_);
   int writes_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;
   int reads_in_flight_ SNAPD_GUARDED_BY(mu_) = 0;
+  bool keep_host_copies_ SNAPD_GUARDED_BY(mu_) = false;
   bool disk_full_ SNAPD_GUARDED_BY(mu_) = false;       // the last demotion found no room
   uint64_t refused_pushes_ SNAPD_GUARDED_BY(mu_) = 0;  // refused for want of room
   uint64_t compactions_ SNAPD_GUARDED_BY(mu_) = 0;     // blocks moved to merge free room

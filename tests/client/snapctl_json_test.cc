@@ -3,7 +3,9 @@
 // holds snapshots on disk, in host memory and lost.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -141,7 +143,8 @@ class SnapctlJsonTest : public ::testing::Test {
   }
 
   // A run of `steps` 64 KiB float32 steps, pushed and stored.
-  void Push(Client& c, const std::string& name, uint64_t steps) {
+  // With a codec the steps are a constant field, which zfp shrinks whatever the codec.
+  void Push(Client& c, const std::string& name, uint64_t steps, Codec codec = Codec::kNone) {
     RunSpec spec;
     spec.name = name;
     spec.steps = steps;
@@ -149,11 +152,17 @@ class SnapctlJsonTest : public ::testing::Test {
     spec.dtype = Dtype::kFloat32;
     spec.shape = {128, 128};
     spec.keep = true;
+    spec.codec = codec;
     auto run = c.OpenRun(spec);
     ASSERT_TRUE(run.ok()) << run.status().ToString();
     std::vector<char> buf(spec.bytes_per_step);
     for (uint64_t t = 0; t < steps; ++t) {
-      FillPattern(buf.data(), buf.size(), 7, t);
+      if (codec == Codec::kNone) {
+        FillPattern(buf.data(), buf.size(), 7, t);
+      } else {
+        std::vector<float> field(buf.size() / sizeof(float), 1.5f + t);
+        std::memcpy(buf.data(), field.data(), buf.size());
+      }
       auto h = c.Push(run->run_id, t, buf.data(), buf.size());
       ASSERT_TRUE(h.ok()) << h.status().ToString();
       ASSERT_TRUE(h->WaitStored().ok());
@@ -187,8 +196,28 @@ TEST_F(SnapctlJsonTest, EveryCommandPrintsWhatTheSchemaDocuments) {
     auto c = ConnectClient(*daemon_);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     ASSERT_NO_FATAL_FAILURE(Push(**c, "on-disk", 3));
+    ASSERT_NO_FATAL_FAILURE(Push(**c, "zfp-on-disk", 2, Codec::kZfpReversible));
     ExpectConforms(Snapctl({"drain"}), "drain");
     ASSERT_NO_FATAL_FAILURE(Push(**c, "in-host", 2));
+    ASSERT_NO_FATAL_FAILURE(Push(**c, "zfp-in-host", 2, Codec::kZfpReversible));
+    // Compressed on demotion: the drained run's steps were, the one in host memory's never.
+    Json runs = Snapctl({"runs"});
+    std::map<std::string, Json> compressed;
+    for (const auto& r : runs.at("runs")) {
+      compressed[r.at("spec").at("name")] = r.at("compressed_snapshots");
+    }
+    EXPECT_EQ(compressed["zfp-on-disk"], 2) << runs.dump(2);
+    EXPECT_EQ(compressed["zfp-in-host"], 0) << runs.dump(2);
+    std::string table, err;
+    ASSERT_EQ(RunProgram({SNAPCTL_BINARY, "--socket", daemon_->socket(), "runs"}, &table, &err),
+              0)
+        << err;
+    std::istringstream lines(table);
+    std::map<std::string, std::string> row;
+    for (std::string line; std::getline(lines, line);) row[line.substr(0, line.find(' '))] = line;
+    EXPECT_NE(row["zfp-in-host"].find("codec zfp-reversible never applied"), std::string::npos)
+        << table;
+    EXPECT_EQ(row["zfp-on-disk"].find("never applied"), std::string::npos) << table;
   }
   // Host-tier snapshots do not survive kill -9: in-host's are lost, on-disk's are not.
   daemon_->Kill();
@@ -207,6 +236,16 @@ TEST_F(SnapctlJsonTest, EveryCommandPrintsWhatTheSchemaDocuments) {
   for (const auto& r : runs.at("runs")) lost[r.at("spec").at("name")] = r.at("lost_snapshots");
   EXPECT_EQ(lost["in-host"], 2) << runs.dump(2);
   EXPECT_EQ(lost["on-disk"], 0) << runs.dump(2);
+  for (const auto& r : runs.at("runs")) {
+    std::string name = r.at("spec").at("name"), failure = r.at("failure");
+    if (name == "in-host" || name == "zfp-in-host") {
+      EXPECT_NE(failure.find("is lost: it was in host memory when snapd last stopped"),
+                std::string::npos)
+          << name << ": " << failure;
+    } else {
+      EXPECT_EQ(failure, "") << name;
+    }
+  }
 
   Json ls = Snapctl({"ls", "in-host"});
   ExpectConforms(ls, "ls");

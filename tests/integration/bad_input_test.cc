@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "raw_peer.h"
@@ -231,6 +233,17 @@ TEST_P(BadInputTest, RequestAboveHostBudgetIsResourceExhausted) {
   std::vector<char> got(b.size());
   EXPECT_TRUE(client_->Fetch(run->run_id, 1, got.data(), got.size()).ok());
   EXPECT_EQ(got, b);
+  // The run says it is broken, naming the refused step; the run that lost nothing says nothing.
+  auto runs = client_->ListRuns();
+  ASSERT_TRUE(runs.ok()) << runs.status().ToString();
+  std::map<std::string, RunInfo> by_name;
+  for (const RunInfo& r : *runs) by_name[r.spec.name] = r;
+  ASSERT_EQ(by_name.count("fill"), 1u);
+  EXPECT_NE(by_name["fill"].failure.find("step 2 of run 'fill' was refused: no room for 3.0 MiB"),
+            std::string::npos)
+      << by_name["fill"].failure;
+  EXPECT_EQ(by_name["fill"].lost_snapshots, 0u);
+  EXPECT_EQ(by_name["run"].failure, "");
   ASSERT_TRUE(client_->DeleteRun("fill").ok());  // frees the tier for the next push
   ASSERT_TRUE(Push(run_id_, 0, kBytes).ok());
   ExpectCountedAndServing(2);  // the run larger than the node, the push with no room

@@ -80,6 +80,12 @@ struct RunInfo {
   // Device layers: steps [device_boundary, N) stay in the GPU pool of the client that created
   // the run. N when none do; 0 with N unknown (the pool then keeps the newest steps pushed).
   uint64_t device_boundary = 0;
+  uint64_t lost_snapshots = 0;  // snapshots whose bytes are gone (counted in `snapshots`)
+  // Snapshots stored compressed with the run's codec; 0 with a codec set and snapshots stored:
+  // the codec was never applied (on-demotion compression, and no step left host memory).
+  uint64_t compressed_snapshots = 0;
+  // Empty while the run is whole; else the first refused push or lost step since snapd started.
+  std::string failure;
 };
 
 struct Location {

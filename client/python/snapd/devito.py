@@ -35,13 +35,18 @@ of that order can read).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import numpy as np
 
 from . import Client, Run
 
-__all__ = ["Streamer", "block_buffer"]
+__all__ = ["Streamer", "SnapdWarning", "block_buffer"]
+
+
+class SnapdWarning(UserWarning):
+    """Something snapd did differs from what was asked, without being an error."""
 
 
 def block_buffer(block: int, time_order: int):
@@ -153,6 +158,22 @@ class Streamer:
                 push(t)
         for p in pushes:
             p.wait_stored()  # raises the daemon's error for any step that was not stored
+        self._warn_if_uncompressed()
+
+    def _warn_if_uncompressed(self) -> None:
+        # A codec applied on demotion does nothing to a run that fits in host memory: say so
+        # instead of leaving the user to think the wavefields were compressed.
+        if self._run_options["codec"] == "none" or self._run_options["compress_at_ingest"]:
+            return
+        names = {run.name for run in self.runs}
+        for info in self.client.runs():
+            if info.name in names and info.snapshots and info.compressed_snapshots == 0:
+                warnings.warn(
+                    f"Streamer: run {info.name!r} asked for codec "
+                    f"{self._run_options['codec']!r} but none of its {info.snapshots} "
+                    f"wavefields was compressed: they all fit in snapd's host memory, and steps "
+                    f"are compressed when they move to disk; pass compress_at_ingest=True to "
+                    f"compress every wavefield", SnapdWarning, stacklevel=3)
 
     def adjoint(self, op, time_M: int, time_m: int, **kwargs) -> None:
         """Runs `op` for t = time_M down to time_m with the fields' slots holding the forward

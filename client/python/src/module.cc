@@ -266,6 +266,9 @@ PYBIND11_MODULE(_snapd, m) {
       .def_readonly("stored_bytes", &snapd::RunInfo::stored_bytes)
       .def_readonly("host_boundary", &snapd::RunInfo::host_boundary)
       .def_readonly("device_boundary", &snapd::RunInfo::device_boundary)
+      .def_readonly("lost_snapshots", &snapd::RunInfo::lost_snapshots)
+      .def_readonly("compressed_snapshots", &snapd::RunInfo::compressed_snapshots)
+      .def_readonly("failure", &snapd::RunInfo::failure)
       .def_property_readonly("name", [](const snapd::RunInfo& r) { return r.spec.name; });
   py::class_<snapd::Location>(m, "Location")
       .def_readonly("step", &snapd::Location::step)

@@ -21,7 +21,7 @@ from examples.seismic.acoustic.operators import iso_stencil  # noqa: E402
 from pyrevolve import Revolver  # noqa: E402
 
 import snapd  # noqa: E402
-from snapd.devito import Streamer, block_buffer  # noqa: E402
+from snapd.devito import SnapdWarning, Streamer, block_buffer  # noqa: E402
 from conftest import Daemon  # noqa: E402
 from snapd.pyrevolve import SnapdStorage  # noqa: E402
 
@@ -157,6 +157,17 @@ def test_streaming_losslessly_compressed_gives_the_in_memory_gradient_exactly(
                                               codec="zfp-reversible", compress_at_ingest=True)
     assert any(s.codec == snapd.Codec.ZFP_REVERSIBLE for s in snapshots)
     assert [s.step for s in snapshots] == list(range(problem.nt))
+    assert left == []
+    np.testing.assert_array_equal(grad, exact)
+
+
+def test_a_codec_never_applied_is_said_not_silent(problem, exact, client):
+    """Compressed on demotion, a run that fits in host memory is never compressed: the
+    Streamer warns, and the run's status counts no compressed step."""
+    with pytest.warns(SnapdWarning, match=r"none of its \d+ wavefields was compressed"):
+        grad, snapshots, left = streamed_gradient(problem, client, "fwi-zfp-unapplied",
+                                                  codec="zfp-reversible", layers="DiskHost")
+    assert all(s.codec == snapd.Codec.NONE for s in snapshots)
     assert left == []
     np.testing.assert_array_equal(grad, exact)
 

@@ -86,30 +86,25 @@ int ShowStatus(Session& s) {
   return kExitOk;
 }
 
-// Snapshots of `run` whose bytes did not survive (TIER_LOST), or -1 when snapd would not say.
-// Runs carry no such count, so each run's snapshots are listed: one RPC per run.
-int64_t LostSnapshots(Session& s, const v1::RunInfo& run) {
-  v1::ListSnapshotsRequest req;
-  req.set_name(std::to_string(run.owner_uid()) + ":" + run.spec().name());
-  v1::ListSnapshotsResponse r;
-  if (!s.stub().ListSnapshots(ShortContext().get(), req, &r).ok()) return -1;
-  int64_t lost = 0;
-  for (const auto& snap : r.snapshots()) lost += snap.tier() == v1::TIER_LOST;
-  return lost;
+// What a person should know about `run` beyond its counts: why it is broken, or that its codec
+// was asked for and never applied; empty when neither.
+std::string RunProblem(const v1::RunInfo& run) {
+  if (!run.failure().empty()) return "failed: " + run.failure();
+  if (run.spec().codec() != v1::CODEC_NONE && run.compressed_snapshots() == 0 &&
+      run.snapshots() > run.lost_snapshots()) {
+    return "codec " + EnumJson(*v1::Codec_descriptor()->FindValueByNumber(run.spec().codec())) +
+           " never applied: no step has been compressed (it compresses steps as they leave host "
+           "memory, and none has)";
+  }
+  return "";
 }
 
 int Runs(Session& s) {
   v1::ListRunsResponse r;
   grpc::Status st = s.stub().ListRuns(ShortContext().get(), v1::ListRunsRequest(), &r);
   if (!st.ok()) return s.Fail("runs", st);
-  std::vector<int64_t> lost;
-  for (const auto& run : r.runs()) lost.push_back(LostSnapshots(s, run));
   if (s.out().json()) {
-    Json j = ProtoJson(r);
-    for (size_t i = 0; i < lost.size(); ++i) {
-      j["runs"][i]["lost_snapshots"] = lost[i] < 0 ? Json(nullptr) : Json(lost[i]);
-    }
-    s.out().Print(j);
+    s.out().Print(ProtoJson(r));
     return kExitOk;
   }
   Table t({{"RUN", 24, true},
@@ -118,16 +113,19 @@ int Runs(Session& s) {
            {"STATE", 6, true},
            {"SNAPSHOTS", 9},
            {"LOST", 5},
+           {"COMPRESSED", 10},
            {"STEPS", 10},
            {"STEP BYTES", 12},
-           {"STORED", 12}});
-  for (int i = 0; i < r.runs_size(); ++i) {
-    const v1::RunInfo& run = r.runs(i);
+           {"STORED", 12},
+           {"PROBLEM", 0, true}});
+  for (const v1::RunInfo& run : r.runs()) {
     t.Add({run.spec().name(), std::to_string(run.run_id()), std::to_string(run.owner_uid()),
            run.state() == v1::RUN_OPEN ? "open" : "closed", std::to_string(run.snapshots()),
-           lost[i] < 0 ? "?" : std::to_string(lost[i]),
+           std::to_string(run.lost_snapshots()),
+           run.spec().codec() == v1::CODEC_NONE ? "-" : std::to_string(run.compressed_snapshots()),
            run.spec().steps() ? std::to_string(run.spec().steps()) : "?",
-           FormatBytes(run.spec().bytes_per_step()), FormatBytes(run.stored_bytes())});
+           FormatBytes(run.spec().bytes_per_step()), FormatBytes(run.stored_bytes()),
+           RunProblem(run)});
   }
   s.out().Print(t);
   return kExitOk;
