@@ -92,7 +92,7 @@ Result<std::pair<std::unique_ptr<HostTier>, bool>> TakeBackHostTier(
     // systemd's copy goes: this start holds the memfd now, and a stop stores it again.
     Notify(env, "FDSTOREREMOVE=1\nFDNAME=" + std::string(kHostTierFdName));
     if (kept) {
-      auto adopted = HostTier::Adopt(fd, budget, options.prefault);
+      auto adopted = HostTier::Adopt(fd, budget, options);
       if (adopted.ok()) {
         SNAPD_LOG_INFO("took back the host tier from systemd's fd store (%llu steps kept by "
                        "start %llu); checking them",
@@ -190,6 +190,7 @@ int Run(int argc, char** argv) {
                             : config.host_huge_pages == "off"   ? HugePages::kOff
                                                                 : HugePages::kAuto;
   host_options.prefault = config.host_prefault;
+  host_options.release_after = std::chrono::seconds(config.host_release_after);
   auto kept = (*catalog)->TakeHostTierKept();
   if (!kept.ok()) return fail(kept.status());
   auto host = TakeBackHostTier(env, *kept, budget, host_options);

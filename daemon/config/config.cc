@@ -35,6 +35,9 @@ const std::vector<OptionDoc>& ConfigOptions() {
       {"host_prefault", "SNAPD_HOST_PREFAULT", K::kBool, "BOOL",
        "populate the whole host tier in the background at start, so no push pays a first "
        "touch; commits host_mem of RAM (default false)"},
+      {"host_release_after", "SNAPD_HOST_RELEASE_AFTER", K::kInteger, "SECONDS",
+       "give free host-tier memory back to the OS once no push has taken any for this long "
+       "(a job ended); 0 = keep it; not with host_prefault (default 60)"},
       {"spool_dirs", "SNAPD_SPOOL_DIRS", K::kText, "DIRS",
        "disk-tier spool directories, comma-separated (NVMe); none = no disk tier (default "
        "<state_dir>/spool)"},
@@ -200,6 +203,10 @@ Status Parse(Config& c, const std::string& key, const std::string& value) {
   } else if (key == "host_prefault") {
     if (value != "true" && value != "false") return expected("true or false");
     c.host_prefault = value == "true";
+  } else if (key == "host_release_after") {
+    if (!ParseInteger(value, 0, 7 * 24 * 3600, &c.host_release_after)) {
+      return expected("a number of seconds 0..604800 (0 = keep free memory)");
+    }
   } else if (key == "spool_dirs") {
     std::vector<std::string> dirs;
     std::stringstream in(value);
@@ -510,6 +517,7 @@ std::string FormatConfig(const Config& c) {
     << "host_mem_perc = " << c.host_mem_perc << "\n"
     << "host_huge_pages = " << Quoted(c.host_huge_pages) << "\n"
     << "host_prefault = " << (c.host_prefault ? "true" : "false") << "\n"
+    << "host_release_after = " << c.host_release_after << "\n"
     << "spool_dirs = " << Quoted(SpoolDirsText(c)) << "\n"
     << "disk_mem = \"" << c.disk_mem << "\"\n"
     << "disk_mem_perc = " << c.disk_mem_perc << "\n"

@@ -339,6 +339,7 @@ void ControlService::CollectStats(bool admin, v1::StatsResponse* resp) const {
   host->set_peak_used_bytes(store_->host_peak_used());
   host->set_pages(store_->host_pages());
   host->set_prefaulted_bytes(store_->host_prefaulted());
+  host->set_resident_bytes(store_->host_resident());
   resp->set_data_plane_address(data_plane_->Describe());
   resp->set_control_socket("unix:" + control_socket_);
   const DataPlaneCounters& d = data_plane_->counters();

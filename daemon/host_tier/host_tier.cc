@@ -1,5 +1,6 @@
 #include "host_tier/host_tier.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +12,8 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "log.h"
 #include "snapd/units.h"
@@ -129,11 +132,12 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
     b.pages = thp ? "shmem THP (" + policy + ")"
                   : "4 KiB pages (no hugetlb: " + not_huge + "; shmem THP: " + policy + ")";
   }
-  return Map(b.fd, b.budget, b.pages, options.prefault);
+  return Map(b.fd, b.budget, b.pages, options.prefault, options.release_after);
 }
 
 Result<std::unique_ptr<HostTier>> HostTier::Map(int fd, uint64_t budget, std::string pages,
-                                                bool prefault) {
+                                                bool prefault,
+                                                std::chrono::seconds release_after) {
   void* base = mmap(nullptr, budget, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
     int err = errno;
@@ -144,10 +148,16 @@ Result<std::unique_ptr<HostTier>> HostTier::Map(int fd, uint64_t budget, std::st
   if (pages.rfind("shmem THP", 0) == 0) (void)madvise(base, budget, MADV_HUGEPAGE);
   std::unique_ptr<HostTier> tier(new HostTier(fd, base, budget, std::move(pages)));
   if (prefault) tier->prefault_ = std::thread([t = tier.get()] { t->Prefault(); });
+  if (!prefault && release_after.count() > 0) {
+    tier->releaser_ = std::thread([t = tier.get(), release_after] {
+      t->ReleaseWhenIdle(release_after);
+    });
+  }
   return tier;
 }
 
-Result<std::unique_ptr<HostTier>> HostTier::Adopt(int fd, uint64_t budget_bytes, bool prefault) {
+Result<std::unique_ptr<HostTier>> HostTier::Adopt(int fd, uint64_t budget_bytes,
+                                                  const HostTierOptions& options) {
   uint64_t budget = budget_bytes / kAlignment * kAlignment;
   struct stat st{};
   if (budget == 0 || fstat(fd, &st) != 0) {
@@ -164,7 +174,8 @@ Result<std::unique_ptr<HostTier>> HostTier::Adopt(int fd, uint64_t budget_bytes,
     return Status::ResourceExhausted("resizing the kept host tier to " + FormatBytes(budget) +
                                      " failed: " + std::strerror(err));
   }
-  return Map(fd, budget, "the memfd kept through the restart", prefault);
+  return Map(fd, budget, "the memfd kept through the restart", options.prefault,
+             options.release_after);
 }
 
 Result<std::unique_ptr<HostBlock>> HostTier::Claim(uint64_t offset, uint64_t bytes) {
@@ -184,8 +195,13 @@ HostTier::HostTier(int fd, void* base, uint64_t budget, std::string pages)
     : fd_(fd), base_(base), budget_(budget), pages_(std::move(pages)), ranges_(budget) {}
 
 HostTier::~HostTier() {
-  stopping_ = true;
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.NotifyAll();
   if (prefault_.joinable()) prefault_.join();
+  if (releaser_.joinable()) releaser_.join();
   munmap(base_, budget_);
   close(fd_);
 }
@@ -210,6 +226,70 @@ void HostTier::Prefault() {
   }
 }
 
+uint64_t HostTier::ReleaseFree() {
+  // Holes are punched in whole pages of the memfd (huge pages on hugetlbfs: st_blksize).
+  struct stat st{};
+  const uint64_t page = fstat(fd_, &st) == 0 && st.st_blksize > 0 ? st.st_blksize : kAlignment;
+  constexpr uint64_t kPiece = 64ull << 20;  // the lock is held for one piece at a time
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  {
+    MutexLock lock(mu_);
+    ranges = ranges_.FreeRanges();
+    freed_since_release_ = false;
+  }
+  uint64_t released = 0;
+  for (auto [offset, length] : ranges) {
+    uint64_t begin = (offset + page - 1) / page * page, end = (offset + length) / page * page;
+    for (uint64_t at = begin; at < end && !stopping_; at += kPiece) {
+      uint64_t n = std::min(kPiece, end - at);
+      MutexLock lock(mu_);
+      if (!ranges_.IsFree(at, n)) continue;  // allocated since: its pages are in use
+      if (fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(at),
+                    static_cast<off_t>(n)) != 0) {
+        SNAPD_LOG_WARN("giving free host-tier memory back to the OS failed: %s (it stays "
+                       "resident, and is reused)",
+                       std::strerror(errno));
+        return released;
+      }
+      released += n;
+    }
+  }
+  return released;
+}
+
+void HostTier::ReleaseWhenIdle(std::chrono::seconds release_after) {
+  for (;;) {
+    {
+      MutexLock lock(mu_);
+      for (;;) {
+        if (stopping_) return;
+        auto now = std::chrono::steady_clock::now();
+        auto due = last_allocation_ + release_after;
+        if (freed_since_release_ && now >= due) break;
+        // Woken by the destructor, or to look again when the idle time may be up (nothing
+        // freed yet: one interval from now).
+        stop_cv_.WaitUntil(mu_, freed_since_release_ ? due : now + release_after,
+                           [this] { return stopping_.load(); });
+      }
+    }
+    uint64_t before = resident_bytes();
+    ReleaseFree();
+    uint64_t after = resident_bytes();
+    if (before > after) {
+      SNAPD_LOG_INFO("host tier idle for %lld s: gave %s of free memory back to the OS (%s "
+                     "resident, %s in use)",
+                     static_cast<long long>(release_after.count()),
+                     FormatBytes(before - after).c_str(), FormatBytes(after).c_str(),
+                     FormatBytes(used()).c_str());
+    }
+  }
+}
+
+uint64_t HostTier::resident_bytes() const {
+  struct stat st{};
+  return fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+}
+
 uint64_t HostTier::largest_free() const {
   MutexLock lock(mu_);
   return ranges_.largest_free();
@@ -230,6 +310,7 @@ Result<std::unique_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes, bool from_
   uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   MutexLock lock(mu_);
   if (std::optional<uint64_t> offset = ranges_.Allocate(size, from_top)) {
+    last_allocation_ = std::chrono::steady_clock::now();
     used_ += size;
     peak_used_ = std::max(peak_used_, used_);
     return std::make_unique<HostBlock>(this, *offset, size, static_cast<char*>(base_) + *offset);
@@ -245,6 +326,7 @@ void HostTier::Free(uint64_t offset, uint64_t size) {
   MutexLock lock(mu_);
   used_ -= size;
   ranges_.Free(offset, size);
+  freed_since_release_ = true;
 }
 
 }  // namespace snapd

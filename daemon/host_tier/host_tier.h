@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -62,12 +63,16 @@ struct HostTierOptions {
   // Populate every page of the tier in the background after start, so no push pays the
   // kernel's allocate-and-zero of a page first touched. Commits the whole budget of RAM.
   bool prefault = false;
+  // Free memory goes back to the OS once no block has been allocated for this long (a job
+  // ended; see ReleaseFree); 0 = keep it. Not with `prefault`, which commits the tier for good.
+  std::chrono::seconds release_after{0};
 };
 
 // Thread-safe: Allocate and block release may run on any thread.
 // Pages are populated on first touch (or by the prefault at start) and kept after a block is
 // freed, so a steady stream of same-sized snapshots (the common case) reuses warm pages
-// instead of faulting fresh ones.
+// instead of faulting fresh ones. Once the tier has been idle for `release_after`, a
+// background thread gives the free ones back to the OS (ReleaseFree).
 class HostTier {
  public:
   static constexpr uint64_t kAlignment = 4096;
@@ -78,7 +83,7 @@ class HostTier {
   // budget: grown if it is smaller; if larger, what lies beyond the budget is cut off (Claim
   // refuses blocks there). Takes ownership of `fd`, also on error.
   static Result<std::unique_ptr<HostTier>> Adopt(int fd, uint64_t budget_bytes,
-                                                 bool prefault = false);
+                                                 const HostTierOptions& options = {});
   ~HostTier();
 
   // The block at [offset, offset + bytes) of an adopted tier, holding a step kept through the
@@ -105,15 +110,24 @@ class HostTier {
   // The largest block Allocate could hand out now.
   uint64_t largest_free() const SNAPD_EXCLUDES(mu_);
   int fd() const { return fd_; }  // the arena memfd; owned by the tier
+  // Gives the pages of every free range back to the OS (punches holes in the memfd: clients'
+  // mappings of them read zeros after) and returns the bytes released. Allocation goes on
+  // meanwhile: the tier's lock is held for one piece of a range at a time, and a piece that
+  // was allocated in between is left alone.
+  uint64_t ReleaseFree() SNAPD_EXCLUDES(mu_);
+  // Bytes of RAM the memfd holds now (its allocated pages, whoever touched them).
+  uint64_t resident_bytes() const;
 
  private:
   friend class HostBlock;
   HostTier(int fd, void* base, uint64_t budget, std::string pages);
   // Maps `fd` (closing it on error), advises THP where `pages` says so and starts the prefault.
   static Result<std::unique_ptr<HostTier>> Map(int fd, uint64_t budget, std::string pages,
-                                               bool prefault);
+                                               bool prefault, std::chrono::seconds release_after);
   void Free(uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
   void Prefault();
+  // The release thread: ReleaseFree once no allocation happened for `release_after`.
+  void ReleaseWhenIdle(std::chrono::seconds release_after) SNAPD_EXCLUDES(mu_);
 
   const int fd_;
   void* const base_;
@@ -122,8 +136,14 @@ class HostTier {
   std::atomic<uint64_t> prefaulted_{0};
   std::atomic<bool> stopping_{false};
   std::thread prefault_;
+  std::thread releaser_;
   mutable Mutex mu_;
+  CondVar stop_cv_;  // wakes the release thread at destruction
   RangeAllocator ranges_ SNAPD_GUARDED_BY(mu_);
+  // Since the last release: whether a block was freed (its pages may be resident), and when
+  // the last allocation was.
+  bool freed_since_release_ SNAPD_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point last_allocation_ SNAPD_GUARDED_BY(mu_);
   uint64_t used_ SNAPD_GUARDED_BY(mu_) = 0;
   uint64_t peak_used_ SNAPD_GUARDED_BY(mu_) = 0;
 };

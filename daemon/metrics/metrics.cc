@@ -119,6 +119,9 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
   if (host) {
     c.One("snapd_host_peak_used_bytes", "gauge", "The most the host tier has held since start.",
           static_cast<double>(host->peak_used_bytes()));
+    c.One("snapd_host_resident_bytes", "gauge",
+          "RAM the host tier holds now, free pages kept for reuse included.",
+          static_cast<double>(host->resident_bytes()));
   }
   if (disk) {
     c.One("snapd_spill_bytes_total", "counter", "Bytes written to the disk tier.",

@@ -197,6 +197,7 @@ class Store final : private Tiering {
   uint64_t host_peak_used() const { return host_->peak_used(); }
   const std::string& host_pages() const { return host_->pages(); }
   uint64_t host_prefaulted() const { return host_->prefaulted(); }
+  uint64_t host_resident() const { return host_->resident_bytes(); }
   const DiskTier* disk() const { return disk_; }
 
   // Blocks until every checksum queued so far is recorded and the tiering thread has nothing

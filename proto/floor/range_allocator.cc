@@ -45,6 +45,17 @@ bool RangeAllocator::AllocateAt(uint64_t offset, uint64_t bytes) {
   return true;
 }
 
+bool RangeAllocator::IsFree(uint64_t offset, uint64_t bytes) const {
+  auto it = free_.upper_bound(offset);
+  if (it == free_.begin()) return false;
+  --it;
+  return offset + bytes >= offset && offset + bytes <= it->first + it->second;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> RangeAllocator::FreeRanges() const {
+  return {free_.begin(), free_.end()};
+}
+
 void RangeAllocator::Free(uint64_t offset, uint64_t bytes) {
   if (bytes == 0) return;
   auto next = free_.lower_bound(offset);

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace snapd {
 
@@ -18,6 +20,10 @@ class RangeAllocator {
   // the blocks of a memfd kept through a restart); false, changing nothing, if not.
   bool AllocateAt(uint64_t offset, uint64_t bytes);
   void Free(uint64_t offset, uint64_t bytes);
+  // Whether all of [offset, offset + bytes) is free.
+  bool IsFree(uint64_t offset, uint64_t bytes) const;
+  // The free ranges, (offset, length), in offset order.
+  std::vector<std::pair<uint64_t, uint64_t>> FreeRanges() const;
   uint64_t largest_free() const;
   uint64_t free_bytes() const;
 

@@ -125,6 +125,51 @@ TEST(HostTier, ShrinkingABlockReturnsItsTail) {
   EXPECT_EQ(tier->used(), 14u * 4096);
 }
 
+// Freed blocks' pages go back to the OS; the bytes of the blocks still held stay as they were.
+TEST(HostTier, ReleaseFreeGivesBackTheFreedPagesOnly) {
+  constexpr uint64_t kBlock = 8 << 20;
+  auto tier = HostTier::Create(4 * kBlock);
+  ASSERT_TRUE(tier.ok());
+  auto kept = (*tier)->Allocate(kBlock);
+  auto freed = (*tier)->Allocate(kBlock);
+  ASSERT_TRUE(kept.ok() && freed.ok());
+  std::memset((*kept)->data(), 0x5a, kBlock);
+  std::memset((*freed)->data(), 0xa5, kBlock);
+  const uint64_t freed_offset = (*freed)->offset();
+  EXPECT_GE((*tier)->resident_bytes(), 2 * kBlock);
+  freed->reset();
+  EXPECT_GE((*tier)->resident_bytes(), 2 * kBlock);  // freeing alone keeps the pages warm
+  EXPECT_EQ((*tier)->ReleaseFree(), 3 * kBlock);     // every free range, resident or not
+  EXPECT_LT((*tier)->resident_bytes(), kBlock + kBlock / 8);
+  const auto* bytes = static_cast<const unsigned char*>((*kept)->data());
+  EXPECT_TRUE(std::all_of(bytes, bytes + kBlock, [](unsigned char c) { return c == 0x5a; }));
+  // The released range is zero to its next owner, never the last owner's bytes.
+  auto again = (*tier)->Allocate(kBlock);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->offset(), freed_offset);
+  bytes = static_cast<const unsigned char*>((*again)->data());
+  EXPECT_TRUE(std::all_of(bytes, bytes + kBlock, [](unsigned char c) { return c == 0; }));
+}
+
+// With release_after set, an idle tier gives its free pages back by itself.
+TEST(HostTier, AnIdleTierReleasesItsFreePagesByItself) {
+  constexpr uint64_t kBlock = 8 << 20;
+  HostTierOptions options;
+  options.release_after = std::chrono::seconds(1);
+  auto tier = HostTier::Create(2 * kBlock, options);
+  ASSERT_TRUE(tier.ok());
+  {
+    auto b = (*tier)->Allocate(kBlock);
+    ASSERT_TRUE(b.ok());
+    std::memset((*b)->data(), 1, kBlock);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((*tier)->resident_bytes() >= kBlock / 8 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_LT((*tier)->resident_bytes(), kBlock / 8);
+}
+
 TEST(HostTier, RejectsABudgetBelowOnePage) {
   auto tier = HostTier::Create(100);
   ASSERT_FALSE(tier.ok());

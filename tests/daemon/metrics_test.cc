@@ -29,6 +29,7 @@ v1::StatsResponse Sample() {
   host->set_budget_bytes(1 << 30);
   host->set_used_bytes(1234);
   host->set_peak_used_bytes(5678);
+  host->set_resident_bytes(4321);
   v1::TierStats* disk = s.add_tiers();
   disk->set_tier(v1::TIER_DISK);
   disk->set_used_bytes(1000);
@@ -107,6 +108,7 @@ TEST(Metrics, FiguresComeFromTheStatsPerTier) {
            "snapd_tier_used_bytes{tier=\"host\"} 1234\n",
            "snapd_tier_used_bytes{tier=\"disk\"} 1000\n",
            "snapd_host_peak_used_bytes 5678\n",
+           "snapd_host_resident_bytes 4321\n",
            "snapd_spill_bytes_total 4096\n",
            "snapd_disk_compression_ratio 3\n",
            "snapd_pushes_total 40\n",

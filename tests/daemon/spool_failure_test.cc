@@ -166,7 +166,9 @@ class SpoolFailureTest : public ::testing::Test {
     uint64_t id = OpenRun(name, 1, layers);
     ASSERT_TRUE(Push(id, 0).ok());
     store_->WaitTieringIdle();
-    if (layers == v1::LAYERS_DISK) EXPECT_EQ(TierOf(name, 0), v1::TIER_DISK);
+    if (layers == v1::LAYERS_DISK) {
+      EXPECT_EQ(TierOf(name, 0), v1::TIER_DISK);
+    }
     Status f = FetchExact(id, 0);
     EXPECT_TRUE(f.ok()) << f.ToString();
   }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -297,6 +298,56 @@ TEST_F(FirstTouchTest, WithPrefaultTheFirstProcessOnANewDaemonFindsThePagesThere
   FreshPass first = RunFreshProcess(daemon(), "shot-1", 16, 4 << 20);
   EXPECT_GE(first.push_faults, 0);
   EXPECT_LT(first.push_faults, first.pages / 4);
+}
+
+// A field of /proc/PID/status in bytes ("VmRSS", "RssShmem"); -1 if absent.
+int64_t ProcStatusBytes(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
+  }
+  return -1;
+}
+
+class MemoryReleaseTest : public SnapdTest {};
+
+// A job pushes, its run is deleted, the tier goes idle: snapd gives the memory back, the
+// memfd and the daemon's own RSS both drop to a small fixed overhead, and it serves again.
+TEST_F(MemoryReleaseTest, AfterARunIsDeletedAndTheTierIdlesTheMemoryGoesBack) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      Options("256M", {"--host-huge-pages", "off", "--host-release-after", "1"})));
+  constexpr uint64_t kSteps = 24, kBytes = 4 << 20;
+  Client* c = Connect();
+  ASSERT_NE(c, nullptr);
+  RunInfo run = OpenRun(*c, Spec("job", kSteps, kBytes));
+  std::vector<char> buf(kBytes);
+  for (uint64_t t = 0; t < kSteps; ++t) {
+    FillPattern(buf.data(), kBytes, 9, t);
+    auto h = c->Push(run.run_id, t, buf.data(), kBytes);
+    ASSERT_TRUE(h.ok() && h->WaitStored().ok());
+  }
+  auto host = [&] {
+    v1::StatsResponse stats = Stats();
+    for (const auto& t : stats.tiers()) {
+      if (t.tier() == v1::TIER_HOST) return t;
+    }
+    return v1::TierStats();
+  };
+  const uint64_t stored = kSteps * kBytes;
+  EXPECT_GE(host().resident_bytes(), stored);
+  const int64_t rss_full = ProcStatusBytes(daemon().pid(), "VmRSS");
+  ASSERT_GT(rss_full, 0);
+  ASSERT_TRUE(c->DeleteRun("job").ok());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (host().resident_bytes() >= kBytes && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_LT(host().resident_bytes(), kBytes) << "of " << stored << " pushed";
+  // The daemon hashed every step through its own mapping: its RSS held them too, and lets go.
+  const int64_t rss_idle = ProcStatusBytes(daemon().pid(), "VmRSS");
+  EXPECT_LT(rss_idle, rss_full - static_cast<int64_t>(stored) * 3 / 4)
+      << "VmRSS " << rss_full << " with the run, " << rss_idle << " after";
+  ExpectRoundTrip();
 }
 
 }  // namespace

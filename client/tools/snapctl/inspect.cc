@@ -77,7 +77,8 @@ int ShowStatus(Session& s) {
         : tier.prefaulted_bytes() >= tier.budget_bytes()
             ? "prefaulted"
             : "prefaulting: " + FormatBytes(tier.prefaulted_bytes()) + " so far";
-    out.Line("host pages  " + tier.pages() + "; " + prefault);
+    out.Line("host pages  " + tier.pages() + "; " + prefault + "; " +
+             FormatBytes(tier.resident_bytes()) + " resident");
   }
   if (r.spools_size() > 0) {
     out.Line("");
