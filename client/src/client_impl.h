@@ -39,6 +39,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 #include <unordered_map>
 #include <utility>
 
@@ -97,6 +98,13 @@ struct Client::Impl {
   // reconnect maps the new daemon's tier; read by the loop (copies) and device paths.
   std::atomic<char*> arena{nullptr};
   std::atomic<uint64_t> arena_bytes{0};
+  // Loop thread only: one bit per 4 KiB page of `populated_arena`, set once this process has
+  // mapped the page (PopulateOnce). Reset when a reconnect maps another tier.
+  std::vector<uint64_t> populated_pages;
+  char* populated_arena = nullptr;
+  // Maps the pages of [offset, offset + bytes) of the arena into this process before a host
+  // copy touches them, those not mapped by an earlier copy only. Loop thread only.
+  void PopulateOnce(uint64_t offset, uint64_t bytes);
   // The mapped tier pinned for the GPU chunk by chunk, as device pushes and fetches need it;
   // null on the UCX path. Nothing is pinned (and CUDA is not touched) until the first device
   // push or fetch, or the first run with a device layer, starts it.

@@ -35,17 +35,18 @@ uint64_t NanosSince(std::chrono::steady_clock::time_point t0) {
 // fault per 4 KiB page (about 262,000 per GiB); one madvise populates them in bulk, faulting
 // around 16 pages at a time. A read populate is enough for a write: the tier is a shared
 // memfd, whose pages are mapped writable on any fault. Pages already mapped cost a page-table
-// walk. docs/architecture.md, "First touch", has the figures.
-void PopulateTierPages(char* p, uint64_t bytes) {
+// walk per page, as dear as a quarter of the copy (PopulateOnce skips them). false if the
+// pages were not populated (the copy then faults them in). docs/architecture.md, "First
+// touch", has the figures.
+bool PopulateTierPages(char* p, uint64_t bytes) {
   static std::atomic<bool> unsupported{false};
-  if (bytes == 0 || unsupported.load(std::memory_order_relaxed)) return;
+  if (bytes == 0 || unsupported.load(std::memory_order_relaxed)) return false;
   constexpr uintptr_t kPage = 4096;
   uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(kPage - 1);
   uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
-  if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) != 0 &&
-      errno == EINVAL) {
-    unsupported.store(true, std::memory_order_relaxed);
-  }
+  if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) == 0) return true;
+  if (errno == EINVAL) unsupported.store(true, std::memory_order_relaxed);
+  return false;
 }
 
 }  // namespace
@@ -98,6 +99,30 @@ Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, ch
 }
 
 }  // namespace detail
+
+void Client::Impl::PopulateOnce(uint64_t offset, uint64_t bytes) {
+  constexpr uint64_t kPage = 4096;
+  char* base = arena;
+  const uint64_t pages = (arena_bytes + kPage - 1) / kPage;
+  if (base != populated_arena) {  // a new mapping: none of its pages is known to be mapped
+    populated_pages.assign((pages + 63) / 64, 0);
+    populated_arena = base;
+  }
+  auto populated = [&](uint64_t pg) { return (populated_pages[pg / 64] >> (pg % 64)) & 1; };
+  const uint64_t last = std::min(pages, (offset + bytes + kPage - 1) / kPage);
+  for (uint64_t pg = offset / kPage; pg < last;) {
+    if (populated(pg)) {
+      ++pg;
+      continue;
+    }
+    uint64_t end = pg + 1;
+    while (end < last && !populated(end)) ++end;
+    if (PopulateTierPages(base + pg * kPage, (end - pg) * kPage)) {
+      for (uint64_t i = pg; i < end; ++i) populated_pages[i / 64] |= uint64_t{1} << (i % 64);
+    }
+    pg = end;
+  }
+}
 
 Status Client::Impl::CheckRange(uint64_t offset, size_t bytes) const {
   if (offset > arena_bytes || bytes > arena_bytes - offset) {
@@ -156,7 +181,7 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
       return;
     }
     auto t0 = std::chrono::steady_clock::now();
-    PopulateTierPages(arena + offset, p.bytes);
+    PopulateOnce(offset, p.bytes);
     std::memcpy(arena + offset, p.buffer, p.bytes);
     uint64_t ns = NanosSince(t0);
     p.state->Release(Status::Ok());
@@ -214,7 +239,7 @@ void Client::Impl::CopyOut(Pending p, uint64_t offset, uint64_t lease) {
       return;
     }
     auto t0 = std::chrono::steady_clock::now();
-    PopulateTierPages(arena + offset, p.bytes);
+    PopulateOnce(offset, p.bytes);
     std::memcpy(p.buffer, arena + offset, p.bytes);
     ReleaseLease(lease, NanosSince(t0));
     p.state->Complete(Status::Ok());
