@@ -95,6 +95,7 @@ struct Args {
   int workers = 0;  // codec: 0 = the daemon's default (cores minus one)
   int many = 0;     // many: solver processes at once
   int kill = 0;     // many: how many of them are killed mid-run
+  bool uniform = false;  // many: every solver --steps x --bytes, mapped (not mixed sizes)
   double compute_ms = 0;  // spill: simulated compute per backward step; 0 = 1.25x read time
 };
 
@@ -531,14 +532,14 @@ int Spill(snapd::Client& c, const Args& a) {
 // budget, fetches served from memory, and each solver's throughput beside a memcpy and the
 // O_DIRECT disk measured in the same run.
 //
-//   snapbench --many N [--kill K] [--steps S] [--socket PATH] [--json]
+//   snapbench --many N [--uniform --bytes S] [--compute-ms T] [--kill K] [--steps S] [--socket PATH] [--json]
 struct SolverReport {
   uint64_t bytes = 0, steps = 0, pushed = 0, refused = 0, exact = 0, wrong = 0, failed = 0;
   double forward_s = 0, backward_s = 0;
 };
 
 SolverReport RunOneSolver(const std::string& socket, int id, uint64_t bytes, uint64_t steps,
-                          bool mapped) {
+                          bool mapped, double compute_ms) {
   SolverReport r;
   r.bytes = bytes;
   r.steps = steps;
@@ -581,6 +582,9 @@ SolverReport RunOneSolver(const std::string& socket, int id, uint64_t bytes, uin
   for (uint64_t t = steps; t-- > 0;) {
     pattern(in, t);
     std::fill(out.begin(), out.end(), 0);
+    if (compute_ms > 0) {  // the adjoint step's compute, as a solver's host thread waits for it
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(compute_ms));
+    }
     if (!(*c)->Fetch(run->run_id, t, out.data(), bytes).ok()) continue;
     if (std::memcmp(in.data(), out.data(), bytes) == 0)
       ++r.exact;
@@ -607,12 +611,14 @@ int Many(const Args& a) {
   for (int i = 0; i < a.many; ++i) {
     int p[2];
     if (pipe(p) != 0) return 1;
-    uint64_t bytes = sizes[i % 5];
-    uint64_t steps = a.steps + (a.steps * static_cast<uint64_t>(i % 3)) / 2;  // S, 1.5 S, 2 S
+    uint64_t bytes = a.uniform ? a.bytes : sizes[i % 5];
+    uint64_t steps = a.uniform ? a.steps  // S, 1.5 S, 2 S
+                               : a.steps + (a.steps * static_cast<uint64_t>(i % 3)) / 2;
     pid_t pid = fork();
     if (pid == 0) {
       close(p[0]);
-      SolverReport r = RunOneSolver(a.socket, i, bytes, steps, i % 2 == 0);
+      SolverReport r =
+          RunOneSolver(a.socket, i, bytes, steps, a.uniform || i % 2 == 0, a.compute_ms);
       (void)!write(p[1], &r, sizeof r);
       _exit(0);
     }
@@ -653,6 +659,10 @@ int Many(const Args& a) {
     (void)DirectIoRates(stats->spool_dirs(0), 64, 16 * kMiB, &odirect_write, &odirect_read);
   }
   const auto* host = FindTier(*stats, snapd::v1::TIER_HOST);
+  const auto* disk = FindTier(*stats, snapd::v1::TIER_DISK);
+  // The disk tier's reads while at least one was in flight (the daemon's own counters).
+  double disk_read = disk && disk->read_busy_ns() ? disk->read_bytes() / (disk->read_busy_ns() / 1e9)
+                                                  : 0;
   uint64_t refused = 0, exact = 0, wrong = 0, failed = 0, steps = 0;
   double moved = 0;  // bytes pushed and fetched back by the surviving solvers
   for (const auto& r : reports) {
@@ -672,12 +682,13 @@ int Many(const Args& a) {
         "\"exact\": %llu, \"wrong\": %llu, \"failed\": %llu, \"daemon_refused_pushes\": "
         "%llu, \"host_peak_fraction\": %.3f, \"fetches_waited_on_disk\": %llu, "
         "\"prefetch_hits\": %llu, \"memcpy_gbs\": %.3f, \"odirect_write_gbs\": %.3f, "
-        "\"odirect_read_gbs\": %.3f, \"aggregate_gbs\": %.3f, \"solvers_detail\": [",
+        "\"odirect_read_gbs\": %.3f, \"disk_read_gbs\": %.3f, \"aggregate_gbs\": %.3f, "
+        "\"solvers_detail\": [",
         a.many, killed, (unsigned long long)steps, (unsigned long long)refused,
         (unsigned long long)exact, (unsigned long long)wrong, (unsigned long long)failed,
         (unsigned long long)stats->refused_pushes(), peak, (unsigned long long)from_disk,
         (unsigned long long)stats->prefetch_hits(), gbs(memcpy_rate), gbs(odirect_write),
-        gbs(odirect_read), gbs(moved / wall_s));
+        gbs(odirect_read), gbs(disk_read), gbs(moved / wall_s));
     for (size_t i = 0; i < reports.size(); ++i) {
       const auto& r = reports[i];
       std::printf(
@@ -711,6 +722,11 @@ int Many(const Args& a) {
         "host tier peak use %.1f%% of its budget; fetches that waited on disk %llu, "
         "prefetch hits %llu\n",
         100 * peak, (unsigned long long)from_disk, (unsigned long long)stats->prefetch_hits());
+    if (disk_read > 0) {
+      std::printf("disk tier reads %.2f GB at %.2f GB/s while busy = %.2fx O_DIRECT read\n",
+                  disk->read_bytes() / 1e9, gbs(disk_read),
+                  odirect_read > 0 ? disk_read / odirect_read : 0);
+    }
   }
   return refused == 0 && wrong == 0 && failed == 0 ? 0 : 1;
 }
@@ -839,7 +855,7 @@ constexpr const char* kFooter =
     "  snapbench [--steps N] [--bytes S] [--socket PATH] [--cold] [--json]\n"
     "  snapbench --spill [--bytes S] [--compute-ms T] [--socket PATH] [--json]\n"
     "  snapbench --codec [--workers N] [--json]\n"
-    "  snapbench --many N [--kill K] [--steps S] [--socket PATH] [--json]\n"
+    "  snapbench --many N [--uniform --bytes S] [--compute-ms T] [--kill K] [--steps S] [--socket PATH] [--json]\n"
     "  snapbench --device [--steps N] [--bytes S] [--compute-ms T] [--socket PATH] [--json]\n"
     "Exit status: 0 done, 1 a benchmark or snapd failed, 2 bad command line.";
 
@@ -997,7 +1013,7 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
       ->capture_default_str();
   app.add_option_function<std::string>(
          "--bytes", [a](const std::string& text) { a->bytes = *snapd::ParseBytes(text); },
-         "Bytes per step, e.g. 64M or 4GiB (not --many, --codec)")
+         "Bytes per step, e.g. 64M or 4GiB (--many: with --uniform; not --codec)")
       ->type_name("S")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
@@ -1011,7 +1027,8 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
       ->type_name("PATH")
       ->default_str(snapd::ClientSocketPath());
   app.add_option("--compute-ms", a->compute_ms,
-                 "--spill, --device: compute per backward step, ms; 0: 1.25x a step's transfer")
+                 "--spill, --device: compute per backward step, ms; 0: 1.25x a step's transfer; "
+                 "--many: 0 = none")
       ->type_name("T")
       ->check(NonNegativeMs())
       ->capture_default_str();
@@ -1021,6 +1038,10 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
       ->check(WholeNumber(0, std::numeric_limits<int>::max()))
       ->capture_default_str()
       ->needs(codec);
+  app.add_flag("--uniform", a->uniform,
+               "--many: every solver --steps steps of --bytes, on the mapped path, instead of "
+               "mixed sizes [off]")
+      ->needs(many);
   app.add_option("--kill", a->kill, "--many: how many solvers are killed mid-run")
       ->type_name("K")
       ->check(WholeNumber(0, std::numeric_limits<int>::max()))
