@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 
 namespace snapd::log {
 namespace {
@@ -15,6 +17,31 @@ uint64_t Count(const char* surface, const char* reason) {
   }
   ADD_FAILURE() << surface << "/" << reason << " is not counted";
   return 0;
+}
+
+size_t Occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A failing spool retried in a loop must not flood the journal: the first lines of a kind per
+// interval, then one line counting the repeats; other kinds keep their own lines.
+TEST(RateLimitedLog, LogsTheFirstLinesOfAKindThenCountsTheRepeatsInOneLine) {
+  RateLimitedLog log("disk tier", 2, std::chrono::milliseconds(200));
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 100; ++i) log.Write(Level::kWarn, "failed writes", "EIO on spool A");
+  log.Write(Level::kWarn, "failed reads", "EIO reading step 3");
+  EXPECT_EQ(log.suppressed("failed writes"), 98u);
+  EXPECT_EQ(log.suppressed("failed reads"), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  log.Write(Level::kWarn, "failed writes", "EIO on spool A");
+  std::string out = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Occurrences(out, "disk tier: EIO on spool A"), 3u) << out;
+  EXPECT_EQ(Occurrences(out, "disk tier: EIO reading step 3"), 1u) << out;
+  EXPECT_EQ(Occurrences(out, "disk tier: 98 more failed writes not logged"), 1u) << out;
+  EXPECT_EQ(Occurrences(out, "\n"), 5u) << out;  // nothing else was written
+  EXPECT_EQ(log.suppressed("failed writes"), 0u);
 }
 
 TEST(RejectionLog, CountsEachRejectionUnderItsSurfaceAndReason) {
