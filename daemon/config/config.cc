@@ -37,7 +37,7 @@ const std::vector<OptionDoc>& ConfigOptions() {
        "touch; commits host_mem of RAM (default false)"},
       {"host_release_after", "SNAPD_HOST_RELEASE_AFTER", K::kInteger, "SECONDS",
        "give free host-tier memory back to the OS once no push has taken any for this long "
-       "(a job ended); 0 = keep it; not with host_prefault (default 60)"},
+       "(a job ended); 0 = keep it; not with host_prefault (default 300)"},
       {"spool_dirs", "SNAPD_SPOOL_DIRS", K::kText, "DIRS",
        "disk-tier spool directories, comma-separated (NVMe); none = no disk tier (default "
        "<state_dir>/spool)"},

@@ -18,7 +18,7 @@ struct Config {
   double host_mem_perc = 0.7;   // fraction of MemAvailable at start, used when host_mem is 0
   std::string host_huge_pages = "auto";  // auto, hugetlb or off (host_tier.h, HugePages)
   bool host_prefault = false;   // populate the whole host tier in the background at start
-  uint32_t host_release_after = 60;  // seconds idle before free host memory goes back; 0 = keep
+  uint32_t host_release_after = 300;  // seconds idle before free host memory goes back; 0 = keep
   std::vector<std::string> spool_dirs;  // disk-tier spools; see SpoolDirs()
   bool spool_dirs_set = false;          // false: the default, <state_dir>/spool
   uint64_t disk_mem = 0;                // disk-tier budget; 0 = disk_mem_perc of free space

@@ -4,12 +4,17 @@ through snapd, K steps per operator call), and pyrevolve with `SnapdStorage`; ea
 checked against the in-memory one (bit for bit for the lossless ways).
 
     python client/python/bench/devito_bench.py --socket /run/snapd/snapd.sock \\
-        [--case 2d:1001:600] [--case 3d:111:300] [--block 16] [--checkpoints 40]
+        [--case 2d:1001:600] [--case 3d:111:300] [--block 16] [--checkpoints 40] \\
+        [--beyond-ram 2d:1001:5600]
 
 A case is DIM:N:NT: an N^DIM model (plus 40 absorbing points a side in 2D, 20 in 3D) and NT
 time steps; choose NT so that NT wavefields fit in memory for `save=True`. Prints one
 Markdown table: seconds (forward + adjoint, operators compiled beforehand) and the ratio to
 the reference of each way (save=True for the Streamer, numpy storage for SnapdStorage).
+
+--beyond-ram DIM:N:NT runs the Streamer alone on a case whose wavefields need more memory
+than the node has (save=True would need NT wavefields in RAM: it is not run), and prints its
+time, the bytes streamed, the node's RAM and where snapd kept the wavefields.
 """
 from __future__ import annotations
 
@@ -103,6 +108,34 @@ def streamed(c: Case, client, block: int):
     return time.perf_counter() - t0, grad.data.copy()
 
 
+def node_ram() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def beyond_ram(spec: str, client, block: int):
+    dim, n, nt = (int(x) for x in spec.lower().replace("d", "").split(":"))
+    c = Case(dim, n, nt)
+    need, ram = c.nt * c.step_bytes, node_ram()
+    if need <= ram:
+        raise SystemExit(f"--beyond-ram {spec}: {need / 2**30:.1f} GiB of wavefields fit in this "
+                         f"node's {ram / 2**30:.1f} GiB of RAM; choose a larger NT")
+    tiers = {t.tier: t for t in client.tiers()}
+    seconds, grad = streamed(c, client, block)
+    finite = bool(np.isfinite(grad).all())
+    host, disk = tiers.get(snapd.Tier.HOST), tiers.get(snapd.Tier.DISK)
+    print(f"\nBeyond RAM: {c.label} ({c.step_bytes / 1e6:.1f} MB/step): save=True would hold "
+          f"{need / 2**30:.1f} GiB of wavefields, this node has {ram / 2**30:.1f} GiB of RAM "
+          f"(not run). Streamer: {seconds:.1f} s, {need / 1e9:.1f} GB pushed and fetched "
+          f"back ({2 * need / seconds / 1e9:.2f} GB/s both ways), through a host tier of "
+          f"{host.budget_bytes / 2**30:.1f} GiB and a disk tier of "
+          f"{disk.budget_bytes / 2**30 if disk else 0:.1f} GiB; gradient finite: {finite}, "
+          f"norm {np.linalg.norm(grad):.6e}", flush=True)
+
+
 def revolved(c: Case, checkpoints: int, client=None):
     u, v, grad = c.fields(save=None)
     fwd, adj = c.operators(u, v, grad)
@@ -128,11 +161,15 @@ def revolved(c: Case, checkpoints: int, client=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", default="", help="snapd's control socket (default: the usual)")
-    ap.add_argument("--case", action="append", help="DIM:N:NT (repeatable)")
+    ap.add_argument("--case", action="append",
+                    help="DIM:N:NT (repeatable; 'none': no case, for --beyond-ram alone)")
     ap.add_argument("--block", type=int, default=16, help="Streamer: steps per operator call")
     ap.add_argument("--checkpoints", type=int, default=40, help="pyrevolve checkpoints")
+    ap.add_argument("--beyond-ram", metavar="DIM:N:NT",
+                    help="also run the Streamer alone on a case larger than the node's RAM")
     a = ap.parse_args()
-    cases = a.case or ["2d:1001:600", "3d:111:300"]
+    cases = ["2d:1001:600", "3d:111:300"] if a.case is None else [
+        c for c in a.case if c != "none"]  # --case none: only --beyond-ram
     client = snapd.connect(a.socket)
     print(f"{os.cpu_count()} cores, Devito's DEVITO_LANGUAGE={configuration['language']}, "
           f"Streamer block {a.block}, {a.checkpoints} pyrevolve checkpoints")
@@ -150,6 +187,8 @@ def main():
         print(f"| {c.label} ({c.step_bytes / 1e6:.1f} MB/step) | {t_mem:.2f} | {t_str:.2f} | "
               f"{t_str / t_mem:.2f} | {t_np:.2f} | {t_sn:.2f} | {t_sn / t_np:.2f} | "
               f"{'yes' if exact else 'NO'} |", flush=True)
+    if a.beyond_ram:
+        beyond_ram(a.beyond_ram, client, a.block)
 
 
 if __name__ == "__main__":
