@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The restart benchmark: how long snapd takes to stop and start again with a full host tier,
-# on the drain path (SIGTERM writes the host tier to the spool) and on the fd-store path (the
-# memfd handed over with FDSTORE=1 and given back as LISTEN_FDS, as systemd does; here a
-# small Python stand-in for systemd's notification socket keeps it), next to the spool's
+# on the drain path (SIGTERM writes the host tier to the spool) and on the two fd-store paths
+# (the memfd handed over with FDSTORE=1 and given back as LISTEN_FDS, as systemd does; here a
+# small Python stand-in for systemd's notification socket keeps it), with and without the
+# drain before it (fdstore auto, only), next to the spool's
 # O_DIRECT sequential write rate measured in the same run. Every step is verified after each
 # restart (snapbench --verify).
 #
@@ -16,6 +17,7 @@ gib=${2:-1}
 parent=${3:-/var/tmp}
 snapd=$build/daemon/snapd
 snapbench=$build/client/tools/snapbench
+snapctl=$build/client/tools/snapctl
 dir=$(mktemp -d "$parent/snapd-restart-bench.XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
@@ -45,23 +47,27 @@ rm -f "$dir/state/spool/odirect"
 odirect=$(python3 -c "print(f'{$gib * 1024**3 / ($t1 - $t0) / 1e9:.2f}')")
 
 # Drain path.
-"$snapd" "${args[@]}" 2>>"$dir/drain.log" & pid=$!
+"$snapd" "${args[@]}" --fdstore off 2>>"$dir/drain.log" & pid=$!
 wait_ready
 "$snapbench" --socket "$sock" --fill --steps $steps --bytes 64M >/dev/null
 t0=$(now); kill -TERM $pid; wait $pid; t1=$(now)
 stop_drain=$(secs "$t0" "$t1")
 t0=$(now)
-"$snapd" "${args[@]}" 2>>"$dir/drain.log" & pid=$!
+"$snapd" "${args[@]}" --fdstore off 2>>"$dir/drain.log" & pid=$!
 wait_ready; t1=$(now)
 start_drain=$(secs "$t0" "$t1")
 "$snapbench" --socket "$sock" --verify --steps $steps --bytes 64M
-snapctl=$build/client/tools/snapctl
 "$snapctl" --socket "$sock" rm snapbench-restart >/dev/null
 kill -TERM $pid; wait $pid
 
 # fd-store path: a stand-in for systemd keeps the memfd sent with FDSTORE=1 and passes it
-# back to the next start as fd 3 with LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES.
-python3 - "$dir" <<'PY' & keeper=$!
+# back to the next start as fd 3 with LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES. fdstore
+# "auto" (the default) writes the host-only steps to disk before handing the memfd over;
+# "only" hands it over without writing.
+fdstore_path() {  # fdstore_path MODE: sets stop_s and start_s
+  local mode=$1 keeper
+  rm -f "$dir/notify.sock" "$dir/hosttier"
+  python3 - "$dir" <<'PY' & keeper=$!
 import os, socket, sys
 d = sys.argv[1]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -70,8 +76,6 @@ while True:
     msg, fds, _, _ = socket.recv_fds(s, 4096, 4)
     if b"FDSTORE=1" in msg and fds:
         os.set_inheritable(fds[0], True)
-        with open(d + "/fdstore.pid", "w") as f:
-            f.write(str(fds[0]))
         # Keep the fd open in this process, as systemd does, until the next start has it.
         os.symlink(f"/proc/{os.getpid()}/fd/{fds[0]}", d + "/hosttier")
         break
@@ -80,26 +84,34 @@ while True:
 import time
 time.sleep(3600)
 PY
-sleep 0.2
-env NOTIFY_SOCKET="$dir/notify.sock" FDSTORE=4 "$snapd" "${args[@]}" 2>>"$dir/fdstore.log" & pid=$!
-wait_ready
-"$snapbench" --socket "$sock" --fill --steps $steps --bytes 64M >/dev/null
-t0=$(now); kill -TERM $pid; wait $pid; t1=$(now)
-stop_fdstore=$(secs "$t0" "$t1")
-for _ in $(seq 100); do [ -e "$dir/hosttier" ] && break; sleep 0.05; done
-t0=$(now)
-sh -c 'export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=hosttier; exec "$@" 3<>"$0"' \
-  "$dir/hosttier" "$snapd" "${args[@]}" 2>>"$dir/fdstore.log" & pid=$!
-wait_ready; t1=$(now)
-start_fdstore=$(secs "$t0" "$t1")
-kill $keeper 2>/dev/null || true
-"$snapbench" --socket "$sock" --verify --steps $steps --bytes 64M
+  sleep 0.2
+  env NOTIFY_SOCKET="$dir/notify.sock" FDSTORE=4 "$snapd" "${args[@]}" --fdstore "$mode" \
+    2>>"$dir/fdstore-$mode.log" & pid=$!
+  wait_ready
+  "$snapbench" --socket "$sock" --fill --steps $steps --bytes 64M >/dev/null
+  t0=$(now); kill -TERM $pid; wait $pid; t1=$(now)
+  stop_s=$(secs "$t0" "$t1")
+  for _ in $(seq 100); do [ -e "$dir/hosttier" ] && break; sleep 0.05; done
+  t0=$(now)
+  sh -c 'export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=hosttier; exec "$@" 3<>"$0"' \
+    "$dir/hosttier" "$snapd" "${args[@]}" --fdstore "$mode" 2>>"$dir/fdstore-$mode.log" & pid=$!
+  wait_ready; t1=$(now)
+  start_s=$(secs "$t0" "$t1")
+  kill $keeper 2>/dev/null || true
+  "$snapbench" --socket "$sock" --verify --steps $steps --bytes 64M
+  "$snapctl" --socket "$sock" rm snapbench-restart >/dev/null
+  kill -TERM $pid; wait $pid
+}
+fdstore_path auto
+stop_auto=$stop_s start_auto=$start_s
+fdstore_path only
+stop_only=$stop_s start_only=$start_s
 grep -h "took back\|wrote to disk\|kept in systemd" "$dir"/*.log || true
-kill -TERM $pid; wait $pid
 
 cat <<REPORT
 restart with ${gib} GiB in the host tier ($steps steps of 64 MiB), spool on $(df --output=source "$dir" | tail -1)
   O_DIRECT sequential write of ${gib} GiB   $odirect GB/s
-  drain path:    stop $stop_drain s   start $start_drain s (the steps come back from disk)
-  fd-store path: stop $stop_fdstore s   start $start_fdstore s (checksums verified at start)
+  drain (fdstore off):            stop $stop_drain s   start $start_drain s (the steps come back from disk)
+  drain + fd store (fdstore auto): stop $stop_auto s   start $start_auto s (served from the kept memfd, checksums verified at start)
+  fd store only (fdstore only):   stop $stop_only s   start $start_only s (nothing written; checksums verified at start)
 REPORT
