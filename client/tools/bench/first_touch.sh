@@ -49,8 +49,10 @@ for config in "${configs[@]}"; do
   daemon=$!
   for _ in $(seq 100); do [[ -S $work/snapd.sock ]] && break; sleep 0.1; done
   if [[ $prefault == true ]]; then  # wait for the prefault, as a node's solvers would find it
-    until "$build/client/tools/snapctl" --socket "$work/snapd.sock" status |
-      grep -q "; prefaulted$"; do sleep 0.2; done
+    until "$build/client/tools/snapctl" --socket "$work/snapd.sock" status --json |
+      python3 -c 'import json, sys
+t = [t for t in json.load(sys.stdin)["tiers"] if t["tier"] == "host"][0]
+sys.exit(t["prefaulted_bytes"] < t["budget_bytes"])'; do sleep 0.2; done
   fi
   for run in $(seq "$runs"); do
     "$build/client/tools/snapbench" --socket "$work/snapd.sock" --steps "$steps" \
