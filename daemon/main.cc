@@ -327,8 +327,8 @@ int Run(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   // A stop loses nothing (docs/operations.md, "Restart, upgrade and drain"): pushes are
-  // refused from now on, and the host-only steps go to systemd's fd store with the memfd that
-  // holds them, or are written to disk, within stop_timeout.
+  // refused from now on, and the host-only steps are written to disk within stop_timeout
+  // and/or go to systemd's fd store with the memfd that holds them (config fdstore).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(config.stop_timeout);
   // fdstore "auto" does both: the drain makes a stop or a reboot lose nothing, the fd store
   // makes a restart serve every step from memory again (also one the drain had no time for).
