@@ -460,8 +460,9 @@ v1::RunInfo Store::Info(const Run& run) {
   info.set_device_boundary(steps - std::min(steps, run.record.device_steps()));
   uint64_t lost = 0, compressed = 0;
   for (const auto& [step, snap] : run.snapshots) {
-    lost += snap.record.tier() == v1::TIER_LOST;
-    compressed += snap.record.codec() != v1::CODEC_NONE;
+    const bool gone = snap.record.tier() == v1::TIER_LOST;
+    lost += gone;
+    compressed += !gone && snap.record.codec() != v1::CODEC_NONE;
   }
   for (const auto& [step, held] : run.device) lost += held.lost;
   info.set_lost_snapshots(lost);
