@@ -39,9 +39,9 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "device_pool.h"
 #include "host_pinning.h"
@@ -98,10 +98,12 @@ struct Client::Impl {
   // reconnect maps the new daemon's tier; read by the loop (copies) and device paths.
   std::atomic<char*> arena{nullptr};
   std::atomic<uint64_t> arena_bytes{0};
-  // Loop thread only: one bit per 4 KiB page of `populated_arena`, set once this process has
-  // mapped the page (PopulateOnce). Reset when a reconnect maps another tier.
+  // Loop thread only: one bit per 4 KiB page of the tier mapped for session
+  // `populated_session` (1.5 MiB for a 48 GiB tier), set once this process has mapped the page
+  // (PopulateOnce). Reset when a reconnect maps another tier, which may land at the same
+  // address.
   std::vector<uint64_t> populated_pages;
-  char* populated_arena = nullptr;
+  uint64_t populated_session = 0;
   // Maps the pages of [offset, offset + bytes) of the arena into this process before a host
   // copy touches them, those not mapped by an earlier copy only. Loop thread only.
   void PopulateOnce(uint64_t offset, uint64_t bytes);

@@ -104,9 +104,9 @@ void Client::Impl::PopulateOnce(uint64_t offset, uint64_t bytes) {
   constexpr uint64_t kPage = 4096;
   char* base = arena;
   const uint64_t pages = (arena_bytes + kPage - 1) / kPage;
-  if (base != populated_arena) {  // a new mapping: none of its pages is known to be mapped
+  if (session_id != populated_session) {  // a new mapping: none of its pages is known mapped
     populated_pages.assign((pages + 63) / 64, 0);
-    populated_arena = base;
+    populated_session = session_id;
   }
   auto populated = [&](uint64_t pg) { return (populated_pages[pg / 64] >> (pg % 64)) & 1; };
   const uint64_t last = std::min(pages, (offset + bytes + kPage - 1) / kPage);
