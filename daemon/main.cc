@@ -217,6 +217,9 @@ int Run(int argc, char** argv) {
                                        : compress::DefaultCompressThreads();
   auto store = Store::Open(catalog->get(), host->first.get(), disk.get(), store_options);
   if (!store.ok()) return fail(store.status());
+  // Every kept step is claimed or given up by now: the free ranges of a tier taken back from
+  // the fd store hold nothing any more.
+  host->first->StartRelease();
   SessionTable sessions;
   DataPlane::Options dp_options;
   dp_options.connect_timeout = std::chrono::seconds(config.session_connect_timeout);
@@ -326,6 +329,9 @@ int Run(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&signals, &sig);
+  // From here blocks are freed as the store winds down while their bytes may be kept for the
+  // next start (fd store): nothing may give their pages back.
+  host->first->StopBackgroundWork();
   // A stop loses nothing (docs/operations.md, "Restart, upgrade and drain"): pushes are
   // refused from now on, and the host-only steps are written to disk within stop_timeout
   // and/or go to systemd's fd store with the memfd that holds them (config fdstore).

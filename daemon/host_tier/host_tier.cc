@@ -132,12 +132,11 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
     b.pages = thp ? "shmem THP (" + policy + ")"
                   : "4 KiB pages (no hugetlb: " + not_huge + "; shmem THP: " + policy + ")";
   }
-  return Map(b.fd, b.budget, b.pages, options.prefault, options.release_after);
+  return Map(b.fd, b.budget, b.pages, options, /*release=*/true);
 }
 
 Result<std::unique_ptr<HostTier>> HostTier::Map(int fd, uint64_t budget, std::string pages,
-                                                bool prefault,
-                                                std::chrono::seconds release_after) {
+                                                const HostTierOptions& options, bool release) {
   void* base = mmap(nullptr, budget, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
     int err = errno;
@@ -147,12 +146,9 @@ Result<std::unique_ptr<HostTier>> HostTier::Map(int fd, uint64_t budget, std::st
   }
   if (pages.rfind("shmem THP", 0) == 0) (void)madvise(base, budget, MADV_HUGEPAGE);
   std::unique_ptr<HostTier> tier(new HostTier(fd, base, budget, std::move(pages)));
-  if (prefault) tier->prefault_ = std::thread([t = tier.get()] { t->Prefault(); });
-  if (!prefault && release_after.count() > 0) {
-    tier->releaser_ = std::thread([t = tier.get(), release_after] {
-      t->ReleaseWhenIdle(release_after);
-    });
-  }
+  if (options.prefault) tier->prefault_ = std::thread([t = tier.get()] { t->Prefault(); });
+  if (!options.prefault) tier->release_after_ = options.release_after;
+  if (release) tier->StartRelease();
   return tier;
 }
 
@@ -174,8 +170,7 @@ Result<std::unique_ptr<HostTier>> HostTier::Adopt(int fd, uint64_t budget_bytes,
     return Status::ResourceExhausted("resizing the kept host tier to " + FormatBytes(budget) +
                                      " failed: " + std::strerror(err));
   }
-  return Map(fd, budget, "the memfd kept through the restart", options.prefault,
-             options.release_after);
+  return Map(fd, budget, "the memfd kept through the restart", options, /*release=*/false);
 }
 
 Result<std::unique_ptr<HostBlock>> HostTier::Claim(uint64_t offset, uint64_t bytes) {
@@ -186,6 +181,7 @@ Result<std::unique_ptr<HostBlock>> HostTier::Claim(uint64_t offset, uint64_t byt
                                    std::to_string(size) + " bytes is not free in a tier of " +
                                    FormatBytes(budget_));
   }
+  last_allocation_ = std::chrono::steady_clock::now();
   used_ += size;
   peak_used_ = std::max(peak_used_, used_);
   return std::make_unique<HostBlock>(this, offset, size, static_cast<char*>(base_) + offset);
@@ -195,13 +191,7 @@ HostTier::HostTier(int fd, void* base, uint64_t budget, std::string pages)
     : fd_(fd), base_(base), budget_(budget), pages_(std::move(pages)), ranges_(budget) {}
 
 HostTier::~HostTier() {
-  {
-    MutexLock lock(mu_);
-    stopping_ = true;
-  }
-  stop_cv_.NotifyAll();
-  if (prefault_.joinable()) prefault_.join();
-  if (releaser_.joinable()) releaser_.join();
+  StopBackgroundWork();
   munmap(base_, budget_);
   close(fd_);
 }
@@ -283,6 +273,25 @@ void HostTier::ReleaseWhenIdle(std::chrono::seconds release_after) {
                      FormatBytes(used()).c_str());
     }
   }
+}
+
+void HostTier::StopBackgroundWork() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.NotifyAll();
+  if (prefault_.joinable()) prefault_.join();
+  if (releaser_.joinable()) releaser_.join();
+}
+
+void HostTier::StartRelease() {
+  if (release_after_.count() <= 0 || releaser_.joinable() || stopping_) return;
+  {
+    MutexLock lock(mu_);
+    last_allocation_ = std::chrono::steady_clock::now();  // idle time counts from now
+  }
+  releaser_ = std::thread([this] { ReleaseWhenIdle(release_after_); });
 }
 
 uint64_t HostTier::resident_bytes() const {

@@ -65,6 +65,8 @@ struct HostTierOptions {
   bool prefault = false;
   // Free memory goes back to the OS once no block has been allocated for this long (a job
   // ended; see ReleaseFree); 0 = keep it. Not with `prefault`, which commits the tier for good.
+  // An adopted tier starts releasing only when told (StartRelease): until its kept steps are
+  // claimed, its free ranges hold them.
   std::chrono::seconds release_after{0};
 };
 
@@ -117,13 +119,19 @@ class HostTier {
   uint64_t ReleaseFree() SNAPD_EXCLUDES(mu_);
   // Bytes of RAM the memfd holds now (its allocated pages, whoever touched them).
   uint64_t resident_bytes() const;
+  // Starts giving idle free memory back (options.release_after) on an adopted tier, once every
+  // kept step it holds was claimed; a created tier starts at once. Call once.
+  void StartRelease() SNAPD_EXCLUDES(mu_);
+  // Stops the prefault and the release for good (a stop: freed blocks may still hold steps
+  // kept for the next start). The destructor calls it too.
+  void StopBackgroundWork() SNAPD_EXCLUDES(mu_);
 
  private:
   friend class HostBlock;
   HostTier(int fd, void* base, uint64_t budget, std::string pages);
   // Maps `fd` (closing it on error), advises THP where `pages` says so and starts the prefault.
   static Result<std::unique_ptr<HostTier>> Map(int fd, uint64_t budget, std::string pages,
-                                               bool prefault, std::chrono::seconds release_after);
+                                               const HostTierOptions& options, bool release);
   void Free(uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
   void Prefault();
   // The release thread: ReleaseFree once no allocation happened for `release_after`.
@@ -137,6 +145,7 @@ class HostTier {
   std::atomic<bool> stopping_{false};
   std::thread prefault_;
   std::thread releaser_;
+  std::chrono::seconds release_after_{0};
   mutable Mutex mu_;
   CondVar stop_cv_;  // wakes the release thread at destruction
   RangeAllocator ranges_ SNAPD_GUARDED_BY(mu_);

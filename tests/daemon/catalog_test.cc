@@ -71,7 +71,7 @@ TEST_F(CatalogTest, ANewerFormatIsRefusedNamingBothVersions) {
   auto c = Catalog::Open(dir_);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), Code::kFailedPrecondition);
-  const std::string& m = c.status().message();
+  const std::string m = c.status().message();  // status() returns a copy
   EXPECT_NE(m.find("format version " + std::to_string(Catalog::kFormatVersion + 1)),
             std::string::npos)
       << m;

@@ -151,6 +151,40 @@ TEST(HostTier, ReleaseFreeGivesBackTheFreedPagesOnly) {
   EXPECT_TRUE(std::all_of(bytes, bytes + kBlock, [](unsigned char c) { return c == 0; }));
 }
 
+// A tier taken back from the fd store holds kept steps in what are still free ranges until they
+// are claimed: nothing is given back before StartRelease, however long that takes.
+TEST(HostTier, AnAdoptedTierGivesNothingBackBeforeItsKeptStepsAreClaimed) {
+  constexpr uint64_t kBlock = 1 << 20;
+  uint64_t offset = 0;
+  int kept = -1;
+  {
+    auto old_tier = HostTier::Create(4 * kBlock);
+    ASSERT_TRUE(old_tier.ok());
+    auto b = (*old_tier)->Allocate(kBlock).value();
+    offset = b->offset();
+    std::memset(b->data(), 0x3c, kBlock);
+    kept = dup((*old_tier)->fd());
+  }
+  HostTierOptions options;
+  options.release_after = std::chrono::seconds(1);
+  auto tier = HostTier::Adopt(kept, 4 * kBlock, options);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  { auto freed = (*tier)->Allocate(kBlock).value(); }  // a free, and an allocation long ago
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto claimed = (*tier)->Claim(offset, kBlock);
+  ASSERT_TRUE(claimed.ok()) << claimed.status().ToString();
+  const auto* bytes = static_cast<const unsigned char*>((*claimed)->data());
+  EXPECT_TRUE(std::all_of(bytes, bytes + kBlock, [](unsigned char c) { return c == 0x3c; }));
+  // Once started, the release gives back what is free and leaves the claimed block alone.
+  (*tier)->StartRelease();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((*tier)->resident_bytes() > kBlock && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_LE((*tier)->resident_bytes(), kBlock);
+  EXPECT_TRUE(std::all_of(bytes, bytes + kBlock, [](unsigned char c) { return c == 0x3c; }));
+}
+
 // With release_after set, an idle tier gives its free pages back by itself.
 TEST(HostTier, AnIdleTierReleasesItsFreePagesByItself) {
   constexpr uint64_t kBlock = 8 << 20;

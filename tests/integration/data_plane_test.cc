@@ -263,7 +263,30 @@ FreshPass RunFreshProcess(const DaemonProcess& daemon, const std::string& run, i
   return r;
 }
 
-class FirstTouchTest : public SnapdTest {};
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
+// Counts page faults of a whole process: under AddressSanitizer its shadow memory (an eighth
+// of every byte copied) faults too, and the count no longer tells the tier's pages apart.
+class FirstTouchTest : public SnapdTest {
+ protected:
+  void SetUp() override {
+    if (kAddressSanitizer) {
+      GTEST_SKIP() << "AddressSanitizer's shadow memory takes page faults of its own in the "
+                      "copying process; the plain build counts the tier's faults alone";
+    }
+    SnapdTest::SetUp();
+  }
+};
 
 TEST_F(FirstTouchTest, AFreshProcessTakesFarFewerFaultsThanPagesItCopies) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("256M", {"--host-huge-pages", "off"})));
@@ -335,18 +358,29 @@ TEST_F(MemoryReleaseTest, AfterARunIsDeletedAndTheTierIdlesTheMemoryGoesBack) {
   };
   const uint64_t stored = kSteps * kBytes;
   EXPECT_GE(host().resident_bytes(), stored);
-  const int64_t rss_full = ProcStatusBytes(daemon().pid(), "VmRSS");
-  ASSERT_GT(rss_full, 0);
-  ASSERT_TRUE(c->DeleteRun("job").ok());
+  // The daemon hashes every step through its own mapping (its checksum thread, off the push's
+  // path): its RSS comes to hold them as shared pages.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  int64_t shmem_full = 0;
+  while ((shmem_full = ProcStatusBytes(daemon().pid(), "RssShmem")) <
+             static_cast<int64_t>(stored) * 3 / 4 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GE(shmem_full, static_cast<int64_t>(stored) * 3 / 4);
+  const int64_t rss_full = ProcStatusBytes(daemon().pid(), "VmRSS");
+  ASSERT_TRUE(c->DeleteRun("job").ok());
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (host().resident_bytes() >= kBytes && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_LT(host().resident_bytes(), kBytes) << "of " << stored << " pushed";
-  // The daemon hashed every step through its own mapping: its RSS held them too, and lets go.
-  const int64_t rss_idle = ProcStatusBytes(daemon().pid(), "VmRSS");
-  EXPECT_LT(rss_idle, rss_full - static_cast<int64_t>(stored) * 3 / 4)
-      << "VmRSS " << rss_full << " with the run, " << rss_idle << " after";
+  // ... and lets them go (its other memory, UCX's shared segments and a sanitizer's shadow
+  // among it, is not the tier's).
+  const int64_t shmem_idle = ProcStatusBytes(daemon().pid(), "RssShmem");
+  EXPECT_GE(shmem_full - shmem_idle, static_cast<int64_t>(stored) * 3 / 4)
+      << "RssShmem " << shmem_full << " with the run, " << shmem_idle << " after; VmRSS "
+      << rss_full << " with the run, " << ProcStatusBytes(daemon().pid(), "VmRSS") << " after";
   ExpectRoundTrip();
 }
 
