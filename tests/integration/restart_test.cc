@@ -121,7 +121,48 @@ class FdStoreSocket {
   int stored_ = -1;
 };
 
-class RestartTest : public SnapdTest {};
+class RestartTest : public SnapdTest {
+ protected:
+  // Starts snapd under `notify` (as systemd with an fd store would: $NOTIFY_SOCKET, $FDSTORE),
+  // pushes `steps` steps of a kept run `name` with `seed`, stops snapd and waits for the memfd
+  // it hands over. Call under ASSERT_NO_FATAL_FAILURE.
+  void StopWithAKeptRun(FdStoreSocket& notify, const std::string& host_mem,
+                        const std::vector<std::string>& args, const std::string& name,
+                        uint64_t steps, uint64_t seed, RunInfo* run) {
+    ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(
+        host_mem, args, {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=4"})));
+    Client* c = Connect();
+    ASSERT_NE(c, nullptr);
+    RunSpec spec = Spec(name, steps, kStep);
+    spec.keep = true;
+    *run = OpenRun(*c, spec);
+    ASSERT_NO_FATAL_FAILURE(PushSteps(*c, run->run_id, steps, seed));
+    EXPECT_EQ(HostOnlySteps(*c, name), steps);
+    StopDaemon();
+    ASSERT_TRUE(notify.WaitForStore(std::chrono::seconds(5))) << ReadLog(dir());
+    ASSERT_GE(notify.stored(), 0) << "FDSTORE=1 came without an fd";
+  }
+  // Starts snapd given back the memfd `notify` kept, as systemd passes it: fd 3, LISTEN_PID =
+  // snapd's pid (the shell execs snapd in place), LISTEN_FDS, LISTEN_FDNAMES.
+  Status StartWithTheKeptTier(const FdStoreSocket& notify, const std::string& host_mem,
+                              const std::vector<std::string>& args) {
+    int passed = fcntl(notify.stored(), F_DUPFD, 4);  // inherited: no close-on-exec
+    if (passed < 4 || passed > 9) {  // sh redirects single-digit fds only
+      if (passed >= 0) close(passed);
+      return Status::Internal("no single-digit fd to pass the memfd on: " +
+                              std::to_string(passed));
+    }
+    std::string n = std::to_string(passed);
+    Status started = TryStartDaemon(Options(
+        host_mem, args,
+        {"/bin/sh", "-c",
+         "export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=hosttier; exec \"$@\" 3<&" + n +
+             " " + n + "<&-",
+         "sh"}));
+    close(passed);
+    return started;
+  }
+};
 
 // The operator's case: a kept run half in host memory, SIGTERM, start again: every step is
 // served byte-exact from disk, none lost.
@@ -185,19 +226,9 @@ TEST_F(RestartTest, StopWithoutADiskTierNamesTheStepsItLoses) {
 // reported lost; the others are exact.
 TEST_F(RestartTest, TheHostTierKeptInTheFdStoreIsTakenBackAndChecked) {
   FdStoreSocket notify(dir() + "/notify.sock");
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(
-      Options("64M", {}, {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=4"})));
-  Client* c = Connect();
-  ASSERT_NE(c, nullptr);
-  RunSpec spec = Spec("in-place", 10, kStep);
-  spec.keep = true;
-  RunInfo run = OpenRun(*c, spec);
-  ASSERT_NO_FATAL_FAILURE(PushSteps(*c, run.run_id, 10, 11));
-  EXPECT_EQ(HostOnlySteps(*c, "in-place"), 10u);
-  StopDaemon();
-  ASSERT_TRUE(notify.WaitForStore(std::chrono::seconds(5))) << ReadLog(dir());
+  RunInfo run;
+  ASSERT_NO_FATAL_FAILURE(StopWithAKeptRun(notify, "64M", {}, "in-place", 10, 11, &run));
   EXPECT_NE(notify.text().find("FDNAME=hosttier"), std::string::npos) << notify.text();
-  ASSERT_GE(notify.stored(), 0) << "FDSTORE=1 came without an fd";
   // fdstore "auto": written to disk first, then kept in place too.
   EXPECT_NE(ReadLog(dir()).find("wrote to disk 10 host-only steps"), std::string::npos)
       << ReadLog(dir());
@@ -212,18 +243,7 @@ TEST_F(RestartTest, TheHostTierKeptInTheFdStoreIsTakenBackAndChecked) {
   flipped = static_cast<char>(~flipped);
   ASSERT_EQ(pwrite(notify.stored(), &flipped, 1, 100), 1);
 
-  // As systemd passes it: fd 3, LISTEN_PID = snapd's pid (the shell execs snapd in place).
-  int passed = fcntl(notify.stored(), F_DUPFD, 4);  // inherited: no close-on-exec
-  ASSERT_GE(passed, 4);
-  ASSERT_LE(passed, 9) << "sh redirects single-digit fds only";
-  std::string n = std::to_string(passed);
-  Status started = TryStartDaemon(Options(
-      "64M", {},
-      {"/bin/sh", "-c",
-       "export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=hosttier; exec \"$@\" 3<&" + n + " " +
-           n + "<&-",
-       "sh"}));
-  close(passed);
+  Status started = StartWithTheKeptTier(notify, "64M", {});
   ASSERT_TRUE(started.ok()) << started.ToString();
   std::string log = ReadLog(dir());
   EXPECT_NE(log.find("took back the host tier from systemd's fd store"), std::string::npos)
@@ -234,7 +254,7 @@ TEST_F(RestartTest, TheHostTierKeptInTheFdStoreIsTakenBackAndChecked) {
                      "copy (its bytes in the kept host tier fail their checksum)"),
             std::string::npos)
       << log;
-  c = Connect();
+  Client* c = Connect();
   ASSERT_NE(c, nullptr);
   auto where = c->Locate("in-place", 5);
   ASSERT_TRUE(where.ok()) << where.status().ToString();
@@ -253,34 +273,16 @@ TEST_F(RestartTest, TheHostTierKeptInTheFdStoreIsTakenBackAndChecked) {
 // the steps then live only there, in place.
 TEST_F(RestartTest, WithFdstoreOnlyNothingIsWrittenAndTheTierIsTakenBackInPlace) {
   FdStoreSocket notify(dir() + "/notify.sock");
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(
-      "64M", {"--fdstore", "only"},
-      {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=4"})));
-  Client* c = Connect();
-  ASSERT_NE(c, nullptr);
-  RunSpec spec = Spec("only", 4, kStep);
-  spec.keep = true;
-  RunInfo run = OpenRun(*c, spec);
-  ASSERT_NO_FATAL_FAILURE(PushSteps(*c, run.run_id, 4, 17));
-  StopDaemon();
-  ASSERT_TRUE(notify.WaitForStore(std::chrono::seconds(5))) << ReadLog(dir());
+  RunInfo run;
+  ASSERT_NO_FATAL_FAILURE(
+      StopWithAKeptRun(notify, "64M", {"--fdstore", "only"}, "only", 4, 17, &run));
   std::string log = ReadLog(dir());
   EXPECT_EQ(log.find("wrote to disk"), std::string::npos) << log;
   EXPECT_NE(log.find("kept in systemd's fd store 4 host-tier steps"), std::string::npos) << log;
   EXPECT_NE(log.find("4 of them on no disk"), std::string::npos) << log;
-  int passed = fcntl(notify.stored(), F_DUPFD, 4);
-  ASSERT_GE(passed, 4);
-  ASSERT_LE(passed, 9) << "sh redirects single-digit fds only";
-  std::string n = std::to_string(passed);
-  Status started = TryStartDaemon(Options(
-      "64M", {"--fdstore", "only"},
-      {"/bin/sh", "-c",
-       "export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=hosttier; exec \"$@\" 3<&" + n + " " +
-           n + "<&-",
-       "sh"}));
-  close(passed);
+  Status started = StartWithTheKeptTier(notify, "64M", {"--fdstore", "only"});
   ASSERT_TRUE(started.ok()) << started.ToString();
-  c = Connect();
+  Client* c = Connect();
   ASSERT_NE(c, nullptr);
   for (uint64_t t = 0; t < 4; ++t) {
     auto where = c->Locate("only", t);
@@ -297,19 +299,11 @@ TEST_F(RestartTest, WithFdstoreOnlyNothingIsWrittenAndTheTierIsTakenBackInPlace)
 // "auto" the stop wrote every step to disk as well, and they are served from there, exact.
 TEST_F(RestartTest, AFlushedFdStoreLosesNothingTheStopWroteToDisk) {
   FdStoreSocket notify(dir() + "/notify.sock");
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(
-      Options("16M", {}, {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=4"})));
-  Client* c = Connect();
-  ASSERT_NE(c, nullptr);
-  RunSpec spec = Spec("flushed", 3, kStep);
-  spec.keep = true;
-  RunInfo run = OpenRun(*c, spec);
-  ASSERT_NO_FATAL_FAILURE(PushSteps(*c, run.run_id, 3, 5));
-  StopDaemon();
-  ASSERT_TRUE(notify.WaitForStore(std::chrono::seconds(5)));
+  RunInfo run;
+  ASSERT_NO_FATAL_FAILURE(StopWithAKeptRun(notify, "16M", {}, "flushed", 3, 5, &run));
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("16M")));
   EXPECT_EQ(ReadLog(dir()).find("is lost"), std::string::npos) << ReadLog(dir());
-  c = Connect();
+  Client* c = Connect();
   ASSERT_NE(c, nullptr);
   for (uint64_t t = 0; t < 3; ++t) {
     Status s = FetchExact(*c, run.run_id, t, 5);
@@ -326,23 +320,15 @@ TEST_F(RestartTest, AFlushedFdStoreLosesNothingTheStopWroteToDisk) {
 // steps lost and says why.
 TEST_F(RestartTest, AnFdStoreThatDidNotPassTheTierBackIsReportedNotSilent) {
   FdStoreSocket notify(dir() + "/notify.sock");
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(
-      "16M", {"--fdstore", "only"},
-      {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=4"})));
-  Client* c = Connect();
-  ASSERT_NE(c, nullptr);
-  RunSpec spec = Spec("dropped", 2, kStep);
-  spec.keep = true;
-  RunInfo run = OpenRun(*c, spec);
-  ASSERT_NO_FATAL_FAILURE(PushSteps(*c, run.run_id, 2, 3));
-  StopDaemon();
-  ASSERT_TRUE(notify.WaitForStore(std::chrono::seconds(5)));
+  RunInfo run;
+  ASSERT_NO_FATAL_FAILURE(
+      StopWithAKeptRun(notify, "16M", {"--fdstore", "only"}, "dropped", 2, 3, &run));
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("16M")));
   EXPECT_NE(ReadLog(dir()).find("was in the host tier handed to systemd's fd store, which did "
                                 "not pass it back"),
             std::string::npos)
       << ReadLog(dir());
-  c = Connect();
+  Client* c = Connect();
   ASSERT_NE(c, nullptr);
   std::vector<char> buf(kStep);
   EXPECT_EQ(c->Fetch(run.run_id, 1, buf.data(), kStep).code(), Code::kDataLoss);
