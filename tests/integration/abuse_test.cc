@@ -24,22 +24,11 @@
 
 #include "raw_peer.h"
 #include "snapd/client.h"
+#include "sanitizer.h"
 #include "snapd_fixture.h"
 
 namespace snapd::testing {
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
 
 // Pushes and fetches a fresh run of patterned steps until stopped; counts rounds and any
 // byte that came back wrong.
@@ -452,7 +441,7 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
   EXPECT_LE(fds_after, fds_before + 2);
   // Under AddressSanitizer freed memory sits in its quarantine (256 MiB), so resident memory
   // says nothing there; LeakSanitizer checks snapd's heap when it stops instead.
-  if (!kSanitized) {
+  if (!kAddressSanitizer) {
     EXPECT_LT(rss_after - rss_before, 64 * 1024) << "resident memory grew by more than 64 MiB";
   }
   peer.reset();

@@ -20,6 +20,7 @@
 
 #include "snapd/client.h"
 #include "snapd/v1/control.grpc.pb.h"
+#include "sanitizer.h"
 #include "snapd_fixture.h"
 
 namespace snapd::testing {
@@ -262,18 +263,6 @@ FreshPass RunFreshProcess(const DaemonProcess& daemon, const std::string& run, i
       << line;
   return r;
 }
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
 
 // Counts page faults of a whole process: under AddressSanitizer its shadow memory (an eighth
 // of every byte copied) faults too, and the count no longer tells the tier's pages apart.
