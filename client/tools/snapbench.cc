@@ -612,7 +612,7 @@ int Many(const Args& a) {
     int p[2];
     if (pipe(p) != 0) return 1;
     uint64_t bytes = a.uniform ? a.bytes : sizes[i % 5];
-    uint64_t steps = a.uniform ? a.steps  // S, 1.5 S, 2 S
+    uint64_t steps = a.uniform ? a.steps  // else S, 1.5 S, 2 S
                                : a.steps + (a.steps * static_cast<uint64_t>(i % 3)) / 2;
     pid_t pid = fork();
     if (pid == 0) {

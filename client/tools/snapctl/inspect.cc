@@ -91,7 +91,9 @@ int ShowStatus(Session& s) {
 // was asked for and never applied; empty when neither.
 std::string RunProblem(const v1::RunInfo& run) {
   if (!run.failure().empty()) return "failed: " + run.failure();
-  if (run.spec().codec() != v1::CODEC_NONE && run.compressed_snapshots() == 0 &&
+  // Compressed at ingest, a step stays raw only where the codec did not shrink it.
+  if (run.spec().codec() != v1::CODEC_NONE &&
+      run.spec().compress_when() == v1::COMPRESS_ON_DEMOTION && run.compressed_snapshots() == 0 &&
       run.snapshots() > run.lost_snapshots()) {
     return "codec " + EnumJson(*v1::Codec_descriptor()->FindValueByNumber(run.spec().codec())) +
            " never applied: no step has been compressed (it compresses steps as they leave host "
