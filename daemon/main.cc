@@ -187,8 +187,10 @@ int Run(int argc, char** argv) {
   if (!epoch.ok()) return fail(epoch.status());
   HostTierOptions host_options;
   host_options.huge_pages = config.host_huge_pages == "hugetlb" ? HugePages::kHugeTlb
+                            : config.host_huge_pages == "thp"   ? HugePages::kThp
                             : config.host_huge_pages == "off"   ? HugePages::kOff
                                                                 : HugePages::kAuto;
+  host_options.tmpfs_dir = config.host_tmpfs;
   host_options.prefault = config.host_prefault;
   host_options.release_after = std::chrono::seconds(config.host_release_after);
   auto kept = (*catalog)->TakeHostTierKept();

@@ -31,7 +31,12 @@ const std::vector<OptionDoc>& ConfigOptions() {
        "host-tier budget as a fraction of MemAvailable at start (default 0.7)"},
       {"host_huge_pages", "SNAPD_HOST_HUGE_PAGES", K::kText, "MODE",
        "host-tier pages: auto (hugetlb when the pool holds the whole tier, else shmem THP "
-       "where the kernel allows it), hugetlb (or refuse to start), off (default auto)"},
+       "on a tmpfs with huge=always, else shmem THP where the kernel allows it), hugetlb or "
+       "thp (or refuse to start), off (default auto)"},
+      {"host_tmpfs", "SNAPD_HOST_TMPFS", K::kText, "DIR",
+       "a tmpfs mounted with huge=always for the host tier's file (the systemd unit's "
+       "TemporaryFileSystem=); empty: snapd mounts one in a namespace of its own (default "
+       "empty)"},
       {"host_prefault", "SNAPD_HOST_PREFAULT", K::kBool, "BOOL",
        "populate the whole host tier in the background at start, so no push pays a first "
        "touch; commits host_mem of RAM (default false)"},
@@ -196,10 +201,13 @@ Status Parse(Config& c, const std::string& key, const std::string& value) {
      : key == "disk_mem_perc" ? c.disk_mem_perc
                               : c.tenant_host_share) = d;
   } else if (key == "host_huge_pages") {
-    if (value != "auto" && value != "hugetlb" && value != "off") {
-      return expected("auto, hugetlb or off");
+    if (value != "auto" && value != "hugetlb" && value != "thp" && value != "off") {
+      return expected("auto, hugetlb, thp or off");
     }
     c.host_huge_pages = value;
+  } else if (key == "host_tmpfs") {
+    if (!value.empty() && value.front() != '/') return expected("an absolute directory or \"\"");
+    c.host_tmpfs = value;
   } else if (key == "host_prefault") {
     if (value != "true" && value != "false") return expected("true or false");
     c.host_prefault = value == "true";
@@ -516,6 +524,7 @@ std::string FormatConfig(const Config& c) {
     << "host_mem = \"" << c.host_mem << "\"\n"
     << "host_mem_perc = " << c.host_mem_perc << "\n"
     << "host_huge_pages = " << Quoted(c.host_huge_pages) << "\n"
+    << "host_tmpfs = " << Quoted(c.host_tmpfs) << "\n"
     << "host_prefault = " << (c.host_prefault ? "true" : "false") << "\n"
     << "host_release_after = " << c.host_release_after << "\n"
     << "spool_dirs = " << Quoted(SpoolDirsText(c)) << "\n"

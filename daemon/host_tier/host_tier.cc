@@ -1,8 +1,15 @@
 #include "host_tier/host_tier.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,6 +97,178 @@ Result<Backing> HugeTlbBacking(uint64_t budget) {
   return Backing{fd, rounded, "hugetlb " + FormatBytes(page), true};
 }
 
+// Writes `text` to `path` with plain system calls (safe in a child forked from threads).
+bool WriteProcFile(const char* path, const char* text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = write(fd, text, std::strlen(text));
+  close(fd);
+  return n == static_cast<ssize_t>(std::strlen(text));
+}
+
+// The child's half of HugeTmpfsBacking: runs between fork and _exit, so it makes system calls
+// only (the strings it needs were built before the fork). Sends the file's fd, or on failure
+// the step that failed and its errno, over `sock`.
+[[noreturn]] void MountHugeTmpfs(int sock, const char* uid_map, const char* gid_map) {
+  auto fail = [sock](const char* step) {
+    int err = errno;
+    char msg[160];
+    size_t n = std::strlen(step);
+    std::memcpy(msg, step, n);
+    msg[n++] = ':';
+    msg[n++] = ' ';
+    const char* why = strerrordesc_np(err);
+    size_t m = why ? std::min(std::strlen(why), sizeof msg - n) : 0;
+    std::memcpy(msg + n, why, m);
+    (void)!send(sock, msg, n + m, MSG_NOSIGNAL);
+    _exit(1);
+  };
+  // A mount namespace of the child's own. Without CAP_SYS_ADMIN, in a user namespace of its
+  // own too, where this uid and gid map to themselves.
+  if (unshare(CLONE_NEWNS) != 0) {
+    if (errno != EPERM) fail("unshare(CLONE_NEWNS)");
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) fail("unshare(CLONE_NEWUSER)");
+    if (!WriteProcFile("/proc/self/uid_map", uid_map)) fail("writing uid_map");
+    if (!WriteProcFile("/proc/self/setgroups", "deny") ||
+        !WriteProcFile("/proc/self/gid_map", gid_map)) {
+      fail("writing gid_map");
+    }
+  }
+  // Nothing mounted here may propagate back to the node's namespace.
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail("making / private");
+  // The tmpfs goes over a directory of this namespace only; size=0 is tmpfs's "no limit", as
+  // for a memfd (the tier's budget is the limit, and a kept tier may grow on restart).
+  const char* dirs[] = {"/tmp", "/run", "/dev/shm", "/mnt", "/"};
+  for (const char* dir : dirs) {
+    if (mount("snapd-host-tier", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "huge=always,size=0,mode=0700") != 0) {
+      continue;
+    }
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) fail("O_TMPFILE on the private tmpfs");
+    char byte = 0;
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    if (sendmsg(sock, &msg, MSG_NOSIGNAL) != 1) fail("sending the tmpfs file");
+    _exit(0);
+  }
+  fail("mounting a tmpfs with huge=always");
+  _exit(1);
+}
+
+// A file on a tmpfs of the tier's own, mounted `huge=always` in a private mount namespace by
+// a short-lived child. tmpfs's `huge=` mount option holds whatever the node's shmem_enabled
+// says (that setting governs memfds and is "never" on many distributions), so the tier gets
+// 2 MiB pages with neither a hugetlb pool nor root: without CAP_SYS_ADMIN the child mounts it
+// in a user namespace of its own. The file has no name and its namespace ends with the child,
+// so only the fd reaches it (the daemon's, and the clients' it is passed to).
+Result<Backing> HugeTmpfsBacking(uint64_t budget) {
+  char uid_map[64], gid_map[64];
+  std::snprintf(uid_map, sizeof uid_map, "%u %u 1", geteuid(), geteuid());
+  std::snprintf(gid_map, sizeof gid_map, "%u %u 1", getegid(), getegid());
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return Status::Unavailable(std::string("socketpair: ") + std::strerror(errno));
+  }
+  pid_t child = fork();
+  if (child == 0) {
+    close(sv[0]);
+    MountHugeTmpfs(sv[1], uid_map, gid_map);
+  }
+  close(sv[1]);
+  if (child < 0) {
+    int err = errno;
+    close(sv[0]);
+    return Status::Unavailable(std::string("fork: ") + std::strerror(err));
+  }
+  char text[160];
+  iovec iov{text, sizeof text};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = recvmsg(sv[0], &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  close(sv[0]);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  int fd = -1;
+  if (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
+      c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+    std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  }
+  if (fd < 0) {
+    return Status::Unavailable(
+        "no private tmpfs with huge pages: " +
+        (n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string("the child failed")));
+  }
+  return Backing{fd, budget, "shmem THP (private tmpfs, huge=always)", false};
+}
+
+// The `huge=` option of the tmpfs holding `fd`, from /proc/self/mountinfo ("never" when the
+// mount names none, "" when the mount is not found).
+std::string TmpfsHugeOption(int fd) {
+  struct stat st{};
+  if (fstat(fd, &st) != 0) return "";
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  const std::string dev = std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, devno;
+    fields >> id >> parent >> devno;
+    if (devno != dev) continue;
+    size_t dash = line.find(" - ");
+    if (dash == std::string::npos) return "";
+    std::istringstream tail(line.substr(dash + 3));
+    std::string type, source, options;
+    tail >> type >> source >> options;
+    for (size_t at = 0; at < options.size();) {
+      size_t comma = options.find(',', at);
+      std::string option = options.substr(at, comma - at);
+      if (option.rfind("huge=", 0) == 0) return option.substr(5);
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    return "never";
+  }
+  return "";
+}
+
+// A nameless file on the tmpfs an operator mounted at `dir` (config `host_tmpfs`; the systemd
+// unit's TemporaryFileSystem= with huge=always, docs/install.md).
+Result<Backing> TmpfsDirBacking(const std::string& dir, uint64_t budget) {
+  int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Status::InvalidArgument("host_tmpfs \"" + dir + "\": " + std::strerror(errno));
+  }
+  struct statfs fs{};
+  if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
+    close(fd);
+    return Status::InvalidArgument("host_tmpfs \"" + dir + "\" is not a tmpfs");
+  }
+  std::string huge = TmpfsHugeOption(fd);
+  std::string pages = huge == "always" || huge == "within_size"
+                          ? "shmem THP (tmpfs " + dir + ", huge=" + huge + ")"
+                          : "host_tmpfs \"" + dir + "\" is not mounted with huge=always";
+  return Backing{fd, budget, pages, false};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
@@ -100,7 +280,7 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
   }
   Backing b;
   std::string not_huge;
-  if (options.huge_pages != HugePages::kOff) {
+  if (options.huge_pages == HugePages::kAuto || options.huge_pages == HugePages::kHugeTlb) {
     auto huge = HugeTlbBacking(budget);
     if (huge.ok()) {
       b = *huge;
@@ -108,7 +288,33 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
       return Status::ResourceExhausted("host_huge_pages = \"hugetlb\": " +
                                        huge.status().message());
     } else {
-      not_huge = huge.status().message();
+      not_huge = "no hugetlb: " + huge.status().message();
+    }
+  }
+  if (b.fd < 0 && !options.tmpfs_dir.empty() && options.huge_pages != HugePages::kOff) {
+    // The systemd unit mounts it; a daemon started otherwise with the same file goes on to
+    // the private mount below, saying why.
+    auto dir = TmpfsDirBacking(options.tmpfs_dir, budget);
+    if (dir.ok() && dir->pages.rfind("shmem THP", 0) == 0) {
+      b = *dir;
+    } else {
+      std::string why = dir.ok() ? dir->pages : dir.status().message();
+      if (dir.ok()) close(dir->fd);
+      if (options.huge_pages == HugePages::kThp) {
+        return Status::InvalidArgument("host_huge_pages = \"thp\": " + why);
+      }
+      SNAPD_LOG_WARN("host tier: %s; mounting a tmpfs of its own instead", why.c_str());
+      not_huge += "; " + why;
+    }
+  }
+  if (b.fd < 0 && (options.huge_pages == HugePages::kAuto || options.huge_pages == HugePages::kThp)) {
+    auto thp = HugeTmpfsBacking(budget);
+    if (thp.ok()) {
+      b = *thp;
+    } else if (options.huge_pages == HugePages::kThp) {
+      return Status::Unavailable("host_huge_pages = \"thp\": " + thp.status().message());
+    } else {
+      not_huge += "; " + thp.status().message();
     }
   }
   if (b.fd < 0) {
@@ -117,20 +323,21 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
     if (b.fd < 0) return Status::Internal(std::string("memfd_create: ") + std::strerror(errno));
     b.budget = budget;
     b.pages = "4 KiB pages";
+    if (options.huge_pages == HugePages::kAuto) {
+      // Shmem THP advice on a memfd: effective when the kernel's shmem_enabled policy allows
+      // it. The advice is set on this mapping (in Map) and on every client's (the first
+      // toucher's mapping decides).
+      std::string policy = ShmemThpPolicy();
+      bool thp = policy != "never" && policy != "deny";
+      b.pages = thp ? "shmem THP (" + policy + ")"
+                    : "4 KiB pages (" + not_huge + "; shmem THP: " + policy + ")";
+    }
   }
   if (ftruncate(b.fd, static_cast<off_t>(b.budget)) != 0) {
     int err = errno;
     close(b.fd);
     return Status::ResourceExhausted("sizing the host tier to " + FormatBytes(b.budget) +
                                      " failed: " + std::strerror(err));
-  }
-  if (options.huge_pages == HugePages::kAuto && !b.hugetlb) {
-    // Shmem THP: effective when the kernel's shmem_enabled policy allows it. The advice is set
-    // on this mapping (in Map) and on every client's (the first toucher's mapping decides).
-    std::string policy = ShmemThpPolicy();
-    bool thp = policy != "never" && policy != "deny";
-    b.pages = thp ? "shmem THP (" + policy + ")"
-                  : "4 KiB pages (no hugetlb: " + not_huge + "; shmem THP: " + policy + ")";
   }
   return Map(b.fd, b.budget, b.pages, options, /*release=*/true);
 }

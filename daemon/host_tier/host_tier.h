@@ -53,8 +53,11 @@ class HostBlock {
 // touch"). Huge pages cut the page faults of a process that touches the tier for the first
 // time 512-fold (one per 2 MiB instead of one per 4 KiB).
 enum class HugePages {
-  kAuto,     // hugetlb when the node's pool has the whole budget free, else shmem THP advice
+  kAuto,     // hugetlb when the node's pool has the whole budget free, else shmem THP on a
+             // tmpfs with huge=always (tmpfs_dir, else one mounted privately), else shmem THP
+             // advice on a memfd
   kHugeTlb,  // hugetlb or refuse to start
+  kThp,      // shmem THP on a tmpfs with huge=always, or refuse to start
   kOff,      // 4 KiB pages
 };
 
@@ -68,6 +71,10 @@ struct HostTierOptions {
   // An adopted tier starts releasing only when told (StartRelease): until its kept steps are
   // claimed, its free ranges hold them.
   std::chrono::seconds release_after{0};
+  // A tmpfs mounted huge=always for the tier's file (config `host_tmpfs`); "" = mount one in a
+  // private namespace (needs user or mount namespaces: systemd's RestrictNamespaces= denies
+  // them, hence the unit's TemporaryFileSystem= and this).
+  std::string tmpfs_dir{};
 };
 
 // Thread-safe: Allocate and block release may run on any thread.
@@ -92,7 +99,8 @@ class HostTier {
   // restart; INVALID_ARGUMENT if that range is not free and inside the budget.
   Result<std::unique_ptr<HostBlock>> Claim(uint64_t offset, uint64_t bytes) SNAPD_EXCLUDES(mu_);
 
-  // What backs the tier: "hugetlb 2 MiB", "shmem THP (advised)" or "4 KiB pages"; with the
+  // What backs the tier: "hugetlb 2 MiB", "shmem THP (private tmpfs, huge=always)", "shmem THP
+  // (advise)" or "4 KiB pages"; with the
   // reason when huge pages were asked for and not had.
   const std::string& pages() const { return pages_; }
   // Bytes the background prefault has populated so far (budget() once it is done).

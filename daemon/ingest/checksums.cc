@@ -1,5 +1,6 @@
 #include "ingest/checksums.h"
 
+#include <algorithm>
 #include <string>
 
 #include "log.h"
@@ -30,7 +31,8 @@ void Checksums::StopChecksums() {
 }
 
 void Checksums::QueueChecksum(uint64_t run_id, const Snapshot& snap, uint64_t bytes) {
-  checksum_queue_.push_back({run_id, snap.record.step(), snap.generation, bytes, snap.block});
+  checksum_queue_.push_back({run_id, snap.record.step(), snap.generation, bytes, snap.block,
+                             std::chrono::steady_clock::now()});
   checksum_cv_.NotifyOne();
 }
 
@@ -110,8 +112,11 @@ uint64_t Checksums::ChecksumOf(uint64_t run_id, uint64_t step, uint64_t generati
 
 void Checksums::WaitChecksumsIdle() {
   MutexLock lock(mu_);
+  ++idle_waiters_;
+  checksum_cv_.NotifyAll();  // the checksum thread stops holding off
   checksum_cv_.Wait(
       mu_, [&]() SNAPD_REQUIRES(mu_) { return checksum_queue_.empty() && !checksum_busy_; });
+  --idle_waiters_;
 }
 
 void Checksums::ChecksumLoop() {
@@ -120,6 +125,19 @@ void Checksums::ChecksumLoop() {
     checksum_cv_.Wait(mu_,
                       [&]() SNAPD_REQUIRES(mu_) { return stopping_ || !checksum_queue_.empty(); });
     if (stopping_) return;
+    if (idle_waiters_ == 0) {  // hold off while the data plane is busy (checksums.h)
+      auto now = std::chrono::steady_clock::now();
+      bool pushing = std::any_of(runs_.begin(), runs_.end(),
+                                 [](const auto& r) { return !r.second.in_flight.empty(); });
+      auto start = std::min(pushing ? now + kQuiet : last_data_activity_ + kQuiet,
+                            checksum_queue_.front().queued + kMaxDelay);
+      if (now < start) {
+        checksum_cv_.WaitUntil(mu_, start, [&]() SNAPD_REQUIRES(mu_) {
+          return stopping_ || idle_waiters_ > 0 || checksum_queue_.empty();
+        });
+        continue;  // look again: more activity may have come meanwhile
+      }
+    }
     ChecksumJob job = std::move(checksum_queue_.front());
     checksum_queue_.pop_front();
     if (Moot(job)) {
@@ -129,7 +147,7 @@ void Checksums::ChecksumLoop() {
     }
     const CopyKey key{job.run_id, job.step, job.generation};
     checksum_busy_ = true;
-    checksum_current_ = {job.run_id, job.step, job.generation, job.bytes, nullptr};
+    checksum_current_ = {job.run_id, job.step, job.generation, job.bytes, nullptr, {}};
     std::shared_ptr<Hashing> hashing = BeginHash(key);
     lock.Unlock();
     uint64_t sum = Hash(job.block->data(), job.bytes);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -52,7 +53,18 @@ class Checksums : protected StoreState {
   bool ChecksumsPending() const SNAPD_REQUIRES(mu_);
   // Host bytes the checksum thread holds that the store has let go of (freed when it is done).
   uint64_t ChecksumHeldBytes() SNAPD_REQUIRES(mu_);
+  // Waits until every queued checksum is recorded (the quiet gate below is lifted meanwhile).
   void WaitChecksumsIdle() SNAPD_EXCLUDES(mu_);
+  // A push or fetch began or ended: the checksum thread holds off while a push is in flight
+  // and until the data plane has been quiet for kQuiet, so its reads do not compete with a solver's copies for memory
+  // bandwidth (on a 2-core node they cost a burst of pushes a fifth of its rate). A job waits
+  // at most kMaxDelay: a node that never pauses still gets its checksums, and the tiering
+  // thread, which counts pending checksums as work in flight, sees them end.
+  void NoteDataPlaneActivity() SNAPD_REQUIRES(mu_) {
+    last_data_activity_ = std::chrono::steady_clock::now();
+  }
+  static constexpr std::chrono::milliseconds kQuiet{20};
+  static constexpr std::chrono::milliseconds kMaxDelay{2000};
 
  private:
   struct ChecksumJob {
@@ -61,6 +73,7 @@ class Checksums : protected StoreState {
     uint64_t generation;
     uint64_t bytes;
     std::shared_ptr<HostBlock> block;
+    std::chrono::steady_clock::time_point queued;
   };
   using CopyKey = std::tuple<uint64_t, uint64_t, uint64_t>;  // (run_id, step, generation)
   // A hash in progress on some thread; others needing the same copy's checksum wait for it.
@@ -83,7 +96,9 @@ class Checksums : protected StoreState {
   bool checksum_busy_ SNAPD_GUARDED_BY(mu_) = false;
   ChecksumJob checksum_current_ SNAPD_GUARDED_BY(mu_);  // while busy; its block is not held
   std::map<CopyKey, std::shared_ptr<Hashing>> hashing_ SNAPD_GUARDED_BY(mu_);
-  CondVar checksum_cv_;  // the queue, the busy flag and hashing_ changed
+  std::chrono::steady_clock::time_point last_data_activity_ SNAPD_GUARDED_BY(mu_);
+  int idle_waiters_ SNAPD_GUARDED_BY(mu_) = 0;  // threads in WaitChecksumsIdle
+  CondVar checksum_cv_;  // the queue, the busy flag, hashing_ or idle_waiters_ changed
   mutable std::atomic<uint64_t> hashes_{0};
   std::thread checksum_thread_;
 };

@@ -890,6 +890,7 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
                                       "none");
   }
   SNAPD_RETURN_IF_ERROR(CheckNewStep(*run, step, bytes, "push", "carries"));
+  NoteDataPlaneActivity();
   if (Usage u = UsageOf(r.owner_uid()); u.quota != 0 && !who.admin) {
     uint64_t held = u.stored_bytes + u.in_flight_bytes;
     if (held + bytes > u.quota) {
@@ -927,6 +928,7 @@ Status Store::CommitPush(const PushTicket& t) {
   }
   Run& run = it->second;
   run.in_flight.erase(t.step);
+  NoteDataPlaneActivity();
   uint64_t raw = run.record.spec().bytes_per_step();
   v1::SnapshotRecord rec;
   rec.set_run_id(t.run_id);
@@ -973,6 +975,7 @@ Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, u
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;
   SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "fetch", "into a buffer of"));
+  NoteDataPlaneActivity();
   if (auto d = run->device.find(step); d != run->device.end()) {
     return DeviceStepHere(*run, step, d->second);
   }

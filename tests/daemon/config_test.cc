@@ -159,7 +159,7 @@ TEST(Config, HostPageOptionsParseAndRejectBadValues) {
   EXPECT_FALSE(c->config.host_prefault);
   auto bad = LoadConfig({"--host-huge-pages", "always"}, {});
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("auto, hugetlb or off"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("auto, hugetlb, thp or off"), std::string::npos)
       << bad.status().message();
   EXPECT_NE(bad.status().message().find("always"), std::string::npos);
   bad = LoadConfig({"--config", WriteConfig(tmp, "host_prefault = 1\n")}, {});

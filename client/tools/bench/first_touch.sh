@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The figures of docs/benchmarks.md, "A fresh process per pass": snapbench's default mode
 # (each pass in a fresh process, faults per GiB beside each rate) against a new snapd for each
-# way of backing the host tier: 4 KiB pages, 4 KiB pages prefaulted at start, hugetlb pages,
-# hugetlb pages prefaulted. Prints a Markdown table, one row per pass.
+# way of backing the host tier: 4 KiB pages, shmem THP (a tmpfs mounted huge=always), hugetlb
+# pages; each as it comes and prefaulted at start. Prints a Markdown table, one row per pass.
 #   client/tools/bench/first_touch.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]
 # The hugetlb rows need a pool of huge pages: as root the script sizes vm.nr_hugepages for the
 # tier for its own run and puts the old value back; otherwise they are left out, said so.
@@ -30,7 +30,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-configs=("off false" "off true")
+configs=("off false" "off true" "thp false" "thp true")
 if [[ -w $pool_file ]]; then
   echo $(( (3 << 30) / (2 << 20) + 16 )) > "$pool_file"
   configs+=("hugetlb false" "hugetlb true")
