@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
@@ -127,6 +128,9 @@ bool WriteProcFile(const char* path, const char* text) {
   // own too, where this uid and gid map to themselves.
   if (unshare(CLONE_NEWNS) != 0) {
     if (errno != EPERM) fail("unshare(CLONE_NEWNS)");
+    // A process that changed its uid (a daemon started as root that dropped privileges) is
+    // not dumpable, and its /proc/self files then belong to root: uid_map could not be written.
+    (void)prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) fail("unshare(CLONE_NEWUSER)");
     if (!WriteProcFile("/proc/self/uid_map", uid_map)) fail("writing uid_map");
     if (!WriteProcFile("/proc/self/setgroups", "deny") ||

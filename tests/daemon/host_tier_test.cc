@@ -2,8 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,8 +21,46 @@
 #include <cstring>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace snapd {
 namespace {
+
+// Runs `body` in a forked child and returns what it wrote to the pipe it is given (the child
+// makes system calls and small allocations only; the tier has no threads of its own here).
+template <typename Body>
+std::string InAChild(Body body) {
+  int p[2];
+  if (pipe(p) != 0) return "pipe failed";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[0]);
+    std::string out = body();
+    (void)!write(p[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(p[1]);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = read(p[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(p[0]);
+  waitpid(pid, nullptr, 0);
+  return out;
+}
+
+// Minor page faults a fresh process takes to write `bytes` at `offset` of the tier's file
+// through a mapping of its own: what a solver process pays on its first push.
+long FaultsOfAFreshProcessWriting(int fd, uint64_t budget, uint64_t offset, uint64_t bytes) {
+  return std::stol("0" + InAChild([&] {
+    void* m = mmap(nullptr, budget, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return std::string("-1");
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    std::memset(static_cast<char*>(m) + offset, 1, bytes);
+    getrusage(RUSAGE_SELF, &after);
+    return std::to_string(after.ru_minflt - before.ru_minflt);
+  }));
+}
 
 TEST(HostTier, NeverHandsOutMoreThanItsBudget) {
   auto tier = HostTier::Create(1 << 20);
@@ -260,6 +304,106 @@ TEST(HostTier, HugePagesAskedForWithoutAPoolAreRefusedOrFallBackSayingWhy) {
   auto block = (*fallback)->Allocate(1 << 20);  // and it serves
   ASSERT_TRUE(block.ok());
   std::memset((*block)->data(), 7, 1 << 20);
+}
+
+// "thp" puts the tier on a tmpfs mounted huge=always in a namespace of its own: a process
+// new to the tier maps 2 MiB per fault, where 4 KiB pages take one fault per page.
+TEST(HostTier, OnShmemThpAFreshProcessTakesOneFaultPerTwoMegabytes) {
+  HostTierOptions thp;
+  thp.huge_pages = HugePages::kThp;
+  auto tier = HostTier::Create(64 << 20, thp);
+  if (!tier.ok() && tier.status().message().find("unshare") != std::string::npos) {
+    GTEST_SKIP() << "this node allows no mount namespace: " << tier.status().message();
+  }
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  EXPECT_EQ((*tier)->pages(), "shmem THP (private tmpfs, huge=always)");
+  struct statfs fs{};
+  ASSERT_EQ(fstatfs((*tier)->fd(), &fs), 0);
+  EXPECT_EQ(fs.f_type, TMPFS_MAGIC);
+  auto block = (*tier)->Allocate(32 << 20);
+  ASSERT_TRUE(block.ok());
+  std::memset((*block)->data(), 7, 32 << 20);  // the daemon's own first touch
+  long huge = FaultsOfAFreshProcessWriting((*tier)->fd(), (*tier)->budget(), (*block)->offset(),
+                                           32 << 20);
+  EXPECT_GT(huge, 0);
+  EXPECT_LT(huge, 64) << "32 MiB is 16 huge pages";
+
+  auto small = HostTier::Create(64 << 20, HostTierOptions{HugePages::kOff, false});
+  ASSERT_TRUE(small.ok());
+  auto b = (*small)->Allocate(32 << 20);
+  ASSERT_TRUE(b.ok());
+  std::memset((*b)->data(), 7, 32 << 20);
+  EXPECT_GE(FaultsOfAFreshProcessWriting((*small)->fd(), (*small)->budget(), (*b)->offset(),
+                                         32 << 20),
+            8192)
+      << "4 KiB pages: one fault per page";
+}
+
+// host_tmpfs names the tmpfs to use (the systemd unit mounts one). "thp" refuses one that is
+// missing, not a tmpfs, or not mounted huge=always, naming it; "auto" mounts its own instead.
+TEST(HostTier, AHostTmpfsThatCannotGiveHugePagesIsNamed) {
+  testing::TempDir tmp;
+  struct statfs fs{};
+  ASSERT_EQ(statfs(tmp.path().c_str(), &fs), 0);
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {tmp.path() + "/missing", "No such file or directory"}};
+  if (fs.f_type != TMPFS_MAGIC) cases.push_back({tmp.path(), "is not a tmpfs"});
+  if (statfs("/dev/shm", &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+    cases.push_back({"/dev/shm", "huge=always"});  // unless a node mounts it so (checked below)
+  }
+  for (const auto& [dir, why] : cases) {
+    HostTierOptions options;
+    options.huge_pages = HugePages::kThp;
+    options.tmpfs_dir = dir;
+    auto strict = HostTier::Create(8 << 20, options);
+    if (strict.ok()) {
+      EXPECT_EQ(dir, "/dev/shm") << (*strict)->pages();  // a node whose /dev/shm is huge
+      continue;
+    }
+    EXPECT_EQ(strict.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(strict.status().message().find("host_tmpfs \"" + dir + "\""), std::string::npos)
+        << strict.status().message();
+    EXPECT_NE(strict.status().message().find(why), std::string::npos)
+        << strict.status().message();
+    options.huge_pages = HugePages::kAuto;
+    auto fallback = HostTier::Create(8 << 20, options);
+    ASSERT_TRUE(fallback.ok()) << fallback.status().ToString();
+    auto block = (*fallback)->Allocate(1 << 20);  // and it serves
+    ASSERT_TRUE(block.ok());
+    std::memset((*block)->data(), 7, 1 << 20);
+  }
+}
+
+// As root: a tmpfs mounted huge=always at host_tmpfs (as the unit's TemporaryFileSystem= does,
+// here in a mount namespace of the test's own) is used; and a daemon without privileges still
+// gets a private one, through a user namespace.
+TEST(HostTier, ShmemThpWithAMountedTmpfsAndWithoutPrivileges) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a tmpfs and to drop privileges";
+  testing::TempDir tmp;
+  std::string dir = tmp.path();
+  std::string mounted = InAChild([&] {
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("t", dir.c_str(), "tmpfs", 0, "huge=always,mode=0700") != 0) {
+      return std::string("mount: ") + std::strerror(errno);
+    }
+    HostTierOptions options;
+    options.huge_pages = HugePages::kThp;
+    options.tmpfs_dir = dir;
+    auto tier = HostTier::Create(8 << 20, options);
+    return tier.ok() ? (*tier)->pages() : tier.status().ToString();
+  });
+  EXPECT_EQ(mounted, "shmem THP (tmpfs " + dir + ", huge=always)");
+
+  std::string unprivileged = InAChild([] {
+    if (setgid(65534) != 0 || setuid(65534) != 0) return std::string("setuid failed");
+    auto tier = HostTier::Create(8 << 20, HostTierOptions{HugePages::kThp, false});
+    return tier.ok() ? (*tier)->pages() : tier.status().ToString();
+  });
+  if (unprivileged.find("unshare(CLONE_NEWUSER)") != std::string::npos) {
+    GTEST_SKIP() << "this node allows no unprivileged user namespace: " << unprivileged;
+  }
+  EXPECT_EQ(unprivileged, "shmem THP (private tmpfs, huge=always)");
 }
 
 }  // namespace
