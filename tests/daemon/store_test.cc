@@ -168,6 +168,43 @@ TEST_F(StoreTest, RecordsTheChecksumOfTheStoredBytes) {
   EXPECT_EQ(where->checksum(), Checksum(t->block->data(), 10000));
 }
 
+// The checksum thread holds off while a push is in flight (its reads would slow the copy):
+// a committed step stays `pending` until the data plane is quiet, or for at most kMaxDelay.
+TEST_F(StoreTest, ChecksumsWaitForTheDataPlaneToBeQuietButNotForever) {
+  constexpr uint64_t kStep = 64 << 10;  // four steps fit the host tier: none is demoted
+  uint64_t id = OpenRun("r", 8, kStep);
+  auto state = [&](uint64_t step) {
+    auto where = store_->Locate("r", step);
+    return where.ok() ? static_cast<int>(where->checksum_state()) : -1;  // -1: no such step
+  };
+  auto recorded_within = [&](uint64_t step, std::chrono::milliseconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (state(step) != v1::CHECKSUM_RECORDED && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return state(step) == v1::CHECKSUM_RECORDED;
+  };
+  ASSERT_TRUE(Push(id, 0, kStep).ok());
+  auto in_flight = Reserve(*store_, id, 1, kStep);  // a push being copied
+  ASSERT_TRUE(in_flight.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(state(0), v1::CHECKSUM_PENDING) << "hashed while a push was in flight";
+  ASSERT_TRUE(store_->CommitPush(*in_flight).ok());
+  EXPECT_TRUE(recorded_within(0, std::chrono::seconds(10)));  // quiet now
+  EXPECT_TRUE(recorded_within(1, std::chrono::seconds(10)));
+  std::vector<char> bytes(kStep);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = Pattern(0, i);
+  EXPECT_EQ(store_->Locate("r", 0)->checksum(), Checksum(bytes.data(), bytes.size()));
+
+  // A node whose pushes never pause still gets its checksums, after kMaxDelay (2 s).
+  auto endless = Reserve(*store_, id, 2, kStep);
+  ASSERT_TRUE(endless.ok());
+  ASSERT_TRUE(Push(id, 3, kStep).ok());
+  EXPECT_TRUE(recorded_within(3, std::chrono::seconds(12)));
+  EXPECT_EQ(state(2), -1);  // still in flight: not a step yet
+  store_->AbortPush(*endless);
+}
+
 TEST_F(StoreTest, HostStepsFromAnEarlierStartAreLost) {
   uint64_t id = OpenRun("r", 2, 4096);
   ASSERT_TRUE(Push(id, 0, 4096).ok());
