@@ -36,8 +36,6 @@ void Checksums::QueueChecksum(uint64_t run_id, const Snapshot& snap, uint64_t by
   checksum_cv_.NotifyOne();
 }
 
-bool Checksums::ChecksumsPending() const { return checksum_busy_ || !checksum_queue_.empty(); }
-
 uint64_t Checksums::ChecksumHeldBytes() {
   if (!checksum_busy_) return 0;
   const ChecksumJob& job = checksum_current_;

@@ -49,8 +49,6 @@ class Checksums : protected StoreState {
   // Drops queued checksums of steps that were deleted or whose checksum is recorded, so their
   // blocks go back to the host tier now instead of when the checksum thread gets to them.
   void PruneChecksumQueue() SNAPD_REQUIRES(mu_);
-  // A checksum is queued or being computed by the checksum thread.
-  bool ChecksumsPending() const SNAPD_REQUIRES(mu_);
   // Host bytes the checksum thread holds that the store has let go of (freed when it is done).
   uint64_t ChecksumHeldBytes() SNAPD_REQUIRES(mu_);
   // Waits until every queued checksum is recorded (the quiet gate below is lifted meanwhile).
@@ -58,13 +56,13 @@ class Checksums : protected StoreState {
   // A push or fetch began or ended: the checksum thread holds off while a push is in flight
   // and until the data plane has been quiet for kQuiet, so its reads do not compete with a solver's copies for memory
   // bandwidth (on a 2-core node they cost a burst of pushes a fifth of its rate). A job waits
-  // at most kMaxDelay: a node that never pauses still gets its checksums, and the tiering
-  // thread, which counts pending checksums as work in flight, sees them end.
+  // at most kMaxDelay, so a node that never pauses still gets its checksums. Nothing needs
+  // one sooner: a demotion or compression asks for it (ChecksumOf), a stop waits for all.
   void NoteDataPlaneActivity() SNAPD_REQUIRES(mu_) {
     last_data_activity_ = std::chrono::steady_clock::now();
   }
   static constexpr std::chrono::milliseconds kQuiet{20};
-  static constexpr std::chrono::milliseconds kMaxDelay{2000};
+  static constexpr std::chrono::milliseconds kMaxDelay{10000};
 
  private:
   struct ChecksumJob {

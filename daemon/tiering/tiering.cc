@@ -167,9 +167,11 @@ void Tiering::WaitTieringIdle() {
   });
 }
 
-bool Tiering::Settling() const {
+bool Tiering::Settling() {
+  // A queued checksum frees nothing: only one holding the block of a step deleted meanwhile
+  // does (queued ones of deleted steps are pruned at each Rebalance).
   return writes_in_flight_ || reads_in_flight_ || ingests_in_flight() || packs_pending() ||
-         ChecksumsPending();
+         ChecksumHeldBytes() > 0;
 }
 
 bool Tiering::DemotionWanted(const Run& run, const Snapshot& snap) const {

@@ -116,7 +116,7 @@ class Tiering : protected Ingest {
   uint64_t FreeingBytes() SNAPD_REQUIRES(mu_);
   // Something in flight (a disk write or read, a compression, a checksum holding a block) will
   // free host memory or change what can be demoted soon.
-  bool Settling() const SNAPD_REQUIRES(mu_);
+  bool Settling() SNAPD_REQUIRES(mu_);
   void FinishDrainsIfDone(Deferred& deferred) SNAPD_REQUIRES(mu_);
   // With no spool working: fails the pushes that waited spool_failure_timeout with
   // UNAVAILABLE; sets the tiering thread's next deadline for the others.
