@@ -381,7 +381,17 @@ Result<std::unique_ptr<HostTier>> HostTier::Adopt(int fd, uint64_t budget_bytes,
     return Status::ResourceExhausted("resizing the kept host tier to " + FormatBytes(budget) +
                                      " failed: " + std::strerror(err));
   }
-  return Map(fd, budget, "the memfd kept through the restart", options, /*release=*/false);
+  // What backs it is the previous start's choice: a hugetlb memfd, a file on a tmpfs mounted
+  // huge=always (whose st_blksize is the 2 MiB page) or a plain memfd.
+  struct statfs fs{};
+  std::string pages = "4 KiB pages, kept through the restart";
+  if (fstatfs(fd, &fs) == 0 && fs.f_type == HUGETLBFS_MAGIC) {
+    pages = "hugetlb " + FormatBytes(static_cast<uint64_t>(st.st_blksize)) +
+            ", kept through the restart";
+  } else if (fs.f_type == TMPFS_MAGIC && st.st_blksize > static_cast<blksize_t>(kAlignment)) {
+    pages = "shmem THP, kept through the restart";
+  }
+  return Map(fd, budget, pages, options, /*release=*/false);
 }
 
 Result<std::unique_ptr<HostBlock>> HostTier::Claim(uint64_t offset, uint64_t bytes) {

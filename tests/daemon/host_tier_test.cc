@@ -327,6 +327,10 @@ TEST(HostTier, OnShmemThpAFreshProcessTakesOneFaultPerTwoMegabytes) {
                                            32 << 20);
   EXPECT_GT(huge, 0);
   EXPECT_LT(huge, 64) << "32 MiB is 16 huge pages";
+  // A restart that takes the tier back from systemd's fd store says what backs it.
+  auto adopted = HostTier::Adopt(dup((*tier)->fd()), (*tier)->budget());
+  ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
+  EXPECT_EQ((*adopted)->pages(), "shmem THP, kept through the restart");
 
   auto small = HostTier::Create(64 << 20, HostTierOptions{HugePages::kOff, false});
   ASSERT_TRUE(small.ok());
@@ -337,6 +341,9 @@ TEST(HostTier, OnShmemThpAFreshProcessTakesOneFaultPerTwoMegabytes) {
                                          32 << 20),
             8192)
       << "4 KiB pages: one fault per page";
+  auto plain = HostTier::Adopt(dup((*small)->fd()), (*small)->budget());
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ((*plain)->pages(), "4 KiB pages, kept through the restart");
 }
 
 // host_tmpfs names the tmpfs to use (the systemd unit mounts one). "thp" refuses one that is
