@@ -37,6 +37,7 @@ RunSpec FromProto(const v1::RunSpec& p) {
   s.compress_at_ingest = p.compress_when() == v1::COMPRESS_AT_INGEST;
   s.job = p.job();
   s.check_finite = p.check_finite();
+  s.overwrite = p.overwrite();
   return s;
 }
 
@@ -163,6 +164,7 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   const char* slurm_job = std::getenv("SLURM_JOB_ID");
   p->set_job(!spec.job.empty() ? spec.job : slurm_job ? slurm_job : "");
   p->set_check_finite(spec.check_finite);
+  p->set_overwrite(spec.overwrite);
   if (spec.check_finite && spec.dtype != Dtype::kFloat32 && spec.dtype != Dtype::kFloat64) {
     return Status::InvalidArgument("run '" + spec.name +
                                    "': check_finite needs dtype float32 or float64");
@@ -172,6 +174,10 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   detail::DevicePool* pool = nullptr;
   detail::DevicePool::RunPlan plan;
   const LayersEntry* uses = FindLayers(layers);
+  if (std::string why = spec.overwrite ? OverwriteWithDeviceLayers(spec.name, layers) : "";
+      !why.empty()) {
+    return Status::InvalidArgument(why);  // as the daemon would, before any GPU is set up
+  }
   if (uses && uses->device) {
     SNAPD_ASSIGN_OR_RETURN(pool, impl_->EnsurePool(spec.name, layers));
     if (pool->RunIdOf(spec.name)) pool = nullptr;  // reopened here: its slots are reserved

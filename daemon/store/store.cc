@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "snapd/checksum.h"
+#include "snapd/layers.h"
 #include "snapd/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
@@ -50,6 +51,7 @@ std::string SpecDifference(const v1::RunSpec& a, const v1::RunSpec& b) {
     return "codec";
   }
   if (a.block_when_full() != b.block_when_full()) return "block_when_full";
+  if (a.overwrite() != b.overwrite()) return "overwrite";
   return "";
 }
 
@@ -95,6 +97,10 @@ Status ValidateRunSpec(const v1::RunSpec& spec) {
   if (!v1::Layers_IsValid(spec.layers())) {
     return Status::InvalidArgument("run '" + name + "': unknown layers " +
                                    std::to_string(spec.layers()));
+  }
+  if (std::string why = spec.overwrite() ? OverwriteWithDeviceLayers(name, spec.layers()) : "";
+      !why.empty()) {
+    return Status::InvalidArgument(why);
   }
   if (!v1::Dtype_IsValid(spec.dtype())) {
     return Status::InvalidArgument("run '" + name + "': unknown dtype " +
@@ -888,6 +894,15 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
                                       "' has layers Device: its steps stay in the GPU memory "
                                       "of the client that opened it; the daemon stores "
                                       "none");
+  }
+  if (r.spec().overwrite() && !run->in_flight.count(step)) {
+    // The step is replaced: its stored copy goes now, as a DeleteSnapshot would (a fetch of
+    // it in flight keeps its block until done), and its room serves this push.
+    if (auto old = run->snapshots.find(step);
+        old != run->snapshots.end() && CheckSize(*run, step, bytes, "push", "carries").ok()) {
+      SNAPD_RETURN_IF_ERROR(Erase(*run, old));
+      Wake();
+    }
   }
   SNAPD_RETURN_IF_ERROR(CheckNewStep(*run, step, bytes, "push", "carries"));
   NoteDataPlaneActivity();

@@ -52,4 +52,15 @@ inline bool ParseLayers(const std::string& name, v1::Layers* layers) {
   return false;
 }
 
+// RunSpec.overwrite with a Device layer: the client's GPU pool keeps each step once. The
+// refusal, said alike by libsnapd (before it sets up a GPU) and by the daemon.
+inline std::string OverwriteWithDeviceLayers(const std::string& run, v1::Layers layers) {
+  const LayersEntry* e = FindLayers(layers);
+  if (!run.empty() && e && e->device) {
+    return "run '" + run + "': overwrite with layers " + e->name +
+           ": the client's GPU pool keeps each step once; use layers without Device";
+  }
+  return "";
+}
+
 }  // namespace snapd

@@ -242,6 +242,80 @@ TEST_F(StoreTest, ADeletedStepFreesItsMemoryAndCanBePushedAgain) {
   EXPECT_TRUE(Push(id, 1, 4096).ok());
 }
 
+// overwrite: a push of a stored step replaces it in the same request (the checkpoint slot a
+// schedule reuses), on either tier; a fetch of the old copy in flight keeps its bytes; without
+// overwrite the push is refused, and overwrite with a Device layer is refused at open.
+TEST_F(StoreTest, AnOverwriteRunReplacesAStoredStepWithOnePush) {
+  auto open = [&](const std::string& name, v1::Layers layers, bool overwrite) {
+    v1::RunSpec spec;
+    spec.set_name(name);
+    spec.set_steps(2);
+    spec.set_bytes_per_step(4096);
+    spec.set_layers(layers);
+    spec.set_keep(true);
+    spec.set_overwrite(overwrite);
+    bool created = false;
+    return store_->OpenRun(spec, 0, &created);
+  };
+  auto push_filled = [&](uint64_t id, uint64_t step, char fill) -> Status {
+    SNAPD_ASSIGN_OR_RETURN(Store::PushTicket t, Reserve(*store_, id, step, 4096));
+    std::memset(t.block->data(), fill, 4096);
+    return store_->CommitPush(t);
+  };
+  auto first_byte = [&](uint64_t id, uint64_t step) {
+    auto g = Fetch(*store_, id, step, 4096);
+    return g.ok() ? static_cast<char*>(g->block->data())[0] : '?';
+  };
+  for (v1::Layers layers : {v1::LAYERS_HOST, v1::LAYERS_DISK}) {
+    SCOPED_TRACE(LayersName(layers));
+    std::string name = layers == v1::LAYERS_HOST ? "host-slots" : "disk-slots";
+    auto run = open(name, layers, true);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    uint64_t id = run->run_id();
+    ASSERT_TRUE(push_filled(id, 0, 'a').ok());
+    store_->WaitTieringIdle();
+    EXPECT_EQ(OnDisk(name, 0), layers == v1::LAYERS_DISK);
+    auto old = Fetch(*store_, id, 0, 4096);  // a fetch of the old copy, in flight
+    ASSERT_TRUE(old.ok());
+    ASSERT_TRUE(push_filled(id, 0, 'b').ok());
+    EXPECT_EQ(static_cast<char*>(old->block->data())[0], 'a');
+    old = Result<Store::FetchGrant>(Status::Aborted("released"));
+    store_->WaitTieringIdle();
+    EXPECT_EQ(first_byte(id, 0), 'b');
+    v1::RunInfo info;
+    auto listed = store_->ListSnapshots(name, &info);
+    ASSERT_TRUE(listed.ok());
+    EXPECT_EQ(listed->size(), 1u);  // one copy of the step, not two
+    EXPECT_EQ(info.stored_bytes(), 4096u);
+    ASSERT_TRUE(push_filled(id, 0, 'c').ok());  // and again
+    store_->WaitTieringIdle();
+    EXPECT_EQ(first_byte(id, 0), 'c');
+  }
+  size_t spool_files = 0;  // the disk run's one step: the replaced copies' files are gone
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/spool")) {
+    spool_files += e.is_regular_file() && e.path().filename().string().find("tmp") ==
+                                              std::string::npos;
+  }
+  EXPECT_EQ(spool_files, 1u);
+
+  auto plain = open("plain", v1::LAYERS_HOST, false);
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE(push_filled(plain->run_id(), 0, 'a').ok());
+  Status again = push_filled(plain->run_id(), 0, 'b');
+  EXPECT_EQ(again.code(), Code::kAlreadyExists) << again.ToString();
+  EXPECT_EQ(first_byte(plain->run_id(), 0), 'a');
+
+  auto reopened = open("plain", v1::LAYERS_HOST, true);
+  EXPECT_EQ(reopened.status().code(), Code::kAlreadyExists);
+  EXPECT_NE(reopened.status().message().find("overwrite"), std::string::npos)
+      << reopened.status().ToString();
+  auto device = open("device", v1::LAYERS_HOST_DEVICE, true);
+  EXPECT_EQ(device.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(device.status().message().find("overwrite with layers HostDevice"),
+            std::string::npos)
+      << device.status().ToString();
+}
+
 TEST_F(StoreTest, DeclaredRunsPlaceTheOldestStepsOnDiskAndTheNewestInHost) {
   constexpr uint64_t kStep = 64 << 10, kSteps = 48;  // 3 MiB through a 1 MiB host tier
   uint64_t id = OpenRun("r", kSteps, kStep);

@@ -65,6 +65,9 @@ struct RunSpec {
   // Scan each push for NaN and infinities (dtype float32 or float64; on the GPU for device
   // pushes) and refuse it with INVALID_ARGUMENT naming the step and the element.
   bool check_finite = false;
+  // A push of a step already stored replaces it in the same request (no DeleteSnapshot round
+  // trip): for checkpoint slots a schedule reuses. Not with a Device layer.
+  bool overwrite = false;
 };
 
 struct RunInfo {

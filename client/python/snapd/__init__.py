@@ -83,7 +83,7 @@ class Client:
                  layers: str = "", keep: bool = False, block_when_full: bool = False,
                  codec: str = "none", codec_param: float = 0.0,
                  compress_at_ingest: bool = False, job: str = "",
-                 check_finite: bool = False) -> "Run":
+                 check_finite: bool = False, overwrite: bool = False) -> "Run":
         """Opens (or attaches to) a run. `like=array` takes bytes, dtype and shape from an
         array; otherwise give `bytes_per_step` (and optionally `dtype`, `shape`).
 
@@ -92,7 +92,9 @@ class Client:
         codec: "none", "zfp-reversible" (lossless), "zfp-rate", "zfp-precision" or
         "zfp-accuracy", with `codec_param` as zfp takes it. job: the batch job the run
         belongs to (default $SLURM_JOB_ID); the Slurm epilog deletes a job's runs.
-        check_finite: refuse pushes holding NaN or infinities (float32/float64 runs)."""
+        check_finite: refuse pushes holding NaN or infinities (float32/float64 runs).
+        overwrite: a push of a step already stored replaces it in the same request (for
+        checkpoint slots a schedule reuses; not with a Device layer)."""
         spec = RunSpec()
         spec.name = name
         spec.steps = steps
@@ -122,6 +124,7 @@ class Client:
         spec.compress_at_ingest = compress_at_ingest
         spec.job = job
         spec.check_finite = check_finite
+        spec.overwrite = overwrite
         return Run(self, self._c.open_run(spec))
 
     def runs(self) -> list[RunInfo]:

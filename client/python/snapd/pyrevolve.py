@@ -55,7 +55,8 @@ def tier_costs(client: Client, tier: Tier, nbytes: int, step_seconds: float,
 class SnapdStorage(Storage):
     """A pyrevolve Storage whose `n_ckp` checkpoints of `size_ckp` elements of `dtype` are
     snapshots of one snapd run (opened with keep, since Revolve reads a checkpoint more than
-    once; deleted when the storage is closed or collected).
+    once, and overwrite, so a slot Revolve reuses is replaced by its push in one request;
+    deleted when the storage is closed or collected).
 
     layers: the run's tiers ("Host", "Disk", "DiskHost"; default: the daemon's). wd, rd: the
     write and read costs pyrevolve's H-Revolve uses (see `tier_costs`)."""
@@ -86,10 +87,12 @@ class SnapdStorage(Storage):
         if self._packed:
             self._staging = np.empty(total, np.uint8)
             self.run = self.client.open_run(self.run_name, steps=self.n_ckp,
-                                            bytes_per_step=total, keep=True, **self._options)
+                                            bytes_per_step=total, keep=True, overwrite=True,
+                                            **self._options)
         else:
             self.run = self.client.open_run(self.run_name, steps=self.n_ckp * self._parts,
-                                            like=arrays[0], keep=True, **self._options)
+                                            like=arrays[0], keep=True, overwrite=True,
+                                            **self._options)
 
     def save(self, key, data_pointers):
         arrays = [np.asarray(p) for p in data_pointers]
@@ -98,8 +101,7 @@ class SnapdStorage(Storage):
         if len(arrays) != self._parts:
             raise ValueError(f"SnapdStorage: checkpoint {key} has {len(arrays)} arrays, the "
                              f"first had {self._parts}")
-        if key in self._saved:  # a slot Revolve reuses
-            self._delete(key)
+        # A slot Revolve reuses is replaced by the push itself (the run has overwrite).
         if self._packed:
             flat = [a.reshape(-1).view(np.uint8) if a.flags.c_contiguous
                     else np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays]
@@ -128,12 +130,6 @@ class SnapdStorage(Storage):
                        for i, loc in enumerate(locations)]
             for f in fetches:
                 f.wait()
-
-    def _delete(self, key):
-        steps = [key] if self._packed else [key * self._parts + i for i in range(self._parts)]
-        for s in steps:
-            self.run.delete_snapshot(s)
-        self._saved.discard(key)
 
     def close(self):
         """Deletes the snapd run and every checkpoint in it."""

@@ -256,7 +256,8 @@ PYBIND11_MODULE(_snapd, m) {
       .def_readwrite("codec_param", &snapd::RunSpec::codec_param)
       .def_readwrite("compress_at_ingest", &snapd::RunSpec::compress_at_ingest)
       .def_readwrite("job", &snapd::RunSpec::job)
-      .def_readwrite("check_finite", &snapd::RunSpec::check_finite);
+      .def_readwrite("check_finite", &snapd::RunSpec::check_finite)
+      .def_readwrite("overwrite", &snapd::RunSpec::overwrite);
   py::class_<snapd::RunInfo>(m, "RunInfo")
       .def_readonly("run_id", &snapd::RunInfo::run_id)
       .def_readonly("spec", &snapd::RunInfo::spec)

@@ -144,6 +144,21 @@ def test_concurrent_runs_from_threads(client):
     assert not errors, errors
 
 
+def test_an_overwrite_run_replaces_a_stored_step_with_one_push(client):
+    a, b = field(0), field(1)
+    run = client.open_run("slots", steps=2, like=a, keep=True, overwrite=True)
+    assert run.info.spec.overwrite
+    run.push(0, a).wait_stored()
+    run.push(0, b).wait_stored()  # the slot reused: no delete_snapshot first
+    np.testing.assert_array_equal(run.fetch(0), b)
+    assert [loc.step for loc in run.snapshots()] == [0]
+    run.push(0, a).wait_stored()
+    np.testing.assert_array_equal(run.fetch(0), a)
+    with pytest.raises(snapd.InvalidArgument, match="overwrite with layers HostDevice"):
+        client.open_run("device-slots", steps=2, like=a, layers="HostDevice", overwrite=True)
+    run.delete()
+
+
 def test_a_checked_run_refuses_nan_naming_the_step(client):
     u = np.ones(64, np.float32)
     run = client.open_run("checked", steps=2, like=u, check_finite=True)
