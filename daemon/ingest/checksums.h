@@ -53,11 +53,12 @@ class Checksums : protected StoreState {
   uint64_t ChecksumHeldBytes() SNAPD_REQUIRES(mu_);
   // Waits until every queued checksum is recorded (the quiet gate below is lifted meanwhile).
   void WaitChecksumsIdle() SNAPD_EXCLUDES(mu_);
-  // A push or fetch began or ended: the checksum thread holds off while a push is in flight
-  // and until the data plane has been quiet for kQuiet, so its reads do not compete with a solver's copies for memory
-  // bandwidth (on a 2-core node they cost a burst of pushes a fifth of its rate). A job waits
-  // at most kMaxDelay, so a node that never pauses still gets its checksums. Nothing needs
-  // one sooner: a demotion or compression asks for it (ChecksumOf), a stop waits for all.
+  // A push or fetch began or ended. The checksum thread holds off while a push is in flight
+  // and until the data plane has been quiet for kQuiet, so its reads do not compete with a
+  // solver's copies for memory bandwidth (on a 2-core node they cost a burst of pushes a
+  // fifth of its rate). A job waits at most kMaxDelay, so a node that never pauses still
+  // gets its checksums. Nothing needs one sooner: a demotion or compression asks for it
+  // (ChecksumOf), a stop waits for all.
   void NoteDataPlaneActivity() SNAPD_REQUIRES(mu_) {
     last_data_activity_ = std::chrono::steady_clock::now();
   }

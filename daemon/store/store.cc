@@ -895,16 +895,18 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
                                       "of the client that opened it; the daemon stores "
                                       "none");
   }
-  if (r.spec().overwrite() && !run->in_flight.count(step)) {
-    // The step is replaced: its stored copy goes now, as a DeleteSnapshot would (a fetch of
-    // it in flight keeps its block until done), and its room serves this push.
-    if (auto old = run->snapshots.find(step);
-        old != run->snapshots.end() && CheckSize(*run, step, bytes, "push", "carries").ok()) {
-      SNAPD_RETURN_IF_ERROR(Erase(*run, old));
-      Wake();
-    }
+  Status fresh = CheckNewStep(*run, step, bytes, "push", "carries");
+  if (auto old = run->snapshots.find(step); fresh.code() == Code::kAlreadyExists &&
+                                            r.spec().overwrite() && old != run->snapshots.end() &&
+                                            !run->in_flight.count(step)) {
+    // Valid but for the stored copy, which it replaces: that copy goes now, as a
+    // DeleteSnapshot would (a fetch of it in flight keeps its block until done), and its room
+    // serves this push.
+    SNAPD_RETURN_IF_ERROR(Erase(*run, old));
+    Wake();
+    fresh = CheckNewStep(*run, step, bytes, "push", "carries");
   }
-  SNAPD_RETURN_IF_ERROR(CheckNewStep(*run, step, bytes, "push", "carries"));
+  SNAPD_RETURN_IF_ERROR(fresh);
   NoteDataPlaneActivity();
   if (Usage u = UsageOf(r.owner_uid()); u.quota != 0 && !who.admin) {
     uint64_t held = u.stored_bytes + u.in_flight_bytes;

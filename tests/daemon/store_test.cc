@@ -290,6 +290,12 @@ TEST_F(StoreTest, AnOverwriteRunReplacesAStoredStepWithOnePush) {
     ASSERT_TRUE(push_filled(id, 0, 'c').ok());  // and again
     store_->WaitTieringIdle();
     EXPECT_EQ(first_byte(id, 0), 'c');
+    Status wrong_size = Reserve(*store_, id, 0, 100).status();  // refused: the copy stays
+    EXPECT_EQ(wrong_size.code(), Code::kInvalidArgument) << wrong_size.ToString();
+    ASSERT_TRUE(store_->CloseRun(name).ok());
+    Status closed = push_filled(id, 0, 'd');
+    EXPECT_EQ(closed.code(), Code::kFailedPrecondition) << closed.ToString();
+    EXPECT_EQ(first_byte(id, 0), 'c');
   }
   size_t spool_files = 0;  // the disk run's one step: the replaced copies' files are gone
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/spool")) {
