@@ -66,27 +66,17 @@ Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, ch
     return Status::Unavailable("arena socket " + path + ": send failed");
   }
   wire::ArenaReply reply{};
-  iovec iov{&reply, sizeof reply};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (recvmsg(sock.get(), &msg, MSG_WAITALL | MSG_CMSG_CLOEXEC) != sizeof reply) {
+  int fd = -1;
+  ssize_t got = RecvWithFd(sock.get(), &reply, sizeof reply, MSG_WAITALL, &fd);
+  ucx::ScopedFd arena_fd(fd);  // closed on return; a mapping of it outlives it
+  if (got != sizeof reply) {
     return Status::Unavailable("arena socket " + path + ": short reply");
   }
   if (reply.code != 0) {
     size_t n = std::min<size_t>(reply.message_length, wire::kMaxReplyMessage);
     return Status(static_cast<Code>(reply.code), std::string(reply.message, n));
   }
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (c == nullptr || c->cmsg_type != SCM_RIGHTS) {
-    return Status::Internal("arena socket replied without a file descriptor");
-  }
-  int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-  ucx::ScopedFd arena_fd(fd);
+  if (fd < 0) return Status::Internal("arena socket replied without a file descriptor");
   void* p = mmap(nullptr, reply.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return Status::Internal(std::string("mapping the host tier: ") +
                                                std::strerror(errno));

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "log.h"
+#include "snapd/unix_socket.h"
 #include "snapd/units.h"
 
 namespace snapd {
@@ -151,19 +152,7 @@ bool WriteProcFile(const char* path, const char* text) {
     int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) fail("O_TMPFILE on the private tmpfs");
     char byte = 0;
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    if (sendmsg(sock, &msg, MSG_NOSIGNAL) != 1) fail("sending the tmpfs file");
+    if (SendWithFd(sock, &byte, 1, fd) != 1) fail("sending the tmpfs file");
     _exit(0);
   }
   fail("mounting a tmpfs with huge=always");
@@ -196,25 +185,11 @@ Result<Backing> HugeTmpfsBacking(uint64_t budget) {
     return Status::Unavailable(std::string("fork: ") + std::strerror(err));
   }
   char text[160];
-  iovec iov{text, sizeof text};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do {
-    n = recvmsg(sv[0], &msg, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
+  int fd = -1;
+  ssize_t n = RecvWithFd(sv[0], text, sizeof text, 0, &fd);
   close(sv[0]);
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  int fd = -1;
-  if (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
-      c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-    std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
   }
   if (fd < 0) {
     return Status::Unavailable(

@@ -84,4 +84,27 @@ ssize_t SendWithFd(int fd, const void* data, size_t bytes, int pass_fd, const so
   return sendmsg(fd, &msg, MSG_NOSIGNAL);
 }
 
+ssize_t RecvWithFd(int fd, void* data, size_t bytes, int flags, int* pass_fd) {
+  iovec iov{data, bytes};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = recvmsg(fd, &msg, flags | MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  *pass_fd = -1;
+  for (cmsghdr* c = n >= 0 ? CMSG_FIRSTHDR(&msg) : nullptr; c != nullptr;
+       c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int))) {
+      std::memcpy(pass_fd, CMSG_DATA(c), sizeof(int));
+    }
+  }
+  return n;
+}
+
 }  // namespace snapd

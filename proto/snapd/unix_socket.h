@@ -34,4 +34,9 @@ int AcceptConnection(int listen_fd, int flags, const std::function<void(int)>& o
 ssize_t SendWithFd(int fd, const void* data, size_t bytes, int pass_fd,
                    const sockaddr_un* to = nullptr, socklen_t to_len = 0);
 
+// recvmsg of at most `bytes` into `data` on `fd` with `flags` (MSG_CMSG_CLOEXEC added),
+// retried when interrupted; a file descriptor the message carries (SCM_RIGHTS) goes to
+// *pass_fd, else -1 there. Returns what recvmsg returns.
+ssize_t RecvWithFd(int fd, void* data, size_t bytes, int flags, int* pass_fd);
+
 }  // namespace snapd
