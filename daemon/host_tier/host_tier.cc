@@ -78,7 +78,6 @@ struct Backing {
   int fd = -1;
   uint64_t budget = 0;
   std::string pages;
-  bool hugetlb = false;
 };
 
 // A hugetlb memfd of the budget rounded down to whole huge pages, when the pool has them free;
@@ -96,7 +95,7 @@ Result<Backing> HugeTlbBacking(uint64_t budget) {
   int fd = memfd_create("snapd-host-tier", MFD_CLOEXEC | MFD_HUGETLB);
   if (fd < 0) return Status::Unavailable(std::string("memfd_create(MFD_HUGETLB): ") +
                                          std::strerror(errno));
-  return Backing{fd, rounded, "hugetlb " + FormatBytes(page), true};
+  return Backing{fd, rounded, "hugetlb " + FormatBytes(page)};
 }
 
 // Writes `text` to `path` with plain system calls (safe in a child forked from threads).
@@ -196,7 +195,7 @@ Result<Backing> HugeTmpfsBacking(uint64_t budget) {
         "no private tmpfs with huge pages: " +
         (n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string("the child failed")));
   }
-  return Backing{fd, budget, "shmem THP (private tmpfs, huge=always)", false};
+  return Backing{fd, budget, "shmem THP (private tmpfs, huge=always)"};
 }
 
 // The `huge=` option of the tmpfs holding `fd`, from /proc/self/mountinfo ("never" when the
@@ -230,7 +229,8 @@ std::string TmpfsHugeOption(int fd) {
 }
 
 // A nameless file on the tmpfs an operator mounted at `dir` (config `host_tmpfs`; the systemd
-// unit's TemporaryFileSystem= with huge=always, docs/install.md).
+// unit's TemporaryFileSystem= with huge=always, docs/install.md); INVALID_ARGUMENT naming the
+// directory when it is missing, not a tmpfs, or not mounted huge=always.
 Result<Backing> TmpfsDirBacking(const std::string& dir, uint64_t budget) {
   int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -242,10 +242,11 @@ Result<Backing> TmpfsDirBacking(const std::string& dir, uint64_t budget) {
     return Status::InvalidArgument("host_tmpfs \"" + dir + "\" is not a tmpfs");
   }
   std::string huge = TmpfsHugeOption(fd);
-  std::string pages = huge == "always" || huge == "within_size"
-                          ? "shmem THP (tmpfs " + dir + ", huge=" + huge + ")"
-                          : "host_tmpfs \"" + dir + "\" is not mounted with huge=always";
-  return Backing{fd, budget, pages, false};
+  if (huge != "always" && huge != "within_size") {
+    close(fd);
+    return Status::InvalidArgument("host_tmpfs \"" + dir + "\" is not mounted with huge=always");
+  }
+  return Backing{fd, budget, "shmem THP (tmpfs " + dir + ", huge=" + huge + ")"};
 }
 
 }  // namespace
@@ -274,11 +275,10 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
     // The systemd unit mounts it; a daemon started otherwise with the same file goes on to
     // the private mount below, saying why.
     auto dir = TmpfsDirBacking(options.tmpfs_dir, budget);
-    if (dir.ok() && dir->pages.rfind("shmem THP", 0) == 0) {
+    if (dir.ok()) {
       b = *dir;
     } else {
-      std::string why = dir.ok() ? dir->pages : dir.status().message();
-      if (dir.ok()) close(dir->fd);
+      std::string why = dir.status().message();
       if (options.huge_pages == HugePages::kThp) {
         return Status::InvalidArgument("host_huge_pages = \"thp\": " + why);
       }
@@ -286,7 +286,8 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
       not_huge += "; " + why;
     }
   }
-  if (b.fd < 0 && (options.huge_pages == HugePages::kAuto || options.huge_pages == HugePages::kThp)) {
+  if (b.fd < 0 &&
+      (options.huge_pages == HugePages::kAuto || options.huge_pages == HugePages::kThp)) {
     auto thp = HugeTmpfsBacking(budget);
     if (thp.ok()) {
       b = *thp;

@@ -100,8 +100,7 @@ class HostTier {
   Result<std::unique_ptr<HostBlock>> Claim(uint64_t offset, uint64_t bytes) SNAPD_EXCLUDES(mu_);
 
   // What backs the tier: "hugetlb 2 MiB", "shmem THP (private tmpfs, huge=always)", "shmem THP
-  // (advise)" or "4 KiB pages"; with the
-  // reason when huge pages were asked for and not had.
+  // (advise)" or "4 KiB pages"; with the reason when huge pages were asked for and not had.
   const std::string& pages() const { return pages_; }
   // Bytes the background prefault has populated so far (budget() once it is done).
   uint64_t prefaulted() const { return prefaulted_.load(std::memory_order_relaxed); }
