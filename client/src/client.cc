@@ -99,6 +99,13 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     }
     impl->reconnect_timeout_s = seconds;
   }
+  if (options.copy_threads < 0) {
+    return Status::InvalidArgument("ClientOptions.copy_threads " +
+                                   std::to_string(options.copy_threads) + " is negative");
+  }
+  std::string copy_error;
+  int copy_threads = detail::CopyPool::Choose(options.copy_threads, &copy_error);
+  if (copy_threads == 0) return Status::InvalidArgument(copy_error);
   SNAPD_RETURN_IF_ERROR(detail::ProbeSocket(impl->socket_path));
   // Reconnects after a restart of snapd come quickly: gRPC's default backoff grows to 2 min.
   grpc::ChannelArguments channel_args;
@@ -146,6 +153,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   impl->arena = base;
   impl->arena_bytes = base_bytes;
   impl->mapped = base != nullptr;
+  impl->copier = std::make_unique<detail::CopyPool>(impl->mapped ? copy_threads : 1);
   if (impl->arena) {
     impl->pinning = std::make_unique<detail::HostPinning>(
         base, base_bytes, detail::HostPinning::kDefaultChunk, detail::PinHost,
@@ -282,6 +290,8 @@ DataPath Client::data_path() const {
 const std::string& Client::data_path_reason() const { return impl_->data_path_reason; }
 
 std::string Client::data_transports() const { return impl_->EndpointTransports(); }
+
+int Client::copy_threads() const { return impl_->copier->threads(); }
 
 }  // namespace snapd
 

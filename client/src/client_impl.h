@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "copy_pool.h"
 #include "device_pool.h"
 #include "host_pinning.h"
 #include "op_state.h"
@@ -107,6 +108,10 @@ struct Client::Impl {
   // Maps the pages of [offset, offset + bytes) of the arena into this process before a host
   // copy touches them, those not mapped by an earlier copy only. Loop thread only.
   void PopulateOnce(uint64_t offset, uint64_t bytes);
+  // Copies host pushes into the mapped tier and fetches out of it, with ClientOptions.
+  // copy_threads threads (one, no helper, on the UCX path). Called on the loop thread only,
+  // which waits for the copy: a reconnect cannot unmap the tier under it.
+  std::unique_ptr<detail::CopyPool> copier;
   // The mapped tier pinned for the GPU chunk by chunk, as device pushes and fetches need it;
   // null on the UCX path. Nothing is pinned (and CUDA is not touched) until the first device
   // push or fetch, or the first run with a device layer, starts it.

@@ -172,7 +172,7 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
     }
     auto t0 = std::chrono::steady_clock::now();
     PopulateOnce(offset, p.bytes);
-    std::memcpy(arena + offset, p.buffer, p.bytes);
+    copier->Copy(arena + offset, p.buffer, p.bytes);
     uint64_t ns = NanosSince(t0);
     p.state->Release(Status::Ok());
     EndReservation(wire::kCommit, p, ns);
@@ -230,7 +230,7 @@ void Client::Impl::CopyOut(Pending p, uint64_t offset, uint64_t lease) {
     }
     auto t0 = std::chrono::steady_clock::now();
     PopulateOnce(offset, p.bytes);
-    std::memcpy(p.buffer, arena + offset, p.bytes);
+    copier->Copy(p.buffer, arena + offset, p.bytes);
     ReleaseLease(lease, NanosSince(t0));
     p.state->Complete(Status::Ok());
   });

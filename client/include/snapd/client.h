@@ -133,6 +133,10 @@ struct ClientOptions {
   // they wait and are sent again on the new session: the caller sees a delay. 0 = fail at
   // once. SNAPD_RECONNECT_TIMEOUT (seconds) overrides it.
   double reconnect_timeout_s = 60;
+  // Threads that copy one host push into the mapped tier, or one fetch out of it, when it is
+  // 4 MiB or more (the calling library's loop thread included): 0 = min(4, the cores this
+  // process may run on). SNAPD_COPY_THREADS overrides it. docs/architecture.md, "Copy threads".
+  int copy_threads = 0;
 };
 
 // How a client's snapshot bytes travel.
@@ -233,6 +237,8 @@ class Client {
   // lane, comma-separated ("posix/memory, cma/memory", "tcp/lo"), as UCX reports its lanes
   // (ucp_ep_print_info); "" when no endpoint is open.
   std::string data_transports() const;
+  // How many threads copy a large host push or fetch on the mapped path (ClientOptions).
+  int copy_threads() const;
 
  private:
   struct Impl;

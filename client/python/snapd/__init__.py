@@ -67,16 +67,20 @@ _CODECS = {
 }
 
 
-def connect(socket: str = "", name: str = "python", map_host_tier: bool = True) -> "Client":
-    """Connects to snapd; `socket` defaults to $SNAPD_SOCKET, then the daemon's default."""
-    return Client(socket, name, map_host_tier)
+def connect(socket: str = "", name: str = "python", map_host_tier: bool = True,
+            copy_threads: int = 0) -> "Client":
+    """Connects to snapd; `socket` defaults to $SNAPD_SOCKET, then the daemon's default.
+    copy_threads: threads that copy one large array into or out of the mapped host tier
+    (0 = min(4, cores); $SNAPD_COPY_THREADS overrides it)."""
+    return Client(socket, name, map_host_tier, copy_threads)
 
 
 class Client:
     """A session with snapd. Methods may be called from any thread."""
 
-    def __init__(self, socket: str = "", name: str = "python", map_host_tier: bool = True):
-        self._c = _snapd.Client(socket, name, map_host_tier)
+    def __init__(self, socket: str = "", name: str = "python", map_host_tier: bool = True,
+                 copy_threads: int = 0):
+        self._c = _snapd.Client(socket, name, map_host_tier, copy_threads=copy_threads)
 
     def open_run(self, name: str, *, steps: int = 0, like: Optional[np.ndarray] = None,
                  bytes_per_step: int = 0, dtype=None, shape: Sequence[int] = (),
@@ -145,6 +149,11 @@ class Client:
     def data_path(self) -> str:
         """"mapped" (one memcpy into daemon memory mapped here) or "ucx"."""
         return self._c.data_path
+
+    @property
+    def copy_threads(self) -> int:
+        """Threads that copy one large array on the mapped path (see `connect`)."""
+        return self._c.copy_threads
 
     @property
     def socket_path(self) -> str:

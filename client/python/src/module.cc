@@ -181,9 +181,10 @@ struct Fetch {
 };
 
 std::shared_ptr<snapd::Client> Connect(const std::string& socket, const std::string& name,
-                                       bool map_host_tier, std::optional<double> reconnect) {
+                                       bool map_host_tier, std::optional<double> reconnect,
+                                       int copy_threads) {
   snapd::ClientOptions o{.socket_path = socket, .client_name = name,
-                         .map_host_tier = map_host_tier};
+                         .map_host_tier = map_host_tier, .copy_threads = copy_threads};
   auto client = std::shared_ptr<snapd::Client>(Call([&] { return snapd::Client::Connect(o); }));
   if (reconnect) client->set_reconnect_timeout(*reconnect);
   return client;
@@ -312,9 +313,12 @@ PYBIND11_MODULE(_snapd, m) {
   py::class_<snapd::Client, std::shared_ptr<snapd::Client>>(m, "Client")
       .def(py::init(&Connect), py::arg("socket") = "", py::arg("name") = "python",
            py::arg("map_host_tier") = true, py::arg("reconnect_timeout") = py::none(),
+           py::arg("copy_threads") = 0,
            "Connects to snapd ($SNAPD_SOCKET or the default socket when `socket` is empty). "
            "reconnect_timeout: seconds to keep reconnecting when snapd restarts (pushes and "
-           "fetches wait meanwhile); default 60 or $SNAPD_RECONNECT_TIMEOUT, 0 = fail at once.")
+           "fetches wait meanwhile); default 60 or $SNAPD_RECONNECT_TIMEOUT, 0 = fail at once. "
+           "copy_threads: threads that copy a large array into or out of the mapped host tier; "
+           "0 = min(4, cores), $SNAPD_COPY_THREADS overrides it.")
       .def("open_run",
            [](snapd::Client& c, const snapd::RunSpec& spec) {
              return Call([&] { return c.OpenRun(spec); });
@@ -384,5 +388,6 @@ PYBIND11_MODULE(_snapd, m) {
                                           ? "mapped"
                                           : "ucx";
                              })
-      .def_property_readonly("data_path_reason", &snapd::Client::data_path_reason);
+      .def_property_readonly("data_path_reason", &snapd::Client::data_path_reason)
+      .def_property_readonly("copy_threads", &snapd::Client::copy_threads);
 }

@@ -29,6 +29,32 @@ def test_forward_then_reverse_round_trips_every_step_byte_exact(daemon, map_host
     run.delete()
 
 
+def test_large_arrays_are_copied_in_stripes_by_the_copy_threads(daemon, monkeypatch):
+    # 12 MiB steps are over the 4 MiB at which libsnapd splits a copy among its threads; the
+    # odd length leaves a short last stripe.
+    client = daemon.client(copy_threads=3)
+    assert client.data_path == "mapped"
+    assert client.copy_threads == 3
+    u = np.empty(3 * 2**20 + 5, np.float32)
+    run = client.open_run("stripes", steps=4, like=u)
+    for t in range(4):
+        u[:] = np.arange(u.size, dtype=np.float32) * (t + 1)
+        run.push(t, u).wait_released()
+    out = np.empty_like(u)
+    for t in reversed(range(4)):
+        run.fetch(t, out=out)
+        np.testing.assert_array_equal(out, np.arange(u.size, dtype=np.float32) * (t + 1))
+    run.delete()
+    assert daemon.client(map_host_tier=False, copy_threads=3).copy_threads == 1  # UCX copies
+    monkeypatch.setenv("SNAPD_COPY_THREADS", "lots")
+    with pytest.raises(snapd.InvalidArgument, match="SNAPD_COPY_THREADS.*lots"):
+        daemon.client()
+    monkeypatch.setenv("SNAPD_COPY_THREADS", "2")
+    assert daemon.client(copy_threads=3).copy_threads == 2
+    with pytest.raises(snapd.InvalidArgument, match="copy_threads -1"):
+        snapd.connect(daemon.socket, copy_threads=-1)
+
+
 def test_fetch_fills_the_callers_array_in_place(client):
     a = field(1, (16, 16), np.float64)
     run = client.open_run("in-place", steps=1, like=a, keep=True)

@@ -65,12 +65,16 @@ for p in d["passes"]:
         sys.argv[1], sys.argv[2], sys.argv[3], p["pass"], p["push_vs_memcpy"],
         p["fetch_vs_memcpy"], p["push_faults_per_gib"], p["fetch_faults_per_gib"],
         100 * p["new_daemon_pages"]))
-' "$pages" "$prefault" "$run"
+open(sys.argv[4], "w").write(
+    "memcpy of the same pattern in the last run: %.2f GB/s forward, %.2f GB/s backward, one "
+    "thread; %.2f GB/s forward with the %d copy threads of libsnapd\n" % (
+        d["memcpy_gbs"], d["memcpy_back_gbs"], d["memcpy_threads_gbs"], d["copy_threads"]))
+' "$pages" "$prefault" "$run" "$work/references"
   done
   kill "$daemon"; wait "$daemon" 2>/dev/null || true
   daemon=""
   rm -f "$work/snapd.sock"
 done
 echo
-echo "memcpy of the same pattern in the last run: see snapbench --json (memcpy_gbs, memcpy_back_gbs);"
+cat "$work/references"
 echo "$(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"

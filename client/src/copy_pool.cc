@@ -1,0 +1,94 @@
+// CopyPool: see copy_pool.h.
+#include "copy_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace snapd::detail {
+
+CopyPool::CopyPool(int threads, StripeCopy copy) : copy_(copy) {
+  for (int i = 1; i < threads; ++i) helpers_.emplace_back([this] { Helper(); });
+}
+
+CopyPool::~CopyPool() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.NotifyAll();
+  for (auto& t : helpers_) t.join();
+}
+
+int CopyPool::Choose(int requested, std::string* error) {
+  if (const char* env = std::getenv("SNAPD_COPY_THREADS"); env && *env) {
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    if (end == env || *end != '\0' || n < 1 || n > 64) {
+      *error = std::string("SNAPD_COPY_THREADS must be a whole number from 1 to 64, got '") +
+               env + "'";
+      return 0;
+    }
+    return static_cast<int>(n);
+  }
+  if (requested > 0) return requested;
+  cpu_set_t set;
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0
+                  ? CPU_COUNT(&set)
+                  : static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cores, 1, 4);
+}
+
+void CopyPool::Copy(void* dst, const void* src, size_t bytes) {
+  if (helpers_.empty() || bytes < kMinParallelBytes) {
+    copy_(dst, src, bytes);
+    return;
+  }
+  MutexLock serial(serial_);
+  {
+    MutexLock lock(mu_);
+    size_t aligned_stripes = std::max<size_t>(1, bytes / kStripeAlign);
+    stripes_ = static_cast<int>(std::min<size_t>(threads(), aligned_stripes));
+    // Whole huge pages per stripe; the last stripe takes the remainder.
+    const size_t share = (bytes + stripes_ - 1) / stripes_;  // rounded up: no byte left over
+    stripe_ = (share + kStripeAlign - 1) / kStripeAlign * kStripeAlign;
+    dst_ = static_cast<char*>(dst);
+    src_ = static_cast<const char*>(src);
+    bytes_ = bytes;
+    next_ = 0;
+    copied_ = 0;
+  }
+  work_cv_.NotifyAll();
+  TakeStripes();
+  MutexLock lock(mu_);
+  done_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) { return copied_ == stripes_; });
+  stripes_ = 0;  // helpers that wake now find nothing to take
+}
+
+void CopyPool::TakeStripes() {
+  MutexLock lock(mu_);
+  while (next_ < stripes_) {
+    const size_t begin = static_cast<size_t>(next_++) * stripe_;
+    const size_t n = begin >= bytes_ ? 0 : std::min(stripe_, bytes_ - begin);
+    char* dst = n > 0 ? dst_ + begin : nullptr;
+    const char* src = n > 0 ? src_ + begin : nullptr;
+    lock.Unlock();
+    if (n > 0) copy_(dst, src, n);  // rounding to whole pages may leave a last one empty
+    lock.Lock();
+    if (++copied_ == stripes_) done_cv_.NotifyAll();
+  }
+}
+
+void CopyPool::Helper() {
+  for (;;) {
+    {
+      MutexLock lock(mu_);
+      work_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) { return stopping_ || next_ < stripes_; });
+      if (stopping_) return;
+    }
+    TakeStripes();
+  }
+}
+
+}  // namespace snapd::detail

@@ -1,0 +1,121 @@
+// CopyPool: every byte of a large copy arrives whatever the stripes, the helpers take part,
+// and the thread count is chosen as ClientOptions.copy_threads says.
+#include "copy_pool.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace snapd::detail {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+std::vector<unsigned char> Pattern(size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& b : v) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<unsigned char>(x >> 24);
+  }
+  return v;
+}
+
+// Copies `bytes` into the middle of a guarded buffer and checks the copy and both guards.
+void CopyAndCheck(CopyPool& pool, size_t bytes, unsigned seed) {
+  constexpr size_t kGuard = 4096;
+  std::vector<unsigned char> src = Pattern(bytes, seed);
+  std::vector<unsigned char> dst(bytes + 2 * kGuard, 0xAB);
+  pool.Copy(dst.data() + kGuard, src.data(), bytes);
+  for (size_t i = 0; i < kGuard; ++i) {
+    ASSERT_EQ(dst[i], 0xAB) << "wrote before the destination, " << bytes << " bytes";
+    ASSERT_EQ(dst[kGuard + bytes + i], 0xAB) << "wrote past the destination, " << bytes;
+  }
+  ASSERT_EQ(0, std::memcmp(dst.data() + kGuard, src.data(), bytes))
+      << bytes << " bytes with " << pool.threads() << " threads";
+}
+
+TEST(CopyPool, EveryByteArrivesWhateverTheStripes) {
+  // Below the parallel threshold, on it, whole and odd stripes, and sizes whose stripes,
+  // rounded up to whole huge pages, leave the last one empty (8 MiB + 100 over 4 threads).
+  const std::vector<size_t> sizes = {0, 1, CopyPool::kMinParallelBytes - 1,
+                                     CopyPool::kMinParallelBytes, 8 * kMiB + 100,
+                                     9 * kMiB + 4097, 64 * kMiB + 3};
+  for (int threads : {1, 2, 3, 4, 7}) {
+    CopyPool pool(threads);
+    EXPECT_EQ(pool.threads(), threads);
+    unsigned seed = 0;
+    for (size_t bytes : sizes) CopyAndCheck(pool, bytes, ++seed);
+  }
+}
+
+std::mutex copiers_mu;
+std::set<std::thread::id> copiers;
+
+void* RecordingCopy(void* dst, const void* src, size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(copiers_mu);
+    copiers.insert(std::this_thread::get_id());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // room for every helper to wake
+  return std::memcpy(dst, src, n);
+}
+
+TEST(CopyPool, HelpersCopyStripesBesideTheCaller) {
+  copiers.clear();
+  CopyPool pool(4, &RecordingCopy);
+  CopyAndCheck(pool, 32 * kMiB, 7);
+  {
+    std::lock_guard<std::mutex> lock(copiers_mu);
+    EXPECT_GE(copiers.size(), 2u) << "one thread copied all four stripes";
+    EXPECT_LE(copiers.size(), 4u);
+    copiers.clear();
+  }
+  CopyPool single(1, &RecordingCopy);
+  std::vector<unsigned char> src = Pattern(32 * kMiB, 8), dst(32 * kMiB);
+  single.Copy(dst.data(), src.data(), src.size());
+  std::lock_guard<std::mutex> lock(copiers_mu);
+  EXPECT_EQ(copiers, std::set<std::thread::id>{std::this_thread::get_id()});
+}
+
+TEST(CopyPool, CopiesFromSeveralThreadsTakeTurns) {
+  CopyPool pool(3);
+  std::vector<std::thread> callers;
+  for (unsigned t = 0; t < 4; ++t) {
+    callers.emplace_back([&pool, t] {
+      for (unsigned i = 0; i < 5; ++i) CopyAndCheck(pool, 6 * kMiB + 13 * i, 10 * t + i);
+    });
+  }
+  for (auto& c : callers) c.join();
+}
+
+TEST(CopyPool, ChooseHonoursTheEnvironmentThenTheOptionThenTheCores) {
+  std::string error;
+  unsetenv("SNAPD_COPY_THREADS");
+  EXPECT_EQ(CopyPool::Choose(3, &error), 3);
+  int chosen = CopyPool::Choose(0, &error);
+  EXPECT_GE(chosen, 1);
+  EXPECT_LE(chosen, 4);
+  EXPECT_LE(chosen, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+
+  setenv("SNAPD_COPY_THREADS", "2", 1);
+  EXPECT_EQ(CopyPool::Choose(5, &error), 2);
+  for (const char* bad : {"0", "-1", "four", "3x", "65"}) {
+    setenv("SNAPD_COPY_THREADS", bad, 1);
+    error.clear();
+    EXPECT_EQ(CopyPool::Choose(0, &error), 0) << bad;
+    EXPECT_NE(error.find("SNAPD_COPY_THREADS"), std::string::npos) << error;
+    EXPECT_NE(error.find(bad), std::string::npos) << error;
+  }
+  unsetenv("SNAPD_COPY_THREADS");
+}
+
+}  // namespace
+}  // namespace snapd::detail
