@@ -106,7 +106,8 @@ struct Client::Impl {
   std::vector<uint64_t> populated_pages;
   uint64_t populated_session = 0;
   // Maps the pages of [offset, offset + bytes) of the arena into this process before a host
-  // copy touches them, those not mapped by an earlier copy only. Loop thread only.
+  // copy touches them, those not mapped by an earlier copy only, in stripes on the copy
+  // threads. Loop thread only.
   void PopulateOnce(uint64_t offset, uint64_t bytes);
   // Copies host pushes into the mapped tier and fetches out of it, with ClientOptions.
   // copy_threads threads (one, no helper, on the UCX path). Called on the loop thread only,

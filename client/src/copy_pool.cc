@@ -45,25 +45,34 @@ void CopyPool::Copy(void* dst, const void* src, size_t bytes) {
     copy_(dst, src, bytes);
     return;
   }
+  char* to = static_cast<char*>(dst);
+  const char* from = static_cast<const char*>(src);
+  ForStripes(bytes, [&](size_t begin, size_t n) { copy_(to + begin, from + begin, n); });
+}
+
+void CopyPool::ForStripes(size_t bytes, const std::function<void(size_t, size_t)>& work) {
+  if (helpers_.empty() || bytes < kMinParallelBytes) {
+    if (bytes > 0) work(0, bytes);
+    return;
+  }
   MutexLock serial(serial_);
   {
     MutexLock lock(mu_);
-    size_t aligned_stripes = std::max<size_t>(1, bytes / kStripeAlign);
-    stripes_ = static_cast<int>(std::min<size_t>(threads(), aligned_stripes));
-    // Whole huge pages per stripe; the last stripe takes the remainder.
+    stripes_ = static_cast<int>(std::min<size_t>(threads(), bytes / kMinStripe));
+    // Equal shares rounded up to the alignment; the last stripe takes the remainder.
     const size_t share = (bytes + stripes_ - 1) / stripes_;  // rounded up: no byte left over
     stripe_ = (share + kStripeAlign - 1) / kStripeAlign * kStripeAlign;
-    dst_ = static_cast<char*>(dst);
-    src_ = static_cast<const char*>(src);
+    work_ = &work;
     bytes_ = bytes;
     next_ = 0;
-    copied_ = 0;
+    done_ = 0;
   }
   work_cv_.NotifyAll();
   TakeStripes();
   MutexLock lock(mu_);
-  done_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) { return copied_ == stripes_; });
+  done_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) { return done_ == stripes_; });
   stripes_ = 0;  // helpers that wake now find nothing to take
+  work_ = nullptr;
 }
 
 void CopyPool::TakeStripes() {
@@ -71,12 +80,11 @@ void CopyPool::TakeStripes() {
   while (next_ < stripes_) {
     const size_t begin = static_cast<size_t>(next_++) * stripe_;
     const size_t n = begin >= bytes_ ? 0 : std::min(stripe_, bytes_ - begin);
-    char* dst = n > 0 ? dst_ + begin : nullptr;
-    const char* src = n > 0 ? src_ + begin : nullptr;
+    const auto* work = work_;
     lock.Unlock();
-    if (n > 0) copy_(dst, src, n);  // rounding to whole pages may leave a last one empty
+    if (n > 0) (*work)(begin, n);  // rounding up may, in principle, leave the last one empty
     lock.Lock();
-    if (++copied_ == stripes_) done_cv_.NotifyAll();
+    if (++done_ == stripes_) done_cv_.NotifyAll();
   }
 }
 

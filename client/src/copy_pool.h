@@ -1,16 +1,19 @@
 // Copies one large buffer with several threads. A single core's memcpy is not the memory
 // system's limit: on this project's 2-core test machine two threads copy 1.4x as fast as one,
-// and a server socket gives more (docs/architecture.md, "Copy threads", has the figures).
-// libsnapd copies a host push into the mapped tier, and a fetch out of it, on its loop thread
-// while the caller waits; the loop thread copies one stripe and the pool's helpers the others.
+// and a 16-core server 3x as fast with four (docs/architecture.md, "Copy threads", has the
+// figures). The kernel's first touch of a page scales the same way. libsnapd copies a host
+// push into the mapped tier, and a fetch out of it, on its loop thread while the caller waits;
+// the loop thread takes one stripe and the pool's helpers the others, first to map the tier
+// pages (MADV_POPULATE), then to copy.
 //
-// Copy() returns once every byte is copied, so the buffers only need to outlive the call, as
-// for memcpy. Copies are serialized: one at a time uses the helpers (libsnapd copies on one
-// thread anyway). Thread-safe; the destructor joins the helpers.
+// ForStripes() and Copy() return once every stripe is done, so the buffers only need to
+// outlive the call, as for memcpy. Jobs are serialized: one at a time uses the helpers
+// (libsnapd copies on one thread anyway). Thread-safe; the destructor joins the helpers.
 #pragma once
 
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,21 +24,27 @@ namespace snapd::detail {
 
 class CopyPool {
  public:
-  // Below this many bytes a copy is one memcpy: waking a helper costs more than it saves.
+  // Below this many bytes a job is one call on the caller's thread: waking a helper costs more
+  // than it saves.
   static constexpr size_t kMinParallelBytes = size_t{4} << 20;
-  // Stripes are whole multiples of this (the host tier's huge pages), at least one each.
-  static constexpr size_t kStripeAlign = size_t{2} << 20;
+  // Stripes are at least kMinStripe bytes and whole multiples of kStripeAlign (but the last),
+  // about equal: the job takes as long as its longest stripe.
+  static constexpr size_t kMinStripe = size_t{1} << 20;
+  static constexpr size_t kStripeAlign = size_t{64} << 10;
 
   // Copies one stripe: memcpy, or (tests) a function that also records which thread ran it.
   using StripeCopy = void* (*)(void*, const void*, size_t);
   static void* PlainCopy(void* dst, const void* src, size_t n) { return std::memcpy(dst, src, n); }
 
-  // `threads` copy a large buffer, the caller's included: 1 = plain memcpy, no helper.
+  // `threads` share a large job, the caller's included: 1 = the caller alone, no helper.
   explicit CopyPool(int threads, StripeCopy copy = &PlainCopy);
   ~CopyPool();
   CopyPool(const CopyPool&) = delete;
   CopyPool& operator=(const CopyPool&) = delete;
 
+  // Runs work(begin, n) over [0, bytes) in stripes, on the caller and the helpers.
+  void ForStripes(size_t bytes, const std::function<void(size_t, size_t)>& work)
+      SNAPD_EXCLUDES(serial_, mu_);
   void Copy(void* dst, const void* src, size_t bytes) SNAPD_EXCLUDES(serial_, mu_);
   int threads() const { return static_cast<int>(helpers_.size()) + 1; }
 
@@ -46,21 +55,20 @@ class CopyPool {
 
  private:
   void Helper() SNAPD_EXCLUDES(mu_);
-  // Copies stripes of the current job until none is left.
+  // Runs stripes of the current job until none is left.
   void TakeStripes() SNAPD_EXCLUDES(mu_);
 
   const StripeCopy copy_;
-  Mutex serial_;  // one Copy at a time
+  Mutex serial_;  // one job at a time
   Mutex mu_;
   CondVar work_cv_;  // helpers: a job has stripes left, or stop
-  CondVar done_cv_;  // the caller: every stripe copied
-  char* dst_ SNAPD_GUARDED_BY(mu_) = nullptr;
-  const char* src_ SNAPD_GUARDED_BY(mu_) = nullptr;
+  CondVar done_cv_;  // the caller: every stripe done
+  const std::function<void(size_t, size_t)>* work_ SNAPD_GUARDED_BY(mu_) = nullptr;
   size_t bytes_ SNAPD_GUARDED_BY(mu_) = 0;
   size_t stripe_ SNAPD_GUARDED_BY(mu_) = 0;
   int stripes_ SNAPD_GUARDED_BY(mu_) = 0;
-  int next_ SNAPD_GUARDED_BY(mu_) = 0;     // the next stripe to hand out
-  int copied_ SNAPD_GUARDED_BY(mu_) = 0;   // stripes finished
+  int next_ SNAPD_GUARDED_BY(mu_) = 0;  // the next stripe to hand out
+  int done_ SNAPD_GUARDED_BY(mu_) = 0;  // stripes finished
   bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
   std::vector<std::thread> helpers_;  // last: started once the fields above exist
 };

@@ -107,7 +107,14 @@ void Client::Impl::PopulateOnce(uint64_t offset, uint64_t bytes) {
     }
     uint64_t end = pg + 1;
     while (end < last && !populated(end)) ++end;
-    if (PopulateTierPages(base + pg * kPage, (end - pg) * kPage)) {
+    // The kernel's first touch of a page (allocating and zeroing it on a new daemon) scales
+    // with threads as a copy does: the copy threads share the range.
+    char* run = base + pg * kPage;
+    std::atomic<bool> all{true};
+    copier->ForStripes((end - pg) * kPage, [&](size_t begin, size_t n) {
+      if (!PopulateTierPages(run + begin, n)) all.store(false, std::memory_order_relaxed);
+    });
+    if (all.load()) {
       for (uint64_t i = pg; i < end; ++i) populated_pages[i / 64] |= uint64_t{1} << (i % 64);
     }
     pg = end;

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace snapd::detail {
@@ -43,8 +45,8 @@ void CopyAndCheck(CopyPool& pool, size_t bytes, unsigned seed) {
 }
 
 TEST(CopyPool, EveryByteArrivesWhateverTheStripes) {
-  // Below the parallel threshold, on it, whole and odd stripes, and sizes whose stripes,
-  // rounded up to whole huge pages, leave the last one empty (8 MiB + 100 over 4 threads).
+  // Below the parallel threshold, on it, whole and odd stripes, and sizes whose last stripe
+  // is short (9 MiB + 4097 over 2, 3, 4 and 7 threads).
   const std::vector<size_t> sizes = {0, 1, CopyPool::kMinParallelBytes - 1,
                                      CopyPool::kMinParallelBytes, 8 * kMiB + 100,
                                      9 * kMiB + 4097, 64 * kMiB + 3};
@@ -53,6 +55,30 @@ TEST(CopyPool, EveryByteArrivesWhateverTheStripes) {
     EXPECT_EQ(pool.threads(), threads);
     unsigned seed = 0;
     for (size_t bytes : sizes) CopyAndCheck(pool, bytes, ++seed);
+  }
+}
+
+TEST(CopyPool, StripesCoverTheRangeOnceEachAlignedButTheLast) {
+  for (int threads : {1, 2, 4, 7}) {
+    CopyPool pool(threads);
+    for (size_t bytes : {size_t{0}, size_t{4096}, 5 * kMiB + 12345, 64 * kMiB}) {
+      std::mutex mu;
+      std::vector<std::pair<size_t, size_t>> stripes;
+      pool.ForStripes(bytes, [&](size_t begin, size_t n) {
+        std::lock_guard<std::mutex> lock(mu);
+        stripes.emplace_back(begin, n);
+      });
+      std::sort(stripes.begin(), stripes.end());
+      size_t covered = 0;
+      for (auto [begin, n] : stripes) {
+        EXPECT_EQ(begin, covered) << "a gap or an overlap, " << bytes << " bytes";
+        EXPECT_GT(n, 0u);
+        if (begin + n < bytes) EXPECT_EQ(n % CopyPool::kStripeAlign, 0u);
+        covered = begin + n;
+      }
+      EXPECT_EQ(covered, bytes) << threads << " threads";
+      EXPECT_LE(stripes.size(), static_cast<size_t>(threads));
+    }
   }
 }
 
