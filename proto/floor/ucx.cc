@@ -1,5 +1,6 @@
 #include "snapd/ucx.h"
 
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -206,7 +207,11 @@ void WorkerLoop::ProgressUntil(const std::function<bool()>& done) {
 
 void WorkerLoop::Run() {
   // Spin a little before sleeping: a backward pass issues requests back to back, and an
-  // epoll round trip costs more than a few hundred empty progress calls.
+  // epoll round trip costs more than a few hundred empty progress calls. Each empty spin
+  // yields the core: the thread this loop is waiting for (the solver's, or on one node the
+  // other side's loop) may be queued on it. Without the yield, a 4 KiB fetch between 10 ms
+  // of solver compute took 2.3 ms on a 2-core node, the spins of the two loops keeping each
+  // other off the second core; with it, 0.28 ms (docs/architecture.md, "Threads").
   constexpr int kSpinsBeforeSleep = 2000;
   int idle = 0;
   for (;;) {
@@ -215,7 +220,10 @@ void WorkerLoop::Run() {
       idle = 0;
       continue;
     }
-    if (++idle < kSpinsBeforeSleep) continue;
+    if (++idle < kSpinsBeforeSleep) {
+      sched_yield();
+      continue;
+    }
     idle = 0;
     if (ucp_worker_arm(worker_.get()) == UCS_ERR_BUSY) continue;
     epoll_event events[2];
