@@ -1,7 +1,7 @@
 // Copies one large buffer with several threads. A single core's memcpy is not the memory
-// system's limit: on this project's 2-core test machine two threads copy 1.4x as fast as one,
-// and a 16-core server 3x as fast with four (docs/architecture.md, "Copy threads", has the
-// figures). The kernel's first touch of a page scales the same way. libsnapd copies a host
+// system's limit: on this project's 2-core test machine two threads copy 1.1-1.3x as fast as
+// one, and on a 16-core server four copy 3.5x as fast (docs/architecture.md, "Copy threads",
+// has the figures). The kernel's first touch of a page scales the same way. libsnapd copies a host
 // push into the mapped tier, and a fetch out of it, on its loop thread while the caller waits;
 // the loop thread takes one stripe and the pool's helpers the others, first to map the tier
 // pages (MADV_POPULATE), then to copy.
