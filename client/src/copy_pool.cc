@@ -25,9 +25,9 @@ int CopyPool::Choose(int requested, std::string* error) {
   if (const char* env = std::getenv("SNAPD_COPY_THREADS"); env && *env) {
     char* end = nullptr;
     long n = std::strtol(env, &end, 10);
-    if (end == env || *end != '\0' || n < 1 || n > 64) {
-      *error = std::string("SNAPD_COPY_THREADS must be a whole number from 1 to 64, got '") +
-               env + "'";
+    if (end == env || *end != '\0' || n < 1 || n > kMaxThreads) {
+      *error = "SNAPD_COPY_THREADS must be a whole number from 1 to " +
+               std::to_string(kMaxThreads) + ", got '" + env + "'";
       return 0;
     }
     return static_cast<int>(n);

@@ -31,6 +31,8 @@ class CopyPool {
   // about equal: the job takes as long as its longest stripe.
   static constexpr size_t kMinStripe = size_t{1} << 20;
   static constexpr size_t kStripeAlign = size_t{64} << 10;
+  // The most threads a pool may have (ClientOptions.copy_threads, SNAPD_COPY_THREADS).
+  static constexpr int kMaxThreads = 64;
 
   // Copies one stripe: memcpy, or (tests) a function that also records which thread ran it.
   using StripeCopy = void* (*)(void*, const void*, size_t);

@@ -90,7 +90,7 @@ void* RecordingCopy(void* dst, const void* src, size_t n) {
     std::lock_guard<std::mutex> lock(copiers_mu);
     copiers.insert(std::this_thread::get_id());
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // room for every helper to wake
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // room for every helper to wake
   return std::memcpy(dst, src, n);
 }
 

@@ -135,7 +135,8 @@ struct ClientOptions {
   double reconnect_timeout_s = 60;
   // Threads that copy one host push into the mapped tier, or one fetch out of it, when it is
   // 4 MiB or more (the calling library's loop thread included): 0 = min(4, the cores this
-  // process may run on). SNAPD_COPY_THREADS overrides it. docs/architecture.md, "Copy threads".
+  // process may run on); at most 64. SNAPD_COPY_THREADS overrides it. docs/architecture.md,
+  // "Copy threads".
   int copy_threads = 0;
 };
 

@@ -51,8 +51,9 @@ def test_large_arrays_are_copied_in_stripes_by_the_copy_threads(daemon, monkeypa
         daemon.client()
     monkeypatch.setenv("SNAPD_COPY_THREADS", "2")
     assert daemon.client(copy_threads=3).copy_threads == 2
-    with pytest.raises(snapd.InvalidArgument, match="copy_threads -1"):
-        snapd.connect(daemon.socket, copy_threads=-1)
+    for bad in (-1, 65):
+        with pytest.raises(snapd.InvalidArgument, match=f"copy_threads {bad} is not in 0"):
+            snapd.connect(daemon.socket, copy_threads=bad)
 
 
 def test_fetch_fills_the_callers_array_in_place(client):
