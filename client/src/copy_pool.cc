@@ -41,6 +41,7 @@ int CopyPool::Choose(int requested, std::string* error) {
 }
 
 void CopyPool::Copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;  // memcpy may not be passed a null pointer, even for no bytes
   if (helpers_.empty() || bytes < kMinParallelBytes) {
     copy_(dst, src, bytes);
     return;
