@@ -8,15 +8,9 @@
 set -euo pipefail
 build=${1:?usage: copy_threads.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]}
 shift
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 runs=2 steps=32 bytes=64M
-while (($#)); do
-  case $1 in
-    --runs) runs=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --bytes) bytes=$2; shift 2 ;;
-    *) echo "copy_threads.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+parse_run_args copy_threads.sh "$@"
 work=$(mktemp -d)
 export UCX_NET_DEVICES=lo  # the benchmark's traffic stays on loopback
 daemon=""
@@ -29,11 +23,8 @@ trap cleanup EXIT
 "$build/daemon/snapd" --socket "$work/snapd.sock" --state-dir "$work/state" --host-mem 3G \
   --spool-dirs none --host-huge-pages thp --host-prefault true > "$work/snapd.log" 2>&1 &
 daemon=$!
-for _ in $(seq 100); do [[ -S $work/snapd.sock ]] && break; sleep 0.1; done
-until "$build/client/tools/snapctl" --socket "$work/snapd.sock" status --json |
-  python3 -c 'import json, sys
-t = [t for t in json.load(sys.stdin)["tiers"] if t["tier"] == "host"][0]
-sys.exit(t["prefaulted_bytes"] < t["budget_bytes"])'; do sleep 0.2; done
+wait_for_socket "$work/snapd.sock"
+wait_prefaulted "$build" "$work/snapd.sock"
 
 echo "| copy threads | run | memcpy GB/s | memcpy, N threads GB/s | pass | push GB/s | push / memcpy | fetch GB/s | fetch / memcpy |"
 echo "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"

@@ -9,15 +9,9 @@
 set -euo pipefail
 build=${1:?usage: first_touch.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]}
 shift
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 runs=3 steps=32 bytes=64M host_mem=3G
-while (($#)); do
-  case $1 in
-    --runs) runs=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --bytes) bytes=$2; shift 2 ;;
-    *) echo "first_touch.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+parse_run_args first_touch.sh "$@"
 work=$(mktemp -d)
 export UCX_NET_DEVICES=lo  # the benchmark's traffic stays on loopback
 pool_file=/proc/sys/vm/nr_hugepages
@@ -47,13 +41,8 @@ for config in "${configs[@]}"; do
     --host-mem "$host_mem" --spool-dirs none --host-huge-pages "$pages" \
     --host-prefault "$prefault" > "$work/snapd.log" 2>&1 &
   daemon=$!
-  for _ in $(seq 100); do [[ -S $work/snapd.sock ]] && break; sleep 0.1; done
-  if [[ $prefault == true ]]; then  # wait for the prefault, as a node's solvers would find it
-    until "$build/client/tools/snapctl" --socket "$work/snapd.sock" status --json |
-      python3 -c 'import json, sys
-t = [t for t in json.load(sys.stdin)["tiers"] if t["tier"] == "host"][0]
-sys.exit(t["prefaulted_bytes"] < t["budget_bytes"])'; do sleep 0.2; done
-  fi
+  wait_for_socket "$work/snapd.sock"
+  [[ $prefault == true ]] && wait_prefaulted "$build" "$work/snapd.sock"
   for run in $(seq "$runs"); do
     "$build/client/tools/snapbench" --socket "$work/snapd.sock" --steps "$steps" \
       --bytes "$bytes" --json |

@@ -1,0 +1,30 @@
+# Sourced by first_touch.sh and copy_threads.sh: their shared arguments and waits.
+
+# parse_run_args NAME ARGS...: sets runs, steps and bytes (their defaults set by the caller)
+# from --runs N, --steps N and --bytes S; anything else ends the script, naming it.
+parse_run_args() {
+  local name=$1
+  shift
+  while (($#)); do
+    case $1 in
+      --runs) runs=$2; shift 2 ;;
+      --steps) steps=$2; shift 2 ;;
+      --bytes) bytes=$2; shift 2 ;;
+      *) echo "$name: unknown argument $1" >&2; exit 2 ;;
+    esac
+  done
+}
+
+# wait_for_socket SOCKET: until snapd listens there (10 s at most).
+wait_for_socket() {
+  for _ in $(seq 100); do [[ -S $1 ]] && return 0; sleep 0.1; done
+}
+
+# wait_prefaulted BUILD_DIR SOCKET: until snapd's host tier is wholly prefaulted, as a node's
+# solvers would find it.
+wait_prefaulted() {
+  until "$1/client/tools/snapctl" --socket "$2" status --json |
+    python3 -c 'import json, sys
+t = [t for t in json.load(sys.stdin)["tiers"] if t["tier"] == "host"][0]
+sys.exit(t["prefaulted_bytes"] < t["budget_bytes"])'; do sleep 0.2; done
+}
