@@ -99,11 +99,6 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     }
     impl->reconnect_timeout_s = seconds;
   }
-  if (options.copy_threads < 0 || options.copy_threads > detail::CopyPool::kMaxThreads) {
-    return Status::InvalidArgument(
-        "ClientOptions.copy_threads " + std::to_string(options.copy_threads) +
-        " is not in 0 (the default) to " + std::to_string(detail::CopyPool::kMaxThreads));
-  }
   std::string copy_error;
   int copy_threads = detail::CopyPool::Choose(options.copy_threads, &copy_error);
   if (copy_threads == 0) return Status::InvalidArgument(copy_error);

@@ -22,6 +22,11 @@ CopyPool::~CopyPool() {
 }
 
 int CopyPool::Choose(int requested, std::string* error) {
+  if (requested < 0 || requested > kMaxThreads) {
+    *error = "ClientOptions.copy_threads " + std::to_string(requested) +
+             " is not in 0 (the default) to " + std::to_string(kMaxThreads);
+    return 0;
+  }
   if (const char* env = std::getenv("SNAPD_COPY_THREADS"); env && *env) {
     char* end = nullptr;
     long n = std::strtol(env, &end, 10);
@@ -41,11 +46,7 @@ int CopyPool::Choose(int requested, std::string* error) {
 }
 
 void CopyPool::Copy(void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;  // memcpy may not be passed a null pointer, even for no bytes
-  if (helpers_.empty() || bytes < kMinParallelBytes) {
-    copy_(dst, src, bytes);
-    return;
-  }
+  // ForStripes calls no stripe for no bytes: memcpy may not be given a null pointer even then.
   char* to = static_cast<char*>(dst);
   const char* from = static_cast<const char*>(src);
   ForStripes(bytes, [&](size_t begin, size_t n) { copy_(to + begin, from + begin, n); });

@@ -50,9 +50,9 @@ class CopyPool {
   void Copy(void* dst, const void* src, size_t bytes) SNAPD_EXCLUDES(serial_, mu_);
   int threads() const { return static_cast<int>(helpers_.size()) + 1; }
 
-  // The thread count libsnapd uses unless told: SNAPD_COPY_THREADS, else `requested` when
-  // nonzero, else min(4, the cores this process may run on). An unusable
-  // SNAPD_COPY_THREADS is an error naming it (*error set, 0 returned).
+  // The thread count libsnapd uses: `requested` (ClientOptions.copy_threads) must be 0 to
+  // kMaxThreads; then SNAPD_COPY_THREADS, else `requested` when nonzero, else min(4, the cores
+  // this process may run on). An unusable value is an error naming it (*error set, 0 returned).
   static int Choose(int requested, std::string* error);
 
  private:

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <set>
@@ -84,19 +85,30 @@ TEST(CopyPool, StripesCoverTheRangeOnceEachAlignedButTheLast) {
 }
 
 std::mutex copiers_mu;
+std::condition_variable copiers_cv;
 std::set<std::thread::id> copiers;
+bool await_second_copier = false;
 
+// Records the thread copying a stripe. With await_second_copier, a stripe is copied only once
+// a second thread has taken one too (or after 30 s, which fails the test): a pool whose
+// helpers take part passes at once, one whose caller copies every stripe never does.
 void* RecordingCopy(void* dst, const void* src, size_t n) {
-  {
-    std::lock_guard<std::mutex> lock(copiers_mu);
-    copiers.insert(std::this_thread::get_id());
+  std::unique_lock<std::mutex> lock(copiers_mu);
+  copiers.insert(std::this_thread::get_id());
+  copiers_cv.notify_all();
+  if (await_second_copier) {
+    copiers_cv.wait_for(lock, std::chrono::seconds(30), [] { return copiers.size() >= 2; });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // room for every helper to wake
+  lock.unlock();
   return std::memcpy(dst, src, n);
 }
 
 TEST(CopyPool, HelpersCopyStripesBesideTheCaller) {
-  copiers.clear();
+  {
+    std::lock_guard<std::mutex> lock(copiers_mu);
+    copiers.clear();
+    await_second_copier = true;
+  }
   CopyPool pool(4, &RecordingCopy);
   CopyAndCheck(pool, 32 * kMiB, 7);
   {
@@ -104,6 +116,7 @@ TEST(CopyPool, HelpersCopyStripesBesideTheCaller) {
     EXPECT_GE(copiers.size(), 2u) << "one thread copied all four stripes";
     EXPECT_LE(copiers.size(), 4u);
     copiers.clear();
+    await_second_copier = false;
   }
   CopyPool single(1, &RecordingCopy);
   std::vector<unsigned char> src = Pattern(32 * kMiB, 8), dst(32 * kMiB);
@@ -125,6 +138,14 @@ TEST(CopyPool, CopiesFromSeveralThreadsTakeTurns) {
 
 TEST(CopyPool, ChooseHonoursTheEnvironmentThenTheOptionThenTheCores) {
   std::string error;
+  unsetenv("SNAPD_COPY_THREADS");
+  for (int bad : {-1, CopyPool::kMaxThreads + 1}) {  // named before the environment is read
+    setenv("SNAPD_COPY_THREADS", "2", 1);
+    error.clear();
+    EXPECT_EQ(CopyPool::Choose(bad, &error), 0) << bad;
+    EXPECT_NE(error.find("ClientOptions.copy_threads " + std::to_string(bad)), std::string::npos)
+        << error;
+  }
   unsetenv("SNAPD_COPY_THREADS");
   EXPECT_EQ(CopyPool::Choose(3, &error), 3);
   int chosen = CopyPool::Choose(0, &error);
