@@ -124,6 +124,9 @@ class StoreTest : public ::testing::Test {
 
   testing::TempDir tmp_;
   const std::string dir_ = tmp_.path();
+  // For Open(..., &faulty_io_): a member, so it outlives the store and the quarantine jobs
+  // its IoPool may still run when the test body returns.
+  testing::FaultySpoolIo faulty_io_;
   std::unique_ptr<HostTier> tier_;
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<DiskTier> disk_;
@@ -421,7 +424,7 @@ TEST_F(StoreTest, ACorruptDiskFileIsReportedLostNeverReturned) {
 // file and the cause, never with wrong bytes: the step is lost (a read error is a verdict on
 // the file: tests/daemon/spool_failure_test.cc), the other run's steps come back exact.
 TEST_F(StoreTest, AnEioOnADiskReadFailsThatFetchOnlyNamingTheCause) {
-  testing::FaultySpoolIo io;
+  testing::FaultySpoolIo& io = faulty_io_;
   Open(64 << 20, &io);
   constexpr uint64_t kStep = 64 << 10;
   uint64_t on_disk = OpenRun("on-disk", 2, kStep, v1::LAYERS_DISK);
