@@ -56,7 +56,7 @@ const std::vector<OptionDoc>& ConfigOptions() {
       {"scrub_rate", "SNAPD_SCRUB_RATE", K::kSize, "SIZE",
        "bytes per second the background scrub reads to re-verify spool files, e.g. 64M; 0 = "
        "off (default 0)"},
-      {"io_threads", "SNAPD_IO_THREADS", K::kInteger, "N", "disk I/O threads (default 2)"},
+      {"io_threads", "SNAPD_IO_THREADS", K::kInteger, "N", "disk I/O threads (default 4)"},
       {"prefetch_depth", "SNAPD_PREFETCH_DEPTH", K::kInteger, "N",
        "most steps read ahead of the backward pass; the depth adapts below it (default 8)"},
       {"compress_threads", "SNAPD_COMPRESS_THREADS", K::kInteger, "N",

@@ -26,7 +26,7 @@ struct Config {
   double disk_mem_perc = 0.7;
   uint32_t spool_failure_timeout = 10;  // seconds a push needing disk waits with no spool working
   uint64_t scrub_rate = 0;              // background scrub, bytes/s; 0 = off
-  uint32_t io_threads = 2;
+  uint32_t io_threads = 4;
   uint32_t prefetch_depth = 8;
   uint32_t compress_threads = 0;  // 0 = the cores minus one
   uint32_t session_connect_timeout = 30;  // seconds from OpenSession to the client's Hello

@@ -57,7 +57,7 @@ struct StoreCounters {
 
 struct StoreOptions {
   uint64_t epoch = 0;         // this daemon start (Catalog::BeginEpoch)
-  int io_threads = 2;         // disk I/O threads
+  int io_threads = 4;         // disk I/O threads
   uint64_t max_prefetch = 8;  // upper bound of the adaptive read-ahead depth
   int compress_threads = 1;   // compression workers (slabs of one snapshot in parallel)
   uint64_t tenant_quota = 0;  // bytes a tenant (not an admin) may store; 0 = no limit

@@ -176,7 +176,7 @@ TEST(Config, NumbersMayBeWrittenAsStringsOrAsTomlNumbers) {
                                  "host_mem_perc = \"0.5\"\n"
                                  "disk_mem_perc = 0.25\n"
                                  "tenant_host_share = 1\n"
-                                 "io_threads = \"4\"\n"
+                                 "io_threads = \"6\"\n"
                                  "prefetch_depth = 3\n"
                                  "socket_mode = 0o660\n");
   auto c = LoadConfig({"--config", path}, {});
@@ -186,7 +186,7 @@ TEST(Config, NumbersMayBeWrittenAsStringsOrAsTomlNumbers) {
   EXPECT_DOUBLE_EQ(c->config.host_mem_perc, 0.5);
   EXPECT_DOUBLE_EQ(c->config.disk_mem_perc, 0.25);
   EXPECT_DOUBLE_EQ(c->config.tenant_host_share, 1.0);
-  EXPECT_EQ(c->config.io_threads, 4u);
+  EXPECT_EQ(c->config.io_threads, 6u);
   EXPECT_EQ(c->config.prefetch_depth, 3u);
   EXPECT_EQ(c->config.socket_mode, 0660u);
   // A bare 660 reads as octal, as the string "660" does.
