@@ -332,6 +332,7 @@ TEST_F(MemoryReleaseTest, AfterARunIsDeletedAndTheTierIdlesTheMemoryGoesBack) {
   Client* c = Connect();
   ASSERT_NE(c, nullptr);
   RunInfo run = OpenRun(*c, Spec("job", kSteps, kBytes));
+  const int64_t shmem_before = ProcStatusBytes(daemon().pid(), "RssShmem");
   std::vector<char> buf(kBytes);
   for (uint64_t t = 0; t < kSteps; ++t) {
     FillPattern(buf.data(), kBytes, 9, t);
@@ -348,15 +349,17 @@ TEST_F(MemoryReleaseTest, AfterARunIsDeletedAndTheTierIdlesTheMemoryGoesBack) {
   const uint64_t stored = kSteps * kBytes;
   EXPECT_GE(host().resident_bytes(), stored);
   // The daemon hashes every step through its own mapping (its checksum thread, off the push's
-  // path): its RSS comes to hold them as shared pages.
+  // path): its RSS comes to hold them as shared pages, on top of what it held before the run
+  // (UCX's shared segments, a sanitizer's shadow), which the release below does not give back.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   int64_t shmem_full = 0;
-  while ((shmem_full = ProcStatusBytes(daemon().pid(), "RssShmem")) <
-             static_cast<int64_t>(stored) * 3 / 4 &&
+  while ((shmem_full = ProcStatusBytes(daemon().pid(), "RssShmem") - shmem_before) <
+             static_cast<int64_t>(stored) * 7 / 8 &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_GE(shmem_full, static_cast<int64_t>(stored) * 3 / 4);
+  EXPECT_GE(shmem_full, static_cast<int64_t>(stored) * 7 / 8);
+  shmem_full += shmem_before;
   const int64_t rss_full = ProcStatusBytes(daemon().pid(), "VmRSS");
   ASSERT_TRUE(c->DeleteRun("job").ok());
   deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
