@@ -15,9 +15,20 @@ parse_run_args() {
   done
 }
 
-# wait_for_socket SOCKET: until snapd listens there (10 s at most).
+# require_tools BUILD_DIR: ends the script, naming what is missing, unless the build holds
+# snapd, snapbench and snapctl.
+require_tools() {
+  local tool
+  for tool in daemon/snapd client/tools/snapbench client/tools/snapctl; do
+    [[ -x $1/$tool ]] || { echo "$1/$tool: not built (cmake --build $1)" >&2; exit 2; }
+  done
+}
+
+# wait_for_socket SOCKET: until snapd listens there; ends the script after 10 s without it.
 wait_for_socket() {
   for _ in $(seq 100); do [[ -S $1 ]] && return 0; sleep 0.1; done
+  echo "snapd did not listen on $1 within 10 s" >&2
+  exit 1
 }
 
 # wait_prefaulted BUILD_DIR SOCKET: until snapd's host tier is wholly prefaulted, as a node's

@@ -11,6 +11,7 @@ shift
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 runs=2 steps=32 bytes=64M
 parse_run_args copy_threads.sh "$@"
+require_tools "$build"
 work=$(mktemp -d)
 export UCX_NET_DEVICES=lo  # the benchmark's traffic stays on loopback
 daemon=""

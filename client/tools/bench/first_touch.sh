@@ -12,6 +12,7 @@ shift
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 runs=3 steps=32 bytes=64M host_mem=3G
 parse_run_args first_touch.sh "$@"
+require_tools "$build"
 work=$(mktemp -d)
 export UCX_NET_DEVICES=lo  # the benchmark's traffic stays on loopback
 pool_file=/proc/sys/vm/nr_hugepages
