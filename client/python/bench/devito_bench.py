@@ -5,12 +5,22 @@ checked against the in-memory one (bit for bit for the lossless ways).
 
     python client/python/bench/devito_bench.py --socket /run/snapd/snapd.sock \\
         [--case 2d:1001:600] [--case 3d:111:300] [--block 16] [--checkpoints 40] \\
-        [--beyond-ram 2d:1001:5600]
+        [--repeat 1] [--json] [--beyond-ram 2d:1001:5600]
 
 A case is DIM:N:NT: an N^DIM model (plus 40 absorbing points a side in 2D, 20 in 3D) and NT
 time steps; choose NT so that NT wavefields fit in memory for `save=True`. Prints one
 Markdown table: seconds (forward + adjoint, operators compiled beforehand) and the ratio to
-the reference of each way (save=True for the Streamer, numpy storage for SnapdStorage).
+the reference of each way (save=True for the Streamer, numpy storage for SnapdStorage), and
+for the two pyrevolve ways the seconds spent inside the storage's save and load, the part
+that the storage decides (the rest is Devito's operators, the same work in both).
+
+--repeat N runs the four ways N times in turn (1 2 3 4 1 2 3 4 ...) and prints the median of
+each: on a shared or virtual node the operators' own time moves by 20% from one run to the
+next, more than the storage's share. The first repetition is the one a new daemon's first
+touch of its memory falls in (docs/python.md). --json prints, after the table, one line of
+JSON per case with every run's seconds ("runs") and their medians ("medians"), keyed mem
+(save=True), str (Streamer), np and sn (pyrevolve with numpy storage and with SnapdStorage),
+np_in and sn_in (inside those storages' save and load).
 
 --beyond-ram DIM:N:NT runs the Streamer alone on a case whose wavefields need more memory
 than the node has (save=True would need NT wavefields in RAM: it is not run), and prints its
@@ -19,6 +29,7 @@ time, the bytes streamed, the node's RAM and where snapd kept the wavefields.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -149,13 +160,26 @@ def revolved(c: Case, checkpoints: int, client=None):
         storage = SnapdStorage(cp.size, checkpoints, cp.dtype, client=client,
                                name=f"bench-revolve-{os.getpid()}")
         wrp.addStorage(storage)
+    in_storage = [0.0]  # seconds inside save and load
+
+    def timed(method):
+        def call(*args):
+            t = time.perf_counter()
+            try:
+                return method(*args)
+            finally:
+                in_storage[0] += time.perf_counter() - t
+        return call
+
+    for st in wrp.storage_list:
+        st.save, st.load = timed(st.save), timed(st.load)
     t0 = time.perf_counter()
     wrp.apply_forward()
     wrp.apply_reverse()
     seconds = time.perf_counter() - t0
     if storage is not None:
         storage.close()
-    return seconds, grad.data.copy()
+    return seconds, in_storage[0], grad.data.copy()
 
 
 def main():
@@ -165,28 +189,49 @@ def main():
                     help="DIM:N:NT (repeatable; 'none': no case, for --beyond-ram alone)")
     ap.add_argument("--block", type=int, default=16, help="Streamer: steps per operator call")
     ap.add_argument("--checkpoints", type=int, default=40, help="pyrevolve checkpoints")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the four ways this many times in turn; print the medians")
+    ap.add_argument("--json", action="store_true",
+                    help="after the table, one JSON line per case with every run's seconds")
     ap.add_argument("--beyond-ram", metavar="DIM:N:NT",
                     help="also run the Streamer alone on a case larger than the node's RAM")
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error(f"--repeat must be at least 1, not {a.repeat}")
     cases = ["2d:1001:600", "3d:111:300"] if a.case is None else [
         c for c in a.case if c != "none"]  # --case none: only --beyond-ram
     client = snapd.connect(a.socket)
     print(f"{os.cpu_count()} cores, Devito's DEVITO_LANGUAGE={configuration['language']}, "
-          f"Streamer block {a.block}, {a.checkpoints} pyrevolve checkpoints")
+          f"Streamer block {a.block}, {a.checkpoints} pyrevolve checkpoints, "
+          f"{'median of %d runs' % a.repeat if a.repeat > 1 else 'one run'} of each way")
     print("| case | save=True s | Streamer s | Streamer / save=True | numpy revolve s | "
-          "SnapdStorage s | SnapdStorage / numpy | exact |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+          "SnapdStorage s | SnapdStorage / numpy | in numpy storage s | in SnapdStorage s "
+          "| exact |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    records = []
     for spec in cases:
         dim, n, nt = (int(x) for x in spec.lower().replace("d", "").split(":"))
         c = Case(dim, n, nt)
-        t_mem, g_mem = in_memory(c)
-        t_str, g_str = streamed(c, client, a.block)
-        t_np, g_np = revolved(c, a.checkpoints)
-        t_sn, g_sn = revolved(c, a.checkpoints, client)
-        exact = all(np.array_equal(g, g_mem) for g in (g_str, g_np, g_sn))
-        print(f"| {c.label} ({c.step_bytes / 1e6:.1f} MB/step) | {t_mem:.2f} | {t_str:.2f} | "
-              f"{t_str / t_mem:.2f} | {t_np:.2f} | {t_sn:.2f} | {t_sn / t_np:.2f} | "
+        runs = {k: [] for k in ("mem", "str", "np", "sn", "np_in", "sn_in")}
+        exact = True
+        for _ in range(a.repeat):
+            t_mem, g_mem = in_memory(c)
+            t_str, g_str = streamed(c, client, a.block)
+            t_np, in_np, g_np = revolved(c, a.checkpoints)
+            t_sn, in_sn, g_sn = revolved(c, a.checkpoints, client)
+            exact &= all(np.array_equal(g, g_mem) for g in (g_str, g_np, g_sn))
+            for k, v in zip(runs, (t_mem, t_str, t_np, t_sn, in_np, in_sn)):
+                runs[k].append(v)
+        m = {k: float(np.median(v)) for k, v in runs.items()}
+        print(f"| {c.label} ({c.step_bytes / 1e6:.1f} MB/step) | {m['mem']:.2f} | "
+              f"{m['str']:.2f} | {m['str'] / m['mem']:.2f} | {m['np']:.2f} | {m['sn']:.2f} | "
+              f"{m['sn'] / m['np']:.2f} | {m['np_in']:.2f} | {m['sn_in']:.2f} | "
               f"{'yes' if exact else 'NO'} |", flush=True)
+        if a.json:
+            records.append(dict(case=spec, label=c.label, step_bytes=c.step_bytes,
+                                exact=bool(exact), runs=runs, medians=m))
+    for record in records:
+        print(json.dumps(record), flush=True)
     if a.beyond_ram:
         beyond_ram(a.beyond_ram, client, a.block)
 
