@@ -15,8 +15,8 @@ for the two pyrevolve ways the seconds spent inside the storage's save and load,
 that the storage decides (the rest is Devito's operators, the same work in both).
 
 --repeat N runs the four ways N times in turn (1 2 3 4 1 2 3 4 ...) and prints the median of
-each: on a shared or virtual node the operators' own time moves by 20% from one run to the
-next, more than the storage's share. The first repetition is the one a new daemon's first
+each: on a shared or virtual node the operators' own time moves by up to a quarter from one
+run to the next, more than the storage's share. The first repetition is the one a new daemon's first
 touch of its memory falls in (docs/python.md). --json prints, after the table, one line of
 JSON per case with every run's seconds ("runs") and their medians ("medians"), keyed mem
 (save=True), str (Streamer), np and sn (pyrevolve with numpy storage and with SnapdStorage),
