@@ -16,9 +16,9 @@ that the storage decides (the rest is Devito's operators, the same work in both)
 
 --repeat N runs the four ways N times in turn (1 2 3 4 1 2 3 4 ...) and prints the median of
 each: on a shared or virtual node the operators' own time moves by up to a quarter from one
-run to the next, more than the storage's share. The first repetition is the one a new daemon's first
-touch of its memory falls in (docs/python.md). --json prints, after the table, one line of
-JSON per case with every run's seconds ("runs") and their medians ("medians"), keyed mem
+run to the next, more than the storage's share. The first repetition is the one a new
+daemon's first touch of its memory falls in (docs/python.md). --json prints, after the table,
+one line of JSON per case with every run's seconds ("runs") and their medians ("medians"), keyed mem
 (save=True), str (Streamer), np and sn (pyrevolve with numpy storage and with SnapdStorage),
 np_in and sn_in (inside those storages' save and load).
 
