@@ -18,9 +18,9 @@ that the storage decides (the rest is Devito's operators, the same work in both)
 each: on a shared or virtual node the operators' own time moves by up to a quarter from one
 run to the next, more than the storage's share. The first repetition is the one a new
 daemon's first touch of its memory falls in (docs/python.md). --json prints, after the table,
-one line of JSON per case with every run's seconds ("runs") and their medians ("medians"), keyed mem
-(save=True), str (Streamer), np and sn (pyrevolve with numpy storage and with SnapdStorage),
-np_in and sn_in (inside those storages' save and load).
+one line of JSON per case with every run's seconds ("runs") and their medians ("medians"),
+keyed mem (save=True), str (Streamer), np and sn (pyrevolve with numpy storage and with
+SnapdStorage), np_in and sn_in (inside those storages' save and load).
 
 --beyond-ram DIM:N:NT runs the Streamer alone on a case whose wavefields need more memory
 than the node has (save=True would need NT wavefields in RAM: it is not run), and prints its
@@ -48,8 +48,26 @@ configuration["log-level"] = "ERROR"
 configuration["safe-math"] = True  # the ways are compared bit for bit
 
 
+def case_spec(text: str) -> str:
+    """The argparse type of --case and --beyond-ram: DIM:N:NT as '2d:1001:600' (the 'd' may be
+    left out), returned in that form; anything else is refused, naming it."""
+    parts = text.lower().split(":")
+    try:
+        dim, n, nt = int(parts[0].removesuffix("d")), int(parts[1]), int(parts[2])
+        ok = len(parts) == 3 and dim in (2, 3) and n >= 2 and nt >= 3
+    except (ValueError, IndexError):
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a case: DIM:N:NT with DIM 2d or 3d, N >= 2 grid points a side "
+            f"and NT >= 3 time steps, as 2d:1001:600")
+    return f"{dim}d:{n}:{nt}"
+
+
 class Case:
-    def __init__(self, dim: int, n: int, nt: int):
+    def __init__(self, spec: str):
+        """spec: DIM:N:NT as case_spec returns it."""
+        dim, n, nt = (int(x) for x in spec.replace("d", "").split(":"))
         nbl = 40 if dim == 2 else 20
         shape = (n,) * dim
         spacing = (10.0,) * dim
@@ -128,8 +146,7 @@ def node_ram() -> int:
 
 
 def beyond_ram(spec: str, client, block: int):
-    dim, n, nt = (int(x) for x in spec.lower().replace("d", "").split(":"))
-    c = Case(dim, n, nt)
+    c = Case(spec)
     need, ram = c.nt * c.step_bytes, node_ram()
     if need <= ram:
         raise SystemExit(f"--beyond-ram {spec}: {need / 2**30:.1f} GiB of wavefields fit in this "
@@ -160,15 +177,16 @@ def revolved(c: Case, checkpoints: int, client=None):
         storage = SnapdStorage(cp.size, checkpoints, cp.dtype, client=client,
                                name=f"bench-revolve-{os.getpid()}")
         wrp.addStorage(storage)
-    in_storage = [0.0]  # seconds inside save and load
+    in_storage = 0.0  # seconds inside save and load
 
     def timed(method):
         def call(*args):
+            nonlocal in_storage
             t = time.perf_counter()
             try:
                 return method(*args)
             finally:
-                in_storage[0] += time.perf_counter() - t
+                in_storage += time.perf_counter() - t
         return call
 
     for st in wrp.storage_list:
@@ -179,13 +197,14 @@ def revolved(c: Case, checkpoints: int, client=None):
     seconds = time.perf_counter() - t0
     if storage is not None:
         storage.close()
-    return seconds, in_storage[0], grad.data.copy()
+    return seconds, in_storage, grad.data.copy()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", default="", help="snapd's control socket (default: the usual)")
-    ap.add_argument("--case", action="append",
+    ap.add_argument("--case", action="append", metavar="DIM:N:NT",
+                    type=lambda text: text if text == "none" else case_spec(text),
                     help="DIM:N:NT (repeatable; 'none': no case, for --beyond-ram alone)")
     ap.add_argument("--block", type=int, default=16, help="Streamer: steps per operator call")
     ap.add_argument("--checkpoints", type=int, default=40, help="pyrevolve checkpoints")
@@ -193,7 +212,7 @@ def main():
                     help="run the four ways this many times in turn; print the medians")
     ap.add_argument("--json", action="store_true",
                     help="after the table, one JSON line per case with every run's seconds")
-    ap.add_argument("--beyond-ram", metavar="DIM:N:NT",
+    ap.add_argument("--beyond-ram", metavar="DIM:N:NT", type=case_spec,
                     help="also run the Streamer alone on a case larger than the node's RAM")
     a = ap.parse_args()
     if a.repeat < 1:
@@ -210,8 +229,7 @@ def main():
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     records = []
     for spec in cases:
-        dim, n, nt = (int(x) for x in spec.lower().replace("d", "").split(":"))
-        c = Case(dim, n, nt)
+        c = Case(spec)
         runs = {k: [] for k in ("mem", "str", "np", "sn", "np_in", "sn_in")}
         exact = True
         for _ in range(a.repeat):
@@ -220,7 +238,8 @@ def main():
             t_np, in_np, g_np = revolved(c, a.checkpoints)
             t_sn, in_sn, g_sn = revolved(c, a.checkpoints, client)
             exact &= all(np.array_equal(g, g_mem) for g in (g_str, g_np, g_sn))
-            for k, v in zip(runs, (t_mem, t_str, t_np, t_sn, in_np, in_sn)):
+            for k, v in dict(mem=t_mem, str=t_str, np=t_np, sn=t_sn, np_in=in_np,
+                             sn_in=in_sn).items():
                 runs[k].append(v)
         m = {k: float(np.median(v)) for k, v in runs.items()}
         print(f"| {c.label} ({c.step_bytes / 1e6:.1f} MB/step) | {m['mem']:.2f} | "

@@ -48,3 +48,15 @@ def test_a_repeat_below_one_is_refused_naming_it(daemon):
     r = run_bench(daemon, "--repeat", "0")
     assert r.returncode != 0
     assert "--repeat must be at least 1, not 0" in r.stderr
+
+
+@pytest.mark.parametrize("args, named", [
+    (("--case", "4d:10:10"), "argument --case: '4d:10:10' is not a case"),
+    (("--case", "2d:1001"), "argument --case: '2d:1001' is not a case"),
+    (("--beyond-ram", "none"), "argument --beyond-ram: 'none' is not a case"),
+])
+def test_a_malformed_case_is_refused_naming_it(daemon, args, named):
+    r = run_bench(daemon, *args)
+    assert r.returncode == 2
+    assert named in r.stderr and "DIM:N:NT" in r.stderr
+    assert "Traceback" not in r.stderr
