@@ -211,6 +211,7 @@ int Run(int argc, char** argv) {
   store_options.tenant_quota = config.tenant_quota;
   store_options.tenant_host_share = config.tenant_host_share;
   store_options.spool_failure_timeout = std::chrono::seconds(config.spool_failure_timeout);
+  store_options.wait_warn_after = std::chrono::seconds(config.wait_warn_after);
   store_options.scrub_bytes_per_second = config.scrub_rate;
   store_options.kept_host_tier = *kept;
   store_options.host_tier_adopted = host_tier_adopted;
@@ -240,7 +241,7 @@ int Run(int argc, char** argv) {
     auto started = MetricsFile::Start(config.metrics_textfile,
                                       std::chrono::seconds(config.metrics_interval), [&service] {
                                         v1::StatsResponse stats;
-                                        service.CollectStats(/*admin=*/false, &stats);
+                                        service.CollectStats(/*who=*/nullptr, &stats);
                                         return stats;
                                       });
     if (!started.ok()) return fail(started.status());

@@ -53,6 +53,9 @@ const std::vector<OptionDoc>& ConfigOptions() {
       {"spool_failure_timeout", "SNAPD_SPOOL_FAILURE_TIMEOUT", K::kInteger, "SECONDS",
        "seconds a push that needs the disk tier waits while no spool works before it fails "
        "with UNAVAILABLE, 1..3600 (default 10)"},
+      {"wait_warn_after", "SNAPD_WAIT_WARN_AFTER", K::kInteger, "SECONDS",
+       "seconds after which a push or fetch that still waits (for host room, a disk read) is "
+       "logged with what it waits for, and every 6 times as long after, 1..3600 (default 10)"},
       {"scrub_rate", "SNAPD_SCRUB_RATE", K::kSize, "SIZE",
        "bytes per second the background scrub reads to re-verify spool files, e.g. 64M; 0 = "
        "off (default 0)"},
@@ -187,8 +190,9 @@ Status Parse(Config& c, const std::string& key, const std::string& value) {
      : key == "disk_mem" ? c.disk_mem
      : key == "scrub_rate" ? c.scrub_rate
                            : c.tenant_quota) = *v;
-  } else if (key == "spool_failure_timeout") {
-    if (!ParseInteger(value, 1, 3600, &c.spool_failure_timeout)) {
+  } else if (key == "spool_failure_timeout" || key == "wait_warn_after") {
+    if (!ParseInteger(value, 1, 3600,
+                      key == "wait_warn_after" ? &c.wait_warn_after : &c.spool_failure_timeout)) {
       return expected("a number of seconds 1..3600");
     }
   } else if (key == "host_mem_perc" || key == "disk_mem_perc" || key == "tenant_host_share") {
@@ -531,6 +535,7 @@ std::string FormatConfig(const Config& c) {
     << "disk_mem = \"" << c.disk_mem << "\"\n"
     << "disk_mem_perc = " << c.disk_mem_perc << "\n"
     << "spool_failure_timeout = " << c.spool_failure_timeout << "\n"
+    << "wait_warn_after = " << c.wait_warn_after << "\n"
     << "scrub_rate = \"" << c.scrub_rate << "\"\n"
     << "io_threads = " << c.io_threads << "\n"
     << "prefetch_depth = " << c.prefetch_depth << "\n"

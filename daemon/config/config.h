@@ -25,6 +25,7 @@ struct Config {
   uint64_t disk_mem = 0;                // disk-tier budget; 0 = disk_mem_perc of free space
   double disk_mem_perc = 0.7;
   uint32_t spool_failure_timeout = 10;  // seconds a push needing disk waits with no spool working
+  uint32_t wait_warn_after = 10;  // seconds before a push or fetch still waiting is logged
   uint64_t scrub_rate = 0;              // background scrub, bytes/s; 0 = off
   uint32_t io_threads = 4;
   uint32_t prefetch_depth = 8;

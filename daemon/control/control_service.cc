@@ -292,11 +292,13 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
                                                 v1::StatsResponse* resp) {
   // Where snapd keeps every tenant's files is an admin's business.
   Result<Tenant> who = Caller(ctx);
-  CollectStats(who.ok() && who->admin, resp);
+  CollectStats(who.ok() ? &*who : nullptr, resp);
   return Finish(ctx, Status::Ok());
 }
 
 namespace {
+constexpr size_t kMaxWaitsListed = 64;  // StatsResponse.waits
+
 void FillSpools(const DiskTier& disk, bool admin,
                 google::protobuf::RepeatedPtrField<v1::SpoolState>* out) {
   uint32_t index = 0;
@@ -321,7 +323,8 @@ void FillSpools(const DiskTier& disk, bool admin,
 }
 }  // namespace
 
-void ControlService::CollectStats(bool admin, v1::StatsResponse* resp) const {
+void ControlService::CollectStats(const Tenant* who, v1::StatsResponse* resp) const {
+  const bool admin = who && who->admin;
   StoreCounters c = store_->Counters();
   resp->set_version(SNAPD_VERSION);
   resp->set_wire_version(wire::kVersion);
@@ -392,6 +395,11 @@ void ControlService::CollectStats(bool admin, v1::StatsResponse* resp) const {
   resp->set_compactions(c.compactions);
   resp->set_unavailable_pushes(c.unavailable_pushes);
   resp->set_scrubbed_files(c.scrubbed);
+  Store::Waits waits = store_->Waiting(who ? *who : Tenant::User(0), who ? kMaxWaitsListed : 0);
+  for (v1::Wait& w : waits.waits) *resp->add_waits() = std::move(w);
+  resp->set_waiting_pushes(waits.pushes);
+  resp->set_waiting_fetches(waits.fetches);
+  resp->set_oldest_wait_seconds(waits.oldest_seconds);
 }
 
 grpc::ServerUnaryReactor* ControlService::Prefetch(grpc::CallbackServerContext* ctx,

@@ -64,8 +64,9 @@ class ControlService final : public v1::Control::CallbackService {
                                           v1::ListSnapshotsResponse* resp) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
                                   v1::StatsResponse* resp) override;
-  // What Stats answers (`admin`: with the spool paths); also the metrics file's source.
-  void CollectStats(bool admin, v1::StatsResponse* resp) const;
+  // What Stats answers: with the spool paths for an admin, and the waits `who` may see (none
+  // when null: the metrics file's source, which has the counts only).
+  void CollectStats(const Tenant* who, v1::StatsResponse* resp) const;
   grpc::ServerUnaryReactor* Quota(grpc::CallbackServerContext* ctx, const v1::QuotaRequest* req,
                                   v1::QuotaResponse* resp) override;
   grpc::ServerUnaryReactor* PurgeRuns(grpc::CallbackServerContext* ctx,

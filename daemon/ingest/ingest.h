@@ -35,6 +35,7 @@ class Ingest : protected Checksums {
   // Compressions in flight, or compressed copies waiting to be swapped in: host room is coming.
   int ingests_in_flight() const SNAPD_REQUIRES(mu_) { return ingests_in_flight_; }
   bool packs_pending() const SNAPD_REQUIRES(mu_) { return !pending_packs_.empty(); }
+  size_t pending_pack_count() const SNAPD_REQUIRES(mu_) { return pending_packs_.size(); }
 
  private:
   void FinishIngestCompression(uint64_t run_id, uint64_t step, uint64_t generation,

@@ -188,6 +188,15 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
   c.One("snapd_unavailable_pushes_total", "counter",
         "Pushes that needed the disk tier and failed (UNAVAILABLE) because no spool worked.",
         static_cast<double>(s.unavailable_pushes()));
+  c.One("snapd_waiting_pushes", "gauge",
+        "Pushes parked now for host room (snapctl status lists each, with what it waits for).",
+        static_cast<double>(s.waiting_pushes()));
+  c.One("snapd_waiting_fetches", "gauge",
+        "Fetches waiting now for a disk read or decode of their step.",
+        static_cast<double>(s.waiting_fetches()));
+  c.One("snapd_oldest_wait_seconds", "gauge",
+        "How long the oldest push or fetch that waits now has waited; 0 when none waits.",
+        s.oldest_wait_seconds());
   c.One("snapd_scrubbed_files_total", "counter",
         "Spool files re-verified against their checksums (recovery, background, on demand).",
         static_cast<double>(s.scrubbed_files()));

@@ -452,7 +452,7 @@ Result<uint64_t> Store::RunId(const std::string& name, const Tenant& who) const 
   return run->record.run_id();
 }
 
-v1::RunInfo Store::Info(const Run& run) {
+v1::RunInfo Store::Info(const Run& run) const {
   v1::RunInfo info;
   info.set_run_id(run.record.run_id());
   *info.mutable_spec() = run.record.spec();
@@ -474,7 +474,24 @@ v1::RunInfo Store::Info(const Run& run) {
   info.set_lost_snapshots(lost);
   info.set_compressed_snapshots(compressed);
   info.set_failure(run.failure);
+  WaitCounts waits = WaitsOf(run);
+  info.set_waiting_pushes(waits.pushes);
+  info.set_waiting_fetches(waits.fetches);
+  info.set_oldest_wait_seconds(waits.oldest_seconds);
   return info;
+}
+
+Store::Waits Store::Waiting(const Tenant& who, size_t limit) {
+  MutexLock lock(mu_);
+  Waits out;
+  for (WaitingRequest& w : Tiering::Waiting()) {
+    (w.wait.kind() == "push" ? out.pushes : out.fetches)++;
+    out.oldest_seconds = std::max(out.oldest_seconds, w.wait.seconds());
+    if (out.waits.size() < limit && (who.admin || w.owner_uid == who.uid)) {
+      out.waits.push_back(std::move(w.wait));
+    }
+  }
+  return out;
 }
 
 v1::SnapshotInfo Store::Info(const Run& run, uint64_t step, const DeviceStep& held) {
@@ -944,7 +961,13 @@ Status Store::CommitPush(const PushTicket& t) {
                             " was being pushed");
   }
   Run& run = it->second;
-  run.in_flight.erase(t.step);
+  auto reserved = run.in_flight.find(t.step);
+  if (reserved == run.in_flight.end() || !reserved->second) {
+    return Status::FailedPrecondition(StepName(run.record, t.step) +
+                                      " has no reservation to commit");
+  }
+  std::shared_ptr<HostBlock> block = std::move(reserved->second);
+  run.in_flight.erase(reserved);
   NoteDataPlaneActivity();
   uint64_t raw = run.record.spec().bytes_per_step();
   v1::SnapshotRecord rec;
@@ -958,7 +981,7 @@ Status Store::CommitPush(const PushTicket& t) {
   SNAPD_RETURN_IF_ERROR(catalog_->PutSnapshot(rec));
   Snapshot& snap = run.snapshots[t.step];
   snap.record = std::move(rec);
-  snap.block = t.block;
+  snap.block = std::move(block);
   snap.generation = next_generation_++;
   run.released.erase(t.step);
   run.stored_bytes += raw;

@@ -192,6 +192,15 @@ class Store final : private Tiering {
   StopResult KeepHostTier(std::chrono::steady_clock::time_point deadline) SNAPD_EXCLUDES(mu_);
 
   StoreCounters Counters() const SNAPD_EXCLUDES(mu_);
+  // Every request that waits now, oldest first, with what it waits for: `who`'s own unless an
+  // admin asks (StatsResponse.waits).
+  struct Waits {
+    std::vector<v1::Wait> waits;  // at most `limit`
+    uint64_t pushes = 0;          // all that wait, by kind (every tenant's)
+    uint64_t fetches = 0;
+    double oldest_seconds = 0;
+  };
+  Waits Waiting(const Tenant& who, size_t limit) SNAPD_EXCLUDES(mu_);
   uint64_t host_budget() const { return host_->budget(); }
   uint64_t host_used() const { return host_->used(); }
   uint64_t host_peak_used() const { return host_->peak_used(); }
@@ -230,7 +239,7 @@ class Store final : private Tiering {
   Usage UsageOf(uint32_t uid) const SNAPD_REQUIRES(mu_);
   // NOT_FOUND for a step the run does not hold, saying whether it was read once and released.
   static Status StepNotFound(const Run& run, uint64_t step);
-  static v1::RunInfo Info(const Run& run);
+  v1::RunInfo Info(const Run& run) const SNAPD_REQUIRES(mu_);
   static Status Refused(Run& run, Status why);
   static v1::SnapshotInfo Info(const Snapshot& snap);
   static v1::SnapshotInfo Info(const Run& run, uint64_t step, const DeviceStep& held);

@@ -34,6 +34,32 @@ std::shared_ptr<HostBlock> StoreState::Wrap(std::unique_ptr<HostBlock> block) {
   });
 }
 
+std::shared_ptr<HostBlock> StoreState::Lease(std::shared_ptr<HostBlock> block) const {
+  HostBlock* raw = block.get();
+  {
+    MutexLock lock(waker_->mu);
+    ++waker_->leases[raw];
+  }
+  return std::shared_ptr<HostBlock>(
+      raw, [block = std::move(block), waker = waker_](HostBlock* leased) mutable {
+        {
+          MutexLock lock(waker->mu);
+          if (--waker->leases[leased] == 0) waker->leases.erase(leased);
+        }
+        // Before the wake-up: the tiering thread must find the store's reference the only
+        // one. Without the waker's lock: the last reference's deleter takes it.
+        block.reset();
+        waker->Wake();
+      });
+}
+
+std::unordered_set<const HostBlock*> StoreState::LeasedBlocks() const {
+  MutexLock lock(waker_->mu);
+  std::unordered_set<const HostBlock*> out;
+  for (const auto& [block, count] : waker_->leases) out.insert(block);
+  return out;
+}
+
 void StoreState::Waker::Wake() {
   MutexLock lock(mu);
   if (state) state->Wake();

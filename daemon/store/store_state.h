@@ -24,6 +24,8 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -78,12 +80,16 @@ struct StoreOptions {
   std::chrono::milliseconds spool_failure_timeout{10000};
   // Background re-verification of spool files, bytes read per second; 0 = off.
   uint64_t scrub_bytes_per_second = 0;
+  // A push or fetch that has waited this long is logged, with what it waits for (and again
+  // every kWaitWarnRepeat times as long while it still waits).
+  std::chrono::milliseconds wait_warn_after{10000};
 };
 
 class StoreState {
  public:
   // A push between BeginPush and CommitPush/AbortPush: the step is reserved and `block` holds
-  // the host memory its bytes go to (also the staging buffer of a step bound for disk).
+  // the host memory its bytes go to (also the staging buffer of a step bound for disk). `block`
+  // is a lease (see Lease): the store keeps its own reference in Run::in_flight.
   struct PushTicket {
     uint64_t run_id = 0;
     uint64_t step = 0;
@@ -93,7 +99,8 @@ class StoreState {
   // The step's bytes in host memory. `generation` identifies this copy of the step for
   // Consumed (a step deleted and pushed again is another generation).
   struct FetchGrant {
-    std::shared_ptr<HostBlock> block;  // shared: a concurrent delete cannot free it under a send
+    // A lease (see Lease): a concurrent delete cannot free it under a send.
+    std::shared_ptr<HostBlock> block;
     uint64_t generation = 0;
   };
   using FetchDone = std::function<void(Result<FetchGrant>)>;
@@ -112,6 +119,9 @@ class StoreState {
     bool reading = false;              // a disk read into host memory is in flight
     bool verified = true;              // false for a recovered file not yet checksummed
     std::vector<FetchDone> waiters;    // fetches waiting for that read
+    // Since when the first of `waiters` waits, and when the wait is next logged (Tiering).
+    std::chrono::steady_clock::time_point waiting_since{};
+    std::chrono::steady_clock::time_point warn_at{};
     // A compressed copy made at ingest that could not replace the raw block yet.
     std::shared_ptr<PendingPack> pending_pack;
   };
@@ -123,7 +133,9 @@ class StoreState {
     v1::RunRecord record;
     std::map<uint64_t, Snapshot> snapshots;
     std::map<uint64_t, DeviceStep> device;  // the device tier: recorded, held by clients
-    std::set<uint64_t> in_flight;           // pushes reserved or waiting for room
+    // Pushes reserved (the store's reference to the block their bytes go to) or waiting for
+    // room (null).
+    std::map<uint64_t, std::shared_ptr<HostBlock>> in_flight;
     std::set<uint64_t> released;            // read-once steps already consumed (this daemon start)
     uint64_t stored_bytes = 0;
     // Backward pace: time between consecutive fetches of descending steps (EWMA).
@@ -150,6 +162,14 @@ class StoreState {
   Result<std::shared_ptr<HostBlock>> AllocateHost(uint64_t bytes, bool from_top = false);
   // The same for a block of an adopted host tier at a known place (HostTier::Claim).
   Result<std::shared_ptr<HostBlock>> ClaimHost(uint64_t offset, uint64_t bytes);
+  // A reference to `block` for a holder outside the store (the data plane's push or fetch, a
+  // dump): dropping its last copy wakes the tiering thread. The policy waits for blocks that
+  // only the store holds (a compressed copy swapped in for the raw bytes, a read-ahead copy
+  // dropped, a block moved to compact the tier), and the release of the last such holder,
+  // which frees no memory by itself, is what makes them so.
+  std::shared_ptr<HostBlock> Lease(std::shared_ptr<HostBlock> block) const;
+  // The blocks leased out now (each once, however many leases it has).
+  std::unordered_set<const HostBlock*> LeasedBlocks() const;
   // Something changed that the tiering policy may act on: wakes the tiering thread.
   void Wake() SNAPD_EXCLUDES(wake_mu_);
   // The tiering thread's wait for Wake, or for `until` to pass; false once StopWaking was
@@ -202,6 +222,8 @@ class StoreState {
   struct Waker {
     Mutex mu;
     StoreState* state SNAPD_GUARDED_BY(mu) = nullptr;
+    // Leases out per block (Lease); a block in it is alive, held by its leases.
+    std::unordered_map<const HostBlock*, int> leases SNAPD_GUARDED_BY(mu);
     void Wake() SNAPD_EXCLUDES(mu);
   };
   const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();

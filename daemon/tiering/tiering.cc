@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "log.h"
 #include "snapd/units.h"
@@ -77,9 +79,8 @@ Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(Run& run, uint64_t
   auto block = parked_pushes_.empty() ? AllocateHost(bytes)
                                       : Status::ResourceExhausted("earlier pushes are waiting");
   if (block.ok()) {
-    run.in_flight.insert(step);
-    return std::optional<PushTicket>(
-        PushTicket{run.record.run_id(), step, std::move(block).value()});
+    run.in_flight[step] = *block;
+    return std::optional<PushTicket>(PushTicket{run.record.run_id(), step, Lease(*block)});
   }
   // Room comes from demotion to disk, from compressions in flight, from compacting the host
   // tier, or (blocking runs) from deletes and consumed steps.
@@ -87,9 +88,10 @@ Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(Run& run, uint64_t
   if (!disk_ && !run.record.spec().block_when_full() && ingests_in_flight() == 0 && !fragmented) {
     return block.status();
   }
-  run.in_flight.insert(step);
-  parked_pushes_.push_back(ParkedPush{run.record.run_id(), step, bytes, std::move(later),
-                                      std::chrono::steady_clock::now()});
+  run.in_flight.emplace(step, nullptr);
+  auto now = std::chrono::steady_clock::now();
+  parked_pushes_.push_back(ParkedPush{run.record.run_id(), step, bytes, std::move(later), now,
+                                      now + options_.wait_warn_after});
   Wake();
   return std::optional<PushTicket>();
 }
@@ -111,11 +113,15 @@ std::optional<Tiering::FetchGrant> Tiering::AdmitFetch(Run& run, Snapshot& snap,
   std::optional<FetchGrant> grant;
   if (RawInHost(snap)) {
     if (snap.record.tier() == v1::TIER_DISK) ++counters_.prefetch_hits;
-    grant = FetchGrant{snap.block, snap.generation};
+    grant = FetchGrant{Lease(snap.block), snap.generation};
   } else {
     // On disk only, or compressed in host memory: answer once the read (or decode) lands; it
     // goes before any read-ahead.
     ++counters_.demand_reads;
+    if (snap.waiters.empty()) {
+      snap.waiting_since = std::chrono::steady_clock::now();
+      snap.warn_at = snap.waiting_since + options_.wait_warn_after;
+    }
     snap.waiters.push_back(std::move(later));
     if (!snap.reading && !StartRead(run, snap, /*urgent=*/true)) {
       parked_reads_.insert({run.record.run_id(), step});
@@ -264,7 +270,9 @@ void Tiering::Rebalance(Deferred& deferred) {
   // Stuck: waiting pushes, nothing in flight that will free host memory, and nothing left to
   // demote (the loop above found nothing).
   // (Parked pushes left here could not be granted even after compacting the host tier.)
-  bool stuck = !Settling();
+  // A stored block a transfer still holds (a lease) is in flight too: its release wakes this
+  // thread, and may let a read-ahead copy go or a compressed copy in.
+  bool stuck = !Settling() && LeasedBytes() == 0;
   if (disk_ && !disk_->usable()) FailPushesWithoutDisk(deferred);
   const bool no_spool = disk_ && !disk_->usable();
   if (!parked_pushes_.empty() && stuck) {
@@ -317,6 +325,141 @@ void Tiering::Rebalance(Deferred& deferred) {
   }
   FinishDrainsIfDone(deferred);
   if (options_.scrub_bytes_per_second && disk_) ScrubNext();
+  WarnLongWaits();
+}
+
+std::string Tiering::WhatRoomWaitsFor(uint64_t bytes) {
+  std::vector<std::string> coming;
+  auto count = [](uint64_t n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  if (writes_in_flight_) {
+    coming.push_back(count(writes_in_flight_, "demotion to disk", "demotions to disk") +
+                     " being written");
+  }
+  if (reads_in_flight_) {
+    coming.push_back(count(reads_in_flight_, "disk read or decode", "disk reads or decodes") +
+                     " in flight");
+  }
+  if (ingests_in_flight()) {
+    coming.push_back(count(ingests_in_flight(), "at-ingest compression", "at-ingest compressions") +
+                     " in flight");
+  }
+  if (packs_pending()) {
+    coming.push_back(count(pending_pack_count(), "compressed copy", "compressed copies") +
+                     " waiting for the raw bytes to be let go");
+  }
+  if (ChecksumHeldBytes()) coming.push_back("the checksum of a deleted step");
+  if (uint64_t held = LeasedBytes()) {
+    coming.push_back(FormatBytes(held) + " of stored steps held by transfers in flight");
+  }
+  if (disk_ && !disk_->usable()) {
+    coming.push_back("a spool to work again (" + disk_->FailedSpools() + ")");
+  } else if (disk_full_) {
+    coming.push_back("room on the disk tier (" + FormatBytes(disk_->used()) + " of " +
+                     FormatBytes(disk_->budget()) + " in use)");
+  }
+  std::string what;
+  for (const std::string& c : coming) what += (what.empty() ? "" : ", ") + c;
+  if (what.empty()) what = "steps to be deleted or consumed (nothing in flight will make room)";
+  return "host room for " + FormatBytes(bytes) + " (host tier " + FormatBytes(host_->used()) +
+         " of " + FormatBytes(host_->budget()) + " in use, largest free piece " +
+         FormatBytes(host_->largest_free()) + "); waiting for " + what;
+}
+
+std::string Tiering::WhatFetchWaitsFor(const Run&, const Snapshot& snap) {
+  std::string how = HoldsCompressed(snap) ? "its decode in host memory" : "its read from disk";
+  if (snap.reading) return how + ", in flight";
+  return how + ", which waits for " + WhatRoomWaitsFor(snap.record.raw_bytes());
+}
+
+Tiering::WaitCounts Tiering::WaitsOf(const Run& run) const {
+  WaitCounts c;
+  auto now = std::chrono::steady_clock::now();
+  auto oldest = [&](std::chrono::steady_clock::time_point since) {
+    c.oldest_seconds = std::max(c.oldest_seconds,
+                                std::chrono::duration<double>(now - since).count());
+  };
+  for (const ParkedPush& p : parked_pushes_) {
+    if (p.run_id != run.record.run_id()) continue;
+    ++c.pushes;
+    oldest(p.parked_at);
+  }
+  for (const auto& [step, snap] : run.snapshots) {
+    if (snap.waiters.empty()) continue;
+    ++c.fetches;
+    oldest(snap.waiting_since);
+  }
+  return c;
+}
+
+std::vector<Tiering::WaitingRequest> Tiering::Waiting() {
+  auto now = std::chrono::steady_clock::now();
+  std::vector<WaitingRequest> out;
+  auto add = [&](const char* kind, const Run* run, uint64_t run_id, uint64_t step,
+                 std::chrono::steady_clock::time_point since, std::string what) {
+    WaitingRequest& w = out.emplace_back();
+    w.since = since;
+    w.owner_uid = run ? run->record.owner_uid() : 0;
+    w.wait.set_kind(kind);
+    w.wait.set_run_id(run_id);
+    if (run) w.wait.set_run(run->record.spec().name());
+    w.wait.set_step(step);
+    w.wait.set_seconds(std::chrono::duration<double>(now - since).count());
+    w.wait.set_waiting_for(std::move(what));
+  };
+  for (const ParkedPush& p : parked_pushes_) {
+    auto run = runs_.find(p.run_id);
+    add("push", run != runs_.end() ? &run->second : nullptr, p.run_id, p.step, p.parked_at,
+        WhatRoomWaitsFor(p.bytes));
+  }
+  for (const auto& [id, run] : runs_) {
+    for (const auto& [step, snap] : run.snapshots) {
+      if (!snap.waiters.empty()) {
+        add("fetch", &run, id, step, snap.waiting_since, WhatFetchWaitsFor(run, snap));
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const WaitingRequest& a, const WaitingRequest& b) {
+    return a.since < b.since;
+  });
+  return out;
+}
+
+void Tiering::WarnLongWaits() {
+  const auto bound = options_.wait_warn_after;
+  if (bound.count() <= 0) return;
+  auto now = std::chrono::steady_clock::now();
+  auto due = [&](std::chrono::steady_clock::time_point since,
+                 std::chrono::steady_clock::time_point& warn_at,
+                 const std::function<std::string()>& what) SNAPD_REQUIRES(mu_) {
+    if (now >= warn_at) {
+      char waited[32];
+      std::snprintf(waited, sizeof waited, "%.1f s",
+                    std::chrono::duration<double>(now - since).count());
+      long_waits_.Write(log::Level::kWarn, "long waits", what() + " has waited " + waited);
+      warn_at = now + bound * kWaitWarnRepeat;
+    }
+    WakeBy(warn_at);
+  };
+  for (ParkedPush& p : parked_pushes_) {
+    due(p.parked_at, p.warn_at, [&]() SNAPD_REQUIRES(mu_) {
+      auto run = runs_.find(p.run_id);
+      return "push of " +
+             (run != runs_.end() ? StepName(run->second.record, p.step)
+                                 : StepLabel(p.run_id, p.step)) +
+             ", waiting for " + WhatRoomWaitsFor(p.bytes) + ",";
+    });
+  }
+  for (auto& [id, run] : runs_) {
+    for (auto& [step, snap] : run.snapshots) {
+      if (snap.waiters.empty()) continue;
+      due(snap.waiting_since, snap.warn_at, [&]() SNAPD_REQUIRES(mu_) {
+        return "fetch of " + StepName(run.record, step) + ", waiting for " +
+               WhatFetchWaitsFor(run, snap) + ",";
+      });
+    }
+  }
 }
 
 void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
@@ -417,7 +560,8 @@ void Tiering::GrantParkedPushes(Deferred& deferred) {
     auto block = AllocateHost(p.bytes);
     if (!block.ok() && CompactHost(p.bytes)) block = AllocateHost(p.bytes);
     if (!block.ok()) return;  // first come, first served
-    PushTicket ticket{p.run_id, p.step, std::move(block).value()};
+    run->second.in_flight[p.step] = *block;
+    PushTicket ticket{p.run_id, p.step, Lease(*block)};
     deferred.push_back([l = std::move(p.later), t = std::move(ticket)] { l(t); });
     parked_pushes_.pop_front();
   }
@@ -450,6 +594,18 @@ bool Tiering::CompactHost(uint64_t bytes) {
     ++compactions_;
   }
   return host_->largest_free() >= bytes;
+}
+
+uint64_t Tiering::LeasedBytes() const {
+  const std::unordered_set<const HostBlock*> leased = LeasedBlocks();
+  if (leased.empty()) return 0;
+  uint64_t held = 0;
+  for (const auto& [id, run] : runs_) {
+    for (const auto& [step, snap] : run.snapshots) {
+      if (snap.block && leased.count(snap.block.get())) held += snap.block->size();
+    }
+  }
+  return held;
 }
 
 uint64_t Tiering::FreeingBytes() {
@@ -669,7 +825,7 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
       if (read.ok()) {
         snap->block = std::move(block);
         snap->verified = true;
-        FetchGrant grant{snap->block, snap->generation};
+        FetchGrant grant{Lease(snap->block), snap->generation};
         for (auto& w : waiters) deferred.push_back([w = std::move(w), grant] { w(grant); });
       } else {
         Status answer = read;

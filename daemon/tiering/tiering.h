@@ -72,6 +72,21 @@ class Tiering : protected Ingest {
   // A step read back from disk is lost (DATA_LOSS): marks it lost, logging `why` once, and
   // moves its file aside (DiskTier::Quarantine) from an I/O thread.
   void LoseDiskStep(Run& run, Snapshot& snap, const std::string& why) SNAPD_REQUIRES(mu_);
+  // Every request that waits now, oldest first: pushes parked for host room and fetches
+  // waiting for a disk read or decode, each with what it waits for.
+  struct WaitingRequest {
+    v1::Wait wait;
+    uint32_t owner_uid = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<WaitingRequest> Waiting() SNAPD_REQUIRES(mu_);
+  // How many of one run's requests wait, cheaply (no reasons).
+  struct WaitCounts {
+    uint64_t pushes = 0;
+    uint64_t fetches = 0;
+    double oldest_seconds = 0;
+  };
+  WaitCounts WaitsOf(const Run& run) const SNAPD_REQUIRES(mu_);
   // Adds the refused pushes and compactions.
   void AddTieringCounters(StoreCounters& c) const SNAPD_REQUIRES(mu_);
   void WaitTieringIdle() SNAPD_EXCLUDES(mu_);
@@ -83,6 +98,7 @@ class Tiering : protected Ingest {
     uint64_t bytes;
     PushDone later;
     std::chrono::steady_clock::time_point parked_at;
+    std::chrono::steady_clock::time_point warn_at;  // when the wait is next logged
   };
   struct DrainWaiter {
     std::function<void(Result<DrainResult>)> done;
@@ -114,6 +130,9 @@ class Tiering : protected Ingest {
   // Host bytes that work in flight will free without another demotion: demotions being
   // written, and a checksum still hashing a block the store has let go of.
   uint64_t FreeingBytes() SNAPD_REQUIRES(mu_);
+  // Bytes of stored steps' host blocks leased out now (StoreState::Lease): held by a transfer
+  // (a send, a mapped-path read, a dump) whose release wakes the tiering thread.
+  uint64_t LeasedBytes() const SNAPD_REQUIRES(mu_);
   // Something in flight (a disk write or read, a compression, a checksum holding a block) will
   // free host memory or change what can be demoted soon.
   bool Settling() SNAPD_REQUIRES(mu_);
@@ -123,6 +142,13 @@ class Tiering : protected Ingest {
   void FailPushesWithoutDisk(Deferred& deferred) SNAPD_REQUIRES(mu_);
   // The background scrub: verifies the next disk-tier file when its turn (the rate) comes.
   void ScrubNext() SNAPD_REQUIRES(mu_);
+  // Logs each wait older than options_.wait_warn_after, with what it waits for, and wakes the
+  // tiering thread when the next one comes due.
+  void WarnLongWaits() SNAPD_REQUIRES(mu_);
+  // What host room for `bytes` waits for: the tier's use and what in flight will make room.
+  std::string WhatRoomWaitsFor(uint64_t bytes) SNAPD_REQUIRES(mu_);
+  // What a fetch of `snap` waits for: its disk read or decode, or host room to start one.
+  std::string WhatFetchWaitsFor(const Run& run, const Snapshot& snap) SNAPD_REQUIRES(mu_);
   void WakeBy(std::chrono::steady_clock::time_point when) SNAPD_REQUIRES(mu_) {
     deadline_ = std::min(deadline_, when);
   }
@@ -150,6 +176,10 @@ class Tiering : protected Ingest {
   // Demotions that fail, one line per kind per 10 s, then a count: a spool that fails fails
   // every write to it.
   log::RateLimitedLog failed_writes_{"store", 3, std::chrono::seconds(10)};
+  // Waits past the bound, a few lines per 10 s however many wait: each wait is logged once it
+  // passes the bound and then every kWaitWarnRepeat bounds.
+  log::RateLimitedLog long_waits_{"store", 5, std::chrono::seconds(10)};
+  static constexpr int kWaitWarnRepeat = 6;
   CondVar idle_cv_;                                    // tiering quiescence (WaitTieringIdle)
   std::thread tiering_thread_;
 };

@@ -64,6 +64,7 @@ class StoreTest : public ::testing::Test {
     options.epoch = catalog_->BeginEpoch().value();
     options.tenant_host_share = host_share_;
     options.on_hash = on_hash_;
+    options.wait_warn_after = wait_warn_after_;
     store_ = std::move(Store::Open(catalog_.get(), tier_.get(), disk_.get(), options).value());
   }
   uint64_t OpenRun(const std::string& name, uint64_t steps, uint64_t bytes,
@@ -132,6 +133,8 @@ class StoreTest : public ::testing::Test {
   std::unique_ptr<DiskTier> disk_;
   double host_share_ = 1.0;  // StoreOptions.tenant_host_share for Open()
   std::function<void(const void*, uint64_t)> on_hash_;  // StoreOptions.on_hash for Open()
+  // StoreOptions.wait_warn_after for Open(): its deadline also wakes the tiering thread.
+  std::chrono::milliseconds wait_warn_after_{10000};
   std::unique_ptr<Store> store_;
 };
 
@@ -771,6 +774,115 @@ TEST_F(CompressedStoreTest, AStepCompressedAtIngestGoesToDiskAsItIs) {
   EXPECT_EQ(on_disk->stored_bytes(), in_host->stored_bytes());  // written as it was
   std::vector<float> got = FetchFloats(id, 2), want = WaveField(2, kNy, kNx);
   EXPECT_LE(WorstError(got, want), tol);
+}
+
+// At-ingest compression swaps a step's raw block for its smaller copy once the store holds the
+// raw block alone; with no room beside it, the copy waits and the policy holds back demotions
+// of the run meanwhile. The last other holder of the raw bytes is outside the store (the data
+// plane's push ticket or fetch lease), and its release frees no memory by itself: it must still
+// reach a push that waits for room. (A compressed-at-ingest stream through a 2 MiB host tier
+// hung here, its next push waiting for ever with every daemon thread idle.)
+class PendingPackTest : public CompressedStoreTest {
+ protected:
+  void SetUp() override {
+    // No timer may wake the tiering thread before the test's bound: only the release can.
+    wait_warn_after_ = std::chrono::hours(1);
+    Open();
+  }
+  // Fills the host tier but for one raw block, with steps of a run that never leaves it.
+  void FillAllButOneBlock() {
+    uint64_t filler = OpenRun("filler", 0, kBytes, v1::LAYERS_HOST);
+    for (uint64_t t = 0; t + 1 < kHostBytes / kBytes; ++t) {
+      ASSERT_TRUE(Push(filler, t, kBytes).ok()) << t;
+    }
+    store_->WaitChecksumsIdle();  // the checksum thread holds none of their blocks now
+  }
+  uint64_t OpenAtIngest() {
+    return OpenCompressed(v1::CODEC_ZFP_REVERSIBLE, 0, v1::LAYERS_DISK_HOST, /*at_ingest=*/true);
+  }
+  // Step 0 is compressed, but its copy is not swapped in: still raw in host memory.
+  void ExpectStepZeroWaitsForItsCopy() {
+    store_->WaitTieringIdle();  // the compression is done
+    auto where = store_->Locate("z", 0);
+    ASSERT_TRUE(where.ok()) << where.status().ToString();
+    EXPECT_EQ(where->tier(), v1::TIER_HOST);
+    EXPECT_EQ(where->codec(), v1::CODEC_NONE);
+  }
+  // Pushes step 1, which must wait for room; `release` lets go of the outside holder.
+  void ExpectAWaitingPushGrantedOnceReleased(uint64_t id, const std::function<void()>& release) {
+    auto promise = std::make_shared<std::promise<Result<Store::PushTicket>>>();
+    ASSERT_TRUE(store_->BeginPush(id, 1, kBytes, [promise](Result<Store::PushTicket> t) {
+      promise->set_value(std::move(t));
+    }));
+    auto granted = promise->get_future();
+    EXPECT_EQ(granted.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+    release();
+    ASSERT_EQ(granted.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+        << "the push still waits for room after the raw bytes were let go";
+    {
+      Result<Store::PushTicket> t = granted.get();
+      ASSERT_TRUE(t.ok()) << t.status().ToString();
+      std::vector<float> v = WaveField(1, kNy, kNx);
+      std::memcpy(t->block->data(), v.data(), kBytes);
+      ASSERT_TRUE(store_->CommitPush(*t).ok());
+    }  // the ticket goes, as the data plane lets it go after the commit
+    store_->WaitTieringIdle();
+    for (uint64_t step : {1, 0}) {
+      std::vector<float> want = WaveField(step, kNy, kNx);
+      EXPECT_EQ(0, std::memcmp(FetchFloats(id, step).data(), want.data(), kBytes)) << step;
+    }
+  }
+};
+
+TEST_F(PendingPackTest, APushTicketHeldPastTheCommitStillLetsTheNextPushIn) {
+  FillAllButOneBlock();
+  uint64_t id = OpenAtIngest();
+  auto t = Reserve(*store_, id, 0, kBytes);  // the last free block
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::vector<float> v = WaveField(0, kNy, kNx);
+  std::memcpy(t->block->data(), v.data(), kBytes);
+  ASSERT_TRUE(store_->CommitPush(*t).ok());  // the data plane still holds the ticket
+  ExpectStepZeroWaitsForItsCopy();
+  ExpectAWaitingPushGrantedOnceReleased(id, [&] { t->block.reset(); });
+}
+
+TEST_F(PendingPackTest, AFetchLeaseHeldWhileTheStepCompressesStillLetsTheNextPushIn) {
+  // The compression of step 0 waits, in its checksum, until the fetch has the raw bytes.
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool armed = false, entered = false, open = false;
+  };
+  auto gate = std::make_shared<Gate>();
+  on_hash_ = [gate](const void*, uint64_t) {
+    std::unique_lock<std::mutex> lock(gate->mu);
+    if (!gate->armed) return;
+    gate->armed = false;
+    gate->entered = true;
+    gate->cv.notify_all();
+    gate->cv.wait(lock, [&] { return gate->open; });
+  };
+  Open();
+  FillAllButOneBlock();
+  uint64_t id = OpenAtIngest();
+  {
+    std::lock_guard<std::mutex> lock(gate->mu);
+    gate->armed = true;
+  }
+  PushWave(id, 0);
+  {
+    std::unique_lock<std::mutex> lock(gate->mu);
+    gate->cv.wait(lock, [&] { return gate->entered; });
+  }
+  auto lease = Fetch(*store_, id, 0, kBytes);  // raw in host memory: answered at once
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  {
+    std::lock_guard<std::mutex> lock(gate->mu);
+    gate->open = true;
+  }
+  gate->cv.notify_all();
+  ExpectStepZeroWaitsForItsCopy();
+  ExpectAWaitingPushGrantedOnceReleased(id, [&] { lease->block.reset(); });
 }
 
 TEST_F(StoreTest, ACodecNeedsADiskLayerAndDataZfpCanCode) {
