@@ -1,7 +1,10 @@
 // The C API: opaque handles over the C++ client; errors become codes + a thread-local message.
 #include "snapd/snapd.h"
 
+#include <chrono>
+#include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -176,6 +179,31 @@ snapd_code snapd_push_wait_stored(snapd_push_handle* push) {
   return Report(push->handle.WaitStored());
 }
 
+namespace {
+// A C wait limit in seconds; INVALID_ARGUMENT (set as the last error) unless >= 0.
+std::optional<std::chrono::milliseconds> Limit(double seconds) {
+  if (!(seconds >= 0)) return std::nullopt;
+  if (seconds > 1e9) return snapd::kWaitForever;
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+}
+snapd_code BadLimit(double seconds) {
+  return Report(snapd::Status::InvalidArgument("a wait limit must be a number of seconds >= 0, "
+                                               "got " + std::to_string(seconds)));
+}
+}  // namespace
+
+snapd_code snapd_push_wait_released_for(snapd_push_handle* push, double seconds) {
+  if (!push) return NullArgument("push");
+  auto limit = Limit(seconds);
+  return limit ? Report(push->handle.WaitReleased(*limit)) : BadLimit(seconds);
+}
+
+snapd_code snapd_push_wait_stored_for(snapd_push_handle* push, double seconds) {
+  if (!push) return NullArgument("push");
+  auto limit = Limit(seconds);
+  return limit ? Report(push->handle.WaitStored(*limit)) : BadLimit(seconds);
+}
+
 void snapd_push_free(snapd_push_handle* push) { delete push; }
 
 snapd_code snapd_fetch(snapd_client* client, uint64_t run_id, uint64_t step, void* data,
@@ -196,6 +224,12 @@ snapd_code snapd_fetch_async(snapd_client* client, uint64_t run_id, uint64_t ste
 snapd_code snapd_fetch_wait(snapd_fetch_handle* fetch) {
   if (!fetch) return NullArgument("fetch");
   return Report(fetch->handle.Wait());
+}
+
+snapd_code snapd_fetch_wait_for(snapd_fetch_handle* fetch, double seconds) {
+  if (!fetch) return NullArgument("fetch");
+  auto limit = Limit(seconds);
+  return limit ? Report(fetch->handle.Wait(*limit)) : BadLimit(seconds);
 }
 
 int snapd_fetch_done(const snapd_fetch_handle* fetch) { return fetch && fetch->handle.done(); }

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -27,8 +28,14 @@ const char* TierName(Tier tier) {
   }
 }
 
-Status PushHandle::WaitReleased() const { return state_->WaitReleased(); }
-Status PushHandle::WaitStored() const { return state_->WaitCompleted(); }
+Status PushHandle::WaitReleased() const { return WaitReleased(state_->default_timeout); }
+Status PushHandle::WaitReleased(std::chrono::milliseconds timeout) const {
+  return state_->WaitReleasedFor(timeout);
+}
+Status PushHandle::WaitStored() const { return WaitStored(state_->default_timeout); }
+Status PushHandle::WaitStored(std::chrono::milliseconds timeout) const {
+  return state_->WaitCompletedFor(timeout);
+}
 bool PushHandle::released() const {
   MutexLock lock(state_->mu);
   return state_->released;
@@ -37,13 +44,17 @@ bool PushHandle::stored() const {
   MutexLock lock(state_->mu);
   return state_->completed;
 }
-Status FetchHandle::Wait() const { return state_->WaitCompleted(); }
+Status FetchHandle::Wait() const { return Wait(state_->default_timeout); }
+Status FetchHandle::Wait(std::chrono::milliseconds timeout) const {
+  return state_->WaitCompletedFor(timeout);
+}
 bool FetchHandle::done() const {
   MutexLock lock(state_->mu);
   return state_->completed;
 }
 
 Client::Impl::~Impl() {
+  explainer->Detach();  // the handles may outlive the client
   {
     MutexLock lock(conn_mu);
     closing = true;
@@ -99,6 +110,24 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     }
     impl->reconnect_timeout_s = seconds;
   }
+  double wait_timeout_s = options.wait_timeout_s;
+  if (const char* t = std::getenv("SNAPD_WAIT_TIMEOUT"); t && *t) {
+    char* end = nullptr;
+    wait_timeout_s = std::strtod(t, &end);
+    if (end == t || *end != '\0' || !(wait_timeout_s >= 0)) {
+      return Status::InvalidArgument(std::string("SNAPD_WAIT_TIMEOUT must be a number of "
+                                                 "seconds (0 = wait for ever), got '") +
+                                     t + "'");
+    }
+  }
+  if (!(wait_timeout_s >= 0)) {
+    return Status::InvalidArgument("ClientOptions.wait_timeout_s must be >= 0 (0 = wait for "
+                                   "ever), got " + std::to_string(wait_timeout_s));
+  }
+  impl->wait_timeout = wait_timeout_s == 0 || wait_timeout_s > 1e9
+                           ? detail::OpState::kForever
+                           : std::chrono::milliseconds(
+                                 static_cast<int64_t>(std::ceil(wait_timeout_s * 1000)));
   std::string copy_error;
   int copy_threads = detail::CopyPool::Choose(options.copy_threads, &copy_error);
   if (copy_threads == 0) return Status::InvalidArgument(copy_error);

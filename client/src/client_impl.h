@@ -31,6 +31,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -79,6 +80,24 @@ Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, ch
 // Threading: the fields after `loop` belong to the loop thread; everything before is set
 // during Connect and then read-only.
 struct Client::Impl {
+  // What snapd reports a push or fetch of this client waits for (StatsResponse.waits), for a
+  // wait that passed its limit. Shared with the handles, which may outlive the client: once the
+  // client is gone it answers "". Thread-safe; Explain blocks on one control-plane call.
+  class WaitExplainer {
+   public:
+    explicit WaitExplainer(Impl* impl) : impl_(impl) {}
+    void Detach() SNAPD_EXCLUDES(mu_) {
+      MutexLock lock(mu_);
+      impl_ = nullptr;
+    }
+    // `kind`: "push" or "fetch", as StatsResponse.waits names them.
+    std::string Explain(const std::string& kind, uint64_t run_id, uint64_t step) SNAPD_EXCLUDES(mu_);
+
+   private:
+    Mutex mu_;
+    Impl* impl_ SNAPD_GUARDED_BY(mu_);
+  };
+
   enum class Kind { kHello, kPush, kFetch, kReserve, kCommit, kFetchMapped };
   struct Pending {
     Kind kind;
@@ -202,6 +221,12 @@ struct Client::Impl {
   // the endpoint and Hello, retried with backoff (50 ms doubling to 1 s) until
   // reconnect_timeout_s; then everything waiting fails with UNAVAILABLE naming the socket.
   std::atomic<double> reconnect_timeout_s{60};
+  // ClientOptions.wait_timeout_s: the handles' wait limit when the caller gives none.
+  std::chrono::milliseconds wait_timeout = detail::OpState::kForever;
+  const std::shared_ptr<WaitExplainer> explainer = std::make_shared<WaitExplainer>(this);
+  // Names `state` ("push of step S of run id R") and lets its waits say what snapd reports it
+  // waits for, within wait_timeout unless the caller gives a limit.
+  void Describe(detail::OpState& state, const std::string& kind, uint64_t run_id, uint64_t step);
   Mutex conn_mu;
   CondVar conn_cv;
   uint64_t conn_generation SNAPD_GUARDED_BY(conn_mu) = 0;  // sessions opened after the first

@@ -2,6 +2,7 @@
 // that are one control-plane request each.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -92,6 +93,36 @@ Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContex
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
+}
+
+std::string Client::Impl::WaitExplainer::Explain(const std::string& kind, uint64_t run_id, uint64_t step) {
+  MutexLock lock(mu_);
+  if (!impl_) return "";
+  v1::StatsResponse resp;
+  Status s = impl_->ControlOnce([&](grpc::ClientContext* ctx) {
+    return impl_->stub->Stats(ctx, v1::StatsRequest(), &resp);
+  });
+  if (!s.ok()) return "asking snapd what it waits for failed: " + s.ToString();
+  for (const v1::Wait& w : resp.waits()) {
+    if (w.kind() == kind && w.run_id() == run_id && w.step() == step) {
+      char waited[32];
+      std::snprintf(waited, sizeof waited, "%.1f s", w.seconds());
+      return "snapd reports it has waited " + std::string(waited) + " for " + w.waiting_for();
+    }
+  }
+  return "snapd reports no " + kind + " of it waiting (" + std::to_string(resp.waiting_pushes()) +
+         " pushes and " + std::to_string(resp.waiting_fetches()) +
+         " fetches wait there): its answer is on its way, or was lost between snapd and this "
+         "client";
+}
+
+void Client::Impl::Describe(detail::OpState& state, const std::string& kind, uint64_t run_id,
+                            uint64_t step) {
+  state.what = kind + " of step " + std::to_string(step) + " of run id " + std::to_string(run_id);
+  state.explain = [explainer = explainer, kind, run_id, step] {
+    return explainer->Explain(kind, run_id, step);
+  };
+  state.default_timeout = wait_timeout;
 }
 
 Status Client::Impl::ControlOnce(

@@ -395,6 +395,7 @@ std::shared_ptr<detail::OpState> Client::Impl::UnstoredPush(uint64_t run_id, uin
 PushHandle Client::Impl::StartPush(uint64_t run_id, uint64_t step, const void* data,
                                    size_t bytes, bool device, void* stream) {
   auto outer = std::make_shared<detail::OpState>();
+  Describe(*outer, "push", run_id, step);
   TrackPush(run_id, step, outer);
   PushAttempt(outer, run_id, step, data, bytes, device, stream);
   return PushHandle(outer);
@@ -457,6 +458,7 @@ void Client::Impl::PushAttempt(std::shared_ptr<detail::OpState> outer, uint64_t 
 FetchHandle Client::Impl::StartFetch(uint64_t run_id, uint64_t step, void* data, size_t bytes,
                                      bool device, void* stream) {
   auto outer = std::make_shared<detail::OpState>();
+  Describe(*outer, "fetch", run_id, step);
   auto send = [this, outer, run_id, step, data, bytes, device, stream] {
     FetchAttempt(outer, run_id, step, data, bytes, device, stream);
   };

@@ -1,7 +1,10 @@
 // Completion state shared by a request's handle (caller threads) and the progress thread.
 #pragma once
 
+#include <chrono>
+#include <cstdio>
 #include <functional>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -73,19 +76,55 @@ struct OpState {
     }
     f();
   }
-  Status WaitReleased() SNAPD_EXCLUDES(mu) {
-    MutexLock lock(mu);
-    cv.Wait(mu, [&]() SNAPD_REQUIRES(mu) { return released; });
-    return release_status;
+  Status WaitReleased() SNAPD_EXCLUDES(mu) { return WaitReleasedFor(kForever); }
+  Status WaitCompleted() SNAPD_EXCLUDES(mu) { return WaitCompletedFor(kForever); }
+  // The same, for at most `timeout` (kForever: no limit): then DEADLINE_EXCEEDED, naming the
+  // operation (`what`) and, from `explain`, what the daemon reports it waits for. The operation
+  // goes on: its buffer stays in use until a wait returns something else.
+  Status WaitReleasedFor(std::chrono::milliseconds timeout) SNAPD_EXCLUDES(mu) {
+    return WaitFor(timeout, "released", [&]() SNAPD_REQUIRES(mu) { return released; },
+                   [&]() SNAPD_REQUIRES(mu) { return release_status; });
   }
-  Status WaitCompleted() SNAPD_EXCLUDES(mu) {
-    MutexLock lock(mu);
-    cv.Wait(mu, [&]() SNAPD_REQUIRES(mu) { return completed && released; });
-    return final_status;
+  Status WaitCompletedFor(std::chrono::milliseconds timeout) SNAPD_EXCLUDES(mu) {
+    return WaitFor(
+        timeout, "done", [&]() SNAPD_REQUIRES(mu) { return completed && released; },
+        [&]() SNAPD_REQUIRES(mu) { return final_status; });
   }
+  static constexpr std::chrono::milliseconds kForever = std::chrono::milliseconds::max();
+
+  // Set before the operation's handle is handed out, never changed after: "push of step 5 of
+  // run id 3"; what the daemon reports it waits for (may block on a control-plane call); the
+  // handle's wait limit when the caller gives none.
+  std::string what;
+  std::function<std::string()> explain;
+  std::chrono::milliseconds default_timeout = kForever;
 
   Mutex mu;
   CondVar cv;
+
+ private:
+  template <typename Done, typename Outcome>
+  Status WaitFor(std::chrono::milliseconds timeout, const char* phase, Done done,
+                 Outcome outcome) SNAPD_EXCLUDES(mu) {
+    {
+      MutexLock lock(mu);
+      if (timeout == kForever) {
+        cv.Wait(mu, done);
+        return outcome();
+      }
+      if (cv.WaitFor(mu, timeout, done)) return outcome();
+    }
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%.1f s", static_cast<double>(timeout.count()) / 1000.0);
+    std::string why = explain ? explain() : std::string();
+    return Status(Code::kDeadlineExceeded,
+                  (what.empty() ? std::string("the operation") : what) + " was not " + phase +
+                      " within " + limit + (why.empty() ? "" : "; " + why) +
+                      " (it goes on: its buffer stays in use until a wait returns OK or "
+                      "another error)");
+  }
+
+ public:
   bool released SNAPD_GUARDED_BY(mu) = false;
   bool completed SNAPD_GUARDED_BY(mu) = false;
   Status release_status SNAPD_GUARDED_BY(mu);

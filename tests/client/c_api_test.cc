@@ -103,5 +103,41 @@ TEST_F(CApi, NullArgumentsAreInvalid) {
   EXPECT_NE(std::string(snapd_last_error()).find("must not be NULL"), std::string::npos);
 }
 
+// A wait with a limit: a push that cannot get room (a Host-only run that blocks when full, on a
+// daemon with no disk tier) passes it with SNAPD_DEADLINE_EXCEEDED saying what snapd reports it
+// waits for, and goes on; a limit that is no number of seconds is refused by name.
+TEST_F(CApi, AWaitWithALimitSaysWhatThePushWaitsFor) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("1M", {"--spool-dirs", "none"})));
+  snapd_client* c = nullptr;
+  ASSERT_EQ(snapd_connect(daemon().socket().c_str(), &c), SNAPD_OK) << snapd_last_error();
+  constexpr size_t kStep = 512 << 10;
+  snapd_run_spec spec{};
+  spec.name = "full";
+  spec.bytes_per_step = kStep;
+  spec.layers = "Host";
+  spec.keep = 1;
+  spec.block_when_full = 1;
+  uint64_t run = 0;
+  ASSERT_EQ(snapd_open_run(c, &spec, &run), SNAPD_OK) << snapd_last_error();
+  std::vector<char> data(kStep, 1);
+  snapd_push_handle* h[3] = {};
+  for (uint64_t t = 0; t < 3; ++t) {
+    ASSERT_EQ(snapd_push(c, run, t, data.data(), kStep, &h[t]), SNAPD_OK) << snapd_last_error();
+  }
+  ASSERT_EQ(snapd_push_wait_stored(h[0]), SNAPD_OK) << snapd_last_error();
+  ASSERT_EQ(snapd_push_wait_stored(h[1]), SNAPD_OK) << snapd_last_error();
+  EXPECT_EQ(snapd_push_wait_released_for(h[2], 0.2), SNAPD_DEADLINE_EXCEEDED);
+  std::string why = snapd_last_error();
+  EXPECT_NE(why.find("push of step 2 of run id"), std::string::npos) << why;
+  EXPECT_NE(why.find("snapd reports it has waited"), std::string::npos) << why;
+  EXPECT_NE(why.find("host room for"), std::string::npos) << why;
+  EXPECT_EQ(snapd_push_wait_stored_for(h[2], -1), SNAPD_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(snapd_last_error()).find("seconds >= 0"), std::string::npos);
+  ASSERT_EQ(snapd_delete_snapshot(c, "full", 0), SNAPD_OK) << snapd_last_error();
+  EXPECT_EQ(snapd_push_wait_stored_for(h[2], 30), SNAPD_OK) << snapd_last_error();
+  for (snapd_push_handle* p : h) snapd_push_free(p);
+  snapd_disconnect(c);
+}
+
 }  // namespace
 }  // namespace snapd::testing

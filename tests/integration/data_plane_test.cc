@@ -376,5 +376,84 @@ TEST_F(MemoryReleaseTest, AfterARunIsDeletedAndTheTierIdlesTheMemoryGoesBack) {
   ExpectRoundTrip();
 }
 
+// Nothing waits forever in silence. A push that cannot get host room (here on purpose: a
+// Host-only run that blocks when full, on a daemon with no disk tier) is listed by Stats,
+// `snapctl status` and `snapctl runs` at once, with what it waits for; logged once it has
+// waited wait_warn_after; and a client wait with a limit says what snapd reports it waits for.
+class WaitsTest : public SnapdTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(WaitsTest, AStuckPushIsListedLoggedAndItsTimedWaitSaysWhatItWaitsFor) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon(Options("1M", {"--spool-dirs", "none", "--wait-warn-after", "1"})));
+  Client* c = Connect(/*map_host_tier=*/GetParam());
+  ASSERT_NE(c, nullptr);
+  constexpr uint64_t kStep = 256 << 10;
+  RunSpec spec = Spec("stuck", 0, kStep);
+  spec.layers = "Host";
+  spec.block_when_full = true;
+  spec.keep = true;
+  RunInfo run = OpenRun(*c, spec);
+  ASSERT_NE(run.run_id, 0u);
+  std::vector<char> data(kStep, 7);
+  for (uint64_t t = 0; t < 4; ++t) {  // the whole host tier
+    auto p = c->Push(run.run_id, t, data.data(), kStep);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE(p->WaitStored().ok()) << t;
+  }
+  auto stuck = c->Push(run.run_id, 4, data.data(), kStep);
+  ASSERT_TRUE(stuck.ok()) << stuck.status().ToString();
+
+  v1::StatsResponse stats;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        stats = Stats();
+        return stats.waiting_pushes() == 1;
+      },
+      std::chrono::seconds(1)))
+      << stats.DebugString();
+  ASSERT_EQ(stats.waits_size(), 1);
+  const v1::Wait& w = stats.waits(0);
+  EXPECT_EQ(w.kind(), "push");
+  EXPECT_EQ(w.run(), "stuck");
+  EXPECT_EQ(w.run_id(), run.run_id);
+  EXPECT_EQ(w.step(), 4u);
+  EXPECT_NE(w.waiting_for().find("host room for"), std::string::npos) << w.waiting_for();
+  EXPECT_NE(w.waiting_for().find("deleted or consumed"), std::string::npos) << w.waiting_for();
+
+  std::string out, err;
+  ASSERT_EQ(RunProgram({SNAPCTL_BINARY, "--socket", daemon().socket(), "status"}, &out, &err), 0)
+      << err;
+  EXPECT_NE(out.find("waiting   1 push, 0 fetches"), std::string::npos) << out;
+  EXPECT_NE(out.find("stuck"), std::string::npos) << out;
+  ASSERT_EQ(RunProgram({SNAPCTL_BINARY, "--socket", daemon().socket(), "runs"}, &out, &err), 0)
+      << err;
+  EXPECT_NE(out.find("1p "), std::string::npos) << out;
+
+  Status timed = stuck->WaitReleased(std::chrono::milliseconds(300));
+  EXPECT_EQ(timed.code(), Code::kDeadlineExceeded) << timed.ToString();
+  EXPECT_NE(timed.message().find("push of step 4 of run id " + std::to_string(run.run_id)),
+            std::string::npos)
+      << timed.ToString();
+  EXPECT_NE(timed.message().find("snapd reports it has waited"), std::string::npos)
+      << timed.ToString();
+  EXPECT_NE(timed.message().find("host room for"), std::string::npos) << timed.ToString();
+
+  EXPECT_TRUE(WaitUntil(
+      [&] { return daemon().Log().find("push of step 4 of run 'stuck'") != std::string::npos; },
+      std::chrono::seconds(20)))
+      << daemon().Log();
+  EXPECT_NE(daemon().Log().find("has waited"), std::string::npos) << daemon().Log();
+
+  // Room comes: the push goes on from where it waited, and nothing waits any more.
+  ASSERT_TRUE(c->DeleteSnapshot("stuck", 0).ok());
+  EXPECT_TRUE(stuck->WaitStored(std::chrono::seconds(30)).ok());
+  EXPECT_EQ(Stats().waiting_pushes(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, WaitsTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "MappedHostTier" : "Ucx";
+                         });
+
 }  // namespace
 }  // namespace snapd::testing

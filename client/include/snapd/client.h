@@ -14,6 +14,7 @@
 // failure is a Status whose message says what was wrong.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -138,7 +139,14 @@ struct ClientOptions {
   // process may run on); at most 64. SNAPD_COPY_THREADS overrides it. docs/architecture.md,
   // "Copy threads".
   int copy_threads = 0;
+  // How long PushHandle::WaitReleased/WaitStored, FetchHandle::Wait and Fetch wait when the
+  // caller gives no limit, before they fail DEADLINE_EXCEEDED saying what snapd reports the
+  // step waits for; 0 = for ever. SNAPD_WAIT_TIMEOUT (seconds) overrides it.
+  double wait_timeout_s = 600;
 };
+
+// A wait with no time limit (PushHandle::WaitReleased(kWaitForever), ...).
+inline constexpr std::chrono::milliseconds kWaitForever = std::chrono::milliseconds::max();
 
 // How a client's snapshot bytes travel.
 enum class DataPath {
@@ -158,9 +166,16 @@ class PushHandle {
   PushHandle() = default;
   explicit PushHandle(std::shared_ptr<detail::OpState> state) : state_(std::move(state)) {}
   // Blocks until the buffer is reusable; an error means the push failed before its bytes left.
+  // At most ClientOptions.wait_timeout_s, or `timeout` (kWaitForever: no limit): past it,
+  // DEADLINE_EXCEEDED naming the step and what snapd reports the push waits for (host room,
+  // and what will make it). The push goes on: its buffer stays in use until a wait returns OK
+  // or another error (or the client is destroyed).
   Status WaitReleased() const;
-  // Blocks until the daemon stored the snapshot or rejected it (the status says why).
+  Status WaitReleased(std::chrono::milliseconds timeout) const;
+  // Blocks until the daemon stored the snapshot or rejected it (the status says why); the same
+  // limits.
   Status WaitStored() const;
+  Status WaitStored(std::chrono::milliseconds timeout) const;
   bool released() const;
   bool stored() const;
 
@@ -173,7 +188,12 @@ class FetchHandle {
  public:
   FetchHandle() = default;
   explicit FetchHandle(std::shared_ptr<detail::OpState> state) : state_(std::move(state)) {}
+  // At most ClientOptions.wait_timeout_s, or `timeout` (kWaitForever: no limit): past it,
+  // DEADLINE_EXCEEDED naming the step and what snapd reports the fetch waits for (a disk read,
+  // host room for it). The fetch goes on: it may still write the buffer until a wait returns
+  // OK or another error (or the client is destroyed).
   Status Wait() const;
+  Status Wait(std::chrono::milliseconds timeout) const;
   bool done() const;
 
  private:
@@ -213,7 +233,8 @@ class Client {
   // Starts a fetch of step `step` into `data` (exactly bytes_per_step bytes). A step this
   // client is still pushing is fetched once that push is stored: a client reads what it wrote.
   Result<FetchHandle> FetchAsync(uint64_t run_id, uint64_t step, void* data, size_t bytes);
-  // FetchAsync + Wait.
+  // FetchAsync + Wait (within ClientOptions.wait_timeout_s; past it the fetch may still write
+  // `data`, until the client is destroyed).
   Status Fetch(uint64_t run_id, uint64_t step, void* data, size_t bytes);
 
   // GPU (CUDA) memory. `stream` is the cudaStream_t the solver works on (null: the legacy

@@ -12,7 +12,8 @@ extern "C" {
 #endif
 
 typedef int snapd_code;
-enum { SNAPD_OK = 0, SNAPD_INVALID_ARGUMENT = 3, SNAPD_NOT_FOUND = 5, SNAPD_ALREADY_EXISTS = 6,
+enum { SNAPD_OK = 0, SNAPD_INVALID_ARGUMENT = 3, SNAPD_DEADLINE_EXCEEDED = 4, SNAPD_NOT_FOUND = 5,
+       SNAPD_ALREADY_EXISTS = 6,
        SNAPD_RESOURCE_EXHAUSTED = 8, SNAPD_FAILED_PRECONDITION = 9, SNAPD_UNAVAILABLE = 14,
        SNAPD_DATA_LOSS = 15 };
 
@@ -89,6 +90,12 @@ snapd_code snapd_push(snapd_client* client, uint64_t run_id, uint64_t step, cons
                       size_t bytes, snapd_push_handle** out);
 snapd_code snapd_push_wait_released(snapd_push_handle* push);
 snapd_code snapd_push_wait_stored(snapd_push_handle* push);
+/* The same for at most `seconds` (the waits above take the client's wait limit, 600 s or
+ * $SNAPD_WAIT_TIMEOUT): past it SNAPD_DEADLINE_EXCEEDED, and snapd_last_error says what snapd
+ * reports the push waits for. The push goes on: `data` stays in use until a wait returns
+ * SNAPD_OK or another error. */
+snapd_code snapd_push_wait_released_for(snapd_push_handle* push, double seconds);
+snapd_code snapd_push_wait_stored_for(snapd_push_handle* push, double seconds);
 void snapd_push_free(snapd_push_handle* push);
 
 snapd_code snapd_fetch(snapd_client* client, uint64_t run_id, uint64_t step, void* data,
@@ -98,6 +105,9 @@ snapd_code snapd_fetch(snapd_client* client, uint64_t run_id, uint64_t step, voi
 snapd_code snapd_fetch_async(snapd_client* client, uint64_t run_id, uint64_t step, void* data,
                              size_t bytes, snapd_fetch_handle** out);
 snapd_code snapd_fetch_wait(snapd_fetch_handle* fetch);
+/* At most `seconds`, as snapd_push_wait_released_for; the fetch goes on and may still write
+ * `data` until a wait returns SNAPD_OK or another error. */
+snapd_code snapd_fetch_wait_for(snapd_fetch_handle* fetch, double seconds);
 int snapd_fetch_done(const snapd_fetch_handle* fetch); /* nonzero once complete */
 void snapd_fetch_free(snapd_fetch_handle* fetch);
 

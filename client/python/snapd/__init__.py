@@ -26,6 +26,7 @@ from ._snapd import (  # noqa: F401  (re-exported)
     AlreadyExists,
     Codec,
     DataLoss,
+    DeadlineExceeded,
     Dtype,
     Error,
     FailedPrecondition,
@@ -47,7 +48,7 @@ from . import _snapd
 __all__ = [
     "connect", "Client", "Run", "Error", "InvalidArgument", "NotFound", "AlreadyExists",
     "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Unavailable", "DataLoss",
-    "Tier", "Codec", "Dtype", "Location", "RunInfo", "TierInfo", "Push", "Fetch",
+    "DeadlineExceeded", "Tier", "Codec", "Dtype", "Location", "RunInfo", "TierInfo", "Push", "Fetch",
 ]
 
 _DTYPES = {
@@ -68,19 +69,23 @@ _CODECS = {
 
 
 def connect(socket: str = "", name: str = "python", map_host_tier: bool = True,
-            copy_threads: int = 0) -> "Client":
+            copy_threads: int = 0, wait_timeout: Optional[float] = None) -> "Client":
     """Connects to snapd; `socket` defaults to $SNAPD_SOCKET, then the daemon's default.
     copy_threads: threads that copy one large array into or out of the mapped host tier
-    (0 = min(4, cores); $SNAPD_COPY_THREADS overrides it)."""
-    return Client(socket, name, map_host_tier, copy_threads)
+    (0 = min(4, cores); $SNAPD_COPY_THREADS overrides it). wait_timeout: seconds a wait
+    given no timeout of its own (wait_released, wait_stored, fetch) waits before it raises
+    DeadlineExceeded saying what snapd reports the step waits for (default 600 or
+    $SNAPD_WAIT_TIMEOUT; 0 = for ever)."""
+    return Client(socket, name, map_host_tier, copy_threads, wait_timeout)
 
 
 class Client:
     """A session with snapd. Methods may be called from any thread."""
 
     def __init__(self, socket: str = "", name: str = "python", map_host_tier: bool = True,
-                 copy_threads: int = 0):
-        self._c = _snapd.Client(socket, name, map_host_tier, copy_threads=copy_threads)
+                 copy_threads: int = 0, wait_timeout: Optional[float] = None):
+        self._c = _snapd.Client(socket, name, map_host_tier, copy_threads=copy_threads,
+                                wait_timeout=wait_timeout)
 
     def open_run(self, name: str, *, steps: int = 0, like: Optional[np.ndarray] = None,
                  bytes_per_step: int = 0, dtype=None, shape: Sequence[int] = (),

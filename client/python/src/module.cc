@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -144,6 +145,18 @@ Bytes View(const py::object& array, bool writable, const char* what) {
   return b;
 }
 
+// A wait limit given in seconds from Python: None is the client's default (nullopt); a
+// negative or NaN one is refused.
+std::optional<std::chrono::milliseconds> Limit(std::optional<double> seconds) {
+  if (!seconds) return std::nullopt;
+  if (!(*seconds >= 0)) {
+    throw py::value_error("timeout must be a number of seconds >= 0, got " +
+                          std::to_string(*seconds));
+  }
+  if (*seconds > 1e9) return snapd::kWaitForever;
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*seconds * 1000)));
+}
+
 // A push in flight: holds the array until the daemon released it.
 struct Push {
   snapd::PushHandle handle;
@@ -151,12 +164,19 @@ struct Push {
   Bytes view;  // the buffer export stays open while the daemon may read the memory
   uint64_t step = 0;
 
-  void WaitReleased() { Call([&] { return handle.WaitReleased(); }); }
-  void WaitStored() { Call([&] { return handle.WaitStored(); }); }
+  void WaitReleased(std::optional<double> timeout) {
+    std::optional<std::chrono::milliseconds> limit = Limit(timeout);
+    Call([&] { return limit ? handle.WaitReleased(*limit) : handle.WaitReleased(); });
+  }
+  void WaitStored(std::optional<double> timeout) {
+    std::optional<std::chrono::milliseconds> limit = Limit(timeout);
+    Call([&] { return limit ? handle.WaitStored(*limit) : handle.WaitStored(); });
+  }
   ~Push() {
     if (array && !handle.released()) {
       py::gil_scoped_release nogil;
-      (void)handle.WaitReleased();  // the array may be freed after this; errors are the caller's
+      // The array may be freed after this: no limit. Errors are the caller's.
+      (void)handle.WaitReleased(snapd::kWaitForever);
     }
   }
 };
@@ -168,23 +188,25 @@ struct Fetch {
   Bytes view;
   uint64_t step = 0;
 
-  py::object Wait() {
-    Call([&] { return handle.Wait(); });
+  py::object Wait(std::optional<double> timeout) {
+    std::optional<std::chrono::milliseconds> limit = Limit(timeout);
+    Call([&] { return limit ? handle.Wait(*limit) : handle.Wait(); });
     return array;
   }
   ~Fetch() {
     if (array && !handle.done()) {
       py::gil_scoped_release nogil;
-      (void)handle.Wait();
+      (void)handle.Wait(snapd::kWaitForever);
     }
   }
 };
 
 std::shared_ptr<snapd::Client> Connect(const std::string& socket, const std::string& name,
                                        bool map_host_tier, std::optional<double> reconnect,
-                                       int copy_threads) {
+                                       int copy_threads, std::optional<double> wait_timeout) {
   snapd::ClientOptions o{.socket_path = socket, .client_name = name,
                          .map_host_tier = map_host_tier, .copy_threads = copy_threads};
+  if (wait_timeout) o.wait_timeout_s = *wait_timeout;
   auto client = std::shared_ptr<snapd::Client>(Call([&] { return snapd::Client::Connect(o); }));
   if (reconnect) client->set_reconnect_timeout(*reconnect);
   return client;
@@ -212,7 +234,8 @@ PYBIND11_MODULE(_snapd, m) {
                        Sub{snapd::Code::kResourceExhausted, "ResourceExhausted", PyExc_MemoryError},
                        Sub{snapd::Code::kFailedPrecondition, "FailedPrecondition", nullptr},
                        Sub{snapd::Code::kUnavailable, "Unavailable", PyExc_ConnectionError},
-                       Sub{snapd::Code::kDataLoss, "DataLoss", nullptr}}) {
+                       Sub{snapd::Code::kDataLoss, "DataLoss", nullptr},
+                       Sub{snapd::Code::kDeadlineExceeded, "DeadlineExceeded", PyExc_TimeoutError}}) {
     py::tuple bases = s.also ? py::tuple(py::make_tuple(BaseError(), py::handle(s.also)))
                              : py::tuple(py::make_tuple(BaseError()));
     std::string qualified = std::string("snapd.") + s.name;
@@ -299,26 +322,34 @@ PYBIND11_MODULE(_snapd, m) {
 
   py::class_<Push>(m, "Push")
       .def_readonly("step", &Push::step)
-      .def("wait_released", &Push::WaitReleased,
-           "Blocks until the pushed array may be overwritten; raises if the push failed.")
-      .def("wait_stored", &Push::WaitStored,
-           "Blocks until the daemon stored the snapshot; raises with the daemon's reason.")
+      .def("wait_released", &Push::WaitReleased, py::arg("timeout") = py::none(),
+           "Blocks until the pushed array may be overwritten; raises if the push failed. "
+           "At most `timeout` seconds (None: the client's wait_timeout): then DeadlineExceeded "
+           "says what snapd reports the push waits for, and the push goes on.")
+      .def("wait_stored", &Push::WaitStored, py::arg("timeout") = py::none(),
+           "Blocks until the daemon stored the snapshot; raises with the daemon's reason. "
+           "`timeout` as for wait_released.")
       .def_property_readonly("released", [](const Push& p) { return p.handle.released(); })
       .def_property_readonly("stored", [](const Push& p) { return p.handle.stored(); });
   py::class_<Fetch>(m, "Fetch")
       .def_readonly("step", &Fetch::step)
-      .def("wait", &Fetch::Wait, "Blocks until the array is filled and returns it.")
+      .def("wait", &Fetch::Wait, py::arg("timeout") = py::none(),
+           "Blocks until the array is filled and returns it. At most `timeout` seconds (None: "
+           "the client's wait_timeout): then DeadlineExceeded says what snapd reports the fetch "
+           "waits for, and the fetch goes on (it may still fill the array).")
       .def_property_readonly("done", [](const Fetch& f) { return f.handle.done(); });
 
   py::class_<snapd::Client, std::shared_ptr<snapd::Client>>(m, "Client")
       .def(py::init(&Connect), py::arg("socket") = "", py::arg("name") = "python",
            py::arg("map_host_tier") = true, py::arg("reconnect_timeout") = py::none(),
-           py::arg("copy_threads") = 0,
+           py::arg("copy_threads") = 0, py::arg("wait_timeout") = py::none(),
            "Connects to snapd ($SNAPD_SOCKET or the default socket when `socket` is empty). "
            "reconnect_timeout: seconds to keep reconnecting when snapd restarts (pushes and "
            "fetches wait meanwhile); default 60 or $SNAPD_RECONNECT_TIMEOUT, 0 = fail at once. "
            "copy_threads: threads that copy a large array into or out of the mapped host tier; "
-           "0 = min(4, cores), $SNAPD_COPY_THREADS overrides it.")
+           "0 = min(4, cores), $SNAPD_COPY_THREADS overrides it. wait_timeout: seconds a "
+           "wait with no timeout of its own waits before DeadlineExceeded; default 600 or "
+           "$SNAPD_WAIT_TIMEOUT, 0 = for ever.")
       .def("open_run",
            [](snapd::Client& c, const snapd::RunSpec& spec) {
              return Call([&] { return c.OpenRun(spec); });

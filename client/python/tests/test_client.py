@@ -235,3 +235,30 @@ def test_device_arrays_take_the_gpu_path(client):
     run.push(0, a).wait_stored()  # nothing was reserved by the refused pushes
     np.testing.assert_array_equal(run.fetch(0), a)
     run.delete()
+
+
+def test_a_wait_with_a_timeout_says_what_the_push_waits_for():
+    """A push that cannot get room (a Host-only run that blocks when full, on a daemon with no
+    disk tier) raises DeadlineExceeded past its timeout, naming the step and what snapd
+    reports it waits for; the push goes on and is stored once room comes."""
+    from conftest import Daemon
+    d = Daemon(host_mem="1M", extra=("--spool-dirs", "none"))
+    try:
+        client = d.client()
+        u = np.ones(128 * 1024, np.float32)  # 512 KiB: two fill the host tier
+        run = client.open_run("full", like=u, layers="Host", keep=True, block_when_full=True)
+        for t in range(2):
+            run.push(t, u).wait_stored()
+        stuck = run.push(2, u)
+        with pytest.raises(snapd.DeadlineExceeded) as e:
+            stuck.wait_released(timeout=0.2)
+        assert isinstance(e.value, TimeoutError)
+        message = str(e.value)
+        assert "push of step 2 of run id" in message
+        assert "snapd reports it has waited" in message and "host room for" in message
+        with pytest.raises(ValueError, match="seconds >= 0"):
+            stuck.wait_stored(timeout=-1)
+        run.delete_snapshot(0)
+        stuck.wait_stored(timeout=30)
+    finally:
+        d.stop()

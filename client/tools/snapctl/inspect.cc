@@ -14,6 +14,27 @@
 namespace snapd::snapctl {
 namespace {
 
+// What waits in the daemon now (nothing waits forever in silence): the counts, then each wait
+// the caller may see, oldest first, with what it waits for.
+void PrintWaits(Output& out, const v1::StatsResponse& r) {
+  out.Line(Format("waiting   %llu %s, %llu %s; oldest %.1f s",
+                  (unsigned long long)r.waiting_pushes(),
+                  r.waiting_pushes() == 1 ? "push" : "pushes",
+                  (unsigned long long)r.waiting_fetches(),
+                  r.waiting_fetches() == 1 ? "fetch" : "fetches", r.oldest_wait_seconds()));
+  if (r.waits_size() == 0) return;
+  Table t({{"WAITS", 6, true},
+           {"RUN", 24, true},
+           {"STEP", 8},
+           {"FOR", 8},
+           {"WAITING FOR", 0, true}});
+  for (const v1::Wait& w : r.waits()) {
+    t.Add({w.kind(), w.run(), std::to_string(w.step()), Format("%.1f s", w.seconds()),
+           w.waiting_for()});
+  }
+  out.Print(t);
+}
+
 int ShowStatus(Session& s) {
   auto health = grpc::health::v1::Health::NewStub(s.channel());
   grpc::health::v1::HealthCheckRequest hreq;
@@ -84,6 +105,7 @@ int ShowStatus(Session& s) {
     out.Line("");
     PrintSpools(out, r.spools());
   }
+  PrintWaits(out, r);
   return kExitOk;
 }
 
@@ -100,6 +122,15 @@ std::string RunProblem(const v1::RunInfo& run) {
            "memory, and none has)";
   }
   return "";
+}
+
+// "2p 1f 3.4s": the run's pushes and fetches that wait now and the oldest one's age; "-" if none.
+std::string RunWaits(const v1::RunInfo& run) {
+  if (run.waiting_pushes() == 0 && run.waiting_fetches() == 0) return "-";
+  std::string w;
+  if (run.waiting_pushes()) w += std::to_string(run.waiting_pushes()) + "p ";
+  if (run.waiting_fetches()) w += std::to_string(run.waiting_fetches()) + "f ";
+  return w + Format("%.1fs", run.oldest_wait_seconds());
 }
 
 int Runs(Session& s) {
@@ -120,6 +151,7 @@ int Runs(Session& s) {
            {"STEPS", 10},
            {"STEP BYTES", 12},
            {"STORED", 12},
+           {"WAITING", 12},
            {"PROBLEM", 0, true}});
   for (const v1::RunInfo& run : r.runs()) {
     t.Add({run.spec().name(), std::to_string(run.run_id()), std::to_string(run.owner_uid()),
@@ -128,7 +160,7 @@ int Runs(Session& s) {
            run.spec().codec() == v1::CODEC_NONE ? "-" : std::to_string(run.compressed_snapshots()),
            run.spec().steps() ? std::to_string(run.spec().steps()) : "?",
            FormatBytes(run.spec().bytes_per_step()), FormatBytes(run.stored_bytes()),
-           RunProblem(run)});
+           RunWaits(run), RunProblem(run)});
   }
   s.out().Print(t);
   return kExitOk;

@@ -194,6 +194,9 @@ std::string Frame(const Sample& now, const std::optional<Rates>& rates, double i
       {"refused pushes", std::to_string(r.refused_pushes()), count(&Rates::refused_pushes)});
   counters.Add({"rejections", std::to_string(Rejections(r)), count(&Rates::rejections)});
   counters.Add({"lost snapshots", std::to_string(r.lost_snapshots()), ""});
+  counters.Add({"waiting pushes", std::to_string(r.waiting_pushes()), ""});
+  counters.Add({"waiting fetches", std::to_string(r.waiting_fetches()), ""});
+  counters.Add({"oldest wait", Format("%.1f s", r.oldest_wait_seconds()), ""});
   out += counters.Render() + "\n";
   // Only the reasons that happened: most never do.
   Table rejected({{"REJECTED", 16, true}, {"REASON", 24, true}, {"TOTAL", 12}, {"PER SECOND", 14}});
