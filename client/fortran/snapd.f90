@@ -19,6 +19,7 @@ module snapd
   private
 
   integer, parameter, public :: snapd_ok = 0, snapd_invalid_argument = 3, &
+                                snapd_deadline_exceeded = 4, &
                                 snapd_not_found = 5, snapd_already_exists = 6, &
                                 snapd_resource_exhausted = 8, snapd_failed_precondition = 9, &
                                 snapd_unavailable = 14, snapd_data_loss = 15
@@ -108,6 +109,19 @@ module snapd
       type(c_ptr), value :: push
       integer(c_int) :: c_push_wait_stored
     end function c_push_wait_stored
+    function c_push_wait_released_for(push, seconds) &
+        bind(c, name="snapd_push_wait_released_for")
+      import :: c_ptr, c_int, c_double
+      type(c_ptr), value :: push
+      real(c_double), value :: seconds
+      integer(c_int) :: c_push_wait_released_for
+    end function c_push_wait_released_for
+    function c_push_wait_stored_for(push, seconds) bind(c, name="snapd_push_wait_stored_for")
+      import :: c_ptr, c_int, c_double
+      type(c_ptr), value :: push
+      real(c_double), value :: seconds
+      integer(c_int) :: c_push_wait_stored_for
+    end function c_push_wait_stored_for
     subroutine c_push_free(push) bind(c, name="snapd_push_free")
       import :: c_ptr
       type(c_ptr), value :: push
@@ -188,16 +202,26 @@ contains
   end function snapd_delete_run
 
   ! Pushes `bytes` bytes of `data` as step `step` and waits until `wait` holds:
-  ! snapd_wait_released (data may be overwritten) or snapd_wait_stored (in its tier).
-  integer function snapd_push(client, run_id, step, data, bytes, wait) result(rc)
+  ! snapd_wait_released (data may be overwritten) or snapd_wait_stored (in its tier). At most
+  ! `timeout` seconds when given (else the client's limit, 600 s or $SNAPD_WAIT_TIMEOUT): past
+  ! it snapd_deadline_exceeded, snapd_last_error() says what snapd reports the push waits for,
+  ! and the push goes on with `data` in use until the client disconnects.
+  integer function snapd_push(client, run_id, step, data, bytes, wait, timeout) result(rc)
     type(c_ptr), intent(in) :: client
     integer(c_int64_t), intent(in) :: run_id, step, bytes
     type(*), dimension(*), intent(in) :: data
     integer, intent(in) :: wait
+    real(c_double), intent(in), optional :: timeout
     type(c_ptr) :: push
     rc = c_push(client, run_id, step, data, int(bytes, c_size_t), push)
     if (rc /= snapd_ok) return
-    if (wait == snapd_wait_stored) then
+    if (present(timeout)) then
+      if (wait == snapd_wait_stored) then
+        rc = c_push_wait_stored_for(push, timeout)
+      else
+        rc = c_push_wait_released_for(push, timeout)
+      end if
+    else if (wait == snapd_wait_stored) then
       rc = c_push_wait_stored(push)
     else
       rc = c_push_wait_released(push)

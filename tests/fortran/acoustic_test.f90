@@ -37,7 +37,11 @@ program acoustic_test
       end do
     end do
     sent(:, :, t + 1) = u2
-    rc = snapd_push(client, run, t, u2, nbytes, snapd_wait_released)
+    if (mod(t, 2_c_int64_t) == 0) then
+      rc = snapd_push(client, run, t, u2, nbytes, snapd_wait_released)
+    else  ! with a wait limit of its own, in seconds
+      rc = snapd_push(client, run, t, u2, nbytes, snapd_wait_released, timeout=60.0_c_double)
+    end if
     call check(rc, "push")
     u0 = u1
     u1 = u2
