@@ -91,7 +91,8 @@ struct Client::Impl {
       impl_ = nullptr;
     }
     // `kind`: "push" or "fetch", as StatsResponse.waits names them.
-    std::string Explain(const std::string& kind, uint64_t run_id, uint64_t step) SNAPD_EXCLUDES(mu_);
+    std::string Explain(const std::string& kind, uint64_t run_id, uint64_t step)
+        SNAPD_EXCLUDES(mu_);
 
    private:
     Mutex mu_;

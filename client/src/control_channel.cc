@@ -95,12 +95,14 @@ Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContex
   }
 }
 
-std::string Client::Impl::WaitExplainer::Explain(const std::string& kind, uint64_t run_id, uint64_t step) {
-  MutexLock lock(mu_);
-  if (!impl_) return "";
+std::string Client::Impl::WaitExplainer::Explain(const std::string& kind, uint64_t run_id,
+                                                 uint64_t step) {
+  MutexLock lock(mu_);  // held through the call: Detach waits for it
+  Impl* impl = impl_;
+  if (!impl) return "";
   v1::StatsResponse resp;
-  Status s = impl_->ControlOnce([&](grpc::ClientContext* ctx) {
-    return impl_->stub->Stats(ctx, v1::StatsRequest(), &resp);
+  Status s = impl->ControlOnce([&](grpc::ClientContext* ctx) {
+    return impl->stub->Stats(ctx, v1::StatsRequest(), &resp);
   });
   if (!s.ok()) return "asking snapd what it waits for failed: " + s.ToString();
   for (const v1::Wait& w : resp.waits()) {

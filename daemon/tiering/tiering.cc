@@ -451,11 +451,13 @@ void Tiering::WarnLongWaits() {
              ", waiting for " + WhatRoomWaitsFor(p.bytes) + ",";
     });
   }
-  for (auto& [id, run] : runs_) {
-    for (auto& [step, snap] : run.snapshots) {
+  for (auto& entry : runs_) {
+    Run& run = entry.second;
+    for (auto& [step, snapshot] : run.snapshots) {
+      Snapshot& snap = snapshot;  // a lambda may not capture a structured binding (C++20)
       if (snap.waiters.empty()) continue;
       due(snap.waiting_since, snap.warn_at, [&]() SNAPD_REQUIRES(mu_) {
-        return "fetch of " + StepName(run.record, step) + ", waiting for " +
+        return "fetch of " + StepName(run.record, snap.record.step()) + ", waiting for " +
                WhatFetchWaitsFor(run, snap) + ",";
       });
     }
