@@ -16,6 +16,8 @@ packages=(
   systemd passwd            # tests: systemd-analyze verify of the unit; useradd for two-uid tests
   slurmctld slurmd slurm-client munge  # tests: a real single-node Slurm runs deploy/slurm
   openssl                   # tests: certificates for snapctl --remote over mutual TLS
+  gdb                       # tests: a hung test prints the native stacks of snapd and itself
+  stress-ng                 # tests: tests/load/repeat_under_load.sh loads every CPU
 )
 missing=()
 for p in "${packages[@]}"; do
