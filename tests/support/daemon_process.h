@@ -29,8 +29,19 @@ struct DaemonOptions {
 };
 
 // One snapd process. Not thread-safe; owned by one test.
+//
+// A hung test fails with stacks instead of being killed silently: Stop bounds its wait, and
+// where SNAPD_TEST_WATCHDOG_S is set (tests/CMakeLists.txt sets it below each test's ctest
+// TIMEOUT) a watchdog thread, started by the first Start or RunProgram, waits that many seconds
+// from the test process's start, then prints the native stacks of every live snapd and
+// RunProgram child and of the test process itself to stderr, aborts those children and then
+// the test.
 class DaemonProcess {
  public:
+  // How long Stop waits after SIGTERM: snapd's own stop_timeout (45 s by default) bounds its
+  // drain, and a margin covers the rest of its shutdown on a loaded sanitizer build.
+  static constexpr std::chrono::seconds kStopBound{90};
+
   // Starts snapd and waits until its control plane answers (or fails after 30 s). UCX in this
   // process and in snapd is kept to loopback (UCX_NET_DEVICES=lo) unless the caller chose.
   static Result<std::unique_ptr<DaemonProcess>> Start(const DaemonOptions& options);
@@ -40,12 +51,16 @@ class DaemonProcess {
   pid_t pid() const { return pid_; }
   // False once snapd has exited (it is then reaped; Stop returns its status).
   bool Running();
-  // SIGTERM and wait; returns the exit status (0 = clean shutdown).
-  int Stop();
+  // SIGTERM and wait up to `bound`; returns the exit status (0 = clean shutdown). A snapd still
+  // running then has its threads' stacks printed to stderr (DumpStacks) and is aborted:
+  // SIGABRT, and SIGKILL if that does not end it within 10 s (status 134 or 137).
+  int Stop(std::chrono::seconds bound = kStopBound);
   // SIGKILL and wait (crash simulation).
   void Kill();
   // stderr of the daemon so far.
   std::string Log() const;
+  // Prints the native stack of every thread of snapd to stderr (DumpNativeStacks).
+  void DumpStacks() const;
 
  private:
   DaemonProcess() = default;
@@ -58,6 +73,11 @@ class DaemonProcess {
 // Connects a client to `daemon`'s socket.
 Result<std::unique_ptr<Client>> ConnectClient(const DaemonProcess& daemon,
                                               bool map_host_tier = true);
+
+// Prints to stderr, under a heading naming `what`, the native stack of every thread of process
+// `pid` (gdb, given 30 s), then each thread's kernel state and wait channel (/proc), which is all
+// there is where gdb is missing or may not attach (ptrace_scope).
+void DumpNativeStacks(pid_t pid, const std::string& what);
 
 // Runs a program to completion; returns its exit status and fills stdout/stderr.
 int RunProgram(const std::vector<std::string>& argv, std::string* out, std::string* err);
