@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies, checks
 # the thread-safety annotations with clang, builds, runs every test, installs the Python
-# package in a venv (PyPI: pybind11, scikit-build-core, pytest, pyrevolve, Devito) and runs its
-# tests against the daemon just built, runs a job through deploy/slurm on a real single-node
-# Slurm, then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs every C++
-# test again.
+# package in a venv (PyPI: pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve,
+# Devito) and runs its tests against the daemon just built, repeats the tests most prone to
+# hangs and races for 2 minutes with every CPU loaded (tests/load), runs a job through
+# deploy/slurm on a real single-node Slurm, then rebuilds with AddressSanitizer +
+# UndefinedBehaviorSanitizer and runs every C++ test again. A hung test fails with the stacks
+# of its threads and of its daemons' (per-test timeouts in tests/CMakeLists.txt and
+# client/python/pyproject.toml).
 #   bash tests/run.sh            # both passes
 #   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only
 # After each test pass it prints how many tests skipped and why (tests/report_skips.py).
@@ -54,6 +57,11 @@ SNAPD_BINARY=$PWD/build-tests/daemon/snapd "$venv/bin/python" -m pytest -q -rs \
 python3 tests/report_skips.py --junit build-tests/pytest-junit.xml --name "pytest" ||
   ((rc != 0)) || rc=1
 ((rc == 0)) || exit "$rc"
+
+echo "== under load: the spill and compress-at-ingest Devito tests and the C++ store, tiering,"
+echo "   spill and many-solver tests, run after run for 2 minutes beside stress-ng on every CPU"
+SNAPD_LOAD_PYTEST_K="test_devito_gradient and (compress or lossy_zfp or Disk)" \
+  bash tests/load/repeat_under_load.sh --minutes 2 build-tests
 
 echo "== Slurm: a job through deploy/slurm's prolog and epilog on a real single-node Slurm"
 if [[ $(id -u) -eq 0 ]]; then
