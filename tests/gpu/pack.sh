@@ -42,23 +42,26 @@ command -v patchelf > /dev/null ||
   { echo "pack.sh: needs patchelf (apt-get install patchelf)" >&2; exit 2; }
 start=$(date +%s.%N)
 
-# The gtest targets labelled gpu in tests/CMakeLists.txt: snapd_add_test(NAME ... LABELS ...).
-gpu_test_targets() {
+# What tests/CMakeLists.txt says of the tests: "gpu_test NAME" for each snapd_add_test(NAME ...
+# LABELS ... gpu ...), "needs NAME TARGET" for each add_dependencies(NAME TARGET...), the
+# programs a test starts.
+cmake_facts() {
   python3 - "$repo/tests/CMakeLists.txt" << 'EOF'
 import re, sys
 text = re.sub(r"#[^\n]*", "", open(sys.argv[1]).read())
 keywords = {"SOURCES", "LIBS", "LABELS", "TIMEOUT"}
 for m in re.finditer(r"snapd_add_test\(\s*(\w+)([^)]*)\)", text):
     words = m.group(2).split()
-    if "LABELS" not in words:
-        continue
     labels = []
-    for w in words[words.index("LABELS") + 1:]:
+    for w in words[words.index("LABELS") + 1:] if "LABELS" in words else []:
         if w in keywords:
             break
         labels.append(w)
     if "gpu" in labels:
-        print(m.group(1))
+        print("gpu_test", m.group(1))
+for m in re.finditer(r"add_dependencies\(\s*(\w+)([^)]*)\)", text):
+    for target in m.group(2).split():
+        print("needs", m.group(1), target)
 EOF
 }
 
@@ -70,7 +73,7 @@ if [[ -z $from ]]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSNAPD_WITH_CUDA=ON \
     -DSNAPD_CUDA_ARCHITECTURES="90-real;90-virtual" > "$build.configure.log" 2>&1 ||
     { cat "$build.configure.log"; exit 1; }
-  mapfile -t gpu_targets < <(gpu_test_targets)
+  mapfile -t gpu_targets < <(cmake_facts | sed -n 's/^gpu_test //p')
   ((${#gpu_targets[@]})) ||
     { echo "pack.sh: no gpu-labelled test in tests/CMakeLists.txt" >&2; exit 1; }
   targets=(snapd snapctl snapbench acoustic2d_cuda "${gpu_targets[@]}")
@@ -122,13 +125,21 @@ for t in "${gpu_tests[@]}"; do
   exes[$(basename "$t")]=$t
 done
 # Programs the tests start by their path in this build (SNAPD_BINARY, ACOUSTIC2D_CUDA_BINARY,
-# ...): every executable of the build whose absolute path is a string in a test binary.
+# ...): the targets a test depends on (add_dependencies), and any other executable of the build
+# whose absolute path is a string in a test binary (an optimised build may inline a path).
 declare -A helpers=()  # path in the build -> pack name
+add_helper() {
+  helpers[$1]=$(basename "$1")
+  [[ -n ${exes[$(basename "$1")]:-} ]] || exes[$(basename "$1")]=$1
+}
 for t in "${gpu_tests[@]}"; do
+  while read -r target; do
+    exe=$(find_exe "$target") ||
+      { echo "pack.sh: $t needs $target, which is no program of $build" >&2; exit 1; }
+    add_helper "$exe"
+  done < <(cmake_facts | awk -v t="$(basename "$t")" '$1 == "needs" && $2 == t {print $3}')
   while read -r p; do
-    [[ -f $p && -x $p && $p != */CMakeFiles/* ]] || continue
-    helpers[$p]=$(basename "$p")
-    [[ -n ${exes[$(basename "$p")]:-} ]] || exes[$(basename "$p")]=$p
+    [[ -f $p && -x $p && $p != */CMakeFiles/* ]] && add_helper "$p"
   done < <(grep -aoE "$build/[A-Za-z0-9_./+-]+" "$t" | sort -u)
 done
 
