@@ -70,9 +70,10 @@ if [[ -z $from ]]; then
   echo "== configure $build (Release, CUDA, sm_90 + PTX)"
   # The CUDA targets take their architectures from SNAPD_CUDA_ARCHITECTURES (kernels/,
   # client/examples/); CMAKE_CUDA_ARCHITECTURES does not reach them.
+  mkdir -p "$build"  # the log inside it, which .gitignore covers
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSNAPD_WITH_CUDA=ON \
-    -DSNAPD_CUDA_ARCHITECTURES="90-real;90-virtual" > "$build.configure.log" 2>&1 ||
-    { cat "$build.configure.log"; exit 1; }
+    -DSNAPD_CUDA_ARCHITECTURES="90-real;90-virtual" > "$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log"; exit 1; }
   mapfile -t gpu_targets < <(cmake_facts | sed -n 's/^gpu_test //p')
   ((${#gpu_targets[@]})) ||
     { echo "pack.sh: no gpu-labelled test in tests/CMakeLists.txt" >&2; exit 1; }
