@@ -16,6 +16,7 @@ packages=(
   systemd passwd            # tests: systemd-analyze verify of the unit; useradd for two-uid tests
   slurmctld slurmd slurm-client munge  # tests: a real single-node Slurm runs deploy/slurm
   openssl                   # tests: certificates for snapctl --remote over mutual TLS
+  patchelf                  # tests/gpu/pack.sh: the GPU check's pack finds its libraries in itself
   gdb                       # tests: a hung test prints the native stacks of snapd and itself
   stress-ng                 # tests: tests/load/repeat_under_load.sh loads every CPU
 )

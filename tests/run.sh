@@ -44,6 +44,12 @@ cmake --build build-clang -j "$jobs" --target snapd snapd_client snapctl
 echo "== snapd tests"
 run_pass build-tests
 
+if ctest --test-dir build-tests -N -L gpu | grep -q '^Total Tests: [1-9]'; then
+  echo "== the GPU check's pack, from build-tests: whole without snapd's dependencies (dry run)"
+  bash tests/gpu/pack.sh --from build-tests --out build-tests/gpu-pack
+  bash tests/gpu/run.sh --dry-run build-tests/gpu-pack
+fi
+
 echo "== Python package (client/python) and its tests, against build-tests/daemon/snapd"
 venv=build-tests/python
 [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
