@@ -59,8 +59,29 @@ Status ClaimSocket(const std::string& path) {
   return Status::Ok();
 }
 
-// The name the host tier's memfd has in systemd's fd store (FDNAME=, LISTEN_FDNAMES).
+// The names the host tier's arenas have in systemd's fd store (FDNAME=, LISTEN_FDNAMES):
+// "hosttier-UID" per arena; "hosttier" is the one arena of an earlier snapd, snapd's own.
 constexpr char kHostTierFdName[] = "hosttier";
+
+std::string ArenaFdName(HostTier::ArenaId arena) {
+  return std::string(kHostTierFdName) + "-" + std::to_string(arena);
+}
+
+// The arena a name passed by systemd stands for; nullopt if it is none.
+std::optional<HostTier::ArenaId> ArenaOfFdName(const std::string& name) {
+  if (name == kHostTierFdName) return geteuid();
+  const std::string prefix = std::string(kHostTierFdName) + "-";
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size() || name.size() > prefix.size() + 10) {
+    return std::nullopt;
+  }
+  uint64_t uid = 0;
+  for (char c : name.substr(prefix.size())) {
+    if (c < '0' || c > '9') return std::nullopt;
+    uid = uid * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (uid > UINT32_MAX) return std::nullopt;
+  return static_cast<HostTier::ArenaId>(uid);
+}
 
 // systemd keeps an fd store for snapd: $FDSTORE (systemd 254 and later, when the unit sets
 // FileDescriptorStoreMax=) and a notification socket to send the fd on.
@@ -71,32 +92,33 @@ bool FdStoreKept(const std::map<std::string, std::string>& env) {
          notify != env.end() && !notify->second.empty();
 }
 
-// The host tier: the memfd the last stop handed to systemd's fd store, passed back to this
-// start as LISTEN_FDNAMES=hosttier, when the catalog says what it holds (`kept`); else a new
+// The host tier: the arenas the last stop handed to systemd's fd store, passed back to this
+// start as LISTEN_FDNAMES=hosttier-UID, when the catalog says what they hold (`kept`); else a new
 // one. second: whether it was taken back. Any other fd passed is closed, and a memfd this
 // start does not use is taken out of the fd store, so systemd does not keep its memory.
 Result<std::pair<std::unique_ptr<HostTier>, bool>> TakeBackHostTier(
     const std::map<std::string, std::string>& env, const std::optional<v1::HostTierKept>& kept,
     uint64_t budget, const HostTierOptions& options) {
-  int fd = -1;
+  std::map<HostTier::ArenaId, int> fds;
   for (auto [name, passed] : ListenFds(env)) {
-    if (name == kHostTierFdName) {
-      fd = passed;
+    std::optional<HostTier::ArenaId> arena = ArenaOfFdName(name);
+    if (arena && fds.emplace(*arena, passed).second) {
+      // systemd's copy goes: this start holds the memfd now, and a stop stores it again.
+      Notify(env, "FDSTOREREMOVE=1\nFDNAME=" + name);
     } else {
-      SNAPD_LOG_WARN("closing fd %d (%s) passed by systemd: snapd uses only '%s'", passed,
-                     name.c_str(), kHostTierFdName);
+      SNAPD_LOG_WARN("closing fd %d (%s) passed by systemd: snapd uses only '%s-UID', once each",
+                     passed, name.c_str(), kHostTierFdName);
       close(passed);
     }
   }
-  if (fd >= 0) {
-    // systemd's copy goes: this start holds the memfd now, and a stop stores it again.
-    Notify(env, "FDSTOREREMOVE=1\nFDNAME=" + std::string(kHostTierFdName));
+  if (!fds.empty()) {
     if (kept) {
-      auto adopted = HostTier::Adopt(fd, budget, options);
+      const size_t arenas = fds.size();
+      auto adopted = HostTier::AdoptArenas(std::move(fds), budget, options);
       if (adopted.ok()) {
-        SNAPD_LOG_INFO("took back the host tier from systemd's fd store (%llu steps kept by "
-                       "start %llu); checking them",
-                       static_cast<unsigned long long>(kept->steps()),
+        SNAPD_LOG_INFO("took back the host tier from systemd's fd store (%zu arenas, %llu steps "
+                       "kept by start %llu); checking them",
+                       arenas, static_cast<unsigned long long>(kept->steps()),
                        static_cast<unsigned long long>(kept->epoch()));
         return std::make_pair(std::move(adopted).value(), true);
       }
@@ -104,7 +126,7 @@ Result<std::pair<std::unique_ptr<HostTier>, bool>> TakeBackHostTier(
     } else {
       SNAPD_LOG_WARN("systemd passed a host tier but the catalog records none kept; "
                      "starting with an empty one");
-      close(fd);
+      for (auto& [arena, fd] : fds) close(fd);
     }
   }
   auto created = HostTier::Create(budget, options);
@@ -192,6 +214,7 @@ int Run(int argc, char** argv) {
                                                                 : HugePages::kAuto;
   host_options.tmpfs_dir = config.host_tmpfs;
   host_options.prefault = config.host_prefault;
+  host_options.per_uid_arenas = config.host_arenas != "shared";
   host_options.release_after = std::chrono::seconds(config.host_release_after);
   auto kept = (*catalog)->TakeHostTierKept();
   if (!kept.ok()) return fail(kept.status());
@@ -389,9 +412,13 @@ int Run(int argc, char** argv) {
     auto kept_by = std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5));
     auto kept_from = std::chrono::steady_clock::now();
     Store::StopResult stopped = (*store)->KeepHostTier(kept_by);
-    if (stopped.status.ok() &&
-        !NotifyWithFd(env, "FDSTORE=1\nFDNAME=" + std::string(kHostTierFdName),
-                      host->first->fd())) {
+    bool handed = true;
+    if (stopped.status.ok()) {
+      for (auto [arena, fd] : host->first->arena_fds()) {
+        handed = NotifyWithFd(env, "FDSTORE=1\nFDNAME=" + ArenaFdName(arena), fd) && handed;
+      }
+    }
+    if (stopped.status.ok() && !handed) {
       SNAPD_LOG_ERROR("handing the host tier to systemd's fd store failed (%s): %llu of its "
                       "%llu steps are on no disk and will be reported lost at the next start",
                       std::strerror(errno), static_cast<unsigned long long>(stopped.host_only),
@@ -408,7 +435,9 @@ int Run(int argc, char** argv) {
     }
   }
   if (!keep && host_tier_adopted) {
-    Notify(env, "FDSTOREREMOVE=1\nFDNAME=" + std::string(kHostTierFdName));
+    for (auto [arena, fd] : host->first->arena_fds()) {
+      Notify(env, "FDSTOREREMOVE=1\nFDNAME=" + ArenaFdName(arena));
+    }
   }
   store->reset();
   disk.reset();

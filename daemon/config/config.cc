@@ -37,9 +37,13 @@ const std::vector<OptionDoc>& ConfigOptions() {
        "a tmpfs mounted with huge=always for the host tier's file (the systemd unit's "
        "TemporaryFileSystem=); empty: snapd mounts one in a namespace of its own (default "
        "empty)"},
+      {"host_arenas", "SNAPD_HOST_ARENAS", K::kText, "MODE",
+       "per-uid (each uid maps an arena of its own steps: the mapped path for every local "
+       "solver) or shared (one arena that only root and snapd's uid map; other uids copy "
+       "over UCX) (default per-uid)"},
       {"host_prefault", "SNAPD_HOST_PREFAULT", K::kBool, "BOOL",
-       "populate the whole host tier in the background at start, so no push pays a first "
-       "touch; commits host_mem of RAM (default false)"},
+       "populate snapd's own arena of the host tier in the background at start (with "
+       "host_arenas = shared: every tenant's); commits host_mem of RAM (default false)"},
       {"host_release_after", "SNAPD_HOST_RELEASE_AFTER", K::kInteger, "SECONDS",
        "give free host-tier memory back to the OS once no push has taken any for this long "
        "(a job ended); 0 = keep it; not with host_prefault (default 300)"},
@@ -212,6 +216,9 @@ Status Parse(Config& c, const std::string& key, const std::string& value) {
   } else if (key == "host_tmpfs") {
     if (!value.empty() && value.front() != '/') return expected("an absolute directory or \"\"");
     c.host_tmpfs = value;
+  } else if (key == "host_arenas") {
+    if (value != "per-uid" && value != "shared") return expected("per-uid or shared");
+    c.host_arenas = value;
   } else if (key == "host_prefault") {
     if (value != "true" && value != "false") return expected("true or false");
     c.host_prefault = value == "true";
@@ -529,6 +536,7 @@ std::string FormatConfig(const Config& c) {
     << "host_mem_perc = " << c.host_mem_perc << "\n"
     << "host_huge_pages = " << Quoted(c.host_huge_pages) << "\n"
     << "host_tmpfs = " << Quoted(c.host_tmpfs) << "\n"
+    << "host_arenas = " << Quoted(c.host_arenas) << "\n"
     << "host_prefault = " << (c.host_prefault ? "true" : "false") << "\n"
     << "host_release_after = " << c.host_release_after << "\n"
     << "spool_dirs = " << Quoted(SpoolDirsText(c)) << "\n"

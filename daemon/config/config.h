@@ -18,6 +18,7 @@ struct Config {
   double host_mem_perc = 0.7;   // fraction of MemAvailable at start, used when host_mem is 0
   std::string host_huge_pages = "auto";  // auto, hugetlb, thp or off (host_tier.h, HugePages)
   std::string host_tmpfs;                // a huge=always tmpfs for the tier; "" = a private one
+  std::string host_arenas = "per-uid";  // per-uid or shared (host_tier.h, HostTierOptions)
   bool host_prefault = false;   // populate the whole host tier in the background at start
   uint32_t host_release_after = 300;  // seconds idle before free host memory goes back; 0 = keep
   std::vector<std::string> spool_dirs;  // disk-tier spools; see SpoolDirs()

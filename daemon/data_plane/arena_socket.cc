@@ -30,7 +30,7 @@ bool SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
 }  // namespace
 
 Result<std::unique_ptr<ArenaSocket>> ArenaSocket::Start(const std::string& path,
-                                                        const HostTier* tier,
+                                                        HostTier* tier,
                                                         SessionTable* sessions) {
   // 0666: the uid check happens per connection.
   SNAPD_ASSIGN_OR_RETURN(ucx::ScopedFd fd, ListenUnix(path, 0666, "arena socket"));
@@ -39,7 +39,7 @@ Result<std::unique_ptr<ArenaSocket>> ArenaSocket::Start(const std::string& path,
   return s;
 }
 
-ArenaSocket::ArenaSocket(std::string path, ucx::ScopedFd listen_fd, const HostTier* tier,
+ArenaSocket::ArenaSocket(std::string path, ucx::ScopedFd listen_fd, HostTier* tier,
                          SessionTable* sessions)
     : path_(std::move(path)), listen_fd_(std::move(listen_fd)), tier_(tier), sessions_(sessions) {}
 
@@ -95,16 +95,23 @@ void ArenaSocket::Answer(int fd) {
            Status::PermissionDenied("this session belongs to another uid"));
     return;
   }
-  if (!TrustedUid(cred.uid)) {
-    // Not an attack: every client of another uid asks, then uses the copied UCX path.
+  if (!tier_->per_uid_arenas() && !TrustedUid(cred.uid)) {
+    // Not an attack: with host_arenas = "shared", every client of another uid asks, then uses
+    // the copied UCX path.
     SendReply(fd,
               Status::PermissionDenied("the mapped host tier is shared only with uid " +
-                                       std::to_string(geteuid()) + "; uid " +
+                                       std::to_string(geteuid()) + " (host_arenas = \"shared\"); uid " +
                                        std::to_string(cred.uid) + " uses the copied UCX path"),
               0, -1);
     return;
   }
-  if (!SendReply(fd, Status::Ok(), tier_->budget(), tier_->fd())) {
+  // The arena of the caller's own uid, which holds its steps and nobody else's.
+  auto arena = tier_->ArenaFd(tier_->ArenaFor(cred.uid));
+  if (!arena.ok()) {
+    SendReply(fd, arena.status(), 0, -1);
+    return;
+  }
+  if (!SendReply(fd, Status::Ok(), arena->second, arena->first)) {
     SNAPD_LOG_INFO("arena socket: session %llu left before the host tier was handed over",
                    static_cast<unsigned long long>(req.session_id));
   }

@@ -299,11 +299,11 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
                   Status::Unauthenticated("endpoint has not said Hello: send Hello with the "
                                           "OpenSession id and token first"));
   }
-  if (wire::IsMappedPath(op) && !TrustedUid(conn.tenant.uid)) {
+  if (wire::IsMappedPath(op) && !store_->host_per_uid_arenas() && !TrustedUid(conn.tenant.uid)) {
     return refuse(log::Reason::kUntrustedUid, h.request_id,
                   Status::PermissionDenied("AM id " + std::to_string(op) +
                                            " belongs to the mapped host-tier path, "
-                                           "which is shared only with root and uid " +
+                                           "which host_arenas = \"shared\" gives only root and uid " +
                                            std::to_string(geteuid()) + "; uid " +
                                            std::to_string(conn.tenant.uid) +
                                            " pushes and fetches with "
@@ -437,6 +437,12 @@ void DataPlane::OnFetched(ucp_ep_h ep, uint64_t id, bool mapped, const wire::Fet
     return;
   }
   Store::FetchGrant g = std::move(grant).value();
+  if (mapped) {
+    if (Status s = MappedByEndpoint(conn->second, *g.block, req.run_id, req.step); !s.ok()) {
+      Reply(ep, id, s);
+      return;
+    }
+  }
   ReplyBody body;
   if (mapped) {
     body.offset = g.block->offset();
@@ -454,6 +460,18 @@ void DataPlane::OnFetched(ucp_ep_h ep, uint64_t id, bool mapped, const wire::Fet
     };
   }
   Reply(ep, id, Status::Ok(), std::move(body));
+}
+
+Status DataPlane::MappedByEndpoint(const Conn& conn, const HostBlock& block, uint64_t run_id,
+                                   uint64_t step) const {
+  uint32_t mapped = store_->HostArenaFor(conn.tenant.uid);
+  if (block.arena() == mapped) return Status::Ok();
+  // An admin reaching into another tenant's run: its arena is not the one this client maps.
+  return Status::PermissionDenied(
+      "step " + std::to_string(step) + " of run id " + std::to_string(run_id) +
+      " lies in the host-tier arena of uid " + std::to_string(block.arena()) +
+      ", and uid " + std::to_string(conn.tenant.uid) + " maps only its own (uid " +
+      std::to_string(mapped) + "); push and fetch it with the copied messages (Push, Fetch)");
 }
 
 ucs_status_t DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
@@ -494,6 +512,11 @@ void DataPlane::OnReserved(ucp_ep_h ep, uint64_t id, bool parked, Result<Store::
   if (parked) --conn.parked;
   if (!t.ok()) {
     Reply(ep, id, t.status());
+    return;
+  }
+  if (Status s = MappedByEndpoint(conn, *t->block, t->run_id, t->step); !s.ok()) {
+    store_->AbortPush(*t);
+    Reply(ep, id, s);
     return;
   }
   ReplyBody body;

@@ -9,8 +9,8 @@
 // the wire format (a handler covers all 65536 ids, so UCX never indexes past its table).
 // Rejections are counted and logged, at most a few lines a second.
 //
-// Mapped path (same node, same uid, the default there): the client holds the host-tier arena
-// mapped and copies bytes itself; these handlers only reserve/commit steps and lease blocks
+// Mapped path (same node, the default there): the client holds its own uid's host-tier arena
+// mapped (or, with host_arenas = "shared", root's and snapd's uid's only) and copies bytes itself; these handlers only reserve/commit steps and lease blocks
 // (kReserve, kCommit, kAbort, kFetchMapped, kReleaseLease).
 // Copied path (any client, e.g. over tcp): kPush carries the snapshot as AM data; the handler
 // validates the header, reserves tier memory through the Store, then receives the data
@@ -213,6 +213,10 @@ class DataPlane {
   void ReceivePush(ucp_ep_h ep, uint64_t request_id, Store::PushTicket ticket, void* data,
                    size_t length, bool rndv, const std::vector<char>* eager,
                    Clock::time_point arrived);
+  // OK when `block` lies in the arena the endpoint's client maps (its uid's), else
+  // PERMISSION_DENIED saying so (an admin reaching into another tenant's run).
+  Status MappedByEndpoint(const Conn& conn, const HostBlock& block, uint64_t run_id,
+                          uint64_t step) const;
   void OnReserved(ucp_ep_h ep, uint64_t request_id, bool parked, Result<Store::PushTicket> t,
                   Clock::time_point arrived);
   // Both fetch paths: asks the store for the step's host bytes, then answers in OnFetched

@@ -30,12 +30,12 @@
 
 namespace snapd {
 
-HostBlock::~HostBlock() { tier_->Free(offset_, size_); }
+HostBlock::~HostBlock() { tier_->Free(arena_, offset_, size_); }
 
 void HostBlock::ShrinkTo(uint64_t bytes) {
   uint64_t keep = (bytes + HostTier::kAlignment - 1) / HostTier::kAlignment * HostTier::kAlignment;
   if (keep == 0 || keep >= size_) return;
-  tier_->Free(offset_ + keep, size_ - keep);
+  tier_->Free(arena_, offset_ + keep, size_ - keep);
   size_ = keep;
 }
 
@@ -249,7 +249,32 @@ Result<Backing> TmpfsDirBacking(const std::string& dir, uint64_t budget) {
   return Backing{fd, budget, "shmem THP (tmpfs " + dir + ", huge=" + huge + ")"};
 }
 
+
+// Sizes `fd` to `bytes` (closing it on error).
+Status SizeArena(int fd, uint64_t bytes) {
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int err = errno;
+    close(fd);
+    return Status::ResourceExhausted("sizing a host-tier arena to " + FormatBytes(bytes) +
+                                     " failed: " + std::strerror(err));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+
+HostTier::HostTier(uint64_t budget, std::string pages, Kind kind, ArenaId own,
+                   const HostTierOptions& options)
+    : budget_(budget),
+      units_((budget + kUnit - 1) / kUnit),
+      pages_(std::move(pages)),
+      kind_(kind),
+      own_(own),
+      per_uid_(options.per_uid_arenas),
+      options_(options) {
+  if (!options.prefault) release_after_ = options.release_after;
+}
 
 Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
                                                    const HostTierOptions& options) {
@@ -259,11 +284,13 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
                                    " bytes is below one page; set host_mem or host_mem_perc");
   }
   Backing b;
+  Kind kind = Kind::kMemfd;
   std::string not_huge;
   if (options.huge_pages == HugePages::kAuto || options.huge_pages == HugePages::kHugeTlb) {
     auto huge = HugeTlbBacking(budget);
     if (huge.ok()) {
       b = *huge;
+      kind = Kind::kHugeTlb;
     } else if (options.huge_pages == HugePages::kHugeTlb) {
       return Status::ResourceExhausted("host_huge_pages = \"hugetlb\": " +
                                        huge.status().message());
@@ -277,6 +304,7 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
     auto dir = TmpfsDirBacking(options.tmpfs_dir, budget);
     if (dir.ok()) {
       b = *dir;
+      kind = Kind::kTmpfsDir;
     } else {
       std::string why = dir.status().message();
       if (options.huge_pages == HugePages::kThp) {
@@ -291,6 +319,7 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
     auto thp = HugeTmpfsBacking(budget);
     if (thp.ok()) {
       b = *thp;
+      kind = Kind::kPrivateTmpfs;
     } else if (options.huge_pages == HugePages::kThp) {
       return Status::Unavailable("host_huge_pages = \"thp\": " + thp.status().message());
     } else {
@@ -298,147 +327,360 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
     }
   }
   if (b.fd < 0) {
-    // A sparse memfd: without prefault the budget is a ceiling, not an up-front commitment.
+    // A sparse memfd: the budget is a ceiling, not an up-front commitment.
     b.fd = memfd_create("snapd-host-tier", MFD_CLOEXEC);
     if (b.fd < 0) return Status::Internal(std::string("memfd_create: ") + std::strerror(errno));
     b.budget = budget;
     b.pages = "4 KiB pages";
     if (options.huge_pages == HugePages::kAuto) {
       // Shmem THP advice on a memfd: effective when the kernel's shmem_enabled policy allows
-      // it. The advice is set on this mapping (in Map) and on every client's (the first
-      // toucher's mapping decides).
+      // it. The advice is set on snapd's mapping, which populates every page (Populate).
       std::string policy = ShmemThpPolicy();
       bool thp = policy != "never" && policy != "deny";
       b.pages = thp ? "shmem THP (" + policy + ")"
                     : "4 KiB pages (" + not_huge + "; shmem THP: " + policy + ")";
     }
   }
-  if (ftruncate(b.fd, static_cast<off_t>(b.budget)) != 0) {
-    int err = errno;
-    close(b.fd);
-    return Status::ResourceExhausted("sizing the host tier to " + FormatBytes(b.budget) +
-                                     " failed: " + std::strerror(err));
+  SNAPD_RETURN_IF_ERROR(SizeArena(b.fd, b.budget));
+  std::unique_ptr<HostTier> tier(new HostTier(b.budget, b.pages, kind, geteuid(), options));
+  {
+    MutexLock lock(tier->mu_);
+    SNAPD_RETURN_IF_ERROR(tier->AddArena(tier->own_, b.fd, /*adopted=*/false));
   }
-  return Map(b.fd, b.budget, b.pages, options, /*release=*/true);
+  if (options.prefault) tier->prefault_ = std::thread([t = tier.get()] { t->Prefault(); });
+  tier->StartRelease();
+  return tier;
 }
 
-Result<std::unique_ptr<HostTier>> HostTier::Map(int fd, uint64_t budget, std::string pages,
-                                                const HostTierOptions& options, bool release) {
-  void* base = mmap(nullptr, budget, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    int err = errno;
-    close(fd);
-    return Status::ResourceExhausted("mapping " + FormatBytes(budget) +
-                                     " for the host tier failed: " + std::strerror(err));
+Result<std::unique_ptr<HostTier>> HostTier::AdoptArenas(std::map<ArenaId, int> fds,
+                                                        uint64_t budget_bytes,
+                                                        const HostTierOptions& options) {
+  auto close_all = [&fds] {
+    for (auto& [id, fd] : fds) close(fd);
+  };
+  uint64_t budget = budget_bytes / kAlignment * kAlignment;
+  if (budget == 0 || fds.empty()) {
+    close_all();
+    return Status::InvalidArgument(budget == 0 ? "host-tier budget is below one page"
+                                               : "no host-tier arena to take back");
   }
-  if (pages.rfind("shmem THP", 0) == 0) (void)madvise(base, budget, MADV_HUGEPAGE);
-  std::unique_ptr<HostTier> tier(new HostTier(fd, base, budget, std::move(pages)));
-  if (options.prefault) tier->prefault_ = std::thread([t = tier.get()] { t->Prefault(); });
-  if (!options.prefault) tier->release_after_ = options.release_after;
-  if (release) tier->StartRelease();
+  // What backs them is the previous start's choice: a hugetlb memfd, a file on a tmpfs mounted
+  // huge=always (whose st_blksize is the 2 MiB page) or a plain memfd.
+  struct stat st{};
+  struct statfs fs{};
+  const int first = fds.begin()->second;
+  std::string pages = "4 KiB pages, kept through the restart";
+  Kind kind = Kind::kMemfd;
+  if (fstat(first, &st) == 0 && fstatfs(first, &fs) == 0 && fs.f_type == HUGETLBFS_MAGIC) {
+    pages = "hugetlb " + FormatBytes(static_cast<uint64_t>(st.st_blksize)) +
+            ", kept through the restart";
+    kind = Kind::kHugeTlb;
+  } else if (fs.f_type == TMPFS_MAGIC && st.st_blksize > static_cast<blksize_t>(kAlignment)) {
+    pages = "shmem THP, kept through the restart";
+    kind = options.tmpfs_dir.empty() ? Kind::kPrivateTmpfs : Kind::kTmpfsDir;
+  }
+  std::unique_ptr<HostTier> tier(new HostTier(budget, pages, kind, geteuid(), options));
+  MutexLock lock(tier->mu_);
+  for (auto it = fds.begin(); it != fds.end(); it = fds.erase(it)) {
+    auto [id, fd] = *it;
+    if (fstat(fd, &st) != 0) {
+      int err = errno;
+      close(fd);
+      fds.erase(it);
+      close_all();
+      return Status::InvalidArgument("fstat of the kept host-tier arena of uid " +
+                                     std::to_string(id) + ": " + std::strerror(err));
+    }
+    if (static_cast<uint64_t>(st.st_size) != budget) {
+      if (Status sized = SizeArena(fd, budget); !sized.ok()) {
+        fds.erase(it);
+        close_all();
+        return sized;
+      }
+    }
+    if (Status added = tier->AddArena(id, fd, /*adopted=*/true); !added.ok()) {
+      fds.erase(it);
+      close_all();
+      return added;
+    }
+  }
   return tier;
 }
 
 Result<std::unique_ptr<HostTier>> HostTier::Adopt(int fd, uint64_t budget_bytes,
                                                   const HostTierOptions& options) {
-  uint64_t budget = budget_bytes / kAlignment * kAlignment;
-  struct stat st{};
-  if (budget == 0 || fstat(fd, &st) != 0) {
-    int err = errno;
-    close(fd);
-    return Status::InvalidArgument(budget == 0 ? "host-tier budget is below one page"
-                                               : std::string("fstat of the kept host tier: ") +
-                                                     std::strerror(err));
-  }
-  if (static_cast<uint64_t>(st.st_size) != budget &&
-      ftruncate(fd, static_cast<off_t>(budget)) != 0) {
-    int err = errno;
-    close(fd);
-    return Status::ResourceExhausted("resizing the kept host tier to " + FormatBytes(budget) +
-                                     " failed: " + std::strerror(err));
-  }
-  // What backs it is the previous start's choice: a hugetlb memfd, a file on a tmpfs mounted
-  // huge=always (whose st_blksize is the 2 MiB page) or a plain memfd.
-  struct statfs fs{};
-  std::string pages = "4 KiB pages, kept through the restart";
-  if (fstatfs(fd, &fs) == 0 && fs.f_type == HUGETLBFS_MAGIC) {
-    pages = "hugetlb " + FormatBytes(static_cast<uint64_t>(st.st_blksize)) +
-            ", kept through the restart";
-  } else if (fs.f_type == TMPFS_MAGIC && st.st_blksize > static_cast<blksize_t>(kAlignment)) {
-    pages = "shmem THP, kept through the restart";
-  }
-  return Map(fd, budget, pages, options, /*release=*/false);
+  return AdoptArenas({{geteuid(), fd}}, budget_bytes, options);
 }
 
-Result<std::unique_ptr<HostBlock>> HostTier::Claim(uint64_t offset, uint64_t bytes) {
-  uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  MutexLock lock(mu_);
-  if (offset % kAlignment != 0 || size == 0 || !ranges_.AllocateAt(offset, size)) {
-    return Status::InvalidArgument("host-tier range at " + std::to_string(offset) + " of " +
-                                   std::to_string(size) + " bytes is not free in a tier of " +
-                                   FormatBytes(budget_));
+Result<int> HostTier::NewBacking() const {
+  int fd = -1;
+  switch (kind_) {
+    case Kind::kHugeTlb:
+      fd = memfd_create("snapd-host-tier", MFD_CLOEXEC | MFD_HUGETLB);
+      break;
+    case Kind::kTmpfsDir: {
+      SNAPD_ASSIGN_OR_RETURN(Backing b, TmpfsDirBacking(options_.tmpfs_dir, budget_));
+      fd = b.fd;
+      break;
+    }
+    case Kind::kPrivateTmpfs: {
+      SNAPD_ASSIGN_OR_RETURN(Backing b, HugeTmpfsBacking(budget_));
+      fd = b.fd;
+      break;
+    }
+    case Kind::kMemfd:
+      fd = memfd_create("snapd-host-tier", MFD_CLOEXEC);
+      break;
   }
+  if (fd < 0) {
+    return Status::Unavailable(std::string("a new host-tier arena: ") + std::strerror(errno));
+  }
+  SNAPD_RETURN_IF_ERROR(SizeArena(fd, budget_));
+  return fd;
+}
+
+Status HostTier::AddArena(ArenaId id, int fd, bool adopted) {
+  // hugetlb: no reservation of the whole budget per arena; snapd populates each block's pages
+  // before handing it out, and fails the allocation cleanly when the pool has none left.
+  int flags = MAP_SHARED | (kind_ == Kind::kHugeTlb ? MAP_NORESERVE : 0);
+  void* base = mmap(nullptr, budget_, PROT_READ | PROT_WRITE, flags, fd, 0);
+  if (base == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    return Status::ResourceExhausted("mapping " + FormatBytes(budget_) +
+                                     " for the host-tier arena of uid " + std::to_string(id) +
+                                     " failed: " + std::strerror(err));
+  }
+  if (kind_ != Kind::kHugeTlb) (void)madvise(base, budget_, MADV_HUGEPAGE);
+  auto a = std::make_unique<Arena>(budget_);
+  a->id = id;
+  a->fd = fd;
+  a->base = base;
+  a->unit_used.assign(units_, 0);
+  a->resident.assign(units_, false);
+  if (adopted) {
+    // The units where the kept memfd holds pages (SEEK_DATA/SEEK_HOLE), counted resident.
+    for (off_t at = 0; at < static_cast<off_t>(budget_);) {
+      off_t data = lseek(fd, at, SEEK_DATA);
+      if (data < 0) break;
+      off_t hole = lseek(fd, data, SEEK_HOLE);
+      if (hole < 0) hole = static_cast<off_t>(budget_);
+      for (uint64_t u = static_cast<uint64_t>(data) / kUnit;
+           u < units_ && u * kUnit < static_cast<uint64_t>(hole); ++u) {
+        if (!a->resident[u]) ++resident_units_;
+        a->resident[u] = true;
+      }
+      at = hole;
+    }
+  }
+  arenas_.emplace(id, std::move(a));
+  return Status::Ok();
+}
+
+Result<HostTier::Arena*> HostTier::ArenaLocked(ArenaId id) {
+  if (auto it = arenas_.find(id); it != arenas_.end()) return it->second.get();
+  if (stopping_) return Status::Unavailable("the host tier is stopping");
+  SNAPD_ASSIGN_OR_RETURN(int fd, NewBacking());
+  SNAPD_RETURN_IF_ERROR(AddArena(id, fd, /*adopted=*/false));
+  SNAPD_LOG_INFO("host tier: a new arena for uid %u (%s)", id, pages_.c_str());
+  return arenas_.at(id).get();
+}
+
+void HostTier::CountUnits(Arena& a, uint64_t offset, uint64_t size, bool add,
+                          uint64_t* fresh_first, uint64_t* fresh_last) {
+  const uint64_t end = offset + size;
+  for (uint64_t u = offset / kUnit; u < units_ && u * kUnit < end; ++u) {
+    uint64_t overlap = std::min(end, (u + 1) * kUnit) - std::max(offset, u * kUnit);
+    if (!add) {
+      a.unit_used[u] -= static_cast<uint32_t>(overlap);
+      continue;
+    }
+    a.unit_used[u] += static_cast<uint32_t>(overlap);
+    if (!a.resident[u]) {
+      a.resident[u] = true;
+      ++resident_units_;
+      if (fresh_first != nullptr) {
+        if (*fresh_first >= *fresh_last) *fresh_first = u;
+        *fresh_last = u + 1;
+      }
+    }
+  }
+}
+
+bool HostTier::PunchUnit(Arena& a, uint64_t u) {
+  uint64_t at = u * kUnit, n = std::min(kUnit, budget_ - at);
+  if (fallocate(a.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(at),
+                static_cast<off_t>(n)) != 0) {
+    return false;
+  }
+  if (a.resident[u]) --resident_units_;
+  a.resident[u] = false;
+  return true;
+}
+
+void HostTier::MakeResidentRoom(const Arena& keep, uint64_t units) {
+  // An adopted tier's free ranges may hold kept steps until they are claimed (StartRelease).
+  if (resident_units_ + units <= units_ || !releasing_) return;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& [id, a] : arenas_) {
+      if ((a.get() == &keep) != (pass == 1)) continue;
+      for (uint64_t u = 0; u < units_; ++u) {
+        if (resident_units_ + units <= units_) return;
+        if (a->resident[u] && a->unit_used[u] == 0 && !PunchUnit(*a, u)) return;
+      }
+    }
+  }
+}
+
+bool HostTier::Populate(const Arena& a, uint64_t first, uint64_t last) const {
+  uint64_t at = first * kUnit, end = std::min(last * kUnit, budget_);
+  if (at >= end) return true;
+  // A write populate from snapd's own mapping: the pages are charged to snapd, and on shmem
+  // with THP advice they are allocated as the mapping's advice says.
+  char* p = static_cast<char*>(a.base) + at;
+  if (madvise(p, end - at, MADV_POPULATE_WRITE) == 0) return true;
+  if (errno == EINVAL) {  // a kernel before 5.14: allocate them in the file instead
+    return fallocate(a.fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(at),
+                     static_cast<off_t>(end - at)) == 0;
+  }
+  return false;
+}
+
+std::unique_ptr<HostBlock> HostTier::NewBlock(Arena& a, uint64_t offset, uint64_t size) {
   last_allocation_ = std::chrono::steady_clock::now();
   used_ += size;
   peak_used_ = std::max(peak_used_, used_);
-  return std::make_unique<HostBlock>(this, offset, size, static_cast<char*>(base_) + offset);
+  return std::make_unique<HostBlock>(this, a.id, offset, size,
+                                     static_cast<char*>(a.base) + offset);
 }
 
-HostTier::HostTier(int fd, void* base, uint64_t budget, std::string pages)
-    : fd_(fd), base_(base), budget_(budget), pages_(std::move(pages)), ranges_(budget) {}
+Result<std::unique_ptr<HostBlock>> HostTier::Claim(ArenaId arena, uint64_t offset,
+                                                   uint64_t bytes) {
+  uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  MutexLock lock(mu_);
+  auto it = arenas_.find(arena);
+  if (it == arenas_.end()) {
+    return Status::InvalidArgument("no host-tier arena of uid " + std::to_string(arena) +
+                                   " was kept");
+  }
+  Arena& a = *it->second;
+  if (offset % kAlignment != 0 || size == 0 || used_ + size > budget_ ||
+      !a.ranges.AllocateAt(offset, size)) {
+    return Status::InvalidArgument("host-tier range at " + std::to_string(offset) + " of " +
+                                   std::to_string(size) + " bytes is not free in the arena of uid " +
+                                   std::to_string(arena) + " of a tier of " + FormatBytes(budget_));
+  }
+  CountUnits(a, offset, size, /*add=*/true, nullptr, nullptr);
+  return NewBlock(a, offset, size);
+}
+
+Result<std::unique_ptr<HostBlock>> HostTier::AllocateIn(ArenaId arena, uint64_t bytes,
+                                                        bool from_top) {
+  if (bytes == 0) return Status::InvalidArgument("host-tier allocation of 0 bytes");
+  uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  std::unique_ptr<HostBlock> block;
+  const Arena* a = nullptr;
+  uint64_t first = 0, last = 0;
+  {
+    MutexLock lock(mu_);
+    // No room in the budget: refused before an arena is made for it.
+    Arena* found = nullptr;
+    if (used_ + size <= budget_) {
+      SNAPD_ASSIGN_OR_RETURN(found, ArenaLocked(arena));
+    }
+    std::optional<uint64_t> offset;
+    if (found != nullptr) offset = found->ranges.Allocate(size, from_top);
+    if (!offset) {
+      std::string why = used_ + size > budget_ ? "" : " (free space is fragmented)";
+      return Status::ResourceExhausted("host tier full: " + FormatBytes(bytes) + " requested, " +
+                                       FormatBytes(used_) + " of " + FormatBytes(budget_) +
+                                       " in use" + why +
+                                       "; delete finished runs or raise host_mem");
+    }
+    CountUnits(*found, *offset, size, /*add=*/true, &first, &last);
+    if (last > first) MakeResidentRoom(*found, 0);
+    block = NewBlock(*found, *offset, size);
+    a = found;
+  }
+  // Outside the lock: the units are in use, so nothing gives them back meanwhile.
+  if (last > first && !Populate(*a, first, last)) {
+    int err = errno;
+    return Status::ResourceExhausted("host tier: populating " + FormatBytes(size) +
+                                     " for uid " + std::to_string(arena) + " failed: " +
+                                     std::strerror(err));  // the block goes back as it goes
+  }
+  return block;
+}
+
+void HostTier::Free(ArenaId arena, uint64_t offset, uint64_t size) {
+  MutexLock lock(mu_);
+  Arena& a = *arenas_.at(arena);
+  used_ -= size;
+  a.ranges.Free(offset, size);
+  CountUnits(a, offset, size, /*add=*/false, nullptr, nullptr);
+  freed_since_release_ = true;
+}
 
 HostTier::~HostTier() {
   StopBackgroundWork();
-  munmap(base_, budget_);
-  close(fd_);
+  MutexLock lock(mu_);
+  for (auto& [id, a] : arenas_) {
+    munmap(a->base, budget_);
+    close(a->fd);
+  }
 }
 
-// Populates the tier 64 MiB at a time: a page in use is left as it is (populating maps it, it
-// never writes it), a page not yet touched is allocated and zeroed now instead of in a push.
+// Populates snapd's own arena unit by unit, as AllocateIn would, up to the budget's worth of
+// resident units: a unit not yet populated is allocated and zeroed now instead of in a push.
+// Each unit is populated under the lock (a 2 MiB piece: allocations wait that long at most),
+// so no allocation takes it half done and no release gives it back half done.
 void HostTier::Prefault() {
-  constexpr uint64_t kChunk = 64ull << 20;
-  for (uint64_t off = 0; off < budget_ && !stopping_; off += kChunk) {
-    uint64_t n = std::min(kChunk, budget_ - off);
-    if (madvise(static_cast<char*>(base_) + off, n, MADV_POPULATE_WRITE) != 0) {
-      SNAPD_LOG_WARN("host-tier prefault stopped at %s of %s: %s (pages will be populated on "
-                     "first touch)",
-                     FormatBytes(off).c_str(), FormatBytes(budget_).c_str(),
-                     std::strerror(errno));
-      return;
+  for (uint64_t u = 0; u < units_ && !stopping_; ++u) {
+    MutexLock lock(mu_);
+    Arena& own = *arenas_.at(own_);
+    if (!own.resident[u]) {
+      if (resident_units_ >= units_) break;
+      if (!Populate(own, u, u + 1)) {
+        SNAPD_LOG_WARN("host-tier prefault stopped at %s of %s: %s (pages will be populated as "
+                       "blocks are handed out)",
+                       FormatBytes(u * kUnit).c_str(), FormatBytes(budget_).c_str(),
+                       std::strerror(errno));
+        return;
+      }
+      own.resident[u] = true;
+      ++resident_units_;
     }
-    prefaulted_.fetch_add(n, std::memory_order_relaxed);
+    prefaulted_.store(std::min(budget_, (u + 1) * kUnit), std::memory_order_relaxed);
   }
   if (!stopping_) {
-    SNAPD_LOG_INFO("host tier prefaulted: %s of %s", FormatBytes(budget_).c_str(), pages_.c_str());
+    SNAPD_LOG_INFO("host tier prefaulted: %s of %s", FormatBytes(prefaulted()).c_str(),
+                   pages_.c_str());
   }
 }
 
 uint64_t HostTier::ReleaseFree() {
-  // Holes are punched in whole pages of the memfd (huge pages on hugetlbfs: st_blksize).
-  struct stat st{};
-  const uint64_t page = fstat(fd_, &st) == 0 && st.st_blksize > 0 ? st.st_blksize : kAlignment;
-  constexpr uint64_t kPiece = 64ull << 20;  // the lock is held for one piece at a time
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  constexpr uint64_t kPiece = (64ull << 20) / kUnit;  // the lock is held for one piece at a time
+  std::vector<ArenaId> ids;
   {
     MutexLock lock(mu_);
-    ranges = ranges_.FreeRanges();
+    for (auto& [id, a] : arenas_) ids.push_back(id);
     freed_since_release_ = false;
   }
   uint64_t released = 0;
-  for (auto [offset, length] : ranges) {
-    uint64_t begin = (offset + page - 1) / page * page, end = (offset + length) / page * page;
-    for (uint64_t at = begin; at < end && !stopping_; at += kPiece) {
-      uint64_t n = std::min(kPiece, end - at);
+  for (ArenaId id : ids) {
+    for (uint64_t u = 0; u < units_ && !stopping_; u += kPiece) {
       MutexLock lock(mu_);
-      if (!ranges_.IsFree(at, n)) continue;  // allocated since: its pages are in use
-      if (fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(at),
-                    static_cast<off_t>(n)) != 0) {
-        SNAPD_LOG_WARN("giving free host-tier memory back to the OS failed: %s (it stays "
-                       "resident, and is reused)",
-                       std::strerror(errno));
-        return released;
+      Arena& a = *arenas_.at(id);
+      for (uint64_t i = u; i < std::min(units_, u + kPiece); ++i) {
+        if (a.unit_used[i] != 0) continue;  // in use: its pages stay
+        if (!PunchUnit(a, i)) {
+          SNAPD_LOG_WARN("giving free host-tier memory back to the OS failed: %s (it stays "
+                         "resident, and is reused)",
+                         std::strerror(errno));
+          return released;
+        }
+        released += std::min(kUnit, budget_ - i * kUnit);
       }
-      released += n;
     }
   }
   return released;
@@ -483,22 +725,33 @@ void HostTier::StopBackgroundWork() {
 }
 
 void HostTier::StartRelease() {
-  if (release_after_.count() <= 0 || releaser_.joinable() || stopping_) return;
   {
     MutexLock lock(mu_);
+    if (releasing_ || stopping_) return;
+    releasing_ = true;  // kept steps are claimed: free units may be given back
     last_allocation_ = std::chrono::steady_clock::now();  // idle time counts from now
   }
-  releaser_ = std::thread([this] { ReleaseWhenIdle(release_after_); });
+  if (release_after_.count() > 0) {
+    releaser_ = std::thread([this] { ReleaseWhenIdle(release_after_); });
+  }
 }
 
 uint64_t HostTier::resident_bytes() const {
+  MutexLock lock(mu_);
+  uint64_t bytes = 0;
   struct stat st{};
-  return fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+  for (auto& [id, a] : arenas_) {
+    if (fstat(a->fd, &st) == 0) bytes += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return bytes;
 }
 
-uint64_t HostTier::largest_free() const {
+uint64_t HostTier::largest_free(ArenaId arena) const {
   MutexLock lock(mu_);
-  return ranges_.largest_free();
+  uint64_t room = budget_ - used_;
+  auto it = arenas_.find(arena);
+  // An arena not made yet is one free range of the whole budget.
+  return it == arenas_.end() ? room : std::min(room, it->second->ranges.largest_free());
 }
 
 uint64_t HostTier::used() const {
@@ -511,28 +764,23 @@ uint64_t HostTier::peak_used() const {
   return peak_used_;
 }
 
-Result<std::unique_ptr<HostBlock>> HostTier::Allocate(uint64_t bytes, bool from_top) {
-  if (bytes == 0) return Status::InvalidArgument("host-tier allocation of 0 bytes");
-  uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+Result<std::pair<int, uint64_t>> HostTier::ArenaFd(ArenaId arena) {
   MutexLock lock(mu_);
-  if (std::optional<uint64_t> offset = ranges_.Allocate(size, from_top)) {
-    last_allocation_ = std::chrono::steady_clock::now();
-    used_ += size;
-    peak_used_ = std::max(peak_used_, used_);
-    return std::make_unique<HostBlock>(this, *offset, size, static_cast<char*>(base_) + *offset);
-  }
-  std::string why = used_ + size > budget_ ? "" : " (free space is fragmented)";
-  return Status::ResourceExhausted("host tier full: " + FormatBytes(bytes) + " requested, " +
-                                   FormatBytes(used_) + " of " + FormatBytes(budget_) +
-                                   " in use" + why +
-                                   "; delete finished runs or raise host_mem");
+  SNAPD_ASSIGN_OR_RETURN(Arena * a, ArenaLocked(arena));
+  return std::make_pair(a->fd, budget_);
 }
 
-void HostTier::Free(uint64_t offset, uint64_t size) {
+int HostTier::fd() const {
   MutexLock lock(mu_);
-  used_ -= size;
-  ranges_.Free(offset, size);
-  freed_since_release_ = true;
+  auto it = arenas_.find(own_);
+  return it == arenas_.end() ? -1 : it->second->fd;
+}
+
+std::map<HostTier::ArenaId, int> HostTier::arena_fds() const {
+  MutexLock lock(mu_);
+  std::map<ArenaId, int> fds;
+  for (auto& [id, a] : arenas_) fds.emplace(id, a->fd);
+  return fds;
 }
 
 }  // namespace snapd

@@ -1,8 +1,17 @@
-// The host-RAM tier: one region of exactly `budget` bytes, reserved at start, carved into
-// page-aligned blocks. Because every block lives inside the region, the tier cannot hand out
-// more than its budget, whatever the allocation pattern. The region is a memfd mapped shared,
-// so a same-node client given the fd (see data_plane/arena_socket.h) copies snapshots straight
-// into tier memory: the one CPU copy of a push.
+// The host-RAM tier: `budget` bytes for every tenant together, in per-uid arenas. An arena is a
+// memfd of its own, mapped shared, that holds the steps of one uid's runs only, so a same-node
+// client given its own uid's fd (see data_plane/arena_socket.h) copies snapshots straight into
+// tier memory (the one CPU copy of a push) and can reach no other tenant's bytes. Every arena
+// is as large as the budget (sparse), carved into page-aligned blocks by its own allocator;
+// the blocks of all arenas together never exceed the budget.
+//
+// Memory: the daemon populates (fallocate) every page of a block before handing the block out,
+// so a page is charged to snapd's memory cgroup and never to a client's (a client maps pages
+// that exist). Pages are kept after a block is freed, for the next block of the same arena;
+// they come and go in 2 MiB units: when a block needs fresh units and the resident units of
+// all arenas would pass the budget, free units of other arenas (then of its own) are given back
+// to the OS first. Resident memory may pass the budget only by units that blocks share at
+// their edges.
 #pragma once
 
 #include <atomic>
@@ -14,6 +23,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "snapd/range_allocator.h"
 #include "snapd/status.h"
@@ -28,8 +38,8 @@ class HostTier;
 // fetch completes. The tier must outlive every block.
 class HostBlock {
  public:
-  HostBlock(HostTier* tier, uint64_t offset, uint64_t size, void* data)
-      : tier_(tier), offset_(offset), size_(size), data_(data) {}
+  HostBlock(HostTier* tier, uint32_t arena, uint64_t offset, uint64_t size, void* data)
+      : tier_(tier), arena_(arena), offset_(offset), size_(size), data_(data) {}
   ~HostBlock();
   HostBlock(const HostBlock&) = delete;
   HostBlock& operator=(const HostBlock&) = delete;
@@ -37,6 +47,7 @@ class HostBlock {
   void* data() const { return data_; }
   uint64_t size() const { return size_; }
   uint64_t offset() const { return offset_; }  // from the start of the arena
+  uint32_t arena() const { return arena_; }    // whose arena: HostTier::ArenaFor
 
   // Returns the block's tail beyond `bytes` (rounded up to the alignment) to the tier. Only
   // for a block its holder owns alone (nobody else may be reading the tail).
@@ -44,6 +55,7 @@ class HostBlock {
 
  private:
   HostTier* const tier_;
+  const uint32_t arena_;
   const uint64_t offset_;
   uint64_t size_;  // changes only in ShrinkTo, under the sole owner
   void* const data_;
@@ -75,57 +87,89 @@ struct HostTierOptions {
   // private namespace (needs user or mount namespaces: systemd's RestrictNamespaces= denies
   // them, hence the unit's TemporaryFileSystem= and this).
   std::string tmpfs_dir{};
+  // One arena per uid (the default), or one arena for every tenant (config host_arenas =
+  // "shared"), which only root and snapd's own uid may map; the others then use the copied path.
+  bool per_uid_arenas = true;
 };
 
 // Thread-safe: Allocate and block release may run on any thread.
-// Pages are populated on first touch (or by the prefault at start) and kept after a block is
-// freed, so a steady stream of same-sized snapshots (the common case) reuses warm pages
-// instead of faulting fresh ones. Once the tier has been idle for `release_after`, a
-// background thread gives the free ones back to the OS (ReleaseFree).
+// Once the tier has been idle for `release_after`, a background thread gives the free units of
+// every arena back to the OS (ReleaseFree).
 class HostTier {
  public:
   static constexpr uint64_t kAlignment = 4096;
+  // Pages are populated, counted and given back per arena in units of this size.
+  static constexpr uint64_t kUnit = 2ull << 20;
+  using ArenaId = uint32_t;
 
+  // The tier, with the arena of snapd's own uid (whose creation checks the huge-page options).
   static Result<std::unique_ptr<HostTier>> Create(uint64_t budget_bytes,
                                                   const HostTierOptions& options = {});
-  // The tier over `fd`, a memfd kept through a restart (systemd's fd store), sized to the
-  // budget: grown if it is smaller; if larger, what lies beyond the budget is cut off (Claim
-  // refuses blocks there). Takes ownership of `fd`, also on error.
+  // The tier over memfds kept through a restart (systemd's fd store), one per arena, each
+  // sized to the budget: grown if smaller; if larger, what lies beyond is cut off (Claim
+  // refuses blocks there). Takes ownership of every fd, also on error. Adopt(fd) keeps one
+  // arena, snapd's own.
+  static Result<std::unique_ptr<HostTier>> AdoptArenas(std::map<ArenaId, int> fds,
+                                                       uint64_t budget_bytes,
+                                                       const HostTierOptions& options = {});
   static Result<std::unique_ptr<HostTier>> Adopt(int fd, uint64_t budget_bytes,
                                                  const HostTierOptions& options = {});
   ~HostTier();
 
-  // The block at [offset, offset + bytes) of an adopted tier, holding a step kept through the
+  // The arena that holds the steps of `uid`'s runs: its own with per-uid arenas, else snapd's.
+  ArenaId ArenaFor(uint32_t uid) const { return per_uid_ ? uid : own_; }
+  // snapd's own arena (its uid's): Allocate, Claim and fd without an arena use it.
+  ArenaId own_arena() const { return own_; }
+  bool per_uid_arenas() const { return per_uid_; }
+
+  // The block at [offset, offset + bytes) of an adopted arena, holding a step kept through the
   // restart; INVALID_ARGUMENT if that range is not free and inside the budget.
-  Result<std::unique_ptr<HostBlock>> Claim(uint64_t offset, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  Result<std::unique_ptr<HostBlock>> Claim(ArenaId arena, uint64_t offset, uint64_t bytes)
+      SNAPD_EXCLUDES(mu_);
+  Result<std::unique_ptr<HostBlock>> Claim(uint64_t offset, uint64_t bytes) {
+    return Claim(own_, offset, bytes);
+  }
 
   // What backs the tier: "hugetlb 2 MiB", "shmem THP (private tmpfs, huge=always)", "shmem THP
   // (advise)" or "4 KiB pages"; with the reason when huge pages were asked for and not had.
   const std::string& pages() const { return pages_; }
-  // Bytes the background prefault has populated so far (budget() once it is done).
+  // Bytes the background prefault has populated so far (of snapd's own arena).
   uint64_t prefaulted() const { return prefaulted_.load(std::memory_order_relaxed); }
 
+  // A block of `arena` (created on first use), its pages populated by snapd.
   // RESOURCE_EXHAUSTED, naming the request, the use and the budget, when it does not fit.
   // `from_top`: take the highest free range that fits instead of the lowest. Compressed copies
   // are placed from the top so the raw blocks they replace leave whole holes at the bottom,
   // where the next raw push fits.
-  Result<std::unique_ptr<HostBlock>> Allocate(uint64_t bytes, bool from_top = false)
-      SNAPD_EXCLUDES(mu_);
+  Result<std::unique_ptr<HostBlock>> AllocateIn(ArenaId arena, uint64_t bytes,
+                                                bool from_top = false) SNAPD_EXCLUDES(mu_);
+  Result<std::unique_ptr<HostBlock>> Allocate(uint64_t bytes, bool from_top = false) {
+    return AllocateIn(own_, bytes, from_top);
+  }
 
   uint64_t budget() const { return budget_; }
+  // Bytes in blocks, of every arena.
   uint64_t used() const SNAPD_EXCLUDES(mu_);
   // The most `used()` has been since start.
   uint64_t peak_used() const SNAPD_EXCLUDES(mu_);
-  // The largest block Allocate could hand out now.
-  uint64_t largest_free() const SNAPD_EXCLUDES(mu_);
-  int fd() const { return fd_; }  // the arena memfd; owned by the tier
-  // Gives the pages of every free range back to the OS (punches holes in the memfd: clients'
-  // mappings of them read zeros after) and returns the bytes released. Allocation goes on
-  // meanwhile: the tier's lock is held for one piece of a range at a time, and a piece that
-  // was allocated in between is left alone.
+  // The largest block AllocateIn(arena) could hand out now (no larger than the budget's room).
+  uint64_t largest_free(ArenaId arena) const SNAPD_EXCLUDES(mu_);
+  uint64_t largest_free() const { return largest_free(own_); }
+
+  // `uid`'s arena's memfd (created on first use; owned by the tier) and its size in bytes, for
+  // the arena socket.
+  Result<std::pair<int, uint64_t>> ArenaFd(ArenaId arena) SNAPD_EXCLUDES(mu_);
+  int fd() const;  // snapd's own arena's memfd
+  // Every arena and its memfd, for systemd's fd store at a stop.
+  std::map<ArenaId, int> arena_fds() const SNAPD_EXCLUDES(mu_);
+
+  // Gives the pages of every free unit of every arena back to the OS (punches holes in the
+  // memfds: clients' mappings of them read zeros after) and returns the bytes released.
+  // Allocation goes on meanwhile: the tier's lock is held for one piece at a time, and a unit
+  // allocated in between is left alone.
   uint64_t ReleaseFree() SNAPD_EXCLUDES(mu_);
-  // Bytes of RAM the memfd holds now (its allocated pages, whoever touched them).
-  uint64_t resident_bytes() const;
+  // Bytes of RAM the memfds hold now (their allocated pages, whoever touched them).
+  uint64_t resident_bytes() const SNAPD_EXCLUDES(mu_);
   // Starts giving idle free memory back (options.release_after) on an adopted tier, once every
   // kept step it holds was claimed; a created tier starts at once. Call once.
   void StartRelease() SNAPD_EXCLUDES(mu_);
@@ -135,19 +179,50 @@ class HostTier {
 
  private:
   friend class HostBlock;
-  HostTier(int fd, void* base, uint64_t budget, std::string pages);
-  // Maps `fd` (closing it on error), advises THP where `pages` says so and starts the prefault.
-  static Result<std::unique_ptr<HostTier>> Map(int fd, uint64_t budget, std::string pages,
-                                               const HostTierOptions& options, bool release);
-  void Free(uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
+  // How every arena is backed: the kind the first arena got.
+  enum class Kind { kHugeTlb, kTmpfsDir, kPrivateTmpfs, kMemfd };
+  struct Arena {
+    ArenaId id = 0;
+    int fd = -1;
+    void* base = nullptr;
+    RangeAllocator ranges;
+    // Per 2 MiB unit: bytes of blocks in it, and whether snapd populated its pages (or, for an
+    // adopted arena, whether the memfd held pages there).
+    std::vector<uint32_t> unit_used;
+    std::vector<bool> resident;
+    explicit Arena(uint64_t bytes) : ranges(bytes) {}
+  };
+  HostTier(uint64_t budget, std::string pages, Kind kind, ArenaId own,
+           const HostTierOptions& options);
+  // A new memfd of `kind_`, sized to the budget.
+  Result<int> NewBacking() const;
+  // Maps `fd` as arena `id` (closing it on error); `adopted`: count the pages it holds.
+  Status AddArena(ArenaId id, int fd, bool adopted) SNAPD_REQUIRES(mu_);
+  Result<Arena*> ArenaLocked(ArenaId id) SNAPD_REQUIRES(mu_);
+  // Counts the bytes of [offset, offset + size) in (add) or out of its units; on add, widens
+  // [fresh_first, fresh_last) over the units that were not resident (now counted resident).
+  void CountUnits(Arena& a, uint64_t offset, uint64_t size, bool add, uint64_t* fresh_first,
+                  uint64_t* fresh_last) SNAPD_REQUIRES(mu_);
+  // Gives back free resident units, other arenas' first, until `units` more fit in the budget
+  // (nothing before StartRelease).
+  void MakeResidentRoom(const Arena& keep, uint64_t units) SNAPD_REQUIRES(mu_);
+  bool PunchUnit(Arena& a, uint64_t unit) SNAPD_REQUIRES(mu_);
+  // Populates [first, last) units of `a` from snapd (outside the lock: the units are in use).
+  bool Populate(const Arena& a, uint64_t first, uint64_t last) const;
+  std::unique_ptr<HostBlock> NewBlock(Arena& a, uint64_t offset, uint64_t size)
+      SNAPD_REQUIRES(mu_);
+  void Free(ArenaId arena, uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
   void Prefault();
   // The release thread: ReleaseFree once no allocation happened for `release_after`.
   void ReleaseWhenIdle(std::chrono::seconds release_after) SNAPD_EXCLUDES(mu_);
 
-  const int fd_;
-  void* const base_;
   const uint64_t budget_;
+  const uint64_t units_;  // per arena: the budget in units, rounded up
   const std::string pages_;
+  const Kind kind_;
+  const ArenaId own_;
+  const bool per_uid_;
+  const HostTierOptions options_;
   std::atomic<uint64_t> prefaulted_{0};
   std::atomic<bool> stopping_{false};
   std::thread prefault_;
@@ -155,10 +230,15 @@ class HostTier {
   std::chrono::seconds release_after_{0};
   mutable Mutex mu_;
   CondVar stop_cv_;  // wakes the release thread at destruction
-  RangeAllocator ranges_ SNAPD_GUARDED_BY(mu_);
+  // Arenas live as long as the tier: a client's mapping of one must stay the arena.
+  std::map<ArenaId, std::unique_ptr<Arena>> arenas_ SNAPD_GUARDED_BY(mu_);
+  uint64_t resident_units_ SNAPD_GUARDED_BY(mu_) = 0;
   // Since the last release: whether a block was freed (its pages may be resident), and when
   // the last allocation was.
   bool freed_since_release_ SNAPD_GUARDED_BY(mu_) = false;
+  // StartRelease was called: free units may be given back (an adopted tier's kept steps are
+  // claimed by then).
+  bool releasing_ SNAPD_GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point last_allocation_ SNAPD_GUARDED_BY(mu_);
   uint64_t used_ SNAPD_GUARDED_BY(mu_) = 0;
   uint64_t peak_used_ SNAPD_GUARDED_BY(mu_) = 0;

@@ -47,7 +47,7 @@ bool Ingest::ApplyPack(Run& run, Snapshot& snap, const PendingPack& pending) {
   // for the next raw push). With no room for it, and nobody reading the raw bytes, it goes over
   // the raw bytes and the tail comes free: a smaller hole, but the next copy fits in it.
   std::shared_ptr<HostBlock> block;
-  if (auto beside = AllocateHost(packed.size, /*from_top=*/true); beside.ok()) {
+  if (auto beside = AllocateHost(run, packed.size, /*from_top=*/true); beside.ok()) {
     block = std::move(beside).value();
   } else if (snap.block.use_count() == 1) {
     block = snap.block;

@@ -257,7 +257,7 @@ Status Store::Load() {
       damaged.push_back({StepName(run.record, r.step()), r, "lost before this start"});
     }
     if (r.tier() == v1::TIER_HOST && r.daemon_epoch() != options_.epoch) {
-      if (Status kept = TakeBack(snap); kept.ok()) {
+      if (Status kept = TakeBack(run, snap); kept.ok()) {
         ++taken_back;
       } else {
         ++lost_host;
@@ -279,7 +279,7 @@ Status Store::Load() {
         if (r.has_host_copy()) {
           // A host copy kept through the restart: served from memory if it checks out, else
           // the file serves, which is the durable copy either way.
-          if (Status kept = TakeBack(snap); kept.ok()) {
+          if (Status kept = TakeBack(run, snap); kept.ok()) {
             ++taken_back;
           } else {
             SNAPD_LOG_INFO("%s is served from its spool file, not from its host copy (%s)",
@@ -339,7 +339,7 @@ Status Store::Load() {
   return Status::Ok();
 }
 
-Status Store::TakeBack(Snapshot& snap) {
+Status Store::TakeBack(const Run& run, Snapshot& snap) {
   v1::SnapshotRecord& r = snap.record;
   const auto& kept = options_.kept_host_tier;
   if (!kept || r.daemon_epoch() != kept->epoch() || !r.has_host_copy()) {
@@ -351,7 +351,7 @@ Status Store::TakeBack(Snapshot& snap) {
         "this start");
   }
   const v1::HostCopy& copy = r.host_copy();
-  auto block = ClaimHost(copy.offset(), copy.bytes());
+  auto block = ClaimHost(run, copy.offset(), copy.bytes());
   if (!block.ok()) {
     return Status::DataLoss("its place in the kept host tier: " + block.status().message());
   }

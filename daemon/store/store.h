@@ -202,6 +202,9 @@ class Store final : private Tiering {
   };
   Waits Waiting(const Tenant& who, size_t limit) SNAPD_EXCLUDES(mu_);
   uint64_t host_budget() const { return host_->budget(); }
+  // The host-tier arena a client of `uid` maps, which holds the steps of its runs.
+  HostTier::ArenaId HostArenaFor(uint32_t uid) const { return host_->ArenaFor(uid); }
+  bool host_per_uid_arenas() const { return host_->per_uid_arenas(); }
   uint64_t host_used() const { return host_->used(); }
   uint64_t host_peak_used() const { return host_->peak_used(); }
   const std::string& host_pages() const { return host_->pages(); }
@@ -223,7 +226,7 @@ class Store final : private Tiering {
   // A host-tier record of the start whose stop kept the host tier (options_.kept_host_tier):
   // its block claimed at the recorded offset and its checksum checked; DATA_LOSS saying why
   // not (an empty message: it was not kept).
-  Status TakeBack(Snapshot& snap) SNAPD_REQUIRES(mu_);
+  Status TakeBack(const Run& run, Snapshot& snap) SNAPD_REQUIRES(mu_);
   // BeginPush and BeginFetch under the lock: the answer now, or nullopt after parking `done`.
   Result<std::optional<PushTicket>> TryBeginPush(uint64_t run_id, uint64_t step, uint64_t bytes,
                                                  PushDone& done, const Tenant& who)

@@ -17,13 +17,17 @@ StoreState::StoreState(Catalog* catalog, HostTier* host, DiskTier* disk,
 
 StoreState::~StoreState() { DetachWaker(); }
 
-Result<std::shared_ptr<HostBlock>> StoreState::AllocateHost(uint64_t bytes, bool from_top) {
-  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block, host_->Allocate(bytes, from_top));
+Result<std::shared_ptr<HostBlock>> StoreState::AllocateHost(const Run& run, uint64_t bytes,
+                                                            bool from_top) {
+  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block,
+                         host_->AllocateIn(ArenaOf(run), bytes, from_top));
   return Wrap(std::move(block));
 }
 
-Result<std::shared_ptr<HostBlock>> StoreState::ClaimHost(uint64_t offset, uint64_t bytes) {
-  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block, host_->Claim(offset, bytes));
+Result<std::shared_ptr<HostBlock>> StoreState::ClaimHost(const Run& run, uint64_t offset,
+                                                         uint64_t bytes) {
+  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block,
+                         host_->Claim(ArenaOf(run), offset, bytes));
   return Wrap(std::move(block));
 }
 

@@ -159,9 +159,15 @@ class StoreState {
 
   // A host-tier block whose release, by whoever drops the last reference (a lease, an I/O job,
   // the checksum thread), wakes the tiering thread to hand the room to what waits for it.
-  Result<std::shared_ptr<HostBlock>> AllocateHost(uint64_t bytes, bool from_top = false);
+  // It lies in the arena of the run's owner (ArenaOf).
+  Result<std::shared_ptr<HostBlock>> AllocateHost(const Run& run, uint64_t bytes,
+                                                  bool from_top = false);
   // The same for a block of an adopted host tier at a known place (HostTier::Claim).
-  Result<std::shared_ptr<HostBlock>> ClaimHost(uint64_t offset, uint64_t bytes);
+  Result<std::shared_ptr<HostBlock>> ClaimHost(const Run& run, uint64_t offset, uint64_t bytes);
+  // The host-tier arena that holds the run's steps: its owner's (HostTier::ArenaFor).
+  HostTier::ArenaId ArenaOf(const Run& run) const {
+    return host_->ArenaFor(run.record.owner_uid());
+  }
   // A reference to `block` for a holder outside the store (the data plane's push or fetch, a
   // dump): dropping its last copy wakes the tiering thread. The policy waits for blocks that
   // only the store holds (a compressed copy swapped in for the raw bytes, a read-ahead copy

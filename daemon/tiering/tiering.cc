@@ -76,7 +76,7 @@ void Tiering::TieringLoop() {
 
 Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(Run& run, uint64_t step,
                                                               uint64_t bytes, PushDone& later) {
-  auto block = parked_pushes_.empty() ? AllocateHost(bytes)
+  auto block = parked_pushes_.empty() ? AllocateHost(run, bytes)
                                       : Status::ResourceExhausted("earlier pushes are waiting");
   if (block.ok()) {
     run.in_flight[step] = *block;
@@ -90,7 +90,8 @@ Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(Run& run, uint64_t
   }
   run.in_flight.emplace(step, nullptr);
   auto now = std::chrono::steady_clock::now();
-  parked_pushes_.push_back(ParkedPush{run.record.run_id(), step, bytes, std::move(later), now,
+  parked_pushes_.push_back(ParkedPush{run.record.run_id(), step, bytes, ArenaOf(run),
+                                      std::move(later), now,
                                       now + options_.wait_warn_after});
   Wake();
   return std::optional<PushTicket>();
@@ -228,10 +229,12 @@ void Tiering::Rebalance(Deferred& deferred) {
   uint64_t writing = FreeingBytes();
   // The block the first waiting read needs (ServeParkedReads serves them in order).
   uint64_t first_read = 0;
+  HostTier::ArenaId first_read_arena = host_->own_arena();
   for (const auto& key : parked_reads_) {
     auto [run, snap] = FindSnapshot(key);
     if (snap && !RawInHost(*snap) && !snap->reading && !snap->waiters.empty()) {
       first_read = snap->record.raw_bytes();
+      first_read_arena = ArenaOf(*run);
       break;
     }
   }
@@ -242,10 +245,11 @@ void Tiering::Rebalance(Deferred& deferred) {
   auto short_of_room = [&]() SNAPD_REQUIRES(mu_) {
     if (host_->budget() - host_->used() + writing < need) return true;
     if (!parked_pushes_.empty() &&
-        host_->largest_free() + writing < parked_pushes_.front().bytes) {
+        host_->largest_free(parked_pushes_.front().arena) + writing <
+            parked_pushes_.front().bytes) {
       return true;
     }
-    return first_read != 0 && host_->largest_free() + writing < first_read;
+    return first_read != 0 && host_->largest_free(first_read_arena) + writing < first_read;
   };
   while (short_of_room() && writes_in_flight_ < max_writes) {
     uint64_t before = host_->used();
@@ -293,7 +297,7 @@ void Tiering::Rebalance(Deferred& deferred) {
       Status full = Status::ResourceExhausted(
           "no room for " + FormatBytes(it->bytes) + ": host tier " + FormatBytes(host_->used()) +
           " of " + FormatBytes(host_->budget()) + " in use (largest free piece " +
-          FormatBytes(host_->largest_free()) + ") and " + why +
+          FormatBytes(host_->largest_free(it->arena)) + ") and " + why +
           "; delete finished runs, raise host_mem/disk_mem, or open the run with "
           "block_when_full");
       ++refused_pushes_;
@@ -328,7 +332,7 @@ void Tiering::Rebalance(Deferred& deferred) {
   WarnLongWaits();
 }
 
-std::string Tiering::WhatRoomWaitsFor(uint64_t bytes) {
+std::string Tiering::WhatRoomWaitsFor(uint64_t bytes, HostTier::ArenaId arena) {
   std::vector<std::string> coming;
   auto count = [](uint64_t n, const char* one, const char* many) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
@@ -364,13 +368,13 @@ std::string Tiering::WhatRoomWaitsFor(uint64_t bytes) {
   if (what.empty()) what = "steps to be deleted or consumed (nothing in flight will make room)";
   return "host room for " + FormatBytes(bytes) + " (host tier " + FormatBytes(host_->used()) +
          " of " + FormatBytes(host_->budget()) + " in use, largest free piece " +
-         FormatBytes(host_->largest_free()) + "); waiting for " + what;
+         FormatBytes(host_->largest_free(arena)) + "); waiting for " + what;
 }
 
-std::string Tiering::WhatFetchWaitsFor(const Run&, const Snapshot& snap) {
+std::string Tiering::WhatFetchWaitsFor(const Run& run, const Snapshot& snap) {
   std::string how = HoldsCompressed(snap) ? "its decode in host memory" : "its read from disk";
   if (snap.reading) return how + ", in flight";
-  return how + ", which waits for " + WhatRoomWaitsFor(snap.record.raw_bytes());
+  return how + ", which waits for " + WhatRoomWaitsFor(snap.record.raw_bytes(), ArenaOf(run));
 }
 
 Tiering::WaitCounts Tiering::WaitsOf(const Run& run) const {
@@ -411,7 +415,7 @@ std::vector<Tiering::WaitingRequest> Tiering::Waiting() {
   for (const ParkedPush& p : parked_pushes_) {
     auto run = runs_.find(p.run_id);
     add("push", run != runs_.end() ? &run->second : nullptr, p.run_id, p.step, p.parked_at,
-        WhatRoomWaitsFor(p.bytes));
+        WhatRoomWaitsFor(p.bytes, p.arena));
   }
   for (const auto& [id, run] : runs_) {
     for (const auto& [step, snap] : run.snapshots) {
@@ -448,7 +452,7 @@ void Tiering::WarnLongWaits() {
       return "push of " +
              (run != runs_.end() ? StepName(run->second.record, p.step)
                                  : StepLabel(p.run_id, p.step)) +
-             ", waiting for " + WhatRoomWaitsFor(p.bytes) + ",";
+             ", waiting for " + WhatRoomWaitsFor(p.bytes, p.arena) + ",";
     });
   }
   for (auto& entry : runs_) {
@@ -559,8 +563,8 @@ void Tiering::GrantParkedPushes(Deferred& deferred) {
       parked_pushes_.pop_front();
       continue;
     }
-    auto block = AllocateHost(p.bytes);
-    if (!block.ok() && CompactHost(p.bytes)) block = AllocateHost(p.bytes);
+    auto block = AllocateHost(run->second, p.bytes);
+    if (!block.ok() && CompactHost(p.bytes, p.arena)) block = AllocateHost(run->second, p.bytes);
     if (!block.ok()) return;  // first come, first served
     run->second.in_flight[p.step] = *block;
     PushTicket ticket{p.run_id, p.step, Lease(*block)};
@@ -569,33 +573,35 @@ void Tiering::GrantParkedPushes(Deferred& deferred) {
   }
 }
 
-bool Tiering::CompactHost(uint64_t bytes) {
+bool Tiering::CompactHost(uint64_t bytes, HostTier::ArenaId arena) {
   if (host_->budget() - host_->used() < bytes) return false;  // not fragmentation: too full
   // Enough free bytes, but in pieces: move blocks only the store holds (no send, lease,
   // checksum, compression or disk I/O has them), lowest first, to the highest free piece that
   // fits. Each move merges the room it leaves with its neighbours; a memcpy costs far less
   // than writing a step to disk.
-  std::vector<Snapshot*> movable;
+  // Blocks move within their arena only: the one `bytes` is wanted in.
+  std::vector<std::pair<Run*, Snapshot*>> movable;
   for (auto& [id, run] : runs_) {
+    if (ArenaOf(run) != arena) continue;
     for (auto& [step, snap] : run.snapshots) {
       if (snap.block && snap.block.use_count() == 1 && !snap.writing && !snap.reading) {
-        movable.push_back(&snap);
+        movable.emplace_back(&run, &snap);
       }
     }
   }
-  std::sort(movable.begin(), movable.end(), [](const Snapshot* a, const Snapshot* b) {
-    return a->block->offset() < b->block->offset();
+  std::sort(movable.begin(), movable.end(), [](const auto& a, const auto& b) {
+    return a.second->block->offset() < b.second->block->offset();
   });
-  for (Snapshot* snap : movable) {
-    if (host_->largest_free() >= bytes) return true;
-    auto dest = AllocateHost(snap->block->size(), /*from_top=*/true);
+  for (auto [run, snap] : movable) {
+    if (host_->largest_free(arena) >= bytes) return true;
+    auto dest = AllocateHost(*run, snap->block->size(), /*from_top=*/true);
     if (!dest.ok()) continue;  // no piece this block fits in; a smaller one may move
     if ((*dest)->offset() < snap->block->offset()) continue;  // would move down: no gain
     std::memcpy((*dest)->data(), snap->block->data(), snap->block->size());
     snap->block = std::move(dest).value();  // the old copy's room merges with its neighbours
     ++compactions_;
   }
-  return host_->largest_free() >= bytes;
+  return host_->largest_free(arena) >= bytes;
 }
 
 uint64_t Tiering::LeasedBytes() const {
@@ -772,8 +778,10 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
 
 bool Tiering::StartRead(Run& run, Snapshot& snap, bool urgent) {
   const v1::SnapshotRecord& r = snap.record;
-  auto block = AllocateHost(r.raw_bytes());
-  if (!block.ok() && urgent && CompactHost(r.raw_bytes())) block = AllocateHost(r.raw_bytes());
+  auto block = AllocateHost(run, r.raw_bytes());
+  if (!block.ok() && urgent && CompactHost(r.raw_bytes(), ArenaOf(run))) {
+    block = AllocateHost(run, r.raw_bytes());
+  }
   if (!block.ok()) return false;
   snap.reading = true;
   ++reads_in_flight_;

@@ -96,6 +96,7 @@ class Tiering : protected Ingest {
     uint64_t run_id;
     uint64_t step;
     uint64_t bytes;
+    HostTier::ArenaId arena;  // where its block goes: its run owner's
     PushDone later;
     std::chrono::steady_clock::time_point parked_at;
     std::chrono::steady_clock::time_point warn_at;  // when the wait is next logged
@@ -124,7 +125,7 @@ class Tiering : protected Ingest {
   void SchedulePrefetch(Run& run) SNAPD_REQUIRES(mu_);
   // Moves compressed host copies up the arena until a block of `bytes` fits (variable-size
   // copies fragment it); false if the free room is too small or cannot be merged.
-  bool CompactHost(uint64_t bytes) SNAPD_REQUIRES(mu_);
+  bool CompactHost(uint64_t bytes, HostTier::ArenaId arena) SNAPD_REQUIRES(mu_);
   // Drops one read-ahead copy or starts one demotion to make host room; false if neither.
   bool FreeHostRoom() SNAPD_REQUIRES(mu_);
   // Host bytes that work in flight will free without another demotion: demotions being
@@ -146,7 +147,7 @@ class Tiering : protected Ingest {
   // tiering thread when the next one comes due.
   void WarnLongWaits() SNAPD_REQUIRES(mu_);
   // What host room for `bytes` waits for: the tier's use and what in flight will make room.
-  std::string WhatRoomWaitsFor(uint64_t bytes) SNAPD_REQUIRES(mu_);
+  std::string WhatRoomWaitsFor(uint64_t bytes, HostTier::ArenaId arena) SNAPD_REQUIRES(mu_);
   // What a fetch of `snap` waits for: its disk read or decode, or host room to start one.
   std::string WhatFetchWaitsFor(const Run& run, const Snapshot& snap) SNAPD_REQUIRES(mu_);
   void WakeBy(std::chrono::steady_clock::time_point when) SNAPD_REQUIRES(mu_) {

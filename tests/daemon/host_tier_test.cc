@@ -199,7 +199,7 @@ TEST(HostTier, ReleaseFreeGivesBackTheFreedPagesOnly) {
 // A tier taken back from the fd store holds kept steps in what are still free ranges until they
 // are claimed: nothing is given back before StartRelease, however long that takes.
 TEST(HostTier, AnAdoptedTierGivesNothingBackBeforeItsKeptStepsAreClaimed) {
-  constexpr uint64_t kBlock = 1 << 20;
+  constexpr uint64_t kBlock = HostTier::kUnit;  // pages come and go in units
   uint64_t offset = 0;
   int kept = -1;
   {
@@ -214,7 +214,8 @@ TEST(HostTier, AnAdoptedTierGivesNothingBackBeforeItsKeptStepsAreClaimed) {
   options.release_after = std::chrono::seconds(1);
   auto tier = HostTier::Adopt(kept, 4 * kBlock, options);
   ASSERT_TRUE(tier.ok()) << tier.status().ToString();
-  { auto freed = (*tier)->Allocate(kBlock).value(); }  // a free, and an allocation long ago
+  // A free, and an allocation long ago; its second unit is populated for it.
+  { auto freed = (*tier)->Allocate(2 * kBlock).value(); }
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   auto claimed = (*tier)->Claim(offset, kBlock);
   ASSERT_TRUE(claimed.ok()) << claimed.status().ToString();
@@ -247,6 +248,67 @@ TEST(HostTier, AnIdleTierReleasesItsFreePagesByItself) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_LT((*tier)->resident_bytes(), kBlock / 8);
+}
+
+// Per-uid arenas: each uid's blocks lie in a memfd of its own, the blocks of every arena
+// together never pass the one budget, the tier populates a block's pages itself before handing
+// it out (so they are charged to snapd, not to the client that touches them first), and one
+// arena's free warm pages are given back when another arena needs fresh ones.
+TEST(HostTier, ArenasOfTwoUidsShareTheBudgetAndNoPages) {
+  constexpr uint64_t kBlock = 2 * HostTier::kUnit;
+  auto created = HostTier::Create(4 * kBlock);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  HostTier& tier = **created;
+  EXPECT_TRUE(tier.per_uid_arenas());
+  EXPECT_EQ(tier.ArenaFor(1001), 1001u);
+  const uint64_t before = tier.resident_bytes();
+  auto a = tier.AllocateIn(1001, 2 * kBlock);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ((*a)->arena(), 1001u);
+  EXPECT_GE(tier.resident_bytes(), before + 2 * kBlock);  // populated, nobody wrote a byte
+  std::memset((*a)->data(), 0xa1, 2 * kBlock);
+  auto b = tier.AllocateIn(1002, 2 * kBlock);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)->arena(), 1002u);
+  EXPECT_EQ((*b)->offset(), 0u);  // an arena of its own: it starts at the bottom too
+  EXPECT_EQ(tier.used(), 4 * kBlock);
+  auto over = tier.AllocateIn(1003, HostTier::kAlignment);  // the budget is full, all arenas
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), Code::kResourceExhausted);
+  EXPECT_EQ(tier.largest_free(1002), 0u);
+  auto fa = tier.ArenaFd(1001), fb = tier.ArenaFd(1002);
+  ASSERT_TRUE(fa.ok() && fb.ok());
+  EXPECT_NE(fa->first, fb->first);
+  EXPECT_EQ(tier.arena_fds().size(), 3u);  // snapd's own, 1001's and 1002's
+  // What a client of uid 1002 maps: its own arena, with none of 1001's bytes in it.
+  void* view = mmap(nullptr, fb->second, PROT_READ, MAP_SHARED, fb->first, 0);
+  ASSERT_NE(view, MAP_FAILED);
+  const auto* bytes = static_cast<const unsigned char*>(view);
+  EXPECT_TRUE(std::none_of(bytes, bytes + fb->second, [](unsigned char c) { return c == 0xa1; }));
+  munmap(view, fb->second);
+  // 1001's block goes; its pages stay warm for 1001 until 1002 needs fresh ones.
+  a->reset();
+  EXPECT_GE(tier.resident_bytes(), 4 * kBlock);
+  auto c = tier.AllocateIn(1002, 2 * kBlock);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_LE(tier.resident_bytes(), 4 * kBlock);  // 1001's free units were given back
+  void* mine = mmap(nullptr, fa->second, PROT_READ, MAP_SHARED, fa->first, 0);
+  ASSERT_NE(mine, MAP_FAILED);
+  bytes = static_cast<const unsigned char*>(mine);
+  EXPECT_TRUE(std::none_of(bytes, bytes + fa->second, [](unsigned char c) { return c != 0; }));
+  munmap(mine, fa->second);
+}
+
+TEST(HostTier, ASharedArenaHoldsEveryUidsBlocks) {
+  HostTierOptions options;
+  options.per_uid_arenas = false;
+  auto tier = HostTier::Create(64 * 4096, options);
+  ASSERT_TRUE(tier.ok());
+  EXPECT_EQ((*tier)->ArenaFor(1001), (*tier)->own_arena());
+  auto b = (*tier)->AllocateIn((*tier)->ArenaFor(1001), 4096);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ((*b)->arena(), static_cast<uint32_t>(geteuid()));
+  EXPECT_EQ((*tier)->arena_fds().size(), 1u);
 }
 
 TEST(HostTier, RejectsABudgetBelowOnePage) {

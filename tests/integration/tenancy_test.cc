@@ -1,5 +1,4 @@
-// Tenancy with two real uids: a solver of root's (trusted: it maps the host tier) and a second
-// user created for the test, who runs tests/integration/tenant_probe.cc as a hostile tenant.
+// Tenancy with two real uids: a solver of root's and a second user created for the test, who runs tests/integration/tenant_probe.cc as a hostile tenant.
 // Skipped, saying why, when the test is not root (creating a user and switching to it needs it).
 #include <gtest/gtest.h>
 #include <pwd.h>
@@ -7,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -67,33 +68,70 @@ class TenancyTest : public SnapdTest {
     return Fields(out);
   }
 
+  // Root's solver pushes `steps` steps (pattern seed 1) and, unless `keep`, deletes them.
+  void PushAndDeleteAVictimRun(Client* a, uint64_t steps, uint64_t bytes, bool keep = false) {
+    RunSpec spec = Spec("victim", steps, bytes);
+    spec.keep = true;
+    RunInfo run = OpenRun(*a, spec);
+    ASSERT_NE(run.run_id, 0u);
+    std::vector<char> step(bytes);
+    for (uint64_t t = 0; t < steps; ++t) {
+      FillPattern(step.data(), bytes, 1, t);
+      auto h = a->Push(run.run_id, t, step.data(), bytes);
+      ASSERT_TRUE(h.ok() && h->WaitStored().ok());
+    }
+    if (!keep) ASSERT_TRUE(a->DeleteRun("victim").ok());
+  }
+
   uid_t uid_ = 0;
   gid_t gid_ = 0;
 };
 
-// The replay of the issue: root's solver pushes 48 steps and deletes them; the tenant, with its
-// own session, sends the mapped path's Reserve and Commit without copying anything, then
-// fetches. Every mapped-path message is refused, nothing is stored, and the tenant's own
-// pushes into the reused blocks come back as its bytes only.
-TEST_F(TenancyTest, AnotherUsersFreedBytesCannotBeReadThroughTheMappedPath) {
-  ASSERT_NO_FATAL_FAILURE(
-      Start({"--tenant-host-share", "1"}));  // the tenant may fill the whole tier (share: below)
+// Per-uid arenas (the default): the tenant maps an arena of its own. It sends the mapped
+// path's Reserve and Commit without copying anything, fetches what was "committed", pushes
+// honestly into the blocks, and then reads its whole arena: none of root's freed bytes
+// anywhere, only zeros and its own.
+TEST_F(TenancyTest, EachUidMapsAnArenaThatHoldsOnlyItsOwnBytes) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--tenant-host-share", "1"}));
+  constexpr uint64_t kSteps = 48, kBytes = 1 << 20;
+  {
+    Client* a = Connect();
+    ASSERT_NE(a, nullptr);
+    ASSERT_EQ(a->data_path(), DataPath::kMappedHostTier);
+    ASSERT_NO_FATAL_FAILURE(PushAndDeleteAVictimRun(a, kSteps, kBytes));
+    ReleaseClients();
+  }
+  auto f = Probe({"replay", std::to_string(kSteps), std::to_string(kBytes)});
+  EXPECT_EQ(f["hello"], "0");
+  EXPECT_EQ(f["open_run"], "0");
+  EXPECT_EQ(f["reserve_refused"], "0");  // its own arena: the mapped path is its to use
+  EXPECT_EQ(f["mapped"], "1");           // the tenant's client maps its arena
+  EXPECT_EQ(f["victim_fetched"], "0");   // what it "committed" without copying is not root's
+  EXPECT_EQ(f["exact"], std::to_string(kSteps));
+  auto scan = Probe({"scan", std::to_string(kSteps), std::to_string(kBytes)});
+  EXPECT_EQ(scan["arena_code"], "0");
+  EXPECT_EQ(scan["victim_pages"], "0");
+  // The scan can see: its own last pushes are still in its arena.
+  EXPECT_NE(scan["arena_nonzero_pages"], "0");
+  // Root's live steps are not in the tenant's arena either.
+  Client* a = Connect();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NO_FATAL_FAILURE(PushAndDeleteAVictimRun(a, 8, kBytes, /*keep=*/true));
+  scan = Probe({"scan", std::to_string(kSteps), std::to_string(kBytes)});
+  EXPECT_EQ(scan["victim_pages"], "0");
+}
+
+// With host_arenas = "shared" (one arena for every tenant), the tenant may not use the mapped
+// path at all: every mapped-path message is refused, nothing is stored, and its own pushes
+// into the reused blocks come back as its bytes only.
+TEST_F(TenancyTest, ASharedArenaRefusesTheMappedPathToAnotherUser) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--tenant-host-share", "1", "--host-arenas", "shared"}));
   constexpr uint64_t kSteps = 48, kBytes = 1 << 20;
   {
     Client* a = Connect();
     ASSERT_NE(a, nullptr);
     ASSERT_EQ(a->data_path(), DataPath::kMappedHostTier);  // root maps the host tier
-    RunSpec spec = Spec("victim", kSteps, kBytes);
-    spec.keep = true;
-    RunInfo run = OpenRun(*a, spec);
-    ASSERT_NE(run.run_id, 0u);
-    std::vector<char> step(kBytes);
-    for (uint64_t t = 0; t < kSteps; ++t) {
-      FillPattern(step.data(), kBytes, 1, t);
-      auto h = a->Push(run.run_id, t, step.data(), kBytes);
-      ASSERT_TRUE(h.ok() && h->WaitStored().ok());
-    }
-    ASSERT_TRUE(a->DeleteRun("victim").ok());
+    ASSERT_NO_FATAL_FAILURE(PushAndDeleteAVictimRun(a, kSteps, kBytes));
     ReleaseClients();  // root's solver is gone before the tenant comes
   }
   auto f = Probe({"replay", std::to_string(kSteps), std::to_string(kBytes)});
@@ -108,6 +146,8 @@ TEST_F(TenancyTest, AnotherUsersFreedBytesCannotBeReadThroughTheMappedPath) {
   EXPECT_EQ(f["exact"], std::to_string(kSteps));
   EXPECT_NE(daemon().Log().find("rejected (mapped-path message from an untrusted uid)"),
             std::string::npos);
+  auto scan = Probe({"scan", std::to_string(kSteps), std::to_string(kBytes)});
+  EXPECT_EQ(scan["arena_code"], std::to_string(static_cast<int>(Code::kPermissionDenied)));
 }
 
 // A session token works only for the uid that opened the session: another user who learned it
@@ -196,6 +236,56 @@ TEST_F(TenancyTest, OneTenantFillingTheHostTierDoesNotRefuseAnothersPush) {
   }
   ASSERT_TRUE(a->Fetch(run.run_id, 5, back.data(), back.size()).ok());
   EXPECT_EQ(back, step);
+}
+
+// A number of a cgroup v1 memory file ("memory.max_usage_in_bytes") or of a "key value" line
+// of memory.stat; -1 if absent.
+long long CgroupNumber(const std::string& dir, const std::string& file, const std::string& key) {
+  std::ifstream in(dir + "/" + file);
+  std::string k;
+  long long v = -1;
+  if (key.empty()) return (in >> v) ? v : -1;
+  while (in >> k >> v) {
+    if (k == key) return v;
+  }
+  return -1;
+}
+
+// A solver in a memory cgroup (as Slurm's ConstrainRAMSpace runs a job), limited to 512 MiB,
+// pushes and fetches 2 GiB on the mapped path through a 1 GiB host tier that snapd did not
+// prefault. Every tier page is populated by snapd before the solver touches it, so none is
+// charged to the job: it is not killed, and its cgroup holds its own working set only.
+TEST_F(TenancyTest, ASolverInAMemoryCgroupIsNotChargedForTheTier) {
+  const std::string root = "/sys/fs/cgroup/memory";
+  if (access((root + "/cgroup.procs").c_str(), W_OK) != 0) {
+    GTEST_SKIP() << "no writable cgroup v1 memory controller at " << root;
+  }
+  ASSERT_NO_FATAL_FAILURE(Start({"--host-mem", "1G"}));
+  const std::string cg = root + "/snapd-test-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(cg.c_str(), 0755), 0) << std::strerror(errno);
+  constexpr long long kLimit = 512ll << 20;
+  { std::ofstream(cg + "/memory.limit_in_bytes") << kLimit; }
+  ASSERT_EQ(CgroupNumber(cg, "memory.limit_in_bytes", ""), kLimit);
+  constexpr uint64_t kSteps = 128, kBytes = 16 << 20;  // 2 GiB
+  std::vector<std::string> argv = {
+      "/bin/sh", "-c", "echo $$ > \"$0\"/cgroup.procs && exec \"$@\"", cg,
+      "/usr/bin/setpriv", "--reuid=" + std::to_string(uid_), "--regid=" + std::to_string(gid_),
+      "--clear-groups", TENANT_PROBE_BINARY, daemon().socket(), "roundtrip",
+      std::to_string(kSteps), std::to_string(kBytes)};
+  std::string out, err;
+  int status = RunProgram(argv, &out, &err);
+  const long long peak = CgroupNumber(cg, "memory.max_usage_in_bytes", "");
+  const long long shmem = CgroupNumber(cg, "memory.stat", "total_shmem");
+  const long long failcnt = CgroupNumber(cg, "memory.failcnt", "");
+  rmdir(cg.c_str());
+  EXPECT_EQ(status, 0) << "the solver did not finish (killed by the OOM killer?): " << out << err;
+  auto f = Fields(out);
+  EXPECT_EQ(f["mapped"], "1");  // the mapped path, where the solver touches tier pages
+  EXPECT_EQ(f["exact"], std::to_string(kSteps));
+  // Its own working set: two 16 MiB buffers, the libraries and UCX; not 1 GiB of tier.
+  EXPECT_LT(peak, 256ll << 20) << "peak usage of the job's cgroup";
+  EXPECT_LT(shmem, 16ll << 20) << "shmem charged to the job's cgroup";
+  EXPECT_EQ(failcnt, 0);
 }
 
 }  // namespace

@@ -10,11 +10,21 @@
 //                                            says Hello and asks for step 0 of run 1 with a
 //                                            stolen session id and token, from its own endpoint
 //                                            to snapd's worker (HEXADDR); prints the replies
+//   tenant_probe SOCKET scan STEPS BYTES     maps this user's own host-tier arena (as the
+//                                            client library does) and counts its 4 KiB pages
+//                                            that hold a page of the victim's steps (pattern
+//                                            seed 1, as tenancy_test.cc pushes them)
+//   tenant_probe SOCKET roundtrip STEPS BYTES
+//                                            a solver: pushes STEPS steps of a run "solver",
+//                                            fetches them back newest first; prints its data
+//                                            path and how many came back exact
 //   tenant_probe SOCKET read PATH...         opens each path for reading (a file, or lists a
 //                                            directory); prints its errno (0: it could)
 #include <dirent.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,11 +33,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "daemon_process.h"
 #include "raw_peer.h"
 #include "snapd/client.h"
+#include "snapd/unix_socket.h"
+#include "snapd/wire.h"
 
 namespace {
 
@@ -95,17 +109,124 @@ int Replay(const std::string& socket, uint64_t steps, uint64_t bytes) {
     if (f.code() == snapd::Code::kNotFound) ++fetch_not_found;
   }
   Print("fetch_not_found", fetch_not_found);
+  // What the "committed" steps hold when they were stored: zeros (fresh pages of this user's
+  // own arena) or the victim's bytes.
+  long long victim_fetched = 0;
+  std::vector<char> victim(bytes);
+  for (uint64_t t = 0; t < steps; ++t) {
+    snapd::testing::FillPattern(victim.data(), bytes, 1, t);
+    if ((*client)->Fetch(run, t, got.data(), bytes).ok() && got == victim) ++victim_fetched;
+  }
+  Print("victim_fetched", victim_fetched);
+  // A fresh run of the same name for the honest round trip (the steps above may be stored).
+  (void)(*client)->DeleteRun("replay");
+  snapd::RunSpec again;
+  again.name = "replay";
+  again.steps = steps;
+  again.bytes_per_step = bytes;
+  again.keep = true;
+  again.layers = "Host";
+  auto reopened = (*client)->OpenRun(again);
+  if (!reopened.ok()) {
+    std::fprintf(stderr, "reopen: %s\n", reopened.status().ToString().c_str());
+    return 1;
+  }
+  const uint64_t honest = reopened->run_id;
   // An honest copied round trip into blocks another tenant freed shows only this user's bytes.
   long long exact = 0;
   for (uint64_t t = 0; t < steps; ++t) {
     std::vector<char> mine(bytes);
     snapd::testing::FillPattern(mine.data(), bytes, 99, t);
-    auto h = (*client)->Push(run, t, mine.data(), bytes);
+    auto h = (*client)->Push(honest, t, mine.data(), bytes);
     if (!h.ok() || !h->WaitStored().ok()) continue;
-    if ((*client)->Fetch(run, t, got.data(), bytes).ok() && got == mine) ++exact;
+    if ((*client)->Fetch(honest, t, got.data(), bytes).ok() && got == mine) ++exact;
   }
   Print("exact", exact);
-  (void)(*client)->DeleteRun("replay");
+  return 0;
+}
+
+int Scan(const std::string& socket, uint64_t steps, uint64_t bytes) {
+  auto stub = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  std::string error;
+  auto peer = RawPeer::Open(*stub, &error);
+  if (!peer) {
+    std::fprintf(stderr, "open session: %s\n", error.c_str());
+    return 1;
+  }
+  auto sock = snapd::ConnectUnix(peer->session().arena_socket());
+  if (!sock.ok()) return 1;
+  wire::ArenaRequest req{peer->session().session_id(), peer->session().token()};
+  if (send(sock->get(), &req, sizeof req, MSG_NOSIGNAL) != sizeof req) return 1;
+  wire::ArenaReply reply{};
+  int fd = -1;
+  if (snapd::RecvWithFd(sock->get(), &reply, sizeof reply, MSG_WAITALL, &fd) != sizeof reply) {
+    return 1;
+  }
+  Print("arena_code", reply.code);
+  if (reply.code != 0 || fd < 0) return 0;
+  auto* base = static_cast<const char*>(
+      mmap(nullptr, reply.arena_bytes, PROT_READ, MAP_SHARED, fd, 0));
+  ::close(fd);
+  if (base == MAP_FAILED) return 1;
+  constexpr size_t kPage = 4096;
+  std::vector<char> victim(steps * bytes);
+  for (uint64_t t = 0; t < steps; ++t) {
+    snapd::testing::FillPattern(victim.data() + t * bytes, bytes, 1, t);
+  }
+  std::unordered_set<std::string_view> pages;
+  for (size_t at = 0; at + kPage <= victim.size(); at += kPage) {
+    pages.emplace(victim.data() + at, kPage);
+  }
+  long long found = 0, nonzero = 0;
+  for (uint64_t at = 0; at + kPage <= reply.arena_bytes; at += kPage) {
+    std::string_view page(base + at, kPage);
+    if (page.find_first_not_of('\0') != std::string_view::npos) ++nonzero;
+    if (pages.count(page)) ++found;
+  }
+  Print("arena_bytes", static_cast<long long>(reply.arena_bytes));
+  Print("arena_nonzero_pages", nonzero);
+  Print("victim_pages", found);
+  munmap(const_cast<char*>(base), reply.arena_bytes);
+  return 0;
+}
+
+int RoundTrip(const std::string& socket, uint64_t steps, uint64_t bytes) {
+  snapd::ClientOptions o;
+  o.socket_path = socket;
+  auto client = snapd::Client::Connect(o);
+  if (!client.ok()) {
+    std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  Print("mapped", (*client)->data_path() == snapd::DataPath::kMappedHostTier);
+  snapd::RunSpec spec;
+  spec.name = "solver";
+  spec.steps = steps;
+  spec.bytes_per_step = bytes;
+  auto run = (*client)->OpenRun(spec);
+  if (!run.ok()) {
+    std::fprintf(stderr, "open: %s\n", run.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<char> step(bytes), back(bytes);
+  for (uint64_t t = 0; t < steps; ++t) {
+    snapd::testing::FillPattern(step.data(), bytes, 7, t);
+    auto h = (*client)->Push(run->run_id, t, step.data(), bytes);
+    snapd::Status s = h.ok() ? h->WaitStored() : h.status();
+    if (!s.ok()) {
+      std::fprintf(stderr, "push %llu: %s\n", static_cast<unsigned long long>(t),
+                   s.ToString().c_str());
+      return 1;
+    }
+  }
+  long long exact = 0;
+  for (uint64_t t = steps; t-- > 0;) {
+    snapd::testing::FillPattern(step.data(), bytes, 7, t);
+    if ((*client)->Fetch(run->run_id, t, back.data(), bytes).ok() && back == step) ++exact;
+  }
+  Print("exact", exact);
+  (void)(*client)->DeleteRun("solver");
   return 0;
 }
 
@@ -208,6 +329,13 @@ int main(int argc, char** argv) {
   if (argc == 5 && std::strcmp(argv[2], "replay") == 0) {
     return Replay(argv[1], std::strtoull(argv[3], nullptr, 10),
                   std::strtoull(argv[4], nullptr, 10));
+  }
+  if (argc == 5 && std::strcmp(argv[2], "roundtrip") == 0) {
+    return RoundTrip(argv[1], std::strtoull(argv[3], nullptr, 10),
+                     std::strtoull(argv[4], nullptr, 10));
+  }
+  if (argc == 5 && std::strcmp(argv[2], "scan") == 0) {
+    return Scan(argv[1], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
   }
   if (argc == 5 && std::strcmp(argv[2], "close") == 0) {
     return Close(argv[1], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
