@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The figures of docs/benchmarks.md, "Every user on the mapped path": snapd running as a user of
+# its own (as the systemd unit and Slurm run it), and snapbench's default mode (each pass in a
+# fresh process) as root and as a third, ordinary user, interleaved, with the same run's memcpy
+# beside each figure. Prints a Markdown table of medians over --runs repetitions (the second,
+# warm pass of each: the first pass of each user populates its arena once per daemon).
+#   sudo client/tools/bench/tenants.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]
+# Needs root: it creates two system users (snapd-bench, snapd-bench-solver) if missing.
+set -euo pipefail
+build=${1:?usage: tenants.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]}
+shift
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+runs=3 steps=32 bytes=64M
+parse_run_args tenants.sh "$@"
+require_tools "$build"
+((EUID == 0)) || { echo "tenants.sh: runs snapd and a solver as users of their own: needs root" >&2; exit 2; }
+build=$(realpath "$build")
+for user in snapd-bench snapd-bench-solver; do
+  id -u "$user" > /dev/null 2>&1 ||
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+done
+as() {  # as USER CMD...: runs CMD as USER, with that user's groups only
+  local user=$1
+  shift
+  setpriv --reuid="$(id -u "$user")" --regid="$(id -g "$user")" --clear-groups "$@"
+}
+work=$(mktemp -d)
+chmod 0711 "$work"
+install -d -o snapd-bench -m 0700 "$work/state"
+install -d -o snapd-bench -m 0711 "$work/run"
+export UCX_NET_DEVICES=lo  # the benchmark's traffic stays on loopback
+daemon=""
+cleanup() {
+  [[ -n $daemon ]] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Room for both users' arenas at once: each keeps its pages warm between its passes.
+step_bytes=$(numfmt --from=iec "${bytes%B}" 2> /dev/null || numfmt --from=iec "${bytes%iB}")
+host_mem=$(( 2 * steps * step_bytes + (256 << 20) ))
+socket=$work/run/snapd.sock
+as snapd-bench "$build/daemon/snapd" --socket "$socket" --state-dir "$work/state" \
+  --host-mem "$host_mem" --spool-dirs none > "$work/snapd.log" 2>&1 &
+daemon=$!
+wait_for_socket "$socket"
+
+# The plain-file alternative, as the same ordinary user: one np.save per step forward, one
+# np.load per step backward, into a directory on the same disk as snapd's state.
+python=$build/python/bin/python
+[[ -x $python ]] || python=python3
+install -d -o snapd-bench-solver -m 0700 "$work/npy"
+npy_bench() {
+  as snapd-bench-solver "$python" - "$work/npy" "$steps" "$step_bytes" <<'PY'
+import json, os, sys, time
+import numpy as np
+d, steps, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+a = np.full(size // 8, 1.5)
+t0 = time.perf_counter()
+for t in range(steps):
+    a[0] = t
+    np.save(os.path.join(d, f"{t}.npy"), a)
+t1 = time.perf_counter()
+for t in reversed(range(steps)):
+    b = np.load(os.path.join(d, f"{t}.npy"))
+    assert b[0] == t
+t2 = time.perf_counter()
+for t in range(steps):
+    os.unlink(os.path.join(d, f"{t}.npy"))
+print(json.dumps({"who": "np.save/np.load", "push_gbs": steps * size / (t1 - t0) / 1e9,
+                  "fetch_gbs": steps * size / (t2 - t1) / 1e9}))
+PY
+}
+
+results=$work/results.jsonl
+for ((r = 0; r < runs; ++r)); do
+  npy_bench >> "$results"
+  for who in root snapd-bench-solver; do
+    if [[ $who == root ]]; then
+      "$build/client/tools/snapbench" --socket "$socket" --steps "$steps" --bytes "$bytes" --json
+    else
+      as "$who" "$build/client/tools/snapbench" --socket "$socket" --steps "$steps" \
+        --bytes "$bytes" --json
+    fi | python3 -c 'import json, sys; d = json.load(sys.stdin); d["who"] = sys.argv[1]; print(json.dumps(d))' "$who" >> "$results"
+  done
+done
+
+python3 - "$results" "$steps" "$bytes" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+print(f"snapd as user snapd-bench; snapbench {sys.argv[2]} steps x {sys.argv[3]}, a fresh process "
+      f"per pass; medians of {len(rows) // 3} interleaved runs (the warm pass)\n")
+print("| solver runs as | data path | push GB/s | fetch GB/s | push / memcpy | fetch / memcpy |"
+      " first pass push GB/s |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+figures = {}
+for who in ("root", "snapd-bench-solver"):
+    mine = [r for r in rows if r["who"] == who]
+    if not mine:
+        continue
+    med = lambda key: statistics.median(r[key] for r in mine)
+    first = statistics.median(r["passes"][0]["push_gbs"] for r in mine)
+    figures[who] = (med("push_gbs"), med("fetch_gbs"))
+    print(f"| {who} | {mine[0]['data_path']} | {med('push_gbs'):.2f} | {med('fetch_gbs'):.2f} |"
+          f" {med('push_vs_memcpy'):.2f} | {med('fetch_vs_memcpy'):.2f} | {first:.2f} |")
+npy = [r for r in rows if r["who"] == "np.save/np.load"]
+np_push = statistics.median(r["push_gbs"] for r in npy)
+np_fetch = statistics.median(r["fetch_gbs"] for r in npy)
+print(f"| snapd-bench-solver | np.save / np.load, a file per step | {np_push:.2f} | {np_fetch:.2f} |"
+      " | | |")
+(rp, rf), (up, uf) = figures["root"], figures["snapd-bench-solver"]
+print(f"\nan ordinary user against root: push {up / rp:.2f}x, fetch {uf / rf:.2f}x; against "
+      f"np.save/np.load: push {up / np_push:.2f}x, fetch {uf / np_fetch:.2f}x")
+EOF
