@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -91,14 +92,18 @@ class FdStoreSocket {
   }
   ~FdStoreSocket() {
     close(fd_);
-    if (stored_ >= 0) close(stored_);
+    for (auto& [name, fd] : stores_) close(fd);
   }
-  // Reads messages until one says FDSTORE=1 (true; its text and fd kept) or `timeout` passes.
+  // Reads messages until one says FDSTORE=1 (true; its text and fd kept), and then every
+  // further FDSTORE=1 already sent (one per arena), or until `timeout` passes.
   bool WaitForStore(std::chrono::milliseconds timeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
       pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, 100) != 1) continue;
+      if (poll(&p, 1, stores_.empty() ? 100 : 0) != 1) {
+        if (!stores_.empty()) return true;  // the stop sent them all before it exited
+        continue;
+      }
       char buf[4096];
       iovec iov{buf, sizeof buf};
       alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
@@ -120,21 +125,25 @@ class FdStoreSocket {
         if (fd >= 0) close(fd);
         continue;
       }
-      text_ = text;
-      stored_ = fd;
-      return true;
+      text_ += text + "\n";
+      size_t name = text.find("FDNAME=");
+      stores_.emplace_back(
+          name == std::string::npos ? "" : text.substr(name + 7, text.find('\n', name) - name - 7),
+          fd);
     }
-    return false;
+    return !stores_.empty();
   }
   const std::string& path() const { return path_; }
   const std::string& text() const { return text_; }
-  int stored() const { return stored_; }
+  // The first fd stored (-1: none), and every (FDNAME, fd) in the order they came.
+  int stored() const { return stores_.empty() ? -1 : stores_.front().second; }
+  const std::vector<std::pair<std::string, int>>& stores() const { return stores_; }
 
  private:
   std::string path_;
   int fd_ = -1;
   std::string text_;
-  int stored_ = -1;
+  std::vector<std::pair<std::string, int>> stores_;
 };
 
 class RestartTest : public SnapdTest {
@@ -158,24 +167,35 @@ class RestartTest : public SnapdTest {
     ASSERT_TRUE(notify.WaitForStore(std::chrono::seconds(5))) << ReadLog(dir());
     ASSERT_GE(notify.stored(), 0) << "FDSTORE=1 came without an fd";
   }
-  // Starts snapd given back the memfd `notify` kept, as systemd passes it: fd 3, LISTEN_PID =
-  // snapd's pid (the shell execs snapd in place), LISTEN_FDS, LISTEN_FDNAMES.
+  // Starts snapd given back the memfds `notify` kept, as systemd passes them: fd 3 on,
+  // LISTEN_PID = snapd's pid (the shell execs snapd in place), LISTEN_FDS, LISTEN_FDNAMES.
+  // `every_arena`: each fd stored, under the name it was stored with; else the first alone, as
+  // "hosttier" (the name of an earlier snapd's one arena).
   Status StartWithTheKeptTier(const FdStoreSocket& notify, const std::string& host_mem,
-                              const std::vector<std::string>& args) {
-    int passed = fcntl(notify.stored(), F_DUPFD, 4);  // inherited: no close-on-exec
-    if (passed < 4 || passed > 9) {  // sh redirects single-digit fds only
-      if (passed >= 0) close(passed);
-      return Status::Internal("no single-digit fd to pass the memfd on: " +
-                              std::to_string(passed));
+                              const std::vector<std::string>& args, bool every_arena = false) {
+    std::vector<std::pair<std::string, int>> stores = notify.stores();
+    if (!every_arena) stores = {{"hosttier", notify.stored()}};
+    std::string names, redirects, closes;
+    std::vector<int> passed;
+    for (size_t i = 0; i < stores.size(); ++i) {
+      // Inherited (no close-on-exec), above the 3.. the daemon gets them as.
+      int fd = fcntl(stores[i].second, F_DUPFD, static_cast<int>(3 + stores.size()));
+      if (fd < 0) {
+        for (int p : passed) close(p);
+        return Status::Internal(std::string("no fd to pass the memfd on: ") + strerror(errno));
+      }
+      passed.push_back(fd);
+      names += (i ? ":" : "") + stores[i].first;
+      redirects += " " + std::to_string(3 + i) + "<&" + std::to_string(fd);
+      closes += " " + std::to_string(fd) + "<&-";
     }
-    std::string n = std::to_string(passed);
     Status started = TryStartDaemon(Options(
         host_mem, args,
-        {"/bin/sh", "-c",
-         "export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=hosttier; exec \"$@\" 3<&" + n +
-             " " + n + "<&-",
-         "sh"}));
-    close(passed);
+        {"/bin/bash", "-c",  // bash: fds above 9 in redirections
+         "export LISTEN_PID=$$ LISTEN_FDS=" + std::to_string(stores.size()) +
+             " LISTEN_FDNAMES=" + names + "; exec \"$@\"" + redirects + closes,
+         "bash"}));
+    for (int p : passed) close(p);
     return started;
   }
 };
@@ -312,6 +332,74 @@ TEST_F(RestartTest, WithFdstoreOnlyNothingIsWrittenAndTheTierIsTakenBackInPlace)
     Status s = FetchExact(*c, run.run_id, t, 17);
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
+}
+
+// Three users' arenas through the fd store: root's solver and two ordinary users each keep a
+// run in the host tier only (fdstore "only": nothing on disk); the stop hands each arena to the
+// fd store under its own name, the next start takes all three back, and every user's steps
+// are served exact from its own arena, on the mapped path.
+TEST_F(RestartTest, EveryUsersArenaGoesThroughTheFdStoreAndComesBackExact) {
+  if (geteuid() != 0) GTEST_SKIP() << "runs clients as two more users: needs root";
+  std::vector<User> users;
+  for (const char* name : {"snapd-tenant-b", "snapd-tenant-c"}) {
+    std::optional<User> u = EnsureUser(name);
+    ASSERT_TRUE(u.has_value());
+    users.push_back(*u);
+  }
+  ASSERT_EQ(chmod(dir().c_str(), 0711), 0);  // the users reach the socket inside
+  FdStoreSocket notify(dir() + "/notify.sock");
+  const std::vector<std::string> args = {"--fdstore", "only"};
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(
+      "64M", args, {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=16"})));
+  constexpr uint64_t kSteps = 4;
+  Client* c = Connect();
+  ASSERT_NE(c, nullptr);
+  RunSpec spec = Spec("root-run", kSteps, kStep);
+  spec.keep = true;
+  RunInfo run = OpenRun(*c, spec);
+  ASSERT_NO_FATAL_FAILURE(PushSteps(*c, run.run_id, kSteps, 31));
+  for (size_t i = 0; i < users.size(); ++i) {
+    auto f = ProbeAs(users[i], daemon().socket(),
+                     {"keep", "user-run", std::to_string(kSteps), std::to_string(kStep),
+                      std::to_string(40 + i)});
+    EXPECT_EQ(f["mapped"], "1");
+    EXPECT_EQ(f["stored"], std::to_string(kSteps));
+  }
+  StopDaemon();
+  ASSERT_TRUE(notify.WaitForStore(std::chrono::seconds(5))) << ReadLog(dir());
+  std::vector<std::string> names;
+  for (const auto& [name, fd] : notify.stores()) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> want = {"hosttier-" + std::to_string(geteuid()),
+                                   "hosttier-" + std::to_string(users[0].uid),
+                                   "hosttier-" + std::to_string(users[1].uid)};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(names, want) << notify.text();
+  EXPECT_NE(ReadLog(dir()).find("kept in systemd's fd store 12 host-tier steps"),
+            std::string::npos)
+      << ReadLog(dir());
+
+  Status started = StartWithTheKeptTier(notify, "64M", args, /*every_arena=*/true);
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  std::string log = ReadLog(dir());
+  EXPECT_NE(log.find("took back the host tier from systemd's fd store (3 arenas"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("took back 12 host-tier snapshots"), std::string::npos) << log;
+  c = Connect();
+  ASSERT_NE(c, nullptr);
+  for (uint64_t t = 0; t < kSteps; ++t) {
+    Status s = FetchExact(*c, run.run_id, t, 31);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  for (size_t i = 0; i < users.size(); ++i) {
+    auto f = ProbeAs(users[i], daemon().socket(),
+                     {"verify", "user-run", std::to_string(kSteps), std::to_string(kStep),
+                      std::to_string(40 + i)});
+    EXPECT_EQ(f["created"], "0");  // its kept run, not a new one
+    EXPECT_EQ(f["exact"], std::to_string(kSteps)) << log;
+  }
+  EXPECT_EQ(Stats().lost_snapshots(), 0u);
 }
 
 // A start that is not given back the memfd the last stop handed over (systemd flushed its fd

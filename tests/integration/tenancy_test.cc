@@ -20,52 +20,25 @@ namespace {
 
 constexpr const char* kTenant = "snapd-tenant-b";
 
-// "name=value" lines of the probe's output.
-std::map<std::string, std::string> Fields(const std::string& out) {
-  std::map<std::string, std::string> f;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    size_t eq = line.find('=');
-    if (eq != std::string::npos) f[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return f;
-}
-
 class TenancyTest : public SnapdTest {
  protected:
   void SetUp() override { ASSERT_NO_FATAL_FAILURE(Start({})); }
   // (Re)starts snapd with `args`.
   void Start(const std::vector<std::string>& args) {
     if (geteuid() != 0) GTEST_SKIP() << "creates a user and runs a client as it: needs root";
-    passwd* pw = getpwnam(kTenant);
-    if (pw == nullptr) {
-      std::string out, err;
-      ASSERT_EQ(RunProgram({"/usr/sbin/useradd", "--system", "--no-create-home", "--shell",
-                            "/usr/sbin/nologin", kTenant},
-                           &out, &err),
-                0)
-          << err;
-      pw = getpwnam(kTenant);
-      ASSERT_NE(pw, nullptr);
-    }
-    uid_ = pw->pw_uid;
-    gid_ = pw->pw_gid;
+    std::optional<User> user = EnsureUser(kTenant);
+    ASSERT_TRUE(user.has_value());
+    uid_ = user->uid;
+    gid_ = user->gid;
     ASSERT_EQ(chmod(dir().c_str(), 0711), 0);  // the tenant reaches the socket inside
     StartDaemon(Options("64M", args));
   }
   // Runs tenant_probe as the tenant; its fields.
   std::map<std::string, std::string> Probe(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {"/usr/bin/setpriv",
-                                     "--reuid=" + std::to_string(uid_),
-                                     "--regid=" + std::to_string(gid_),
-                                     "--clear-groups",
-                                     TENANT_PROBE_BINARY,
-                                     daemon().socket()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::string out, err;
-    int status = RunProgram(argv, &out, &err);
-    EXPECT_EQ(status, 0) << out << err << daemon().Log();
-    return Fields(out);
+    const bool failed_before = HasFailure();
+    auto fields = ProbeAs(User{uid_, gid_}, daemon().socket(), args);
+    if (!failed_before && HasFailure()) ADD_FAILURE() << "snapd's log: " << daemon().Log();
+    return fields;
   }
 
   // Root's solver pushes `steps` steps (pattern seed 1) and, unless `keep`, deletes them.
@@ -80,7 +53,9 @@ class TenancyTest : public SnapdTest {
       auto h = a->Push(run.run_id, t, step.data(), bytes);
       ASSERT_TRUE(h.ok() && h->WaitStored().ok());
     }
-    if (!keep) ASSERT_TRUE(a->DeleteRun("victim").ok());
+    if (!keep) {
+      ASSERT_TRUE(a->DeleteRun("victim").ok());
+    }
   }
 
   uid_t uid_ = 0;
@@ -279,7 +254,13 @@ TEST_F(TenancyTest, ASolverInAMemoryCgroupIsNotChargedForTheTier) {
   const long long failcnt = CgroupNumber(cg, "memory.failcnt", "");
   rmdir(cg.c_str());
   EXPECT_EQ(status, 0) << "the solver did not finish (killed by the OOM killer?): " << out << err;
-  auto f = Fields(out);
+  std::map<std::string, std::string> f;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (size_t eq = line.find('='); eq != std::string::npos) {
+      f[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+  }
   EXPECT_EQ(f["mapped"], "1");  // the mapped path, where the solver touches tier pages
   EXPECT_EQ(f["exact"], std::to_string(kSteps));
   // Its own working set: two 16 MiB buffers, the libraries and UCX; not 1 GiB of tier.

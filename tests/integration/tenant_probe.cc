@@ -18,6 +18,12 @@
 //                                            a solver: pushes STEPS steps of a run "solver",
 //                                            fetches them back newest first; prints its data
 //                                            path and how many came back exact
+//   tenant_probe SOCKET keep NAME STEPS BYTES SEED
+//                                            pushes a kept run NAME (pattern SEED); prints
+//                                            how many were stored
+//   tenant_probe SOCKET verify NAME STEPS BYTES SEED
+//                                            attaches to the run NAME and fetches every step;
+//                                            prints its data path and how many came back exact
 //   tenant_probe SOCKET read PATH...         opens each path for reading (a file, or lists a
 //                                            directory); prints its errno (0: it could)
 #include <dirent.h>
@@ -230,6 +236,53 @@ int RoundTrip(const std::string& socket, uint64_t steps, uint64_t bytes) {
   return 0;
 }
 
+// keep (push a kept run) or verify (attach and fetch it back) NAME.
+int KeepOrVerify(const std::string& socket, bool keep, const std::string& name, uint64_t steps,
+                 uint64_t bytes, uint64_t seed) {
+  snapd::ClientOptions o;
+  o.socket_path = socket;
+  auto client = snapd::Client::Connect(o);
+  if (!client.ok()) {
+    std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  Print("mapped", (*client)->data_path() == snapd::DataPath::kMappedHostTier);
+  snapd::RunSpec spec;
+  spec.name = name;
+  spec.steps = steps;
+  spec.bytes_per_step = bytes;
+  spec.keep = true;
+  auto run = (*client)->OpenRun(spec);
+  if (!run.ok()) {
+    std::fprintf(stderr, "open: %s\n", run.status().ToString().c_str());
+    return 1;
+  }
+  Print("created", run->created);
+  std::vector<char> want(bytes), got(bytes);
+  long long done = 0;
+  for (uint64_t t = 0; t < steps; ++t) {
+    snapd::testing::FillPattern(want.data(), bytes, seed, t);
+    if (keep) {
+      auto h = (*client)->Push(run->run_id, t, want.data(), bytes);
+      snapd::Status s = h.ok() ? h->WaitStored() : h.status();
+      if (!s.ok()) {
+        std::fprintf(stderr, "push %llu: %s\n", static_cast<unsigned long long>(t),
+                     s.ToString().c_str());
+      }
+      done += s.ok();
+    } else {
+      snapd::Status s = (*client)->Fetch(run->run_id, t, got.data(), bytes);
+      if (!s.ok() || got != want) {
+        std::fprintf(stderr, "fetch %llu: %s\n", static_cast<unsigned long long>(t),
+                     s.ok() ? "bytes differ" : s.ToString().c_str());
+      }
+      done += s.ok() && got == want;
+    }
+  }
+  Print(keep ? "stored" : "exact", done);
+  return 0;
+}
+
 int Close(const std::string& socket, uint64_t id, uint64_t token) {
   auto stub = v1::Control::NewStub(
       grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
@@ -329,6 +382,11 @@ int main(int argc, char** argv) {
   if (argc == 5 && std::strcmp(argv[2], "replay") == 0) {
     return Replay(argv[1], std::strtoull(argv[3], nullptr, 10),
                   std::strtoull(argv[4], nullptr, 10));
+  }
+  if (argc == 7 && (std::strcmp(argv[2], "keep") == 0 || std::strcmp(argv[2], "verify") == 0)) {
+    return KeepOrVerify(argv[1], std::strcmp(argv[2], "keep") == 0, argv[3],
+                        std::strtoull(argv[4], nullptr, 10), std::strtoull(argv[5], nullptr, 10),
+                        std::strtoull(argv[6], nullptr, 10));
   }
   if (argc == 5 && std::strcmp(argv[2], "roundtrip") == 0) {
     return RoundTrip(argv[1], std::strtoull(argv[3], nullptr, 10),

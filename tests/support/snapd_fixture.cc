@@ -2,10 +2,50 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <pwd.h>
+
 #include <chrono>
+#include <sstream>
 #include <utility>
 
 namespace snapd::testing {
+
+std::optional<User> EnsureUser(const std::string& name) {
+  passwd* pw = getpwnam(name.c_str());
+  if (pw == nullptr) {
+    std::string out, err;
+    int rc = RunProgram({"/usr/sbin/useradd", "--system", "--no-create-home", "--shell",
+                         "/usr/sbin/nologin", name},
+                        &out, &err);
+    pw = getpwnam(name.c_str());
+    if (pw == nullptr) {
+      ADD_FAILURE() << "useradd " << name << " (exit " << rc << "): " << err;
+      return std::nullopt;
+    }
+  }
+  return User{pw->pw_uid, pw->pw_gid};
+}
+
+std::map<std::string, std::string> ProbeAs(const User& user, const std::string& socket,
+                                           const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/setpriv",
+                                   "--reuid=" + std::to_string(user.uid),
+                                   "--regid=" + std::to_string(user.gid),
+                                   "--clear-groups",
+                                   TENANT_PROBE_BINARY,
+                                   socket};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string out, err;
+  int status = RunProgram(argv, &out, &err);
+  EXPECT_EQ(status, 0) << "tenant_probe " << (args.empty() ? "" : args[0]) << ": " << out << err;
+  std::map<std::string, std::string> fields;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) fields[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return fields;
+}
 
 RunSpec Spec(std::string name, uint64_t steps, uint64_t bytes_per_step) {
   RunSpec spec;

@@ -15,7 +15,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,18 @@ namespace snapd::testing {
 
 // A run spec with the fields most tests set; the rest are RunSpec's defaults.
 RunSpec Spec(std::string name, uint64_t steps, uint64_t bytes_per_step);
+
+// A real second user for tenancy tests: `name` as a system user (created with useradd if it
+// does not exist; needs root). Its uid and gid, or nullopt with a failure saying why.
+struct User {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+std::optional<User> EnsureUser(const std::string& name);
+// Runs tests/integration/tenant_probe.cc as `user` against `socket` with `args`; its
+// "name=value" lines. A failure, with the probe's output, if it does not exit 0.
+std::map<std::string, std::string> ProbeAs(const User& user, const std::string& socket,
+                                           const std::vector<std::string>& args);
 
 class SnapdTest : public ::testing::Test {
  protected:
