@@ -5,17 +5,30 @@
 # beside each figure. Prints a Markdown table of medians over --runs repetitions (the second,
 # warm pass of each: the first pass of each user populates its arena once per daemon).
 #   sudo client/tools/bench/tenants.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]
-# Needs root: it creates two system users (snapd-bench, snapd-bench-solver) if missing.
+# With --many N instead: four users at once (root and three ordinary ones), each running
+# `snapbench --many N` (mixed step sizes, every other solver on the copied path, every byte
+# checked) against one 1 GiB host tier with a disk tier and tenant_host_share 0.5; prints each
+# user's solvers, refusals and wrong bytes.
+#   sudo client/tools/bench/tenants.sh BUILD_DIR --many N [--steps S]
+# Needs root: it creates the system users (snapd-bench, snapd-bench-solver[23]) if missing.
 set -euo pipefail
-build=${1:?usage: tenants.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]}
+build=${1:?usage: tenants.sh BUILD_DIR [--many N] [--runs N] [--steps N] [--bytes S]}
 shift
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-runs=3 steps=32 bytes=64M
-parse_run_args tenants.sh "$@"
+runs=3 steps=32 bytes=64M many=0
+args=()
+while (($#)); do
+  case $1 in
+    --many) many=$2; shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+((many > 0)) && steps=16
+parse_run_args tenants.sh ${args[@]+"${args[@]}"}
 require_tools "$build"
 ((EUID == 0)) || { echo "tenants.sh: runs snapd and a solver as users of their own: needs root" >&2; exit 2; }
 build=$(realpath "$build")
-for user in snapd-bench snapd-bench-solver; do
+for user in snapd-bench snapd-bench-solver snapd-bench-solver2 snapd-bench-solver3; do
   id -u "$user" > /dev/null 2>&1 ||
     useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
 done
@@ -35,6 +48,47 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+
+if ((many > 0)); then
+  install -d -o snapd-bench -m 0700 "$work/spool"
+  socket=$work/run/snapd.sock
+  as snapd-bench "$build/daemon/snapd" --socket "$socket" --state-dir "$work/state" \
+    --host-mem 1G --spool-dirs "$work/spool" --disk-mem 60G --tenant-host-share 0.5 \
+    > "$work/snapd.log" 2>&1 &
+  daemon=$!
+  wait_for_socket "$socket"
+  pids=()
+  for who in root snapd-bench-solver snapd-bench-solver2 snapd-bench-solver3; do
+    if [[ $who == root ]]; then
+      "$build/client/tools/snapbench" --socket "$socket" --many "$many" --steps "$steps" \
+        --json > "$work/$who.json" 2> "$work/$who.err" &
+    else
+      as "$who" "$build/client/tools/snapbench" --socket "$socket" --many "$many" \
+        --steps "$steps" --json > "$work/$who.json" 2> "$work/$who.err" &
+    fi
+    pids+=($!)
+  done
+  rc=0
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  python3 - "$work" "$many" "$steps" <<'EOF'
+import json, os, sys
+work, many, steps = sys.argv[1], sys.argv[2], sys.argv[3]
+print(f"four users at once, each `snapbench --many {many} --steps {steps}`; one snapd (as "
+      "snapd-bench), 1 GiB host tier, a disk tier, tenant_host_share 0.5\n")
+print("| user | solvers | steps | exact | wrong | refused | failed | aggregate GB/s |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for who in ("root", "snapd-bench-solver", "snapd-bench-solver2", "snapd-bench-solver3"):
+    try:
+        d = json.load(open(os.path.join(work, who + ".json")))
+    except ValueError:
+        print(f"| {who} | failed: {open(os.path.join(work, who + '.err')).read().strip()} |")
+        continue
+    print(f"| {who} | {d['solvers']} | {d['steps']} | {d['exact']} | {d['wrong']} |"
+          f" {d['refused']} | {d['failed']} | {d['aggregate_gbs']:.2f} |")
+EOF
+  "$build/client/tools/snapctl" --socket "$socket" status
+  exit $rc
+fi
 
 # Room for both users' arenas at once: each keeps its pages warm between its passes.
 step_bytes=$(numfmt --from=iec "${bytes%B}" 2> /dev/null || numfmt --from=iec "${bytes%iB}")
