@@ -1,6 +1,7 @@
 // CUDA versions of the kernels (include/snapd/kernels.h). Each computes what its CPU reference
 // computes, through the same arithmetic (checksum_math.h, kernel_math.h).
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <string>
@@ -19,6 +20,16 @@ Status FromCuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
   return Status::Internal(std::string(what) + ": " + cudaGetErrorName(e) + ": " +
                           cudaGetErrorString(e));
+}
+
+// Whether the CUDA driver's library (libcuda.so.1, which comes with the driver, not with the
+// toolkit) loads at all. Where it does not, cudart says "CUDA driver version is insufficient
+// for CUDA runtime version", which reads as an old driver on a machine that has none.
+bool DriverLibraryLoads() {
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver == nullptr) return false;
+  dlclose(driver);
+  return true;
 }
 
 // Errors of the launch just made (bad configuration, no device).
@@ -183,6 +194,7 @@ DeviceProbe ProbeDevice() {
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear it
+    if (!DriverLibraryLoads()) return {false, "none (no CUDA driver)"};
     return {false, std::string("none usable (") + cudaGetErrorString(e) + ")"};
   }
   if (count == 0) return {false, "none (no CUDA device)"};

@@ -8,7 +8,10 @@
 namespace snapd::schedule {
 
 double Schedule::RecomputationFactor() const {
-  return steps ? static_cast<double>(forward_steps) / static_cast<double>(steps) : 0.0;
+  // Over steps - 1, not steps: forward_steps counts only the advances the reverse pass needs
+  // (store-all advances N-1 times), so dividing by N put store-all below 1.
+  if (steps <= 1) return 1.0;
+  return static_cast<double>(forward_steps) / static_cast<double>(steps - 1);
 }
 
 uint64_t Binomial(uint64_t n, uint64_t k) {

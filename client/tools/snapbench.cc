@@ -651,7 +651,7 @@ int Many(const Args& a) {
   // References in the same run, after the load: memcpy of a 16 MiB step and O_DIRECT on the
   // spool's filesystem.
   double memcpy_rate = MemcpyRate(16 * kMiB, 5);
-  auto stats = DaemonStats(a.socket.empty() ? snapd::ClientSocketPath() : a.socket);
+  auto stats = DaemonStats(a.socket);
   if (!stats.ok()) {
     std::fprintf(stderr, "snapbench --many: %s\n", stats.status().ToString().c_str());
     return 1;
@@ -859,6 +859,7 @@ constexpr const char* kFooter =
     "  snapbench --codec [--workers N] [--json]\n"
     "  snapbench --many N [--uniform --bytes S] [--compute-ms T] [--kill K] [--steps S] [--socket PATH] [--json]\n"
     "  snapbench --device [--steps N] [--bytes S] [--compute-ms T] [--socket PATH] [--json]\n"
+    "The socket defaults to $SNAPD_SOCKET, else snapd's default socket.\n"
     "Exit status: 0 done, 1 a benchmark or snapd failed, 2 bad command line.";
 
 // "snapbench: WHAT" and how to get help, for an error CLI11 found.
@@ -1025,9 +1026,12 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
           },
           "", "SIZE"))
       ->default_str("64MiB");
+  // Resolved here, as snapctl and libsnapd resolve it: every mode and its forked solvers use
+  // a->socket as it stands.
+  a->socket = snapd::ClientSocketPath();
   app.add_option("--socket", a->socket, "snapd's control socket (not --codec)")
       ->type_name("PATH")
-      ->default_str(snapd::ClientSocketPath());
+      ->capture_default_str();
   app.add_option("--compute-ms", a->compute_ms,
                  "--spill, --device: compute per backward step, ms; 0: 1.25x a step's transfer; "
                  "--many: 0 = none")

@@ -177,7 +177,28 @@ TEST(StoreAll, ReplaysWithOneSweep) {
   ASSERT_TRUE(Replay(s, {host}, {1, 1}, &m).ok());
   EXPECT_EQ(m.forward_steps, 6u);
   EXPECT_DOUBLE_EQ(m.cost, s.cost);
-  EXPECT_DOUBLE_EQ(s.RecomputationFactor(), 6.0 / 7.0);
+  EXPECT_DOUBLE_EQ(s.RecomputationFactor(), 1.0);
+}
+
+// Forward steps computed over those a run without storage limits computes (x_1 .. x_{N-1}):
+// 1 when nothing is recomputed, the average number of times a step is computed otherwise.
+TEST(RecomputationFactor, IsOneWithoutRecomputationAndNeverBelowIt) {
+  EXPECT_DOUBLE_EQ(StoreAll(2000, Level{"host", kUnlimited, 0, 0}, 0, {1, 0}).RecomputationFactor(),
+                   1.0);
+  EXPECT_DOUBLE_EQ(StoreAll(1, Level{"host", kUnlimited, 0, 0}, 0, {1, 0}).RecomputationFactor(),
+                   1.0);
+  // One slot, 10 steps: p(10, 1) = 45 forward steps, step t computed 10 - t times, 5 on average.
+  auto one_slot = Revolve(10, 1);
+  ASSERT_TRUE(one_slot.ok());
+  EXPECT_EQ(one_slot->forward_steps, 45u);
+  EXPECT_DOUBLE_EQ(one_slot->RecomputationFactor(), 5.0);
+  for (uint64_t n : {2, 3, 10, 57, 200}) {
+    for (uint64_t s : {1, 2, 5, 24}) {
+      auto r = Revolve(n, s);
+      ASSERT_TRUE(r.ok()) << n << " " << s;
+      EXPECT_GE(r->RecomputationFactor(), 1.0) << n << " steps, " << s << " slots";
+    }
+  }
 }
 
 TEST(Replay, RejectsASchedulethatReversesFromTheWrongState) {

@@ -415,6 +415,23 @@ TEST_F(SnapctlTest, TopIntoAPipeIsJsonLines) {
   EXPECT_EQ(Counter(j, "pushes"), 3u) << out;
 }
 
+// --once: one frame for people, into a pipe too, with no screen control codes; with --json, one
+// JSON line.
+TEST_F(SnapctlTest, TopOncePrintsOneFrameWithoutScreenControlCodes) {
+  std::string out, err;
+  ASSERT_EQ(Snapctl({"top", "--once"}, &out, &err), 0) << err;
+  EXPECT_EQ(out.find('\x1b'), std::string::npos) << out;
+  EXPECT_EQ(out.find("Ctrl-C"), std::string::npos) << out;  // nothing to quit
+  EXPECT_TRUE(std::regex_search(out, std::regex("\npushes +3 +- *\n"))) << out;
+  EXPECT_EQ(out.find("TIER"), out.rfind("TIER")) << out;  // one frame
+  ASSERT_EQ(Snapctl({"--json", "top", "--once"}, &out, &err), 0) << err;
+  auto j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << out;
+  EXPECT_EQ(Counter(j, "pushes"), 3u) << out;
+  EXPECT_TRUE(j.at("rates").is_null()) << out;
+  EXPECT_EQ(Snapctl({"top", "--once", "--count", "2"}, &out, &err), 2) << out;
+}
+
 TEST_F(SnapctlTest, JsonMayFollowTheCommand) {
   std::string out;
   ASSERT_EQ(Snapctl({"status", "--json"}, &out), 0);
@@ -435,7 +452,7 @@ std::map<std::string, std::vector<std::string>> CommandsAndWhatTheirHelpNames() 
           {"purge", {"--uid", "--job"}},
           {"dump", {"RUN", "--to", "--format", "--steps", "--mode"}},
           {"plan", {"--steps", "--bytes-per-step", "--compute-time", "--backward-time", "--codec"}},
-          {"top", {"--interval", "--count"}}};
+          {"top", {"--interval", "--count", "--once"}}};
 }
 
 TEST(SnapctlCommandLine, HelpDescribesEveryCommandAndItsOptions) {

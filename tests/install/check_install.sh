@@ -48,6 +48,21 @@ for exe in "$prefix"/sbin/snapd "$prefix"/bin/snapctl "$prefix"/bin/snapbench; d
   bare "$exe" --version || fail "$exe --version"
 done
 
+echo "== an install to /usr: Debian's multiarch library directory, or a refusal saying how"
+multiarch=$(cc -print-multiarch 2>/dev/null || true)
+if [[ -n $multiarch && -e /etc/debian_version ]]; then
+  destdir=$work/destdir
+  if DESTDIR=$destdir cmake --install "$build_dir" --prefix /usr > "$work/usr-install.log" 2>&1; then
+    [[ -e $destdir/usr/lib/$multiarch/libsnapd.so ]] || fail "an install to /usr put libsnapd elsewhere"
+    echo "installed into /usr/lib/$multiarch (the build is configured for /usr)"
+  else
+    grep -q -- '-DCMAKE_INSTALL_PREFIX=/usr' "$work/usr-install.log" ||
+      { cat "$work/usr-install.log" >&2; fail "an install to /usr failed without saying how"; }
+    [[ -z $(find "$destdir" -type f 2>/dev/null) ]] || fail "a refused install to /usr wrote files"
+    grep -o 'snapd: this build was configured for the prefix [^,]*' "$work/usr-install.log"
+  fi
+fi
+
 echo "== the systemd unit: the config file decides"
 unit=$here/../../deploy/systemd/snapd.service
 grep -q '^ExecStart=.* --config /etc/snapd/snapd.toml$' "$unit" || fail "the unit reads no config file"

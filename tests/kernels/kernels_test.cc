@@ -1,6 +1,7 @@
 // The kernels' CPU references, and the CUDA kernels' logic run on the CPU: the checksum
 // kernel's tiled schedule, the box index map and the NaN/Inf predicate are the functions the
 // kernels call (kernel_math.h, checksum_math.h).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -130,6 +131,23 @@ TEST(DeviceEntryPoints, SayWhyWhenNoGpuIsUsable) {
 #else
   EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s.ToString();
   EXPECT_NE(s.message().find("built without CUDA"), std::string::npos) << s.ToString();
+#endif
+}
+
+// On a machine with no driver at all (no libcuda.so.1), the probe says so plainly rather than
+// with cudart's "CUDA driver version is insufficient for CUDA runtime version".
+TEST(ProbeDevice, SaysPlainlyWhenThereIsNoCudaDriver) {
+  DeviceProbe probe = ProbeDevice();
+#if SNAPD_WITH_CUDA
+  if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); driver != nullptr) {
+    dlclose(driver);  // a driver is installed: whatever the probe says, it is not this
+    EXPECT_EQ(probe.description.find("no CUDA driver"), std::string::npos) << probe.description;
+    return;
+  }
+  EXPECT_FALSE(probe.usable);
+  EXPECT_EQ(probe.description, "none (no CUDA driver)");
+#else
+  EXPECT_EQ(probe.description, "none (built without CUDA)");
 #endif
 }
 

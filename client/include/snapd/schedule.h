@@ -61,7 +61,9 @@ struct Schedule {
   std::vector<uint64_t> writes;        // per level
   std::vector<uint64_t> reads;         // per level
   std::vector<uint64_t> peak_slots;    // per level: most states held at once
-  // forward_steps / steps: how many times each step is computed on average.
+  // How many times each forward step is computed on average: forward_steps over the N-1
+  // forward steps (x_1 .. x_{N-1}) that a run without storage limits computes, since the
+  // reverse steps never need x_N. 1 for store-all (and for N <= 1); never below 1.
   double RecomputationFactor() const;
 };
 

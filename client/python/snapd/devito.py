@@ -79,8 +79,9 @@ class Streamer:
         orders = {f.time_order for f in self.fields}
         if len(slots) != 1 or len(orders) != 1:
             raise ValueError("Streamer: the fields have different time buffers ("
-                             + ", ".join(f"{f.name}: {f.data_with_halo.shape[0]} slots, time_order "
-                                         f"{f.time_order}" for f in self.fields) + ")")
+                             + ", ".join(f"{f.name}: {f.data_with_halo.shape[0]} slot"
+                                         f"{'' if f.data_with_halo.shape[0] == 1 else 's'}, "
+                                         f"time_order {f.time_order}" for f in self.fields) + ")")
         for f in self.fields:
             save = getattr(f, "save", None)
             if save is not None and not _is_buffer(save):

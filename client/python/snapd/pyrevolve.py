@@ -99,8 +99,9 @@ class SnapdStorage(Storage):
         if self.run is None:
             self._open(arrays)
         if len(arrays) != self._parts:
-            raise ValueError(f"SnapdStorage: checkpoint {key} has {len(arrays)} arrays, the "
-                             f"first had {self._parts}")
+            raise ValueError(f"SnapdStorage: checkpoint {key} has {len(arrays)} "
+                             f"array{'' if len(arrays) == 1 else 's'}, the first had "
+                             f"{self._parts}")
         # A slot Revolve reuses is replaced by the push itself (the run has overwrite).
         if self._packed:
             flat = [a.reshape(-1).view(np.uint8) if a.flags.c_contiguous

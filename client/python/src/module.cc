@@ -42,6 +42,11 @@ py::object& BaseError() {
   throw py::error_already_set();
 }
 
+// "1 snapshot", "3 snapshots": a count and its noun, as the reprs print them.
+std::string Counted(uint64_t n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 void Check(const snapd::Status& status) {
   if (!status.ok()) Raise(status);
 }
@@ -294,7 +299,17 @@ PYBIND11_MODULE(_snapd, m) {
       .def_readonly("lost_snapshots", &snapd::RunInfo::lost_snapshots)
       .def_readonly("compressed_snapshots", &snapd::RunInfo::compressed_snapshots)
       .def_readonly("failure", &snapd::RunInfo::failure)
-      .def_property_readonly("name", [](const snapd::RunInfo& r) { return r.spec.name; });
+      .def_property_readonly("name", [](const snapd::RunInfo& r) { return r.spec.name; })
+      .def("__repr__", [](const snapd::RunInfo& r) {
+        std::string text = "<snapd.RunInfo " + std::string(py::repr(py::str(r.spec.name))) +
+                           " id " + std::to_string(r.run_id) + (r.closed ? " closed" : " open") +
+                           ", " + Counted(r.snapshots, "snapshot");
+        if (r.spec.steps) text += " of " + Counted(r.spec.steps, "step");
+        text += ", " + std::to_string(r.stored_bytes) + " B stored";
+        if (r.lost_snapshots) text += ", " + std::to_string(r.lost_snapshots) + " lost";
+        if (!r.failure.empty()) text += ", failed: " + r.failure;
+        return text + ">";
+      });
   py::class_<snapd::Location>(m, "Location")
       .def_readonly("step", &snapd::Location::step)
       .def_readonly("tier", &snapd::Location::tier)
@@ -318,7 +333,12 @@ PYBIND11_MODULE(_snapd, m) {
       .def_readonly("used_bytes", &snapd::TierInfo::used_bytes)
       .def_readonly("snapshots", &snapd::TierInfo::snapshots)
       .def_readonly("write_bytes_per_second", &snapd::TierInfo::write_bytes_per_second)
-      .def_readonly("read_bytes_per_second", &snapd::TierInfo::read_bytes_per_second);
+      .def_readonly("read_bytes_per_second", &snapd::TierInfo::read_bytes_per_second)
+      .def("__repr__", [](const snapd::TierInfo& t) {
+        return std::string("<snapd.TierInfo ") + snapd::TierName(t.tier) + " " +
+               Counted(t.snapshots, "snapshot") + ", " + std::to_string(t.used_bytes) + " of " +
+               std::to_string(t.budget_bytes) + " B used>";
+      });
 
   py::class_<Push>(m, "Push")
       .def_readonly("step", &Push::step)

@@ -30,7 +30,13 @@ import time
 
 import pytest
 
-import snapd
+# `python -m pytest` run in client/python puts that folder first on sys.path, where snapd/ is
+# the package's sources without the compiled extension (snapd._snapd): the tests import the
+# installed package, wherever they are run from.
+_SOURCES = pathlib.Path(__file__).resolve().parents[1]
+sys.path[:] = [p for p in sys.path if pathlib.Path(p or os.curdir).resolve() != _SOURCES]
+
+import snapd  # noqa: E402  (after the sys.path fix above)
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 

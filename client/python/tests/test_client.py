@@ -1,4 +1,5 @@
 """The binding against a real snapd: round trips, zero-copy in-place fetch, errors."""
+import re
 import threading
 import time
 
@@ -95,6 +96,22 @@ def test_location_listing_and_run_metadata(client):
     run.delete()
     with pytest.raises(snapd.NotFound):
         client.run("listing")
+
+
+def test_run_and_tier_infos_say_what_they_hold_in_their_repr(client):
+    a = field(3, (4, 8))
+    run = client.open_run("repr-run", steps=2, like=a, keep=True)
+    run.push(0, a).wait_stored()
+    info = [r for r in client.runs() if r.name == "repr-run"][0]
+    assert repr(info) == (f"<snapd.RunInfo 'repr-run' id {info.run_id} open, 1 snapshot of "
+                          f"2 steps, {info.stored_bytes} B stored>")
+    run.push(1, a).wait_stored()
+    info = [r for r in client.runs() if r.name == "repr-run"][0]
+    assert ", 2 snapshots of 2 steps, " in repr(info)
+    host = [t for t in client.tiers() if t.tier == snapd.Tier.HOST][0]
+    assert re.fullmatch(rf"<snapd.TierInfo host (1 snapshot|\d+ snapshots), {host.used_bytes} of "
+                        rf"{host.budget_bytes} B used>", repr(host)), repr(host)
+    run.delete()
 
 
 def test_async_pushes_and_fetches_overlap_and_keep_their_arrays_alive(client):

@@ -70,7 +70,7 @@ void PrintSpools(Output& out, const google::protobuf::RepeatedPtrField<v1::Spool
     if (sp.state() == "failed") {
       why = sp.reason() + Format("; next probe in %.0f s", double(sp.next_probe_ms()) / 1000.0);
     } else if (sp.read_errors() > 0) {
-      why = std::to_string(sp.read_errors()) + " read errors (lost steps)";
+      why = Counted(sp.read_errors(), "read error") + " (lost steps)";
     }
     t.Add({sp.dir().empty() ? "#" + std::to_string(sp.index()) : sp.dir(), sp.state(),
            FormatBytes(sp.used_bytes()), FormatBytes(sp.budget_bytes()), why});

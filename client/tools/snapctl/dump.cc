@@ -253,9 +253,9 @@ int Dump(Session& s, const DumpArgs& args) {
                        {"bytes", total},
                        {"manifest", manifest_path}});
   } else {
-    s.out().Line(Format("dumped %zu steps of %s (%s) to %s", entries.size() - lost, d.run.c_str(),
-                        FormatBytes(total).c_str(), d.dir.c_str()) +
-                 (lost ? ", " + std::to_string(lost) + " lost steps listed in the manifest" : ""));
+    s.out().Line(Format("dumped %s of %s (%s) to %s", Counted(entries.size() - lost, "step").c_str(),
+                        d.run.c_str(), FormatBytes(total).c_str(), d.dir.c_str()) +
+                 (lost ? ", " + Counted(lost, "lost step") + " listed in the manifest" : ""));
   }
   return lost ? kExitFailed : kExitOk;
 }

@@ -17,11 +17,10 @@ namespace {
 // What waits in the daemon now (nothing waits forever in silence): the counts, then each wait
 // the caller may see, oldest first, with what it waits for.
 void PrintWaits(Output& out, const v1::StatsResponse& r) {
-  out.Line(Format("waiting   %llu %s, %llu %s; oldest %.1f s",
-                  (unsigned long long)r.waiting_pushes(),
-                  r.waiting_pushes() == 1 ? "push" : "pushes",
-                  (unsigned long long)r.waiting_fetches(),
-                  r.waiting_fetches() == 1 ? "fetch" : "fetches", r.oldest_wait_seconds()));
+  out.Line(Format("waiting   %s, %s; oldest %.1f s",
+                  Counted(r.waiting_pushes(), "push", "pushes").c_str(),
+                  Counted(r.waiting_fetches(), "fetch", "fetches").c_str(),
+                  r.oldest_wait_seconds()));
   if (r.waits_size() == 0) return;
   Table t({{"WAITS", 6, true},
            {"RUN", 24, true},
@@ -213,11 +212,12 @@ int Ls(Session& s, const std::string& name) {
   if (run.spec().codec() != v1::CODEC_NONE) {
     codec += run.spec().compress_when() == v1::COMPRESS_AT_INGEST ? " at ingest" : " on demotion";
   }
-  out.Line(Format("run %s (id %llu, %s, layers %s%s, codec %s): %llu snapshots, %s stored",
+  out.Line(Format("run %s (id %llu, %s, layers %s%s, codec %s): %s, %s stored",
                   run.spec().name().c_str(), (unsigned long long)run.run_id(),
                   run.state() == v1::RUN_OPEN ? "open" : "closed", LayersName(run.spec().layers()),
                   run.spec().keep() ? ", keep" : ", read-once", codec.c_str(),
-                  (unsigned long long)run.snapshots(), FormatBytes(run.stored_bytes()).c_str()));
+                  Counted(run.snapshots(), "snapshot").c_str(),
+                  FormatBytes(run.stored_bytes()).c_str()));
   uint64_t steps = run.spec().steps();
   uint64_t device = steps && run.device_boundary() < steps ? run.device_boundary() : steps;
   if (run.host_boundary() || device < steps) {

@@ -32,9 +32,8 @@ int Drain(Session& s) {
     s.out().Print(ProtoJson(r));
   } else {
     s.out().Line(
-        Format("moved %llu snapshots (%s) to disk; the host tier holds no snapshot only "
-               "it has",
-               (unsigned long long)r.moved(), FormatBytes(r.moved_bytes()).c_str()));
+        Format("moved %s (%s) to disk; the host tier holds no snapshot only it has",
+               Counted(r.moved(), "snapshot").c_str(), FormatBytes(r.moved_bytes()).c_str()));
   }
   return kExitOk;
 }
@@ -88,9 +87,9 @@ int Quota(Session& s, const UidArgs& a) {
   if (s.out().json()) {
     s.out().Print(ProtoJson(r));
   } else {
-    s.out().Line(Format("uid %u: quota %s, stored %s in %llu runs", r.uid(),
+    s.out().Line(Format("uid %u: quota %s, stored %s in %s", r.uid(),
                         r.quota_bytes() ? FormatBytes(r.quota_bytes()).c_str() : "none",
-                        FormatBytes(r.stored_bytes()).c_str(), (unsigned long long)r.runs()));
+                        FormatBytes(r.stored_bytes()).c_str(), Counted(r.runs(), "run").c_str()));
   }
   return kExitOk;
 }
@@ -105,7 +104,7 @@ int Purge(Session& s, const UidArgs& a) {
   if (s.out().json()) {
     s.out().Print(ProtoJson(r));
   } else {
-    s.out().Line(Format("deleted %llu runs, freed %s", (unsigned long long)r.runs(),
+    s.out().Line(Format("deleted %s, freed %s", Counted(r.runs(), "run").c_str(),
                         FormatBytes(r.freed_bytes()).c_str()));
   }
   return kExitOk;
@@ -121,7 +120,8 @@ int ProbeSpools(Session& s) {
   if (s.out().json()) {
     s.out().Print(ProtoJson(r));
   } else {
-    s.out().Line(Format("%u spools came back; %d still failed", r.recovered(), failed));
+    s.out().Line(Format("%s came back; %d still failed", Counted(r.recovered(), "spool").c_str(),
+                        failed));
     PrintSpools(s.out(), r.spools());
   }
   return failed ? kExitFailed : kExitOk;
@@ -137,8 +137,8 @@ int Scrub(Session& s, const std::string& name) {
   if (s.out().json()) {
     s.out().Print(ProtoJson(r));
   } else {
-    s.out().Line(Format("%s: %llu spool files verified, %d lost, %llu unreadable now",
-                        name.c_str(), (unsigned long long)r.verified(), r.lost_size(),
+    s.out().Line(Format("%s: %s verified, %d lost, %llu unreadable now", name.c_str(),
+                        Counted(r.verified(), "spool file").c_str(), r.lost_size(),
                         (unsigned long long)r.unreadable()));
     for (const auto& l : r.lost()) {
       s.out().Line(Format("  step %llu LOST: %s", (unsigned long long)l.step(),

@@ -109,6 +109,12 @@ std::string Format(const char* format, ...) {
   return out;
 }
 
+std::string Counted(uint64_t n, std::string_view noun, std::string_view plural) {
+  std::string out = std::to_string(n) + " ";
+  if (n == 1) return out.append(noun);
+  return plural.empty() ? out.append(noun).append("s") : out.append(plural);
+}
+
 std::string Table::Row(const std::vector<std::string>& cells) const {
   std::string line;
   for (size_t i = 0; i < columns_.size(); ++i) {

@@ -33,6 +33,9 @@ std::string HexJson(uint64_t value);
 
 // printf into a string.
 std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
+// A count and its noun, the noun in the plural unless the count is 1: "1 run", "3 runs"
+// (`plural`, when given, for nouns that take more than an "s").
+std::string Counted(uint64_t n, std::string_view noun, std::string_view plural = {});
 
 // A table for people: a header row and rows of cells, each column padded to its width
 // (right-aligned unless `left`); a cell wider than its column pushes the rest right.

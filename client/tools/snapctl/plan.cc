@@ -208,7 +208,7 @@ int Plan(Session& s, const PlanArgs& a) {
                    {"tiers", tiers}});
     return kExitOk;
   }
-  out.Line(Format("plan for %llu steps x %s (codec %s)", (unsigned long long)steps,
+  out.Line(Format("plan for %s x %s (codec %s)", Counted(steps, "step").c_str(),
                   FormatBytes(bytes).c_str(), a.codec.c_str()));
   if (comp.codec != v1::CODEC_NONE) {
     out.Line(Format("compression   %.2fx on disk (%s)", comp.ratio, comp.source.c_str()));

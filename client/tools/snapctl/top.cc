@@ -28,6 +28,7 @@ using Clock = std::chrono::steady_clock;
 struct TopArgs {
   std::string interval = "2";
   std::string count;  // empty: forever
+  bool once = false;  // one frame, with no screen control codes, then exit
 };
 
 // The write end is written by the SIGINT/SIGTERM handler, the read end polled by the wait
@@ -167,14 +168,15 @@ Json RefreshJson(const Sample& now, const std::optional<Rates>& rates) {
   return j;
 }
 
-// One screen for people.
-std::string Frame(const Sample& now, const std::optional<Rates>& rates, double interval) {
+// One screen for people; `live`: one of a series redrawn every `interval` seconds.
+std::string Frame(const Sample& now, const std::optional<Rates>& rates, double interval,
+                  bool live) {
   const v1::StatsResponse& r = now.stats;
-  std::string out = Format(
-      "snapd %s  up %.1f s  sessions %llu  runs %llu  (every %g s; Ctrl-C "
-      "quits)\n\n",
-      r.version().c_str(), static_cast<double>(r.uptime_ms()) / 1000.0,
-      (unsigned long long)r.sessions(), (unsigned long long)r.runs(), interval);
+  std::string out =
+      Format("snapd %s  up %.1f s  sessions %llu  runs %llu", r.version().c_str(),
+             static_cast<double>(r.uptime_ms()) / 1000.0, (unsigned long long)r.sessions(),
+             (unsigned long long)r.runs());
+  out += live ? Format("  (every %g s; Ctrl-C quits)\n\n", interval) : "\n\n";
   auto count = [&](double Rates::*field) {
     return rates ? Format("%.1f", (*rates).*field) : std::string("-");
   };
@@ -232,7 +234,7 @@ int Top(Session& s, const TopArgs& a) {
     return UsageError("top",
                       "--interval must be seconds > 0 (up to 86400), got '" + a.interval + "'");
   }
-  uint64_t count = 0;  // 0: forever
+  uint64_t count = a.once ? 1 : 0;  // 0: forever
   if (!a.count.empty() && (!ParseCount(a.count, &count) || count == 0)) {
     return UsageError("top", "--count must be a positive integer, got '" + a.count + "'");
   }
@@ -241,8 +243,9 @@ int Top(Session& s, const TopArgs& a) {
     return kExitFailed;
   }
   Output& out = s.out();
-  // Redrawn in place on a terminal; JSON lines for --json or a pipe.
-  const bool lines = out.json() || !isatty(STDOUT_FILENO);
+  // Redrawn in place on a terminal; JSON lines for --json or a pipe; --once: one frame for
+  // people (or one JSON line with --json) wherever stdout goes.
+  const bool lines = out.json() || (!a.once && !isatty(STDOUT_FILENO));
   const auto period =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval));
   const Clock::time_point start = Clock::now();
@@ -256,9 +259,11 @@ int Top(Session& s, const TopArgs& a) {
     std::optional<Rates> rates = RatesBetween(previous, now);
     if (lines) {
       out.PrintLine(RefreshJson(now, rates));
+    } else if (a.once) {
+      out.Text(Frame(now, rates, interval, /*live=*/false));
     } else {
       out.Text("\x1b[H\x1b[2J");  // cursor home, clear the screen
-      out.Text(Frame(now, rates, interval));
+      out.Text(Frame(now, rates, interval, /*live=*/true));
     }
     if (!out.Flush()) break;  // whoever read stdout went away
     previous = std::move(now);
@@ -277,12 +282,18 @@ void AddTopCommand(CLI::App& app, Action* action) {
       "On a terminal the screen is redrawn in place. With --json, or when stdout is not a\n"
       "terminal, it prints one JSON object per refresh: the Stats fields as `status --json`\n"
       "names them plus \"rates\" (per second since the previous refresh; null on the first).\n"
-      "Ctrl-C quits with status 0.");
-  top->add_option("--interval", a->interval, "seconds between refreshes (fractions allowed)")
-      ->type_name("SECONDS")
-      ->capture_default_str();
-  top->add_option("--count", a->count, "stop after N refreshes (default: run until Ctrl-C)")
-      ->type_name("N");
+      "--once prints one frame (one JSON object with --json) and exits: no screen control\n"
+      "codes, and no rates, which need two refreshes. Ctrl-C quits with status 0.");
+  CLI::Option* interval =
+      top->add_option("--interval", a->interval, "seconds between refreshes (fractions allowed)")
+          ->type_name("SECONDS")
+          ->capture_default_str();
+  CLI::Option* count =
+      top->add_option("--count", a->count, "stop after N refreshes (default: run until Ctrl-C)")
+          ->type_name("N");
+  top->add_flag("--once", a->once, "print one frame, without screen control codes, and exit")
+      ->excludes(interval)
+      ->excludes(count);
   top->callback([action, a] { *action = [a](Session& s) { return Top(s, *a); }; });
 }
 

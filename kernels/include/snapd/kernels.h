@@ -51,7 +51,9 @@ Status FirstNonFiniteDevice(const void* data, uint64_t count, Real type, uint64_
 Status PackBoxDevice(const void* full, void* packed, const Box& box, void* stream);
 Status UnpackBoxDevice(const void* packed, void* full, const Box& box, void* stream);
 
-// Whether this build has CUDA and a GPU is usable, and a line saying which (or why not).
+// Whether this build has CUDA and a GPU is usable, and a line saying which (or why not:
+// "none (built without CUDA)", "none (no CUDA driver)" where the driver is not installed,
+// "none (no CUDA device)", or "none usable (CUDA's error)").
 struct DeviceProbe {
   bool usable = false;
   std::string description;

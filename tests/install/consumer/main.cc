@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+// The project sets no C++ standard: snapd::client's own cxx_std_20 makes this C++20, where the
+// designated initializers below are standard rather than a GNU extension of C++17.
+static_assert(__cplusplus >= 202002L, "snapd::client should ask for C++20");
+
 namespace {
 
 int RoundTrip(const std::string& socket) {
