@@ -668,9 +668,9 @@ grpc::ServerUnaryReactor* ControlService::PurgeRuns(grpc::CallbackServerContext*
     ++runs;
     freed += *f;
   }
-  SNAPD_LOG_INFO("uid %u purged %llu runs of uid %u%s%s", who.uid,
-                 static_cast<unsigned long long>(runs), uid, req->job().empty() ? "" : ", job ",
-                 req->job().c_str());
+  SNAPD_LOG_INFO("uid %u purged %llu run%s of uid %u%s%s", who.uid,
+                 static_cast<unsigned long long>(runs), runs == 1 ? "" : "s", uid,
+                 req->job().empty() ? "" : ", job ", req->job().c_str());
   resp->set_runs(runs);
   resp->set_freed_bytes(freed);
   return Finish(ctx, Status::Ok());

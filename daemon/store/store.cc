@@ -318,9 +318,10 @@ Status Store::Load() {
     if (!orphans.empty()) {
       std::string some;
       for (size_t i = 0; i < orphans.size() && i < 3; ++i) some += (i ? ", " : "") + orphans[i];
-      SNAPD_LOG_INFO("removed %zu spool files that no snapshot record names (writes a stop "
+      SNAPD_LOG_INFO("removed %zu spool file%s that no snapshot record names (writes a stop "
                      "interrupted): %s%s",
-                     orphans.size(), some.c_str(), orphans.size() > 3 ? ", ..." : "");
+                     orphans.size(), orphans.size() == 1 ? "" : "s", some.c_str(),
+                     orphans.size() > 3 ? ", ..." : "");
     }
   }
   if (lost_host) {

@@ -383,7 +383,7 @@ TEST_F(SpoolFailureTest, ARestartQuarantinesDamagedFilesAndDeletesOnlyInterrupte
   EXPECT_EQ(fs::file_size(FileOf(0, id, 1, "/quarantine")), kStep / 2);  // as it was found
   EXPECT_FALSE(fs::exists(leftover));
   const std::string text = log.Take();
-  EXPECT_NE(text.find("removed 1 spool files that no snapshot record names"), std::string::npos)
+  EXPECT_NE(text.find("removed 1 spool file that no snapshot record names"), std::string::npos)
       << text;
   EXPECT_NE(text.find("step-7-e1-g99.tmp"), std::string::npos) << text;
   EXPECT_NE(text.find("quarantined the spool file of lost step 1"), std::string::npos) << text;

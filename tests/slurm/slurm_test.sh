@@ -132,6 +132,6 @@ for _ in $(seq 60); do
   sleep 0.5
 done
 snapctl runs | grep -q slurm-job-run && fail "the job's run is still in snapd after the epilog"
-grep -q "purged 1 runs of uid $(id -u "$user"), job" "$root/snapd.log" ||
+grep -q "purged 1 run of uid $(id -u "$user"), job" "$root/snapd.log" ||
   fail "snapd did not log the epilog's purge"
 echo "slurm_test: OK (job ran against snapd; its run was purged by the epilog)"

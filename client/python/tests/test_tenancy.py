@@ -142,7 +142,7 @@ def test_a_user_cannot_see_read_delete_or_map_another_users_runs(users, daemon):
     listing = snapctl(users, None, daemon, "runs").stdout
     assert "a-private" in listing and str(users[a][0]) in listing
     purge = snapctl(users, None, daemon, "purge", "--uid", str(users[a][0]))
-    assert purge.returncode == 0 and "deleted 1 runs" in purge.stdout
+    assert purge.returncode == 0 and "deleted 1 run," in purge.stdout
     with pytest.raises(snapd.NotFound):
         admin.run("a-private")
 
