@@ -287,7 +287,6 @@ Result<FetchHandle> Client::FetchDeviceAsync(uint64_t run_id, uint64_t step, voi
     return *pooled;
   }
   if (impl_->mapped) {
-    impl_->pinning->PinAllInBackground();
     return impl_->StartFetch(run_id, step, device_data, bytes, /*device=*/true, stream);
   }
   // No mapped tier: through host memory, done before returning.

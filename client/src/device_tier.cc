@@ -37,8 +37,10 @@ Result<detail::DevicePool*> Client::Impl::EnsurePool(const std::string& run_name
   }
   device_base = static_cast<char*>(base);
   device_pool = std::make_unique<detail::DevicePool>(budget);
-  // Steps leave the pool for the daemon's host tier: pin it now, off the first eviction's path.
-  if (pinning) pinning->PinAllInBackground();
+  // Steps leave the pool for the daemon's host tier, whose chunks are pinned as pushes and
+  // fetches reach them (HostPinning), never all at once: pinning faults in every page of a
+  // chunk, and this client's arena is as large as the whole tier, populated by snapd block by
+  // block (pages a client faults in would be charged to its own memory cgroup).
   recorder = std::make_unique<detail::TaskThread>();
   return device_pool.get();
 }
@@ -171,7 +173,6 @@ Result<PushHandle> Client::Impl::PushDeviceToDaemon(uint64_t run_id, uint64_t st
                                                     const void* device_data, size_t bytes,
                                                     void* stream) {
   if (mapped) {
-    pinning->PinAllInBackground();
     return StartPush(run_id, step, device_data, bytes, /*device=*/true, stream);
   }
   // No mapped tier: through host memory, and released before returning.

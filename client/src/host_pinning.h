@@ -1,9 +1,10 @@
 // Pins the daemon's mapped host tier for the GPU chunk by chunk, so that a device push or
 // fetch waits only for the chunks its own block lies in, never for the whole tier: pinning
 // (cudaHostRegister) costs about 0.2-0.5 s per GiB, and pinning a 48 GiB tier in one call held
-// the first device push for 15 s. Once started, a background thread pins the rest of the tier
-// in address order (the daemon's host tier hands out low addresses first), behind any chunk a
-// push or fetch is waiting for.
+// the first device push for 15 s. PinAllInBackground can pin the rest of the tier in address
+// order behind any chunk a push or fetch is waiting for; libsnapd does not call it (pinning
+// faults in every page, and a client's arena is as large as the whole tier: see
+// docs/architecture.md, "GPU path").
 //
 // Each chunk is its own registration, so a copy must not cross a chunk boundary: Pieces() cuts
 // a range where the chunks meet.
