@@ -337,7 +337,7 @@ TEST_F(RestartTest, WithFdstoreOnlyNothingIsWrittenAndTheTierIsTakenBackInPlace)
 // Three users' arenas through the fd store: root's solver and two ordinary users each keep a
 // run in the host tier only (fdstore "only": nothing on disk); the stop hands each arena to the
 // fd store under its own name, the next start takes all three back, and every user's steps
-// are served exact from its own arena, on the mapped path.
+// are served exact from its own arena, which holds no other user's bytes.
 TEST_F(RestartTest, EveryUsersArenaGoesThroughTheFdStoreAndComesBackExact) {
   if (geteuid() != 0) GTEST_SKIP() << "runs clients as two more users: needs root";
   std::vector<User> users;
@@ -398,6 +398,15 @@ TEST_F(RestartTest, EveryUsersArenaGoesThroughTheFdStoreAndComesBackExact) {
                       std::to_string(40 + i)});
     EXPECT_EQ(f["created"], "0");  // its kept run, not a new one
     EXPECT_EQ(f["exact"], std::to_string(kSteps)) << log;
+    // Its arena, taken back, holds its own steps and none of root's or the other user's.
+    auto seen = [&](uint64_t seed) {
+      return ProbeAs(users[i], daemon().socket(),
+                     {"scan", std::to_string(kSteps), std::to_string(kStep),
+                      std::to_string(seed)})["victim_pages"];
+    };
+    EXPECT_NE(seen(40 + i), "0");  // the scan finds what is there
+    EXPECT_EQ(seen(31), "0");
+    EXPECT_EQ(seen(40 + (1 - i)), "0");
   }
   EXPECT_EQ(Stats().lost_snapshots(), 0u);
 }

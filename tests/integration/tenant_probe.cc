@@ -10,10 +10,11 @@
 //                                            says Hello and asks for step 0 of run 1 with a
 //                                            stolen session id and token, from its own endpoint
 //                                            to snapd's worker (HEXADDR); prints the replies
-//   tenant_probe SOCKET scan STEPS BYTES     maps this user's own host-tier arena (as the
+//   tenant_probe SOCKET scan STEPS BYTES [SEED]
+//                                            maps this user's own host-tier arena (as the
 //                                            client library does) and counts its 4 KiB pages
 //                                            that hold a page of the victim's steps (pattern
-//                                            seed 1, as tenancy_test.cc pushes them)
+//                                            SEED, default 1, as tenancy_test.cc pushes them)
 //   tenant_probe SOCKET roundtrip STEPS BYTES
 //                                            a solver: pushes STEPS steps of a run "solver",
 //                                            fetches them back newest first; prints its data
@@ -151,7 +152,7 @@ int Replay(const std::string& socket, uint64_t steps, uint64_t bytes) {
   return 0;
 }
 
-int Scan(const std::string& socket, uint64_t steps, uint64_t bytes) {
+int Scan(const std::string& socket, uint64_t steps, uint64_t bytes, uint64_t seed) {
   auto stub = v1::Control::NewStub(
       grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
   std::string error;
@@ -178,7 +179,7 @@ int Scan(const std::string& socket, uint64_t steps, uint64_t bytes) {
   constexpr size_t kPage = 4096;
   std::vector<char> victim(steps * bytes);
   for (uint64_t t = 0; t < steps; ++t) {
-    snapd::testing::FillPattern(victim.data() + t * bytes, bytes, 1, t);
+    snapd::testing::FillPattern(victim.data() + t * bytes, bytes, seed, t);
   }
   std::unordered_set<std::string_view> pages;
   for (size_t at = 0; at + kPage <= victim.size(); at += kPage) {
@@ -392,8 +393,9 @@ int main(int argc, char** argv) {
     return RoundTrip(argv[1], std::strtoull(argv[3], nullptr, 10),
                      std::strtoull(argv[4], nullptr, 10));
   }
-  if (argc == 5 && std::strcmp(argv[2], "scan") == 0) {
-    return Scan(argv[1], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
+  if ((argc == 5 || argc == 6) && std::strcmp(argv[2], "scan") == 0) {
+    return Scan(argv[1], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10),
+                argc == 6 ? std::strtoull(argv[5], nullptr, 10) : 1);
   }
   if (argc == 5 && std::strcmp(argv[2], "close") == 0) {
     return Close(argv[1], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10));
