@@ -24,6 +24,7 @@ const char* TierName(Tier tier) {
     case Tier::kHost: return "host";
     case Tier::kDisk: return "disk";
     case Tier::kLost: return "lost";
+    case Tier::kInFlight: return "in flight";
     default: return "unknown";
   }
 }

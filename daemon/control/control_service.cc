@@ -394,6 +394,7 @@ void ControlService::CollectStats(const Tenant* who, v1::StatsResponse* resp) co
   store->set_count(c.refused_pushes);
   resp->set_compactions(c.compactions);
   resp->set_unavailable_pushes(c.unavailable_pushes);
+  resp->set_unavailable_pushes_fast(c.unavailable_pushes_fast);
   resp->set_scrubbed_files(c.scrubbed);
   Store::Waits waits = store_->Waiting(who ? *who : Tenant::User(0), who ? kMaxWaitsListed : 0);
   for (v1::Wait& w : waits.waits) *resp->add_waits() = std::move(w);

@@ -188,6 +188,10 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
   c.One("snapd_unavailable_pushes_total", "counter",
         "Pushes that needed the disk tier and failed (UNAVAILABLE) because no spool worked.",
         static_cast<double>(s.unavailable_pushes()));
+  c.One("snapd_unavailable_pushes_fast_total", "counter",
+        "Of those, pushes failed at once: an earlier push had already waited "
+        "spool_failure_timeout and no spool has worked since.",
+        static_cast<double>(s.unavailable_pushes_fast()));
   c.One("snapd_waiting_pushes", "gauge",
         "Pushes parked now for host room (snapctl status lists each, with what it waits for).",
         static_cast<double>(s.waiting_pushes()));

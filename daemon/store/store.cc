@@ -774,7 +774,17 @@ Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step,
   SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   if (auto d = run->device.find(step); d != run->device.end()) return Info(*run, step, d->second);
   auto it = run->snapshots.find(step);
-  if (it == run->snapshots.end()) return StepNotFound(*run, step);
+  if (it == run->snapshots.end()) {
+    // Pushed, not stored yet: the solver may already have its buffer back (released).
+    if (run->in_flight.count(step)) {
+      v1::SnapshotInfo info;
+      info.set_step(step);
+      info.set_tier(v1::TIER_IN_FLIGHT);
+      info.set_raw_bytes(run->record.spec().bytes_per_step());
+      return info;
+    }
+    return StepNotFound(*run, step);
+  }
   return Info(it->second);
 }
 

@@ -9,7 +9,8 @@
 //
 // Invariant: a snapshot is visible (Locate, List, Fetch) only once its bytes are where its
 // record says: in host memory (TIER_HOST) or in a complete, synced spool file (TIER_DISK); a
-// push that fails or is abandoned leaves neither. A disk-tier snapshot may also have a host
+// push that fails or is abandoned leaves neither (until then Locate says TIER_IN_FLIGHT, a
+// state of the push, not of a snapshot). A disk-tier snapshot may also have a host
 // copy (read ahead of a fetch); the record stays TIER_DISK, so a crash loses nothing. A host
 // snapshot of a run that compresses at ingest may hold compressed bytes (record.codec set);
 // a fetch decodes it first.

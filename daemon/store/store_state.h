@@ -54,6 +54,7 @@ struct StoreCounters {
   uint64_t refused_pushes = 0;  // refused because host and disk together had no room
   uint64_t compactions = 0;     // host blocks moved to merge free room
   uint64_t unavailable_pushes = 0;  // failed because they needed disk and no spool worked
+  uint64_t unavailable_pushes_fast = 0;  // of those, failed at once (an earlier one waited)
   uint64_t scrubbed = 0;            // spool files re-verified (recovery, background, on demand)
 };
 

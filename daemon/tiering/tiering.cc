@@ -56,6 +56,7 @@ void Tiering::AddTieringCounters(StoreCounters& c) const {
   c.refused_pushes = refused_pushes_;
   c.compactions = compactions_;
   c.unavailable_pushes = unavailable_pushes_;
+  c.unavailable_pushes_fast = unavailable_pushes_fast_;
   c.scrubbed = scrubbed_;
 }
 
@@ -87,6 +88,21 @@ Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(Run& run, uint64_t
   bool fragmented = host_->budget() - host_->used() >= bytes;  // compaction may make room
   if (!disk_ && !run.record.spec().block_when_full() && ingests_in_flight() == 0 && !fragmented) {
     return block.status();
+  }
+  // No spool has worked since a push already waited for one in vain: fail now, not again after
+  // spool_failure_timeout (a solver that goes on pushing would pay it at every step).
+  if (disk_ && !disk_down_.empty() && !run.record.spec().block_when_full() &&
+      UsesDisk(run.record.spec().layers())) {
+    if (disk_->usable()) {
+      disk_down_.clear();  // a spool came back: wait for room as usual
+    } else {
+      ++unavailable_pushes_;
+      ++unavailable_pushes_fast_;
+      std::string step_name = StepName(run.record, step);
+      refusals_.Reject("push failed at once, no spool works", step_name + ": " + disk_down_);
+      NoteFailure(run, step_name + " was refused: no spool works");
+      return Status::Unavailable(step_name + " needs the disk tier and " + disk_down_);
+    }
   }
   run.in_flight.emplace(step, nullptr);
   auto now = std::chrono::steady_clock::now();
@@ -277,7 +293,11 @@ void Tiering::Rebalance(Deferred& deferred) {
   // A stored block a transfer still holds (a lease) is in flight too: its release wakes this
   // thread, and may let a read-ahead copy go or a compressed copy in.
   bool stuck = !Settling() && LeasedBytes() == 0;
-  if (disk_ && !disk_->usable()) FailPushesWithoutDisk(deferred);
+  if (disk_ && !disk_->usable()) {
+    FailPushesWithoutDisk(deferred);
+  } else if (!disk_down_.empty()) {
+    disk_down_.clear();  // a spool works again
+  }
   const bool no_spool = disk_ && !disk_->usable();
   if (!parked_pushes_.empty() && stuck) {
     std::string why = !disk_       ? "snapd runs without a disk tier"
@@ -492,6 +512,11 @@ void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
         std::to_string(timeout.count()) +
         " ms (spool_failure_timeout); snapd re-probes failed spools with backoff and "
         "`snapctl spool probe` tries now; steps already stored can still be fetched");
+    // What the pushes after it are told at once, until a spool works again.
+    disk_down_ = "no spool works: " + failed + ". Failed at once: a push already waited " +
+                 std::to_string(timeout.count()) +
+                 " ms (spool_failure_timeout) and no spool has worked since; `snapctl spool "
+                 "probe` tries now; steps already stored can still be fetched";
     ++unavailable_pushes_;
     refusals_.Reject("push failed, no spool works", down.message());
     run->second.in_flight.erase(it->step);

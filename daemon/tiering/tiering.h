@@ -166,6 +166,11 @@ class Tiering : protected Ingest {
   log::RejectionLog refusals_{"store"};
   double read_ns_per_byte_ SNAPD_GUARDED_BY(mu_) = 0;  // EWMA of disk reads
   uint64_t unavailable_pushes_ SNAPD_GUARDED_BY(mu_) = 0;
+  uint64_t unavailable_pushes_fast_ SNAPD_GUARDED_BY(mu_) = 0;  // of those, failed at once
+  // A push that needed the disk waited spool_failure_timeout and failed, and no spool has
+  // worked since: the next ones that need the disk fail at once (FailFastWithoutDisk), with
+  // the failure that push got, until a spool comes back.
+  std::string disk_down_ SNAPD_GUARDED_BY(mu_);
   uint64_t scrubbed_ SNAPD_GUARDED_BY(mu_) = 0;
   uint64_t disk_changes_ SNAPD_GUARDED_BY(mu_) = 0;  // DiskTier::changes() last seen
   // When the tiering thread must run again without a wake-up (a push's deadline, the scrub).

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -44,6 +46,42 @@ TEST_F(CApi, PushFetchLocateRoundTrip) {
   EXPECT_NE(std::string(snapd_last_error()).find("never stored"), std::string::npos);
   EXPECT_EQ(snapd_delete_run(c, "c-run"), SNAPD_OK);
   snapd_disconnect(c);
+}
+
+// snapd_locate right after snapd_push_wait_released, on both data paths: the step is in flight
+// (tier 5) or stored, never "was never stored".
+TEST_F(CApi, ALocateRightAfterTheReleaseNeverSaysTheStepWasNeverStored) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
+  for (const char* path : {"ucx", "mapped"}) {
+    setenv("SNAPD_DATA_PATH", path, 1);
+    snapd_client* c = nullptr;
+    ASSERT_EQ(snapd_connect(daemon().socket().c_str(), &c), SNAPD_OK) << snapd_last_error();
+    unsetenv("SNAPD_DATA_PATH");
+    const uint64_t bytes = 256 << 10;
+    const std::string name = std::string("locate-") + path;
+    snapd_run_spec spec{name.c_str(), 40, bytes, 0, nullptr, 0, nullptr, 1, 0, 0, 0.0, 0};
+    uint64_t run = 0;
+    ASSERT_EQ(snapd_open_run(c, &spec, &run), SNAPD_OK) << snapd_last_error();
+    std::vector<char> step(bytes, 'x');
+    int in_flight = 0;
+    for (uint64_t t = 0; t < 40; ++t) {
+      snapd_push_handle* h = nullptr;
+      ASSERT_EQ(snapd_push(c, run, t, step.data(), bytes, &h), SNAPD_OK) << snapd_last_error();
+      ASSERT_EQ(snapd_push_wait_released(h), SNAPD_OK) << snapd_last_error();
+      snapd_location loc{};
+      ASSERT_EQ(snapd_locate(c, name.c_str(), t, &loc), SNAPD_OK)
+          << path << " step " << t << ": " << snapd_last_error();
+      EXPECT_TRUE(loc.tier == 5 || loc.tier == static_cast<int>(Tier::kHost)) << loc.tier;
+      in_flight += loc.tier == 5;
+      ASSERT_EQ(snapd_push_wait_stored(h), SNAPD_OK) << snapd_last_error();
+      snapd_push_free(h);
+      ASSERT_EQ(snapd_locate(c, name.c_str(), t, &loc), SNAPD_OK) << snapd_last_error();
+      EXPECT_EQ(loc.tier, static_cast<int>(Tier::kHost));
+    }
+    std::printf("[ figures  ] %s path: %d of 40 steps still in flight at the release\n", path,
+                in_flight);
+    snapd_disconnect(c);
+  }
 }
 
 TEST_F(CApi, DeviceCallsSayWhatTheyNeedWithoutAGpu) {

@@ -237,6 +237,19 @@ TEST_P(PersistentWriteFaultTest, APushThatNeedsTheDiskFailsWithinTheBoundWithout
   EXPECT_EQ(spools[0].error, fault.err);
   EXPECT_NE(spools[0].reason.find(fault.name), std::string::npos) << spools[0].reason;
   EXPECT_EQ(store_->Counters().unavailable_pushes, 1u);
+  EXPECT_EQ(store_->Counters().unavailable_pushes_fast, 0u);
+  // The next pushes that need the disk fail at once, saying why, while no spool works.
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = steady_clock::now();
+    Status fast = Push(id, t);
+    EXPECT_LT(steady_clock::now() - t0, milliseconds(100));
+    EXPECT_EQ(fast.code(), Code::kUnavailable) << fast.ToString();
+    EXPECT_NE(fast.message().find("Failed at once: a push already waited"), std::string::npos)
+        << fast.ToString();
+    EXPECT_NE(fast.message().find(fault.name), std::string::npos) << fast.ToString();
+  }
+  EXPECT_EQ(store_->Counters().unavailable_pushes, 4u);
+  EXPECT_EQ(store_->Counters().unavailable_pushes_fast, 3u);
   // The host tier still serves everything it holds.
   for (uint64_t k = 0; k < t; ++k) EXPECT_TRUE(FetchExact(id, k).ok()) << k;
 

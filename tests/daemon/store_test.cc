@@ -142,10 +142,18 @@ TEST_F(StoreTest, AStepIsVisibleOnlyAfterCommit) {
   uint64_t id = OpenRun("r", 4, 4096);
   auto t = Reserve(*store_, id, 1, 4096);
   ASSERT_TRUE(t.ok());
-  EXPECT_EQ(store_->Locate("r", 1).status().code(), Code::kNotFound);
+  // Between reserve and commit Locate says the push is in flight, never that it is stored nor
+  // that it never was; it is not listed and cannot be fetched.
+  auto in_flight = store_->Locate("r", 1);
+  ASSERT_TRUE(in_flight.ok()) << in_flight.status().ToString();
+  EXPECT_EQ(in_flight->tier(), v1::TIER_IN_FLIGHT);
+  v1::RunInfo info;
+  EXPECT_TRUE(store_->ListSnapshots("r", &info)->empty());
   EXPECT_EQ(Reserve(*store_, id, 1, 4096).status().code(), Code::kAlreadyExists);
   ASSERT_TRUE(store_->CommitPush(*t).ok());
-  EXPECT_TRUE(store_->Locate("r", 1).ok());
+  auto stored = store_->Locate("r", 1);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->tier(), v1::TIER_HOST);
 }
 
 TEST_F(StoreTest, AnAbortedPushLeavesNoTraceAndFreesItsMemory) {
@@ -181,7 +189,10 @@ TEST_F(StoreTest, ChecksumsWaitForTheDataPlaneToBeQuietButNotForever) {
   uint64_t id = OpenRun("r", 8, kStep);
   auto state = [&](uint64_t step) {
     auto where = store_->Locate("r", step);
-    return where.ok() ? static_cast<int>(where->checksum_state()) : -1;  // -1: no such step
+    // -1: no such step stored (none, or a push still in flight)
+    return where.ok() && where->tier() != v1::TIER_IN_FLIGHT
+               ? static_cast<int>(where->checksum_state())
+               : -1;
   };
   auto recorded_within = [&](uint64_t step, std::chrono::milliseconds limit) {
     auto deadline = std::chrono::steady_clock::now() + limit;

@@ -151,6 +151,18 @@ TEST_F(FailingDiskTest, ASpoolRemountedReadOnlyMidRunFailsThePushInBoundAndComes
   EXPECT_EQ(stats.spools(0).error_name(), "EROFS");
   EXPECT_EQ(stats.spools(0).dir(), spool);
   EXPECT_EQ(stats.unavailable_pushes(), 1u);
+  EXPECT_EQ(stats.unavailable_pushes_fast(), 0u);
+  // The pushes after it fail at once while the spool stays read-only.
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status fast = push(t);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
+    EXPECT_EQ(fast.code(), Code::kUnavailable) << fast.ToString();
+    EXPECT_NE(fast.message().find("EROFS"), std::string::npos) << fast.ToString();
+  }
+  stats = Stats();
+  EXPECT_EQ(stats.unavailable_pushes(), 4u);
+  EXPECT_EQ(stats.unavailable_pushes_fast(), 3u);
   std::string out, err;
   EXPECT_EQ(RunProgram({SNAPCTL_BINARY, "--socket", daemon().socket(), "status"}, &out, &err), 0)
       << err;

@@ -26,7 +26,9 @@
 namespace snapd {
 
 enum class Dtype { kUnspecified = 0, kFloat32 = 1, kFloat64 = 2, kInt32 = 3, kInt64 = 4, kUint8 = 5 };
-enum class Tier { kUnspecified = 0, kDevice = 1, kHost = 2, kDisk = 3, kLost = 4 };
+// kInFlight (Locate only): pushed, and released to the solver, but not stored yet; it is stored
+// in a moment, or its push fails and says why.
+enum class Tier { kUnspecified = 0, kDevice = 1, kHost = 2, kDisk = 3, kLost = 4, kInFlight = 5 };
 // zfp compression of a run's steps on their way to the disk tier (values as in the protocol).
 enum class Codec {
   kNone = 0,

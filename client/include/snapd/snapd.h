@@ -41,7 +41,8 @@ typedef struct snapd_run_spec {
 
 typedef struct snapd_location {
   uint64_t step;
-  int tier;                /* 1 device, 2 host, 3 disk, 4 lost */
+  int tier;                /* 1 device, 2 host, 3 disk, 4 lost, 5 in flight (pushed, released,
+                              not stored yet: snapd_locate right after wait_released) */
   uint64_t raw_bytes;
   uint64_t stored_bytes;
   uint64_t checksum;

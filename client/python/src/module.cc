@@ -256,7 +256,8 @@ PYBIND11_MODULE(_snapd, m) {
       .value("DEVICE", snapd::Tier::kDevice)
       .value("HOST", snapd::Tier::kHost)
       .value("DISK", snapd::Tier::kDisk)
-      .value("LOST", snapd::Tier::kLost);
+      .value("LOST", snapd::Tier::kLost)
+      .value("IN_FLIGHT", snapd::Tier::kInFlight);
   py::enum_<snapd::Dtype>(m, "Dtype")
       .value("UNSPECIFIED", snapd::Dtype::kUnspecified)
       .value("FLOAT32", snapd::Dtype::kFloat32)

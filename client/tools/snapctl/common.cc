@@ -88,6 +88,8 @@ std::string TierName(v1::Tier tier) {
       return "disk";
     case v1::TIER_LOST:
       return "LOST";
+    case v1::TIER_IN_FLIGHT:
+      return "in-flight";
     default:
       return "-";
   }
