@@ -39,6 +39,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -198,28 +200,42 @@ int Scan(const std::string& socket, uint64_t steps, uint64_t bytes, uint64_t see
   return 0;
 }
 
-int RoundTrip(const std::string& socket, uint64_t steps, uint64_t bytes) {
+// A client of `socket` (its data path printed as "mapped") with `spec` opened; nullopt after
+// saying why on stderr.
+struct Opened {
+  std::unique_ptr<snapd::Client> client;
+  snapd::RunInfo run;
+};
+std::optional<Opened> ConnectAndOpen(const std::string& socket, const snapd::RunSpec& spec) {
   snapd::ClientOptions o;
   o.socket_path = socket;
   auto client = snapd::Client::Connect(o);
   if (!client.ok()) {
     std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
-    return 1;
+    return std::nullopt;
   }
   Print("mapped", (*client)->data_path() == snapd::DataPath::kMappedHostTier);
+  auto run = (*client)->OpenRun(spec);
+  if (!run.ok()) {
+    std::fprintf(stderr, "open: %s\n", run.status().ToString().c_str());
+    return std::nullopt;
+  }
+  return Opened{std::move(client).value(), *run};
+}
+
+int RoundTrip(const std::string& socket, uint64_t steps, uint64_t bytes) {
   snapd::RunSpec spec;
   spec.name = "solver";
   spec.steps = steps;
   spec.bytes_per_step = bytes;
-  auto run = (*client)->OpenRun(spec);
-  if (!run.ok()) {
-    std::fprintf(stderr, "open: %s\n", run.status().ToString().c_str());
-    return 1;
-  }
+  std::optional<Opened> opened = ConnectAndOpen(socket, spec);
+  if (!opened) return 1;
+  snapd::Client* client = opened->client.get();
+  const snapd::RunInfo* run = &opened->run;
   std::vector<char> step(bytes), back(bytes);
   for (uint64_t t = 0; t < steps; ++t) {
     snapd::testing::FillPattern(step.data(), bytes, 7, t);
-    auto h = (*client)->Push(run->run_id, t, step.data(), bytes);
+    auto h = client->Push(run->run_id, t, step.data(), bytes);
     snapd::Status s = h.ok() ? h->WaitStored() : h.status();
     if (!s.ok()) {
       std::fprintf(stderr, "push %llu: %s\n", static_cast<unsigned long long>(t),
@@ -230,41 +246,32 @@ int RoundTrip(const std::string& socket, uint64_t steps, uint64_t bytes) {
   long long exact = 0;
   for (uint64_t t = steps; t-- > 0;) {
     snapd::testing::FillPattern(step.data(), bytes, 7, t);
-    if ((*client)->Fetch(run->run_id, t, back.data(), bytes).ok() && back == step) ++exact;
+    if (client->Fetch(run->run_id, t, back.data(), bytes).ok() && back == step) ++exact;
   }
   Print("exact", exact);
-  (void)(*client)->DeleteRun("solver");
+  (void)client->DeleteRun("solver");
   return 0;
 }
 
 // keep (push a kept run) or verify (attach and fetch it back) NAME.
 int KeepOrVerify(const std::string& socket, bool keep, const std::string& name, uint64_t steps,
                  uint64_t bytes, uint64_t seed) {
-  snapd::ClientOptions o;
-  o.socket_path = socket;
-  auto client = snapd::Client::Connect(o);
-  if (!client.ok()) {
-    std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
-    return 1;
-  }
-  Print("mapped", (*client)->data_path() == snapd::DataPath::kMappedHostTier);
   snapd::RunSpec spec;
   spec.name = name;
   spec.steps = steps;
   spec.bytes_per_step = bytes;
   spec.keep = true;
-  auto run = (*client)->OpenRun(spec);
-  if (!run.ok()) {
-    std::fprintf(stderr, "open: %s\n", run.status().ToString().c_str());
-    return 1;
-  }
+  std::optional<Opened> opened = ConnectAndOpen(socket, spec);
+  if (!opened) return 1;
+  snapd::Client* client = opened->client.get();
+  const snapd::RunInfo* run = &opened->run;
   Print("created", run->created);
   std::vector<char> want(bytes), got(bytes);
   long long done = 0;
   for (uint64_t t = 0; t < steps; ++t) {
     snapd::testing::FillPattern(want.data(), bytes, seed, t);
     if (keep) {
-      auto h = (*client)->Push(run->run_id, t, want.data(), bytes);
+      auto h = client->Push(run->run_id, t, want.data(), bytes);
       snapd::Status s = h.ok() ? h->WaitStored() : h.status();
       if (!s.ok()) {
         std::fprintf(stderr, "push %llu: %s\n", static_cast<unsigned long long>(t),
@@ -272,7 +279,7 @@ int KeepOrVerify(const std::string& socket, bool keep, const std::string& name, 
       }
       done += s.ok();
     } else {
-      snapd::Status s = (*client)->Fetch(run->run_id, t, got.data(), bytes);
+      snapd::Status s = client->Fetch(run->run_id, t, got.data(), bytes);
       if (!s.ok() || got != want) {
         std::fprintf(stderr, "fetch %llu: %s\n", static_cast<unsigned long long>(t),
                      s.ok() ? "bytes differ" : s.ToString().c_str());

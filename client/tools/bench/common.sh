@@ -1,4 +1,4 @@
-# Sourced by first_touch.sh and copy_threads.sh: their shared arguments and waits.
+# Sourced by first_touch.sh, copy_threads.sh and tenants.sh: their shared arguments and waits.
 
 # parse_run_args NAME ARGS...: sets runs, steps and bytes (their defaults set by the caller)
 # from --runs N, --steps N and --bytes S; anything else ends the script, naming it.
@@ -22,6 +22,15 @@ require_tools() {
   for tool in daemon/snapd client/tools/snapbench client/tools/snapctl; do
     [[ -x $1/$tool ]] || { echo "$1/$tool: not built (cmake --build $1)" >&2; exit 2; }
   done
+}
+
+# make_work_dir: sets work to a new temporary directory and daemon to "" (the caller sets it to
+# the pid of the snapd it starts); on exit that snapd is stopped and the directory removed.
+make_work_dir() {
+  work=$(mktemp -d)
+  daemon=""
+  trap 'if [[ -n $daemon ]]; then kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null; fi
+        rm -rf "$work"' EXIT
 }
 
 # wait_for_socket SOCKET: until snapd listens there; ends the script after 10 s without it.

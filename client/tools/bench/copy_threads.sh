@@ -12,14 +12,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 runs=2 steps=32 bytes=64M
 parse_run_args copy_threads.sh "$@"
 require_tools "$build"
-work=$(mktemp -d)
+make_work_dir
 export UCX_NET_DEVICES=lo  # the benchmark's traffic stays on loopback
-daemon=""
-cleanup() {
-  [[ -n $daemon ]] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 
 "$build/daemon/snapd" --socket "$work/snapd.sock" --state-dir "$work/state" --host-mem 3G \
   --spool-dirs none --host-huge-pages thp --host-prefault true > "$work/snapd.log" 2>&1 &

@@ -37,17 +37,11 @@ as() {  # as USER CMD...: runs CMD as USER, with that user's groups only
   shift
   setpriv --reuid="$(id -u "$user")" --regid="$(id -g "$user")" --clear-groups "$@"
 }
-work=$(mktemp -d)
+make_work_dir
 chmod 0711 "$work"
 install -d -o snapd-bench -m 0700 "$work/state"
 install -d -o snapd-bench -m 0711 "$work/run"
 export UCX_NET_DEVICES=lo  # the benchmark's traffic stays on loopback
-daemon=""
-cleanup() {
-  [[ -n $daemon ]] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 
 if ((many > 0)); then
   install -d -o snapd-bench -m 0700 "$work/spool"
