@@ -37,6 +37,9 @@ as() {  # as USER CMD...: runs CMD as USER, with that user's groups only
   shift
   setpriv --reuid="$(id -u "$user")" --regid="$(id -g "$user")" --clear-groups "$@"
 }
+# snapd as its own user, in the background: setpriv started directly (not through `as`, whose
+# background job would be a subshell), so $! is snapd itself once setpriv execs it.
+snapd_user=(setpriv --reuid="$(id -u snapd-bench)" --regid="$(id -g snapd-bench)" --clear-groups)
 make_work_dir
 chmod 0711 "$work"
 install -d -o snapd-bench -m 0700 "$work/state"
@@ -46,7 +49,7 @@ export UCX_NET_DEVICES=lo  # the benchmark's traffic stays on loopback
 if ((many > 0)); then
   install -d -o snapd-bench -m 0700 "$work/spool"
   socket=$work/run/snapd.sock
-  as snapd-bench "$build/daemon/snapd" --socket "$socket" --state-dir "$work/state" \
+  "${snapd_user[@]}" "$build/daemon/snapd" --socket "$socket" --state-dir "$work/state" \
     --host-mem 1G --spool-dirs "$work/spool" --disk-mem 60G --tenant-host-share 0.5 \
     > "$work/snapd.log" 2>&1 &
   daemon=$!
@@ -88,7 +91,7 @@ fi
 step_bytes=$(numfmt --from=iec "${bytes%B}" 2> /dev/null || numfmt --from=iec "${bytes%iB}")
 host_mem=$(( 2 * steps * step_bytes + (256 << 20) ))
 socket=$work/run/snapd.sock
-as snapd-bench "$build/daemon/snapd" --socket "$socket" --state-dir "$work/state" \
+"${snapd_user[@]}" "$build/daemon/snapd" --socket "$socket" --state-dir "$work/state" \
   --host-mem "$host_mem" --spool-dirs none > "$work/snapd.log" 2>&1 &
 daemon=$!
 wait_for_socket "$socket"
