@@ -213,7 +213,10 @@ int Run(int argc, char** argv) {
                             : config.host_huge_pages == "off"   ? HugePages::kOff
                                                                 : HugePages::kAuto;
   host_options.tmpfs_dir = config.host_tmpfs;
-  host_options.prefault = config.host_prefault;
+  host_options.prefault = config.host_prefault == "true";
+  // Ahead of a solver's pushes: a quarter of the tier, at most 1 GiB.
+  host_options.populate_ahead_bytes =
+      config.host_prefault == "background" ? std::min<uint64_t>(budget / 4, 1ull << 30) : 0;
   host_options.per_uid_arenas = config.host_arenas != "shared";
   host_options.release_after = std::chrono::seconds(config.host_release_after);
   auto kept = (*catalog)->TakeHostTierKept();
@@ -332,7 +335,7 @@ int Run(int argc, char** argv) {
                  "tier %s (%s), catalog %s",
                  SNAPD_VERSION, config.socket.c_str(), (*data_plane)->Describe().c_str(),
                  FormatBytes(host->first->budget()).c_str(), host->first->pages().c_str(),
-                 config.host_prefault ? ", prefaulting" : "",
+                 config.host_prefault == "true" ? ", prefaulting" : "",
                  disk ? FormatBytes(disk->budget()).c_str() : "none",
                  SpoolDirsText(config).c_str(), config.state_dir.c_str());
   // systemd (Type=notify): ready now; then watchdog pings while the store answers and the UCX

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -41,9 +42,11 @@ const std::vector<OptionDoc>& ConfigOptions() {
        "per-uid (each uid maps an arena of its own steps: the mapped path for every local "
        "solver) or shared (one arena that only root and snapd's uid map; other uids copy "
        "over UCX) (default per-uid)"},
-      {"host_prefault", "SNAPD_HOST_PREFAULT", K::kBool, "BOOL",
-       "populate snapd's own arena of the host tier in the background at start (with "
-       "host_arenas = shared: every tenant's); commits host_mem of RAM (default false)"},
+      {"host_prefault", "SNAPD_HOST_PREFAULT", K::kText, "MODE",
+       "background (populate each user's arena ahead of its pushes, from its first session, "
+       "one 2 MiB piece at a time and within host_mem), true (all of snapd's own arena at "
+       "start, the whole tier with host_arenas = shared: commits host_mem of RAM) or false "
+       "(default background)"},
       {"host_release_after", "SNAPD_HOST_RELEASE_AFTER", K::kInteger, "SECONDS",
        "give free host-tier memory back to the OS once no push has taken any for this long "
        "(a job ended); 0 = keep it; not with host_prefault (default 300)"},
@@ -220,8 +223,10 @@ Status Parse(Config& c, const std::string& key, const std::string& value) {
     if (value != "per-uid" && value != "shared") return expected("per-uid or shared");
     c.host_arenas = value;
   } else if (key == "host_prefault") {
-    if (value != "true" && value != "false") return expected("true or false");
-    c.host_prefault = value == "true";
+    if (value != "true" && value != "false" && value != "background") {
+      return expected("background, true or false");
+    }
+    c.host_prefault = value;
   } else if (key == "host_release_after") {
     if (!ParseInteger(value, 0, 7 * 24 * 3600, &c.host_release_after)) {
       return expected("a number of seconds 0..604800 (0 = keep free memory)");
@@ -314,7 +319,9 @@ std::string Printed(const toml::node& value) {
 // take numbers, as decimal text (an octal 0o660 for socket_mode as octal text).
 Result<std::string> ValueText(const OptionDoc& o, const toml::node& value) {
   if (const auto* s = value.as_string()) return s->get();
-  if (const auto* b = value.as_boolean(); b != nullptr && o.kind == OptionKind::kBool) {
+  // host_prefault was a switch before it took "background": `host_prefault = true` still reads.
+  if (const auto* b = value.as_boolean();
+      b != nullptr && (o.kind == OptionKind::kBool || std::strcmp(o.key, "host_prefault") == 0)) {
     return std::string(b->get() ? "true" : "false");
   }
   if (o.kind != OptionKind::kText && o.kind != OptionKind::kBool) {
@@ -338,6 +345,9 @@ Result<std::string> ValueText(const OptionDoc& o, const toml::node& value) {
         "expected one string of comma-separated directories like \"/nvme0/snapd,/nvme1/snapd\"");
   }
   if (o.kind == OptionKind::kBool) return Status::InvalidArgument("expected true or false");
+  if (std::strcmp(o.key, "host_prefault") == 0) {
+    return Status::InvalidArgument("expected \"background\", true or false");
+  }
   return Status::InvalidArgument(o.kind == OptionKind::kText ? "expected a string in quotes"
                                                              : "expected a number or a string");
 }
@@ -537,7 +547,7 @@ std::string FormatConfig(const Config& c) {
     << "host_huge_pages = " << Quoted(c.host_huge_pages) << "\n"
     << "host_tmpfs = " << Quoted(c.host_tmpfs) << "\n"
     << "host_arenas = " << Quoted(c.host_arenas) << "\n"
-    << "host_prefault = " << (c.host_prefault ? "true" : "false") << "\n"
+    << "host_prefault = " << Quoted(c.host_prefault) << "\n"
     << "host_release_after = " << c.host_release_after << "\n"
     << "spool_dirs = " << Quoted(SpoolDirsText(c)) << "\n"
     << "disk_mem = \"" << c.disk_mem << "\"\n"

@@ -19,7 +19,9 @@ struct Config {
   std::string host_huge_pages = "auto";  // auto, hugetlb, thp or off (host_tier.h, HugePages)
   std::string host_tmpfs;                // a huge=always tmpfs for the tier; "" = a private one
   std::string host_arenas = "per-uid";  // per-uid or shared (host_tier.h, HostTierOptions)
-  bool host_prefault = false;   // populate the whole host tier in the background at start
+  // background (populate each arena ahead of its pushes), true (all of snapd's own arena at
+  // start) or false (host_tier.h, HostTierOptions)
+  std::string host_prefault = "background";
   uint32_t host_release_after = 300;  // seconds idle before free host memory goes back; 0 = keep
   std::vector<std::string> spool_dirs;  // disk-tier spools; see SpoolDirs()
   bool spool_dirs_set = false;          // false: the default, <state_dir>/spool

@@ -348,6 +348,11 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
     SNAPD_RETURN_IF_ERROR(tier->AddArena(tier->own_, b.fd, /*adopted=*/false));
   }
   if (options.prefault) tier->prefault_ = std::thread([t = tier.get()] { t->Prefault(); });
+  if (options.populate_ahead_bytes > 0) {
+    tier->ahead_ = std::thread([t = tier.get()] { t->PopulateAhead(); });
+    MutexLock lock(tier->mu_);
+    tier->WantAhead(tier->own_);
+  }
   tier->StartRelease();
   return tier;
 }
@@ -404,6 +409,9 @@ Result<std::unique_ptr<HostTier>> HostTier::AdoptArenas(std::map<ArenaId, int> f
       return added;
     }
   }
+  if (options.populate_ahead_bytes > 0) {
+    tier->ahead_ = std::thread([t = tier.get()] { t->PopulateAhead(); });
+  }
   return tier;
 }
 
@@ -458,6 +466,7 @@ Status HostTier::AddArena(ArenaId id, int fd, bool adopted) {
   a->base = base;
   a->unit_used.assign(units_, 0);
   a->resident.assign(units_, false);
+  a->populating.assign(units_, false);
   if (adopted) {
     // The units where the kept memfd holds pages (SEEK_DATA/SEEK_HOLE), counted resident.
     for (off_t at = 0; at < static_cast<off_t>(budget_);) {
@@ -483,6 +492,7 @@ Result<HostTier::Arena*> HostTier::ArenaLocked(ArenaId id) {
   SNAPD_ASSIGN_OR_RETURN(int fd, NewBacking());
   SNAPD_RETURN_IF_ERROR(AddArena(id, fd, /*adopted=*/false));
   SNAPD_LOG_INFO("host tier: a new arena for uid %u (%s)", id, pages_.c_str());
+  WantAhead(id);  // its solver connects now and pushes soon
   return arenas_.at(id).get();
 }
 
@@ -496,9 +506,11 @@ void HostTier::CountUnits(Arena& a, uint64_t offset, uint64_t size, bool add,
       continue;
     }
     a.unit_used[u] += static_cast<uint32_t>(overlap);
-    if (!a.resident[u]) {
+    // A unit being populated ahead is populated here too: no page of the block may be left to
+    // the client's first touch.
+    if (!a.resident[u] || a.populating[u]) {
+      if (!a.resident[u]) ++resident_units_;
       a.resident[u] = true;
-      ++resident_units_;
       if (fresh_first != nullptr) {
         if (*fresh_first >= *fresh_last) *fresh_first = u;
         *fresh_last = u + 1;
@@ -526,7 +538,9 @@ void HostTier::MakeResidentRoom(const Arena& keep, uint64_t units) {
       if ((a.get() == &keep) != (pass == 1)) continue;
       for (uint64_t u = 0; u < units_; ++u) {
         if (resident_units_ + units <= units_) return;
-        if (a->resident[u] && a->unit_used[u] == 0 && !PunchUnit(*a, u)) return;
+        if (a->resident[u] && a->unit_used[u] == 0 && !a->populating[u] && !PunchUnit(*a, u)) {
+          return;
+        }
       }
     }
   }
@@ -621,6 +635,7 @@ Result<std::unique_ptr<HostBlock>> HostTier::AllocateIn(ArenaId arena, uint64_t 
     }
     CountUnits(*found, *offset, size, /*add=*/true, &first, &last);
     if (last > first) MakeResidentRoom(*found, 0);
+    WantAhead(arena);
     block = NewBlock(*found, *offset, size);
     a = found;
   }
@@ -680,6 +695,68 @@ void HostTier::Prefault() {
   }
 }
 
+void HostTier::WantAhead(ArenaId arena) {
+  if (options_.populate_ahead_bytes == 0 || stopping_) return;
+  if (std::find(want_ahead_.begin(), want_ahead_.end(), arena) == want_ahead_.end()) {
+    want_ahead_.push_back(arena);
+  }
+  ahead_cv_.NotifyAll();
+}
+
+void HostTier::PopulateAhead() {
+  const uint64_t ahead = std::max<uint64_t>(1, options_.populate_ahead_bytes / kUnit);
+  for (;;) {
+    Arena* a = nullptr;
+    uint64_t unit = 0;
+    {
+      MutexLock lock(mu_);
+      // The next unit to populate: above the highest unit in use of an arena that asked, up
+      // to `ahead` units, while all arenas' resident units stay within the budget.
+      while (a == nullptr) {
+        ahead_cv_.Wait(mu_, [this]() SNAPD_REQUIRES(mu_) {
+          return stopping_ || !want_ahead_.empty();
+        });
+        if (stopping_) return;
+        Arena& candidate = *arenas_.at(want_ahead_.front());
+        uint64_t top = units_;
+        while (top > 0 && candidate.unit_used[top - 1] == 0) --top;
+        for (uint64_t u = top; u < std::min(units_, top + ahead); ++u) {
+          if (!candidate.resident[u]) {
+            a = &candidate;
+            unit = u;
+            break;
+          }
+        }
+        if (a == nullptr || resident_units_ >= units_) {
+          a = nullptr;
+          want_ahead_.erase(want_ahead_.begin());  // ahead enough (or the budget is)
+        }
+      }
+      a->resident[unit] = true;
+      a->populating[unit] = true;
+      ++resident_units_;
+    }
+    // Outside the lock, so pushes never wait for it: an allocation that takes this unit
+    // meanwhile populates it itself (CountUnits).
+    bool ok = Populate(*a, unit, unit + 1);
+    int err = errno;
+    MutexLock lock(mu_);
+    a->populating[unit] = false;
+    if (ok) {
+      prefaulted_.fetch_add(std::min(kUnit, budget_ - unit * kUnit), std::memory_order_relaxed);
+      continue;
+    }
+    if (a->unit_used[unit] == 0) {  // nobody took it meanwhile: not resident after all
+      a->resident[unit] = false;
+      --resident_units_;
+    }
+    want_ahead_.clear();
+    SNAPD_LOG_WARN("host tier: populating ahead in the arena of uid %u failed: %s (pages are "
+                   "populated as blocks are handed out)",
+                   a->id, std::strerror(err));
+  }
+}
+
 uint64_t HostTier::ReleaseFree() {
   constexpr uint64_t kPiece = (64ull << 20) / kUnit;  // the lock is held for one piece at a time
   std::vector<ArenaId> ids;
@@ -694,7 +771,7 @@ uint64_t HostTier::ReleaseFree() {
       MutexLock lock(mu_);
       Arena& a = *arenas_.at(id);
       for (uint64_t i = u; i < std::min(units_, u + kPiece); ++i) {
-        if (a.unit_used[i] != 0) continue;  // in use: its pages stay
+        if (a.unit_used[i] != 0 || a.populating[i]) continue;  // in use: its pages stay
         if (!PunchUnit(a, i)) {
           SNAPD_LOG_WARN("giving free host-tier memory back to the OS failed: %s (it stays "
                          "resident, and is reused)",
@@ -742,7 +819,9 @@ void HostTier::StopBackgroundWork() {
     stopping_ = true;
   }
   stop_cv_.NotifyAll();
+  ahead_cv_.NotifyAll();
   if (prefault_.joinable()) prefault_.join();
+  if (ahead_.joinable()) ahead_.join();
   if (releaser_.joinable()) releaser_.join();
 }
 

@@ -75,9 +75,15 @@ enum class HugePages {
 
 struct HostTierOptions {
   HugePages huge_pages = HugePages::kOff;
-  // Populate every page of the tier in the background after start, so no push pays the
-  // kernel's allocate-and-zero of a page first touched. Commits the whole budget of RAM.
+  // Populate every page of snapd's own arena in the background after start, so no push pays
+  // the kernel's allocate-and-zero of a page first touched. Commits the whole budget of RAM.
   bool prefault = false;
+  // Populate ahead (config host_prefault = "background"): a background thread populates the
+  // next `populate_ahead_bytes` of an arena as soon as it is made (a solver's session asks for
+  // it before its first push) and whenever its blocks reach fresh units, 2 MiB at a time,
+  // while the units resident in all arenas stay within the budget. So a new solver's pushes
+  // mostly find their pages ready, and the service is up at once.
+  uint64_t populate_ahead_bytes = 0;
   // Free memory goes back to the OS once no block has been allocated for this long (a job
   // ended; see ReleaseFree); 0 = keep it. Not with `prefault`, which commits the tier for good.
   // An adopted tier starts releasing only when told (StartRelease): until its kept steps are
@@ -133,7 +139,7 @@ class HostTier {
   // What backs the tier: "hugetlb 2 MiB", "shmem THP (private tmpfs, huge=always)", "shmem THP
   // (advise)" or "4 KiB pages"; with the reason when huge pages were asked for and not had.
   const std::string& pages() const { return pages_; }
-  // Bytes the background prefault has populated so far (of snapd's own arena).
+  // Bytes the background prefault, and the populate-ahead, have populated so far.
   uint64_t prefaulted() const { return prefaulted_.load(std::memory_order_relaxed); }
 
   // A block of `arena` (created on first use), its pages populated by snapd.
@@ -190,6 +196,10 @@ class HostTier {
     // adopted arena, whether the memfd held pages there).
     std::vector<uint32_t> unit_used;
     std::vector<bool> resident;
+    // Units the populate-ahead thread is populating now, outside the lock: an allocation that
+    // takes one populates it itself (both are snapd's threads: the pages are snapd's either
+    // way), so no client touches a page before it exists.
+    std::vector<bool> populating;
     explicit Arena(uint64_t bytes) : ranges(bytes) {}
   };
   HostTier(uint64_t budget, std::string pages, Kind kind, ArenaId own,
@@ -213,6 +223,10 @@ class HostTier {
       SNAPD_REQUIRES(mu_);
   void Free(ArenaId arena, uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
   void Prefault();
+  // Asks the populate-ahead thread to look at `arena` (made, or grown into fresh units).
+  void WantAhead(ArenaId arena) SNAPD_REQUIRES(mu_);
+  // The populate-ahead thread (options_.populate_ahead_bytes).
+  void PopulateAhead() SNAPD_EXCLUDES(mu_);
   // The release thread: ReleaseFree once no allocation happened for `release_after`.
   void ReleaseWhenIdle(std::chrono::seconds release_after) SNAPD_EXCLUDES(mu_);
 
@@ -226,6 +240,9 @@ class HostTier {
   std::atomic<uint64_t> prefaulted_{0};
   std::atomic<bool> stopping_{false};
   std::thread prefault_;
+  std::thread ahead_;
+  std::vector<ArenaId> want_ahead_ SNAPD_GUARDED_BY(mu_);  // arenas to populate ahead in
+  CondVar ahead_cv_;
   std::thread releaser_;
   std::chrono::seconds release_after_{0};
   mutable Mutex mu_;

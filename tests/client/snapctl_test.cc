@@ -58,9 +58,11 @@ TEST_F(SnapctlTest, StatusShowsHealthAndTheHostTier) {
   EXPECT_NE(out.find("SERVING"), std::string::npos) << out;
   EXPECT_NE(out.find("host"), std::string::npos);
   EXPECT_NE(out.find("3.0 MiB"), std::string::npos) << out;
-  // What backs the host tier, as snapd chose it (no prefault by default).
+  // What backs the host tier, as snapd chose it, and what snapd populated ahead of the pushes
+  // (host_prefault = "background" by default: within the budget).
   EXPECT_TRUE(std::regex_search(out, std::regex("host pages  (4 KiB pages|shmem THP|hugetlb)[^\n]*; "
-                                                "not prefaulted")))
+                                                "(not prefaulted|populated in the background: "
+                                                "[0-9.]+ [KMG]iB|prefaulted);")))
       << out;
   // Whether a GPU is usable is found at run time and said either way. Compared without the
   // free memory, which another process (a test running beside this one) changes at any time.

@@ -61,7 +61,7 @@ TEST(Config, DefaultsAreDocumentedValues) {
   EXPECT_EQ(c->config.host_mem, 0u);
   EXPECT_DOUBLE_EQ(c->config.host_mem_perc, 0.7);
   EXPECT_EQ(c->config.host_huge_pages, "auto");
-  EXPECT_FALSE(c->config.host_prefault);
+  EXPECT_EQ(c->config.host_prefault, "background");
   EXPECT_EQ(HostBudget(c->config, 1000), 700u);
   c->config.host_mem = 123;
   EXPECT_EQ(HostBudget(c->config, 1000), 123u);
@@ -153,10 +153,14 @@ TEST(Config, HostPageOptionsParseAndRejectBadValues) {
                       {});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->config.host_huge_pages, "hugetlb");
-  EXPECT_TRUE(c->config.host_prefault);
+  EXPECT_EQ(c->config.host_prefault, "true");  // a TOML boolean, as when it was a switch
   c = LoadConfig({"--host-prefault", "false"}, {{"SNAPD_HOST_PREFAULT", "true"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_FALSE(c->config.host_prefault);
+  EXPECT_EQ(c->config.host_prefault, "false");
+  c = LoadConfig({}, {{"SNAPD_HOST_PREFAULT", "background"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->config.host_prefault, "background");
+  EXPECT_FALSE(LoadConfig({"--host-prefault", "sometimes"}, {}).ok());
   auto bad = LoadConfig({"--host-huge-pages", "always"}, {});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("auto, hugetlb, thp or off"), std::string::npos)
@@ -164,7 +168,8 @@ TEST(Config, HostPageOptionsParseAndRejectBadValues) {
   EXPECT_NE(bad.status().message().find("always"), std::string::npos);
   bad = LoadConfig({"--config", WriteConfig(tmp, "host_prefault = 1\n")}, {});
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("true or false"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("expected \"background\", true or false"),
+            std::string::npos)
       << bad.status().message();
 }
 

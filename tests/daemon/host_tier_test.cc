@@ -299,6 +299,45 @@ TEST(HostTier, ArenasOfTwoUidsShareTheBudgetAndNoPages) {
   munmap(mine, fa->second);
 }
 
+// host_prefault = "background": the tier's own thread populates a new arena ahead of its first
+// block (a solver's session asks for its arena before it pushes) and an arena whose blocks
+// reach fresh units, never past the budget's worth of resident units over all arenas.
+TEST(HostTier, ArenasArePopulatedAheadOfTheirBlocksWithinTheBudget) {
+  constexpr uint64_t kUnit = HostTier::kUnit;
+  HostTierOptions options;
+  options.populate_ahead_bytes = 4 * kUnit;
+  auto created = HostTier::Create(16 * kUnit, options);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  HostTier& tier = **created;
+  auto within = [](std::chrono::seconds limit, auto done) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return done();
+  };
+  // snapd's own arena, from the start.
+  EXPECT_TRUE(within(std::chrono::seconds(30), [&] { return tier.prefaulted() >= 4 * kUnit; }))
+      << tier.prefaulted();
+  const uint64_t before = tier.resident_bytes();
+  ASSERT_TRUE(tier.ArenaFd(1001).ok());  // a solver's session asks for its arena
+  EXPECT_TRUE(within(std::chrono::seconds(30),
+                     [&] { return tier.resident_bytes() >= before + 4 * kUnit; }))
+      << tier.resident_bytes();
+  EXPECT_EQ(tier.used(), 0u);  // nothing was allocated: the pages were populated ahead
+  // A block there needs no page of its own; the arena is then populated ahead past it.
+  auto b = tier.AllocateIn(1001, 3 * kUnit);
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(within(std::chrono::seconds(30),
+                     [&] { return tier.resident_bytes() >= before + 7 * kUnit; }))
+      << tier.resident_bytes();
+  // Five more users' arenas would want 20 more units: the budget (16) stops it.
+  for (uint32_t uid = 1002; uid < 1007; ++uid) ASSERT_TRUE(tier.ArenaFd(uid).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_LE(tier.resident_bytes(), 16 * kUnit);
+  EXPECT_GE(tier.resident_bytes(), 15 * kUnit);
+}
+
 TEST(HostTier, ASharedArenaHoldsEveryUidsBlocks) {
   HostTierOptions options;
   options.per_uid_arenas = false;

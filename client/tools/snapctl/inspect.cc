@@ -96,7 +96,7 @@ int ShowStatus(Session& s) {
         tier.prefaulted_bytes() == 0 ? "not prefaulted"
         : tier.prefaulted_bytes() >= tier.budget_bytes()
             ? "prefaulted"
-            : "prefaulting: " + FormatBytes(tier.prefaulted_bytes()) + " so far";
+            : "populated in the background: " + FormatBytes(tier.prefaulted_bytes());
     out.Line("host pages  " + tier.pages() + "; " + prefault + "; " +
              FormatBytes(tier.resident_bytes()) + " resident");
   }
