@@ -33,6 +33,18 @@ snapd_code NullArgument(const char* what) {
   return Report(snapd::Status::InvalidArgument(std::string(what) + " must not be NULL"));
 }
 
+// A C wait limit in seconds; nullopt unless >= 0 (BadLimit then says so).
+std::optional<std::chrono::milliseconds> Limit(double seconds) {
+  if (!(seconds >= 0)) return std::nullopt;
+  if (seconds > 1e9) return snapd::kWaitForever;
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+}
+
+snapd_code BadLimit(double seconds) {
+  return Report(snapd::Status::InvalidArgument("a wait limit must be a number of seconds >= 0, "
+                                               "got " + std::to_string(seconds)));
+}
+
 }  // namespace
 
 extern "C" {
@@ -178,19 +190,6 @@ snapd_code snapd_push_wait_stored(snapd_push_handle* push) {
   if (!push) return NullArgument("push");
   return Report(push->handle.WaitStored());
 }
-
-namespace {
-// A C wait limit in seconds; INVALID_ARGUMENT (set as the last error) unless >= 0.
-std::optional<std::chrono::milliseconds> Limit(double seconds) {
-  if (!(seconds >= 0)) return std::nullopt;
-  if (seconds > 1e9) return snapd::kWaitForever;
-  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
-}
-snapd_code BadLimit(double seconds) {
-  return Report(snapd::Status::InvalidArgument("a wait limit must be a number of seconds >= 0, "
-                                               "got " + std::to_string(seconds)));
-}
-}  // namespace
 
 snapd_code snapd_push_wait_released_for(snapd_push_handle* push, double seconds) {
   if (!push) return NullArgument("push");
