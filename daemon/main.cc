@@ -71,7 +71,8 @@ std::string ArenaFdName(HostTier::ArenaId arena) {
 std::optional<HostTier::ArenaId> ArenaOfFdName(const std::string& name) {
   if (name == kHostTierFdName) return geteuid();
   const std::string prefix = std::string(kHostTierFdName) + "-";
-  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size() || name.size() > prefix.size() + 10) {
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size() ||
+      name.size() > prefix.size() + 10) {
     return std::nullopt;
   }
   uint64_t uid = 0;

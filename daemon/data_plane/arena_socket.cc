@@ -100,7 +100,8 @@ void ArenaSocket::Answer(int fd) {
     // the copied UCX path.
     SendReply(fd,
               Status::PermissionDenied("the mapped host tier is shared only with uid " +
-                                       std::to_string(geteuid()) + " (host_arenas = \"shared\"); uid " +
+                                       std::to_string(geteuid()) +
+                                       " (host_arenas = \"shared\"); uid " +
                                        std::to_string(cred.uid) + " uses the copied UCX path"),
               0, -1);
     return;

@@ -302,8 +302,8 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
   if (wire::IsMappedPath(op) && !store_->host_per_uid_arenas() && !TrustedUid(conn.tenant.uid)) {
     return refuse(log::Reason::kUntrustedUid, h.request_id,
                   Status::PermissionDenied("AM id " + std::to_string(op) +
-                                           " belongs to the mapped host-tier path, "
-                                           "which host_arenas = \"shared\" gives only root and uid " +
+                                           " belongs to the mapped host-tier path, which "
+                                           "host_arenas = \"shared\" gives only root and uid " +
                                            std::to_string(geteuid()) + "; uid " +
                                            std::to_string(conn.tenant.uid) +
                                            " pushes and fetches with "

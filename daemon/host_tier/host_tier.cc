@@ -602,9 +602,10 @@ Result<std::unique_ptr<HostBlock>> HostTier::Claim(ArenaId arena, uint64_t offse
   Arena& a = *it->second;
   if (offset % kAlignment != 0 || size == 0 || used_ + size > budget_ ||
       !a.ranges.AllocateAt(offset, size)) {
-    return Status::InvalidArgument("host-tier range at " + std::to_string(offset) + " of " +
-                                   std::to_string(size) + " bytes is not free in the arena of uid " +
-                                   std::to_string(arena) + " of a tier of " + FormatBytes(budget_));
+    return Status::InvalidArgument(
+        "host-tier range at " + std::to_string(offset) + " of " + std::to_string(size) +
+        " bytes is not free in the arena of uid " + std::to_string(arena) + " of a tier of " +
+        FormatBytes(budget_));
   }
   CountUnits(a, offset, size, /*add=*/true, nullptr, nullptr);
   return NewBlock(a, offset, size);
@@ -744,6 +745,9 @@ void HostTier::PopulateAhead() {
     a->populating[unit] = false;
     if (ok) {
       prefaulted_.fetch_add(std::min(kUnit, budget_ - unit * kUnit), std::memory_order_relaxed);
+      // Pages nobody takes go back once the tier has been idle for release_after, as freed
+      // ones do: a node no solver comes to holds no more than its runs store.
+      freed_since_release_ = true;
       continue;
     }
     if (a->unit_used[unit] == 0) {  // nobody took it meanwhile: not resident after all

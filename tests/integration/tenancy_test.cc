@@ -1,4 +1,5 @@
-// Tenancy with two real uids: a solver of root's and a second user created for the test, who runs tests/integration/tenant_probe.cc as a hostile tenant.
+// Tenancy with two real uids: a solver of root's and a second user created for the test, who
+// runs tests/integration/tenant_probe.cc as a hostile tenant.
 // Skipped, saying why, when the test is not root (creating a user and switching to it needs it).
 #include <gtest/gtest.h>
 #include <pwd.h>
