@@ -249,7 +249,6 @@ Result<Backing> TmpfsDirBacking(const std::string& dir, uint64_t budget) {
   return Backing{fd, budget, "shmem THP (tmpfs " + dir + ", huge=" + huge + ")"};
 }
 
-
 // Sizes `fd` to `bytes` (closing it on error).
 Status SizeArena(int fd, uint64_t bytes) {
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
@@ -262,7 +261,6 @@ Status SizeArena(int fd, uint64_t bytes) {
 }
 
 }  // namespace
-
 
 HostTier::HostTier(uint64_t budget, std::string pages, Kind kind, ArenaId own,
                    const HostTierOptions& options)
@@ -386,27 +384,19 @@ Result<std::unique_ptr<HostTier>> HostTier::AdoptArenas(std::map<ArenaId, int> f
   }
   std::unique_ptr<HostTier> tier(new HostTier(budget, pages, kind, geteuid(), options));
   MutexLock lock(tier->mu_);
-  for (auto it = fds.begin(); it != fds.end(); it = fds.erase(it)) {
-    auto [id, fd] = *it;
-    if (fstat(fd, &st) != 0) {
-      int err = errno;
-      close(fd);
-      fds.erase(it);
+  while (!fds.empty()) {
+    auto [id, fd] = *fds.begin();
+    fds.erase(fds.begin());  // each step below takes `fd` over, or closes it on error
+    Status taken = fstat(fd, &st) == 0
+                       ? Status::Ok()
+                       : Status::InvalidArgument("fstat of the kept host-tier arena of uid " +
+                                                 std::to_string(id) + ": " + std::strerror(errno));
+    if (!taken.ok()) close(fd);
+    if (taken.ok() && static_cast<uint64_t>(st.st_size) != budget) taken = SizeArena(fd, budget);
+    if (taken.ok()) taken = tier->AddArena(id, fd, /*adopted=*/true);
+    if (!taken.ok()) {
       close_all();
-      return Status::InvalidArgument("fstat of the kept host-tier arena of uid " +
-                                     std::to_string(id) + ": " + std::strerror(err));
-    }
-    if (static_cast<uint64_t>(st.st_size) != budget) {
-      if (Status sized = SizeArena(fd, budget); !sized.ok()) {
-        fds.erase(it);
-        close_all();
-        return sized;
-      }
-    }
-    if (Status added = tier->AddArena(id, fd, /*adopted=*/true); !added.ok()) {
-      fds.erase(it);
-      close_all();
-      return added;
+      return taken;
     }
   }
   if (options.populate_ahead_bytes > 0) {
@@ -530,14 +520,14 @@ bool HostTier::PunchUnit(Arena& a, uint64_t u) {
   return true;
 }
 
-void HostTier::MakeResidentRoom(const Arena& keep, uint64_t units) {
+void HostTier::MakeResidentRoom(const Arena& keep) {
   // An adopted tier's free ranges may hold kept steps until they are claimed (StartRelease).
-  if (resident_units_ + units <= units_ || !releasing_) return;
+  if (resident_units_ <= units_ || !releasing_) return;
   for (int pass = 0; pass < 2; ++pass) {
     for (auto& [id, a] : arenas_) {
       if ((a.get() == &keep) != (pass == 1)) continue;
       for (uint64_t u = 0; u < units_; ++u) {
-        if (resident_units_ + units <= units_) return;
+        if (resident_units_ <= units_) return;
         if (a->resident[u] && a->unit_used[u] == 0 && !a->populating[u] && !PunchUnit(*a, u)) {
           return;
         }
@@ -635,7 +625,7 @@ Result<std::unique_ptr<HostBlock>> HostTier::AllocateIn(ArenaId arena, uint64_t 
                                        "; delete finished runs or raise host_mem");
     }
     CountUnits(*found, *offset, size, /*add=*/true, &first, &last);
-    if (last > first) MakeResidentRoom(*found, 0);
+    if (last > first) MakeResidentRoom(*found);
     WantAhead(arena);
     block = NewBlock(*found, *offset, size);
     a = found;
@@ -670,23 +660,23 @@ HostTier::~HostTier() {
 
 // Populates snapd's own arena unit by unit, as AllocateIn would, up to the budget's worth of
 // resident units: a unit not yet populated is allocated and zeroed now instead of in a push.
-// Each unit is populated under the lock (a 2 MiB piece: allocations wait that long at most),
-// so no allocation takes it half done and no release gives it back half done.
+// Each unit is populated outside the lock, as the populate-ahead does (ClaimUnit, FillUnit).
 void HostTier::Prefault() {
   for (uint64_t u = 0; u < units_ && !stopping_; ++u) {
-    MutexLock lock(mu_);
-    Arena& own = *arenas_.at(own_);
-    if (!own.resident[u]) {
-      if (resident_units_ >= units_) break;
-      if (!Populate(own, u, u + 1)) {
-        SNAPD_LOG_WARN("host-tier prefault stopped at %s of %s: %s (pages will be populated as "
-                       "blocks are handed out)",
-                       FormatBytes(u * kUnit).c_str(), FormatBytes(budget_).c_str(),
-                       std::strerror(errno));
-        return;
-      }
-      own.resident[u] = true;
-      ++resident_units_;
+    Arena* own = nullptr;
+    bool claimed = false;
+    {
+      MutexLock lock(mu_);
+      own = arenas_.at(own_).get();
+      if (!own->resident[u] && resident_units_ >= units_) break;  // the budget's worth is
+      claimed = ClaimUnit(*own, u);
+    }
+    if (claimed && !FillUnit(*own, u)) {
+      SNAPD_LOG_WARN("host-tier prefault stopped at %s of %s: %s (pages will be populated as "
+                     "blocks are handed out)",
+                     FormatBytes(u * kUnit).c_str(), FormatBytes(budget_).c_str(),
+                     std::strerror(errno));
+      return;
     }
     prefaulted_.store(std::min(budget_, (u + 1) * kUnit), std::memory_order_relaxed);
   }
@@ -694,6 +684,31 @@ void HostTier::Prefault() {
     SNAPD_LOG_INFO("host tier prefaulted: %s of %s", FormatBytes(prefaulted()).c_str(),
                    pages_.c_str());
   }
+}
+
+bool HostTier::ClaimUnit(Arena& a, uint64_t u) {
+  if (a.resident[u] || resident_units_ >= units_) return false;
+  a.resident[u] = true;
+  a.populating[u] = true;
+  ++resident_units_;
+  return true;
+}
+
+bool HostTier::FillUnit(Arena& a, uint64_t u) {
+  bool ok = Populate(a, u, u + 1);
+  int err = errno;
+  MutexLock lock(mu_);
+  a.populating[u] = false;
+  if (ok) {
+    // Pages nobody takes go back once the tier has been idle for release_after, as freed ones
+    // do: a node no solver comes to holds no more than its runs store.
+    freed_since_release_ = true;
+  } else if (a.unit_used[u] == 0) {  // nobody took it meanwhile: not resident after all
+    a.resident[u] = false;
+    --resident_units_;
+  }
+  errno = err;
+  return ok;
 }
 
 void HostTier::WantAhead(ArenaId arena) {
@@ -728,32 +743,19 @@ void HostTier::PopulateAhead() {
             break;
           }
         }
-        if (a == nullptr || resident_units_ >= units_) {
+        if (a == nullptr || !ClaimUnit(*a, unit)) {
           a = nullptr;
           want_ahead_.erase(want_ahead_.begin());  // ahead enough (or the budget is)
         }
       }
-      a->resident[unit] = true;
-      a->populating[unit] = true;
-      ++resident_units_;
     }
-    // Outside the lock, so pushes never wait for it: an allocation that takes this unit
-    // meanwhile populates it itself (CountUnits).
-    bool ok = Populate(*a, unit, unit + 1);
-    int err = errno;
-    MutexLock lock(mu_);
-    a->populating[unit] = false;
-    if (ok) {
+    // Outside the lock, so pushes never wait for it.
+    if (FillUnit(*a, unit)) {
       prefaulted_.fetch_add(std::min(kUnit, budget_ - unit * kUnit), std::memory_order_relaxed);
-      // Pages nobody takes go back once the tier has been idle for release_after, as freed
-      // ones do: a node no solver comes to holds no more than its runs store.
-      freed_since_release_ = true;
       continue;
     }
-    if (a->unit_used[unit] == 0) {  // nobody took it meanwhile: not resident after all
-      a->resident[unit] = false;
-      --resident_units_;
-    }
+    int err = errno;
+    MutexLock lock(mu_);
     want_ahead_.clear();
     SNAPD_LOG_WARN("host tier: populating ahead in the arena of uid %u failed: %s (pages are "
                    "populated as blocks are handed out)",

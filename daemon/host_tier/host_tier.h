@@ -213,15 +213,22 @@ class HostTier {
   // [fresh_first, fresh_last) over the units that were not resident (now counted resident).
   void CountUnits(Arena& a, uint64_t offset, uint64_t size, bool add, uint64_t* fresh_first,
                   uint64_t* fresh_last) SNAPD_REQUIRES(mu_);
-  // Gives back free resident units, other arenas' first, until `units` more fit in the budget
-  // (nothing before StartRelease).
-  void MakeResidentRoom(const Arena& keep, uint64_t units) SNAPD_REQUIRES(mu_);
+  // Gives back free resident units, other arenas' first, until the resident units fit in the
+  // budget again (nothing before StartRelease).
+  void MakeResidentRoom(const Arena& keep) SNAPD_REQUIRES(mu_);
   bool PunchUnit(Arena& a, uint64_t unit) SNAPD_REQUIRES(mu_);
   // Populates [first, last) units of `a` from snapd (outside the lock: the units are in use).
   bool Populate(const Arena& a, uint64_t first, uint64_t last) const;
   std::unique_ptr<HostBlock> NewBlock(Arena& a, uint64_t offset, uint64_t size)
       SNAPD_REQUIRES(mu_);
   void Free(ArenaId arena, uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
+  // Takes unit `u` of `a` to be populated outside the lock (FillUnit): counted resident and
+  // marked populating, so an allocation that takes it meanwhile populates it itself and no
+  // release gives it back. False if it is resident already or the budget's worth of units is.
+  bool ClaimUnit(Arena& a, uint64_t u) SNAPD_REQUIRES(mu_);
+  // Populates a unit ClaimUnit took, then ends the claim. False (errno set) if the kernel could
+  // not; the unit is then not resident, unless a block took it meanwhile.
+  bool FillUnit(Arena& a, uint64_t u) SNAPD_EXCLUDES(mu_);
   void Prefault();
   // Asks the populate-ahead thread to look at `arena` (made, or grown into fresh units).
   void WantAhead(ArenaId arena) SNAPD_REQUIRES(mu_);
