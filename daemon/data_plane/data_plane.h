@@ -10,7 +10,8 @@
 // Rejections are counted and logged, at most a few lines a second.
 //
 // Mapped path (same node, the default there): the client holds its own uid's host-tier arena
-// mapped (or, with host_arenas = "shared", root's and snapd's uid's only) and copies bytes itself; these handlers only reserve/commit steps and lease blocks
+// mapped (with host_arenas = "shared": root and snapd's uid only) and copies bytes itself;
+// these handlers only reserve/commit steps and lease blocks
 // (kReserve, kCommit, kAbort, kFetchMapped, kReleaseLease).
 // Copied path (any client, e.g. over tcp): kPush carries the snapshot as AM data; the handler
 // validates the header, reserves tier memory through the Store, then receives the data

@@ -91,18 +91,9 @@ Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(Run& run, uint64_t
   }
   // No spool has worked since a push already waited for one in vain: fail now, not again after
   // spool_failure_timeout (a solver that goes on pushing would pay it at every step).
-  if (disk_ && !disk_down_.empty() && !run.record.spec().block_when_full() &&
-      UsesDisk(run.record.spec().layers())) {
-    if (disk_->usable()) {
-      disk_down_.clear();  // a spool came back: wait for room as usual
-    } else {
-      ++unavailable_pushes_;
-      ++unavailable_pushes_fast_;
-      std::string step_name = StepName(run.record, step);
-      refusals_.Reject("push failed at once, no spool works", step_name + ": " + disk_down_);
-      NoteFailure(run, step_name + " was refused: no spool works");
-      return Status::Unavailable(step_name + " needs the disk tier and " + disk_down_);
-    }
+  if (disk_ && !disk_down_.empty() && NeedsDisk(run)) {
+    if (!disk_->usable()) return NoDiskForPush(run, step, "and " + disk_down_, /*at_once=*/true);
+    disk_down_.clear();  // a spool came back: wait for room as usual
   }
   run.in_flight.emplace(step, nullptr);
   auto now = std::chrono::steady_clock::now();
@@ -295,8 +286,8 @@ void Tiering::Rebalance(Deferred& deferred) {
   bool stuck = !Settling() && LeasedBytes() == 0;
   if (disk_ && !disk_->usable()) {
     FailPushesWithoutDisk(deferred);
-  } else if (!disk_down_.empty()) {
-    disk_down_.clear();  // a spool works again
+  } else {
+    disk_down_.clear();  // a spool works (again)
   }
   const bool no_spool = disk_ && !disk_->usable();
   if (!parked_pushes_.empty() && stuck) {
@@ -488,14 +479,28 @@ void Tiering::WarnLongWaits() {
   }
 }
 
+bool Tiering::NeedsDisk(const Run& run) {
+  return !run.record.spec().block_when_full() && UsesDisk(run.record.spec().layers());
+}
+
+Status Tiering::NoDiskForPush(Run& run, uint64_t step, const std::string& why, bool at_once) {
+  ++unavailable_pushes_;
+  if (at_once) ++unavailable_pushes_fast_;
+  std::string name = StepName(run.record, step);
+  Status down = Status::Unavailable(name + " needs the disk tier " + why);
+  refusals_.Reject(at_once ? "push failed at once, no spool works" : "push failed, no spool works",
+                   down.message());
+  NoteFailure(run, name + " was refused: no spool works");
+  return down;
+}
+
 void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
   auto now = std::chrono::steady_clock::now();
   const auto timeout = options_.spool_failure_timeout;
   std::string failed;
   for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
     auto run = runs_.find(it->run_id);
-    if (run == runs_.end() || run->second.record.spec().block_when_full() ||
-        !UsesDisk(run->second.record.spec().layers())) {
+    if (run == runs_.end() || !NeedsDisk(run->second)) {
       ++it;  // waits for room as with a full disk, or needs no disk (Rebalance answers it)
       continue;
     }
@@ -505,22 +510,20 @@ void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
       continue;
     }
     if (failed.empty()) failed = disk_->FailedSpools();
-    std::string step = StepName(run->second.record, it->step);
-    Status down = Status::Unavailable(
-        step + " needs the disk tier (host tier " + FormatBytes(host_->used()) + " of " +
-        FormatBytes(host_->budget()) + " in use) and no spool works: " + failed + ". Waited " +
-        std::to_string(timeout.count()) +
-        " ms (spool_failure_timeout); snapd re-probes failed spools with backoff and "
-        "`snapctl spool probe` tries now; steps already stored can still be fetched");
+    Status down = NoDiskForPush(
+        run->second, it->step,
+        "(host tier " + FormatBytes(host_->used()) + " of " + FormatBytes(host_->budget()) +
+            " in use) and no spool works: " + failed + ". Waited " +
+            std::to_string(timeout.count()) +
+            " ms (spool_failure_timeout); snapd re-probes failed spools with backoff and "
+            "`snapctl spool probe` tries now; steps already stored can still be fetched",
+        /*at_once=*/false);
     // What the pushes after it are told at once, until a spool works again.
     disk_down_ = "no spool works: " + failed + ". Failed at once: a push already waited " +
                  std::to_string(timeout.count()) +
                  " ms (spool_failure_timeout) and no spool has worked since; `snapctl spool "
                  "probe` tries now; steps already stored can still be fetched";
-    ++unavailable_pushes_;
-    refusals_.Reject("push failed, no spool works", down.message());
     run->second.in_flight.erase(it->step);
-    NoteFailure(run->second, step + " was refused: no spool works (" + failed + ")");
     deferred.push_back([l = std::move(it->later), down] { l(down); });
     it = parked_pushes_.erase(it);
   }

@@ -141,6 +141,14 @@ class Tiering : protected Ingest {
   // With no spool working: fails the pushes that waited spool_failure_timeout with
   // UNAVAILABLE; sets the tiering thread's next deadline for the others.
   void FailPushesWithoutDisk(Deferred& deferred) SNAPD_REQUIRES(mu_);
+  // A push of `run` that finds no host room waits for the disk tier (it does not block until
+  // steps are consumed).
+  static bool NeedsDisk(const Run& run);
+  // A push that needs the disk tier and cannot have it: counted (`at_once`: failed without
+  // waiting, as unavailable_pushes_fast too), logged rate-limited and noted on its run; the
+  // UNAVAILABLE, "STEP needs the disk tier " + why, to answer it with.
+  Status NoDiskForPush(Run& run, uint64_t step, const std::string& why, bool at_once)
+      SNAPD_REQUIRES(mu_);
   // The background scrub: verifies the next disk-tier file when its turn (the rate) comes.
   void ScrubNext() SNAPD_REQUIRES(mu_);
   // Logs each wait older than options_.wait_warn_after, with what it waits for, and wakes the
