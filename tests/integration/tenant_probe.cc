@@ -44,6 +44,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "daemon_process.h"
@@ -63,15 +64,21 @@ void Print(const char* name, long long value) {
   std::fflush(stdout);
 }
 
-int Replay(const std::string& socket, uint64_t steps, uint64_t bytes) {
+// A control stub on `socket`, and a raw peer with a session of its own (null after saying why
+// on stderr).
+std::pair<std::unique_ptr<v1::Control::Stub>, std::unique_ptr<RawPeer>> OpenPeer(
+    const std::string& socket) {
   auto stub = v1::Control::NewStub(
       grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
   std::string error;
   auto peer = RawPeer::Open(*stub, &error);
-  if (!peer) {
-    std::fprintf(stderr, "open session: %s\n", error.c_str());
-    return 1;
-  }
+  if (!peer) std::fprintf(stderr, "open session: %s\n", error.c_str());
+  return {std::move(stub), std::move(peer)};
+}
+
+int Replay(const std::string& socket, uint64_t steps, uint64_t bytes) {
+  auto [stub, peer] = OpenPeer(socket);
+  if (!peer) return 1;
   const uint64_t token = peer->session().token();
   wire::HelloRequest hello{wire::MakeHeader(wire::kHello, token, 1), peer->session().session_id()};
   peer->Send(wire::kHello, &hello, sizeof hello);
@@ -155,14 +162,8 @@ int Replay(const std::string& socket, uint64_t steps, uint64_t bytes) {
 }
 
 int Scan(const std::string& socket, uint64_t steps, uint64_t bytes, uint64_t seed) {
-  auto stub = v1::Control::NewStub(
-      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
-  std::string error;
-  auto peer = RawPeer::Open(*stub, &error);
-  if (!peer) {
-    std::fprintf(stderr, "open session: %s\n", error.c_str());
-    return 1;
-  }
+  auto [stub, peer] = OpenPeer(socket);
+  if (!peer) return 1;
   auto sock = snapd::ConnectUnix(peer->session().arena_socket());
   if (!sock.ok()) return 1;
   wire::ArenaRequest req{peer->session().session_id(), peer->session().token()};

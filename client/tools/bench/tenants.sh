@@ -32,10 +32,14 @@ for user in snapd-bench snapd-bench-solver snapd-bench-solver2 snapd-bench-solve
   id -u "$user" > /dev/null 2>&1 ||
     useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
 done
-as() {  # as USER CMD...: runs CMD as USER, with that user's groups only
+as() {  # as USER CMD...: runs CMD as USER, with that user's groups only (root: as it is)
   local user=$1
   shift
-  setpriv --reuid="$(id -u "$user")" --regid="$(id -g "$user")" --clear-groups "$@"
+  if [[ $user == root ]]; then
+    "$@"
+  else
+    setpriv --reuid="$(id -u "$user")" --regid="$(id -g "$user")" --clear-groups "$@"
+  fi
 }
 # snapd as its own user, in the background: setpriv started directly (not through `as`, whose
 # background job would be a subshell), so $! is snapd itself once setpriv execs it.
@@ -56,13 +60,8 @@ if ((many > 0)); then
   wait_for_socket "$socket"
   pids=()
   for who in root snapd-bench-solver snapd-bench-solver2 snapd-bench-solver3; do
-    if [[ $who == root ]]; then
-      "$build/client/tools/snapbench" --socket "$socket" --many "$many" --steps "$steps" \
-        --json > "$work/$who.json" 2> "$work/$who.err" &
-    else
-      as "$who" "$build/client/tools/snapbench" --socket "$socket" --many "$many" \
-        --steps "$steps" --json > "$work/$who.json" 2> "$work/$who.err" &
-    fi
+    as "$who" "$build/client/tools/snapbench" --socket "$socket" --many "$many" \
+      --steps "$steps" --json > "$work/$who.json" 2> "$work/$who.err" &
     pids+=($!)
   done
   rc=0
@@ -127,12 +126,8 @@ results=$work/results.jsonl
 for ((r = 0; r < runs; ++r)); do
   npy_bench >> "$results"
   for who in root snapd-bench-solver; do
-    if [[ $who == root ]]; then
-      "$build/client/tools/snapbench" --socket "$socket" --steps "$steps" --bytes "$bytes" --json
-    else
-      as "$who" "$build/client/tools/snapbench" --socket "$socket" --steps "$steps" \
-        --bytes "$bytes" --json
-    fi | python3 -c 'import json, sys; d = json.load(sys.stdin); d["who"] = sys.argv[1]; print(json.dumps(d))' "$who" >> "$results"
+    as "$who" "$build/client/tools/snapbench" --socket "$socket" --steps "$steps" \
+      --bytes "$bytes" --json | python3 -c 'import json, sys; d = json.load(sys.stdin); d["who"] = sys.argv[1]; print(json.dumps(d))' "$who" >> "$results"
   done
 done
 
