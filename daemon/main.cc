@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -263,6 +264,7 @@ int Run(int argc, char** argv) {
   if (!arena.ok()) return fail(arena.status());
   ControlService service(store->get(), &sessions, data_plane->get(), config.socket,
                          (*arena)->path());
+  std::atomic<int64_t> calls_in_flight{0};  // control-plane calls; outlives the server
   std::unique_ptr<MetricsFile> metrics;
   if (!config.metrics_textfile.empty()) {
     auto started = MetricsFile::Start(config.metrics_textfile,
@@ -278,7 +280,7 @@ int Run(int argc, char** argv) {
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(NameRequestErrors());
+  interceptors.push_back(NameRequestErrors(&calls_in_flight));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int admin_port = 0;  // the port admin_listen got: its own, or the kernel's pick for port 0
   if (!config.admin_listen.empty()) {
@@ -388,7 +390,13 @@ int Run(int argc, char** argv) {
   metrics.reset();    // the file keeps the last figures
   listener->reset();  // no new connections
   service.Stop();     // sessions still waiting to open are refused
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // gRPC's graceful shutdown also waits for every client to close its connection, which a
+  // connected solver does not do: wait (up to 2 s) for the calls in flight only.
+  const auto calls_done_by = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (calls_in_flight.load() > 0 && std::chrono::steady_clock::now() < calls_done_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  server->Shutdown(std::chrono::system_clock::now());
   server->Wait();
   arena->reset();
   data_plane->reset();  // no more traffic into the store

@@ -12,8 +12,12 @@ namespace {
 
 class RequestErrors final : public grpc::experimental::Interceptor {
  public:
-  RequestErrors(const char* method, log::RejectionLog* rejections)
-      : method_(method ? method : ""), rejections_(rejections) {}
+  // gRPC creates one per call and destroys it when the call is done.
+  RequestErrors(const char* method, log::RejectionLog* rejections, std::atomic<int64_t>* calls)
+      : method_(method ? method : ""), rejections_(rejections), calls_(calls) {
+    calls_->fetch_add(1);
+  }
+  ~RequestErrors() override { calls_->fetch_sub(1); }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* batch) override {
     using Hook = grpc::experimental::InterceptionHookPoints;
@@ -54,17 +58,20 @@ class RequestErrors final : public grpc::experimental::Interceptor {
 
   const std::string method_;
   log::RejectionLog* const rejections_;
+  std::atomic<int64_t>* const calls_;
 };
 
 // Outlives its interceptors: the server owns it and destroys it after its last call.
 class Factory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
+  explicit Factory(std::atomic<int64_t>* calls) : calls_(calls) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new RequestErrors(info->method(), &rejections_);
+    return new RequestErrors(info->method(), &rejections_, calls_);
   }
 
  private:
+  std::atomic<int64_t>* const calls_;
   // The control plane's requests that never reach the service (ControlService counts the
   // others).
   log::RejectionLog rejections_{log::Surface::kControlPlane};
@@ -72,8 +79,9 @@ class Factory final : public grpc::experimental::ServerInterceptorFactoryInterfa
 
 }  // namespace
 
-std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NameRequestErrors() {
-  return std::make_unique<Factory>();
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NameRequestErrors(
+    std::atomic<int64_t>* calls_in_flight) {
+  return std::make_unique<Factory>(calls_in_flight);
 }
 
 }  // namespace snapd

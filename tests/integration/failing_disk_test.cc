@@ -186,5 +186,55 @@ TEST_F(FailingDiskTest, ASpoolRemountedReadOnlyMidRunFailsThePushInBoundAndComes
   ExpectRoundTrip();
 }
 
+// A stop while no spool works and a push waits for one: the waiting push is answered, the
+// drain that would write the host-only steps to disk fails at once saying why, and snapd exits
+// cleanly within a second: not after spool_failure_timeout (30 s here) or stop_timeout, nor
+// after gRPC's grace for a connected client to hang up.
+TEST_F(FailingDiskTest, AStopWhileNoSpoolWorksDoesNotWaitForTheDisk) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to loop-mount a filesystem (uid " << geteuid() << ")";
+  const std::string mnt = dir() + "/mnt";
+  std::string why;
+  mount_ = LoopMount::Make(dir() + "/spool.img", mnt, &why);
+  if (!mount_) GTEST_SKIP() << why;
+  const std::string spool = mnt + "/spool";
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(
+      "16M", {"--spool-dirs", spool, "--disk-mem", "64M", "--spool-failure-timeout", "30"})));
+  auto connected = ConnectClient(daemon());
+  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+  std::unique_ptr<Client> c = std::move(connected).value();
+  c->set_reconnect_timeout(0);  // its push fails with the stop rather than wait for a restart
+  RunInfo run = OpenRun(*c, Spec("fwi", 0, kStep));
+  ASSERT_NE(run.run_id, 0u);
+  auto push = [&](uint64_t t) -> Status {
+    std::vector<char> buf(kStep);
+    FillPattern(buf.data(), kStep, 21, t);
+    SNAPD_ASSIGN_OR_RETURN(PushHandle h, c->Push(run.run_id, t, buf.data(), kStep));
+    return h.WaitStored();
+  };
+  for (uint64_t t = 0; t < 8; ++t) ASSERT_TRUE(push(t).ok()) << t;  // host-only, for the drain
+  ASSERT_TRUE(mount_->Remount("ro"));
+  Status last;
+  std::thread pusher([&] {  // fills the host tier, then waits for a spool
+    for (uint64_t t = 8; t < 64 && last.ok(); ++t) last = push(t);
+  });
+  const bool failed = WaitUntil([&] { return Stats().spools(0).state() == "failed"; },
+                                std::chrono::seconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the push is waiting
+  const auto started = std::chrono::steady_clock::now();
+  const int rc = daemon().Stop();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  pusher.join();
+  const std::string log = daemon().Log();
+  std::printf("[ figures  ] stop with no spool working and a push waiting: %.2f s\n", wall);
+  ASSERT_TRUE(failed) << log;
+  EXPECT_EQ(last.code(), Code::kUnavailable) << last.ToString();
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_LT(wall, 1.0) << log;
+  EXPECT_NE(log.find("no spool works"), std::string::npos) << log;
+  c.reset();
+  StopDaemon();  // the fixture's daemon has exited: nothing left to stop
+}
+
 }  // namespace
 }  // namespace snapd::testing
