@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies, checks
-# the thread-safety annotations with clang, builds, runs every test, installs the Python
-# package in a venv (PyPI: pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve,
-# Devito) and runs its tests against the daemon just built, repeats the tests most prone to
-# hangs and races for 2 minutes with every CPU loaded (tests/load), runs a job through
-# deploy/slurm on a real single-node Slurm, then rebuilds with AddressSanitizer +
-# UndefinedBehaviorSanitizer and runs every C++ test again. A hung test fails with the stacks
-# of its threads and of its daemons' (per-test timeouts in tests/CMakeLists.txt and
-# client/python/pyproject.toml).
+# the thread-safety annotations with clang, builds, runs every test, runs the shell lines of
+# the docs as written on the installed tree (tests/docs/run_shell_blocks.sh; python.md's
+# install the Python package in a venv from PyPI: pybind11, scikit-build-core, pytest,
+# pytest-timeout, pyrevolve, Devito, and run its tests against the installed snapd), repeats
+# the tests most prone to hangs and races for 2 minutes with every CPU loaded (tests/load),
+# runs a job through deploy/slurm on a real single-node Slurm, then rebuilds with
+# AddressSanitizer + UndefinedBehaviorSanitizer and runs every C++ test again. A hung test
+# fails with the stacks of its threads and of its daemons' (per-test timeouts in
+# tests/CMakeLists.txt and client/python/pyproject.toml).
 #   bash tests/run.sh            # both passes
 #   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only
 # After each test pass it prints how many tests skipped and why (tests/report_skips.py).
@@ -51,19 +52,21 @@ if ((${gpu_tests:-0} > 0)); then
   bash tests/gpu/run.sh --dry-run build-tests/gpu-pack
 fi
 
-echo "== Python package (client/python) and its tests, against build-tests/daemon/snapd"
-venv=build-tests/python
-[[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
-# Debian's venv carries pip 23.0 and setuptools 66, too old to build some sdists (pyrevolve's
-# setup.py imports `packaging`): bring the build tools up to date before anything else.
-"$venv/bin/pip" install -q --upgrade pip setuptools wheel packaging
-CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$venv/bin/pip" install -q "./client/python[test]"
+echo "== the docs' shell lines as written (install.md, operations.md, schedules.md, python.md),"
+echo "   on the tree build-tests installs: the Python package in python.md's venv, its tests"
+echo "   against the installed snapd"
+doc_home=$PWD/build-tests/doc-home
+rm -rf "$doc_home"
 rc=0
-SNAPD_BINARY=$PWD/build-tests/daemon/snapd "$venv/bin/python" -m pytest -q -rs \
-  --junitxml=build-tests/pytest-junit.xml client/python/tests || rc=$?
+PYTEST_ADDOPTS="-rs --junitxml=$PWD/build-tests/pytest-junit.xml" CMAKE_BUILD_PARALLEL_LEVEL=$jobs \
+  bash tests/docs/run_shell_blocks.sh --build build-tests --home "$doc_home" \
+  docs/install.md docs/operations.md docs/schedules.md docs/python.md || rc=$?
 python3 tests/report_skips.py --junit build-tests/pytest-junit.xml --name "pytest" ||
   ((rc != 0)) || rc=1
 ((rc == 0)) || exit "$rc"
+# The load stage and the benchmarks use that venv.
+rm -rf build-tests/python
+ln -s doc-home/.venvs/snapd build-tests/python
 
 echo "== under load: the spill and compress-at-ingest Devito tests and the C++ store, tiering,"
 echo "   spill and many-solver tests, run after run for 2 minutes beside stress-ng on every CPU"

@@ -61,8 +61,13 @@ def snapd_binary() -> str:
 
 
 def tool(name: str) -> str:
-    """A tool built beside the daemon (snapctl, ...)."""
-    return str(pathlib.Path(snapd_binary()).resolve().parents[1] / "client" / "tools" / name)
+    """A tool beside the daemon (snapctl, ...): in its build tree (client/tools/) or in the
+    prefix it was installed to (bin/)."""
+    top = pathlib.Path(snapd_binary()).resolve().parents[1]
+    for path in (top / "client" / "tools" / name, top / "bin" / name):
+        if path.exists():
+            return str(path)
+    pytest.fail(f"no {name} beside {snapd_binary()}: neither {top}/client/tools nor {top}/bin")
 
 
 def native_stacks(pid: int, what: str) -> str:
