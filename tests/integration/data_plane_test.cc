@@ -1,9 +1,10 @@
 // End-to-end behaviour of the real snapd binary over each data path: the copied path (UCX)
 // with UCX_TLS=tcp and with shared memory allowed (UCX_TLS=sm,tcp), and the mapped host tier.
 // Each case checks the transports the endpoint really uses (Client::data_transports): with
-// shared memory allowed UCX still picks tcp on loopback, because snapd's workers wait for
-// events (UCP_FEATURE_WAKEUP) and UCX 1.13's shared-memory transports offer no event fd. If a
-// UCX version changes that, the "sm" cases fail here and the docs must say so.
+// shared memory allowed UCX still picks tcp on loopback, because snapd's endpoints ask for peer
+// failure detection (UCP_ERR_HANDLING_MODE_PEER) and UCX 1.13's shared-memory transports do not
+// offer it unless UCX_MM_ERROR_HANDLING=y (cma has no active messages at all). If a UCX version
+// changes that, the "sm" cases fail here and the docs must say so.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
