@@ -18,100 +18,189 @@
 
 namespace snapd {
 
+namespace {
+
+std::string Trim(const std::string& s);
+
+const char* NonEmptyPath(const std::string& v) { return v.empty() ? "a path" : nullptr; }
+const char* AbsoluteOrEmpty(const std::string& v) {
+  return !v.empty() && v.front() != '/' ? "an absolute directory or \"\"" : nullptr;
+}
+const char* HostPortOrEmpty(const std::string& v) {
+  return !v.empty() && v.rfind(':') == std::string::npos ? "HOST:PORT like 0.0.0.0:7443"
+                                                          : nullptr;
+}
+
+Status SetSpoolDirs(Config& c, const std::string& value) {
+  std::vector<std::string> dirs;
+  std::stringstream in(value);
+  for (std::string d; std::getline(in, d, ',');) {
+    d = Trim(d);
+    if (d.empty()) {
+      return Status::InvalidArgument(
+          "expected comma-separated directories with none empty, or none");
+    }
+    dirs.push_back(d);
+  }
+  if (dirs.empty()) return Status::InvalidArgument("expected comma-separated directories, or none");
+  if (dirs.size() == 1 && dirs[0] == "none") dirs.clear();
+  c.spool_dirs = dirs;
+  c.spool_dirs_set = true;
+  return Status::Ok();
+}
+
+std::string Quoted(const std::string& s);
+std::string GetSpoolDirs(const Config& c) { return Quoted(SpoolDirsText(c)); }
+
+}  // namespace
+
 const std::vector<OptionDoc>& ConfigOptions() {
   using K = OptionKind;
+  using C = Config;
   static const std::vector<OptionDoc> kOptions = {
-      {"socket", "SNAPD_SOCKET", K::kText, "PATH",
-       "control-plane unix socket (default /run/snapd/snapd.sock for root, else "
-       "$XDG_RUNTIME_DIR/snapd/snapd.sock)"},
-      {"state_dir", "SNAPD_STATE_DIR", K::kText, "DIR",
-       "catalog directory (default /var/lib/snapd for root, else ~/.local/state/snapd)"},
-      {"host_mem", "SNAPD_HOST_MEM", K::kSize, "SIZE",
-       "host-tier budget, e.g. 8G; 0 = use host_mem_perc (default 0)"},
-      {"host_mem_perc", "SNAPD_HOST_MEM_PERC", K::kFraction, "FRACTION",
-       "host-tier budget as a fraction of MemAvailable at start (default 0.7)"},
-      {"host_huge_pages", "SNAPD_HOST_HUGE_PAGES", K::kText, "MODE",
-       "host-tier pages: auto (hugetlb when the pool holds the whole tier, else shmem THP "
-       "on a tmpfs with huge=always, else shmem THP where the kernel allows it), hugetlb or "
-       "thp (or refuse to start), off (default auto)"},
-      {"host_tmpfs", "SNAPD_HOST_TMPFS", K::kText, "DIR",
-       "a tmpfs mounted with huge=always for the host tier's file (the systemd unit's "
-       "TemporaryFileSystem=); empty: snapd mounts one in a namespace of its own (default "
-       "empty)"},
-      {"host_arenas", "SNAPD_HOST_ARENAS", K::kText, "MODE",
-       "per-uid (each uid maps an arena of its own steps: the mapped path for every local "
-       "solver) or shared (one arena that only root and snapd's uid map; other uids copy "
-       "over UCX) (default per-uid)"},
-      {"host_prefault", "SNAPD_HOST_PREFAULT", K::kText, "MODE",
-       "background (populate each user's arena ahead of its pushes, from its first session, "
-       "one 2 MiB piece at a time and within host_mem), true (all of snapd's own arena at "
-       "start, the whole tier with host_arenas = shared: commits host_mem of RAM) or false "
-       "(default background)"},
-      {"host_release_after", "SNAPD_HOST_RELEASE_AFTER", K::kInteger, "SECONDS",
-       "give free host-tier memory back to the OS once no push has taken any for this long "
-       "(a job ended); 0 = keep it; not with host_prefault (default 300)"},
-      {"spool_dirs", "SNAPD_SPOOL_DIRS", K::kText, "DIRS",
-       "disk-tier spool directories, comma-separated (NVMe); none = no disk tier (default "
-       "<state_dir>/spool)"},
-      {"disk_mem", "SNAPD_DISK_MEM", K::kSize, "SIZE",
-       "disk-tier budget over all spools, e.g. 500G; 0 = use disk_mem_perc (default 0)"},
-      {"disk_mem_perc", "SNAPD_DISK_MEM_PERC", K::kFraction, "FRACTION",
-       "disk-tier budget as a fraction of each spool's free space at start (default 0.7)"},
-      {"spool_failure_timeout", "SNAPD_SPOOL_FAILURE_TIMEOUT", K::kInteger, "SECONDS",
-       "seconds a push that needs the disk tier waits while no spool works before it fails "
-       "with UNAVAILABLE, 1..3600 (default 10)"},
-      {"wait_warn_after", "SNAPD_WAIT_WARN_AFTER", K::kInteger, "SECONDS",
-       "seconds after which a push or fetch that still waits (for host room, a disk read) is "
-       "logged with what it waits for, and every 6 times as long after, 1..3600 (default 10)"},
-      {"scrub_rate", "SNAPD_SCRUB_RATE", K::kSize, "SIZE",
-       "bytes per second the background scrub reads to re-verify spool files, e.g. 64M; 0 = "
-       "off (default 0)"},
-      {"io_threads", "SNAPD_IO_THREADS", K::kInteger, "N", "disk I/O threads (default 4)"},
-      {"prefetch_depth", "SNAPD_PREFETCH_DEPTH", K::kInteger, "N",
-       "most steps read ahead of the backward pass; the depth adapts below it (default 8)"},
-      {"compress_threads", "SNAPD_COMPRESS_THREADS", K::kInteger, "N",
-       "zfp compression workers; 0 = the cores minus one (default 0)"},
-      {"session_connect_timeout", "SNAPD_SESSION_CONNECT_TIMEOUT", K::kInteger, "SECONDS",
-       "seconds a new session has to say Hello on its UCX endpoint before it is closed "
-       "(default 30)"},
-      {"orphan_grace", "SNAPD_ORPHAN_GRACE", K::kInteger, "SECONDS",
-       "seconds a run that is not kept survives the death of every client that opened it; "
-       "0 = until removed (default 600)"},
-      {"stop_timeout", "SNAPD_STOP_TIMEOUT", K::kInteger, "SECONDS",
-       "seconds a stop may spend writing host-only steps to disk; what is not written by then "
-       "is named in the log and marked lost, 1..3600 (default 45)"},
-      {"fdstore", "SNAPD_FDSTORE", K::kText, "auto|only|off",
-       "auto: on stop, write the host-only steps to disk and also hand the host tier to "
-       "systemd's fd store when systemd keeps one ($FDSTORE), so a restart serves them from "
-       "memory and a stop or reboot from disk; only: hand it over without writing to disk "
-       "(a restart copies nothing at any size; a reboot or a flushed fd store loses the "
-       "host-only steps); off: write to disk only (default auto)"},
-      {"metrics_textfile", "SNAPD_METRICS_TEXTFILE", K::kText, "FILE",
-       "file snapd writes its metrics to in the Prometheus text format, for node_exporter's "
-       "textfile collector (e.g. /var/lib/node_exporter/textfile/snapd.prom); empty = off "
-       "(default empty)"},
-      {"metrics_interval", "SNAPD_METRICS_INTERVAL", K::kInteger, "SECONDS",
-       "seconds between two writes of metrics_textfile, 1..3600 (default 15)"},
-      {"log_level", "SNAPD_LOG_LEVEL", K::kText, "LEVEL",
-       "debug, info, warn or error (default info)"},
-      {"socket_mode", "SNAPD_SOCKET_MODE", K::kMode, "MODE",
-       "control socket permissions, octal; who connects is told by SO_PEERCRED (default 0666)"},
-      {"admin_group", "SNAPD_ADMIN_GROUP", K::kText, "GROUP",
-       "group whose members see and manage every user's runs; root and snapd's own uid always "
-       "do (default: none)"},
-      {"tenant_quota", "SNAPD_TENANT_QUOTA", K::kSize, "SIZE",
-       "bytes one uid may store over host and disk, e.g. 200G; 0 = no limit (default 0)"},
-      {"tenant_host_share", "SNAPD_TENANT_HOST_SHARE", K::kFraction, "FRACTION",
-       "fraction of the host tier one uid may fill with steps that cannot move to disk; its "
-       "movable steps go to disk first when it holds more (admins exempt; default 0.5)"},
-      {"admin_listen", "SNAPD_ADMIN_LISTEN", K::kText, "HOST:PORT",
-       "HOST:PORT for remote snapctl over mutual TLS; empty = off (default empty)"},
-      {"admin_tls_cert", "SNAPD_ADMIN_TLS_CERT", K::kText, "FILE",
-       "PEM server certificate for admin_listen"},
-      {"admin_tls_key", "SNAPD_ADMIN_TLS_KEY", K::kText, "FILE",
-       "PEM private key for admin_listen"},
-      {"admin_tls_ca", "SNAPD_ADMIN_TLS_CA", K::kText, "FILE",
-       "PEM CA whose client certificates are admins on admin_listen"},
+      {.key = "socket", .env = "SNAPD_SOCKET", .kind = K::kText, .value_name = "PATH",
+       .help = "control-plane unix socket (default /run/snapd/snapd.sock for root, else "
+               "$XDG_RUNTIME_DIR/snapd/snapd.sock)",
+       .default_text = nullptr, .check = NonEmptyPath, .text = &C::socket},
+      {.key = "state_dir", .env = "SNAPD_STATE_DIR", .kind = K::kText, .value_name = "DIR",
+       .help = "catalog directory (default /var/lib/snapd for root, else "
+               "~/.local/state/snapd)",
+       .default_text = nullptr, .check = NonEmptyPath, .text = &C::state_dir},
+      {.key = "host_mem", .env = "SNAPD_HOST_MEM", .kind = K::kSize, .value_name = "SIZE",
+       .help = "host-tier budget, e.g. 8G; 0 = use host_mem_perc", .default_text = "0",
+       .size = &C::host_mem},
+      {.key = "host_mem_perc", .env = "SNAPD_HOST_MEM_PERC", .kind = K::kFraction,
+       .value_name = "FRACTION",
+       .help = "host-tier budget as a fraction of MemAvailable at start",
+       .default_text = "0.7", .fraction = &C::host_mem_perc},
+      {.key = "host_huge_pages", .env = "SNAPD_HOST_HUGE_PAGES", .kind = K::kText,
+       .value_name = "MODE",
+       .help = "host-tier pages: auto (hugetlb when the pool holds the whole tier, else shmem "
+               "THP on a tmpfs with huge=always, else shmem THP where the kernel allows it), "
+               "hugetlb or thp (or refuse to start), off",
+       .default_text = "auto", .choices = {"auto", "hugetlb", "thp", "off"},
+       .text = &C::host_huge_pages},
+      {.key = "host_tmpfs", .env = "SNAPD_HOST_TMPFS", .kind = K::kText, .value_name = "DIR",
+       .help = "a tmpfs mounted with huge=always for the host tier's file (the systemd unit's "
+               "TemporaryFileSystem=); empty: snapd mounts one in a namespace of its own",
+       .default_text = "", .check = AbsoluteOrEmpty, .text = &C::host_tmpfs},
+      {.key = "host_arenas", .env = "SNAPD_HOST_ARENAS", .kind = K::kText, .value_name = "MODE",
+       .help = "per-uid (each uid maps an arena of its own steps: the mapped path for every "
+               "local solver) or shared (one arena that only root and snapd's uid map; other "
+               "uids copy over UCX)",
+       .default_text = "per-uid", .choices = {"per-uid", "shared"}, .text = &C::host_arenas},
+      {.key = "host_prefault", .env = "SNAPD_HOST_PREFAULT", .kind = K::kText,
+       .value_name = "MODE",
+       .help = "background (populate each user's arena ahead of its pushes, from its first "
+               "session, one 2 MiB piece at a time and within host_mem), true (all of snapd's "
+               "own arena at start, the whole tier with host_arenas = shared: commits host_mem "
+               "of RAM) or false",
+       .default_text = "background", .choices = {"background", "true", "false"},
+       .reads_toml_bool = true, .text = &C::host_prefault},
+      {.key = "host_release_after", .env = "SNAPD_HOST_RELEASE_AFTER", .kind = K::kInteger,
+       .value_name = "SECONDS",
+       .help = "give free host-tier memory back to the OS once no push has taken any for this "
+               "long (a job ended); not with host_prefault = true",
+       .default_text = "300", .min = 0, .max = 7 * 24 * 3600, .zero_means = "keep it",
+       .integer = &C::host_release_after},
+      {.key = "spool_dirs", .env = "SNAPD_SPOOL_DIRS", .kind = K::kText, .value_name = "DIRS",
+       .help = "disk-tier spool directories, comma-separated (NVMe); none = no disk tier "
+               "(default <state_dir>/spool)",
+       .default_text = nullptr, .set = SetSpoolDirs, .get = GetSpoolDirs},
+      {.key = "disk_mem", .env = "SNAPD_DISK_MEM", .kind = K::kSize, .value_name = "SIZE",
+       .help = "disk-tier budget over all spools, e.g. 500G; 0 = use disk_mem_perc",
+       .default_text = "0", .size = &C::disk_mem},
+      {.key = "disk_mem_perc", .env = "SNAPD_DISK_MEM_PERC", .kind = K::kFraction,
+       .value_name = "FRACTION",
+       .help = "disk-tier budget as a fraction of each spool's free space at start",
+       .default_text = "0.7", .fraction = &C::disk_mem_perc},
+      {.key = "spool_failure_timeout", .env = "SNAPD_SPOOL_FAILURE_TIMEOUT", .kind = K::kInteger,
+       .value_name = "SECONDS",
+       .help = "seconds a push that needs the disk tier waits while no spool works before it "
+               "fails with UNAVAILABLE; later ones fail at once until a spool works",
+       .default_text = "10", .min = 1, .max = 3600, .integer = &C::spool_failure_timeout},
+      {.key = "wait_warn_after", .env = "SNAPD_WAIT_WARN_AFTER", .kind = K::kInteger,
+       .value_name = "SECONDS",
+       .help = "seconds after which a push or fetch that still waits (for host room, a disk "
+               "read) is logged with what it waits for, and every 6 times as long after",
+       .default_text = "10", .min = 1, .max = 3600, .integer = &C::wait_warn_after},
+      {.key = "scrub_rate", .env = "SNAPD_SCRUB_RATE", .kind = K::kSize, .value_name = "SIZE",
+       .help = "bytes per second the background scrub reads to re-verify spool files, e.g. "
+               "64M; 0 = off",
+       .default_text = "0", .size = &C::scrub_rate},
+      {.key = "io_threads", .env = "SNAPD_IO_THREADS", .kind = K::kInteger, .value_name = "N",
+       .help = "disk I/O threads", .default_text = "4", .min = 1, .max = 256,
+       .integer = &C::io_threads},
+      {.key = "prefetch_depth", .env = "SNAPD_PREFETCH_DEPTH", .kind = K::kInteger,
+       .value_name = "N",
+       .help = "most steps read ahead of the backward pass; the depth adapts below it",
+       .default_text = "8", .min = 1, .max = 256, .integer = &C::prefetch_depth},
+      {.key = "compress_threads", .env = "SNAPD_COMPRESS_THREADS", .kind = K::kInteger,
+       .value_name = "N", .help = "zfp compression workers", .default_text = "0", .min = 0,
+       .max = 256, .zero_means = "the cores minus one", .integer = &C::compress_threads},
+      {.key = "session_connect_timeout", .env = "SNAPD_SESSION_CONNECT_TIMEOUT",
+       .kind = K::kInteger, .value_name = "SECONDS",
+       .help = "seconds a new session has to say Hello on its UCX endpoint before it is closed",
+       .default_text = "30", .min = 1, .max = 3600, .integer = &C::session_connect_timeout},
+      {.key = "orphan_grace", .env = "SNAPD_ORPHAN_GRACE", .kind = K::kInteger,
+       .value_name = "SECONDS",
+       .help = "seconds a run that is not kept survives the death of every client that opened "
+               "it",
+       .default_text = "600", .min = 0, .max = 7 * 24 * 3600, .zero_means = "until removed",
+       .integer = &C::orphan_grace},
+      {.key = "stop_timeout", .env = "SNAPD_STOP_TIMEOUT", .kind = K::kInteger,
+       .value_name = "SECONDS",
+       .help = "seconds a stop may spend writing host-only steps to disk; what is not written "
+               "by then is named in the log and marked lost",
+       .default_text = "45", .min = 1, .max = 3600, .integer = &C::stop_timeout},
+      {.key = "fdstore", .env = "SNAPD_FDSTORE", .kind = K::kText, .value_name = "auto|only|off",
+       .help = "auto: on stop, write the host-only steps to disk and also hand the host tier to "
+               "systemd's fd store when systemd keeps one ($FDSTORE), so a restart serves them "
+               "from memory and a stop or reboot from disk; only: hand it over without writing "
+               "to disk (a restart copies nothing at any size; a reboot or a flushed fd store "
+               "loses the host-only steps); off: write to disk only",
+       .default_text = "auto", .choices = {"auto", "only", "off"}, .text = &C::fdstore},
+      {.key = "metrics_textfile", .env = "SNAPD_METRICS_TEXTFILE", .kind = K::kText,
+       .value_name = "FILE",
+       .help = "file snapd writes its metrics to in the Prometheus text format, for "
+               "node_exporter's textfile collector (e.g. "
+               "/var/lib/node_exporter/textfile/snapd.prom); empty = off",
+       .default_text = "", .text = &C::metrics_textfile},
+      {.key = "metrics_interval", .env = "SNAPD_METRICS_INTERVAL", .kind = K::kInteger,
+       .value_name = "SECONDS", .help = "seconds between two writes of metrics_textfile",
+       .default_text = "15", .min = 1, .max = 3600, .integer = &C::metrics_interval},
+      {.key = "log_level", .env = "SNAPD_LOG_LEVEL", .kind = K::kText, .value_name = "LEVEL",
+       .help = "debug, info, warn or error: what snapd logs to stderr", .default_text = "info",
+       .choices = {"debug", "info", "warn", "error"}, .text = &C::log_level},
+      {.key = "socket_mode", .env = "SNAPD_SOCKET_MODE", .kind = K::kMode, .value_name = "MODE",
+       .help = "control socket permissions, octal; who connects is told by SO_PEERCRED",
+       .default_text = "0666", .integer = &C::socket_mode},
+      {.key = "admin_group", .env = "SNAPD_ADMIN_GROUP", .kind = K::kText, .value_name = "GROUP",
+       .help = "group whose members see and manage every user's runs; root and snapd's own uid "
+               "always do; empty = none",
+       .default_text = "", .text = &C::admin_group},
+      {.key = "tenant_quota", .env = "SNAPD_TENANT_QUOTA", .kind = K::kSize, .value_name = "SIZE",
+       .help = "bytes one uid may store over host and disk, e.g. 200G; 0 = no limit",
+       .default_text = "0", .size = &C::tenant_quota},
+      {.key = "tenant_host_share", .env = "SNAPD_TENANT_HOST_SHARE", .kind = K::kFraction,
+       .value_name = "FRACTION",
+       .help = "fraction of the host tier one uid may fill with steps that cannot move to "
+               "disk, admins exempt; its movable steps go to disk first when it holds more",
+       .default_text = "0.5", .fraction = &C::tenant_host_share},
+      {.key = "admin_listen", .env = "SNAPD_ADMIN_LISTEN", .kind = K::kText,
+       .value_name = "HOST:PORT",
+       .help = "HOST:PORT for remote snapctl over mutual TLS; empty = off", .default_text = "",
+       .check = HostPortOrEmpty, .text = &C::admin_listen},
+      {.key = "admin_tls_cert", .env = "SNAPD_ADMIN_TLS_CERT", .kind = K::kText,
+       .value_name = "FILE", .help = "PEM server certificate for admin_listen",
+       .default_text = "", .text = &C::admin_tls_cert},
+      {.key = "admin_tls_key", .env = "SNAPD_ADMIN_TLS_KEY", .kind = K::kText,
+       .value_name = "FILE", .help = "PEM private key for admin_listen", .default_text = "",
+       .text = &C::admin_tls_key},
+      {.key = "admin_tls_ca", .env = "SNAPD_ADMIN_TLS_CA", .kind = K::kText,
+       .value_name = "FILE", .help = "PEM CA whose client certificates are admins on "
+                                     "admin_listen",
+       .default_text = "", .text = &C::admin_tls_ca},
   };
   return kOptions;
 }
@@ -177,134 +266,93 @@ bool ParseInteger(const std::string& value, long lo, long hi, uint32_t* out) {
   return true;
 }
 
-// Sets option `key` from its text, whatever the source. A failure's message says what was
+// "a, b or c".
+std::string Choices(const std::vector<const char*>& choices) {
+  std::string out;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    out += i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ";
+    out += choices[i];
+  }
+  return out;
+}
+
+// "a number of seconds 1..3600" or "an integer 0..256 (0 = the cores minus one)".
+std::string IntegerRange(const OptionDoc& o) {
+  std::string range = std::to_string(o.min) + ".." + std::to_string(o.max);
+  std::string what = std::string_view(o.value_name) == "SECONDS" ? "a number of seconds "
+                                                                   : "an integer ";
+  return what + range + (o.zero_means ? std::string(" (0 = ") + o.zero_means + ")" : "");
+}
+
+// Sets option `o` from its text, whatever the source. A failure's message says what was
 // expected; the caller adds where the value came from and the value itself.
-Status Parse(Config& c, const std::string& key, const std::string& value) {
+Status Parse(Config& c, const OptionDoc& o, const std::string& value) {
   auto expected = [](const std::string& what) {
     return Status::InvalidArgument("expected " + what);
   };
-  if (key == "socket") {
-    if (value.empty()) return expected("a socket path");
-    c.socket = value;
-  } else if (key == "state_dir") {
-    if (value.empty()) return expected("a directory");
-    c.state_dir = value;
-  } else if (key == "host_mem" || key == "disk_mem" || key == "tenant_quota" ||
-             key == "scrub_rate") {
-    auto v = ParseBytes(value);
-    if (!v.ok()) return expected("a size like 64G");
-    (key == "host_mem"   ? c.host_mem
-     : key == "disk_mem" ? c.disk_mem
-     : key == "scrub_rate" ? c.scrub_rate
-                           : c.tenant_quota) = *v;
-  } else if (key == "spool_failure_timeout" || key == "wait_warn_after") {
-    if (!ParseInteger(value, 1, 3600,
-                      key == "wait_warn_after" ? &c.wait_warn_after : &c.spool_failure_timeout)) {
-      return expected("a number of seconds 1..3600");
+  if (o.set) return o.set(c, value);
+  switch (o.kind) {
+    case OptionKind::kText: {
+      if (!o.choices.empty() &&
+          std::none_of(o.choices.begin(), o.choices.end(),
+                       [&](const char* choice) { return value == choice; })) {
+        return expected(Choices(o.choices));
+      }
+      if (o.check) {
+        if (const char* what = o.check(value)) return expected(what);
+      }
+      c.*o.text = value;
+      return Status::Ok();
     }
-  } else if (key == "host_mem_perc" || key == "disk_mem_perc" || key == "tenant_host_share") {
-    char* end = nullptr;
-    double d = std::strtod(value.c_str(), &end);
-    if (end == value.c_str() || *end != '\0' || !(d > 0.0 && d <= 1.0)) {
-      return expected("a fraction in (0, 1] like 0.7");
+    case OptionKind::kSize: {
+      auto v = ParseBytes(value);
+      if (!v.ok()) return expected("a size like 64G");
+      c.*o.size = *v;
+      return Status::Ok();
     }
-    (key == "host_mem_perc"   ? c.host_mem_perc
-     : key == "disk_mem_perc" ? c.disk_mem_perc
-                              : c.tenant_host_share) = d;
-  } else if (key == "host_huge_pages") {
-    if (value != "auto" && value != "hugetlb" && value != "thp" && value != "off") {
-      return expected("auto, hugetlb, thp or off");
+    case OptionKind::kFraction: {
+      char* end = nullptr;
+      double d = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0' || !(d > 0.0 && d <= 1.0)) {
+        return expected("a fraction in (0, 1] like 0.7");
+      }
+      c.*o.fraction = d;
+      return Status::Ok();
     }
-    c.host_huge_pages = value;
-  } else if (key == "host_tmpfs") {
-    if (!value.empty() && value.front() != '/') return expected("an absolute directory or \"\"");
-    c.host_tmpfs = value;
-  } else if (key == "host_arenas") {
-    if (value != "per-uid" && value != "shared") return expected("per-uid or shared");
-    c.host_arenas = value;
-  } else if (key == "host_prefault") {
-    if (value != "true" && value != "false" && value != "background") {
-      return expected("background, true or false");
+    case OptionKind::kInteger:
+      if (!ParseInteger(value, o.min, o.max, &(c.*o.integer))) return expected(IntegerRange(o));
+      return Status::Ok();
+    case OptionKind::kMode: {
+      char* end = nullptr;
+      long mode = std::strtol(value.c_str(), &end, 8);
+      if (end == value.c_str() || *end != '\0' || mode < 0 || mode > 0777) {
+        return expected("octal permissions 0000..0777 like 0660");
+      }
+      c.*o.integer = static_cast<uint32_t>(mode);
+      return Status::Ok();
     }
-    c.host_prefault = value;
-  } else if (key == "host_release_after") {
-    if (!ParseInteger(value, 0, 7 * 24 * 3600, &c.host_release_after)) {
-      return expected("a number of seconds 0..604800 (0 = keep free memory)");
-    }
-  } else if (key == "spool_dirs") {
-    std::vector<std::string> dirs;
-    std::stringstream in(value);
-    for (std::string d; std::getline(in, d, ',');) {
-      d = Trim(d);
-      if (d.empty()) return expected("comma-separated directories with none empty, or none");
-      dirs.push_back(d);
-    }
-    if (dirs.empty()) return expected("comma-separated directories, or none");
-    if (dirs.size() == 1 && dirs[0] == "none") dirs.clear();
-    c.spool_dirs = dirs;
-    c.spool_dirs_set = true;
-  } else if (key == "compress_threads") {
-    if (!ParseInteger(value, 0, 256, &c.compress_threads)) {
-      return expected("an integer 0..256 (0 = the cores minus one)");
-    }
-  } else if (key == "io_threads" || key == "prefetch_depth") {
-    if (!ParseInteger(value, 1, 256, key == "io_threads" ? &c.io_threads : &c.prefetch_depth)) {
-      return expected("an integer 1..256");
-    }
-  } else if (key == "metrics_textfile") {
-    c.metrics_textfile = value;
-  } else if (key == "metrics_interval" || key == "session_connect_timeout") {
-    if (!ParseInteger(
-            value, 1, 3600,
-            key == "metrics_interval" ? &c.metrics_interval : &c.session_connect_timeout)) {
-      return expected("a number of seconds 1..3600");
-    }
-  } else if (key == "stop_timeout") {
-    if (!ParseInteger(value, 1, 3600, &c.stop_timeout)) {
-      return expected("a number of seconds 1..3600");
-    }
-  } else if (key == "fdstore") {
-    if (value != "auto" && value != "only" && value != "off") {
-      return expected("auto, only or off");
-    }
-    c.fdstore = value;
-  } else if (key == "orphan_grace") {
-    if (!ParseInteger(value, 0, 7 * 24 * 3600, &c.orphan_grace)) {
-      return expected("a number of seconds 0..604800 (0 = never remove)");
-    }
-  } else if (key == "socket_mode") {
-    char* end = nullptr;
-    long mode = std::strtol(value.c_str(), &end, 8);
-    if (end == value.c_str() || *end != '\0' || mode < 0 || mode > 0777) {
-      return expected("octal permissions 0000..0777 like 0660");
-    }
-    c.socket_mode = static_cast<uint32_t>(mode);
-  } else if (key == "admin_group") {
-    c.admin_group = value;
-  } else if (key == "admin_listen") {
-    if (!value.empty() && value.rfind(':') == std::string::npos) {
-      return expected("HOST:PORT like 0.0.0.0:7443");
-    }
-    c.admin_listen = value;
-  } else if (key == "admin_tls_cert" || key == "admin_tls_key" || key == "admin_tls_ca") {
-    (key == "admin_tls_cert"  ? c.admin_tls_cert
-     : key == "admin_tls_key" ? c.admin_tls_key
-                              : c.admin_tls_ca) = value;
-  } else if (key == "log_level") {
-    if (value != "debug" && value != "info" && value != "warn" && value != "error") {
-      return expected("debug, info, warn or error");
-    }
-    c.log_level = value;
-  } else {
-    return Status::Internal("option '" + key + "' is in the table but has no parser");
   }
-  return Status::Ok();
+  return Status::Internal(std::string("option '") + o.key + "' has no parser");
+}
+
+// The option's value as --print-config writes it (TOML).
+std::string ValueToml(const Config& c, const OptionDoc& o) {
+  if (o.get) return o.get(c);
+  std::ostringstream out;
+  switch (o.kind) {
+    case OptionKind::kText: return Quoted(c.*o.text);
+    case OptionKind::kSize: return "\"" + std::to_string(c.*o.size) + "\"";
+    case OptionKind::kFraction: out << c.*o.fraction; return out.str();
+    case OptionKind::kInteger: return std::to_string(c.*o.integer);
+    case OptionKind::kMode: out << "\"0" << std::oct << c.*o.integer << "\""; return out.str();
+  }
+  return "";
 }
 
 // Sets `o` from `value`; `shown` is the value as its source wrote it, for the error.
 Status Set(Config& c, const OptionDoc& o, const std::string& value, const std::string& source,
            const std::string& shown) {
-  Status s = Parse(c, o.key, value);
+  Status s = Parse(c, o, value);
   if (s.ok() || s.code() != Code::kInvalidArgument) return s;
   return Status::InvalidArgument(source + ": " + s.message() + ", got " + shown);
 }
@@ -320,11 +368,10 @@ std::string Printed(const toml::node& value) {
 Result<std::string> ValueText(const OptionDoc& o, const toml::node& value) {
   if (const auto* s = value.as_string()) return s->get();
   // host_prefault was a switch before it took "background": `host_prefault = true` still reads.
-  if (const auto* b = value.as_boolean();
-      b != nullptr && (o.kind == OptionKind::kBool || std::strcmp(o.key, "host_prefault") == 0)) {
+  if (const auto* b = value.as_boolean(); b != nullptr && o.reads_toml_bool) {
     return std::string(b->get() ? "true" : "false");
   }
-  if (o.kind != OptionKind::kText && o.kind != OptionKind::kBool) {
+  if (o.kind != OptionKind::kText) {
     if (const auto* i = value.as_integer()) {
       if (o.kind == OptionKind::kMode &&
           (i->flags() & toml::value_flags::format_as_octal) != toml::value_flags::none) {
@@ -340,13 +387,18 @@ Result<std::string> ValueText(const OptionDoc& o, const toml::node& value) {
       if (ec == std::errc()) return std::string(text, end);
     }
   }
-  if (std::string_view(o.key) == "spool_dirs") {
+  if (o.set) {  // spool_dirs
     return Status::InvalidArgument(
         "expected one string of comma-separated directories like \"/nvme0/snapd,/nvme1/snapd\"");
   }
-  if (o.kind == OptionKind::kBool) return Status::InvalidArgument("expected true or false");
-  if (std::strcmp(o.key, "host_prefault") == 0) {
-    return Status::InvalidArgument("expected \"background\", true or false");
+  if (o.reads_toml_bool) {
+    std::string quoted;
+    for (const char* choice : o.choices) {
+      std::string_view ch(choice);
+      quoted += (quoted.empty() ? "" : ch == o.choices.back() ? " or " : ", ") +
+                (ch == "true" || ch == "false" ? std::string(ch) : "\"" + std::string(ch) + "\"");
+    }
+    return Status::InvalidArgument("expected " + quoted);
   }
   return Status::InvalidArgument(o.kind == OptionKind::kText ? "expected a string in quotes"
                                                              : "expected a number or a string");
@@ -438,7 +490,7 @@ void DefineFlags(CLI::App& app, Flags& flags) {
   for (size_t i = 0; i < options.size(); ++i) {
     const OptionDoc& o = options[i];
     flags.options.push_back(
-        app.add_option(FlagName(o), flags.values[i], std::string(o.help) + "\nenv " + o.env)
+        app.add_option(FlagName(o), flags.values[i], OptionHelp(o) + "\nenv " + o.env)
             ->type_name(o.value_name));
   }
 }
@@ -478,6 +530,14 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
   Config& c = out.config;
   c.socket = DefaultSocketPath();
   c.state_dir = DefaultStateDir();
+  for (const OptionDoc& o : ConfigOptions()) {
+    if (o.default_text == nullptr) continue;
+    Status s = Parse(c, o, o.default_text);
+    if (!s.ok()) {
+      return Status::Internal(std::string("the embedded default of ") + o.key + " does not parse: " +
+                              s.message());
+    }
+  }
 
   CLI::App app("", "snapd");
   Flags flags;
@@ -539,41 +599,22 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
 }
 
 std::string FormatConfig(const Config& c) {
-  std::ostringstream o;
-  o << "socket = " << Quoted(c.socket) << "\n"
-    << "state_dir = " << Quoted(c.state_dir) << "\n"
-    << "host_mem = \"" << c.host_mem << "\"\n"
-    << "host_mem_perc = " << c.host_mem_perc << "\n"
-    << "host_huge_pages = " << Quoted(c.host_huge_pages) << "\n"
-    << "host_tmpfs = " << Quoted(c.host_tmpfs) << "\n"
-    << "host_arenas = " << Quoted(c.host_arenas) << "\n"
-    << "host_prefault = " << Quoted(c.host_prefault) << "\n"
-    << "host_release_after = " << c.host_release_after << "\n"
-    << "spool_dirs = " << Quoted(SpoolDirsText(c)) << "\n"
-    << "disk_mem = \"" << c.disk_mem << "\"\n"
-    << "disk_mem_perc = " << c.disk_mem_perc << "\n"
-    << "spool_failure_timeout = " << c.spool_failure_timeout << "\n"
-    << "wait_warn_after = " << c.wait_warn_after << "\n"
-    << "scrub_rate = \"" << c.scrub_rate << "\"\n"
-    << "io_threads = " << c.io_threads << "\n"
-    << "prefetch_depth = " << c.prefetch_depth << "\n"
-    << "compress_threads = " << c.compress_threads << "\n"
-    << "session_connect_timeout = " << c.session_connect_timeout << "\n"
-    << "orphan_grace = " << c.orphan_grace << "\n"
-    << "stop_timeout = " << c.stop_timeout << "\n"
-    << "fdstore = " << Quoted(c.fdstore) << "\n"
-    << "metrics_textfile = " << Quoted(c.metrics_textfile) << "\n"
-    << "metrics_interval = " << c.metrics_interval << "\n"
-    << "log_level = " << Quoted(c.log_level) << "\n"
-    << "socket_mode = \"0" << std::oct << c.socket_mode << std::dec << "\"\n"
-    << "admin_group = " << Quoted(c.admin_group) << "\n"
-    << "tenant_quota = \"" << c.tenant_quota << "\"\n"
-    << "tenant_host_share = " << c.tenant_host_share << "\n"
-    << "admin_listen = " << Quoted(c.admin_listen) << "\n"
-    << "admin_tls_cert = " << Quoted(c.admin_tls_cert) << "\n"
-    << "admin_tls_key = " << Quoted(c.admin_tls_key) << "\n"
-    << "admin_tls_ca = " << Quoted(c.admin_tls_ca) << "\n";
-  return o.str();
+  std::string out;
+  for (const OptionDoc& o : ConfigOptions()) out += std::string(o.key) + " = " + ValueToml(c, o) + "\n";
+  return out;
+}
+
+std::string OptionHelp(const OptionDoc& o) {
+  std::string notes;
+  if (o.kind == OptionKind::kInteger) {
+    notes = std::to_string(o.min) + ".." + std::to_string(o.max);
+    if (o.zero_means) notes += std::string(", 0 = ") + o.zero_means;
+  }
+  if (o.default_text) {
+    notes += std::string(notes.empty() ? "" : ", ") + "default " +
+             (*o.default_text ? o.default_text : "empty");
+  }
+  return notes.empty() ? o.help : std::string(o.help) + " (" + notes + ")";
 }
 
 std::vector<std::string> SpoolDirs(const Config& c) {

@@ -11,43 +11,45 @@
 
 namespace snapd {
 
+// The effective configuration. LoadConfig fills every member: the embedded defaults are
+// ConfigOptions()' `default_text`s, not initializers here.
 struct Config {
   std::string socket;           // gRPC control-plane unix socket
   std::string state_dir;        // holds the RocksDB catalog
   uint64_t host_mem = 0;        // host-tier budget in bytes; 0 = host_mem_perc of MemAvailable
-  double host_mem_perc = 0.7;   // fraction of MemAvailable at start, used when host_mem is 0
-  std::string host_huge_pages = "auto";  // auto, hugetlb, thp or off (host_tier.h, HugePages)
-  std::string host_tmpfs;                // a huge=always tmpfs for the tier; "" = a private one
-  std::string host_arenas = "per-uid";  // per-uid or shared (host_tier.h, HostTierOptions)
+  double host_mem_perc = 0;     // fraction of MemAvailable at start, used when host_mem is 0
+  std::string host_huge_pages;  // auto, hugetlb, thp or off (host_tier.h, HugePages)
+  std::string host_tmpfs;       // a huge=always tmpfs for the tier; "" = a private one
+  std::string host_arenas;      // per-uid or shared (host_tier.h, HostTierOptions)
   // background (populate each arena ahead of its pushes), true (all of snapd's own arena at
   // start) or false (host_tier.h, HostTierOptions)
-  std::string host_prefault = "background";
-  uint32_t host_release_after = 300;  // seconds idle before free host memory goes back; 0 = keep
+  std::string host_prefault;
+  uint32_t host_release_after = 0;  // seconds idle before free host memory goes back; 0 = keep
   std::vector<std::string> spool_dirs;  // disk-tier spools; see SpoolDirs()
   bool spool_dirs_set = false;          // false: the default, <state_dir>/spool
   uint64_t disk_mem = 0;                // disk-tier budget; 0 = disk_mem_perc of free space
-  double disk_mem_perc = 0.7;
-  uint32_t spool_failure_timeout = 10;  // seconds a push needing disk waits with no spool working
-  uint32_t wait_warn_after = 10;  // seconds before a push or fetch still waiting is logged
-  uint64_t scrub_rate = 0;              // background scrub, bytes/s; 0 = off
-  uint32_t io_threads = 4;
-  uint32_t prefetch_depth = 8;
-  uint32_t compress_threads = 0;  // 0 = the cores minus one
-  uint32_t session_connect_timeout = 30;  // seconds from OpenSession to the client's Hello
-  std::string metrics_textfile;   // Prometheus text file for node_exporter; empty = off
-  uint32_t metrics_interval = 15;  // seconds between two writes of it
-  uint32_t orphan_grace = 600;  // seconds a non-keep run outlives its dead clients; 0 = forever
+  double disk_mem_perc = 0;
+  uint32_t spool_failure_timeout = 0;  // seconds a push needing disk waits with no spool working
+  uint32_t wait_warn_after = 0;  // seconds before a push or fetch still waiting is logged
+  uint64_t scrub_rate = 0;       // background scrub, bytes/s; 0 = off
+  uint32_t io_threads = 0;
+  uint32_t prefetch_depth = 0;
+  uint32_t compress_threads = 0;         // 0 = the cores minus one
+  uint32_t session_connect_timeout = 0;  // seconds from OpenSession to the client's Hello
+  uint32_t orphan_grace = 0;  // seconds a non-keep run outlives its dead clients; 0 = forever
   // Seconds a stop may spend writing host-only steps to disk (SIGTERM, `snapctl shutdown`);
   // the systemd unit's TimeoutStopSec leaves a margin above it.
-  uint32_t stop_timeout = 45;
-  // "auto": hand the host tier to systemd's fd store on stop when systemd keeps one ($FDSTORE),
-  // and take it back on start; "off": always drain to disk on stop.
-  std::string fdstore = "auto";
-  std::string log_level = "info";
-  uint32_t socket_mode = 0666;  // control socket permissions; tenancy is per uid regardless
+  uint32_t stop_timeout = 0;
+  // auto, only or off: whether a stop hands the host tier to systemd's fd store ($FDSTORE)
+  // and/or drains it to disk.
+  std::string fdstore;
+  std::string metrics_textfile;   // Prometheus text file for node_exporter; empty = off
+  uint32_t metrics_interval = 0;  // seconds between two writes of it
+  std::string log_level;
+  uint32_t socket_mode = 0;     // control socket permissions; tenancy is per uid regardless
   std::string admin_group;      // members see and manage every tenant's runs (root always does)
   uint64_t tenant_quota = 0;    // bytes one uid may store (host + disk); 0 = no limit
-  double tenant_host_share = 0.5;  // of the host tier, one uid's steps that cannot move to disk
+  double tenant_host_share = 0;  // of the host tier, one uid's steps that cannot move to disk
   // Remote administration (snapctl --remote): gRPC over mutual TLS on this address; empty =
   // off. Every peer whose client certificate admin_tls_ca signed is an admin.
   std::string admin_listen;
@@ -61,22 +63,43 @@ enum class OptionKind {
   kText,      // a TOML string
   kSize,      // bytes: "64G" or an integer
   kFraction,  // a number in (0, 1]: 0.7 or "0.7"
-  kInteger,   // a whole number: 8 or "8"
+  kInteger,   // a whole number in [min, max]: 8 or "8"
   kMode,      // octal permissions: "0660", 0o660 or 660
-  kBool,      // true or false (or "true"/"false")
 };
 
-// One option of the config file, its SNAPD_* variable and its --flag (the key with dashes).
-// This table is the only list: the file parser, the environment, the command line and
-// `snapd --help` all read it.
+// One option: everything about it, once. Its config-file key, its SNAPD_* variable and its
+// --flag (the key with dashes); its type and range; its embedded default; its help; the
+// member of Config it sets and reads. The file parser, the environment, the command line,
+// `snapd --help`, `--print-config` and the defaults all come from this table, and a test
+// checks docs/configuration.md's table against it.
 struct OptionDoc {
   const char* key;
   const char* env;
   OptionKind kind;
   const char* value_name;  // placeholder in `snapd --help`, e.g. SIZE
-  const char* help;
+  const char* help;        // `snapd --help` adds the range and the default
+  // The embedded default as --print-config writes it (unquoted); nullptr where snapd computes
+  // it at start, which `help` then says (socket, state_dir, spool_dirs).
+  const char* default_text;
+  uint32_t min = 0, max = 0;               // kInteger: the range
+  const char* zero_means = nullptr;        // kInteger: what 0 stands for, if anything
+  std::vector<const char*> choices = {};   // kText: the only values allowed, if any
+  // kText: what else a value must be; returns what was expected, or nullptr if it is fine.
+  const char* (*check)(const std::string&) = nullptr;
+  bool reads_toml_bool = false;  // kText: `key = true` in the file reads as "true"
+  // The member it sets and reads: one of these, by kind (kMode and kInteger: `integer`)...
+  std::string Config::*text = nullptr;
+  uint64_t Config::*size = nullptr;
+  double Config::*fraction = nullptr;
+  uint32_t Config::*integer = nullptr;
+  // ...or, for an option with a shape of its own (spool_dirs), these two.
+  Status (*set)(Config&, const std::string&) = nullptr;  // a failure says what was expected
+  std::string (*get)(const Config&) = nullptr;           // as --print-config writes it
 };
 const std::vector<OptionDoc>& ConfigOptions();
+
+// `snapd --help`'s description of `o`: its help, range and default.
+std::string OptionHelp(const OptionDoc& o);
 
 struct LoadedConfig {
   Config config;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "temp_dir.h"
 
@@ -236,6 +238,60 @@ TEST(Config, BadFlagsAreNamed) {
   ASSERT_FALSE(stray.ok());
   EXPECT_NE(stray.status().message().find("unexpected argument 'serve'"), std::string::npos)
       << stray.status().message();
+}
+
+// docs/configuration.md's table lists the options of ConfigOptions(), in its order, each with
+// its variable and its embedded default (`TEXT`, or "empty"; where snapd computes the default
+// at start, the doc says how).
+TEST(Config, TheDocumentedTableIsTheOptionTable) {
+  std::ifstream in(std::string(SNAPD_SOURCE_DIR) + "/docs/configuration.md");
+  ASSERT_TRUE(in) << "docs/configuration.md";
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| `", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream fields(line.substr(1));
+    for (std::string cell; std::getline(fields, cell, '|');) {
+      size_t b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+      cells.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+    }
+    if (cells.size() >= 4) rows.push_back(cells);
+  }
+  const std::vector<OptionDoc>& options = ConfigOptions();
+  ASSERT_EQ(rows.size(), options.size()) << "rows of the option table in docs/configuration.md";
+  for (size_t i = 0; i < options.size(); ++i) {
+    const OptionDoc& o = options[i];
+    EXPECT_EQ(rows[i][0], "`" + std::string(o.key) + "`") << "row " << i;
+    EXPECT_EQ(rows[i][1], "`" + std::string(o.env) + "`") << o.key;
+    if (o.default_text == nullptr) {
+      EXPECT_FALSE(rows[i][2].empty()) << o.key;
+    } else if (*o.default_text == '\0') {
+      EXPECT_EQ(rows[i][2], "empty") << o.key;
+    } else {
+      EXPECT_EQ(rows[i][2], "`" + std::string(o.default_text) + "`") << o.key;
+    }
+    EXPECT_FALSE(rows[i][3].empty()) << o.key;
+  }
+}
+
+// Every option's embedded default is what a config with nothing set holds, and what
+// --print-config shows for it.
+TEST(Config, EveryDefaultComesFromTheTable) {
+  auto c = LoadConfig({}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::string printed = FormatConfig(c->config);
+  for (const OptionDoc& o : ConfigOptions()) {
+    if (o.default_text == nullptr) continue;
+    std::string text = o.default_text;
+    std::string line = std::string(o.key) + " = ";
+    bool quoted = o.kind == OptionKind::kText || o.kind == OptionKind::kSize ||
+                  o.kind == OptionKind::kMode;
+    line += quoted ? "\"" + text + "\"" : text;
+    EXPECT_NE(printed.find("\n" + line + "\n"), std::string::npos) << line << " in\n" << printed;
+    EXPECT_NE(CommandLineHelp().find(OptionHelp(o)), std::string::npos) << o.key;
+    EXPECT_NE(OptionHelp(o).find("default " + (text.empty() ? "empty" : text)), std::string::npos)
+        << OptionHelp(o);
+  }
 }
 
 TEST(Config, HelpListsEveryOptionOfTheTable) {
