@@ -20,7 +20,6 @@
 #include <utility>
 
 #include "catalog/catalog.h"
-#include "snapd/compress_pool.h"
 #include "config/config.h"
 #include "control/control_service.h"
 #include "control/peer_listener.h"
@@ -232,20 +231,10 @@ int Run(int argc, char** argv) {
     if (!opened.ok()) return fail(opened.status());
     disk = std::move(opened).value();
   }
-  StoreOptions store_options;
+  StoreOptions store_options = StoreOptions::From(config);
   store_options.epoch = *epoch;
-  store_options.io_threads = static_cast<int>(config.io_threads);
-  store_options.max_prefetch = config.prefetch_depth;
-  store_options.tenant_quota = config.tenant_quota;
-  store_options.tenant_host_share = config.tenant_host_share;
-  store_options.spool_failure_timeout = std::chrono::seconds(config.spool_failure_timeout);
-  store_options.wait_warn_after = std::chrono::seconds(config.wait_warn_after);
-  store_options.scrub_bytes_per_second = config.scrub_rate;
   store_options.kept_host_tier = *kept;
   store_options.host_tier_adopted = host_tier_adopted;
-  store_options.compress_threads = config.compress_threads
-                                       ? static_cast<int>(config.compress_threads)
-                                       : compress::DefaultCompressThreads();
   auto store = Store::Open(catalog->get(), host->first.get(), disk.get(), store_options);
   if (!store.ok()) return fail(store.status());
   // Every kept step is claimed or given up by now: the free ranges of a tier taken back from

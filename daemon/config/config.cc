@@ -598,6 +598,12 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
   return out;
 }
 
+Config DefaultConfig() {
+  Result<LoadedConfig> loaded = LoadConfig({}, {});
+  // Every default parses (Config.EveryDefaultComesFromTheTable): nothing here can fail.
+  return loaded.ok() ? loaded->config : Config{};
+}
+
 std::string FormatConfig(const Config& c) {
   std::string out;
   for (const OptionDoc& o : ConfigOptions()) out += std::string(o.key) + " = " + ValueToml(c, o) + "\n";

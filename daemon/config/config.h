@@ -114,6 +114,9 @@ struct LoadedConfig {
 Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env);
 
+// The embedded defaults (what LoadConfig gives with no file, environment or flag).
+Config DefaultConfig();
+
 // `snapd --help`: every flag of ConfigOptions() with its variable and description.
 std::string CommandLineHelp();
 

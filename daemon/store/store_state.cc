@@ -1,8 +1,23 @@
 #include "store/store_state.h"
 
 #include "log.h"
+#include "snapd/compress_pool.h"
 
 namespace snapd {
+
+StoreOptions StoreOptions::From(const Config& config) {
+  StoreOptions o;
+  o.io_threads = static_cast<int>(config.io_threads);
+  o.max_prefetch = config.prefetch_depth;
+  o.compress_threads = config.compress_threads ? static_cast<int>(config.compress_threads)
+                                               : compress::DefaultCompressThreads();
+  o.tenant_quota = config.tenant_quota;
+  o.tenant_host_share = config.tenant_host_share;
+  o.spool_failure_timeout = std::chrono::seconds(config.spool_failure_timeout);
+  o.scrub_bytes_per_second = config.scrub_rate;
+  o.wait_warn_after = std::chrono::seconds(config.wait_warn_after);
+  return o;
+}
 
 std::string StepName(const v1::RunRecord& run, uint64_t step) {
   return "step " + std::to_string(step) + " of run '" + run.spec().name() + "'";

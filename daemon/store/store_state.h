@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "config/config.h"
 #include "disk_tier/disk_tier.h"
 #include "host_tier/host_tier.h"
 #include "snapd/io_pool.h"
@@ -58,16 +59,21 @@ struct StoreCounters {
   uint64_t scrubbed = 0;            // spool files re-verified (recovery, background, on demand)
 };
 
+// What a Store is told at Open. The settings an operator chooses come from snapd's
+// configuration through From(), so their defaults are the option table's (config/config.h):
+// a Store made for a test starts from StoreOptions::From(DefaultConfig()).
 struct StoreOptions {
-  uint64_t epoch = 0;         // this daemon start (Catalog::BeginEpoch)
-  int io_threads = 4;         // disk I/O threads
-  uint64_t max_prefetch = 8;  // upper bound of the adaptive read-ahead depth
-  int compress_threads = 1;   // compression workers (slabs of one snapshot in parallel)
+  static StoreOptions From(const Config& config);
+
+  uint64_t epoch = 0;        // this daemon start (Catalog::BeginEpoch)
+  int io_threads = 0;        // disk I/O threads (io_threads)
+  uint64_t max_prefetch = 0;  // upper bound of the adaptive read-ahead depth (prefetch_depth)
+  int compress_threads = 0;  // compression workers (slabs of one snapshot in parallel)
   uint64_t tenant_quota = 0;  // bytes a tenant (not an admin) may store; 0 = no limit
   // The most of the host tier one tenant (not an admin) may fill with steps of runs that
   // cannot move to disk (layers without Disk); a tenant above it has its movable steps written
   // out first. 1 = no limit.
-  double tenant_host_share = 1.0;
+  double tenant_host_share = 0;
   // The last stop handed the host tier to systemd's fd store (Catalog::TakeHostTierKept), and
   // whether this start took it back (HostTier::Adopt): its steps are then claimed where the
   // catalog says, checked and served again; otherwise they are lost, and the log says why.
@@ -78,12 +84,12 @@ struct StoreOptions {
   std::function<void(const void* data, uint64_t bytes)> on_hash;
   // How long a push that needs the disk tier waits while no spool works (each failed spool is
   // re-probed meanwhile) before it fails with UNAVAILABLE.
-  std::chrono::milliseconds spool_failure_timeout{10000};
+  std::chrono::milliseconds spool_failure_timeout{0};
   // Background re-verification of spool files, bytes read per second; 0 = off.
   uint64_t scrub_bytes_per_second = 0;
   // A push or fetch that has waited this long is logged, with what it waits for (and again
   // every kWaitWarnRepeat times as long while it still waits).
-  std::chrono::milliseconds wait_warn_after{10000};
+  std::chrono::milliseconds wait_warn_after{0};
 };
 
 class StoreState {

@@ -94,7 +94,7 @@ class SpoolFailureTest : public ::testing::Test {
     auto disk = DiskTier::Open(d);
     ASSERT_TRUE(disk.ok()) << disk.status().ToString();
     disk_ = std::move(disk).value();
-    StoreOptions options;
+    StoreOptions options = StoreOptions::From(DefaultConfig());
     options.epoch = catalog_->BeginEpoch().value();
     options.spool_failure_timeout = timeout;
     options.scrub_bytes_per_second = scrub_rate;

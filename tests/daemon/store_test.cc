@@ -60,7 +60,7 @@ class StoreTest : public ::testing::Test {
     if (disk_bytes) {
       disk_ = std::move(DiskTier::Open({{dir_ + "/spool"}, disk_bytes, 0.7, io}).value());
     }
-    StoreOptions options;
+    StoreOptions options = StoreOptions::From(DefaultConfig());
     options.epoch = catalog_->BeginEpoch().value();
     options.tenant_host_share = host_share_;
     options.on_hash = on_hash_;
