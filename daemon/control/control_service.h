@@ -79,13 +79,14 @@ class ControlService final : public v1::Control::CallbackService {
   grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* ctx,
                                      const v1::PrefetchRequest* req,
                                      v1::PrefetchResponse* resp) override;
-  // Answers from the store's tiering thread once every host-only snapshot is on disk.
+  // Probes every failed spool now (`snapctl spool probe`) and answers with each spool's state.
   grpc::ServerUnaryReactor* ProbeSpools(grpc::CallbackServerContext* ctx,
                                         const v1::ProbeSpoolsRequest* req,
                                         v1::ProbeSpoolsResponse* resp) override;
   grpc::ServerUnaryReactor* ScrubRun(grpc::CallbackServerContext* ctx,
                                      const v1::ScrubRunRequest* req,
                                      v1::ScrubRunResponse* resp) override;
+  // Answers from the store's tiering thread once every host-only snapshot is on disk.
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest* req,
                                   v1::DrainResponse* resp) override;
   // One step at a time: the store hands over the step's host bytes (reading them from disk on

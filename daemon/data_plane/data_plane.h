@@ -24,8 +24,8 @@
 // reply goes out from there. A waiting rendezvous push keeps its descriptor (UCS_INPROGRESS)
 // and is received once it has room; a waiting eager push keeps a copy of its bytes.
 //
-// Threading: one WorkerLoop thread owns the UCX worker, the listener and every endpoint; all
-// handlers run on it. DropSession() is thread-safe (it posts to the loop). Counters are atomic.
+// Threading: one WorkerLoop thread owns the UCX worker and every endpoint; all handlers run
+// on it (the sweeper thread only posts Sweep to it). DropSession() is thread-safe (it posts to the loop). Counters are atomic.
 #pragma once
 
 #include <atomic>

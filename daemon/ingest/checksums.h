@@ -25,7 +25,9 @@ namespace snapd {
 
 class Checksums : protected StoreState {
  public:
-  // THE function that computes a checksum of stored bytes (raw or compressed).
+  // Computes the checksum of a stored step's bytes (raw or compressed), counted and seen by
+  // StoreOptions::on_hash. Two checks outside the push path use Checksum() directly: a kept
+  // host tier's copies, taken back at start and handed over at stop (store.cc).
   uint64_t Hash(const void* data, uint64_t bytes) const;
   // DATA_LOSS naming `what` ("bytes", "compressed bytes") when Hash(data, bytes) != expected.
   Status Verify(const void* data, uint64_t bytes, uint64_t expected, const char* what) const;

@@ -80,7 +80,7 @@ struct StoreOptions {
   std::optional<v1::HostTierKept> kept_host_tier;
   bool host_tier_adopted = false;
   // Tests: called on the hashing thread just before each checksum of stored bytes is computed
-  // (Checksums::Hash, the one place that computes them); it may block.
+  // (Checksums::Hash); it may block.
   std::function<void(const void* data, uint64_t bytes)> on_hash;
   // How long a push that needs the disk tier waits while no spool works (each failed spool is
   // re-probed meanwhile) before it fails with UNAVAILABLE.
