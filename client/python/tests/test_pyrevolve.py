@@ -120,6 +120,12 @@ def test_multilevel_revolver_on_snapd_host_and_disk(client):
     wrp.apply_forward()
     wrp.apply_reverse()
     check(rev, reference())
+    # A Disk level's last saves are released before they are written: give the tiering thread
+    # the time a loaded node needs to put them on disk.
+    deadline = time.monotonic() + 30
+    while (not all(l.on_disk for l in client.run("ml-disk").snapshots())
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
     used = {s.run_name: client.run(s.run_name).snapshots() for s in (ram, disk)}
     assert used["ml-ram"] and used["ml-disk"]  # H-Revolve used both levels
     assert all(l.tier == snapd.Tier.HOST and not l.on_disk for l in used["ml-ram"])
