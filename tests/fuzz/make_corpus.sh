@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Regenerates the checked-in seed corpora from the targets' own seed writers (seeds.h):
+#   tests/fuzz/make_corpus.sh BUILD_DIR
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:?usage: make_corpus.sh BUILD_DIR}
+for name in data_plane_fuzzer arena_socket_fuzzer control_fuzzer catalog_fuzzer spool_fuzzer \
+            plan_fuzzer; do
+  out="$here/corpus/$name"
+  rm -rf "$out"
+  mkdir -p "$out"
+  SNAPD_FUZZ_MAKE_CORPUS="$out" "$build/tests/fuzz/$name" > /dev/null 2>&1 || {
+    echo "make_corpus.sh: $name failed to write its seeds" >&2
+    exit 1
+  }
+  echo "$name: $(ls "$out" | wc -l) seeds, $(du -sk "$out" | cut -f1) KiB"
+done
