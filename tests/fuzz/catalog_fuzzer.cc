@@ -16,6 +16,7 @@
 #include <cstdio>
 
 #include "fuzz_node.h"
+#include "seeds.h"
 
 namespace {
 
@@ -23,10 +24,104 @@ using namespace snapd;
 
 std::string Span(const uint8_t* p, size_t n) { return std::string(reinterpret_cast<const char*>(p), n); }
 
+// The catalog in `dir`, key by key, as this target's input: each key the catalog wrote becomes
+// the record kind that writes it back.
+std::string CatalogAsInput(const std::string& dir, bool adopted) {
+  rocksdb::DB* raw = nullptr;
+  if (!rocksdb::DB::OpenForReadOnly(rocksdb::Options(), dir + "/catalog", &raw).ok()) std::abort();
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string input(1, adopted ? '\x01' : '\x00');
+  auto add = [&input](int kind, const std::string& bytes) {
+    input += std::string(1, char(kind)) + fuzz::U16(bytes.size()) + bytes;
+  };
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const std::string key = it->key().ToString(), value = it->value().ToString();
+    static const char* const kMeta[] = {"m:format", "m:epoch", "m:next_run_id", "m:host_tier"};
+    int kind = -1;
+    for (int k = 0; k < 4; ++k) {
+      if (key == kMeta[k]) kind = k;
+    }
+    if (kind >= 0) {
+      add(kind, value);
+    } else if (key.rfind("r:", 0) == 0 && key.size() == 10) {
+      add(4, key.substr(2) + value);
+    } else if (key.rfind("s:", 0) == 0 && key.size() == 18) {
+      add(5, key.substr(2) + value);
+    } else {
+      add(6, std::string(1, char(key.size())) + key + value);
+    }
+  }
+  return input;
+}
+
+// Seeds: catalogs written by a real store. A run of each placement (host, disk, zfp on disk)
+// with steps stored, then either closed as a plain stop leaves it or with the host tier kept.
+void WriteSeeds() {
+  for (bool keep : {false, true}) {
+    std::string dir = fuzz::MakeTempDir("catalog-seed");
+    {
+      fuzz::NodeOptions o;
+      o.dir = dir;
+      o.disk = true;
+      o.host_bytes = 8ull << 20;
+      auto node = fuzz::Node::Start(o);
+      Store* store = node->store();
+      struct RunSeed {
+        const char* name;
+        v1::Layers layers;
+        v1::Codec codec;
+        double param;
+      };
+      for (const RunSeed& r : {RunSeed{"host", v1::LAYERS_HOST, v1::CODEC_NONE, 0},
+                               RunSeed{"disk", v1::LAYERS_DISK, v1::CODEC_NONE, 0},
+                               RunSeed{"zfp", v1::LAYERS_DISK, v1::CODEC_ZFP_RATE, 8}}) {
+        v1::RunSpec spec;
+        spec.set_name(r.name);
+        spec.set_steps(2);
+        spec.set_dtype(v1::DTYPE_FLOAT32);
+        spec.add_shape(8);
+        spec.add_shape(16);
+        spec.set_bytes_per_step(8 * 16 * 4);
+        spec.set_layers(r.layers);
+        spec.set_keep(true);
+        spec.set_codec(r.codec);
+        spec.set_codec_param(r.param);
+        spec.set_job("4242");
+        bool created = false;
+        v1::RunInfo info = fuzz::Take(store->OpenRun(spec, 0, &created), "OpenRun");
+        for (uint64_t step = 0; step < 2; ++step) {
+          fuzz::PushStep(store, info.run_id(), step, fuzz::Field(v1::DTYPE_FLOAT32, 8, 16, step));
+        }
+        if (r.layers == v1::LAYERS_DISK) fuzz::WaitOnDisk(store, std::string("0:") + r.name, 2);
+      }
+      if (keep) {
+        store->BeginStop();
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        (void)store->KeepHostTier(deadline);
+      }
+    }
+    fuzz::WriteSeed(keep ? "kept_host_tier" : "host_disk_zfp_runs", CatalogAsInput(dir, keep));
+    fuzz::RemoveTree(dir);
+  }
+  // A fresh catalog: only what Open and BeginEpoch write.
+  std::string dir = fuzz::MakeTempDir("catalog-seed");
+  {
+    auto catalog = fuzz::Take(Catalog::Open(dir + "/catalog"), "Catalog::Open");
+    (void)fuzz::Take(catalog->BeginEpoch(), "BeginEpoch");
+  }
+  fuzz::WriteSeed("fresh", CatalogAsInput(dir, false));
+  fuzz::RemoveTree(dir);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   fuzz::QuietLogs();
+  if (fuzz::SeedDir()) {
+    WriteSeeds();
+    std::exit(0);
+  }
   return 0;
 }
 

@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <cmath>
+#include <cstring>
 #include <future>
+#include <thread>
 
 #include "control/request_errors.h"
 #include "log.h"
@@ -149,6 +152,51 @@ Status StartFrom(const std::string& dir, bool host_adopted) {
     }
   }
   return Status::Ok();
+}
+
+}  // namespace snapd::fuzz
+
+namespace snapd::fuzz {
+
+std::string Field(v1::Dtype dtype, uint64_t ny, uint64_t nx, uint64_t step) {
+  std::string out;
+  for (uint64_t y = 0; y < ny; ++y) {
+    for (uint64_t x = 0; x < nx; ++x) {
+      const double v = std::sin(0.3 * x + 0.1 * step) * std::cos(0.2 * y) * 100.0;
+      auto append = [&out](auto value) {
+        out.append(reinterpret_cast<const char*>(&value), sizeof value);
+      };
+      switch (dtype) {
+        case v1::DTYPE_FLOAT64: append(v); break;
+        case v1::DTYPE_INT32: append(static_cast<int32_t>(v)); break;
+        case v1::DTYPE_INT64: append(static_cast<int64_t>(v)); break;
+        default: append(static_cast<float>(v)); break;
+      }
+    }
+  }
+  return out;
+}
+
+void PushStep(Store* store, uint64_t run_id, uint64_t step, const std::string& bytes) {
+  auto ticket = std::make_shared<std::promise<Result<Store::PushTicket>>>();
+  std::future<Result<Store::PushTicket>> f = ticket->get_future();
+  store->BeginPush(run_id, step, bytes.size(),
+                   [ticket](Result<Store::PushTicket> t) { ticket->set_value(std::move(t)); });
+  Store::PushTicket t = Take(f.get(), "BeginPush");
+  std::memcpy(t.block->data(), bytes.data(), bytes.size());
+  Check(store->CommitPush(t), "CommitPush");
+}
+
+void WaitOnDisk(Store* store, const std::string& name, uint64_t steps) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (uint64_t step = 0; step < steps; ++step) {
+    while (Take(store->Locate(name, step), "Locate").tier() != v1::TIER_DISK) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        Check(Status::Internal("step not on disk within 10 s"), "WaitOnDisk");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 }
 
 }  // namespace snapd::fuzz

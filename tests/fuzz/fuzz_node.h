@@ -101,4 +101,13 @@ namespace snapd::fuzz {
 // finding); aborts if a scrub or fetch is not answered within 10 s.
 Status StartFrom(const std::string& dir, bool host_adopted);
 
+// For the seed writers: a real run's steps, stored as a client's pushes store them.
+// A smooth field of ny x nx values of `dtype` for `step` (what a wave solver pushes).
+std::string Field(v1::Dtype dtype, uint64_t ny, uint64_t nx, uint64_t step);
+// Pushes `bytes` as step `step` of run `run_id` through BeginPush/CommitPush; aborts on error.
+void PushStep(Store* store, uint64_t run_id, uint64_t step, const std::string& bytes);
+// Waits (at most 10 s, then aborts) until steps [0, steps) of run `name` ("UID:name") are on
+// disk: written, synced and recorded TIER_DISK.
+void WaitOnDisk(Store* store, const std::string& name, uint64_t steps);
+
 }  // namespace snapd::fuzz

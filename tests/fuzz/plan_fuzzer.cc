@@ -5,23 +5,101 @@
 // closed form). Output goes to /dev/null; --json is chosen by the input.
 //
 // Input: u16 text length, then that much text: the seven values, one a line, in the order
-// above (missing ones are empty, --codec defaults to none, --dtype to float32); the rest is a
-// snapd.v1.StatsResponse (an input whose rest does not parse is skipped). Steps are capped at
+// above (missing ones are empty, --codec defaults to none, --dtype to float32), then a line
+// that asks for --json when it is not empty; the rest is a snapd.v1.StatsResponse (an input whose rest does not parse is skipped). Steps are capped at
 // 10^6 and each tier's budget at 2^40 so that one input stays a fraction of a second: larger
 // values only make the same tables longer.
+#include <grpcpp/grpcpp.h>
+
 #include <cstdio>
 #include <sstream>
 
+#include "fuzz_node.h"
 #include "plan.h"
+#include "seeds.h"
 #include "snapd/units.h"
+#include "snapd/v1/control.grpc.pb.h"
 
 namespace {
 
 using namespace snapd;
 
+// The Stats answer of a real node (host and disk tier, the control plane on its unix socket),
+// asked for over gRPC as snapctl asks. With `zfp`, a zfp-rate run has two steps on disk first,
+// so the disk tier reports a measured compression ratio.
+v1::StatsResponse RealStats(bool zfp) {
+  fuzz::NodeOptions o;
+  o.control = true;
+  o.disk = true;
+  o.host_bytes = 16ull << 20;
+  o.disk_bytes = 64ull << 20;
+  auto node = fuzz::Node::Start(o);
+  if (zfp) {
+    v1::RunSpec spec;
+    spec.set_name("wave");
+    spec.set_steps(2);
+    spec.set_dtype(v1::DTYPE_FLOAT32);
+    spec.add_shape(32);
+    spec.add_shape(64);
+    spec.set_bytes_per_step(32 * 64 * 4);
+    spec.set_layers(v1::LAYERS_DISK);
+    spec.set_keep(true);
+    spec.set_codec(v1::CODEC_ZFP_RATE);
+    spec.set_codec_param(8);
+    bool created = false;
+    v1::RunInfo info = fuzz::Take(node->store()->OpenRun(spec, 0, &created), "OpenRun");
+    for (uint64_t step = 0; step < 2; ++step) {
+      fuzz::PushStep(node->store(), info.run_id(), step,
+                     fuzz::Field(v1::DTYPE_FLOAT32, 32, 64, step));
+    }
+    fuzz::WaitOnDisk(node->store(), "0:wave", 2);
+  }
+  auto stub = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + node->control_socket(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::StatsResponse stats;
+  grpc::Status s = stub->Stats(&ctx, v1::StatsRequest(), &stats);
+  if (!s.ok()) fuzz::Check(Status::Internal(s.error_message()), "Stats");
+  return stats;
+}
+
+// One input: the seven values and the --json line, then the Stats answer.
+std::string PlanInput(std::initializer_list<const char*> lines, const v1::StatsResponse& stats) {
+  std::string text;
+  for (const char* line : lines) text += std::string(line) + "\n";
+  return fuzz::U16(text.size()) + text + stats.SerializeAsString();
+}
+
+// Seeds: the command lines of snapctl plan's tests and its documentation, against the Stats
+// answers of a fresh node and of one with zfp steps on disk.
+void WriteSeeds() {
+  const v1::StatsResponse fresh = RealStats(false);
+  const v1::StatsResponse measured = RealStats(true);
+  fuzz::WriteSeed("steps_bytes", PlanInput({"200", "1M", "", "", "none", "", "float32", ""}, fresh));
+  fuzz::WriteSeed("times_json",
+                  PlanInput({"100", "1M", "0.5", "1.5", "none", "", "float32", "json"}, fresh));
+  fuzz::WriteSeed("zfp_rate", PlanInput({"200", "1M", "", "", "zfp-rate", "8", "float32", ""},
+                                        fresh));
+  fuzz::WriteSeed("zfp_rate_float64_json",
+                  PlanInput({"20", "64M", "0.02", "", "zfp-rate", "16", "float64", "json"}, fresh));
+  fuzz::WriteSeed("zfp_accuracy_measured",
+                  PlanInput({"1000", "8M", "0.1", "0.2", "zfp-accuracy", "1e-3", "float32", ""},
+                            measured));
+  fuzz::WriteSeed("zfp_reversible_measured_json",
+                  PlanInput({"5000", "1G", "", "", "zfp-reversible", "", "float32", "json"},
+                            measured));
+  fuzz::WriteSeed("zero_steps", PlanInput({"0", "1M", "", "", "none", "", "float32", ""}, fresh));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  if (fuzz::SeedDir()) {
+    fuzz::QuietLogs();
+    WriteSeeds();
+    std::exit(0);
+  }
   if (!std::freopen("/dev/null", "w", stdout)) return 1;
   if (!std::getenv("SNAPD_FUZZ_VERBOSE") && !std::freopen("/dev/null", "w", stderr)) return 1;
   return 0;

@@ -20,8 +20,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <vector>
 
 #include "fuzz_node.h"
+#include "seeds.h"
 #include "snapd/checksum.h"
 
 namespace {
@@ -38,10 +41,93 @@ void WriteFile(const std::string& path, const uint8_t* p, size_t n) {
   f.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    std::fprintf(stderr, "seed: cannot read %s\n", path.c_str());
+    std::abort();
+  }
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// One seed: the spool files of a real run (a real store with a disk tier, every step pushed
+// and written to disk as a demotion writes it), with the names its catalog records give them.
+// `codec_byte`..`dtype_byte` are this target's encoding of the run's spec (see the top).
+void WriteRunSeed(const char* seed, v1::Codec codec, uint8_t param_byte, uint8_t dtype_byte,
+                  uint64_t nx, uint64_t ny, uint64_t steps, bool orphan) {
+  static const v1::Dtype kDtypes[] = {v1::DTYPE_FLOAT32, v1::DTYPE_FLOAT64, v1::DTYPE_INT32,
+                                      v1::DTYPE_INT64};
+  const v1::Dtype dtype = kDtypes[dtype_byte];
+  const double param =
+      codec == v1::CODEC_ZFP_ACCURACY ? (param_byte + 1) / 256.0 : param_byte % 64 + 1;
+  std::string dir = fuzz::MakeTempDir("spool-seed");
+  uint64_t run_id = 0;
+  {
+    fuzz::NodeOptions o;
+    o.dir = dir;
+    o.disk = true;
+    o.host_bytes = 8ull << 20;
+    auto node = fuzz::Node::Start(o);
+    v1::RunSpec spec;
+    spec.set_name("spool-seed");
+    spec.set_steps(steps);
+    spec.set_dtype(dtype);
+    spec.set_bytes_per_step(nx * ny * DtypeBytes(dtype));
+    spec.add_shape(ny);
+    spec.add_shape(nx);
+    spec.set_layers(v1::LAYERS_DISK);
+    spec.set_keep(true);
+    spec.set_codec(codec);
+    spec.set_codec_param(codec == v1::CODEC_NONE || codec == v1::CODEC_ZFP_REVERSIBLE ? 0 : param);
+    bool created = false;
+    v1::RunInfo info = fuzz::Take(node->store()->OpenRun(spec, 0, &created), "OpenRun");
+    run_id = info.run_id();
+    for (uint64_t step = 0; step < steps; ++step) {
+      fuzz::PushStep(node->store(), run_id, step, fuzz::Field(dtype, ny, nx, step));
+    }
+    fuzz::WaitOnDisk(node->store(), "0:spool-seed", steps);
+  }
+  std::vector<v1::RunRecord> runs;
+  std::vector<v1::SnapshotRecord> snapshots;
+  {
+    auto catalog = fuzz::Take(Catalog::Open(dir + "/catalog"), "Catalog::Open");
+    fuzz::Check(catalog->LoadAll(&runs, &snapshots), "LoadAll");
+  }
+  std::string input{char(codec), char(dtype_byte), char(param_byte), char(nx - 1), char(ny - 1)};
+  const std::string run_dir = dir + "/spool/run-" + std::to_string(run_id);
+  auto entry = [&input](int kind, const std::string& name, const std::string& content) {
+    input += std::string(1, char(kind)) + std::string(1, char(name.size())) + name +
+             fuzz::U16(content.size()) + content;
+  };
+  std::string last;
+  for (const v1::SnapshotRecord& r : snapshots) {
+    if (r.tier() != v1::TIER_DISK) continue;
+    last = ReadFile(run_dir + "/" + r.disk_name());
+    entry(0, r.disk_name(), last);
+  }
+  // A file left in the run's directory that no record names (a write a crash cut short).
+  if (orphan) entry(2, "orphan.tmp", last.substr(0, last.size() / 2));
+  fuzz::WriteSeed(seed, input);
+  fuzz::RemoveTree(dir);
+}
+
+void WriteSeeds() {
+  WriteRunSeed("raw_float32", v1::CODEC_NONE, 0, 0, 16, 8, 3, false);
+  WriteRunSeed("raw_int64_orphan", v1::CODEC_NONE, 0, 3, 4, 4, 2, true);
+  WriteRunSeed("zfp_rate_float32", v1::CODEC_ZFP_RATE, 7, 0, 16, 16, 3, false);
+  WriteRunSeed("zfp_accuracy_float64", v1::CODEC_ZFP_ACCURACY, 15, 1, 16, 12, 2, false);
+  WriteRunSeed("zfp_precision_float32", v1::CODEC_ZFP_PRECISION, 15, 0, 9, 7, 2, true);
+  WriteRunSeed("zfp_reversible_float64", v1::CODEC_ZFP_REVERSIBLE, 0, 1, 8, 8, 2, false);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   fuzz::QuietLogs();
+  if (fuzz::SeedDir()) {
+    WriteSeeds();
+    std::exit(0);
+  }
   return 0;
 }
 
