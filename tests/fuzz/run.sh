@@ -54,7 +54,8 @@ for entry in $targets; do
       corpus > "$work/log" 2>&1)
   rc=$?
   set -e
-  grep -E '^(#[0-9]+.*DONE|stat::number_of_executed_units|Done [0-9]+ runs)' "$work/log" | tail -2 || true
+  # libFuzzer's summary: executions, coverage (cov: edges, ft: features), exec/s, peak RSS.
+  grep -E '^(#[0-9]+[[:space:]]+DONE|stat::|Done [0-9]+ runs)' "$work/log" || true
   if [ $rc -ne 0 ]; then
     keep="${build}/fuzz-findings/$name"
     mkdir -p "$keep"
