@@ -2,14 +2,17 @@
 // --compute-time, --backward-time, --codec, --codec-param, --dtype) and the Stats answer whose
 // tiers become the schedule's levels, through snapctl's own Plan (client/tools/snapctl/plan.cc)
 // and the schedule library it calls (client/src/schedule.cc: StoreAll, HRevolve, Revolve's
-// closed form). Output goes to /dev/null; --json is chosen by the input.
+// closed form). Its output and errors go to /dev/null; --json is chosen by the input.
 //
 // Input: u16 text length, then that much text: the seven values, one a line, in the order
 // above (missing ones are empty, --codec defaults to none, --dtype to float32), then a line
 // that asks for --json when it is not empty; the rest is a snapd.v1.StatsResponse (an input whose rest does not parse is skipped). Steps are capped at
 // 10^6 and each tier's budget at 2^40 so that one input stays a fraction of a second: larger
 // values only make the same tables longer.
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sanitizer/common_interface_defs.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <sstream>
@@ -23,6 +26,9 @@
 namespace {
 
 using namespace snapd;
+
+int real_stderr = -1;  // fd 2 as the fuzzer started, for libFuzzer and the sanitizers
+int null_fd = -1;      // /dev/null, fd 2 while Plan runs
 
 // The Stats answer of a real node (host and disk tier, the control plane on its unix socket),
 // asked for over gRPC as snapctl asks. With `zfp`, a zfp-rate run has two steps on disk first,
@@ -101,7 +107,14 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::exit(0);
   }
   if (!std::freopen("/dev/null", "w", stdout)) return 1;
-  if (!std::getenv("SNAPD_FUZZ_VERBOSE") && !std::freopen("/dev/null", "w", stderr)) return 1;
+  if (!std::getenv("SNAPD_FUZZ_VERBOSE")) {
+    // snapctl's errors go to fd 2, and so do libFuzzer's and the sanitizers' reports: fd 2 is
+    // /dev/null only while Plan runs, and the sanitizers report to the real stderr always.
+    real_stderr = dup(STDERR_FILENO);
+    null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (real_stderr < 0 || null_fd < 0) return 1;
+    __sanitizer_set_report_fd(reinterpret_cast<void*>(static_cast<intptr_t>(real_stderr)));
+  }
   return 0;
 }
 
@@ -128,9 +141,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     if (t.budget_bytes() > (1ull << 40)) return 0;
   }
   snapctl::Output out(!json.empty());
+  if (null_fd >= 0) dup2(null_fd, STDERR_FILENO);
   (void)snapctl::Plan(a, out, [&stats](v1::StatsResponse* r) {
     *r = stats;
     return true;
   });
+  if (null_fd >= 0) dup2(real_stderr, STDERR_FILENO);
   return 0;
 }
