@@ -67,6 +67,12 @@ v1::StatsResponse RealStats(bool zfp) {
   v1::StatsResponse stats;
   grpc::Status s = stub->Stats(&ctx, v1::StatsRequest(), &stats);
   if (!s.ok()) fuzz::Check(Status::Internal(s.error_message()), "Stats");
+  // The node's temporary paths, which plan does not read, as a root snapd's defaults: a seed
+  // must not depend on where it was made.
+  stats.clear_spool_dirs();
+  stats.add_spool_dirs("/var/lib/snapd/spool");
+  stats.set_control_socket("/run/snapd/snapd.sock");
+  for (v1::SpoolState& spool : *stats.mutable_spools()) spool.set_dir("/var/lib/snapd/spool");
   return stats;
 }
 
