@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <mutex>
+#include <vector>
 #include <thread>
 
 #include "control/request_errors.h"
@@ -44,12 +46,37 @@ void QuietLogs() {
   setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
 }
 
+namespace {
+
+// The directories of nodes that live until the process ends (the targets keep one node for all
+// inputs and never destroy it): removed at exit, which is how libFuzzer ends a timed run, so a
+// run leaves no catalog and spool behind in $TMPDIR (often tmpfs, that is memory).
+std::mutex exit_dirs_mu;
+std::vector<std::string>* exit_dirs = nullptr;
+
+void RemoveExitDirs() {
+  std::lock_guard<std::mutex> lock(exit_dirs_mu);
+  for (const std::string& dir : *exit_dirs) RemoveTree(dir);
+}
+
+void RemoveAtExit(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(exit_dirs_mu);
+  if (!exit_dirs) {
+    exit_dirs = new std::vector<std::string>;
+    std::atexit(RemoveExitDirs);
+  }
+  exit_dirs->push_back(dir);
+}
+
+}  // namespace
+
 std::unique_ptr<Node> Node::Start(const NodeOptions& options) {
   std::unique_ptr<Node> n(new Node());
   n->dir_ = options.dir;
   if (n->dir_.empty()) {
     n->dir_ = MakeTempDir("node");
     n->own_dir_ = true;
+    RemoveAtExit(n->dir_);
   }
   n->catalog_ = Take(Catalog::Open(n->dir_ + "/catalog"), "Catalog::Open");
   uint64_t epoch = Take(n->catalog_->BeginEpoch(), "BeginEpoch");
