@@ -11,6 +11,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?usage: run.sh BUILD_DIR [--seconds N] [--only TARGET]}
+build=$(cd "$build" && pwd)  # each target runs in its scratch directory
 shift
 seconds=20
 only=""
