@@ -239,6 +239,11 @@ std::string DiskTier::Key(uint32_t spool, uint64_t run_id, const std::string& na
   return std::to_string(spool) + "/run-" + std::to_string(run_id) + "/" + name;
 }
 
+bool DiskTier::PlainName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
 std::string DiskTier::Path(uint32_t spool, uint64_t run_id, const std::string& name) const {
   return spools_[spool]->dir + "/run-" + std::to_string(run_id) + "/" + name;
 }
@@ -582,6 +587,10 @@ std::string DiskTier::FailedSpools() const {
 
 Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& name, void* data,
                       uint64_t raw) {
+  if (spool_index >= spools_.size() || !PlainName(name)) {
+    return Status::DataLoss("snapshot file '" + name + "' in spool " +
+                            std::to_string(spool_index) + " is not a file of a configured spool");
+  }
   Spool& spool = *spools_[spool_index];
   std::string path = Path(spool_index, run_id, name);
   uint64_t bytes = FileBytes(raw);
@@ -629,6 +638,7 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
 }
 
 void DiskTier::Remove(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw) {
+  if (spool >= spools_.size() || !PlainName(name)) return;  // Adopt refused it: not accounted
   std::string path = Path(spool, run_id, name);
   if (io_->Unlink(path.c_str()) != 0 && errno != ENOENT) {
     SNAPD_LOG_WARN("removing %s: %s", path.c_str(), std::strerror(errno));
@@ -640,6 +650,10 @@ Status DiskTier::Adopt(uint32_t spool, uint64_t run_id, const std::string& name,
   if (spool >= spools_.size()) {
     return Status::DataLoss("recorded in spool " + std::to_string(spool) + " but only " +
                             std::to_string(spools_.size()) + " spool_dirs are configured");
+  }
+  if (!PlainName(name)) {
+    return Status::DataLoss("recorded file name '" + name + "' in run-" + std::to_string(run_id) +
+                            " is not a plain file name (a damaged catalog record)");
   }
   std::string path = Path(spool, run_id, name);
   struct stat st{};
@@ -658,6 +672,8 @@ Status DiskTier::Adopt(uint32_t spool, uint64_t run_id, const std::string& name,
 Result<std::string> DiskTier::Quarantine(uint32_t spool, uint64_t run_id,
                                           const std::string& name, uint64_t accounted_raw) {
   if (spool >= spools_.size()) return Status::NotFound("no spool " + std::to_string(spool));
+  // A name that leaves the run's directory names no spool file: nothing is moved.
+  if (!PlainName(name)) return Status::NotFound("'" + name + "' is not a spool file name");
   std::string from = Path(spool, run_id, name);
   std::string dir = spools_[spool]->dir + "/quarantine/run-" + std::to_string(run_id);
   std::error_code ec;

@@ -133,6 +133,10 @@ class DiskTier {
   // Returns the paths removed.
   std::vector<std::string> RemoveOrphans(const std::set<std::string>& keep);
   static std::string Key(uint32_t spool, uint64_t run_id, const std::string& name);
+  // A file name snapd writes: one path component, not "." or "..". The catalog's names are
+  // checked against it before any of them becomes a path: a damaged record must not make snapd
+  // read, move or delete a file outside the run's spool directory.
+  static bool PlainName(const std::string& name);
 
   // Spool health. A spool is marked failed by the write path (see the class comment) and
   // comes back when a probe succeeds.

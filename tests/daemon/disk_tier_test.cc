@@ -192,6 +192,31 @@ TEST_F(DiskTierTest, RecoveryAdoptsCompleteFilesAndRemovesTheRest) {
   EXPECT_EQ(disk->used(), DiskTier::FileBytes(kRaw));
 }
 
+// A catalog record's file name becomes a path only when it is one plain component: a damaged
+// (or crafted) record naming "../../x" must not make a start stat, read, move or delete a file
+// outside the run's spool directory.
+TEST_F(DiskTierTest, ARecordedNameThatLeavesTheRunDirectoryNamesNoFile) {
+  auto tier = Open(1 << 20);
+  std::filesystem::create_directories(dir_ + "/a/run-1");  // so the name would resolve
+  const std::string outside = dir_ + "/outside";
+  { std::ofstream(outside) << std::string(8192, 'x'); }
+  const std::string name = "../../outside";
+  Status adopted = tier->Adopt(0, 1, name, 4096);
+  EXPECT_EQ(adopted.code(), Code::kDataLoss) << adopted.ToString();
+  EXPECT_NE(adopted.message().find("not a plain file name"), std::string::npos);
+  EXPECT_EQ(tier->used(), 0u);
+  std::vector<char> buf(8192);
+  EXPECT_EQ(tier->Read(0, 1, name, buf.data(), 4096).code(), Code::kDataLoss);
+  EXPECT_EQ(tier->Read(7, 1, "step-0", buf.data(), 4096).code(), Code::kDataLoss);
+  auto moved = tier->Quarantine(0, 1, name, 0);
+  EXPECT_EQ(moved.status().code(), Code::kNotFound);
+  tier->Remove(0, 1, name, 4096);
+  EXPECT_TRUE(std::filesystem::exists(outside));
+  EXPECT_EQ(tier->used(), 0u);
+  for (const char* bad : {"", ".", "..", "a/b"}) EXPECT_FALSE(DiskTier::PlainName(bad)) << bad;
+  EXPECT_TRUE(DiskTier::PlainName("step-17.zfp"));
+}
+
 }  // namespace
 }  // namespace snapd
 

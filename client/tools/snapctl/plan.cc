@@ -9,22 +9,12 @@
 #include <vector>
 
 #include "common.h"
+#include "plan.h"
 #include "snapd/schedule.h"
 #include "snapd/units.h"
 
 namespace snapd::snapctl {
 namespace {
-
-// The command line of plan, as given.
-struct PlanArgs {
-  std::string steps;
-  std::string bytes;
-  std::string forward;   // seconds per forward step; empty = not given
-  std::string backward;  // seconds per backward step; empty = same as forward
-  std::string codec = "none";
-  std::string codec_param;  // empty = not given
-  std::string dtype = "float32";
-};
 
 // How the disk tier stores a step of the planned run: its size there is bytes / ratio.
 struct Compression {
@@ -90,7 +80,10 @@ bool ParseSeconds(const char* flag, const std::string& text, double* seconds) {
   return true;
 }
 
-int Plan(Session& s, const PlanArgs& a) {
+}  // namespace
+
+int Plan(const PlanArgs& a, Output& out,
+         const std::function<bool(v1::StatsResponse*)>& stats) {
   uint64_t steps = 0;
   if (!ParseCount(a.steps, &steps) || steps == 0) {
     return UsageError("plan", "--steps must be a positive integer, got '" + a.steps + "'");
@@ -114,8 +107,7 @@ int Plan(Session& s, const PlanArgs& a) {
   if (!ParseCompression(a, &comp)) return kExitUsage;
   if (backward < 0) backward = forward;
   v1::StatsResponse r;
-  grpc::Status gs = s.stub().Stats(ShortContext().get(), v1::StatsRequest(), &r);
-  if (!gs.ok()) return s.Fail("plan", gs);
+  if (!stats(&r)) return kExitFailed;
   if (comp.codec != v1::CODEC_NONE && comp.codec != v1::CODEC_ZFP_RATE) {
     comp.source = "not measured yet (no compressed step on disk; treated as 1)";
     for (const auto& t : r.tiers()) {
@@ -181,7 +173,6 @@ int Plan(Session& s, const PlanArgs& a) {
   double baseline = (steps - 1) * costs.forward + steps * costs.backward;
   double overhead = baseline > 0 ? p.cost / baseline - 1.0 : 0.0;
   auto held = [&](size_t i) { return i < p.peak_slots.size() ? p.peak_slots[i] : 0; };
-  Output& out = s.out();
   if (out.json()) {
     Json tiers = Json::array();
     for (size_t i = 0; i < levels.size(); ++i) {
@@ -236,8 +227,6 @@ int Plan(Session& s, const PlanArgs& a) {
   return kExitOk;
 }
 
-}  // namespace
-
 void AddPlanCommand(CLI::App& app, Action* action) {
   auto a = std::make_shared<PlanArgs>();
   CLI::App* plan = app.add_subcommand(
@@ -265,7 +254,15 @@ void AddPlanCommand(CLI::App& app, Action* action) {
       ->type_name("DTYPE")
       ->capture_default_str()
       ->check(CLI::IsMember({"float32", "float64"}));
-  plan->callback([action, a] { *action = [a](Session& s) { return Plan(s, *a); }; });
+  plan->callback([action, a] {
+    *action = [a](Session& s) {
+      return Plan(*a, s.out(), [&s](v1::StatsResponse* r) {
+        grpc::Status gs = s.stub().Stats(ShortContext().get(), v1::StatsRequest(), r);
+        if (!gs.ok()) s.Fail("plan", gs);
+        return gs.ok();
+      });
+    };
+  });
 }
 
 }  // namespace snapd::snapctl
