@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies, checks
-# the thread-safety annotations with clang, builds, runs every test, runs the shell lines of
-# the docs as written on the installed tree (tests/docs/run_shell_blocks.sh; python.md's
-# install the Python package in a venv from PyPI: pybind11, scikit-build-core, pytest,
-# pytest-timeout, pyrevolve, Devito, and run its tests against the installed snapd), repeats
-# the tests most prone to hangs and races for 2 minutes with every CPU loaded (tests/load),
-# runs a job through deploy/slurm on a real single-node Slurm, then rebuilds with
-# AddressSanitizer + UndefinedBehaviorSanitizer and runs every C++ test again. A hung test
-# fails with the stacks of its threads and of its daemons' (per-test timeouts in
-# tests/CMakeLists.txt and client/python/pyproject.toml).
+# Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies; checks
+# the thread-safety annotations with clang and runs each libFuzzer target (tests/fuzz) for
+# 10 s; builds and runs every test; runs the shell lines of the docs as written on the
+# installed tree (tests/docs/run_shell_blocks.sh; python.md's install the Python package in a
+# venv from PyPI: pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and
+# run its tests against the installed snapd); repeats the tests most prone to hangs and races
+# for 2 minutes with every CPU loaded (tests/load); runs a job through deploy/slurm on a real
+# single-node Slurm; then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs
+# every C++ test again. A hung test fails with the stacks of its threads and of its daemons'
+# (per-test timeouts in tests/CMakeLists.txt and client/python/pyproject.toml).
 #   bash tests/run.sh            # both passes
 #   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only
 # After each test pass it prints how many tests skipped and why (tests/report_skips.py).
@@ -36,11 +36,13 @@ run_pass() {  # run_pass BUILD_DIR [cmake args...]
   return "$rc"
 }
 
-echo "== clang -Wthread-safety: the locking contracts in the code hold"
+echo "== clang: -Wthread-safety (the locking contracts in the code hold), and from the same tree"
+echo "   the libFuzzer targets (tests/fuzz, ASan+UBSan), each run for 10 s over its corpus"
 CC=clang CXX=clang++ cmake -S . -B build-clang -DSNAPD_BUILD_TESTS=OFF -DSNAPD_WITH_CUDA=OFF \
-  -DCMAKE_CXX_FLAGS=-Werror=thread-safety > build-clang.configure.log 2>&1 ||
+  -DSNAPD_FUZZ=ON -DCMAKE_CXX_FLAGS=-Werror=thread-safety > build-clang.configure.log 2>&1 ||
   { cat build-clang.configure.log; exit 1; }
-cmake --build build-clang -j "$jobs" --target snapd snapd_client snapctl
+cmake --build build-clang -j "$jobs" --target snapd snapd_client snapctl snapd_fuzzers
+bash tests/fuzz/run.sh build-clang --seconds 10
 
 echo "== snapd tests"
 run_pass build-tests

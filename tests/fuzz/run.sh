@@ -31,6 +31,7 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/snapd-fuzz-run.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 # The targets make their own temporary directories; on tmpfs when there is one.
 if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}  # UCX's tcp transport stays on loopback
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/lsan.supp}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
