@@ -266,12 +266,14 @@ bool ParseInteger(const std::string& value, long lo, long hi, uint32_t* out) {
   return true;
 }
 
-// "a, b or c".
-std::string Choices(const std::vector<const char*>& choices) {
+// "a, b or c"; as a config file writes them (`toml`): strings quoted, true and false not.
+std::string Choices(const std::vector<const char*>& choices, bool toml = false) {
   std::string out;
   for (size_t i = 0; i < choices.size(); ++i) {
     out += i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ";
-    out += choices[i];
+    std::string_view choice(choices[i]);
+    bool quoted = toml && choice != "true" && choice != "false";
+    out += quoted ? "\"" + std::string(choice) + "\"" : std::string(choice);
   }
   return out;
 }
@@ -392,13 +394,7 @@ Result<std::string> ValueText(const OptionDoc& o, const toml::node& value) {
         "expected one string of comma-separated directories like \"/nvme0/snapd,/nvme1/snapd\"");
   }
   if (o.reads_toml_bool) {
-    std::string quoted;
-    for (const char* choice : o.choices) {
-      std::string_view ch(choice);
-      quoted += (quoted.empty() ? "" : ch == o.choices.back() ? " or " : ", ") +
-                (ch == "true" || ch == "false" ? std::string(ch) : "\"" + std::string(ch) + "\"");
-    }
-    return Status::InvalidArgument("expected " + quoted);
+    return Status::InvalidArgument("expected " + Choices(o.choices, /*toml=*/true));
   }
   return Status::InvalidArgument(o.kind == OptionKind::kText ? "expected a string in quotes"
                                                              : "expected a number or a string");
