@@ -96,18 +96,27 @@ class FailingDiskTest : public SnapdTest {
     SnapdTest::TearDown();  // snapd stops before its spool goes
     mount_.reset();
   }
+  // Starts snapd (16 MiB host tier) with its only spool, `*spool`, on a loop-mounted ext4
+  // image; skips the test where the machine cannot loop-mount.
+  void StartOnLoopSpool(const std::string& spool_failure_timeout, std::string* spool) {
+    if (geteuid() != 0) {
+      GTEST_SKIP() << "needs root to loop-mount a filesystem (uid " << geteuid() << ")";
+    }
+    const std::string mnt = dir() + "/mnt";
+    std::string why;
+    mount_ = LoopMount::Make(dir() + "/spool.img", mnt, &why);
+    if (!mount_) GTEST_SKIP() << why;
+    *spool = mnt + "/spool";
+    StartDaemon(Options("16M", {"--spool-dirs", *spool, "--disk-mem", "64M",
+                                "--spool-failure-timeout", spool_failure_timeout}));
+  }
   std::unique_ptr<LoopMount> mount_;
 };
 
 TEST_F(FailingDiskTest, ASpoolRemountedReadOnlyMidRunFailsThePushInBoundAndComesBack) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to loop-mount a filesystem (uid " << geteuid() << ")";
-  const std::string mnt = dir() + "/mnt";
-  std::string why;
-  mount_ = LoopMount::Make(dir() + "/spool.img", mnt, &why);
-  if (!mount_) GTEST_SKIP() << why;
-  const std::string spool = mnt + "/spool";
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(
-      "16M", {"--spool-dirs", spool, "--disk-mem", "64M", "--spool-failure-timeout", "2"})));
+  std::string spool;
+  StartOnLoopSpool("2", &spool);
+  if (IsSkipped() || HasFatalFailure()) return;
   Client* c = Connect();
   ASSERT_NE(c, nullptr);
   RunInfo run = OpenRun(*c, Spec("fwi", 0, kStep));  // steps unknown: the oldest spill
@@ -191,14 +200,9 @@ TEST_F(FailingDiskTest, ASpoolRemountedReadOnlyMidRunFailsThePushInBoundAndComes
 // cleanly within a second: not after spool_failure_timeout (30 s here) or stop_timeout, nor
 // after gRPC's grace for a connected client to hang up.
 TEST_F(FailingDiskTest, AStopWhileNoSpoolWorksDoesNotWaitForTheDisk) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to loop-mount a filesystem (uid " << geteuid() << ")";
-  const std::string mnt = dir() + "/mnt";
-  std::string why;
-  mount_ = LoopMount::Make(dir() + "/spool.img", mnt, &why);
-  if (!mount_) GTEST_SKIP() << why;
-  const std::string spool = mnt + "/spool";
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(
-      "16M", {"--spool-dirs", spool, "--disk-mem", "64M", "--spool-failure-timeout", "30"})));
+  std::string spool;
+  StartOnLoopSpool("30", &spool);
+  if (IsSkipped() || HasFatalFailure()) return;
   auto connected = ConnectClient(daemon());
   ASSERT_TRUE(connected.ok()) << connected.status().ToString();
   std::unique_ptr<Client> c = std::move(connected).value();
