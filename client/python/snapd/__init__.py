@@ -69,23 +69,27 @@ _CODECS = {
 
 
 def connect(socket: str = "", name: str = "python", map_host_tier: bool = True,
-            copy_threads: int = 0, wait_timeout: Optional[float] = None) -> "Client":
+            copy_threads: int = 0, wait_timeout: Optional[float] = None,
+            reconnect_timeout: Optional[float] = None) -> "Client":
     """Connects to snapd; `socket` defaults to $SNAPD_SOCKET, then the daemon's default.
     copy_threads: threads that copy one large array into or out of the mapped host tier
     (0 = min(4, cores); $SNAPD_COPY_THREADS overrides it). wait_timeout: seconds a wait
     given no timeout of its own (wait_released, wait_stored, fetch) waits before it raises
     DeadlineExceeded saying what snapd reports the step waits for (default 600 or
-    $SNAPD_WAIT_TIMEOUT; 0 = for ever)."""
-    return Client(socket, name, map_host_tier, copy_threads, wait_timeout)
+    $SNAPD_WAIT_TIMEOUT; 0 = for ever). reconnect_timeout: seconds the client keeps
+    reconnecting when snapd goes away (a restart), its calls waiting meanwhile (default 60 or
+    $SNAPD_RECONNECT_TIMEOUT; 0 = fail at once)."""
+    return Client(socket, name, map_host_tier, copy_threads, wait_timeout, reconnect_timeout)
 
 
 class Client:
     """A session with snapd. Methods may be called from any thread."""
 
     def __init__(self, socket: str = "", name: str = "python", map_host_tier: bool = True,
-                 copy_threads: int = 0, wait_timeout: Optional[float] = None):
+                 copy_threads: int = 0, wait_timeout: Optional[float] = None,
+                 reconnect_timeout: Optional[float] = None):
         self._c = _snapd.Client(socket, name, map_host_tier, copy_threads=copy_threads,
-                                wait_timeout=wait_timeout)
+                                wait_timeout=wait_timeout, reconnect_timeout=reconnect_timeout)
 
     def open_run(self, name: str, *, steps: int = 0, like: Optional[np.ndarray] = None,
                  bytes_per_step: int = 0, dtype=None, shape: Sequence[int] = (),

@@ -279,3 +279,19 @@ def test_a_wait_with_a_timeout_says_what_the_push_waits_for():
         stuck.wait_stored(timeout=30)
     finally:
         d.stop()
+
+
+def test_reconnect_timeout_zero_fails_at_once_when_snapd_is_gone():
+    from conftest import Daemon
+    d = Daemon()
+    try:
+        c = snapd.connect(d.socket, reconnect_timeout=0)
+        assert c.runs() == []
+    finally:
+        d.stop()
+    started = time.monotonic()
+    with pytest.raises(snapd.Unavailable) as e:
+        c.runs()
+    # With the default (60 s) the call would wait for snapd to come back.
+    assert time.monotonic() - started < 10
+    assert d.socket in str(e.value)
