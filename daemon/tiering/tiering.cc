@@ -157,7 +157,11 @@ void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
   {
     MutexLock lock(mu_);
     if (disk_) {
-      drains_.push_back(DrainWaiter{std::move(done), {}});
+      uint64_t upto = 0;
+      for (const auto& [id, run] : runs_) {
+        for (const auto& [step, snap] : run.snapshots) upto = std::max(upto, snap.generation);
+      }
+      drains_.push_back(DrainWaiter{std::move(done), {}, upto});
       Wake();
       return;
     }
@@ -952,8 +956,9 @@ void Tiering::SchedulePrefetch(Run& run) {
 }
 
 void Tiering::FinishDrainsIfDone(Deferred& deferred) {
-  if (drains_.empty() || writes_in_flight_) return;
+  if (drains_.empty()) return;
   if (!disk_->usable()) {
+    if (writes_in_flight_) return;
     Status down = Status::Unavailable(
         "no spool works (" + disk_->FailedSpools() +
         "); what was moved stays on disk and the rest is still in host memory");
@@ -961,23 +966,30 @@ void Tiering::FinishDrainsIfDone(Deferred& deferred) {
     drains_.clear();
     return;
   }
+  // The oldest copy still only in host memory (one being written still is): a drain that
+  // began after it was stored waits for it.
+  uint64_t oldest_host = UINT64_MAX;
   for (const auto& [id, run] : runs_) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.record.tier() == v1::TIER_HOST && snap.block) {
-        if (!disk_full_) return;  // still to be written
-        Status full = Status::ResourceExhausted(
-            "the disk tier filled up while draining; what was moved stays on disk and the "
-            "rest is still in host memory");
-        for (auto& d : drains_) deferred.push_back([l = std::move(d.done), full] { l(full); });
-        drains_.clear();
-        return;
+        oldest_host = std::min(oldest_host, snap.generation);
       }
     }
   }
-  for (auto& d : drains_) {
-    deferred.push_back([l = std::move(d.done), r = d.result] { l(r); });
-  }
-  drains_.clear();
+  const Status full = Status::ResourceExhausted(
+      "the disk tier filled up while draining; what was moved stays on disk and the rest is "
+      "still in host memory");
+  std::erase_if(drains_, [&](DrainWaiter& d) SNAPD_REQUIRES(mu_) {
+    if (oldest_host > d.upto) {
+      deferred.push_back([l = std::move(d.done), r = d.result] { l(r); });
+      return true;
+    }
+    if (disk_full_ && !writes_in_flight_) {
+      deferred.push_back([l = std::move(d.done), full] { l(full); });
+      return true;
+    }
+    return false;  // still to be written
+  });
 }
 
 }  // namespace snapd

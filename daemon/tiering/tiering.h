@@ -56,7 +56,8 @@ class Tiering : protected Ingest {
       SNAPD_REQUIRES(mu_);
   // Starts disk reads of these steps into host memory; returns how many started.
   uint64_t PrefetchSteps(Run& run, const std::vector<uint64_t>& steps) SNAPD_REQUIRES(mu_);
-  // Writes every host-only snapshot to disk; `done` runs once they all are (or one failed).
+  // Writes every host-only snapshot to disk; `done` runs once all that were stored when it
+  // began are (or one failed).
   void StartDrain(std::function<void(Result<DrainResult>)> done) SNAPD_EXCLUDES(mu_);
   // For a stop that keeps the host tier (fd store): from now on a demotion leaves the step's
   // raw block in place as a host copy of the disk step, for the next start to take back.
@@ -104,6 +105,10 @@ class Tiering : protected Ingest {
   struct DrainWaiter {
     std::function<void(Result<DrainResult>)> done;
     DrainResult result;
+    // The newest copy stored when the drain began: it ends once every copy up to this one
+    // is on disk (copies pushed meanwhile move too, but a job that keeps pushing would
+    // otherwise keep the drain from ever ending).
+    uint64_t upto = 0;
   };
 
   void TieringLoop() SNAPD_EXCLUDES(mu_);

@@ -635,6 +635,37 @@ TEST_F(StoreTest, ADemotionNeverHashesAStepTheChecksumThreadHashesOrHasQueued) {
   EXPECT_EQ(store_->hashes(), 4u);  // each read from disk verified once
 }
 
+// A drain ends once the steps stored when it began are on disk, though a job keeps pushing
+// (the soak found `snapctl drain` chasing the new steps of 16 busy clients for ever).
+TEST_F(StoreTest, ADrainWhilePushesGoOnEndsOnceTheStepsStoredBeforeItAreOnDisk) {
+  constexpr uint64_t kStep = 16 << 10;
+  uint64_t before = OpenRun("before", 0, kStep);
+  for (uint64_t t = 0; t < 4; ++t) ASSERT_TRUE(Push(before, t, kStep).ok()) << t;
+  uint64_t busy = OpenRun("busy", 0, kStep);
+  auto drained = std::make_shared<std::promise<Result<Store::DrainResult>>>();
+  store_->Drain([drained](Result<Store::DrainResult> r) { drained->set_value(std::move(r)); });
+  auto done = drained->get_future();
+  // A running job's pushes go on until the drain answers (its old steps deleted, so the tiers
+  // never fill), at most 20 s.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  uint64_t t = 0;
+  for (; done.wait_for(std::chrono::seconds(0)) != std::future_status::ready &&
+         std::chrono::steady_clock::now() < until;
+       ++t) {
+    ASSERT_TRUE(Push(busy, t, kStep).ok()) << t;
+    if (t >= 16) {
+      ASSERT_TRUE(store_->DeleteSnapshot("busy", t - 16).ok()) << t;
+    }
+  }
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(0)), std::future_status::ready)
+      << "the drain did not end in 20 s while " << t << " steps were pushed";
+  Result<Store::DrainResult> r = done.get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GE(r->moved, 4u);
+  for (uint64_t step = 0; step < 4; ++step) EXPECT_EQ(TierOf("before", step), v1::TIER_DISK);
+  for (uint64_t step = 0; step < 4; ++step) ASSERT_TRUE(FetchExact(before, step, kStep).ok());
+}
+
 // A smooth float32 field, as a wavefield is: what zfp is for.
 std::vector<float> WaveField(uint64_t step, size_t ny, size_t nx) {
   std::vector<float> v(ny * nx);
