@@ -13,9 +13,9 @@ namespace snapd {
 namespace {
 
 uint64_t NanosSince(std::chrono::steady_clock::time_point since) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - since)
-                                   .count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
+          .count());
 }
 
 }  // namespace
@@ -62,10 +62,9 @@ Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Stor
   DataPlane* raw = dp.get();
   dp->sweeper_ = std::thread([raw] {
     MutexLock lock(raw->sweeper_mu_);
-    while (!raw->sweeper_cv_.WaitFor(raw->sweeper_mu_, std::chrono::seconds(1),
-                                     [raw]() SNAPD_REQUIRES(raw->sweeper_mu_) {
-                                       return raw->sweeper_stop_;
-                                     })) {
+    while (!raw->sweeper_cv_.WaitFor(
+        raw->sweeper_mu_, std::chrono::seconds(1),
+        [raw]() SNAPD_REQUIRES(raw->sweeper_mu_) { return raw->sweeper_stop_; })) {
       raw->loop_->Post([raw] { raw->Sweep(); });
     }
   });
@@ -109,8 +108,8 @@ ucs_status_t DataPlane::OnUnknownId(void* arg, const void*, size_t header_length
   auto* self = static_cast<DataPlane*>(arg);
   // UCX does not pass the id to the handler; every wire-format id has its own handler, so
   // this one is reached only by ids outside the format.
-  bool known = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) &&
-               self->conns_.count(param->reply_ep);
+  bool known =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && self->conns_.count(param->reply_ep);
   char why[200];
   std::snprintf(why, sizeof why, "%zu-byte header, %zu bytes of data, from %s", header_length,
                 length, known ? "a session's endpoint" : "an endpoint no session created");
@@ -152,14 +151,15 @@ Status DataPlane::Connect(const Session& session, const std::string& client_addr
   auto done = std::make_shared<std::promise<Status>>();
   std::future<Status> result = done->get_future();
   loop_->Post([this, session, client_address, done] {
-    auto ep = ucx::ConnectToWorker(loop_->worker(), client_address, &DataPlane::OnEndpointError,
-                                   this);
+    auto ep =
+        ucx::ConnectToWorker(loop_->worker(), client_address, &DataPlane::OnEndpointError, this);
     if (!ep.ok()) {
       done->set_value(Status::InvalidArgument("ucx_address: UCX cannot connect to it (" +
                                               ep.status().message() + ")"));
       return;
     }
     Conn conn;
+    conn.serial = next_serial_++;
     conn.session_id = session.id;
     conn.token = session.token;
     // Pushes and fetches touch only the session's own runs (root and snapd's uid: any run).
@@ -197,8 +197,7 @@ void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   // A client that ends (or dies) shows up here as a reset or timed-out endpoint: that is
   // how sessions end, not an error of snapd's.
   SNAPD_LOG_INFO("session %llu: client disconnected (UCX: %s)",
-                 static_cast<unsigned long long>(it->second.session_id),
-                 ucs_status_string(status));
+                 static_cast<unsigned long long>(it->second.session_id), ucs_status_string(status));
   self->Forget(it, /*died=*/true);
   self->CloseLater(ep);
 }
@@ -312,8 +311,8 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
   return &conn;
 }
 
-ucs_status_t DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req,
-                                    void*, size_t, const ucp_am_recv_param_t*) {
+ucs_status_t DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req, void*,
+                                    size_t, const ucp_am_recv_param_t*) {
   if (req.session_id != conn.session_id) {
     Reject(log::Reason::kAnotherSession, "Hello for session " + std::to_string(req.session_id) +
                                              " on the endpoint of session " +
@@ -328,13 +327,13 @@ ucs_status_t DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRe
   return UCS_OK;
 }
 
-ucs_status_t DataPlane::HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
-                                   size_t length, const ucp_am_recv_param_t* param) {
+ucs_status_t DataPlane::HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
+                                   void* data, size_t length, const ucp_am_recv_param_t* param) {
   uint64_t id = req.header.request_id;
   if (length != req.bytes) {
-    Reply(ep, id, Status::InvalidArgument("push header says " + std::to_string(req.bytes) +
-                                          " bytes but " + std::to_string(length) +
-                                          " bytes of data arrived"));
+    Reply(ep, id,
+          Status::InvalidArgument("push header says " + std::to_string(req.bytes) + " bytes but " +
+                                  std::to_string(length) + " bytes of data arrived"));
     return UCS_OK;
   }
   bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
@@ -344,65 +343,65 @@ ucs_status_t DataPlane::HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequ
   auto kept = std::make_shared<std::optional<std::vector<char>>>();
   bool waits = store_->BeginPush(
       req.run_id, req.step, req.bytes,
-      OnLoop<Result<Store::PushTicket>>([this, ep, id, data, length, rndv, kept,
-                                         arrived](Result<Store::PushTicket> t) {
+      OnLoop<Result<Store::PushTicket>>([this, peer = Peer{ep, conn.serial}, id, data, length, rndv,
+                                         kept, arrived](Result<Store::PushTicket> t) {
         bool kept_rndv = rndv && kept->has_value();  // a parked rendezvous: ours to release
-        if (!conns_.count(ep) || !t.ok()) {
+        bool gone = !Find(peer);
+        if (gone || !t.ok()) {
           if (t.ok()) store_->AbortPush(*t);
           if (kept_rndv) ucp_am_data_release(loop_->worker(), data);
-          if (!t.ok()) Reply(ep, id, t.status());
+          if (!gone) Reply(peer.ep, id, t.status());
           return;
         }
         const std::vector<char>* eager = !rndv && kept->has_value() ? &**kept : nullptr;
-        ReceivePush(ep, id, std::move(t).value(), data, length, rndv, eager, arrived);
+        ReceivePush(peer, id, std::move(t).value(), data, length, rndv, eager, arrived);
       }),
       conn.tenant);
   if (!waits) return UCS_OK;  // answered already: received, or refused with a reply
   if (rndv) {
-    kept->emplace();  // marks the descriptor as ours to receive or release later
+    kept->emplace();        // marks the descriptor as ours to receive or release later
     return UCS_INPROGRESS;  // the descriptor stays valid until received or released
   }
   kept->emplace(static_cast<char*>(data), static_cast<char*>(data) + length);
   return UCS_OK;
 }
 
-void DataPlane::ReceivePush(ucp_ep_h ep, uint64_t id, Store::PushTicket t, void* data,
+void DataPlane::ReceivePush(const Peer& peer, uint64_t id, Store::PushTicket t, void* data,
                             size_t length, bool rndv, const std::vector<char>* eager,
                             Clock::time_point arrived) {
   if (!rndv) {
     std::memcpy(t.block->data(), eager ? eager->data() : data, length);
-    FinishPush(ep, id, t, arrived);
+    FinishPush(peer, id, t, arrived);
     return;
   }
   void* dest = t.block->data();
   auto since = std::chrono::steady_clock::now();
-  ucp_request_param_t p = ucx::RecvDataParam([this, ep, id, t, since, length,
-                                              arrived](ucs_status_t s, size_t) {
-    if (s == UCS_OK) {
-      counters_.AddWrite(length, since);
-      FinishPush(ep, id, t, arrived);
-    } else {
-      store_->AbortPush(t);
-      SNAPD_LOG_WARN("push of run %llu step %llu abandoned: %s",
-                     static_cast<unsigned long long>(t.run_id),
-                     static_cast<unsigned long long>(t.step), ucs_status_string(s));
-      Reply(ep, id, ucx::FromUcs(s, "receiving the snapshot"));
-    }
-  });
+  ucp_request_param_t p =
+      ucx::RecvDataParam([this, peer, id, t, since, length, arrived](ucs_status_t s, size_t) {
+        if (s == UCS_OK) {
+          counters_.AddWrite(length, since);
+          FinishPush(peer, id, t, arrived);
+        } else {
+          store_->AbortPush(t);
+          SNAPD_LOG_WARN("push of run %llu step %llu abandoned: %s",
+                         static_cast<unsigned long long>(t.run_id),
+                         static_cast<unsigned long long>(t.step), ucs_status_string(s));
+          if (Find(peer)) Reply(peer.ep, id, ucx::FromUcs(s, "receiving the snapshot"));
+        }
+      });
   ucx::Track(ucp_am_recv_data_nbx(loop_->worker(), data, dest, length, &p), p);
 }
 
-void DataPlane::FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTicket& ticket,
+void DataPlane::FinishPush(const Peer& peer, uint64_t request_id, const Store::PushTicket& ticket,
                            Clock::time_point arrived) {
   Status s = store_->CommitPush(ticket);
   if (s.ok()) {
     counters_.pushes.fetch_add(1, std::memory_order_relaxed);
-    counters_.push_seconds.Observe(
-        std::chrono::duration<double>(Clock::now() - arrived).count());
+    counters_.push_seconds.Observe(std::chrono::duration<double>(Clock::now() - arrived).count());
   } else {
     store_->AbortPush(ticket);
   }
-  Reply(ep, request_id, s);
+  if (Find(peer)) Reply(peer.ep, request_id, s);
 }
 
 ucs_status_t DataPlane::HandleFetch(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void*,
@@ -420,25 +419,26 @@ ucs_status_t DataPlane::HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::F
 void DataPlane::StartFetch(const Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req,
                            bool mapped) {
   // OnFetched runs now, or when the step lands from disk.
-  store_->BeginFetch(
-      req.run_id, req.step, req.bytes, /*backward=*/true,
-      OnLoop<Result<Store::FetchGrant>>([this, ep, req, mapped](Result<Store::FetchGrant> g) {
-        OnFetched(ep, req.header.request_id, mapped, req, std::move(g));
-      }),
-      conn.tenant);
+  store_->BeginFetch(req.run_id, req.step, req.bytes, /*backward=*/true,
+                     OnLoop<Result<Store::FetchGrant>>([this, peer = Peer{ep, conn.serial}, req,
+                                                        mapped](Result<Store::FetchGrant> g) {
+                       OnFetched(peer, req.header.request_id, mapped, req, std::move(g));
+                     }),
+                     conn.tenant);
 }
 
-void DataPlane::OnFetched(ucp_ep_h ep, uint64_t id, bool mapped, const wire::FetchRequest& req,
+void DataPlane::OnFetched(const Peer& peer, uint64_t id, bool mapped, const wire::FetchRequest& req,
                           Result<Store::FetchGrant> grant) {
-  auto conn = conns_.find(ep);
-  if (conn == conns_.end()) return;  // the client left; the step stays stored
+  Conn* conn = Find(peer);
+  if (!conn) return;  // the client left; the step stays stored
+  ucp_ep_h ep = peer.ep;
   if (!grant.ok()) {
     Reply(ep, id, grant.status());
     return;
   }
   Store::FetchGrant g = std::move(grant).value();
   if (mapped) {
-    if (Status s = MappedByEndpoint(conn->second, *g.block, req.run_id, req.step); !s.ok()) {
+    if (Status s = MappedByEndpoint(*conn, *g.block, req.run_id, req.step); !s.ok()) {
       Reply(ep, id, s);
       return;
     }
@@ -446,9 +446,8 @@ void DataPlane::OnFetched(ucp_ep_h ep, uint64_t id, bool mapped, const wire::Fet
   ReplyBody body;
   if (mapped) {
     body.offset = g.block->offset();
-    conn->second.leases[id] = Conn::Lease{std::move(g.block), req.bytes,
-                                          std::chrono::steady_clock::now(), req.run_id, req.step,
-                                          g.generation};
+    conn->leases[id] = Conn::Lease{std::move(g.block), req.bytes, std::chrono::steady_clock::now(),
+                                   req.run_id,         req.step,  g.generation};
     counters_.fetches.fetch_add(1, std::memory_order_relaxed);
   } else {
     body.bytes = req.bytes;
@@ -469,13 +468,13 @@ Status DataPlane::MappedByEndpoint(const Conn& conn, const HostBlock& block, uin
   // An admin reaching into another tenant's run: its arena is not the one this client maps.
   return Status::PermissionDenied(
       "step " + std::to_string(step) + " of run id " + std::to_string(run_id) +
-      " lies in the host-tier arena of uid " + std::to_string(block.arena()) +
-      ", and uid " + std::to_string(conn.tenant.uid) + " maps only its own (uid " +
-      std::to_string(mapped) + "); push and fetch it with the copied messages (Push, Fetch)");
+      " lies in the host-tier arena of uid " + std::to_string(block.arena()) + ", and uid " +
+      std::to_string(conn.tenant.uid) + " maps only its own (uid " + std::to_string(mapped) +
+      "); push and fetch it with the copied messages (Push, Fetch)");
 }
 
-ucs_status_t DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
-                                      void*, size_t, const ucp_am_recv_param_t*) {
+ucs_status_t DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void*,
+                                      size_t, const ucp_am_recv_param_t*) {
   uint64_t id = req.header.request_id;
   if (conn.reserved.size() + conn.parked >= kMaxReservationsPerEndpoint) {
     Reply(ep, id,
@@ -489,10 +488,10 @@ ucs_status_t DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushR
   auto parked = std::make_shared<bool>(false);  // set below if the answer comes later
   bool waits = store_->BeginPush(
       req.run_id, req.step, req.bytes,
-      OnLoop<Result<Store::PushTicket>>([this, ep, id, arrived,
-                                         parked](Result<Store::PushTicket> t) {
-        OnReserved(ep, id, *parked, std::move(t), arrived);
-      }),
+      OnLoop<Result<Store::PushTicket>>(
+          [this, peer = Peer{ep, conn.serial}, id, arrived, parked](Result<Store::PushTicket> t) {
+            OnReserved(peer, id, *parked, std::move(t), arrived);
+          }),
       conn.tenant);
   if (waits) {
     *parked = true;  // before the posted answer runs on this thread
@@ -501,14 +500,15 @@ ucs_status_t DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushR
   return UCS_OK;
 }
 
-void DataPlane::OnReserved(ucp_ep_h ep, uint64_t id, bool parked, Result<Store::PushTicket> t,
+void DataPlane::OnReserved(const Peer& peer, uint64_t id, bool parked, Result<Store::PushTicket> t,
                            Clock::time_point arrived) {
-  auto it = conns_.find(ep);
-  if (it == conns_.end()) {
+  Conn* found = Find(peer);
+  if (!found) {  // its client left (a later one may have the same handle: not its push)
     if (t.ok()) store_->AbortPush(*t);
     return;
   }
-  Conn& conn = it->second;
+  Conn& conn = *found;
+  ucp_ep_h ep = peer.ep;
   if (parked) --conn.parked;
   if (!t.ok()) {
     Reply(ep, id, t.status());
@@ -527,8 +527,9 @@ void DataPlane::OnReserved(ucp_ep_h ep, uint64_t id, bool parked, Result<Store::
   Reply(ep, id, Status::Ok(), std::move(body));
 }
 
-std::optional<DataPlane::Conn::Reservation> DataPlane::TakeReservation(
-    Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, const char* what) {
+std::optional<DataPlane::Conn::Reservation> DataPlane::TakeReservation(Conn& conn, ucp_ep_h ep,
+                                                                       const wire::PushRequest& req,
+                                                                       const char* what) {
   auto it = conn.reserved.find({req.run_id, req.step});
   if (it == conn.reserved.end()) {
     Reply(ep, req.header.request_id,
@@ -542,8 +543,8 @@ std::optional<DataPlane::Conn::Reservation> DataPlane::TakeReservation(
   return r;
 }
 
-ucs_status_t DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
-                                     void*, size_t, const ucp_am_recv_param_t*) {
+ucs_status_t DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void*,
+                                     size_t, const ucp_am_recv_param_t*) {
   std::optional<Conn::Reservation> r = TakeReservation(conn, ep, req, "commit");
   if (!r) return UCS_OK;
   // The client's own copy time when reported: reservation-to-commit would also count time
@@ -553,12 +554,12 @@ ucs_status_t DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRe
   } else {
     counters_.AddWrite(req.bytes, r->since);
   }
-  FinishPush(ep, req.header.request_id, r->ticket, r->arrived);
+  FinishPush(Peer{ep, conn.serial}, req.header.request_id, r->ticket, r->arrived);
   return UCS_OK;
 }
 
-ucs_status_t DataPlane::HandleAbort(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
-                                    void*, size_t, const ucp_am_recv_param_t*) {
+ucs_status_t DataPlane::HandleAbort(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void*,
+                                    size_t, const ucp_am_recv_param_t*) {
   std::optional<Conn::Reservation> r = TakeReservation(conn, ep, req, "abort");
   if (!r) return UCS_OK;
   store_->AbortPush(r->ticket);  // the step and its tier memory are free again
@@ -582,6 +583,11 @@ ucs_status_t DataPlane::HandleReleaseLease(Conn& conn, ucp_ep_h, const wire::Lea
   return UCS_OK;
 }
 
+DataPlane::Conn* DataPlane::Find(const Peer& peer) {
+  auto it = conns_.find(peer.ep);
+  return it != conns_.end() && it->second.serial == peer.serial ? &it->second : nullptr;
+}
+
 void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status) {
   Reply(ep, request_id, status, ReplyBody());
 }
@@ -596,10 +602,13 @@ void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, Re
   size_t n = std::min(status.message().size(), wire::kMaxReplyMessage);
   std::memcpy(reply->message, status.message().data(), n);
   reply->message_length = static_cast<uint32_t>(n);
+  auto conn = conns_.find(ep);
+  if (conn == conns_.end()) return;  // client went away; nothing to answer
   // Sent from the loop, not from inside the UCX callback that produced it.
-  loop_->Post([this, ep, reply, data = body.data, keep = std::move(body.keep),
-               since = body.since, on_sent = std::move(body.on_sent)] {
-    if (!conns_.count(ep)) return;  // client went away; nothing to answer
+  loop_->Post([this, peer = Peer{ep, conn->second.serial}, reply, data = body.data,
+               keep = std::move(body.keep), since = body.since, on_sent = std::move(body.on_sent)] {
+    if (!Find(peer)) return;  // client went away; nothing to answer
+    ucp_ep_h ep = peer.ep;
     bool is_fetch = data != nullptr;
     ucp_request_param_t p =
         ucx::SendParam([this, reply, keep, is_fetch, since, on_sent](ucs_status_t s, size_t) {
@@ -610,9 +619,8 @@ void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, Re
           }
         });
     // The header must stay valid until the send completes; the callback holds it.
-    ucx::Track(ucp_am_send_nbx(ep, wire::kReply, reply.get(), sizeof *reply, data,
-                               reply->bytes, &p),
-               p);
+    ucx::Track(
+        ucp_am_send_nbx(ep, wire::kReply, reply.get(), sizeof *reply, data, reply->bytes, &p), p);
   });
 }
 

@@ -25,7 +25,8 @@
 // and is received once it has room; a waiting eager push keeps a copy of its bytes.
 //
 // Threading: one WorkerLoop thread owns the UCX worker and every endpoint; all handlers run
-// on it (the sweeper thread only posts Sweep to it). DropSession() is thread-safe (it posts to the loop). Counters are atomic.
+// on it (the sweeper thread only posts Sweep to it). DropSession() is thread-safe (it posts to the
+// loop). Counters are atomic.
 #pragma once
 
 #include <atomic>
@@ -44,9 +45,9 @@
 #include "log.h"
 #include "metrics/latency_histogram.h"
 #include "sessions/sessions.h"
+#include "snapd/ucx.h"
 #include "snapd/wire.h"
 #include "store/store.h"
-#include "snapd/ucx.h"
 
 namespace snapd {
 
@@ -104,9 +105,13 @@ class DataPlane {
 
  private:
   struct Conn {
+    // Unique per endpoint this data plane made. UCX may hand a closed endpoint's handle to a
+    // later client, so a callback that outlives its endpoint names it by handle and serial
+    // (Peer), or it would act for that other client.
+    uint64_t serial = 0;
     uint64_t session_id = 0;  // the session that created the endpoint
     uint64_t token = 0;
-    bool hello = false;       // the client said Hello: it may push and fetch
+    bool hello = false;  // the client said Hello: it may push and fetch
     std::chrono::steady_clock::time_point opened;
     Tenant tenant;  // the session's uid (from the control socket's SO_PEERCRED)
     struct Reservation {
@@ -129,14 +134,21 @@ class DataPlane {
     // Mapped pushes waiting for host room (counted against kMaxReservationsPerEndpoint).
     size_t parked = 0;
   };
+  // An endpoint as a store callback (which may outlive it) names it.
+  struct Peer {
+    ucp_ep_h ep;
+    uint64_t serial;
+  };
+  // The connection `peer` names; null once its endpoint is gone (closed, or its handle reused).
+  Conn* Find(const Peer& peer);
   // What a Reply carries besides its status.
   struct ReplyBody {
-    uint64_t offset = 0;               // arena offset (kReserve, kFetchMapped)
-    uint64_t bytes = 0;                // length of `data`
-    const void* data = nullptr;        // copied fetch: the snapshot bytes
-    std::shared_ptr<HostBlock> keep;   // keeps `data` alive until sent
+    uint64_t offset = 0;                          // arena offset (kReserve, kFetchMapped)
+    uint64_t bytes = 0;                           // length of `data`
+    const void* data = nullptr;                   // copied fetch: the snapshot bytes
+    std::shared_ptr<HostBlock> keep;              // keeps `data` alive until sent
     std::chrono::steady_clock::time_point since;  // copied fetch: when it was requested
-    std::function<void()> on_sent;     // copied fetch: runs once the bytes were delivered
+    std::function<void()> on_sent;  // copied fetch: runs once the bytes were delivered
   };
   // Set to false (under mu) before the loop stops: store callbacks that arrive later, from
   // I/O threads, find no data plane to post to and are dropped.
@@ -153,8 +165,8 @@ class DataPlane {
 
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   // The handler of every AM id that is not part of the wire format.
-  static ucs_status_t OnUnknownId(void* arg, const void* header, size_t header_length,
-                                  void* data, size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnUnknownId(void* arg, const void* header, size_t header_length, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param);
   // Counts a dropped or refused message (in total and by reason) and logs `reason: detail`, at
   // most a few lines a second for each reason (a flood of one kind hides no other). Loop thread.
   void Reject(log::Reason reason, const std::string& detail);
@@ -166,9 +178,8 @@ class DataPlane {
   // Returns UCS_INPROGRESS when it keeps a rendezvous descriptor past the callback (a push
   // waiting for host room), else UCS_OK.
   template <typename T>
-  using Handler = ucs_status_t (DataPlane::*)(Conn& conn, ucp_ep_h ep, const T& req,
-                                              void* data, size_t length,
-                                              const ucp_am_recv_param_t* param);
+  using Handler = ucs_status_t (DataPlane::*)(Conn& conn, ucp_ep_h ep, const T& req, void* data,
+                                              size_t length, const ucp_am_recv_param_t* param);
   // The UCX callback for AM id `kOp`: admits the message (see Admit), copies its header into a
   // T, and calls `H`.
   template <typename T, wire::AmId kOp, bool kNeedsSession, Handler<T> H>
@@ -178,26 +189,25 @@ class DataPlane {
   void Register();
 
   ucs_status_t HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req, void* data,
-                   size_t length, const ucp_am_recv_param_t* param);
+                           size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
-                  size_t length, const ucp_am_recv_param_t* param);
+                          size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t HandleFetch(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
-                   size_t length, const ucp_am_recv_param_t* param);
+                           size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
-                     size_t length, const ucp_am_recv_param_t* param);
+                             size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
-                    size_t length, const ucp_am_recv_param_t* param);
+                            size_t length, const ucp_am_recv_param_t* param);
   ucs_status_t HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
-                         size_t length, const ucp_am_recv_param_t* param);
+                                 size_t length, const ucp_am_recv_param_t* param);
   // Removes and returns the endpoint's reservation of req's step; without one, answers
   // FAILED_PRECONDITION ("`what` of step S ... without a reservation") and returns nullopt.
   std::optional<Conn::Reservation> TakeReservation(Conn& conn, ucp_ep_h ep,
-                                                   const wire::PushRequest& req,
-                                                   const char* what);
+                                                   const wire::PushRequest& req, const char* what);
   ucs_status_t HandleAbort(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
-  ucs_status_t HandleReleaseLease(Conn& conn, ucp_ep_h ep, const wire::LeaseRelease& req, void* data,
-                          size_t length, const ucp_am_recv_param_t* param);
+  ucs_status_t HandleReleaseLease(Conn& conn, ucp_ep_h ep, const wire::LeaseRelease& req,
+                                  void* data, size_t length, const ucp_am_recv_param_t* param);
   // Forgets a connection: aborts its reservations, drops its leases, ends its session.
   void Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it, bool died = false);
 
@@ -207,25 +217,26 @@ class DataPlane {
               size_t expected_length, wire::AmId op, bool needs_session);
   using Clock = std::chrono::steady_clock;
   // `arrived`: when the push's first message reached snapd (its latency is observed here).
-  void FinishPush(ucp_ep_h ep, uint64_t request_id, const Store::PushTicket& ticket,
+  // Commits the push, and answers it if its endpoint is still connected.
+  void FinishPush(const Peer& peer, uint64_t request_id, const Store::PushTicket& ticket,
                   Clock::time_point arrived);
   // A copied push has its tier memory: receives the data (eager: from `eager`; rendezvous:
   // from the descriptor `data`) and commits.
-  void ReceivePush(ucp_ep_h ep, uint64_t request_id, Store::PushTicket ticket, void* data,
+  void ReceivePush(const Peer& peer, uint64_t request_id, Store::PushTicket ticket, void* data,
                    size_t length, bool rndv, const std::vector<char>* eager,
                    Clock::time_point arrived);
   // OK when `block` lies in the arena the endpoint's client maps (its uid's), else
   // PERMISSION_DENIED saying so (an admin reaching into another tenant's run).
   Status MappedByEndpoint(const Conn& conn, const HostBlock& block, uint64_t run_id,
                           uint64_t step) const;
-  void OnReserved(ucp_ep_h ep, uint64_t request_id, bool parked, Result<Store::PushTicket> t,
+  void OnReserved(const Peer& peer, uint64_t request_id, bool parked, Result<Store::PushTicket> t,
                   Clock::time_point arrived);
   // Both fetch paths: asks the store for the step's host bytes, then answers in OnFetched
   // (mapped: a lease and the arena offset; copied: the bytes as the Reply's data).
   void StartFetch(const Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, bool mapped);
-  void OnFetched(ucp_ep_h ep, uint64_t request_id, bool mapped, const wire::FetchRequest& req,
+  void OnFetched(const Peer& peer, uint64_t request_id, bool mapped, const wire::FetchRequest& req,
                  Result<Store::FetchGrant> grant);
-  // Posts a Reply to `ep` if it is still connected.
+  // Posts a Reply to `ep`, sent if the endpoint is still the one connected now (loop thread).
   void Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, ReplyBody body);
   void Reply(ucp_ep_h ep, uint64_t request_id, const Status& status);
   void CloseLater(ucp_ep_h ep);
@@ -237,6 +248,7 @@ class DataPlane {
   std::shared_ptr<Liveness> liveness_ = std::make_shared<Liveness>();
   // Loop-thread state. Declared before loop_ so it outlives the progress thread.
   std::unordered_map<ucp_ep_h, Conn> conns_;
+  uint64_t next_serial_ = 1;  // Conn::serial of the next endpoint
   log::RejectionLog rejections_{log::Surface::kDataPlane};
   std::unique_ptr<ucx::WorkerLoop> loop_;
   // Posts Sweep() to the loop once a second; stopped before the loop.

@@ -7,6 +7,7 @@
 // changes that, the "sm" cases fail here and the docs must say so.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -198,6 +199,70 @@ TEST_P(DataPlaneTest, ClientKilledMidPushLeavesCatalogConsistent) {
     ASSERT_EQ(0, std::memcmp(got.data(), want.data(), bytes)) << "step " << s.step();
   }
   RoundTrip(*c, "after-crash", 10, kStepBytes, 3);  // and the daemon serves everyone else
+}
+
+// UCX may give a new client's endpoint the handle of a killed client's. Pushes of the killed
+// client that waited for room, answered after it died, must not act on the new endpoint: they
+// once took one off its count of waiting pushes (below zero), and from then on it refused
+// every push ("64 pushes are already reserved"); the soak found it (tests/soak).
+class EndpointReuseTest : public SnapdTest {};
+
+TEST_F(EndpointReuseTest, AKilledClientsWaitingPushesLeaveTheNextClientsFreeToPush) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("8M", {"--spool-dirs", "none"})));
+  constexpr size_t kBytes = 1 << 20;
+  for (int round = 0; round < 4; ++round) {
+    const std::string victim = "victim-" + std::to_string(round);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1);
+      execl(PUSH_UNTIL_KILLED_BINARY, PUSH_UNTIL_KILLED_BINARY, daemon().socket().c_str(),
+            victim.c_str(), std::to_string(kBytes).c_str(), "block", nullptr);
+      _exit(127);
+    }
+    // Its pushes fill the 8 MiB host tier, then wait for room that never comes.
+    ASSERT_TRUE(WaitUntil([&] { return Stats().waiting_pushes() >= 2; },
+                          std::chrono::seconds(30)))
+        << "round " << round << ": no push waits";
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    ASSERT_TRUE(WaitUntil([&] { return Stats().sessions() == 0; }, std::chrono::seconds(30)))
+        << "round " << round << ": snapd did not see the killed client go";
+    // New clients (new endpoints: one may get the dead one's handle), then the victim's run is
+    // deleted, which answers its waiting pushes.
+    std::vector<Client*> next;
+    for (int i = 0; i < 4; ++i) {
+      next.push_back(Connect());
+      ASSERT_NE(next.back(), nullptr);
+    }
+    ASSERT_TRUE(next[0]->DeleteRun(victim).ok());
+    ASSERT_TRUE(WaitUntil([&] { return Stats().waiting_pushes() == 0; },
+                          std::chrono::seconds(30)));
+    for (size_t i = 0; i < next.size(); ++i) {
+      RunSpec spec;
+      spec.name = "next-" + std::to_string(round) + "-" + std::to_string(i);
+      spec.bytes_per_step = 64 << 10;
+      auto run = next[i]->OpenRun(spec);
+      ASSERT_TRUE(run.ok()) << run.status().ToString();
+      std::vector<char> buf(spec.bytes_per_step), got(spec.bytes_per_step);
+      for (uint64_t t = 0; t < 4; ++t) {
+        FillPattern(buf.data(), buf.size(), 9, t);
+        auto h = next[i]->Push(run->run_id, t, buf.data(), buf.size());
+        ASSERT_TRUE(h.ok()) << h.status().ToString();
+        Status stored = h->WaitStored();
+        ASSERT_TRUE(stored.ok()) << "round " << round << ", client " << i << ", step " << t
+                                 << ": " << stored.ToString();
+      }
+      for (uint64_t t = 4; t-- > 0;) {
+        ASSERT_TRUE(next[i]->Fetch(run->run_id, t, got.data(), got.size()).ok());
+        FillPattern(buf.data(), buf.size(), 9, t);
+        ASSERT_EQ(0, std::memcmp(got.data(), buf.data(), buf.size()));
+      }
+    }
+    ReleaseClients();
+    ASSERT_TRUE(WaitUntil([&] { return Stats().sessions() == 0; }, std::chrono::seconds(30)));
+  }
 }
 
 // A clean stop writes the host-only steps to disk (restart_test covers it in depth): the

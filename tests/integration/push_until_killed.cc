@@ -2,7 +2,8 @@
 // is killed, printing "pushed T" after issuing each push. Used to kill a client mid-push.
 // Before issuing push T it has seen push T-4 stored, so "pushed T" guarantees steps 0..T-4
 // are in the catalog while later ones are still in flight. BYTES 0: connect, print
-// "connected", and stay idle until killed. A fifth argument "keep" opens the run with keep.
+// "connected", and stay idle until killed. A fifth argument "keep" opens the run with keep;
+// "block" opens it host-only with block_when_full, so that pushes wait for room.
 #include <unistd.h>
 
 #include <csignal>
@@ -15,8 +16,9 @@
 #include "snapd/client.h"
 
 int main(int argc, char** argv) {
-  if (argc != 4 && !(argc == 5 && std::string(argv[4]) == "keep")) {
-    std::fprintf(stderr, "usage: push_until_killed SOCKET RUN BYTES [keep]\n");
+  const std::string mode = argc == 5 ? argv[4] : "";
+  if (argc != 4 && !(argc == 5 && (mode == "keep" || mode == "block"))) {
+    std::fprintf(stderr, "usage: push_until_killed SOCKET RUN BYTES [keep|block]\n");
     return 2;
   }
   // A reader that stops reading must not end it: only the test's kill does.
@@ -34,7 +36,11 @@ int main(int argc, char** argv) {
   snapd::RunSpec spec;
   spec.name = argv[2];
   spec.bytes_per_step = bytes;
-  spec.keep = argc == 5;
+  spec.keep = mode == "keep";
+  if (mode == "block") {
+    spec.layers = "Host";
+    spec.block_when_full = true;
+  }
   auto run = (*client)->OpenRun(spec);
   if (!run.ok()) return 1;
   std::vector<std::vector<char>> buf(2, std::vector<char>(bytes));
