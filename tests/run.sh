@@ -5,7 +5,7 @@
 # installed tree (tests/docs/run_shell_blocks.sh; python.md's install the Python package in a
 # venv from PyPI: pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and
 # run its tests against the installed snapd); repeats the tests most prone to hangs and races
-# for 2 minutes with every CPU loaded (tests/load); runs a job through deploy/slurm on a real
+# for 2 minutes beside 2 minutes of the soak (tests/load, tests/soak); runs a job through deploy/slurm on a real
 # single-node Slurm; then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs
 # every C++ test again. A hung test fails with the stacks of its threads and of its daemons'
 # (per-test timeouts in tests/CMakeLists.txt and client/python/pyproject.toml).
@@ -71,8 +71,10 @@ rm -rf build-tests/python
 ln -s doc-home/.venvs/snapd build-tests/python
 
 echo "== under load: the spill and compress-at-ingest Devito tests and the C++ store, tiering,"
-echo "   spill and many-solver tests, run after run for 2 minutes beside stress-ng on every CPU"
+echo "   spill and many-solver tests, run after run for 2 minutes beside 2 minutes of the soak"
+echo "   (tests/soak: 16 clients, kills, restarts, a failing spool; every byte checked)"
 SNAPD_LOAD_PYTEST_K="test_devito_gradient and (compress or lossy_zfp or Disk)" \
+  SNAPD_LOAD_BESIDE="bash tests/soak/run.sh --build build-tests --minutes 2 --out build-tests/soak" \
   bash tests/load/repeat_under_load.sh --minutes 2 build-tests
 
 echo "== Slurm: a job through deploy/slurm's prolog and epilog on a real single-node Slurm"

@@ -10,6 +10,9 @@
 # so --minutes M takes M minutes and one run at most (and always one run).
 #   SNAPD_LOAD_PYTEST_K  only the Python tests this pytest -k expression selects (default: all)
 #   SNAPD_LOAD_CTEST_R   the C++ tests, as a ctest -R regex (default: the suites named above)
+#   SNAPD_LOAD_BESIDE    a command that is the load instead of stress-ng (tests/run.sh: the
+#                        soak, tests/soak/run.sh); its output goes to BUILD_DIR/load/beside.log,
+#                        and its failure fails this script
 # Prints "run I: pass|fail, S s" per run and the failing run's output; exits 1 on a failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,7 +51,13 @@ fi
 
 logs=$build/load
 mkdir -p "$logs"
-stress-ng --cpu "$(nproc)" --quiet &
+load="stress-ng --cpu $(nproc)"
+if [[ -n ${SNAPD_LOAD_BESIDE:-} ]]; then
+  load=$SNAPD_LOAD_BESIDE
+  bash -c "$SNAPD_LOAD_BESIDE" > "$logs/beside.log" 2>&1 &
+else
+  stress-ng --cpu "$(nproc)" --quiet &
+fi
 stress=$!
 # Should this script be killed outright (no trap runs), the load still ends with it.
 script=$$
@@ -66,10 +75,10 @@ run_once() {  # run_once: one run, its output on stdout
 }
 
 if [[ -n $minutes ]]; then
-  echo "under load (stress-ng --cpu $(nproc)): $what, run after run for $minutes min"
+  echo "under load ($load): $what, run after run for $minutes min"
   stop_at=$((SECONDS + minutes * 60))
 else
-  echo "under load (stress-ng --cpu $(nproc)): $what, $runs times"
+  echo "under load ($load): $what, $runs times"
 fi
 more_runs() {
   if [[ -n $minutes ]]; then ((i == 0 || SECONDS < stop_at)); else ((i < runs)); fi
@@ -91,3 +100,13 @@ while more_runs; do
   fi
 done
 echo "under load: $i runs of $what passed (the longest $longest s)"
+if [[ -n ${SNAPD_LOAD_BESIDE:-} ]]; then
+  rc=0
+  wait "$stress" || rc=$?
+  tail -n 8 "$logs/beside.log"
+  if ((rc != 0)); then
+    echo "the load beside them ($load) failed (exit $rc); its output: $logs/beside.log"
+    grep -n "FAIL" "$logs/beside.log" | head -n 20
+    exit 1
+  fi
+fi
