@@ -241,6 +241,8 @@ class Soak:
         self.clients = {}  # slot -> (Popen, report path, job)
         self.spawned = 0
         self.loop = None
+        self.started = time.time()
+        self.mnt = None  # the loop-mounted spool filesystem (root), once mounted
         self.lock = threading.Lock()
         self.rng = random.Random(a.seed)
 
@@ -434,7 +436,7 @@ class Soak:
         a = self.a
         self.spool_setup()
         self.start_daemon()
-        started = time.time()
+        started = self.started = time.time()
         end = started + a.minutes * 60
         for slot in range(a.clients):
             self.spawn(slot)
@@ -534,7 +536,7 @@ class Soak:
                     self.fail(f"{key} grew after warm-up: {e} -> {l} (bound +{slack})")
         else:
             self.fail(f"too few samples after warm-up ({len(warm)}) to judge growth")
-        summary = dict(seconds=round(seconds), cycles=cycles, wrong_bytes=wrong,
+        summary = dict(started=self.started, seconds=round(seconds), cycles=cycles, wrong_bytes=wrong,
                        unexpected_errors=unexpected, expected_errors=expected,
                        lives=self.lives, spool_outages=self.outages,
                        clients_spawned=self.spawned,
@@ -609,10 +611,13 @@ def main():
         for p_, _, _ in soak.clients.values():
             if p_.poll() is None:
                 p_.kill()
+                p_.wait()
         if soak.daemon and soak.daemon.poll() is None:
             soak.daemon.kill()
-        if soak.mnt:
+            soak.daemon.wait()  # its spool files closed: the unmount can go through
+        if soak.mnt and os.path.ismount(soak.mnt):
             subprocess.run(["umount", soak.mnt], capture_output=True)
+        shutil.rmtree(soak.work, ignore_errors=True)
     if soak.failures:
         log(f"soak FAILED: {len(soak.failures)} failure(s)")
         sys.exit(1)
