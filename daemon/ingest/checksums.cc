@@ -2,14 +2,29 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "log.h"
 #include "snapd/checksum.h"
 
 namespace snapd {
 
+Checksums::Checksums(StoreIndex& ix, Record record,
+                     std::function<void(const void*, uint64_t)> on_hash,
+                     std::function<void()> wake)
+    : ix_(ix), record_(std::move(record)), on_hash_(std::move(on_hash)), wake_(std::move(wake)) {}
+
+Checksums::~Checksums() {
+  if (!thread_.joinable()) return;
+  {
+    MutexLock lock(ix_.mu);
+    ix_.stopping = true;
+  }
+  Stop();
+}
+
 uint64_t Checksums::Hash(const void* data, uint64_t bytes) const {
-  if (options_.on_hash) options_.on_hash(data, bytes);
+  if (on_hash_) on_hash_(data, bytes);
   hashes_.fetch_add(1, std::memory_order_relaxed);
   return Checksum(data, bytes);
 }
@@ -21,139 +36,142 @@ Status Checksums::Verify(const void* data, uint64_t bytes, uint64_t expected,
                           what + " recorded when it was stored");
 }
 
-void Checksums::StartChecksums() {
-  checksum_thread_ = std::thread([this] { ChecksumLoop(); });
+void Checksums::Start() {
+  thread_ = std::thread([this] { Loop(); });
 }
 
-void Checksums::StopChecksums() {
-  checksum_cv_.NotifyAll();
-  if (checksum_thread_.joinable()) checksum_thread_.join();
+void Checksums::Stop() {
+  cv_.NotifyAll();
+  if (thread_.joinable()) thread_.join();
 }
 
-void Checksums::QueueChecksum(uint64_t run_id, const Snapshot& snap, uint64_t bytes) {
-  checksum_queue_.push_back({run_id, snap.record.step(), snap.generation, bytes, snap.block,
-                             std::chrono::steady_clock::now()});
-  checksum_cv_.NotifyOne();
+void Checksums::Queue(StoreIndex& ix, uint64_t run_id, const StoreIndex::Snapshot& snap,
+                      uint64_t bytes) {
+  ix.checksums.jobs.push_back({run_id, snap.record.step(), snap.generation, bytes, snap.block,
+                               std::chrono::steady_clock::now()});
+  cv_.NotifyOne();
 }
 
-uint64_t Checksums::ChecksumHeldBytes() {
-  if (!checksum_busy_) return 0;
-  const ChecksumJob& job = checksum_current_;
-  const Snapshot* snap = FindSnapshot(job.run_id, job.step, job.generation);
+uint64_t Checksums::HeldBytes(StoreIndex& ix) {
+  if (!ix.checksums.busy) return 0;
+  const Job& job = ix.checksums.current;
+  const StoreIndex::Snapshot* snap = ix.FindSnapshot(job.run_id, job.step, job.generation);
   return !snap || !snap->block ? job.bytes : 0;  // the checksum holds its only copy
 }
 
-bool Checksums::Moot(const ChecksumJob& job) {
-  Snapshot* snap = FindSnapshot(job.run_id, job.step, job.generation);
+bool Checksums::Moot(StoreIndex& ix, const Job& job) {
+  StoreIndex::Snapshot* snap = ix.FindSnapshot(job.run_id, job.step, job.generation);
   return !snap || snap->record.checksum_state() == v1::CHECKSUM_RECORDED ||
-         hashing_.count({job.run_id, job.step, job.generation});
+         ix.checksums.hashing.count({job.run_id, job.step, job.generation});
 }
 
-void Checksums::PruneChecksumQueue() {
+void Checksums::Prune(StoreIndex& ix) {
   size_t dropped = std::erase_if(
-      checksum_queue_, [&](const ChecksumJob& job) SNAPD_REQUIRES(mu_) { return Moot(job); });
-  if (dropped) checksum_cv_.NotifyAll();  // WaitChecksumsIdle may be waiting on an empty queue
+      ix.checksums.jobs, [&](const Job& job) SNAPD_REQUIRES(ix.mu) { return Moot(ix, job); });
+  if (dropped) cv_.NotifyAll();  // WaitIdle may be waiting on an empty queue
 }
 
-std::shared_ptr<Checksums::Hashing> Checksums::BeginHash(const CopyKey& key) {
+std::shared_ptr<Checksums::Hashing> Checksums::BeginHash(StoreIndex& ix, const CopyKey& key) {
   auto hashing = std::make_shared<Hashing>();
-  hashing_[key] = hashing;
+  ix.checksums.hashing[key] = hashing;
   return hashing;
 }
 
-void Checksums::FinishHash(const CopyKey& key, Hashing& hashing, uint64_t sum) {
+void Checksums::FinishHash(StoreIndex& ix, const CopyKey& key, Hashing& hashing, uint64_t sum) {
   hashing.done = true;
   hashing.sum = sum;
-  hashing_.erase(key);
+  ix.checksums.hashing.erase(key);
   auto [run_id, step, generation] = key;
-  Snapshot* snap = FindSnapshot(run_id, step, generation);
+  StoreIndex::Snapshot* snap = ix.FindSnapshot(run_id, step, generation);
   if (snap && snap->record.checksum_state() == v1::CHECKSUM_PENDING &&
       snap->record.tier() != v1::TIER_LOST) {
     v1::SnapshotRecord updated = snap->record;
     updated.set_checksum(sum);
     updated.set_checksum_state(v1::CHECKSUM_RECORDED);
-    Status s = catalog_->PutSnapshot(updated);
+    Status s = record_(updated);
     if (s.ok()) {
       snap->record = std::move(updated);
     } else {
       SNAPD_LOG_ERROR("recording checksum: %s", s.ToString().c_str());
     }
   }
-  checksum_cv_.NotifyAll();
+  cv_.NotifyAll();
 }
 
-uint64_t Checksums::ChecksumOf(uint64_t run_id, uint64_t step, uint64_t generation,
-                               const HostBlock& block, uint64_t bytes) {
+uint64_t Checksums::ChecksumOf(StoreIndex& ix, uint64_t run_id, uint64_t step,
+                               uint64_t generation, const HostBlock& block, uint64_t bytes) {
   const CopyKey key{run_id, step, generation};
-  MutexLock lock(mu_);
-  Snapshot* snap = FindSnapshot(run_id, step, generation);
+  MutexLock lock(ix.mu);
+  StoreIndex::Snapshot* snap = ix.FindSnapshot(run_id, step, generation);
   if (!snap) return 0;  // deleted: whoever asked finds it gone too and drops its work
   if (snap->record.checksum_state() == v1::CHECKSUM_RECORDED) return snap->record.checksum();
-  if (auto it = hashing_.find(key); it != hashing_.end()) {
-    std::shared_ptr<Hashing> hashing = it->second;  // outlives its entry in hashing_
-    checksum_cv_.Wait(mu_, [&] { return hashing->done; });
+  if (auto it = ix.checksums.hashing.find(key); it != ix.checksums.hashing.end()) {
+    std::shared_ptr<Hashing> hashing = it->second;  // outlives its entry in `hashing`
+    cv_.Wait(ix.mu, [&] { return hashing->done; });
     return hashing->sum;
   }
   // Nobody has it: hash here, and take the queued job (if any) out of the checksum thread's way.
-  if (std::erase_if(checksum_queue_, [&](const ChecksumJob& job) {
+  if (std::erase_if(ix.checksums.jobs, [&](const Job& job) {
         return job.run_id == run_id && job.step == step && job.generation == generation;
       })) {
-    checksum_cv_.NotifyAll();  // WaitChecksumsIdle may be waiting on an empty queue
+    cv_.NotifyAll();  // WaitIdle may be waiting on an empty queue
   }
-  std::shared_ptr<Hashing> hashing = BeginHash(key);
+  std::shared_ptr<Hashing> hashing = BeginHash(ix, key);
   lock.Unlock();
   uint64_t sum = Hash(block.data(), bytes);
   lock.Lock();
-  FinishHash(key, *hashing, sum);
+  FinishHash(ix, key, *hashing, sum);
   return sum;
 }
 
-void Checksums::WaitChecksumsIdle() {
-  MutexLock lock(mu_);
-  ++idle_waiters_;
-  checksum_cv_.NotifyAll();  // the checksum thread stops holding off
-  checksum_cv_.Wait(
-      mu_, [&]() SNAPD_REQUIRES(mu_) { return checksum_queue_.empty() && !checksum_busy_; });
-  --idle_waiters_;
+void Checksums::WaitIdle(StoreIndex& ix) {
+  MutexLock lock(ix.mu);
+  ++ix.checksums.idle_waiters;
+  cv_.NotifyAll();  // the checksum thread stops holding off
+  cv_.Wait(ix.mu, [&]() SNAPD_REQUIRES(ix.mu) {
+    return ix.checksums.jobs.empty() && !ix.checksums.busy;
+  });
+  --ix.checksums.idle_waiters;
 }
 
-void Checksums::ChecksumLoop() {
-  MutexLock lock(mu_);
+void Checksums::Loop() {
+  MutexLock lock(ix_.mu);
   for (;;) {
-    checksum_cv_.Wait(mu_,
-                      [&]() SNAPD_REQUIRES(mu_) { return stopping_ || !checksum_queue_.empty(); });
-    if (stopping_) return;
-    if (idle_waiters_ == 0) {  // hold off while the data plane is busy (checksums.h)
+    cv_.Wait(ix_.mu, [&]() SNAPD_REQUIRES(ix_.mu) {
+      return ix_.stopping || !ix_.checksums.jobs.empty();
+    });
+    if (ix_.stopping) return;
+    if (ix_.checksums.idle_waiters == 0) {  // hold off while the data plane is busy (checksums.h)
       auto now = std::chrono::steady_clock::now();
-      bool pushing = std::any_of(runs_.begin(), runs_.end(),
+      bool pushing = std::any_of(ix_.runs.begin(), ix_.runs.end(),
                                  [](const auto& r) { return !r.second.in_flight.empty(); });
-      auto start = std::min(pushing ? now + kQuiet : last_data_activity_ + kQuiet,
-                            checksum_queue_.front().queued + kMaxDelay);
+      auto start = std::min(pushing ? now + kQuiet : ix_.checksums.last_data_activity + kQuiet,
+                            ix_.checksums.jobs.front().queued + kMaxDelay);
       if (now < start) {
-        checksum_cv_.WaitUntil(mu_, start, [&]() SNAPD_REQUIRES(mu_) {
-          return stopping_ || idle_waiters_ > 0 || checksum_queue_.empty();
+        cv_.WaitUntil(ix_.mu, start, [&]() SNAPD_REQUIRES(ix_.mu) {
+          return ix_.stopping || ix_.checksums.idle_waiters > 0 || ix_.checksums.jobs.empty();
         });
         continue;  // look again: more activity may have come meanwhile
       }
     }
-    ChecksumJob job = std::move(checksum_queue_.front());
-    checksum_queue_.pop_front();
-    if (Moot(job)) {
+    Job job = std::move(ix_.checksums.jobs.front());
+    ix_.checksums.jobs.pop_front();
+    if (Moot(ix_, job)) {
       job.block.reset();
-      checksum_cv_.NotifyAll();
+      cv_.NotifyAll();
       continue;
     }
     const CopyKey key{job.run_id, job.step, job.generation};
-    checksum_busy_ = true;
-    checksum_current_ = {job.run_id, job.step, job.generation, job.bytes, nullptr, {}};
-    std::shared_ptr<Hashing> hashing = BeginHash(key);
+    ix_.checksums.busy = true;
+    ix_.checksums.current = {job.run_id, job.step, job.generation, job.bytes, nullptr, {}};
+    std::shared_ptr<Hashing> hashing = BeginHash(ix_, key);
     lock.Unlock();
     uint64_t sum = Hash(job.block->data(), job.bytes);
     job.block.reset();
     lock.Lock();
-    checksum_busy_ = false;
-    FinishHash(key, *hashing, sum);
-    Wake();  // tiering holds back while checksums are pending (see Tiering::FreeHostRoom)
+    ix_.checksums.busy = false;
+    FinishHash(ix_, key, *hashing, sum);
+    wake_();  // tiering holds back while checksums are pending (see Tiering::FreeHostRoom)
   }
 }
 

@@ -13,8 +13,8 @@ void Ingest::StartIngestCompression(Run& run, Snapshot& snap) {
        codec = CodecOf(run.record.spec()), field = FieldOf(run.record.spec()),
        block = snap.block]() mutable {
         // The checksum of the pushed bytes is taken now: the raw bytes are about to go.
-        uint64_t sum = ChecksumOf(run_id, step, gen, *block, field.bytes);
-        auto packed = PackSnapshot(codec, field, block->data(), compress_.get(), *this);
+        uint64_t sum = checksums_.ChecksumOf(ix_, run_id, step, gen, *block, field.bytes);
+        auto packed = PackSnapshot(codec, field, block->data(), compress_.get(), checksums_);
         block.reset();
         FinishIngestCompression(run_id, step, gen, sum, std::move(packed));
       },
@@ -23,13 +23,13 @@ void Ingest::StartIngestCompression(Run& run, Snapshot& snap) {
 
 void Ingest::FinishIngestCompression(uint64_t run_id, uint64_t step, uint64_t generation,
                                      uint64_t checksum, Result<PackedSnapshot> packed) {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   --ingests_in_flight_;
   Wake();
-  Snapshot* snap = FindSnapshot(run_id, step, generation);
+  Snapshot* snap = ix_.FindSnapshot(run_id, step, generation);
   if (!snap || !packed.ok() || !PackStillApplies(*snap)) return;  // not worth it: stays raw
   auto pending = std::make_shared<PendingPack>(PendingPack{std::move(packed).value(), checksum});
-  if (!ApplyPack(runs_.at(run_id), *snap, *pending)) {
+  if (!ApplyPack(ix_.runs.at(run_id), *snap, *pending)) {
     snap->pending_pack = std::move(pending);  // retried by Rebalance
     pending_packs_.insert({run_id, step});
   }
@@ -75,7 +75,7 @@ bool Ingest::ApplyPack(Run& run, Snapshot& snap, const PendingPack& pending) {
 
 void Ingest::RetryPendingPacks() {
   for (auto it = pending_packs_.begin(); it != pending_packs_.end();) {
-    auto [run, snap] = FindSnapshot(*it);
+    auto [run, snap] = ix_.FindSnapshot(*it);
     if (snap && !snap->pending_pack) snap = nullptr;
     if (!snap || !PackStillApplies(*snap) || ApplyPack(*run, *snap, *snap->pending_pack)) {
       if (snap) snap->pending_pack.reset();

@@ -163,11 +163,11 @@ Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, Dis
   Store* s = store.get();
   s->compress_ = std::make_unique<compress::CompressPool>(options.compress_threads);
   s->io_ = std::make_unique<IoPool>(std::max(1, options.io_threads));
-  s->StartChecksums();
+  s->checksums_.Start();
   s->StartTiering();
   {
-    MutexLock lock(s->mu_);
-    for (auto& [id, run] : s->runs_) {
+    MutexLock lock(s->ix_.mu);
+    for (auto& [id, run] : s->ix_.runs) {
       for (auto& [step, snap] : run.snapshots) {
         if (!snap.verified) s->StartScrub(id, step);
       }
@@ -178,20 +178,20 @@ Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, Dis
 
 Store::~Store() {
   {
-    MutexLock lock(mu_);
-    stopping_ = true;
+    MutexLock lock(ix_.mu);
+    ix_.stopping = true;
   }
   StopWaking();
   StopTiering();
-  StopChecksums();
+  checksums_.Stop();
   io_.reset();  // finishes the I/O already queued; completions still find the index intact
   DetachWaker();  // blocks released from now on wake nobody
   {
-    MutexLock lock(mu_);
+    MutexLock lock(ix_.mu);
     if (!unsaved_why_.empty()) {
       // A stop whose drain fell short: what did not reach the disk is named, never silent.
       uint64_t lost = 0;
-      for (auto& [id, run] : runs_) {
+      for (auto& [id, run] : ix_.runs) {
         for (auto& [step, snap] : run.snapshots) {
           if (snap.record.tier() != v1::TIER_HOST || !snap.block) continue;
           MarkLost(run, snap, "it was still only in host memory when snapd stopped (" +
@@ -208,10 +208,10 @@ Store::~Store() {
   // Whoever still waits gets an answer.
   Deferred deferred;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(ix_.mu);
     Status down = Status::Unavailable("snapd is shutting down");
     AnswerWaiting(down, deferred);
-    for (auto& [id, run] : runs_) {
+    for (auto& [id, run] : ix_.runs) {
       for (auto& [step, snap] : run.snapshots) {
         for (auto& w : snap.waiters) deferred.push_back([l = std::move(w), down] { l(down); });
         snap.waiters.clear();
@@ -225,11 +225,11 @@ Status Store::Load() {
   std::vector<v1::RunRecord> runs;
   std::vector<v1::SnapshotRecord> snapshots;
   SNAPD_RETURN_IF_ERROR(catalog_->LoadAll(&runs, &snapshots));
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   for (auto& r : runs) {
     uint64_t id = r.run_id();
     by_name_[{r.owner_uid(), r.spec().name()}] = id;
-    runs_[id].record = std::move(r);
+    ix_.runs[id].record = std::move(r);
   }
   std::set<std::string> keep;
   // Files of steps found damaged now or lost before: moved aside, never deleted.
@@ -241,8 +241,8 @@ Status Store::Load() {
   std::vector<Damaged> damaged;
   uint64_t lost_host = 0, recovered = 0, taken_back = 0;
   for (auto& rec : snapshots) {
-    auto it = runs_.find(rec.run_id());
-    if (it == runs_.end()) continue;  // unreachable: DeleteRun removes both in one batch
+    auto it = ix_.runs.find(rec.run_id());
+    if (it == ix_.runs.end()) continue;  // unreachable: DeleteRun removes both in one batch
     Run& run = it->second;
     Snapshot& snap = run.snapshots[rec.step()];
     snap.record = std::move(rec);
@@ -386,17 +386,17 @@ Result<const Store::Run*> Store::FindByName(const std::string& name, const Tenan
     unsigned long uid = std::strtoul(uid_text.c_str(), &end, 10);
     if (uid_text.empty() || *end != '\0' || uid > UINT32_MAX) return RunNotFound(name);
     auto it = by_name_.find({static_cast<uint32_t>(uid), name.substr(colon + 1)});
-    if (it == by_name_.end() || !Sees(who, runs_.at(it->second).record)) return RunNotFound(name);
-    return &runs_.at(it->second);
+    if (it == by_name_.end() || !Sees(who, ix_.runs.at(it->second).record)) return RunNotFound(name);
+    return &ix_.runs.at(it->second);
   }
-  if (auto it = by_name_.find({who.uid, name}); it != by_name_.end()) return &runs_.at(it->second);
+  if (auto it = by_name_.find({who.uid, name}); it != by_name_.end()) return &ix_.runs.at(it->second);
   if (!who.admin) return RunNotFound(name);
   const Run* found = nullptr;
   std::string owners;
   for (const auto& [key, id] : by_name_) {
     if (key.second != name) continue;
     owners += (owners.empty() ? "" : ", ") + std::to_string(key.first);
-    found = found ? nullptr : &runs_.at(id);
+    found = found ? nullptr : &ix_.runs.at(id);
     if (!found) {
       return Status::InvalidArgument("several users have a run named '" + name + "' (uids " +
                                      owners + ", ...); name one as UID:" + name);
@@ -412,8 +412,8 @@ Result<Store::Run*> Store::FindByName(const std::string& name, const Tenant& who
 }
 
 Result<Store::Run*> Store::FindById(uint64_t run_id, const Tenant& who) {
-  auto it = runs_.find(run_id);
-  if (it == runs_.end() || !Sees(who, it->second.record)) {
+  auto it = ix_.runs.find(run_id);
+  if (it == ix_.runs.end() || !Sees(who, it->second.record)) {
     return Status::NotFound("run id " + std::to_string(run_id) +
                             " does not exist (deleted, or never opened on this daemon)");
   }
@@ -426,14 +426,14 @@ uint64_t Store::QuotaOf(uint32_t uid) const {
 }
 
 void Store::SetQuota(uint32_t uid, uint64_t bytes) {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   quotas_[uid] = bytes;
 }
 
 Store::Usage Store::UsageOf(uint32_t uid) const {
   Usage u;
   u.quota = QuotaOf(uid);
-  for (const auto& [id, run] : runs_) {
+  for (const auto& [id, run] : ix_.runs) {
     if (run.record.owner_uid() != uid) continue;
     u.stored_bytes += run.stored_bytes;
     u.in_flight_bytes += run.in_flight.size() * run.record.spec().bytes_per_step();
@@ -443,12 +443,12 @@ Store::Usage Store::UsageOf(uint32_t uid) const {
 }
 
 Store::Usage Store::TenantUsage(uint32_t uid) const {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   return UsageOf(uid);
 }
 
 Result<uint64_t> Store::RunId(const std::string& name, const Tenant& who) const {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   return run->record.run_id();
 }
@@ -483,7 +483,7 @@ v1::RunInfo Store::Info(const Run& run) const {
 }
 
 Store::Waits Store::Waiting(const Tenant& who, size_t limit) {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   Waits out;
   for (WaitingRequest& w : Tiering::Waiting()) {
     (w.wait.kind() == "push" ? out.pushes : out.fetches)++;
@@ -550,7 +550,7 @@ Status Store::CheckFitsTheNode(const v1::RunSpec& spec, uint64_t device_steps) c
 
 uint64_t Store::HostRoomForNewRun() const {
   uint64_t claimed = 0;
-  for (const auto& [id, run] : runs_) {
+  for (const auto& [id, run] : ix_.runs) {
     uint64_t held = 0;
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.block) held += snap.block->size();
@@ -569,7 +569,7 @@ uint64_t Store::HostRoomForNewRun() const {
 
 uint64_t Store::PinnedHostBytesOf(uint32_t uid) const {
   uint64_t pinned = 0;
-  for (const auto& [id, run] : runs_) {
+  for (const auto& [id, run] : ix_.runs) {
     if (run.record.owner_uid() != uid || UsesDisk(run.record.spec().layers())) continue;
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.block) pinned += snap.block->size();
@@ -620,9 +620,9 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
         "); raise host_mem or split the snapshot");
   }
   SNAPD_RETURN_IF_ERROR(CheckFitsTheNode(spec, device_steps));
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   if (auto it = by_name_.find({owner_uid, name}); it != by_name_.end()) {
-    Run& run = runs_.at(it->second);
+    Run& run = ix_.runs.at(it->second);
     std::string diff = SpecDifference(run.record.spec(), requested);
     if (!diff.empty()) {
       return Status::AlreadyExists("run '" + name + "' exists with a different " + diff +
@@ -653,11 +653,11 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
   by_name_[{owner_uid, name}] = id;
   *created = true;
   if (session_id != 0) run.sessions.insert(session_id);
-  return Info(runs_[id] = std::move(run));
+  return Info(ix_.runs[id] = std::move(run));
 }
 
 Result<v1::RunInfo> Store::CloseRun(const std::string& name, const Tenant& who) {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   if (run->record.state() != v1::RUN_CLOSED) {
     v1::RunRecord updated = run->record;
@@ -694,7 +694,7 @@ Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
   if (it->second.record.tier() == v1::TIER_DISK) DiskRoomFreed();
   run.stored_bytes -= it->second.record.stored_bytes();
   run.snapshots.erase(it);  // an in-flight fetch keeps the block until it completes
-  // Waiters of a deleted snapshot are answered from an I/O thread, never under mu_.
+  // Waiters of a deleted snapshot are answered from an I/O thread, never under ix_.mu.
   if (!deferred.empty()) {
     io_->Submit([d = std::move(deferred)] { for (auto& f : d) f(); }, /*urgent=*/true);
   }
@@ -702,7 +702,7 @@ Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
 }
 
 Result<uint64_t> Store::DeleteRun(const std::string& name, const Tenant& who) {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   return DeleteRunLocked(run);
 }
@@ -720,7 +720,7 @@ Result<uint64_t> Store::DeleteRunLocked(Run* run) {
   }
   DiskRoomFreed();
   by_name_.erase({run->record.owner_uid(), name});
-  runs_.erase(id);  // blocks still held by in-flight fetches are freed when those complete
+  ix_.runs.erase(id);  // blocks still held by in-flight fetches are freed when those complete
   if (!deferred.empty()) {
     io_->Submit([d = std::move(deferred)] { for (auto& f : d) f(); }, /*urgent=*/true);
   }
@@ -730,7 +730,7 @@ Result<uint64_t> Store::DeleteRunLocked(Run* run) {
 
 Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step,
                                        const Tenant& who) {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   if (run->device.erase(step)) return uint64_t{0};  // its client frees the GPU memory
   auto it = run->snapshots.find(step);
@@ -744,9 +744,9 @@ Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step,
 }
 
 std::vector<v1::RunInfo> Store::ListRuns(const Tenant& who) const {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   std::vector<v1::RunInfo> out;
-  for (const auto& [id, run] : runs_) {
+  for (const auto& [id, run] : ix_.runs) {
     if (Sees(who, run.record)) out.push_back(Info(run));
   }
   return out;
@@ -755,7 +755,7 @@ std::vector<v1::RunInfo> Store::ListRuns(const Tenant& who) const {
 Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& name,
                                                            v1::RunInfo* info,
                                                            const Tenant& who) const {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   *info = Info(*run);
   std::vector<v1::SnapshotInfo> out;
@@ -770,7 +770,7 @@ Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& na
 
 Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step,
                                        const Tenant& who) const {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   if (auto d = run->device.find(step); d != run->device.end()) return Info(*run, step, d->second);
   auto it = run->snapshots.find(step);
@@ -790,7 +790,7 @@ Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step,
 
 Status Store::HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes,
                              uint64_t session_id, bool held, const Tenant& who) {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;
   auto d = run->device.find(step);
@@ -814,8 +814,8 @@ Status Store::HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes,
 }
 
 void Store::EndSession(uint64_t session_id, bool died) {
-  MutexLock lock(mu_);
-  for (auto& [id, run] : runs_) {
+  MutexLock lock(ix_.mu);
+  for (auto& [id, run] : ix_.runs) {
     for (auto& [step, held] : run.device) {
       if (held.session_id == session_id) held.lost = true;
     }
@@ -827,15 +827,15 @@ void Store::EndSession(uint64_t session_id, bool died) {
 }
 
 void Store::RemoveOrphans(std::chrono::seconds grace) {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   auto now = std::chrono::steady_clock::now();
   std::vector<uint64_t> expired;
-  for (const auto& [id, run] : runs_) {
+  for (const auto& [id, run] : ix_.runs) {
     if (run.orphaned_at && now - *run.orphaned_at >= grace) expired.push_back(id);
   }
   for (uint64_t id : expired) {
-    std::string name = runs_.at(id).record.spec().name();
-    auto freed = DeleteRunLocked(&runs_.at(id));
+    std::string name = ix_.runs.at(id).record.spec().name();
+    auto freed = DeleteRunLocked(&ix_.runs.at(id));
     if (freed.ok()) {
       SNAPD_LOG_INFO(
           "run '%s' removed, %s freed: every client that opened it died %lld s ago "
@@ -905,7 +905,7 @@ Status Store::Refused(Run& run, Status why) {
 Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, uint64_t step,
                                                              uint64_t bytes, PushDone& later,
                                                              const Tenant& who) {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   if (closing_) {
     return Status::Unavailable("snapd is stopping: push of step " + std::to_string(step) +
                                " of run id " + std::to_string(run_id) +
@@ -935,7 +935,7 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
     fresh = CheckNewStep(*run, step, bytes, "push", "carries");
   }
   SNAPD_RETURN_IF_ERROR(fresh);
-  NoteDataPlaneActivity();
+  Checksums::NoteDataPlaneActivity(ix_);
   if (Usage u = UsageOf(r.owner_uid()); u.quota != 0 && !who.admin) {
     uint64_t held = u.stored_bytes + u.in_flight_bytes;
     if (held + bytes > u.quota) {
@@ -964,9 +964,9 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
 }
 
 Status Store::CommitPush(const PushTicket& t) {
-  MutexLock lock(mu_);
-  auto it = runs_.find(t.run_id);
-  if (it == runs_.end()) {
+  MutexLock lock(ix_.mu);
+  auto it = ix_.runs.find(t.run_id);
+  if (it == ix_.runs.end()) {
     return Status::NotFound("run id " + std::to_string(t.run_id) +
                             " was deleted while step " + std::to_string(t.step) +
                             " was being pushed");
@@ -979,7 +979,7 @@ Status Store::CommitPush(const PushTicket& t) {
   }
   std::shared_ptr<HostBlock> block = std::move(reserved->second);
   run.in_flight.erase(reserved);
-  NoteDataPlaneActivity();
+  Checksums::NoteDataPlaneActivity(ix_);
   uint64_t raw = run.record.spec().bytes_per_step();
   v1::SnapshotRecord rec;
   rec.set_run_id(t.run_id);
@@ -999,15 +999,15 @@ Status Store::CommitPush(const PushTicket& t) {
   if (CompressesAtIngest(run.record.spec())) {
     StartIngestCompression(run, snap);  // asks for the checksum itself, before compressing
   } else {
-    QueueChecksum(t.run_id, snap, raw);
+    checksums_.Queue(ix_, t.run_id, snap, raw);
   }
   if (DemotionWanted(run, snap)) Wake();
   return Status::Ok();
 }
 
 void Store::AbortPush(const PushTicket& t) {
-  MutexLock lock(mu_);
-  if (auto it = runs_.find(t.run_id); it != runs_.end()) it->second.in_flight.erase(t.step);
+  MutexLock lock(ix_.mu);
+  if (auto it = ix_.runs.find(t.run_id); it != ix_.runs.end()) it->second.in_flight.erase(t.step);
 }
 
 bool Store::BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes, bool backward,
@@ -1022,11 +1022,11 @@ Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, u
                                                               uint64_t bytes, bool backward,
                                                               FetchDone& later,
                                                               const Tenant& who) {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;
   SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "fetch", "into a buffer of"));
-  NoteDataPlaneActivity();
+  Checksums::NoteDataPlaneActivity(ix_);
   if (auto d = run->device.find(step); d != run->device.end()) {
     return DeviceStepHere(*run, step, d->second);
   }
@@ -1042,9 +1042,9 @@ Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, u
 }
 
 void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
-  MutexLock lock(mu_);
-  auto run = runs_.find(run_id);
-  if (run == runs_.end() || run->second.record.spec().keep()) return;
+  MutexLock lock(ix_.mu);
+  auto run = ix_.runs.find(run_id);
+  if (run == ix_.runs.end() || run->second.record.spec().keep()) return;
   auto it = run->second.snapshots.find(step);
   if (it == run->second.snapshots.end() || it->second.generation != generation) return;
   Status s = Erase(run->second, it);
@@ -1053,13 +1053,13 @@ void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
     return;
   }
   run->second.released.insert(step);
-  ++counters_.released;
+  ++ix_.counters.released;
   Wake();
 }
 
 Result<uint64_t> Store::Prefetch(const std::string& name, const std::vector<uint64_t>& steps,
                                  const Tenant& who) {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   return PrefetchSteps(*run, steps);
 }
@@ -1076,7 +1076,7 @@ void Store::ScrubRun(const std::string& name, std::function<void(Result<ScrubRes
   };
   auto tally = std::make_shared<Tally>();
   {
-    MutexLock lock(mu_);
+    MutexLock lock(ix_.mu);
     auto run = FindByName(name, who);
     if (!run.ok()) {
       lock.Unlock();
@@ -1132,7 +1132,7 @@ void Store::ProbeSpools(std::function<void(int)> done) {
 void Store::BeginStop() {
   Deferred deferred;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(ix_.mu);
     closing_ = true;
     AnswerParkedPushes(Status::Unavailable("snapd is stopping: a push waiting for room was "
                                            "refused; push it again once snapd is back"),
@@ -1142,16 +1142,16 @@ void Store::BeginStop() {
 }
 
 uint64_t Store::PushesInFlight() const {
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   uint64_t n = 0;
-  for (const auto& [id, run] : runs_) n += run.in_flight.size();
+  for (const auto& [id, run] : ix_.runs) n += run.in_flight.size();
   return n;
 }
 
 Store::StopResult Store::DrainForStop(std::chrono::steady_clock::time_point deadline,
                                       bool keep_host_copies) {
   if (keep_host_copies) {
-    MutexLock lock(mu_);
+    MutexLock lock(ix_.mu);
     KeepHostCopies();
   }
   struct Outcome {
@@ -1179,36 +1179,36 @@ Store::StopResult Store::DrainForStop(std::chrono::steady_clock::time_point dead
       result.bytes = (*outcome->result)->moved_bytes;
     }
   }
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   if (!result.status.ok()) unsaved_why_ = result.status.message();
   return result;
 }
 
 Store::StopResult Store::KeepHostTier(std::chrono::steady_clock::time_point deadline) {
   StopResult result;
-  WaitChecksumsIdle();  // every step's checksum recorded (the checksum thread stops below)
+  checksums_.WaitIdle(ix_);  // every step's checksum recorded (the checksum thread stops below)
   {
-    MutexLock lock(mu_);
-    stopping_ = true;  // the tiering thread starts nothing more
+    MutexLock lock(ix_.mu);
+    ix_.stopping = true;  // the tiering thread starts nothing more
   }
   for (;;) {
     {
-      MutexLock lock(mu_);
+      MutexLock lock(ix_.mu);
       if (IoIdle()) break;
     }
     if (std::chrono::steady_clock::now() > deadline) {
       result.status = Status(Code::kDeadlineExceeded,
                              "disk I/O in flight did not end within stop_timeout");
-      MutexLock lock(mu_);
+      MutexLock lock(ix_.mu);
       unsaved_why_ = result.status.message();
       return result;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  MutexLock lock(mu_);
+  MutexLock lock(ix_.mu);
   std::vector<v1::SnapshotRecord> records;
   uint64_t host_only = 0;
-  for (auto& [id, run] : runs_) {
+  for (auto& [id, run] : ix_.runs) {
     for (auto& [step, snap] : run.snapshots) {
       v1::SnapshotRecord& r = snap.record;
       if (!snap.block || (r.tier() != v1::TIER_HOST && r.tier() != v1::TIER_DISK)) continue;
@@ -1246,11 +1246,11 @@ Store::StopResult Store::KeepHostTier(std::chrono::steady_clock::time_point dead
 }
 
 StoreCounters Store::Counters() const {
-  MutexLock lock(mu_);
-  StoreCounters c = counters_;
-  c.runs = runs_.size();
+  MutexLock lock(ix_.mu);
+  StoreCounters c = ix_.counters;
+  c.runs = ix_.runs.size();
   AddTieringCounters(c);
-  for (const auto& [id, run] : runs_) {
+  for (const auto& [id, run] : ix_.runs) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.block) ++c.host_snapshots;
       if (snap.record.tier() == v1::TIER_DISK) {

@@ -79,46 +79,46 @@ class Store final : private Tiering {
   // `session_id` (0: none): the session opening or attaching; see RemoveOrphans.
   Result<v1::RunInfo> OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, bool* created,
                               uint64_t device_steps = 0, uint64_t session_id = 0)
-      SNAPD_EXCLUDES(mu_);
+      SNAPD_EXCLUDES(ix_.mu);
   Result<v1::RunInfo> CloseRun(const std::string& name, const Tenant& who = Tenant::Admin())
-      SNAPD_EXCLUDES(mu_);
+      SNAPD_EXCLUDES(ix_.mu);
   // Returns the tier bytes released.
   Result<uint64_t> DeleteRun(const std::string& name, const Tenant& who = Tenant::Admin())
-      SNAPD_EXCLUDES(mu_);
+      SNAPD_EXCLUDES(ix_.mu);
   Result<uint64_t> DeleteSnapshot(const std::string& name, uint64_t step,
-                                  const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
+                                  const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
   // The runs `who` may see.
   std::vector<v1::RunInfo> ListRuns(const Tenant& who = Tenant::Admin()) const
-      SNAPD_EXCLUDES(mu_);
+      SNAPD_EXCLUDES(ix_.mu);
   Result<std::vector<v1::SnapshotInfo>> ListSnapshots(const std::string& name, v1::RunInfo* run,
                                                       const Tenant& who = Tenant::Admin()) const
-      SNAPD_EXCLUDES(mu_);
+      SNAPD_EXCLUDES(ix_.mu);
   Result<v1::SnapshotInfo> Locate(const std::string& name, uint64_t step,
-                                  const Tenant& who = Tenant::Admin()) const SNAPD_EXCLUDES(mu_);
+                                  const Tenant& who = Tenant::Admin()) const SNAPD_EXCLUDES(ix_.mu);
   Result<uint64_t> RunId(const std::string& name, const Tenant& who = Tenant::Admin()) const
-      SNAPD_EXCLUDES(mu_);
+      SNAPD_EXCLUDES(ix_.mu);
   // A tenant's byte quota (0 = no limit), replacing StoreOptions.tenant_quota for that uid
   // until the daemon restarts; and what the tenant stores now.
-  void SetQuota(uint32_t uid, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  void SetQuota(uint32_t uid, uint64_t bytes) SNAPD_EXCLUDES(ix_.mu);
   struct Usage {
     uint64_t quota = 0;
     uint64_t stored_bytes = 0;
     uint64_t in_flight_bytes = 0;  // pushes reserved, not yet stored (they count to the quota)
     uint64_t runs = 0;
   };
-  Usage TenantUsage(uint32_t uid) const SNAPD_EXCLUDES(mu_);
+  Usage TenantUsage(uint32_t uid) const SNAPD_EXCLUDES(ix_.mu);
 
   // The device tier: steps a client keeps in its own GPU memory (device layers). The store
   // only records them, for Locate and List and so that nobody pushes the step again; the
   // bytes never reach the daemon. The records are kept in memory, not in the catalog: when
   // `session_id` ends (EndSession) they become TIER_LOST. held = false forgets one.
   Status HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes, uint64_t session_id,
-                        bool held, const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
+                        bool held, const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
   // The session ended: the device steps it held are lost. `died`: its client went away without
   // closing it; a run that is not kept and that no live session opened becomes an orphan.
-  void EndSession(uint64_t session_id, bool died = false) SNAPD_EXCLUDES(mu_);
+  void EndSession(uint64_t session_id, bool died = false) SNAPD_EXCLUDES(ix_.mu);
   // Removes the orphans (see EndSession) older than `grace`, logging each.
-  void RemoveOrphans(std::chrono::seconds grace) SNAPD_EXCLUDES(mu_);
+  void RemoveOrphans(std::chrono::seconds grace) SNAPD_EXCLUDES(ix_.mu);
 
   // A push between BeginPush and CommitPush/AbortPush: see PushTicket (store/store_state.h).
   // Validates and reserves host memory. `done` gets the ticket or the error, exactly once: on
@@ -129,9 +129,9 @@ class Store final : private Tiering {
   // `who`: the pushing session's tenant; the run must be its own, and the push must fit the
   // tenant's quota.
   bool BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes, PushDone done,
-                 const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
-  Status CommitPush(const PushTicket& ticket) SNAPD_EXCLUDES(mu_);
-  void AbortPush(const PushTicket& ticket) SNAPD_EXCLUDES(mu_);
+                 const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
+  Status CommitPush(const PushTicket& ticket) SNAPD_EXCLUDES(ix_.mu);
+  void AbortPush(const PushTicket& ticket) SNAPD_EXCLUDES(ix_.mu);
 
   // The step's bytes in host memory: see FetchGrant (store/store_state.h).
   // `done` gets the bytes or an error, exactly once: before BeginFetch returns when they are
@@ -139,16 +139,16 @@ class Store final : private Tiering {
   // read from disk; true in that second case. `backward`: the fetch is the backward pass (it
   // paces and triggers prefetch); false for a dump.
   bool BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes, bool backward,
-                  FetchDone done, const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
+                  FetchDone done, const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
   // The solver has the bytes of a fetched step: unless the run keeps steps, the step is
   // released (read-once).
-  void Consumed(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_EXCLUDES(mu_);
+  void Consumed(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_EXCLUDES(ix_.mu);
 
   // Starts disk reads of these steps into host memory; returns how many started.
   Result<uint64_t> Prefetch(const std::string& name, const std::vector<uint64_t>& steps,
-                            const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
+                            const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
   // Writes every host-only snapshot to disk; `done` runs once they all are (or one failed).
-  void Drain(std::function<void(Result<DrainResult>)> done) SNAPD_EXCLUDES(mu_);
+  void Drain(std::function<void(Result<DrainResult>)> done) SNAPD_EXCLUDES(ix_.mu);
 
   // Re-verifies every disk-tier file of the run now (`snapctl scrub`): each is read and checked
   // against its checksums; a damaged one is marked lost and its file quarantined. `done` gets
@@ -159,7 +159,7 @@ class Store final : private Tiering {
     std::vector<std::pair<uint64_t, std::string>> lost;  // step, why
   };
   void ScrubRun(const std::string& name, std::function<void(Result<ScrubResult>)> done,
-                const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(mu_);
+                const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
   // Probes every failed spool now (`snapctl spool probe`) on an I/O thread; `done` gets how
   // many came back.
   void ProbeSpools(std::function<void(int)> done);
@@ -167,9 +167,9 @@ class Store final : private Tiering {
   // docs/operations.md, "Restart, upgrade and drain".
   // From now on pushes are refused with UNAVAILABLE ("snapd is stopping"), those waiting for
   // room too; fetches, and commits of pushes already reserved, go on.
-  void BeginStop() SNAPD_EXCLUDES(mu_);
+  void BeginStop() SNAPD_EXCLUDES(ix_.mu);
   // Pushes reserved (or waiting for room), not yet committed or aborted.
-  uint64_t PushesInFlight() const SNAPD_EXCLUDES(mu_);
+  uint64_t PushesInFlight() const SNAPD_EXCLUDES(ix_.mu);
   struct StopResult {
     uint64_t steps = 0;  // host-only steps written to disk, or host blocks in the kept tier
     uint64_t host_only = 0;  // KeepHostTier: of `steps`, those with no disk copy
@@ -182,7 +182,7 @@ class Store final : private Tiering {
   // `keep_host_copies`: KeepHostTier follows, so each step written keeps its raw block as a host
   // copy of the disk step.
   StopResult DrainForStop(std::chrono::steady_clock::time_point deadline,
-                          bool keep_host_copies = false) SNAPD_EXCLUDES(mu_);
+                          bool keep_host_copies = false) SNAPD_EXCLUDES(ix_.mu);
   // The host tier is handed to systemd's fd store (after a drain, or instead of one): once the
   // checksums, compressions and disk I/O in flight are done (by `deadline`), records where each
   // step with a host block lies in it and its checksum (Catalog::PutHostTierKept), for the next
@@ -190,9 +190,9 @@ class Store final : private Tiering {
   // as a read-ahead copy, its file staying the durable one. Nothing may move blocks any more:
   // the data plane is stopped. On success nothing is marked lost at destruction (also after a
   // drain that fell short); on error nothing is recorded, and host-only steps are marked lost.
-  StopResult KeepHostTier(std::chrono::steady_clock::time_point deadline) SNAPD_EXCLUDES(mu_);
+  StopResult KeepHostTier(std::chrono::steady_clock::time_point deadline) SNAPD_EXCLUDES(ix_.mu);
 
-  StoreCounters Counters() const SNAPD_EXCLUDES(mu_);
+  StoreCounters Counters() const SNAPD_EXCLUDES(ix_.mu);
   // Every request that waits now, oldest first, with what it waits for: `who`'s own unless an
   // admin asks (StatsResponse.waits).
   struct Waits {
@@ -201,7 +201,7 @@ class Store final : private Tiering {
     uint64_t fetches = 0;
     double oldest_seconds = 0;
   };
-  Waits Waiting(const Tenant& who, size_t limit) SNAPD_EXCLUDES(mu_);
+  Waits Waiting(const Tenant& who, size_t limit) SNAPD_EXCLUDES(ix_.mu);
   uint64_t host_budget() const { return host_->budget(); }
   // The host-tier arena a client of `uid` maps, which holds the steps of its runs.
   HostTier::ArenaId HostArenaFor(uint32_t uid) const { return host_->ArenaFor(uid); }
@@ -215,11 +215,11 @@ class Store final : private Tiering {
 
   // Blocks until every checksum queued so far is recorded and the tiering thread has nothing
   // in flight (tests, orderly shutdown).
-  using Checksums::WaitChecksumsIdle;
+  void WaitChecksumsIdle() SNAPD_EXCLUDES(ix_.mu) { checksums_.WaitIdle(ix_); }
   using Tiering::WaitTieringIdle;
   // Checksums of stored bytes computed since the store opened (tests: each block is hashed
   // once, see Checksums).
-  using Checksums::hashes;
+  uint64_t hashes() const { return checksums_.hashes(); }
 
  private:
   Store(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOptions& options);
@@ -227,23 +227,23 @@ class Store final : private Tiering {
   // A host-tier record of the start whose stop kept the host tier (options_.kept_host_tier):
   // its block claimed at the recorded offset and its checksum checked; DATA_LOSS saying why
   // not (an empty message: it was not kept).
-  Status TakeBack(const Run& run, Snapshot& snap) SNAPD_REQUIRES(mu_);
+  Status TakeBack(const Run& run, Snapshot& snap) SNAPD_REQUIRES(ix_.mu);
   // BeginPush and BeginFetch under the lock: the answer now, or nullopt after parking `done`.
   Result<std::optional<PushTicket>> TryBeginPush(uint64_t run_id, uint64_t step, uint64_t bytes,
                                                  PushDone& done, const Tenant& who)
-      SNAPD_EXCLUDES(mu_);
+      SNAPD_EXCLUDES(ix_.mu);
   Result<std::optional<FetchGrant>> TryBeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes,
                                                   bool backward, FetchDone& done, const Tenant& who)
-      SNAPD_EXCLUDES(mu_);
+      SNAPD_EXCLUDES(ix_.mu);
   Result<const Run*> FindByName(const std::string& name, const Tenant& who) const
-      SNAPD_REQUIRES(mu_);
-  Result<Run*> FindByName(const std::string& name, const Tenant& who) SNAPD_REQUIRES(mu_);
-  Result<Run*> FindById(uint64_t run_id, const Tenant& who) SNAPD_REQUIRES(mu_);
-  uint64_t QuotaOf(uint32_t uid) const SNAPD_REQUIRES(mu_);
-  Usage UsageOf(uint32_t uid) const SNAPD_REQUIRES(mu_);
+      SNAPD_REQUIRES(ix_.mu);
+  Result<Run*> FindByName(const std::string& name, const Tenant& who) SNAPD_REQUIRES(ix_.mu);
+  Result<Run*> FindById(uint64_t run_id, const Tenant& who) SNAPD_REQUIRES(ix_.mu);
+  uint64_t QuotaOf(uint32_t uid) const SNAPD_REQUIRES(ix_.mu);
+  Usage UsageOf(uint32_t uid) const SNAPD_REQUIRES(ix_.mu);
   // NOT_FOUND for a step the run does not hold, saying whether it was read once and released.
   static Status StepNotFound(const Run& run, uint64_t step);
-  v1::RunInfo Info(const Run& run) const SNAPD_REQUIRES(mu_);
+  v1::RunInfo Info(const Run& run) const SNAPD_REQUIRES(ix_.mu);
   static Status Refused(Run& run, Status why);
   static v1::SnapshotInfo Info(const Snapshot& snap);
   static v1::SnapshotInfo Info(const Run& run, uint64_t step, const DeviceStep& held);
@@ -259,26 +259,26 @@ class Store final : private Tiering {
   static Status CheckNewStep(const Run& run, uint64_t step, uint64_t bytes, const char* what,
                              const char* moves);
   // Removes a snapshot from the index and the catalog, freeing its tiers.
-  Status Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) SNAPD_REQUIRES(mu_);
+  Status Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) SNAPD_REQUIRES(ix_.mu);
   // The host memory a new declared run may plan its resident steps in: the budget less what
   // every other run holds there or has planned to keep there (an open declared run's range
   // [host_boundary, N)), so runs sharing the tier get boundaries computed against each other.
-  uint64_t HostRoomForNewRun() const SNAPD_REQUIRES(mu_);
+  uint64_t HostRoomForNewRun() const SNAPD_REQUIRES(ix_.mu);
   // Host-tier bytes of `uid`'s steps in runs that cannot move them to disk.
-  uint64_t PinnedHostBytesOf(uint32_t uid) const SNAPD_REQUIRES(mu_);
-  Result<uint64_t> DeleteRunLocked(Run* run) SNAPD_REQUIRES(mu_);
+  uint64_t PinnedHostBytesOf(uint32_t uid) const SNAPD_REQUIRES(ix_.mu);
+  Result<uint64_t> DeleteRunLocked(Run* run) SNAPD_REQUIRES(ix_.mu);
   // A run whose declared steps cannot fit in the tiers it may use (host and disk budgets
   // together) is refused when it opens, naming the node's limit, unless it compresses (its
   // stored size is unknown) or waits for room (block_when_full: the backward pass frees it).
   Status CheckFitsTheNode(const v1::RunSpec& spec, uint64_t device_steps) const;
 
   // Run names are per owner uid: two users may each have "shot-17".
-  std::map<std::pair<uint32_t, std::string>, uint64_t> by_name_ SNAPD_GUARDED_BY(mu_);
-  std::map<uint32_t, uint64_t> quotas_ SNAPD_GUARDED_BY(mu_);  // per-uid, from SetQuota
-  bool closing_ SNAPD_GUARDED_BY(mu_) = false;  // BeginStop: pushes are refused
+  std::map<std::pair<uint32_t, std::string>, uint64_t> by_name_ SNAPD_GUARDED_BY(ix_.mu);
+  std::map<uint32_t, uint64_t> quotas_ SNAPD_GUARDED_BY(ix_.mu);  // per-uid, from SetQuota
+  bool closing_ SNAPD_GUARDED_BY(ix_.mu) = false;  // BeginStop: pushes are refused
   // Set by a stop whose drain fell short: why; the destructor marks what is left lost.
-  std::string unsaved_why_ SNAPD_GUARDED_BY(mu_);
-  uint64_t next_generation_ SNAPD_GUARDED_BY(mu_) = 1;
+  std::string unsaved_why_ SNAPD_GUARDED_BY(ix_.mu);
+  uint64_t next_generation_ SNAPD_GUARDED_BY(ix_.mu) = 1;
 };
 
 // Validates a spec on its own (name, sizes, dtype and shape agree).

@@ -25,7 +25,13 @@ std::string StepName(const v1::RunRecord& run, uint64_t step) {
 
 StoreState::StoreState(Catalog* catalog, HostTier* host, DiskTier* disk,
                        const StoreOptions& options)
-    : catalog_(catalog), host_(host), disk_(disk), options_(options) {
+    : catalog_(catalog),
+      host_(host),
+      disk_(disk),
+      options_(options),
+      checksums_(
+          ix_, [catalog](const v1::SnapshotRecord& r) { return catalog->PutSnapshot(r); },
+          options.on_hash, [this] { Wake(); }) {
   MutexLock lock(waker_->mu);
   waker_->state = this;
 }
@@ -116,25 +122,6 @@ void StoreState::StopWaking() {
     wake_stop_ = true;
   }
   wake_cv_.NotifyAll();
-}
-
-StoreState::Snapshot* StoreState::FindSnapshot(uint64_t run_id, uint64_t step,
-                                               uint64_t generation) {
-  auto run = runs_.find(run_id);
-  if (run == runs_.end()) return nullptr;
-  auto snap = run->second.snapshots.find(step);
-  if (snap == run->second.snapshots.end() || snap->second.generation != generation) {
-    return nullptr;
-  }
-  return &snap->second;
-}
-
-std::pair<StoreState::Run*, StoreState::Snapshot*> StoreState::FindSnapshot(const Key& key) {
-  auto run = runs_.find(key.first);
-  if (run == runs_.end()) return {nullptr, nullptr};
-  auto snap = run->second.snapshots.find(key.second);
-  if (snap == run->second.snapshots.end()) return {nullptr, nullptr};
-  return {&run->second, &snap->second};
 }
 
 void StoreState::MarkLost(Run& run, Snapshot& snap, const std::string& why) {

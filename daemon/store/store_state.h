@@ -1,20 +1,23 @@
 // What the store's owners share: the index of runs and snapshots over the catalog and the
-// tiers, the one mutex that guards it, the signal that wakes the tiering thread, and the I/O
-// and compression pools their jobs run on.
+// tiers with the one mutex that guards it (store/store_index.h), the components made over that
+// index, the signal that wakes the tiering thread, and the I/O and compression pools their
+// jobs run on.
 //
-// The owners are layers of one object, each in the folder of its job:
-//   StoreState (store/store_state.h)  the shared index and plumbing
-//   Checksums  (ingest/checksums.h)   every checksum of a stored step: computed, verified
+// The store is being moved from layers of one object to components over one index:
+//   StoreIndex (store/store_index.h)  the mutex and everything it guards
+//   Checksums  (ingest/checksums.h)   a component: every checksum of a stored step, computed
+//                                     and verified; its own tests (checksums_test.cc)
+// and, still layers of one object, each in the folder of its job:
+//   StoreState (store/store_state.h)  the index, the components and the shared plumbing
 //   Ingest     (ingest/ingest.h)      at-ingest compression
 //   Tiering    (tiering/tiering.h)    the tiering thread and the placement policy as applied
 //   Store      (store/store.h)        the front door and the catalog bookkeeping
-// Each layer uses only the protected interface of the layers below it and calls nothing
-// above it. They are layers of one object rather than separate objects so that the one mutex
-// is one capability to the clang thread-safety analysis (which cannot see that two objects'
-// references name the same mutex): every SNAPD_REQUIRES(mu_) is checked at every call.
+// A component's methods take the index and are annotated SNAPD_REQUIRES(ix.mu), which clang
+// checks against the argument, so every SNAPD_REQUIRES of the store is checked at every call.
+// Each layer uses only the protected interface of the layers below it and calls nothing above.
 //
-// Threading: mu_ guards the index and every owner's state; wake_mu_ is taken after mu_ when
-// both are held, never the other way round.
+// Threading: ix_.mu guards the index and every owner's state; wake_mu_ is taken after ix_.mu
+// when both are held, never the other way round.
 #pragma once
 
 #include <chrono>
@@ -33,31 +36,15 @@
 #include "config/config.h"
 #include "disk_tier/disk_tier.h"
 #include "host_tier/host_tier.h"
+#include "ingest/checksums.h"
 #include "snapd/io_pool.h"
 #include "snapd/status.h"
 #include "snapd/thread_annotations.h"
 #include "snapd/v1/control.pb.h"
 #include "snapd/zfp_codec.h"
+#include "store/store_index.h"
 
 namespace snapd {
-
-struct StoreCounters {
-  uint64_t runs = 0;
-  uint64_t host_snapshots = 0;  // whose bytes are in host memory (only copy or read-ahead)
-  uint64_t disk_snapshots = 0;
-  uint64_t disk_raw_bytes = 0;  // raw size of the disk-tier snapshots (compressed or not)
-  uint64_t lost_snapshots = 0;
-  uint64_t demotions = 0;
-  uint64_t disk_reads = 0;
-  uint64_t prefetch_hits = 0;
-  uint64_t demand_reads = 0;
-  uint64_t released = 0;
-  uint64_t refused_pushes = 0;  // refused because host and disk together had no room
-  uint64_t compactions = 0;     // host blocks moved to merge free room
-  uint64_t unavailable_pushes = 0;  // failed because they needed disk and no spool worked
-  uint64_t unavailable_pushes_fast = 0;  // of those, failed at once (an earlier one waited)
-  uint64_t scrubbed = 0;            // spool files re-verified (recovery, background, on demand)
-};
 
 // What a Store is told at Open. The settings an operator chooses come from snapd's
 // configuration through From(), so their defaults are the option table's (config/config.h):
@@ -103,61 +90,18 @@ class StoreState {
     std::shared_ptr<HostBlock> block;
   };
   using PushDone = std::function<void(Result<PushTicket>)>;
-  // The step's bytes in host memory. `generation` identifies this copy of the step for
-  // Consumed (a step deleted and pushed again is another generation).
-  struct FetchGrant {
-    // A lease (see Lease): a concurrent delete cannot free it under a send.
-    std::shared_ptr<HostBlock> block;
-    uint64_t generation = 0;
-  };
-  using FetchDone = std::function<void(Result<FetchGrant>)>;
+  using FetchGrant = StoreIndex::FetchGrant;
+  using FetchDone = StoreIndex::FetchDone;
   struct DrainResult {
     uint64_t moved = 0;
     uint64_t moved_bytes = 0;
   };
 
  protected:
-  struct PendingPack;  // ingest/ingest.h
-  struct Snapshot {
-    v1::SnapshotRecord record;         // durable truth: TIER_HOST, TIER_DISK or TIER_LOST
-    std::shared_ptr<HostBlock> block;  // host bytes: the only copy (HOST) or a read-ahead (DISK)
-    uint64_t generation = 0;           // unique per stored copy; also arrival order
-    bool writing = false;              // a demotion is writing `block` to disk
-    bool reading = false;              // a disk read into host memory is in flight
-    bool verified = true;              // false for a recovered file not yet checksummed
-    std::vector<FetchDone> waiters;    // fetches waiting for that read
-    // Since when the first of `waiters` waits, and when the wait is next logged (Tiering).
-    std::chrono::steady_clock::time_point waiting_since{};
-    std::chrono::steady_clock::time_point warn_at{};
-    // A compressed copy made at ingest that could not replace the raw block yet.
-    std::shared_ptr<PendingPack> pending_pack;
-  };
-  struct DeviceStep {
-    uint64_t session_id = 0;  // whose GPU memory holds it
-    bool lost = false;        // that session ended
-  };
-  struct Run {
-    v1::RunRecord record;
-    std::map<uint64_t, Snapshot> snapshots;
-    std::map<uint64_t, DeviceStep> device;  // the device tier: recorded, held by clients
-    // Pushes reserved (the store's reference to the block their bytes go to) or waiting for
-    // room (null).
-    std::map<uint64_t, std::shared_ptr<HostBlock>> in_flight;
-    std::set<uint64_t> released;            // read-once steps already consumed (this daemon start)
-    uint64_t stored_bytes = 0;
-    // Backward pace: time between consecutive fetches of descending steps (EWMA).
-    int64_t last_fetch_ns = 0;
-    uint64_t last_fetch_step = 0;
-    double pace_ns = 0;
-    uint64_t prefetch_from = 0;   // read ahead below this step (the last backward fetch); 0 = none
-    std::set<uint64_t> sessions;  // live sessions that opened or attached to it
-    // When the last of them died (its client went away without closing); none: not an orphan.
-    std::optional<std::chrono::steady_clock::time_point> orphaned_at;
-    // Why the run is no longer whole (RunInfo.failure): the first refused push or lost step
-    // since snapd started; empty while it is whole.
-    std::string failure;
-  };
-  using Key = std::pair<uint64_t, uint64_t>;  // (run_id, step)
+  using Snapshot = StoreIndex::Snapshot;
+  using DeviceStep = StoreIndex::DeviceStep;
+  using Run = StoreIndex::Run;
+  using Key = StoreIndex::Key;
   // Callbacks collected under the mutex, run after it is released.
   using Deferred = std::vector<std::function<void()>>;
 
@@ -198,10 +142,7 @@ class StoreState {
   // Blocks released from now on wake nobody (the store is being destroyed).
   void DetachWaker();
 
-  Snapshot* FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_REQUIRES(mu_);
-  // The snapshot at `key` (any generation), with its run; both null if gone.
-  std::pair<Run*, Snapshot*> FindSnapshot(const Key& key) SNAPD_REQUIRES(mu_);
-  void MarkLost(Run& run, Snapshot& snap, const std::string& why) SNAPD_REQUIRES(mu_);
+  void MarkLost(Run& run, Snapshot& snap, const std::string& why) SNAPD_REQUIRES(ix_.mu);
   // Records the first thing that broke `run` (a push refused after it was accepted for
   // checking, or a step lost); later ones leave it as it is.
   static void NoteFailure(Run& run, const std::string& why);
@@ -219,10 +160,9 @@ class StoreState {
   DiskTier* const disk_;  // null: no disk tier
   const StoreOptions options_;
 
-  mutable Mutex mu_;
-  std::map<uint64_t, Run> runs_ SNAPD_GUARDED_BY(mu_);
-  StoreCounters counters_ SNAPD_GUARDED_BY(mu_);  // demotions, reads, hits, releases
-  bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
+  // Before the components: they use it, and are destroyed first.
+  StoreIndex ix_;
+  Checksums checksums_;
 
   // Used by the I/O jobs of every owner; started by Store::Open, io_ stopped first at shutdown
   // (compress_ outlives it: its jobs use the workers).
@@ -242,7 +182,7 @@ class StoreState {
   const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
   std::shared_ptr<HostBlock> Wrap(std::unique_ptr<HostBlock> block);
 
-  Mutex wake_mu_;  // taken after mu_ when both are held; never the other way round
+  Mutex wake_mu_;  // taken after ix_.mu when both are held; never the other way round
   bool wake_ SNAPD_GUARDED_BY(wake_mu_) = false;
   bool wake_stop_ SNAPD_GUARDED_BY(wake_mu_) = false;
   CondVar wake_cv_;

@@ -46,7 +46,7 @@ void Tiering::AnswerWaiting(const Status& down, Deferred& deferred) {
 
 void Tiering::AnswerParkedPushes(const Status& down, Deferred& deferred) {
   for (auto& p : parked_pushes_) {
-    if (auto run = runs_.find(p.run_id); run != runs_.end()) run->second.in_flight.erase(p.step);
+    if (auto run = ix_.runs.find(p.run_id); run != ix_.runs.end()) run->second.in_flight.erase(p.step);
     deferred.push_back([l = std::move(p.later), down] { l(down); });
   }
   parked_pushes_.clear();
@@ -65,7 +65,7 @@ void Tiering::TieringLoop() {
   while (WaitForWake(until)) {
     Deferred deferred;
     {
-      MutexLock lock(mu_);
+      MutexLock lock(ix_.mu);
       deadline_ = std::chrono::steady_clock::time_point::max();
       Rebalance(deferred);
       until = deadline_;
@@ -120,12 +120,12 @@ std::optional<Tiering::FetchGrant> Tiering::AdmitFetch(Run& run, Snapshot& snap,
   }
   std::optional<FetchGrant> grant;
   if (RawInHost(snap)) {
-    if (snap.record.tier() == v1::TIER_DISK) ++counters_.prefetch_hits;
+    if (snap.record.tier() == v1::TIER_DISK) ++ix_.counters.prefetch_hits;
     grant = FetchGrant{Lease(snap.block), snap.generation};
   } else {
     // On disk only, or compressed in host memory: answer once the read (or decode) lands; it
     // goes before any read-ahead.
-    ++counters_.demand_reads;
+    ++ix_.counters.demand_reads;
     if (snap.waiters.empty()) {
       snap.waiting_since = std::chrono::steady_clock::now();
       snap.warn_at = snap.waiting_since + options_.wait_warn_after;
@@ -155,10 +155,10 @@ uint64_t Tiering::PrefetchSteps(Run& run, const std::vector<uint64_t>& steps) {
 
 void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
   {
-    MutexLock lock(mu_);
+    MutexLock lock(ix_.mu);
     if (disk_) {
       uint64_t upto = 0;
-      for (const auto& [id, run] : runs_) {
+      for (const auto& [id, run] : ix_.runs) {
         for (const auto& [step, snap] : run.snapshots) upto = std::max(upto, snap.generation);
       }
       drains_.push_back(DrainWaiter{std::move(done), {}, upto});
@@ -171,12 +171,12 @@ void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
 }
 
 void Tiering::WaitTieringIdle() {
-  MutexLock lock(mu_);
-  idle_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) {
+  MutexLock lock(ix_.mu);
+  idle_cv_.Wait(ix_.mu, [&]() SNAPD_REQUIRES(ix_.mu) {
     if (writes_in_flight_ || reads_in_flight_ || ingests_in_flight() || !parked_pushes_.empty()) {
       return false;
     }
-    for (const auto& [id, run] : runs_) {
+    for (const auto& [id, run] : ix_.runs) {
       for (const auto& [step, snap] : run.snapshots) {
         if (DemotionWanted(run, snap)) return false;
       }
@@ -189,7 +189,7 @@ bool Tiering::Settling() {
   // A queued checksum frees nothing: only one holding the block of a step deleted meanwhile
   // does (queued ones of deleted steps are pruned at each Rebalance).
   return writes_in_flight_ || reads_in_flight_ || ingests_in_flight() || packs_pending() ||
-         ChecksumHeldBytes() > 0;
+         Checksums::HeldBytes(ix_) > 0;
 }
 
 bool Tiering::DemotionWanted(const Run& run, const Snapshot& snap) const {
@@ -203,12 +203,12 @@ bool Tiering::DemotionWanted(const Run& run, const Snapshot& snap) const {
 }
 
 void Tiering::Rebalance(Deferred& deferred) {
-  if (stopping_) return;
+  if (ix_.stopping) return;
   if (disk_ && disk_->changes() != disk_changes_) {
     disk_changes_ = disk_->changes();
     disk_full_ = false;  // a spool came back (or another failed): the room is new
   }
-  PruneChecksumQueue();
+  checksums_.Prune(ix_);
   RetryPendingPacks();
   GrantParkedPushes(deferred);
   const int max_writes = options_.io_threads + 1;
@@ -217,7 +217,7 @@ void Tiering::Rebalance(Deferred& deferred) {
 
   // Steps whose place is disk: below the host boundary, Disk-only runs, a drain.
   uint64_t reserve = 0;
-  for (auto& [id, run] : runs_) {
+  for (auto& [id, run] : ix_.runs) {
     if (UsesDisk(run.record.spec().layers())) {
       reserve = std::max(reserve, kStagingBlocks * BlockBytes(run));
     }
@@ -233,8 +233,8 @@ void Tiering::Rebalance(Deferred& deferred) {
   uint64_t waiting = 0;
   for (const auto& p : parked_pushes_) waiting += p.bytes;
   for (const auto& key : parked_reads_) {
-    auto run = runs_.find(key.first);
-    if (run != runs_.end()) waiting += BlockBytes(run->second);
+    auto run = ix_.runs.find(key.first);
+    if (run != ix_.runs.end()) waiting += BlockBytes(run->second);
   }
   uint64_t need = std::max(reserve, waiting);
   uint64_t writing = FreeingBytes();
@@ -242,7 +242,7 @@ void Tiering::Rebalance(Deferred& deferred) {
   uint64_t first_read = 0;
   HostTier::ArenaId first_read_arena = host_->own_arena();
   for (const auto& key : parked_reads_) {
-    auto [run, snap] = FindSnapshot(key);
+    auto [run, snap] = ix_.FindSnapshot(key);
     if (snap && !RawInHost(*snap) && !snap->reading && !snap->waiters.empty()) {
       first_read = snap->record.raw_bytes();
       first_read_arena = ArenaOf(*run);
@@ -253,7 +253,7 @@ void Tiering::Rebalance(Deferred& deferred) {
   // but no piece the first waiting push or read fits in, even after compacting
   // (GrantParkedPushes and ServeParkedReads tried): then write out more, counting what is being
   // written as if it joined that piece.
-  auto short_of_room = [&]() SNAPD_REQUIRES(mu_) {
+  auto short_of_room = [&]() SNAPD_REQUIRES(ix_.mu) {
     if (host_->budget() - host_->used() + writing < need) return true;
     if (!parked_pushes_.empty() &&
         host_->largest_free(parked_pushes_.front().arena) + writing <
@@ -277,7 +277,7 @@ void Tiering::Rebalance(Deferred& deferred) {
 
   // Read-ahead only uses room nobody waits for.
   if (parked_pushes_.empty() && parked_reads_.empty()) {
-    for (auto& [id, run] : runs_) {
+    for (auto& [id, run] : ix_.runs) {
       if (run.prefetch_from) SchedulePrefetch(run);
     }
   }
@@ -303,8 +303,8 @@ void Tiering::Rebalance(Deferred& deferred) {
                                    : "every snapshot left in host memory belongs to a run "
                                      "whose layers keep it there, or is in use";
     for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
-      auto run = runs_.find(it->run_id);
-      if (run != runs_.end() && (run->second.record.spec().block_when_full() ||
+      auto run = ix_.runs.find(it->run_id);
+      if (run != ix_.runs.end() && (run->second.record.spec().block_when_full() ||
                                  (no_spool && UsesDisk(run->second.record.spec().layers())))) {
         ++it;  // waits for room; a run that may use disk waits for a spool (above)
         continue;
@@ -317,10 +317,10 @@ void Tiering::Rebalance(Deferred& deferred) {
           "block_when_full");
       ++refused_pushes_;
       refusals_.Reject("push refused",
-                       (run != runs_.end() ? StepName(run->second.record, it->step)
+                       (run != ix_.runs.end() ? StepName(run->second.record, it->step)
                                            : "run id " + std::to_string(it->run_id)) +
                            ": " + full.message());
-      if (run != runs_.end()) {
+      if (run != ix_.runs.end()) {
         run->second.in_flight.erase(it->step);
         NoteFailure(run->second, StepName(run->second.record, it->step) +
                                      " was refused: " + full.message());
@@ -331,7 +331,7 @@ void Tiering::Rebalance(Deferred& deferred) {
   }
   if (!parked_reads_.empty() && stuck) {
     for (const auto& key : parked_reads_) {
-      auto [run, snap] = FindSnapshot(key);
+      auto [run, snap] = ix_.FindSnapshot(key);
       if (!snap) continue;
       Status full = Status::ResourceExhausted(
           "no host memory free to read " + StepName(run->record, key.second) +
@@ -368,7 +368,7 @@ std::string Tiering::WhatRoomWaitsFor(uint64_t bytes, HostTier::ArenaId arena) {
     coming.push_back(count(pending_pack_count(), "compressed copy", "compressed copies") +
                      " waiting for the raw bytes to be let go");
   }
-  if (ChecksumHeldBytes()) coming.push_back("the checksum of a deleted step");
+  if (Checksums::HeldBytes(ix_)) coming.push_back("the checksum of a deleted step");
   if (uint64_t held = LeasedBytes()) {
     coming.push_back(FormatBytes(held) + " of stored steps held by transfers in flight");
   }
@@ -428,11 +428,11 @@ std::vector<Tiering::WaitingRequest> Tiering::Waiting() {
     w.wait.set_waiting_for(std::move(what));
   };
   for (const ParkedPush& p : parked_pushes_) {
-    auto run = runs_.find(p.run_id);
-    add("push", run != runs_.end() ? &run->second : nullptr, p.run_id, p.step, p.parked_at,
+    auto run = ix_.runs.find(p.run_id);
+    add("push", run != ix_.runs.end() ? &run->second : nullptr, p.run_id, p.step, p.parked_at,
         WhatRoomWaitsFor(p.bytes, p.arena));
   }
-  for (const auto& [id, run] : runs_) {
+  for (const auto& [id, run] : ix_.runs) {
     for (const auto& [step, snap] : run.snapshots) {
       if (!snap.waiters.empty()) {
         add("fetch", &run, id, step, snap.waiting_since, WhatFetchWaitsFor(run, snap));
@@ -451,7 +451,7 @@ void Tiering::WarnLongWaits() {
   auto now = std::chrono::steady_clock::now();
   auto due = [&](std::chrono::steady_clock::time_point since,
                  std::chrono::steady_clock::time_point& warn_at,
-                 const std::function<std::string()>& what) SNAPD_REQUIRES(mu_) {
+                 const std::function<std::string()>& what) SNAPD_REQUIRES(ix_.mu) {
     if (now >= warn_at) {
       char waited[32];
       std::snprintf(waited, sizeof waited, "%.1f s",
@@ -462,20 +462,20 @@ void Tiering::WarnLongWaits() {
     WakeBy(warn_at);
   };
   for (ParkedPush& p : parked_pushes_) {
-    due(p.parked_at, p.warn_at, [&]() SNAPD_REQUIRES(mu_) {
-      auto run = runs_.find(p.run_id);
+    due(p.parked_at, p.warn_at, [&]() SNAPD_REQUIRES(ix_.mu) {
+      auto run = ix_.runs.find(p.run_id);
       return "push of " +
-             (run != runs_.end() ? StepName(run->second.record, p.step)
+             (run != ix_.runs.end() ? StepName(run->second.record, p.step)
                                  : StepLabel(p.run_id, p.step)) +
              ", waiting for " + WhatRoomWaitsFor(p.bytes, p.arena) + ",";
     });
   }
-  for (auto& entry : runs_) {
+  for (auto& entry : ix_.runs) {
     Run& run = entry.second;
     for (auto& [step, snapshot] : run.snapshots) {
       Snapshot& snap = snapshot;  // a lambda may not capture a structured binding (C++20)
       if (snap.waiters.empty()) continue;
-      due(snap.waiting_since, snap.warn_at, [&]() SNAPD_REQUIRES(mu_) {
+      due(snap.waiting_since, snap.warn_at, [&]() SNAPD_REQUIRES(ix_.mu) {
         return "fetch of " + StepName(run.record, snap.record.step()) + ", waiting for " +
                WhatFetchWaitsFor(run, snap) + ",";
       });
@@ -503,8 +503,8 @@ void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
   const auto timeout = options_.spool_failure_timeout;
   std::string failed;
   for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
-    auto run = runs_.find(it->run_id);
-    if (run == runs_.end() || !NeedsDisk(run->second)) {
+    auto run = ix_.runs.find(it->run_id);
+    if (run == ix_.runs.end() || !NeedsDisk(run->second)) {
       ++it;  // waits for room as with a full disk, or needs no disk (Rebalance answers it)
       continue;
     }
@@ -541,8 +541,8 @@ void Tiering::ScrubNext() {
     return;
   }
   // The next disk-tier step after the cursor, in (run id, step) order, wrapping once.
-  auto next_after = [&](const Key& from) SNAPD_REQUIRES(mu_) -> std::pair<Run*, Snapshot*> {
-    for (auto r = runs_.lower_bound(from.first); r != runs_.end(); ++r) {
+  auto next_after = [&](const Key& from) SNAPD_REQUIRES(ix_.mu) -> std::pair<Run*, Snapshot*> {
+    for (auto r = ix_.runs.lower_bound(from.first); r != ix_.runs.end(); ++r) {
       auto it = r->first == from.first ? r->second.snapshots.upper_bound(from.second)
                                        : r->second.snapshots.begin();
       for (; it != r->second.snapshots.end(); ++it) {
@@ -565,7 +565,7 @@ void Tiering::ScrubNext() {
                           1e9 * static_cast<double>(bytes) /
                           static_cast<double>(options_.scrub_bytes_per_second)));
   StartScrub(run->record.run_id(), snap->record.step(), [this](Status) {
-    MutexLock lock(mu_);
+    MutexLock lock(ix_.mu);
     scrubbing_ = false;
     Wake();
   });
@@ -573,7 +573,7 @@ void Tiering::ScrubNext() {
 
 void Tiering::ServeParkedReads() {
   for (auto it = parked_reads_.begin(); it != parked_reads_.end();) {
-    auto [run, snap] = FindSnapshot(*it);
+    auto [run, snap] = ix_.FindSnapshot(*it);
     if (!snap || RawInHost(*snap) || snap->reading || snap->waiters.empty()) {
       it = parked_reads_.erase(it);
     } else if (StartRead(*run, *snap, /*urgent=*/true)) {
@@ -587,8 +587,8 @@ void Tiering::ServeParkedReads() {
 void Tiering::GrantParkedPushes(Deferred& deferred) {
   while (!parked_pushes_.empty()) {
     ParkedPush& p = parked_pushes_.front();
-    auto run = runs_.find(p.run_id);
-    if (run == runs_.end()) {
+    auto run = ix_.runs.find(p.run_id);
+    if (run == ix_.runs.end()) {
       Status gone = Status::NotFound("run id " + std::to_string(p.run_id) +
                                      " was deleted while a push waited for room");
       deferred.push_back([l = std::move(p.later), gone] { l(gone); });
@@ -613,7 +613,7 @@ bool Tiering::CompactHost(uint64_t bytes, HostTier::ArenaId arena) {
   // than writing a step to disk.
   // Blocks move within their arena only: the one `bytes` is wanted in.
   std::vector<std::pair<Run*, Snapshot*>> movable;
-  for (auto& [id, run] : runs_) {
+  for (auto& [id, run] : ix_.runs) {
     if (ArenaOf(run) != arena) continue;
     for (auto& [step, snap] : run.snapshots) {
       if (snap.block && snap.block.use_count() == 1 && !snap.writing && !snap.reading) {
@@ -640,7 +640,7 @@ uint64_t Tiering::LeasedBytes() const {
   const std::unordered_set<const HostBlock*> leased = LeasedBlocks();
   if (leased.empty()) return 0;
   uint64_t held = 0;
-  for (const auto& [id, run] : runs_) {
+  for (const auto& [id, run] : ix_.runs) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.block && leased.count(snap.block.get())) held += snap.block->size();
     }
@@ -650,12 +650,12 @@ uint64_t Tiering::LeasedBytes() const {
 
 uint64_t Tiering::FreeingBytes() {
   uint64_t writing = 0;
-  for (const auto& [id, run] : runs_) {
+  for (const auto& [id, run] : ix_.runs) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.writing) writing += BlockBytes(run);
     }
   }
-  return writing + ChecksumHeldBytes();
+  return writing + Checksums::HeldBytes(ix_);
 }
 
 bool Tiering::FreeHostRoom() {
@@ -663,7 +663,7 @@ bool Tiering::FreeHostRoom() {
   // backward pass, or the furthest from it).
   Run* best_run = nullptr;
   Snapshot* best = nullptr;
-  for (auto& [id, run] : runs_) {
+  for (auto& [id, run] : ix_.runs) {
     for (auto it = run.snapshots.rbegin(); it != run.snapshots.rend(); ++it) {
       Snapshot& snap = it->second;
       if (snap.record.tier() == v1::TIER_DISK && snap.block && snap.block.use_count() == 1 &&
@@ -686,7 +686,7 @@ bool Tiering::FreeHostRoom() {
   uint32_t heavy = 0;
   if (options_.tenant_host_share < 1.0) {
     std::map<uint32_t, uint64_t> held;  // host bytes by owner, in one pass over the runs
-    for (const auto& [id, run] : runs_) {
+    for (const auto& [id, run] : ix_.runs) {
       uint64_t& bytes = held[run.record.owner_uid()];
       for (const auto& [step, snap] : run.snapshots) {
         if (snap.block) bytes += snap.block->size();
@@ -700,7 +700,7 @@ bool Tiering::FreeHostRoom() {
                  most > static_cast<uint64_t>(options_.tenant_host_share * host_->budget());
   }
   for (int pass = have_heavy ? 0 : 1; pass < 2 && !best; ++pass) {
-    for (auto& [id, run] : runs_) {
+    for (auto& [id, run] : ix_.runs) {
       const v1::RunSpec& spec = run.record.spec();
       if (!UsesDisk(spec.layers()) && drains_.empty()) continue;
       if (pass == 0 && run.record.owner_uid() != heavy) continue;
@@ -738,9 +738,9 @@ void Tiering::StartDemotion(Run& run, Snapshot& snap) {
        block = snap.block]() mutable {
         // A step compressed at ingest has its checksum recorded already; any other is hashed
         // once, by whichever job gets to it first (Checksums::ChecksumOf).
-        uint64_t sum = ChecksumOf(run_id, step, gen, *block, field.bytes);
+        uint64_t sum = checksums_.ChecksumOf(ix_, run_id, step, gen, *block, field.bytes);
         auto written = WriteSnapshot(*disk_, space, run_id, name, record, codec, field,
-                                     block->data(), compress_.get(), *this);
+                                     block->data(), compress_.get(), checksums_);
         block.reset();  // before FinishDemotion: the host memory is free once it says so
         FinishDemotion(run_id, step, gen, space, name, sum, std::move(written));
       },
@@ -752,9 +752,9 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
                              uint64_t checksum, Result<WrittenSnapshot> written) {
   Deferred deferred;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(ix_.mu);
     --writes_in_flight_;
-    Snapshot* snap = FindSnapshot(run_id, step, generation);
+    Snapshot* snap = ix_.FindSnapshot(run_id, step, generation);
     Status s = written.status();
     const bool keep_copy = snap && keep_host_copies_ && RawInHost(*snap);
     if (snap && s.ok()) {
@@ -768,17 +768,17 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
       updated.set_codec(written->codec);
       updated.set_codec_param(written->codec == v1::CODEC_NONE
                                   ? 0
-                                  : runs_.at(run_id).record.spec().codec_param());
+                                  : ix_.runs.at(run_id).record.spec().codec_param());
       updated.set_stored_checksum(written->stored_checksum);
       s = catalog_->PutSnapshot(updated);
       if (s.ok()) {
-        Run& run = runs_.at(run_id);
+        Run& run = ix_.runs.at(run_id);
         run.stored_bytes -= snap->record.stored_bytes();
         run.stored_bytes += updated.stored_bytes();
         snap->record = std::move(updated);
         // The host memory is free now (the record points at the file), unless a stop keeps it.
         if (!keep_copy) snap->block.reset();
-        ++counters_.demotions;
+        ++ix_.counters.demotions;
         for (auto& d : drains_) {
           ++d.result.moved;
           d.result.moved_bytes += snap->record.raw_bytes();
@@ -824,8 +824,8 @@ bool Tiering::StartRead(Run& run, Snapshot& snap, bool urgent) {
         int64_t started = NowNs();
         Status s = stored
                        ? DecodeSnapshot(record, field, stored->data(), block->data(),
-                                        compress_.get(), *this)
-                       : ReadSnapshot(*disk_, record, field, block->data(), compress_.get(), *this);
+                                        compress_.get(), checksums_)
+                       : ReadSnapshot(*disk_, record, field, block->data(), compress_.get(), checksums_);
         stored.reset();
         FinishRead(record.run_id(), record.step(), gen, std::move(block), s, started);
       },
@@ -837,12 +837,12 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
                          std::shared_ptr<HostBlock> block, Status read, int64_t started_ns) {
   Deferred deferred;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(ix_.mu);
     --reads_in_flight_;
-    Snapshot* snap = FindSnapshot(run_id, step, generation);
+    Snapshot* snap = ix_.FindSnapshot(run_id, step, generation);
     if (snap) {
       snap->reading = false;
-      Run& run = runs_.at(run_id);
+      Run& run = ix_.runs.at(run_id);
       std::vector<FetchDone> waiters = std::move(snap->waiters);
       snap->waiters.clear();
       if (read.ok() && HoldsCompressed(*snap)) {
@@ -858,7 +858,7 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
           snap->record = std::move(updated);
         }
       } else if (read.ok()) {
-        ++counters_.disk_reads;
+        ++ix_.counters.disk_reads;
         double per_byte = static_cast<double>(NowNs() - started_ns) /
                           static_cast<double>(std::max<uint64_t>(snap->record.raw_bytes(), 1));
         read_ns_per_byte_ = read_ns_per_byte_ > 0 ? 0.7 * read_ns_per_byte_ + 0.3 * per_byte
@@ -885,7 +885,7 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
 }
 
 void Tiering::StartScrub(uint64_t run_id, uint64_t step, std::function<void(Status)> done) {
-  const Snapshot& snap = runs_.at(run_id).snapshots.at(step);
+  const Snapshot& snap = ix_.runs.at(run_id).snapshots.at(step);
   if (snap.record.checksum_state() != v1::CHECKSUM_RECORDED) {
     if (done) {
       io_->Submit([done] { done(Status::FailedPrecondition("no checksum recorded")); },
@@ -897,17 +897,17 @@ void Tiering::StartScrub(uint64_t run_id, uint64_t step, std::function<void(Stat
   // from solvers.
   io_->Submit(
       [this, record = snap.record, gen = snap.generation,
-       field = FieldOf(runs_.at(run_id).record.spec()), done = std::move(done)] {
-        Status s = VerifySnapshot(*disk_, record, field, compress_.get(), *this);
+       field = FieldOf(ix_.runs.at(run_id).record.spec()), done = std::move(done)] {
+        Status s = VerifySnapshot(*disk_, record, field, compress_.get(), checksums_);
         {
-          MutexLock lock(mu_);
+          MutexLock lock(ix_.mu);
           ++scrubbed_;
-          Snapshot* current = FindSnapshot(record.run_id(), record.step(), gen);
+          Snapshot* current = ix_.FindSnapshot(record.run_id(), record.step(), gen);
           if (current && current->record.tier() == v1::TIER_DISK) {
             if (s.ok()) {
               current->verified = true;
             } else if (s.code() == Code::kDataLoss) {
-              LoseDiskStep(runs_.at(record.run_id()), *current,
+              LoseDiskStep(ix_.runs.at(record.run_id()), *current,
                            "found by a scrub of its spool file: " + s.message());
             } else {
               SNAPD_LOG_WARN("verifying %s: %s",
@@ -969,7 +969,7 @@ void Tiering::FinishDrainsIfDone(Deferred& deferred) {
   // The oldest copy still only in host memory (one being written still is): a drain that
   // began after it was stored waits for it.
   uint64_t oldest_host = UINT64_MAX;
-  for (const auto& [id, run] : runs_) {
+  for (const auto& [id, run] : ix_.runs) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.record.tier() == v1::TIER_HOST && snap.block) {
         oldest_host = std::min(oldest_host, snap.generation);
@@ -979,7 +979,7 @@ void Tiering::FinishDrainsIfDone(Deferred& deferred) {
   const Status full = Status::ResourceExhausted(
       "the disk tier filled up while draining; what was moved stays on disk and the rest is "
       "still in host memory");
-  std::erase_if(drains_, [&](DrainWaiter& d) SNAPD_REQUIRES(mu_) {
+  std::erase_if(drains_, [&](DrainWaiter& d) SNAPD_REQUIRES(ix_.mu) {
     if (oldest_host > d.upto) {
       deferred.push_back([l = std::move(d.done), r = d.result] { l(r); });
       return true;

@@ -1,0 +1,138 @@
+// The store's index: the one mutex and everything it guards. Runs and their snapshots over the
+// catalog and the tiers, the counters, and the state of the components the store is made of
+// (the checksum owner's queue today; see store/store_state.h for the rest). A component keeps
+// no guarded member of its own: its methods take the index and are annotated
+// SNAPD_REQUIRES(ix.mu), which clang's thread-safety analysis checks against the argument at
+// every call, so one index held by the store is one capability however many components use it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "host_tier/host_tier.h"
+#include "snapd/status.h"
+#include "snapd/thread_annotations.h"
+#include "snapd/v1/catalog.pb.h"
+#include "snapd/v1/control.pb.h"
+
+namespace snapd {
+
+struct StoreCounters {
+  uint64_t runs = 0;
+  uint64_t host_snapshots = 0;  // whose bytes are in host memory (only copy or read-ahead)
+  uint64_t disk_snapshots = 0;
+  uint64_t disk_raw_bytes = 0;  // raw size of the disk-tier snapshots (compressed or not)
+  uint64_t lost_snapshots = 0;
+  uint64_t demotions = 0;
+  uint64_t disk_reads = 0;
+  uint64_t prefetch_hits = 0;
+  uint64_t demand_reads = 0;
+  uint64_t released = 0;
+  uint64_t refused_pushes = 0;  // refused because host and disk together had no room
+  uint64_t compactions = 0;     // host blocks moved to merge free room
+  uint64_t unavailable_pushes = 0;  // failed because they needed disk and no spool worked
+  uint64_t unavailable_pushes_fast = 0;  // of those, failed at once (an earlier one waited)
+  uint64_t scrubbed = 0;            // spool files re-verified (recovery, background, on demand)
+};
+
+// A compressed copy made at ingest that could not replace the raw block yet (ingest/ingest.h).
+struct PendingPack;
+
+struct StoreIndex {
+  // The step's bytes in host memory. `generation` identifies this copy of the step for
+  // Consumed (a step deleted and pushed again is another generation).
+  struct FetchGrant {
+    // A lease (see StoreState::Lease): a concurrent delete cannot free it under a send.
+    std::shared_ptr<HostBlock> block;
+    uint64_t generation = 0;
+  };
+  using FetchDone = std::function<void(Result<FetchGrant>)>;
+
+  struct Snapshot {
+    v1::SnapshotRecord record;         // durable truth: TIER_HOST, TIER_DISK or TIER_LOST
+    std::shared_ptr<HostBlock> block;  // host bytes: the only copy (HOST) or a read-ahead (DISK)
+    uint64_t generation = 0;           // unique per stored copy; also arrival order
+    bool writing = false;              // a demotion is writing `block` to disk
+    bool reading = false;              // a disk read into host memory is in flight
+    bool verified = true;              // false for a recovered file not yet checksummed
+    std::vector<FetchDone> waiters;    // fetches waiting for that read
+    // Since when the first of `waiters` waits, and when the wait is next logged (Tiering).
+    std::chrono::steady_clock::time_point waiting_since{};
+    std::chrono::steady_clock::time_point warn_at{};
+    // A compressed copy made at ingest that could not replace the raw block yet.
+    std::shared_ptr<PendingPack> pending_pack;
+  };
+  struct DeviceStep {
+    uint64_t session_id = 0;  // whose GPU memory holds it
+    bool lost = false;        // that session ended
+  };
+  struct Run {
+    v1::RunRecord record;
+    std::map<uint64_t, Snapshot> snapshots;
+    std::map<uint64_t, DeviceStep> device;  // the device tier: recorded, held by clients
+    // Pushes reserved (the store's reference to the block their bytes go to) or waiting for
+    // room (null).
+    std::map<uint64_t, std::shared_ptr<HostBlock>> in_flight;
+    std::set<uint64_t> released;  // read-once steps already consumed (this daemon start)
+    uint64_t stored_bytes = 0;
+    // Backward pace: time between consecutive fetches of descending steps (EWMA).
+    int64_t last_fetch_ns = 0;
+    uint64_t last_fetch_step = 0;
+    double pace_ns = 0;
+    uint64_t prefetch_from = 0;   // read ahead below this step (the last backward fetch); 0 = none
+    std::set<uint64_t> sessions;  // live sessions that opened or attached to it
+    // When the last of them died (its client went away without closing); none: not an orphan.
+    std::optional<std::chrono::steady_clock::time_point> orphaned_at;
+    // Why the run is no longer whole (RunInfo.failure): the first refused push or lost step
+    // since snapd started; empty while it is whole.
+    std::string failure;
+  };
+  using Key = std::pair<uint64_t, uint64_t>;  // (run_id, step)
+
+  // The checksum owner's state (ingest/checksums.h): the checksums of stored copies still to
+  // compute, and the hashes in progress that other threads may wait for.
+  struct ChecksumJob {
+    uint64_t run_id = 0;
+    uint64_t step = 0;
+    uint64_t generation = 0;
+    uint64_t bytes = 0;
+    std::shared_ptr<HostBlock> block;
+    std::chrono::steady_clock::time_point queued;
+  };
+  using CopyKey = std::tuple<uint64_t, uint64_t, uint64_t>;  // (run_id, step, generation)
+  struct Hashing {
+    bool done = false;
+    uint64_t sum = 0;
+  };
+  struct ChecksumQueue {
+    std::deque<ChecksumJob> jobs;
+    bool busy = false;
+    ChecksumJob current;  // while busy; its block is not held
+    std::map<CopyKey, std::shared_ptr<Hashing>> hashing;
+    std::chrono::steady_clock::time_point last_data_activity;
+    int idle_waiters = 0;  // threads in Checksums::WaitIdle
+  };
+
+  // This copy of the step (its generation), or null if it is gone.
+  Snapshot* FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_REQUIRES(mu);
+  // The snapshot at `key` (any generation), with its run; both null if gone.
+  std::pair<Run*, Snapshot*> FindSnapshot(const Key& key) SNAPD_REQUIRES(mu);
+
+  mutable Mutex mu;
+  std::map<uint64_t, Run> runs SNAPD_GUARDED_BY(mu);
+  StoreCounters counters SNAPD_GUARDED_BY(mu);  // demotions, reads, hits, releases
+  bool stopping SNAPD_GUARDED_BY(mu) = false;
+  ChecksumQueue checksums SNAPD_GUARDED_BY(mu);
+};
+
+}  // namespace snapd
