@@ -330,17 +330,39 @@ void Tiering::Rebalance(Deferred& deferred) {
     }
   }
   if (!parked_reads_.empty() && stuck) {
-    for (const auto& key : parked_reads_) {
-      auto [run, snap] = ix_.FindSnapshot(key);
-      if (!snap) continue;
-      Status full = Status::ResourceExhausted(
-          "no host memory free to read " + StepName(run->record, key.second) +
-          " back from disk (" + FormatBytes(host_->used()) + " of " +
-          FormatBytes(host_->budget()) + " in use)");
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = parked_reads_.begin(); it != parked_reads_.end();) {
+      auto [run, snap] = ix_.FindSnapshot(*it);
+      if (!snap) {
+        it = parked_reads_.erase(it);
+        continue;
+      }
+      Status full;
+      if (no_spool) {
+        // No step can leave host memory while no spool works, so none makes room: the read
+        // waits as a push that needs the disk does (spool_failure_timeout), for a spool to come
+        // back or a step to go, then fails UNAVAILABLE.
+        const auto deadline = snap->waiting_since + options_.spool_failure_timeout;
+        if (now < deadline) {
+          WakeBy(deadline);
+          ++it;
+          continue;
+        }
+        full = Status::Unavailable(
+            "no host memory free to read " + StepName(run->record, it->second) +
+            " back from disk (" + FormatBytes(host_->used()) + " of " +
+            FormatBytes(host_->budget()) + " in use), and none can be made while no spool of "
+            "the disk tier works (" + disk_->FailedSpools() + ")");
+      } else {
+        full = Status::ResourceExhausted(
+            "no host memory free to read " + StepName(run->record, it->second) +
+            " back from disk (" + FormatBytes(host_->used()) + " of " +
+            FormatBytes(host_->budget()) + " in use)");
+      }
       for (auto& w : snap->waiters) deferred.push_back([w = std::move(w), full] { w(full); });
       snap->waiters.clear();
+      it = parked_reads_.erase(it);
     }
-    parked_reads_.clear();
   }
   FinishDrainsIfDone(deferred);
   if (options_.scrub_bytes_per_second && disk_) ScrubNext();

@@ -275,6 +275,49 @@ INSTANTIATE_TEST_SUITE_P(
                                                                                 : "EioOnFdatasync");
     });
 
+// A fetch of a disk step while the host tier is full and no spool works: no step can leave
+// host memory to make room, which is the case of a push that needs the disk. So the read
+// waits spool_failure_timeout for a spool to come back and then fails UNAVAILABLE naming the
+// spool (it failed RESOURCE_EXHAUSTED at once; the soak found it); a spool that comes back
+// within the bound serves it.
+TEST_F(SpoolFailureTest, AFetchThatNeedsRoomWhileNoSpoolWorksWaitsForASpool) {
+  const milliseconds kTimeout(1500);
+  ASSERT_NO_FATAL_FAILURE(Open(1, kTimeout));
+  uint64_t id = OpenRun("r", 0, v1::LAYERS_DISK_HOST);
+  for (uint64_t t = 0; t < 4; ++t) ASSERT_TRUE(Push(id, t).ok()) << t;
+  auto drained = std::make_shared<std::promise<Result<Store::DrainResult>>>();
+  store_->Drain([drained](Result<Store::DrainResult> r) { drained->set_value(std::move(r)); });
+  ASSERT_TRUE(drained->get_future().get().ok());
+  ASSERT_EQ(TierOf("r", 0), v1::TIER_DISK);
+  // The spool fails; the host tier fills with steps that could move to disk if one worked.
+  io_.Fail(testing::FaultySpoolIo::kOpenForWrite, EROFS);
+  uint64_t t = 4;
+  while (Push(id, t).ok()) ++t;
+  ASSERT_FALSE(disk_->usable());
+
+  auto fetch = [&](uint64_t step) {
+    return std::async(std::launch::async, [this, id, step] { return FetchExact(id, step); });
+  };
+  const auto started = steady_clock::now();
+  Status s = fetch(0).get();
+  const auto waited = steady_clock::now() - started;
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("no spool of the disk tier works"), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("EROFS"), std::string::npos) << s.ToString();
+  EXPECT_GE(waited, kTimeout - milliseconds(100));
+  EXPECT_LT(waited, kTimeout + milliseconds(3000));
+
+  // Within the bound the spool comes back: a demotion makes room and the read is served.
+  auto served = fetch(1);
+  std::this_thread::sleep_for(milliseconds(300));
+  io_.Heal();
+  Status again = served.get();
+  EXPECT_TRUE(again.ok()) << again.ToString();
+  for (uint64_t k = 0; k < t; ++k) EXPECT_TRUE(FetchExact(id, k).ok()) << k;
+  ExpectRoundTrip();
+}
+
 // Two spools; one's device fails in the middle of a run. The run never notices: the demotion
 // that failed is written to the other spool, every later one goes there, and every step comes
 // back exact, the ones written to the failed spool before it failed included.
