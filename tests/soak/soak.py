@@ -349,7 +349,7 @@ class Soak:
                 if r["spec"].get("job") == job:
                     name = r["spec"]["name"]
                     p2 = self.snapctl("rm", name, ok=False)
-                    if p2.returncode != 0 and "not found" not in p2.stderr.lower():
+                    if p2.returncode != 0 and "does not exist" not in p2.stderr:
                         self.fail(f"snapctl rm {name}: {p2.stderr.strip()}")
         self.spawn(slot)
 
@@ -392,8 +392,8 @@ class Soak:
             if runs:
                 name = self.rng.choice(runs)["spec"]["name"]
                 p = self.snapctl("scrub", name, ok=False)
-                if p.returncode != 0 and "not found" not in p.stderr.lower() and \
-                        "no run" not in p.stderr.lower():
+                gone = ("does not exist", "not found")  # deleted since it was listed
+                if p.returncode != 0 and not any(g in p.stderr for g in gone):
                     self.fail(f"snapctl scrub {name}: {p.stderr.strip()}")
         self.event(f"snapctl {what}")
 
