@@ -7,7 +7,7 @@ build=${1:?usage: make_corpus.sh BUILD_DIR}
 log=$(mktemp "${TMPDIR:-/tmp}/snapd-make-corpus.XXXXXX")
 trap 'rm -f "$log"' EXIT
 for name in data_plane_fuzzer arena_socket_fuzzer control_fuzzer catalog_fuzzer spool_fuzzer \
-            plan_fuzzer; do
+            plan_fuzzer config_fuzzer; do
   out="$here/corpus/$name"
   rm -rf "$out"
   mkdir -p "$out"

@@ -25,7 +25,7 @@ done
 
 # target:max_len (bytes): each sized to what its input format reads.
 targets="data_plane_fuzzer:4096 arena_socket_fuzzer:128 control_fuzzer:4096
-catalog_fuzzer:8192 spool_fuzzer:16384 plan_fuzzer:2048"
+catalog_fuzzer:8192 spool_fuzzer:16384 plan_fuzzer:2048 config_fuzzer:4096"
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/snapd-fuzz-run.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
