@@ -41,7 +41,7 @@ class Checksums {
 
   // Computes the checksum of a stored step's bytes (raw or compressed), counted and seen by
   // `on_hash`. Two checks outside the push path use Checksum() directly: a kept host tier's
-  // copies, taken back at start and handed over at stop (store.cc).
+  // copies, taken back at start and handed over at stop (store_open.cc, store_stop.cc).
   uint64_t Hash(const void* data, uint64_t bytes) const;
   // DATA_LOSS naming `what` ("bytes", "compressed bytes") when Hash(data, bytes) != expected.
   Status Verify(const void* data, uint64_t bytes, uint64_t expected, const char* what) const;

@@ -1,0 +1,234 @@
+// Opening the store: the catalog's runs and snapshots taken back at start (Load), a kept host tier
+// claimed (TakeBack), and the store's own teardown.
+#include "store/store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "log.h"
+#include "snapd/checksum.h"
+#include "snapd/layers.h"
+#include "snapd/units.h"
+#include "tiering/placement.h"
+#include "tiering/snapshot_io.h"
+
+namespace snapd {
+
+Store::Store(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOptions& options)
+    : Tiering(catalog, host, disk, options) {}
+
+Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, DiskTier* disk,
+                                           const StoreOptions& options) {
+  std::unique_ptr<Store> store(new Store(catalog, host, disk, options));
+  SNAPD_RETURN_IF_ERROR(store->Load());
+  Store* s = store.get();
+  s->compress_ = std::make_unique<compress::CompressPool>(options.compress_threads);
+  s->io_ = std::make_unique<IoPool>(std::max(1, options.io_threads));
+  s->checksums_.Start();
+  s->StartTiering();
+  {
+    MutexLock lock(s->ix_.mu);
+    for (auto& [id, run] : s->ix_.runs) {
+      for (auto& [step, snap] : run.snapshots) {
+        if (!snap.verified) s->StartScrub(id, step);
+      }
+    }
+  }
+  return store;
+}
+
+Store::~Store() {
+  {
+    MutexLock lock(ix_.mu);
+    ix_.stopping = true;
+  }
+  StopWaking();
+  StopTiering();
+  checksums_.Stop();
+  io_.reset();  // finishes the I/O already queued; completions still find the index intact
+  DetachWaker();  // blocks released from now on wake nobody
+  {
+    MutexLock lock(ix_.mu);
+    if (!unsaved_why_.empty()) {
+      // A stop whose drain fell short: what did not reach the disk is named, never silent.
+      uint64_t lost = 0;
+      for (auto& [id, run] : ix_.runs) {
+        for (auto& [step, snap] : run.snapshots) {
+          if (snap.record.tier() != v1::TIER_HOST || !snap.block) continue;
+          MarkLost(run, snap, "it was still only in host memory when snapd stopped (" +
+                                  unsaved_why_ + ")");
+          ++lost;
+        }
+      }
+      if (lost) {
+        SNAPD_LOG_ERROR("%llu host-tier steps were not written to disk before snapd stopped",
+                        static_cast<unsigned long long>(lost));
+      }
+    }
+  }
+  // Whoever still waits gets an answer.
+  Deferred deferred;
+  {
+    MutexLock lock(ix_.mu);
+    Status down = Status::Unavailable("snapd is shutting down");
+    AnswerWaiting(down, deferred);
+    for (auto& [id, run] : ix_.runs) {
+      for (auto& [step, snap] : run.snapshots) {
+        for (auto& w : snap.waiters) deferred.push_back([l = std::move(w), down] { l(down); });
+        snap.waiters.clear();
+      }
+    }
+  }
+  for (auto& f : deferred) f();
+}
+
+Status Store::Load() {
+  std::vector<v1::RunRecord> runs;
+  std::vector<v1::SnapshotRecord> snapshots;
+  SNAPD_RETURN_IF_ERROR(catalog_->LoadAll(&runs, &snapshots));
+  MutexLock lock(ix_.mu);
+  for (auto& r : runs) {
+    uint64_t id = r.run_id();
+    by_name_[{r.owner_uid(), r.spec().name()}] = id;
+    ix_.runs[id].record = std::move(r);
+  }
+  std::set<std::string> keep;
+  // Files of steps found damaged now or lost before: moved aside, never deleted.
+  struct Damaged {
+    std::string step;
+    v1::SnapshotRecord record;
+    std::string why;
+  };
+  std::vector<Damaged> damaged;
+  uint64_t lost_host = 0, recovered = 0, taken_back = 0;
+  for (auto& rec : snapshots) {
+    auto it = ix_.runs.find(rec.run_id());
+    if (it == ix_.runs.end()) continue;  // unreachable: DeleteRun removes both in one batch
+    Run& run = it->second;
+    Snapshot& snap = run.snapshots[rec.step()];
+    snap.record = std::move(rec);
+    snap.generation = next_generation_++;
+    run.stored_bytes += snap.record.stored_bytes();  // before MarkLost takes it off again
+    v1::SnapshotRecord& r = snap.record;
+    // A file a record names is never an interrupted write, whatever became of the step.
+    if (disk_ && !r.disk_name().empty()) {
+      keep.insert(DiskTier::Key(r.spool(), r.run_id(), r.disk_name()));
+    }
+    if (r.tier() == v1::TIER_LOST && disk_ && !r.disk_name().empty()) {
+      damaged.push_back({StepName(run.record, r.step()), r, "lost before this start"});
+    }
+    if (r.tier() == v1::TIER_HOST && r.daemon_epoch() != options_.epoch) {
+      if (Status kept = TakeBack(run, snap); kept.ok()) {
+        ++taken_back;
+      } else {
+        ++lost_host;
+        if (kept.message().empty()) {
+          NoteFailure(run, StepName(run.record, r.step()) +
+                               " is lost: it was in host memory when snapd last stopped "
+                               "without writing it to disk (kill -9 or a crash)");
+        }
+        MarkLost(run, snap, kept.message());
+      }
+    } else if (r.tier() == v1::TIER_DISK) {
+      Status adopted = disk_ ? disk_->Adopt(r.spool(), r.run_id(), r.disk_name(),
+                                            FileContentBytes(r))
+                             : Status::FailedPrecondition("snapd now runs without a disk tier");
+      if (adopted.ok()) {
+        keep.insert(DiskTier::Key(r.spool(), r.run_id(), r.disk_name()));
+        snap.verified = false;  // checked by a background scrub (StartScrub) and on every read
+        ++recovered;
+        if (r.has_host_copy()) {
+          // A host copy kept through the restart: served from memory if it checks out, else
+          // the file serves, which is the durable copy either way.
+          if (Status kept = TakeBack(run, snap); kept.ok()) {
+            ++taken_back;
+          } else {
+            SNAPD_LOG_INFO("%s is served from its spool file, not from its host copy (%s)",
+                           StepName(run.record, r.step()).c_str(),
+                           kept.message().empty() ? "not kept" : kept.message().c_str());
+            r.clear_host_copy();
+            if (Status s = catalog_->PutSnapshot(r); !s.ok()) return s;
+          }
+        }
+      } else {
+        SNAPD_LOG_WARN("%s is lost: %s", StepName(run.record, r.step()).c_str(),
+                       adopted.message().c_str());
+        if (disk_) damaged.push_back({StepName(run.record, r.step()), r, adopted.message()});
+        MarkLost(run, snap, "");
+      }
+    }
+  }
+  if (disk_) {
+    for (const Damaged& d : damaged) {
+      auto moved = disk_->Quarantine(d.record.spool(), d.record.run_id(), d.record.disk_name(),
+                                     /*accounted_raw=*/0);
+      if (moved.ok()) {
+        SNAPD_LOG_WARN("quarantined the spool file of lost %s (%s, %s recorded) as %s: %s",
+                       d.step.c_str(), d.record.disk_name().c_str(),
+                       FormatBytes(FileContentBytes(d.record)).c_str(), moved->c_str(),
+                       d.why.c_str());
+      } else if (moved.status().code() != Code::kNotFound) {
+        SNAPD_LOG_WARN("quarantining the spool file of lost %s: %s", d.step.c_str(),
+                       moved.status().message().c_str());
+      }
+    }
+    // Until files of recorded steps were kept (above), a file cut short behind snapd's back
+    // (Adopt refused it) was counted here too and deleted as an "interrupted write"; now only
+    // `.tmp` files and files renamed into place whose record was never written are.
+    std::vector<std::string> orphans = disk_->RemoveOrphans(keep);
+    if (!orphans.empty()) {
+      std::string some;
+      for (size_t i = 0; i < orphans.size() && i < 3; ++i) some += (i ? ", " : "") + orphans[i];
+      SNAPD_LOG_INFO("removed %zu spool file%s that no snapshot record names (writes a stop "
+                     "interrupted): %s%s",
+                     orphans.size(), orphans.size() == 1 ? "" : "s", some.c_str(),
+                     orphans.size() > 3 ? ", ..." : "");
+    }
+  }
+  if (lost_host) {
+    SNAPD_LOG_WARN("%llu host-tier snapshots from an earlier start are lost",
+                   static_cast<unsigned long long>(lost_host));
+  }
+  if (taken_back) {
+    SNAPD_LOG_INFO("took back %llu host-tier snapshots kept through the restart (checksums "
+                   "verified)",
+                   static_cast<unsigned long long>(taken_back));
+  }
+  if (recovered) {
+    SNAPD_LOG_INFO("recovered %llu disk-tier snapshots; verifying their checksums",
+                   static_cast<unsigned long long>(recovered));
+  }
+  return Status::Ok();
+}
+
+Status Store::TakeBack(const Run& run, Snapshot& snap) {
+  v1::SnapshotRecord& r = snap.record;
+  const auto& kept = options_.kept_host_tier;
+  if (!kept || r.daemon_epoch() != kept->epoch() || !r.has_host_copy()) {
+    return Status::DataLoss("");  // in host memory at a stop that did not keep the tier
+  }
+  if (!options_.host_tier_adopted) {
+    return Status::DataLoss(
+        "it was in the host tier handed to systemd's fd store, which did not pass it back at "
+        "this start");
+  }
+  const v1::HostCopy& copy = r.host_copy();
+  auto block = ClaimHost(run, copy.offset(), copy.bytes());
+  if (!block.ok()) {
+    return Status::DataLoss("its place in the kept host tier: " + block.status().message());
+  }
+  // A disk step's host copy holds its raw bytes; a host step's block what it stores.
+  const uint64_t held = r.tier() == v1::TIER_DISK ? r.raw_bytes() : r.stored_bytes();
+  if (held > (*block)->size() || Checksum((*block)->data(), held) != copy.checksum()) {
+    return Status::DataLoss("its bytes in the kept host tier fail their checksum");
+  }
+  snap.block = std::move(block).value();
+  r.set_daemon_epoch(options_.epoch);  // in this start's host tier now
+  r.clear_host_copy();
+  return catalog_->PutSnapshot(r);
+}
+
+}  // namespace snapd

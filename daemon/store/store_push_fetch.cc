@@ -1,0 +1,239 @@
+// The push and fetch path: each request checked against its run, then admitted to the tiers
+// (Tiering::AdmitPush, AdmitFetch), committed, aborted, consumed; and prefetch.
+#include "store/store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "log.h"
+#include "snapd/checksum.h"
+#include "snapd/layers.h"
+#include "snapd/units.h"
+#include "tiering/placement.h"
+#include "tiering/snapshot_io.h"
+
+namespace snapd {
+
+Status Store::StepNotFound(const Run& run, uint64_t step) {
+  if (run.released.count(step)) {
+    return Status::NotFound(StepName(run.record, step) +
+                            " was read once and released (open the run with keep to read "
+                            "steps more than once)");
+  }
+  return Status::NotFound(StepName(run.record, step) + " was never stored");
+}
+
+Status Store::CheckNewStep(const Run& run, uint64_t step, uint64_t bytes, const char* what,
+                           const char* moves) {
+  const v1::RunRecord& r = run.record;
+  if (r.state() == v1::RUN_CLOSED) {
+    return Status::FailedPrecondition("run '" + r.spec().name() +
+                                      "' is closed: its forward pass is over, it takes no "
+                                      "more pushes");
+  }
+  if (r.spec().steps() != 0 && step >= r.spec().steps()) {
+    return Status::OutOfRange(StepName(r, step) + " is outside the declared steps 0.." +
+                              std::to_string(r.spec().steps() - 1));
+  }
+  SNAPD_RETURN_IF_ERROR(CheckSize(run, step, bytes, what, moves));
+  if (run.snapshots.count(step) || run.device.count(step)) {
+    return Status::AlreadyExists(StepName(r, step) +
+                                 " is already stored; each step is pushed once");
+  }
+  if (run.in_flight.count(step)) {
+    return Status::AlreadyExists(StepName(r, step) + " is already being pushed");
+  }
+  return Status::Ok();
+}
+
+Status Store::CheckSize(const Run& run, uint64_t step, uint64_t bytes, const char* what,
+                        const char* moves) {
+  const v1::RunRecord& r = run.record;
+  if (bytes == r.spec().bytes_per_step()) return Status::Ok();
+  return Status::InvalidArgument(std::string(what) + " of " + StepName(r, step) + " " + moves +
+                                 " " +
+                                 std::to_string(bytes) + " bytes but the run stores " +
+                                 std::to_string(r.spec().bytes_per_step()) + " per step");
+}
+
+bool Store::BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes, PushDone done,
+                      const Tenant& who) {
+  auto now = TryBeginPush(run_id, step, bytes, done, who);
+  if (now.ok() && !now->has_value()) return true;  // parked: `done` was moved there
+  done(now.ok() ? Result<PushTicket>(std::move(**now)) : Result<PushTicket>(now.status()));
+  return false;
+}
+
+// A push refused for room after its request was found valid (`why` names the step): the run
+// now lacks that step.
+Status Store::Refused(Run& run, Status why) {
+  NoteFailure(run, "push refused: " + why.message());
+  return why;
+}
+
+Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, uint64_t step,
+                                                             uint64_t bytes, PushDone& later,
+                                                             const Tenant& who) {
+  MutexLock lock(ix_.mu);
+  if (closing_) {
+    return Status::Unavailable("snapd is stopping: push of step " + std::to_string(step) +
+                               " of run id " + std::to_string(run_id) +
+                               " refused; push it again once snapd is back");
+  }
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
+  const v1::RunRecord& r = run->record;
+  if (r.spec().layers() == v1::LAYERS_NO_LAYERS) {
+    return Status::FailedPrecondition("run '" + r.spec().name() +
+                                      "' has layers NoLayers: it stores no snapshots");
+  }
+  if (r.spec().layers() == v1::LAYERS_DEVICE) {
+    return Status::FailedPrecondition("run '" + r.spec().name() +
+                                      "' has layers Device: its steps stay in the GPU memory "
+                                      "of the client that opened it; the daemon stores "
+                                      "none");
+  }
+  Status fresh = CheckNewStep(*run, step, bytes, "push", "carries");
+  if (auto old = run->snapshots.find(step); fresh.code() == Code::kAlreadyExists &&
+                                            r.spec().overwrite() && old != run->snapshots.end() &&
+                                            !run->in_flight.count(step)) {
+    // Valid but for the stored copy, which it replaces: that copy goes now, as a
+    // DeleteSnapshot would (a fetch of it in flight keeps its block until done), and its room
+    // serves this push.
+    SNAPD_RETURN_IF_ERROR(Erase(*run, old));
+    Wake();
+    fresh = CheckNewStep(*run, step, bytes, "push", "carries");
+  }
+  SNAPD_RETURN_IF_ERROR(fresh);
+  Checksums::NoteDataPlaneActivity(ix_);
+  if (Usage u = UsageOf(r.owner_uid()); u.quota != 0 && !who.admin) {
+    uint64_t held = u.stored_bytes + u.in_flight_bytes;
+    if (held + bytes > u.quota) {
+      return Refused(*run, Status::ResourceExhausted(
+          StepName(r, step) + ": uid " + std::to_string(r.owner_uid()) +
+          " would exceed its quota of " + FormatBytes(u.quota) + " (" + FormatBytes(held) +
+          " stored or being pushed, this step " + FormatBytes(bytes) +
+          "); delete runs it no longer needs, or ask for a larger quota"));
+    }
+  }
+  if (options_.tenant_host_share < 1.0 && !who.admin && !UsesDisk(r.spec().layers())) {
+    uint64_t share = static_cast<uint64_t>(options_.tenant_host_share * host_->budget());
+    uint64_t pinned = PinnedHostBytesOf(r.owner_uid()) + run->in_flight.size() * BlockBytes(*run);
+    if (pinned + BlockBytes(*run) > share) {
+      return Refused(*run, Status::ResourceExhausted(
+          StepName(r, step) + ": uid " + std::to_string(r.owner_uid()) + " holds " +
+          FormatBytes(pinned) +
+          " of the host tier in runs that cannot move to disk, and its "
+          "share is " +
+          FormatBytes(share) + " (tenant_host_share " +
+          std::to_string(options_.tenant_host_share).substr(0, 4) +
+          "); fetch or delete steps, or use layers with Disk"));
+    }
+  }
+  return AdmitPush(*run, step, bytes, later);
+}
+
+Status Store::CommitPush(const PushTicket& t) {
+  MutexLock lock(ix_.mu);
+  auto it = ix_.runs.find(t.run_id);
+  if (it == ix_.runs.end()) {
+    return Status::NotFound("run id " + std::to_string(t.run_id) +
+                            " was deleted while step " + std::to_string(t.step) +
+                            " was being pushed");
+  }
+  Run& run = it->second;
+  auto reserved = run.in_flight.find(t.step);
+  if (reserved == run.in_flight.end() || !reserved->second) {
+    return Status::FailedPrecondition(StepName(run.record, t.step) +
+                                      " has no reservation to commit");
+  }
+  std::shared_ptr<HostBlock> block = std::move(reserved->second);
+  run.in_flight.erase(reserved);
+  Checksums::NoteDataPlaneActivity(ix_);
+  uint64_t raw = run.record.spec().bytes_per_step();
+  v1::SnapshotRecord rec;
+  rec.set_run_id(t.run_id);
+  rec.set_step(t.step);
+  rec.set_tier(v1::TIER_HOST);
+  rec.set_raw_bytes(raw);
+  rec.set_stored_bytes(raw);
+  rec.set_checksum_state(v1::CHECKSUM_PENDING);
+  rec.set_daemon_epoch(options_.epoch);
+  SNAPD_RETURN_IF_ERROR(catalog_->PutSnapshot(rec));
+  Snapshot& snap = run.snapshots[t.step];
+  snap.record = std::move(rec);
+  snap.block = std::move(block);
+  snap.generation = next_generation_++;
+  run.released.erase(t.step);
+  run.stored_bytes += raw;
+  if (CompressesAtIngest(run.record.spec())) {
+    StartIngestCompression(run, snap);  // asks for the checksum itself, before compressing
+  } else {
+    checksums_.Queue(ix_, t.run_id, snap, raw);
+  }
+  if (DemotionWanted(run, snap)) Wake();
+  return Status::Ok();
+}
+
+void Store::AbortPush(const PushTicket& t) {
+  MutexLock lock(ix_.mu);
+  if (auto it = ix_.runs.find(t.run_id); it != ix_.runs.end()) it->second.in_flight.erase(t.step);
+}
+
+bool Store::BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes, bool backward,
+                       FetchDone done, const Tenant& who) {
+  auto now = TryBeginFetch(run_id, step, bytes, backward, done, who);
+  if (now.ok() && !now->has_value()) return true;  // waits for a disk read: `done` is there
+  done(now.ok() ? Result<FetchGrant>(std::move(**now)) : Result<FetchGrant>(now.status()));
+  return false;
+}
+
+Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, uint64_t step,
+                                                              uint64_t bytes, bool backward,
+                                                              FetchDone& later,
+                                                              const Tenant& who) {
+  MutexLock lock(ix_.mu);
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
+  const v1::RunRecord& r = run->record;
+  SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "fetch", "into a buffer of"));
+  Checksums::NoteDataPlaneActivity(ix_);
+  if (auto d = run->device.find(step); d != run->device.end()) {
+    return DeviceStepHere(*run, step, d->second);
+  }
+  auto it = run->snapshots.find(step);
+  if (it == run->snapshots.end()) return StepNotFound(*run, step);
+  Snapshot& snap = it->second;
+  if (snap.record.tier() == v1::TIER_LOST) {
+    return Status::DataLoss(StepName(r, step) +
+                            " was lost: it was in host memory when snapd restarted, or its "
+                            "disk copy failed verification");
+  }
+  return AdmitFetch(*run, snap, backward, later);
+}
+
+void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
+  MutexLock lock(ix_.mu);
+  auto run = ix_.runs.find(run_id);
+  if (run == ix_.runs.end() || run->second.record.spec().keep()) return;
+  auto it = run->second.snapshots.find(step);
+  if (it == run->second.snapshots.end() || it->second.generation != generation) return;
+  Status s = Erase(run->second, it);
+  if (!s.ok()) {
+    SNAPD_LOG_ERROR("releasing a consumed step: %s", s.ToString().c_str());
+    return;
+  }
+  run->second.released.insert(step);
+  ++ix_.counters.released;
+  Wake();
+}
+
+Result<uint64_t> Store::Prefetch(const std::string& name, const std::vector<uint64_t>& steps,
+                                 const Tenant& who) {
+  MutexLock lock(ix_.mu);
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+  return PrefetchSteps(*run, steps);
+}
+
+}  // namespace snapd

@@ -1,0 +1,558 @@
+// Runs: lookup by name and id within what the caller may see (tenancy), quotas, open, close,
+// delete, listings, device steps, sessions and orphans, and the counters.
+#include "store/store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "log.h"
+#include "snapd/checksum.h"
+#include "snapd/layers.h"
+#include "snapd/units.h"
+#include "tiering/placement.h"
+#include "tiering/snapshot_io.h"
+
+namespace snapd {
+
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Names the first field in which two specs differ, or "" when equal.
+std::string SpecDifference(const v1::RunSpec& a, const v1::RunSpec& b) {
+  if (a.steps() != b.steps()) {
+    return "steps (" + std::to_string(a.steps()) + " vs " + std::to_string(b.steps()) + ")";
+  }
+  if (a.bytes_per_step() != b.bytes_per_step()) {
+    return "bytes_per_step (" + std::to_string(a.bytes_per_step()) + " vs " +
+           std::to_string(b.bytes_per_step()) + ")";
+  }
+  if (a.dtype() != b.dtype()) {
+    return "dtype (" + v1::Dtype_Name(a.dtype()) + " vs " + v1::Dtype_Name(b.dtype()) + ")";
+  }
+  if (a.shape_size() != b.shape_size() ||
+      !std::equal(a.shape().begin(), a.shape().end(), b.shape().begin())) {
+    return "shape";
+  }
+  // `b` is the request: default layers attach to whatever the run resolved them to.
+  if (b.layers() != v1::LAYERS_DEFAULT && a.layers() != b.layers()) {
+    return std::string("layers (") + LayersName(a.layers()) + " vs " + LayersName(b.layers()) +
+           ")";
+  }
+  if (a.keep() != b.keep()) return "keep";
+  if (a.codec() != b.codec() || a.codec_param() != b.codec_param() ||
+      a.compress_when() != b.compress_when()) {
+    return "codec";
+  }
+  if (a.block_when_full() != b.block_when_full()) return "block_when_full";
+  if (a.overwrite() != b.overwrite()) return "overwrite";
+  return "";
+}
+
+}  // namespace
+
+static Status RunNotFound(const std::string& name) {
+  return Status::NotFound("run '" + name + "' does not exist (list runs with `snapctl runs`)");
+}
+
+static bool Sees(const Tenant& who, const v1::RunRecord& r) {
+  return who.admin || r.owner_uid() == who.uid;
+}
+
+// `name` is the caller's own run's name, or (for an admin, or a tenant naming its own uid)
+// "UID:name". An admin's plain name that the admin does not own means the one run of that
+// name on the node; several are ambiguous and must be named as UID:name.
+Result<const Store::Run*> Store::FindByName(const std::string& name, const Tenant& who) const {
+  size_t colon = name.find(':');
+  if (colon != std::string::npos) {
+    const std::string uid_text = name.substr(0, colon);
+    char* end = nullptr;
+    unsigned long uid = std::strtoul(uid_text.c_str(), &end, 10);
+    if (uid_text.empty() || *end != '\0' || uid > UINT32_MAX) return RunNotFound(name);
+    auto it = by_name_.find({static_cast<uint32_t>(uid), name.substr(colon + 1)});
+    if (it == by_name_.end() || !Sees(who, ix_.runs.at(it->second).record)) return RunNotFound(name);
+    return &ix_.runs.at(it->second);
+  }
+  if (auto it = by_name_.find({who.uid, name}); it != by_name_.end()) return &ix_.runs.at(it->second);
+  if (!who.admin) return RunNotFound(name);
+  const Run* found = nullptr;
+  std::string owners;
+  for (const auto& [key, id] : by_name_) {
+    if (key.second != name) continue;
+    owners += (owners.empty() ? "" : ", ") + std::to_string(key.first);
+    found = found ? nullptr : &ix_.runs.at(id);
+    if (!found) {
+      return Status::InvalidArgument("several users have a run named '" + name + "' (uids " +
+                                     owners + ", ...); name one as UID:" + name);
+    }
+  }
+  if (!found) return RunNotFound(name);
+  return found;
+}
+
+Result<Store::Run*> Store::FindByName(const std::string& name, const Tenant& who) {
+  SNAPD_ASSIGN_OR_RETURN(const Run* run, static_cast<const Store*>(this)->FindByName(name, who));
+  return const_cast<Run*>(run);  // *this is not const: neither is the run
+}
+
+Result<Store::Run*> Store::FindById(uint64_t run_id, const Tenant& who) {
+  auto it = ix_.runs.find(run_id);
+  if (it == ix_.runs.end() || !Sees(who, it->second.record)) {
+    return Status::NotFound("run id " + std::to_string(run_id) +
+                            " does not exist (deleted, or never opened on this daemon)");
+  }
+  return &it->second;
+}
+
+uint64_t Store::QuotaOf(uint32_t uid) const {
+  auto it = quotas_.find(uid);
+  return it != quotas_.end() ? it->second : options_.tenant_quota;
+}
+
+void Store::SetQuota(uint32_t uid, uint64_t bytes) {
+  MutexLock lock(ix_.mu);
+  quotas_[uid] = bytes;
+}
+
+Store::Usage Store::UsageOf(uint32_t uid) const {
+  Usage u;
+  u.quota = QuotaOf(uid);
+  for (const auto& [id, run] : ix_.runs) {
+    if (run.record.owner_uid() != uid) continue;
+    u.stored_bytes += run.stored_bytes;
+    u.in_flight_bytes += run.in_flight.size() * run.record.spec().bytes_per_step();
+    ++u.runs;
+  }
+  return u;
+}
+
+Store::Usage Store::TenantUsage(uint32_t uid) const {
+  MutexLock lock(ix_.mu);
+  return UsageOf(uid);
+}
+
+Result<uint64_t> Store::RunId(const std::string& name, const Tenant& who) const {
+  MutexLock lock(ix_.mu);
+  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
+  return run->record.run_id();
+}
+
+v1::RunInfo Store::Info(const Run& run) const {
+  v1::RunInfo info;
+  info.set_run_id(run.record.run_id());
+  *info.mutable_spec() = run.record.spec();
+  info.set_state(run.record.state());
+  info.set_snapshots(run.snapshots.size() + run.device.size());
+  info.set_stored_bytes(run.stored_bytes);
+  info.set_owner_uid(run.record.owner_uid());
+  info.set_created_unix_ms(run.record.created_unix_ms());
+  info.set_host_boundary(run.record.host_boundary());
+  uint64_t steps = run.record.spec().steps();
+  info.set_device_boundary(steps - std::min(steps, run.record.device_steps()));
+  uint64_t lost = 0, compressed = 0;
+  for (const auto& [step, snap] : run.snapshots) {
+    const bool gone = snap.record.tier() == v1::TIER_LOST;
+    lost += gone;
+    compressed += !gone && snap.record.codec() != v1::CODEC_NONE;
+  }
+  for (const auto& [step, held] : run.device) lost += held.lost;
+  info.set_lost_snapshots(lost);
+  info.set_compressed_snapshots(compressed);
+  info.set_failure(run.failure);
+  WaitCounts waits = WaitsOf(run);
+  info.set_waiting_pushes(waits.pushes);
+  info.set_waiting_fetches(waits.fetches);
+  info.set_oldest_wait_seconds(waits.oldest_seconds);
+  return info;
+}
+
+Store::Waits Store::Waiting(const Tenant& who, size_t limit) {
+  MutexLock lock(ix_.mu);
+  Waits out;
+  for (WaitingRequest& w : Tiering::Waiting()) {
+    (w.wait.kind() == "push" ? out.pushes : out.fetches)++;
+    out.oldest_seconds = std::max(out.oldest_seconds, w.wait.seconds());
+    if (out.waits.size() < limit && (who.admin || w.owner_uid == who.uid)) {
+      out.waits.push_back(std::move(w.wait));
+    }
+  }
+  return out;
+}
+
+v1::SnapshotInfo Store::Info(const Run& run, uint64_t step, const DeviceStep& held) {
+  v1::SnapshotInfo info;
+  info.set_step(step);
+  info.set_tier(held.lost ? v1::TIER_LOST : v1::TIER_DEVICE);
+  info.set_raw_bytes(run.record.spec().bytes_per_step());
+  info.set_stored_bytes(run.record.spec().bytes_per_step());
+  info.set_device_session(held.session_id);
+  return info;
+}
+
+Status Store::DeviceStepHere(const Run& run, uint64_t step, const DeviceStep& held) {
+  std::string where = StepName(run.record, step) + " was kept in the GPU memory of session " +
+                      std::to_string(held.session_id);
+  if (held.lost) return Status::DataLoss(where + ", which ended: the bytes ended with it");
+  return Status::FailedPrecondition(where + "; that client serves it (libsnapd reads its own "
+                                    "device steps), the daemon never had its bytes");
+}
+
+v1::SnapshotInfo Store::Info(const Snapshot& snap) {
+  const v1::SnapshotRecord& rec = snap.record;
+  v1::SnapshotInfo info;
+  info.set_step(rec.step());
+  info.set_tier(rec.tier() == v1::TIER_DISK && snap.block ? v1::TIER_HOST : rec.tier());
+  info.set_on_disk(rec.tier() == v1::TIER_DISK);
+  info.set_raw_bytes(rec.raw_bytes());
+  info.set_stored_bytes(rec.stored_bytes());
+  info.set_checksum(rec.checksum());
+  info.set_checksum_state(rec.checksum_state());
+  info.set_codec(rec.codec());
+  return info;
+}
+
+Status Store::CheckFitsTheNode(const v1::RunSpec& spec, uint64_t device_steps) const {
+  if (spec.steps() == 0 || spec.codec() != v1::CODEC_NONE || spec.block_when_full()) {
+    return Status::Ok();
+  }
+  uint64_t steps = spec.steps() - device_steps;  // device steps stay in the client's GPU pool
+  unsigned __int128 need = static_cast<unsigned __int128>(steps) * spec.bytes_per_step();
+  uint64_t host = UsesHost(spec.layers()) ? host_->budget() : 0;
+  uint64_t disk = UsesDisk(spec.layers()) && disk_ ? disk_->budget() : 0;
+  if (need <= static_cast<unsigned __int128>(host) + disk) return Status::Ok();
+  std::string tiers = host && disk ? "the host tier (" + FormatBytes(host) +
+                                         ") and the disk tier (" + FormatBytes(disk) + ") together"
+                      : host ? "the host tier (" + FormatBytes(host) + ")"
+                             : "the disk tier (" + FormatBytes(disk) + ")";
+  return Status::ResourceExhausted(
+      "run '" + spec.name() + "': " + std::to_string(steps) + " steps of " +
+      FormatBytes(spec.bytes_per_step()) + " (" + FormatBytes(static_cast<uint64_t>(need)) +
+      ") are more than " + tiers +
+      " of this node can hold; declare fewer steps, compress "
+      "(codec), set block_when_full to wait for room, or raise the budgets");
+}
+
+uint64_t Store::HostRoomForNewRun() const {
+  uint64_t claimed = 0;
+  for (const auto& [id, run] : ix_.runs) {
+    uint64_t held = 0;
+    for (const auto& [step, snap] : run.snapshots) {
+      if (snap.block) held += snap.block->size();
+    }
+    uint64_t planned = 0;  // the rest of an open declared run's resident range [j, k)
+    const v1::RunSpec& spec = run.record.spec();
+    if (run.record.state() == v1::RUN_OPEN && spec.steps() != 0 && UsesHost(spec.layers())) {
+      uint64_t k = spec.steps() - std::min(spec.steps(), run.record.device_steps());
+      uint64_t j = std::min(k, run.record.host_boundary());
+      planned = (k - j) * BlockBytes(run);
+    }
+    claimed += std::max(held, planned);
+  }
+  return claimed >= host_->budget() ? 0 : host_->budget() - claimed;
+}
+
+uint64_t Store::PinnedHostBytesOf(uint32_t uid) const {
+  uint64_t pinned = 0;
+  for (const auto& [id, run] : ix_.runs) {
+    if (run.record.owner_uid() != uid || UsesDisk(run.record.spec().layers())) continue;
+    for (const auto& [step, snap] : run.snapshots) {
+      if (snap.block) pinned += snap.block->size();
+    }
+  }
+  return pinned;
+}
+
+Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_uid, bool* created,
+                                   uint64_t device_steps, uint64_t session_id) {
+  SNAPD_RETURN_IF_ERROR(ValidateRunSpec(requested));
+  v1::RunSpec spec = requested;
+  const std::string& name = spec.name();
+  if (spec.layers() == v1::LAYERS_DEFAULT) {
+    spec.set_layers(disk_ ? v1::LAYERS_DISK_HOST : v1::LAYERS_HOST);
+  }
+  if (device_steps != 0 && !UsesDevice(spec.layers())) {
+    return Status::InvalidArgument("run '" + name + "': device_steps " +
+                                   std::to_string(device_steps) + " with layers " +
+                                   LayersName(spec.layers()) + ", which have no device tier");
+  }
+  if (spec.steps() != 0 && device_steps > spec.steps()) {
+    return Status::InvalidArgument("run '" + name + "': device_steps " +
+                                   std::to_string(device_steps) + " exceeds the run's " +
+                                   std::to_string(spec.steps()) + " steps");
+  }
+  if (UsesDisk(spec.layers()) && !disk_) {
+    return Status::FailedPrecondition(
+        "run '" + name + "': layers " + LayersName(spec.layers()) +
+        " need a disk tier, and this snapd runs without one (spool_dirs = none); use Host, or "
+        "start snapd with spool_dirs");
+  }
+  if (spec.codec() != v1::CODEC_NONE) {
+    if (spec.compress_when() == v1::COMPRESS_ON_DEMOTION && !UsesDisk(spec.layers())) {
+      return Status::InvalidArgument("run '" + name + "': codec " +
+                                     compress::CodecName(CodecOf(spec)) +
+                                     " applies when steps move to the disk tier, and layers " +
+                                     LayersName(spec.layers()) +
+                                     " never do (compress at ingest instead)");
+    }
+    Status usable = compress::Validate(CodecOf(spec), FieldOf(spec));
+    if (!usable.ok()) return Status::InvalidArgument("run '" + name + "': " + usable.message());
+  }
+  if (spec.bytes_per_step() > host_->budget()) {
+    return Status::ResourceExhausted(
+        "run '" + name + "': one step of " + FormatBytes(spec.bytes_per_step()) +
+        " exceeds the whole host tier (" + FormatBytes(host_->budget()) +
+        "); raise host_mem or split the snapshot");
+  }
+  SNAPD_RETURN_IF_ERROR(CheckFitsTheNode(spec, device_steps));
+  MutexLock lock(ix_.mu);
+  if (auto it = by_name_.find({owner_uid, name}); it != by_name_.end()) {
+    Run& run = ix_.runs.at(it->second);
+    std::string diff = SpecDifference(run.record.spec(), requested);
+    if (!diff.empty()) {
+      return Status::AlreadyExists("run '" + name + "' exists with a different " + diff +
+                                   "; pick another name or delete it (`snapctl rm " + name +
+                                   "`)");
+    }
+    *created = false;
+    if (session_id != 0) {
+      run.sessions.insert(session_id);
+      run.orphaned_at.reset();  // a client attached again
+    }
+    return Info(run);
+  }
+  SNAPD_ASSIGN_OR_RETURN(uint64_t id, catalog_->AllocateRunId());
+  Run run;
+  run.record.set_run_id(id);
+  *run.record.mutable_spec() = spec;
+  run.record.set_state(v1::RUN_OPEN);
+  run.record.set_owner_uid(owner_uid);
+  run.record.set_created_unix_ms(NowMs());
+  run.record.set_device_steps(device_steps);
+  if (!CompressesAtIngest(spec)) {  // otherwise sizes are known only once compressed
+    // The device keeps [N - device_steps, N); host and disk share what is below.
+    run.record.set_host_boundary(HostBoundary(spec.layers(), spec.steps() - device_steps,
+                                              BlockBytes(run), HostRoomForNewRun()));
+  }
+  SNAPD_RETURN_IF_ERROR(catalog_->PutRun(run.record));
+  by_name_[{owner_uid, name}] = id;
+  *created = true;
+  if (session_id != 0) run.sessions.insert(session_id);
+  return Info(ix_.runs[id] = std::move(run));
+}
+
+Result<v1::RunInfo> Store::CloseRun(const std::string& name, const Tenant& who) {
+  MutexLock lock(ix_.mu);
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+  if (run->record.state() != v1::RUN_CLOSED) {
+    v1::RunRecord updated = run->record;
+    updated.set_state(v1::RUN_CLOSED);
+    SNAPD_RETURN_IF_ERROR(catalog_->PutRun(updated));
+    run->record = std::move(updated);
+  }
+  return Info(*run);
+}
+
+// Frees what a snapshot holds once it is gone from the index: its disk file (on an I/O thread)
+// and its waiting fetches (answered with `why`).
+static void ReleaseSnapshotResources(DiskTier* disk, IoPool* io, uint64_t run_id,
+                                     const v1::SnapshotRecord& rec,
+                                     std::vector<Store::FetchDone> waiters, const Status& why,
+                                     std::vector<std::function<void()>>& deferred) {
+  if (rec.tier() == v1::TIER_DISK && disk) {
+    io->Submit([disk, run_id, spool = rec.spool(), name = rec.disk_name(),
+                bytes = FileContentBytes(rec)] { disk->Remove(spool, run_id, name, bytes); },
+               /*urgent=*/false);
+  }
+  for (auto& w : waiters) deferred.push_back([w = std::move(w), why] { w(why); });
+}
+
+Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
+  uint64_t id = run.record.run_id();
+  SNAPD_RETURN_IF_ERROR(catalog_->DeleteSnapshot(id, it->first));
+  Deferred deferred;
+  ReleaseSnapshotResources(disk_, io_.get(), id, it->second.record,
+                           std::move(it->second.waiters),
+                           Status::NotFound(StepName(run.record, it->first) +
+                                            " was deleted while being read"),
+                           deferred);
+  if (it->second.record.tier() == v1::TIER_DISK) DiskRoomFreed();
+  run.stored_bytes -= it->second.record.stored_bytes();
+  run.snapshots.erase(it);  // an in-flight fetch keeps the block until it completes
+  // Waiters of a deleted snapshot are answered from an I/O thread, never under ix_.mu.
+  if (!deferred.empty()) {
+    io_->Submit([d = std::move(deferred)] { for (auto& f : d) f(); }, /*urgent=*/true);
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> Store::DeleteRun(const std::string& name, const Tenant& who) {
+  MutexLock lock(ix_.mu);
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+  return DeleteRunLocked(run);
+}
+
+Result<uint64_t> Store::DeleteRunLocked(Run* run) {
+  const std::string name = run->record.spec().name();
+  uint64_t id = run->record.run_id();
+  SNAPD_RETURN_IF_ERROR(catalog_->DeleteRun(id));
+  uint64_t freed = run->stored_bytes;
+  Deferred deferred;
+  Status why = Status::NotFound("run '" + name + "' was deleted while a step was being read");
+  for (auto& [step, snap] : run->snapshots) {
+    ReleaseSnapshotResources(disk_, io_.get(), id, snap.record, std::move(snap.waiters), why,
+                             deferred);
+  }
+  DiskRoomFreed();
+  by_name_.erase({run->record.owner_uid(), name});
+  ix_.runs.erase(id);  // blocks still held by in-flight fetches are freed when those complete
+  if (!deferred.empty()) {
+    io_->Submit([d = std::move(deferred)] { for (auto& f : d) f(); }, /*urgent=*/true);
+  }
+  Wake();
+  return freed;
+}
+
+Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step,
+                                       const Tenant& who) {
+  MutexLock lock(ix_.mu);
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+  if (run->device.erase(step)) return uint64_t{0};  // its client frees the GPU memory
+  auto it = run->snapshots.find(step);
+  if (it == run->snapshots.end()) {
+    return Status::NotFound(StepName(run->record, step) + " was never stored");
+  }
+  uint64_t freed = it->second.record.stored_bytes();
+  SNAPD_RETURN_IF_ERROR(Erase(*run, it));
+  Wake();
+  return freed;
+}
+
+std::vector<v1::RunInfo> Store::ListRuns(const Tenant& who) const {
+  MutexLock lock(ix_.mu);
+  std::vector<v1::RunInfo> out;
+  for (const auto& [id, run] : ix_.runs) {
+    if (Sees(who, run.record)) out.push_back(Info(run));
+  }
+  return out;
+}
+
+Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& name,
+                                                           v1::RunInfo* info,
+                                                           const Tenant& who) const {
+  MutexLock lock(ix_.mu);
+  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
+  *info = Info(*run);
+  std::vector<v1::SnapshotInfo> out;
+  out.reserve(run->snapshots.size() + run->device.size());
+  for (const auto& [step, snap] : run->snapshots) out.push_back(Info(snap));
+  for (const auto& [step, held] : run->device) out.push_back(Info(*run, step, held));
+  std::sort(out.begin(), out.end(), [](const v1::SnapshotInfo& a, const v1::SnapshotInfo& b) {
+    return a.step() < b.step();
+  });
+  return out;
+}
+
+Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step,
+                                       const Tenant& who) const {
+  MutexLock lock(ix_.mu);
+  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
+  if (auto d = run->device.find(step); d != run->device.end()) return Info(*run, step, d->second);
+  auto it = run->snapshots.find(step);
+  if (it == run->snapshots.end()) {
+    // Pushed, not stored yet: the solver may already have its buffer back (released).
+    if (run->in_flight.count(step)) {
+      v1::SnapshotInfo info;
+      info.set_step(step);
+      info.set_tier(v1::TIER_IN_FLIGHT);
+      info.set_raw_bytes(run->record.spec().bytes_per_step());
+      return info;
+    }
+    return StepNotFound(*run, step);
+  }
+  return Info(it->second);
+}
+
+Status Store::HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes,
+                             uint64_t session_id, bool held, const Tenant& who) {
+  MutexLock lock(ix_.mu);
+  SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
+  const v1::RunRecord& r = run->record;
+  auto d = run->device.find(step);
+  if (!held) {
+    if (d == run->device.end() || d->second.session_id != session_id) {
+      return Status::NotFound(StepName(r, step) + " is not in session " +
+                              std::to_string(session_id) + "'s GPU memory");
+    }
+    run->device.erase(d);
+    return Status::Ok();
+  }
+  if (!UsesDevice(r.spec().layers())) {
+    return Status::FailedPrecondition("run '" + r.spec().name() + "' has layers " +
+                                      LayersName(r.spec().layers()) +
+                                      ", without a device tier: push the step instead");
+  }
+  SNAPD_RETURN_IF_ERROR(CheckNewStep(*run, step, bytes, "device copy", "holds"));
+  run->device[step] = DeviceStep{session_id, false};
+  run->released.erase(step);
+  return Status::Ok();
+}
+
+void Store::EndSession(uint64_t session_id, bool died) {
+  MutexLock lock(ix_.mu);
+  for (auto& [id, run] : ix_.runs) {
+    for (auto& [step, held] : run.device) {
+      if (held.session_id == session_id) held.lost = true;
+    }
+    if (run.sessions.erase(session_id) && run.sessions.empty() && died &&
+        !run.record.spec().keep()) {
+      run.orphaned_at = std::chrono::steady_clock::now();
+    }
+  }
+}
+
+void Store::RemoveOrphans(std::chrono::seconds grace) {
+  MutexLock lock(ix_.mu);
+  auto now = std::chrono::steady_clock::now();
+  std::vector<uint64_t> expired;
+  for (const auto& [id, run] : ix_.runs) {
+    if (run.orphaned_at && now - *run.orphaned_at >= grace) expired.push_back(id);
+  }
+  for (uint64_t id : expired) {
+    std::string name = ix_.runs.at(id).record.spec().name();
+    auto freed = DeleteRunLocked(&ix_.runs.at(id));
+    if (freed.ok()) {
+      SNAPD_LOG_INFO(
+          "run '%s' removed, %s freed: every client that opened it died %lld s ago "
+          "and it is not kept (orphan_grace)",
+          name.c_str(), FormatBytes(*freed).c_str(), static_cast<long long>(grace.count()));
+    }
+  }
+}
+
+
+StoreCounters Store::Counters() const {
+  MutexLock lock(ix_.mu);
+  StoreCounters c = ix_.counters;
+  c.runs = ix_.runs.size();
+  AddTieringCounters(c);
+  for (const auto& [id, run] : ix_.runs) {
+    for (const auto& [step, snap] : run.snapshots) {
+      if (snap.block) ++c.host_snapshots;
+      if (snap.record.tier() == v1::TIER_DISK) {
+        ++c.disk_snapshots;
+        c.disk_raw_bytes += snap.record.raw_bytes();
+      }
+      if (snap.record.tier() == v1::TIER_LOST) ++c.lost_snapshots;
+    }
+  }
+  return c;
+}
+
+}  // namespace snapd

@@ -1,0 +1,201 @@
+// Drain, scrub and spool probes on demand, and the stop: pushes refused, host-only steps drained
+// to disk, or the host tier handed to systemd's fd store.
+#include "store/store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "log.h"
+#include "snapd/checksum.h"
+#include "snapd/layers.h"
+#include "snapd/units.h"
+#include "tiering/placement.h"
+#include "tiering/snapshot_io.h"
+
+namespace snapd {
+
+void Store::Drain(std::function<void(Result<DrainResult>)> done) { StartDrain(std::move(done)); }
+
+void Store::ScrubRun(const std::string& name, std::function<void(Result<ScrubResult>)> done,
+                     const Tenant& who) {
+  struct Tally {
+    std::mutex mu;
+    ScrubResult result;
+    uint64_t left = 0;
+    std::function<void(Result<ScrubResult>)> done;
+  };
+  auto tally = std::make_shared<Tally>();
+  {
+    MutexLock lock(ix_.mu);
+    auto run = FindByName(name, who);
+    if (!run.ok()) {
+      lock.Unlock();
+      done(run.status());
+      return;
+    }
+    if (!disk_) {
+      lock.Unlock();
+      done(Status::FailedPrecondition("snapd runs without a disk tier: nothing to scrub"));
+      return;
+    }
+    std::vector<uint64_t> steps;
+    for (const auto& [step, snap] : (*run)->snapshots) {
+      if (snap.record.tier() == v1::TIER_DISK && !snap.writing) steps.push_back(step);
+    }
+    tally->left = steps.size();
+    tally->done = std::move(done);
+    if (steps.empty()) {
+      lock.Unlock();
+      tally->done(tally->result);
+      return;
+    }
+    uint64_t id = (*run)->record.run_id();
+    for (uint64_t step : steps) {
+      StartScrub(id, step, [tally, step](Status s) {
+        std::unique_lock<std::mutex> l(tally->mu);
+        if (s.ok()) {
+          ++tally->result.verified;
+        } else if (s.code() == Code::kDataLoss) {
+          tally->result.lost.push_back({step, s.message()});
+        } else {
+          ++tally->result.unreadable;
+        }
+        if (--tally->left == 0) {
+          l.unlock();
+          std::sort(tally->result.lost.begin(), tally->result.lost.end());
+          tally->done(tally->result);
+        }
+      });
+    }
+  }
+}
+
+void Store::ProbeSpools(std::function<void(int)> done) {
+  if (!disk_) {
+    done(0);
+    return;
+  }
+  // A probe writes and syncs: an I/O thread's job, never the caller's (a gRPC reactor).
+  io_->Submit([this, done = std::move(done)] { done(disk_->ProbeNow()); }, /*urgent=*/true);
+}
+
+void Store::BeginStop() {
+  Deferred deferred;
+  {
+    MutexLock lock(ix_.mu);
+    closing_ = true;
+    AnswerParkedPushes(Status::Unavailable("snapd is stopping: a push waiting for room was "
+                                           "refused; push it again once snapd is back"),
+                       deferred);
+  }
+  for (auto& f : deferred) f();
+}
+
+uint64_t Store::PushesInFlight() const {
+  MutexLock lock(ix_.mu);
+  uint64_t n = 0;
+  for (const auto& [id, run] : ix_.runs) n += run.in_flight.size();
+  return n;
+}
+
+Store::StopResult Store::DrainForStop(std::chrono::steady_clock::time_point deadline,
+                                      bool keep_host_copies) {
+  if (keep_host_copies) {
+    MutexLock lock(ix_.mu);
+    KeepHostCopies();
+  }
+  struct Outcome {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Result<DrainResult>> result;
+  };
+  auto outcome = std::make_shared<Outcome>();
+  Drain([outcome](Result<DrainResult> r) {
+    std::lock_guard<std::mutex> lock(outcome->mu);
+    outcome->result = std::move(r);
+    outcome->cv.notify_all();
+  });
+  StopResult result;
+  {
+    std::unique_lock<std::mutex> lock(outcome->mu);
+    outcome->cv.wait_until(lock, deadline, [&] { return outcome->result.has_value(); });
+    if (!outcome->result) {
+      result.status = Status(Code::kDeadlineExceeded, "the drain did not finish within "
+                                                      "stop_timeout");
+    } else if (!outcome->result->ok()) {
+      result.status = outcome->result->status();
+    } else {
+      result.steps = (*outcome->result)->moved;
+      result.bytes = (*outcome->result)->moved_bytes;
+    }
+  }
+  MutexLock lock(ix_.mu);
+  if (!result.status.ok()) unsaved_why_ = result.status.message();
+  return result;
+}
+
+Store::StopResult Store::KeepHostTier(std::chrono::steady_clock::time_point deadline) {
+  StopResult result;
+  checksums_.WaitIdle(ix_);  // every step's checksum recorded (the checksum thread stops below)
+  {
+    MutexLock lock(ix_.mu);
+    ix_.stopping = true;  // the tiering thread starts nothing more
+  }
+  for (;;) {
+    {
+      MutexLock lock(ix_.mu);
+      if (IoIdle()) break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      result.status = Status(Code::kDeadlineExceeded,
+                             "disk I/O in flight did not end within stop_timeout");
+      MutexLock lock(ix_.mu);
+      unsaved_why_ = result.status.message();
+      return result;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  MutexLock lock(ix_.mu);
+  std::vector<v1::SnapshotRecord> records;
+  uint64_t host_only = 0;
+  for (auto& [id, run] : ix_.runs) {
+    for (auto& [step, snap] : run.snapshots) {
+      v1::SnapshotRecord& r = snap.record;
+      if (!snap.block || (r.tier() != v1::TIER_HOST && r.tier() != v1::TIER_DISK)) continue;
+      // The checksum of what the block holds: the recorded one, or (never expected after
+      // WaitChecksumsIdle) computed now. A disk step's block holds its raw bytes.
+      uint64_t sum = r.tier() == v1::TIER_DISK ? r.checksum()
+                     : r.codec() != v1::CODEC_NONE ? r.stored_checksum()
+                     : r.checksum_state() == v1::CHECKSUM_RECORDED
+                         ? r.checksum()
+                         : Checksum(snap.block->data(), r.stored_bytes());
+      host_only += r.tier() == v1::TIER_HOST;
+      v1::SnapshotRecord kept = r;
+      kept.set_daemon_epoch(options_.epoch);  // in this start's host tier
+      kept.mutable_host_copy()->set_offset(snap.block->offset());
+      kept.mutable_host_copy()->set_bytes(snap.block->size());
+      kept.mutable_host_copy()->set_checksum(sum);
+      records.push_back(std::move(kept));
+      result.bytes += r.tier() == v1::TIER_DISK ? r.raw_bytes() : r.stored_bytes();
+    }
+  }
+  v1::HostTierKept marker;
+  marker.set_epoch(options_.epoch);
+  marker.set_arena_bytes(host_->budget());
+  marker.set_steps(records.size());
+  result.status = catalog_->PutHostTierKept(marker, records);
+  if (result.status.ok()) {
+    result.steps = records.size();
+    result.host_only = host_only;
+    unsaved_why_.clear();  // what a drain left in host memory is in the kept tier
+  } else {
+    unsaved_why_ = "recording the host tier for systemd's fd store failed: " +
+                   result.status.message();
+  }
+  return result;
+}
+
+}  // namespace snapd
