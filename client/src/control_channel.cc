@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <optional>
 #include <string>
 #include <thread>
@@ -80,8 +81,25 @@ Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContex
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
   auto backoff = std::chrono::milliseconds(50);
+  uint64_t generation;
+  {
+    MutexLock lock(conn_mu);
+    generation = conn_generation;
+  }
+  bool reopened = false;
   for (;;) {
     Status s = ControlOnce(call);
+    if (s.code() == Code::kUnauthenticated && timeout > 0 && !reopened) {
+      // snapd does not know this session: it restarted, and the gRPC channel reached the new
+      // snapd before the data plane noticed the old one go. Open a new session as a lost
+      // endpoint does, then call again with it (the call reads the session when it runs).
+      auto reopen = std::make_shared<std::promise<Status>>();
+      std::future<Status> done = reopen->get_future();
+      AfterReconnect(generation, [reopen](Status r) { reopen->set_value(std::move(r)); });
+      if (Status r = done.get(); !r.ok()) return r;
+      reopened = true;
+      continue;
+    }
     if (s.code() != Code::kUnavailable || timeout <= 0 ||
         std::chrono::steady_clock::now() + backoff > deadline) {
       return s;
@@ -228,11 +246,13 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
     }
     req.set_device_steps(plan.slots);
   }
-  req.set_session_id(impl_->session_id);  // a run not kept goes when every opener died
-  req.set_token(impl_->token);
   v1::OpenRunResponse resp;
-  Status opened = impl_->Control(
-      [&](grpc::ClientContext* ctx) { return impl_->stub->OpenRun(ctx, req, &resp); });
+  Status opened = impl_->Control([&](grpc::ClientContext* ctx) {
+    // The session as it is when the call runs: a reconnect between two tries replaces it.
+    req.set_session_id(impl_->session_id);  // a run not kept goes when every opener died
+    req.set_token(impl_->token);
+    return impl_->stub->OpenRun(ctx, req, &resp);
+  });
   if (pool && (!opened.ok() || !resp.created() || plan.slots == 0)) {
     pool->FreeRegion(plan);  // refused, or attached: the creator's pool holds its device steps
   } else if (pool) {

@@ -72,14 +72,16 @@ detail::DevicePool* Client::Impl::Pool(char** base, detail::TaskThread** records
 
 Status Client::Impl::HoldOnDaemon(uint64_t run_id, uint64_t step, uint64_t bytes, bool held) {
   v1::HoldDeviceStepRequest req;
-  req.set_session_id(session_id);
-  req.set_token(token);
   req.set_run_id(run_id);
   req.set_step(step);
   req.set_bytes(bytes);
   req.set_held(held);
   v1::HoldDeviceStepResponse resp;
-  return Control([&](grpc::ClientContext* ctx) { return stub->HoldDeviceStep(ctx, req, &resp); });
+  return Control([&](grpc::ClientContext* ctx) {
+    req.set_session_id(session_id);  // as it is when the call runs (a reconnect replaces it)
+    req.set_token(token);
+    return stub->HoldDeviceStep(ctx, req, &resp);
+  });
 }
 
 std::optional<Result<PushHandle>> Client::Impl::PushToPool(uint64_t run_id, uint64_t step,

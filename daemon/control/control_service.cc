@@ -177,8 +177,11 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
 Result<Session> ControlService::OwnSession(const Tenant& who, uint64_t id, uint64_t token) const {
   std::optional<Session> session = sessions_->Find(id, token);
   if (!session) {
-    return Status::NotFound("session " + std::to_string(id) +
-                            " is not open (or the token is wrong)");
+    // UNAUTHENTICATED, not NOT_FOUND: libsnapd takes it as "this snapd does not know my
+    // session" (it restarted before the data plane noticed) and opens a new one.
+    return Status::Unauthenticated("session " + std::to_string(id) +
+                                   " is not open on this snapd (closed, or opened before it "
+                                   "restarted), or the token is wrong");
   }
   // A token is a secret, but not a bearer one: it works only for the uid that opened it.
   if (session->uid != who.uid) {

@@ -178,7 +178,7 @@ TEST_P(BadInputTest, DeviceStepRecordsBelongToTheirSession) {
   hold.set_bytes(kBytes);
   hold.set_held(true);
   v1::HoldDeviceStepResponse held;
-  ExpectError(call(&v1::Control::Stub::HoldDeviceStep, hold, &held), Code::kNotFound,
+  ExpectError(call(&v1::Control::Stub::HoldDeviceStep, hold, &held), Code::kUnauthenticated,
               "is not open");
   hold.set_token(session.token());
   ASSERT_TRUE(call(&v1::Control::Stub::HoldDeviceStep, hold, &held).ok());
@@ -200,7 +200,7 @@ TEST_P(BadInputTest, DeviceStepRecordsBelongToTheirSession) {
   ExpectError(client_->Fetch(run.run().run_id(), 7, out.data(), kBytes), Code::kDataLoss,
               "which ended");
   EXPECT_EQ(client_->Locate("pool", 0)->tier, Tier::kHost);
-  ExpectCountedAndServing(0);
+  ExpectCountedAndServing(1);  // the wrong token: an unauthenticated request
 }
 
 TEST_P(BadInputTest, StepOutsideDeclaredRangeIsOutOfRange) {

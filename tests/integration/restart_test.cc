@@ -489,6 +489,33 @@ TEST_F(RestartTest, AClientPushingThroughARestartFinishesItsRunExact) {
   EXPECT_EQ(Stats().lost_snapshots(), 0u);
 }
 
+// snapd killed and started again at once: the client's next control call can reach the new
+// snapd before its data plane notices that the old one went, and names a session the new one
+// never opened. snapd answers UNAUTHENTICATED and libsnapd opens a new session and calls again,
+// so the solver's OpenRun succeeds (it failed NOT_FOUND "session N is not open"; the soak
+// found it).
+TEST_F(RestartTest, AControlCallRightAfterARestartOpensANewSessionAndSucceeds) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("16M")));
+  auto client = ConnectClient(daemon());  // the test's own: it outlives the daemon
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  Client& c = **client;
+  for (int round = 0; round < 3; ++round) {
+    KillDaemon();
+    ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("16M")));
+    RunSpec spec = Spec("after-" + std::to_string(round), 2, kStep);
+    auto run = c.OpenRun(spec);
+    ASSERT_TRUE(run.ok()) << "round " << round << ": " << run.status().ToString();
+    std::vector<char> buf(kStep);
+    for (uint64_t t = 0; t < 2; ++t) {
+      FillPattern(buf.data(), kStep, 5, t);
+      auto h = c.Push(run->run_id, t, buf.data(), kStep);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      ASSERT_TRUE(h->WaitStored().ok()) << h->WaitStored().ToString();
+    }
+    for (uint64_t t = 2; t-- > 0;) ASSERT_TRUE(FetchExact(c, run->run_id, t, 5).ok());
+  }
+}
+
 // A daemon that does not come back within the client's reconnect timeout: the push fails
 // with UNAVAILABLE naming the socket, after about that long.
 TEST_F(RestartTest, PastTheReconnectTimeoutAPushFailsNamingTheSocket) {
