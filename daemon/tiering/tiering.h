@@ -166,6 +166,14 @@ class Tiering : protected Ingest {
   void WakeBy(std::chrono::steady_clock::time_point when) SNAPD_REQUIRES(ix_.mu) {
     deadline_ = std::min(deadline_, when);
   }
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  static std::string StepLabel(uint64_t run_id, uint64_t step) {
+    return "step " + std::to_string(step) + " of run id " + std::to_string(run_id);
+  }
 
   std::deque<ParkedPush> parked_pushes_ SNAPD_GUARDED_BY(ix_.mu);
   std::set<Key> parked_reads_ SNAPD_GUARDED_BY(ix_.mu);  // fetches waiting for host room

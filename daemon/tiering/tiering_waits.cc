@@ -1,0 +1,155 @@
+// What waits and for what: the requests parked for host room or a disk read, counted per run,
+// listed for Stats, and logged once they wait past wait_warn_after.
+#include "tiering/tiering.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+
+#include "log.h"
+#include "snapd/units.h"
+#include "tiering/placement.h"
+#include "tiering/snapshot_io.h"
+
+namespace snapd {
+
+std::string Tiering::WhatRoomWaitsFor(uint64_t bytes, HostTier::ArenaId arena) {
+  std::vector<std::string> coming;
+  auto count = [](uint64_t n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  if (writes_in_flight_) {
+    coming.push_back(count(writes_in_flight_, "demotion to disk", "demotions to disk") +
+                     " being written");
+  }
+  if (reads_in_flight_) {
+    coming.push_back(count(reads_in_flight_, "disk read or decode", "disk reads or decodes") +
+                     " in flight");
+  }
+  if (ingests_in_flight()) {
+    coming.push_back(count(ingests_in_flight(), "at-ingest compression", "at-ingest compressions") +
+                     " in flight");
+  }
+  if (packs_pending()) {
+    coming.push_back(count(pending_pack_count(), "compressed copy", "compressed copies") +
+                     " waiting for the raw bytes to be let go");
+  }
+  if (Checksums::HeldBytes(ix_)) coming.push_back("the checksum of a deleted step");
+  if (uint64_t held = LeasedBytes()) {
+    coming.push_back(FormatBytes(held) + " of stored steps held by transfers in flight");
+  }
+  if (disk_ && !disk_->usable()) {
+    coming.push_back("a spool to work again (" + disk_->FailedSpools() + ")");
+  } else if (disk_full_) {
+    coming.push_back("room on the disk tier (" + FormatBytes(disk_->used()) + " of " +
+                     FormatBytes(disk_->budget()) + " in use)");
+  }
+  std::string what;
+  for (const std::string& c : coming) what += (what.empty() ? "" : ", ") + c;
+  if (what.empty()) what = "steps to be deleted or consumed (nothing in flight will make room)";
+  return "host room for " + FormatBytes(bytes) + " (host tier " + FormatBytes(host_->used()) +
+         " of " + FormatBytes(host_->budget()) + " in use, largest free piece " +
+         FormatBytes(host_->largest_free(arena)) + "); waiting for " + what;
+}
+
+std::string Tiering::WhatFetchWaitsFor(const Run& run, const Snapshot& snap) {
+  std::string how = HoldsCompressed(snap) ? "its decode in host memory" : "its read from disk";
+  if (snap.reading) return how + ", in flight";
+  return how + ", which waits for " + WhatRoomWaitsFor(snap.record.raw_bytes(), ArenaOf(run));
+}
+
+Tiering::WaitCounts Tiering::WaitsOf(const Run& run) const {
+  WaitCounts c;
+  auto now = std::chrono::steady_clock::now();
+  auto oldest = [&](std::chrono::steady_clock::time_point since) {
+    c.oldest_seconds = std::max(c.oldest_seconds,
+                                std::chrono::duration<double>(now - since).count());
+  };
+  for (const ParkedPush& p : parked_pushes_) {
+    if (p.run_id != run.record.run_id()) continue;
+    ++c.pushes;
+    oldest(p.parked_at);
+  }
+  for (const auto& [step, snap] : run.snapshots) {
+    if (snap.waiters.empty()) continue;
+    ++c.fetches;
+    oldest(snap.waiting_since);
+  }
+  return c;
+}
+
+std::vector<Tiering::WaitingRequest> Tiering::Waiting() {
+  auto now = std::chrono::steady_clock::now();
+  std::vector<WaitingRequest> out;
+  auto add = [&](const char* kind, const Run* run, uint64_t run_id, uint64_t step,
+                 std::chrono::steady_clock::time_point since, std::string what) {
+    WaitingRequest& w = out.emplace_back();
+    w.since = since;
+    w.owner_uid = run ? run->record.owner_uid() : 0;
+    w.wait.set_kind(kind);
+    w.wait.set_run_id(run_id);
+    if (run) w.wait.set_run(run->record.spec().name());
+    w.wait.set_step(step);
+    w.wait.set_seconds(std::chrono::duration<double>(now - since).count());
+    w.wait.set_waiting_for(std::move(what));
+  };
+  for (const ParkedPush& p : parked_pushes_) {
+    auto run = ix_.runs.find(p.run_id);
+    add("push", run != ix_.runs.end() ? &run->second : nullptr, p.run_id, p.step, p.parked_at,
+        WhatRoomWaitsFor(p.bytes, p.arena));
+  }
+  for (const auto& [id, run] : ix_.runs) {
+    for (const auto& [step, snap] : run.snapshots) {
+      if (!snap.waiters.empty()) {
+        add("fetch", &run, id, step, snap.waiting_since, WhatFetchWaitsFor(run, snap));
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const WaitingRequest& a, const WaitingRequest& b) {
+    return a.since < b.since;
+  });
+  return out;
+}
+
+void Tiering::WarnLongWaits() {
+  const auto bound = options_.wait_warn_after;
+  if (bound.count() <= 0) return;
+  auto now = std::chrono::steady_clock::now();
+  auto due = [&](std::chrono::steady_clock::time_point since,
+                 std::chrono::steady_clock::time_point& warn_at,
+                 const std::function<std::string()>& what) SNAPD_REQUIRES(ix_.mu) {
+    if (now >= warn_at) {
+      char waited[32];
+      std::snprintf(waited, sizeof waited, "%.1f s",
+                    std::chrono::duration<double>(now - since).count());
+      long_waits_.Write(log::Level::kWarn, "long waits", what() + " has waited " + waited);
+      warn_at = now + bound * kWaitWarnRepeat;
+    }
+    WakeBy(warn_at);
+  };
+  for (ParkedPush& p : parked_pushes_) {
+    due(p.parked_at, p.warn_at, [&]() SNAPD_REQUIRES(ix_.mu) {
+      auto run = ix_.runs.find(p.run_id);
+      return "push of " +
+             (run != ix_.runs.end() ? StepName(run->second.record, p.step)
+                                 : StepLabel(p.run_id, p.step)) +
+             ", waiting for " + WhatRoomWaitsFor(p.bytes, p.arena) + ",";
+    });
+  }
+  for (auto& entry : ix_.runs) {
+    Run& run = entry.second;
+    for (auto& [step, snapshot] : run.snapshots) {
+      Snapshot& snap = snapshot;  // a lambda may not capture a structured binding (C++20)
+      if (snap.waiters.empty()) continue;
+      due(snap.waiting_since, snap.warn_at, [&]() SNAPD_REQUIRES(ix_.mu) {
+        return "fetch of " + StepName(run.record, snap.record.step()) + ", waiting for " +
+               WhatFetchWaitsFor(run, snap) + ",";
+      });
+    }
+  }
+}
+
+}  // namespace snapd
