@@ -277,8 +277,11 @@ void Tiering::Rebalance(Deferred& deferred) {
   // demote (the loop above found nothing).
   // (Parked pushes left here could not be granted even after compacting the host tier.)
   // A stored block a transfer still holds (a lease) is in flight too: its release wakes this
-  // thread, and may let a read-ahead copy go or a compressed copy in.
-  bool stuck = !Settling() && LeasedBytes() == 0;
+  // thread, and may let a read-ahead copy go or a compressed copy in. So is a push reserved and
+  // being copied: its commit wakes this thread with one more step that may move to disk (16
+  // solvers each copying a 16 MiB push hold a quarter of a 1 GiB tier; a read refused then
+  // failed for want of room that was on its way; the soak found it).
+  bool stuck = !Settling() && LeasedBytes() == 0 && !PushesReserved();
   if (disk_ && !disk_->usable()) {
     FailPushesWithoutDisk(deferred);
   } else {
@@ -475,6 +478,15 @@ bool Tiering::CompactHost(uint64_t bytes, HostTier::ArenaId arena) {
     ++compactions_;
   }
   return host_->largest_free(arena) >= bytes;
+}
+
+bool Tiering::PushesReserved() const {
+  for (const auto& [id, run] : ix_.runs) {
+    for (const auto& [step, block] : run.in_flight) {
+      if (block) return true;  // null: a push parked for room, not reserved
+    }
+  }
+  return false;
 }
 
 uint64_t Tiering::LeasedBytes() const {

@@ -139,6 +139,9 @@ class Tiering : protected Ingest {
   // Bytes of stored steps' host blocks leased out now (StoreState::Lease): held by a transfer
   // (a send, a mapped-path read, a dump) whose release wakes the tiering thread.
   uint64_t LeasedBytes() const SNAPD_REQUIRES(ix_.mu);
+  // A push holds host memory it reserved and has not committed or aborted yet: its end will
+  // wake the tiering thread.
+  bool PushesReserved() const SNAPD_REQUIRES(ix_.mu);
   // Something in flight (a disk write or read, a compression, a checksum holding a block) will
   // free host memory or change what can be demoted soon.
   bool Settling() SNAPD_REQUIRES(ix_.mu);

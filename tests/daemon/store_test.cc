@@ -666,6 +666,43 @@ TEST_F(StoreTest, ADrainWhilePushesGoOnEndsOnceTheStepsStoredBeforeItAreOnDisk) 
   for (uint64_t step = 0; step < 4; ++step) ASSERT_TRUE(FetchExact(before, step, kStep).ok());
 }
 
+// A fetch of a disk step while every byte of the host tier is reserved by pushes still being
+// copied: nothing can move to disk yet, but the commits will bring steps that can. The read
+// waits for them instead of failing RESOURCE_EXHAUSTED at once (the soak found it: 16
+// clients each copying a push).
+TEST_F(StoreTest, AReadWaitsForRoomThatReservedPushesWillMake) {
+  constexpr uint64_t kStep = kHostBytes / 4;
+  uint64_t old_run = OpenRun("old", 0, kStep);
+  ASSERT_TRUE(Push(old_run, 0, kStep).ok());
+  auto drained = std::make_shared<std::promise<Result<Store::DrainResult>>>();
+  store_->Drain([drained](Result<Store::DrainResult> r) { drained->set_value(std::move(r)); });
+  ASSERT_TRUE(drained->get_future().get().ok());
+  ASSERT_EQ(TierOf("old", 0), v1::TIER_DISK);
+  store_->WaitTieringIdle();
+  uint64_t busy = OpenRun("busy", 0, kStep);
+  std::vector<Store::PushTicket> tickets;
+  for (uint64_t t = 0; t < 4; ++t) {
+    auto ticket = Reserve(*store_, busy, t, kStep);
+    ASSERT_TRUE(ticket.ok()) << t << ": " << ticket.status().ToString();
+    tickets.push_back(*ticket);
+  }
+  auto fetched = std::async(std::launch::async, [&] { return FetchExact(old_run, 0, kStep); });
+  if (fetched.wait_for(std::chrono::milliseconds(300)) == std::future_status::ready) {
+    for (Store::PushTicket& t : tickets) store_->AbortPush(t);
+    FAIL() << "the read did not wait: " << fetched.get().ToString();
+  }
+  for (Store::PushTicket& t : tickets) {
+    char* p = static_cast<char*>(t.block->data());
+    for (size_t i = 0; i < kStep; ++i) p[i] = Pattern(t.step, i);
+    ASSERT_TRUE(store_->CommitPush(t).ok());
+  }
+  tickets.clear();  // the leases go: the committed steps may move to disk
+  ASSERT_EQ(fetched.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  Status s = fetched.get();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  for (uint64_t t = 0; t < 4; ++t) EXPECT_TRUE(FetchExact(busy, t, kStep).ok()) << t;
+}
+
 // A smooth float32 field, as a wavefield is: what zfp is for.
 std::vector<float> WaveField(uint64_t step, size_t ny, size_t nx) {
   std::vector<float> v(ny * nx);
