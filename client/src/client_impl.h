@@ -254,7 +254,10 @@ struct Client::Impl {
                     void* data, size_t bytes, bool device, void* stream);
 
   ~Impl();
-  Status Control(const std::function<grpc::Status(grpc::ClientContext*)>& call);
+  // `resent` (if given) is set when the call was sent again after snapd went away or cut it
+  // in a stop: the first try may have run.
+  Status Control(const std::function<grpc::Status(grpc::ClientContext*)>& call,
+                 bool* resent = nullptr);
   // One call, retried once when only this channel's connection was lost.
   Status ControlOnce(const std::function<grpc::Status(grpc::ClientContext*)>& call);
   // OpenSession for `client_name` at the loop's address; FAILED_PRECONDITION when snapd speaks

@@ -74,7 +74,8 @@ RunInfo FromProto(const v1::RunInfo& p) {
 
 }  // namespace
 
-Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContext*)>& call,
+                             bool* resent) {
   // Once connected, a call during a restart of snapd waits for it (reconnect_timeout_s), with
   // backoff; Connect itself fails at once.
   const double timeout = session_id != 0 ? reconnect_timeout_s.load() : 0;
@@ -100,10 +101,18 @@ Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContex
       reopened = true;
       continue;
     }
-    if (s.code() != Code::kUnavailable || timeout <= 0 ||
-        std::chrono::steady_clock::now() + backoff > deadline) {
+    // CANCELLED: snapd cancelled the call as it stopped (it answers what is in flight for up
+    // to 2 s, then cancels the rest), which a restart does; it is sent again once snapd is back,
+    // as a call during the restart is. Either may have run before the stop: `resent` says so.
+    const bool cut = s.code() == Code::kUnavailable || s.code() == Code::kCancelled;
+    if (!cut || timeout <= 0 || std::chrono::steady_clock::now() + backoff > deadline) {
+      if (s.code() == Code::kCancelled) {
+        return Status::Unavailable("snapd at " + socket_path +
+                                   " cancelled the call as it stopped (" + s.message() + ")");
+      }
       return s;
     }
+    if (resent) *resent = true;
     {
       MutexLock lock(conn_mu);
       if (closing) return s;
@@ -285,8 +294,11 @@ Status Client::DeleteRun(const std::string& name) {
   v1::DeleteRunRequest req;
   req.set_name(name);
   v1::DeleteRunResponse resp;
-  SNAPD_RETURN_IF_ERROR(impl_->Control(
-      [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteRun(ctx, req, &resp); }));
+  bool resent = false;
+  Status deleted = impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteRun(ctx, req, &resp); }, &resent);
+  // Sent again across a restart: NOT_FOUND means the first try deleted it.
+  if (!(resent && deleted.code() == Code::kNotFound)) SNAPD_RETURN_IF_ERROR(deleted);
   if (detail::DevicePool* pool = impl_->Pool()) {
     detail::DevicePool::Dropped dropped = pool->DropRun(name);
     for (const auto& busy : dropped.busy) (void)busy->WaitCompleted();
@@ -301,8 +313,12 @@ Status Client::DeleteSnapshot(const std::string& name, uint64_t step) {
   req.set_name(name);
   req.set_step(step);
   v1::DeleteSnapshotResponse resp;
-  SNAPD_RETURN_IF_ERROR(impl_->Control(
-      [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteSnapshot(ctx, req, &resp); }));
+  bool resent = false;
+  Status deleted = impl_->Control(
+      [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteSnapshot(ctx, req, &resp); },
+      &resent);
+  // Sent again across a restart: NOT_FOUND means the first try deleted it.
+  if (!(resent && deleted.code() == Code::kNotFound)) SNAPD_RETURN_IF_ERROR(deleted);
   if (detail::DevicePool* pool = impl_->Pool()) {
     if (std::optional<uint64_t> id = pool->RunIdOf(name)) pool->Drop(*id, step, nullptr);
   }
