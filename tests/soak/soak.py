@@ -575,8 +575,11 @@ def main():
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--host-mem", default="512M")
-    p.add_argument("--disk-mem", default="2G")
-    p.add_argument("--disk", default="3G", help="the loop-mounted spool filesystem's size")
+    # 16 clients can all be in the forward pass of a 192 MiB run at once (a spool outage lines
+    # them up), beside killed clients' runs in their orphan grace: host + disk must hold that,
+    # or snapd rightly refuses pushes (2G did, after 13 minutes).
+    p.add_argument("--disk-mem", default="4G")
+    p.add_argument("--disk", default="6G", help="the loop-mounted spool filesystem's size")
     p.add_argument("--kill-every", type=float, default=15, help="seconds between client kills")
     p.add_argument("--restart-every", type=float,
                    help="seconds between snapd restarts (180; a short soak: half of it)")
