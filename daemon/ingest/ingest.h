@@ -3,17 +3,23 @@
 // raw bytes are still there), and its raw host block swapped for the smaller copy. A push never
 // waits for it: until the copy is swapped in, the step is simply raw.
 //
-// Threading: everything runs under the store's mutex (store/store_state.h) except the
-// compression itself, on an I/O thread.
+// A component of the store (store/store_state.h), as Checksums is: its state lives in the
+// store's index (StoreIndex::ingest, under the index's mutex), and each method that touches it
+// takes the index, `ix`, which must be the one it was made with. What it needs of the store
+// (host room, the catalog, an I/O thread, the compressor) comes in as Deps, so a test makes it
+// with an index, a host tier and a recorder: no Store, no RocksDB (tests/daemon/ingest_test.cc).
+//
+// Threading: everything runs under the index's mutex except the compression itself, on the
+// thread `Deps::submit` runs it on.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <set>
 
 #include "ingest/checksums.h"
 #include "ingest/packing.h"
-#include "store/store_state.h"
+#include "store/store_index.h"
 
 namespace snapd {
 
@@ -23,31 +29,52 @@ struct PendingPack {
   uint64_t checksum;  // of the raw bytes, taken before compressing
 };
 
-class Ingest : protected StoreState {
- protected:
-  using StoreState::StoreState;
+class Ingest {
+ public:
+  struct Deps {
+    // Host memory for a compressed copy of `bytes` beside the raw block, in the run's arena
+    // (from its top, away from the raw pushes); an error when there is no room.
+    std::function<Result<std::shared_ptr<HostBlock>>(const StoreIndex::Run&, uint64_t bytes)>
+        allocate;
+    // Writes the step's updated record to the catalog.
+    Checksums::Record record;
+    // Runs `job` on an I/O thread (never on the caller's: it takes the index's mutex).
+    std::function<void(std::function<void()> job)> submit;
+    // Compresses the raw snapshot at `data` with the run's codec (PackSnapshot).
+    std::function<Result<PackedSnapshot>(const compress::CodecSpec&, const compress::FieldSpec&,
+                                         const void* data)>
+        pack;
+    // Host room came free, or work the tiering policy waits for ended.
+    std::function<void()> wake;
+  };
+  Ingest(StoreIndex& ix, Checksums& checksums, Deps deps);
+  Ingest(const Ingest&) = delete;
+  Ingest& operator=(const Ingest&) = delete;
 
-  // Compresses the committed step on an I/O thread, then swaps its host block for the smaller
-  // one (FinishIngestCompression).
-  void StartIngestCompression(Run& run, Snapshot& snap) SNAPD_REQUIRES(ix_.mu);
+  // Compresses the committed step (its raw bytes in snap.block) on an I/O thread, then swaps
+  // its host block for the smaller one.
+  void Start(StoreIndex& ix, StoreIndex::Run& run, StoreIndex::Snapshot& snap)
+      SNAPD_REQUIRES(ix.mu);
   // Swaps in the compressed copies that had to wait for room or for a holder of the raw bytes.
-  void RetryPendingPacks() SNAPD_REQUIRES(ix_.mu);
-  // Compressions in flight, or compressed copies waiting to be swapped in: host room is coming.
-  int ingests_in_flight() const SNAPD_REQUIRES(ix_.mu) { return ingests_in_flight_; }
-  bool packs_pending() const SNAPD_REQUIRES(ix_.mu) { return !pending_packs_.empty(); }
-  size_t pending_pack_count() const SNAPD_REQUIRES(ix_.mu) { return pending_packs_.size(); }
+  void RetryPending(StoreIndex& ix) SNAPD_REQUIRES(ix.mu);
+  // Compressions in flight, and compressed copies waiting to be swapped in: host room is coming.
+  static int InFlight(const StoreIndex& ix) SNAPD_REQUIRES(ix.mu) { return ix.ingest.in_flight; }
+  static size_t Pending(const StoreIndex& ix) SNAPD_REQUIRES(ix.mu) {
+    return ix.ingest.pending_packs.size();
+  }
 
  private:
-  void FinishIngestCompression(uint64_t run_id, uint64_t step, uint64_t generation,
-                               uint64_t checksum, Result<PackedSnapshot> packed)
-      SNAPD_EXCLUDES(ix_.mu);
-  static bool PackStillApplies(const Snapshot& snap);
+  void Finish(uint64_t run_id, uint64_t step, uint64_t generation, uint64_t checksum,
+              Result<PackedSnapshot> packed) SNAPD_EXCLUDES(ix_.mu);
+  static bool StillApplies(const StoreIndex::Snapshot& snap);
   // Swaps the snapshot's raw host block for its compressed copy; false if that must wait (no
   // room beside, and someone still holds the raw block).
-  bool ApplyPack(Run& run, Snapshot& snap, const PendingPack& pending) SNAPD_REQUIRES(ix_.mu);
+  bool Apply(StoreIndex& ix, StoreIndex::Run& run, StoreIndex::Snapshot& snap,
+             const PendingPack& pending) SNAPD_REQUIRES(ix.mu);
 
-  std::set<Key> pending_packs_ SNAPD_GUARDED_BY(ix_.mu);  // snapshots with a pending_pack
-  int ingests_in_flight_ SNAPD_GUARDED_BY(ix_.mu) = 0;
+  StoreIndex& ix_;  // the I/O jobs' (Finish)
+  Checksums& checksums_;
+  const Deps deps_;
 };
 
 }  // namespace snapd

@@ -1,9 +1,10 @@
 // The store's index: the one mutex and everything it guards. Runs and their snapshots over the
 // catalog and the tiers, the counters, and the state of the components the store is made of
-// (the checksum owner's queue today; see store/store_state.h for the rest). A component keeps
-// no guarded member of its own: its methods take the index and are annotated
-// SNAPD_REQUIRES(ix.mu), which clang's thread-safety analysis checks against the argument at
-// every call, so one index held by the store is one capability however many components use it.
+// (the checksum owner's queue and the at-ingest compressor's; see store/store_state.h for the
+// rest). A component keeps no guarded member of its own: its methods take the index and are
+// annotated SNAPD_REQUIRES(ix.mu), which clang's thread-safety analysis checks against the
+// argument at every call, so one index held by the store is one capability however many
+// components use it.
 #pragma once
 
 #include <chrono>
@@ -38,11 +39,11 @@ struct StoreCounters {
   uint64_t prefetch_hits = 0;
   uint64_t demand_reads = 0;
   uint64_t released = 0;
-  uint64_t refused_pushes = 0;  // refused because host and disk together had no room
-  uint64_t compactions = 0;     // host blocks moved to merge free room
-  uint64_t unavailable_pushes = 0;  // failed because they needed disk and no spool worked
+  uint64_t refused_pushes = 0;           // refused because host and disk together had no room
+  uint64_t compactions = 0;              // host blocks moved to merge free room
+  uint64_t unavailable_pushes = 0;       // failed because they needed disk and no spool worked
   uint64_t unavailable_pushes_fast = 0;  // of those, failed at once (an earlier one waited)
-  uint64_t scrubbed = 0;            // spool files re-verified (recovery, background, on demand)
+  uint64_t scrubbed = 0;  // spool files re-verified (recovery, background, on demand)
 };
 
 // A compressed copy made at ingest that could not replace the raw block yet (ingest/ingest.h).
@@ -99,6 +100,13 @@ struct StoreIndex {
   };
   using Key = std::pair<uint64_t, uint64_t>;  // (run_id, step)
 
+  // The at-ingest compressor's state (ingest/ingest.h): compressions running, and the
+  // snapshots whose compressed copy waits to replace the raw block (Snapshot::pending_pack).
+  struct IngestState {
+    int in_flight = 0;
+    std::set<Key> pending_packs;
+  };
+
   // The checksum owner's state (ingest/checksums.h): the checksums of stored copies still to
   // compute, and the hashes in progress that other threads may wait for.
   struct ChecksumJob {
@@ -133,6 +141,7 @@ struct StoreIndex {
   StoreCounters counters SNAPD_GUARDED_BY(mu);  // demotions, reads, hits, releases
   bool stopping SNAPD_GUARDED_BY(mu) = false;
   ChecksumQueue checksums SNAPD_GUARDED_BY(mu);
+  IngestState ingest SNAPD_GUARDED_BY(mu);
 };
 
 }  // namespace snapd

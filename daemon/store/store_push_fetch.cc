@@ -169,7 +169,7 @@ Status Store::CommitPush(const PushTicket& t) {
   run.released.erase(t.step);
   run.stored_bytes += raw;
   if (CompressesAtIngest(run.record.spec())) {
-    StartIngestCompression(run, snap);  // asks for the checksum itself, before compressing
+    ingest_.Start(ix_, run, snap);  // asks for the checksum itself, before compressing
   } else {
     checksums_.Queue(ix_, t.run_id, snap, raw);
   }

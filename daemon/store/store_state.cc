@@ -31,7 +31,23 @@ StoreState::StoreState(Catalog* catalog, HostTier* host, DiskTier* disk,
       options_(options),
       checksums_(
           ix_, [catalog](const v1::SnapshotRecord& r) { return catalog->PutSnapshot(r); },
-          options.on_hash, [this] { Wake(); }) {
+          options.on_hash, [this] { Wake(); }),
+      ingest_(
+          ix_, checksums_,
+          Ingest::Deps{
+              .allocate = [this](const Run& run,
+                                 uint64_t bytes) { return AllocateHost(run, bytes, true); },
+              .record = [catalog](const v1::SnapshotRecord& r) { return catalog->PutSnapshot(r); },
+              .submit =
+                  [this](std::function<void()> job) {
+                    io_->Submit(std::move(job), /*urgent=*/false);
+                  },
+              .pack =
+                  [this](const compress::CodecSpec& codec, const compress::FieldSpec& field,
+                         const void* data) {
+                    return PackSnapshot(codec, field, data, compress_.get(), checksums_);
+                  },
+              .wake = [this] { Wake(); }}) {
   MutexLock lock(waker_->mu);
   waker_->state = this;
 }

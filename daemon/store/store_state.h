@@ -7,9 +7,10 @@
 //   StoreIndex (store/store_index.h)  the mutex and everything it guards
 //   Checksums  (ingest/checksums.h)   a component: every checksum of a stored step, computed
 //                                     and verified; its own tests (checksums_test.cc)
+//   Ingest     (ingest/ingest.h)      a component: at-ingest compression; its own tests
+//                                     (ingest_test.cc)
 // and, still layers of one object, each in the folder of its job:
 //   StoreState (store/store_state.h)  the index, the components and the shared plumbing
-//   Ingest     (ingest/ingest.h)      at-ingest compression
 //   Tiering    (tiering/tiering.h)    the tiering thread and the placement policy as applied
 //   Store      (store/store.h)        the front door and the catalog bookkeeping
 // A component's methods take the index and are annotated SNAPD_REQUIRES(ix.mu), which clang
@@ -37,6 +38,7 @@
 #include "disk_tier/disk_tier.h"
 #include "host_tier/host_tier.h"
 #include "ingest/checksums.h"
+#include "ingest/ingest.h"
 #include "snapd/io_pool.h"
 #include "snapd/status.h"
 #include "snapd/thread_annotations.h"
@@ -52,10 +54,10 @@ namespace snapd {
 struct StoreOptions {
   static StoreOptions From(const Config& config);
 
-  uint64_t epoch = 0;        // this daemon start (Catalog::BeginEpoch)
-  int io_threads = 0;        // disk I/O threads (io_threads)
+  uint64_t epoch = 0;         // this daemon start (Catalog::BeginEpoch)
+  int io_threads = 0;         // disk I/O threads (io_threads)
   uint64_t max_prefetch = 0;  // upper bound of the adaptive read-ahead depth (prefetch_depth)
-  int compress_threads = 0;  // compression workers (slabs of one snapshot in parallel)
+  int compress_threads = 0;   // compression workers (slabs of one snapshot in parallel)
   uint64_t tenant_quota = 0;  // bytes a tenant (not an admin) may store; 0 = no limit
   // The most of the host tier one tenant (not an admin) may fill with steps of runs that
   // cannot move to disk (layers without Disk); a tenant above it has its movable steps written
@@ -163,6 +165,7 @@ class StoreState {
   // Before the components: they use it, and are destroyed first.
   StoreIndex ix_;
   Checksums checksums_;
+  Ingest ingest_;
 
   // Used by the I/O jobs of every owner; started by Store::Open, io_ stopped first at shutdown
   // (compress_ outlives it: its jobs use the workers).

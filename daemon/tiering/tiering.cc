@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -37,7 +37,8 @@ void Tiering::AnswerWaiting(const Status& down, Deferred& deferred) {
 
 void Tiering::AnswerParkedPushes(const Status& down, Deferred& deferred) {
   for (auto& p : parked_pushes_) {
-    if (auto run = ix_.runs.find(p.run_id); run != ix_.runs.end()) run->second.in_flight.erase(p.step);
+    if (auto run = ix_.runs.find(p.run_id); run != ix_.runs.end())
+      run->second.in_flight.erase(p.step);
     deferred.push_back([l = std::move(p.later), down] { l(down); });
   }
   parked_pushes_.clear();
@@ -77,7 +78,7 @@ Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(Run& run, uint64_t
   // Room comes from demotion to disk, from compressions in flight, from compacting the host
   // tier, or (blocking runs) from deletes and consumed steps.
   bool fragmented = host_->budget() - host_->used() >= bytes;  // compaction may make room
-  if (!disk_ && !run.record.spec().block_when_full() && ingests_in_flight() == 0 && !fragmented) {
+  if (!disk_ && !run.record.spec().block_when_full() && Ingest::InFlight(ix_) == 0 && !fragmented) {
     return block.status();
   }
   // No spool has worked since a push already waited for one in vain: fail now, not again after
@@ -89,8 +90,7 @@ Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(Run& run, uint64_t
   run.in_flight.emplace(step, nullptr);
   auto now = std::chrono::steady_clock::now();
   parked_pushes_.push_back(ParkedPush{run.record.run_id(), step, bytes, ArenaOf(run),
-                                      std::move(later), now,
-                                      now + options_.wait_warn_after});
+                                      std::move(later), now, now + options_.wait_warn_after});
   Wake();
   return std::optional<PushTicket>();
 }
@@ -164,7 +164,7 @@ void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
 void Tiering::WaitTieringIdle() {
   MutexLock lock(ix_.mu);
   idle_cv_.Wait(ix_.mu, [&]() SNAPD_REQUIRES(ix_.mu) {
-    if (writes_in_flight_ || reads_in_flight_ || ingests_in_flight() || !parked_pushes_.empty()) {
+    if (writes_in_flight_ || reads_in_flight_ || Ingest::InFlight(ix_) || !parked_pushes_.empty()) {
       return false;
     }
     for (const auto& [id, run] : ix_.runs) {
@@ -179,13 +179,15 @@ void Tiering::WaitTieringIdle() {
 bool Tiering::Settling() {
   // A queued checksum frees nothing: only one holding the block of a step deleted meanwhile
   // does (queued ones of deleted steps are pruned at each Rebalance).
-  return writes_in_flight_ || reads_in_flight_ || ingests_in_flight() || packs_pending() ||
-         Checksums::HeldBytes(ix_) > 0;
+  return writes_in_flight_ || reads_in_flight_ || Ingest::InFlight(ix_) ||
+         Ingest::Pending(ix_) > 0 || Checksums::HeldBytes(ix_) > 0;
 }
 
 bool Tiering::DemotionWanted(const Run& run, const Snapshot& snap) const {
   // With every spool failed nothing can be demoted until a probe brings one back.
-  if (!disk_ || !disk_->usable() || snap.writing || snap.record.tier() != v1::TIER_HOST || !snap.block) return false;
+  if (!disk_ || !disk_->usable() || snap.writing || snap.record.tier() != v1::TIER_HOST ||
+      !snap.block)
+    return false;
   if (!drains_.empty()) return true;
   const v1::RunSpec& spec = run.record.spec();
   if (!UsesDisk(spec.layers())) return false;
@@ -200,7 +202,7 @@ void Tiering::Rebalance(Deferred& deferred) {
     disk_full_ = false;  // a spool came back (or another failed): the room is new
   }
   checksums_.Prune(ix_);
-  RetryPendingPacks();
+  ingest_.RetryPending(ix_);
   GrantParkedPushes(deferred);
   const int max_writes = options_.io_threads + 1;
 
@@ -246,9 +248,8 @@ void Tiering::Rebalance(Deferred& deferred) {
   // written as if it joined that piece.
   auto short_of_room = [&]() SNAPD_REQUIRES(ix_.mu) {
     if (host_->budget() - host_->used() + writing < need) return true;
-    if (!parked_pushes_.empty() &&
-        host_->largest_free(parked_pushes_.front().arena) + writing <
-            parked_pushes_.front().bytes) {
+    if (!parked_pushes_.empty() && host_->largest_free(parked_pushes_.front().arena) + writing <
+                                       parked_pushes_.front().bytes) {
       return true;
     }
     return first_read != 0 && host_->largest_free(first_read_arena) + writing < first_read;
@@ -289,9 +290,8 @@ void Tiering::Rebalance(Deferred& deferred) {
   }
   const bool no_spool = disk_ && !disk_->usable();
   if (!parked_pushes_.empty() && stuck) {
-    std::string why = !disk_       ? "snapd runs without a disk tier"
-                      : no_spool   ? "no spool of the disk tier works (" +
-                                       disk_->FailedSpools() + ")"
+    std::string why = !disk_     ? "snapd runs without a disk tier"
+                      : no_spool ? "no spool of the disk tier works (" + disk_->FailedSpools() + ")"
                       : disk_full_ ? "the disk tier is full too (" + FormatBytes(disk_->used()) +
                                          " of " + FormatBytes(disk_->budget()) + " in use)"
                                    : "every snapshot left in host memory belongs to a run "
@@ -299,7 +299,7 @@ void Tiering::Rebalance(Deferred& deferred) {
     for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
       auto run = ix_.runs.find(it->run_id);
       if (run != ix_.runs.end() && (run->second.record.spec().block_when_full() ||
-                                 (no_spool && UsesDisk(run->second.record.spec().layers())))) {
+                                    (no_spool && UsesDisk(run->second.record.spec().layers())))) {
         ++it;  // waits for room; a run that may use disk waits for a spool (above)
         continue;
       }
@@ -312,12 +312,12 @@ void Tiering::Rebalance(Deferred& deferred) {
       ++refused_pushes_;
       refusals_.Reject("push refused",
                        (run != ix_.runs.end() ? StepName(run->second.record, it->step)
-                                           : "run id " + std::to_string(it->run_id)) +
+                                              : "run id " + std::to_string(it->run_id)) +
                            ": " + full.message());
       if (run != ix_.runs.end()) {
         run->second.in_flight.erase(it->step);
-        NoteFailure(run->second, StepName(run->second.record, it->step) +
-                                     " was refused: " + full.message());
+        NoteFailure(run->second,
+                    StepName(run->second.record, it->step) + " was refused: " + full.message());
       }
       deferred.push_back([l = std::move(it->later), full] { l(full); });
       it = parked_pushes_.erase(it);
@@ -342,16 +342,18 @@ void Tiering::Rebalance(Deferred& deferred) {
           ++it;
           continue;
         }
-        full = Status::Unavailable(
-            "no host memory free to read " + StepName(run->record, it->second) +
-            " back from disk (" + FormatBytes(host_->used()) + " of " +
-            FormatBytes(host_->budget()) + " in use), and none can be made while no spool of "
-            "the disk tier works (" + disk_->FailedSpools() + ")");
+        full =
+            Status::Unavailable("no host memory free to read " + StepName(run->record, it->second) +
+                                " back from disk (" + FormatBytes(host_->used()) + " of " +
+                                FormatBytes(host_->budget()) +
+                                " in use), and none can be made while no spool of "
+                                "the disk tier works (" +
+                                disk_->FailedSpools() + ")");
       } else {
-        full = Status::ResourceExhausted(
-            "no host memory free to read " + StepName(run->record, it->second) +
-            " back from disk (" + FormatBytes(host_->used()) + " of " +
-            FormatBytes(host_->budget()) + " in use)");
+        full = Status::ResourceExhausted("no host memory free to read " +
+                                         StepName(run->record, it->second) + " back from disk (" +
+                                         FormatBytes(host_->used()) + " of " +
+                                         FormatBytes(host_->budget()) + " in use)");
       }
       for (auto& w : snap->waiters) deferred.push_back([w = std::move(w), full] { w(full); });
       snap->waiters.clear();
@@ -362,7 +364,6 @@ void Tiering::Rebalance(Deferred& deferred) {
   if (options_.scrub_bytes_per_second && disk_) ScrubNext();
   WarnLongWaits();
 }
-
 
 bool Tiering::NeedsDisk(const Run& run) {
   return !run.record.spec().block_when_full() && UsesDisk(run.record.spec().layers());
@@ -413,7 +414,6 @@ void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
     it = parked_pushes_.erase(it);
   }
 }
-
 
 void Tiering::ServeParkedReads() {
   for (auto it = parked_reads_.begin(); it != parked_reads_.end();) {
@@ -570,14 +570,13 @@ bool Tiering::FreeHostRoom() {
   return best->writing;
 }
 
-
 void Tiering::FinishDrainsIfDone(Deferred& deferred) {
   if (drains_.empty()) return;
   if (!disk_->usable()) {
     if (writes_in_flight_) return;
-    Status down = Status::Unavailable(
-        "no spool works (" + disk_->FailedSpools() +
-        "); what was moved stays on disk and the rest is still in host memory");
+    Status down =
+        Status::Unavailable("no spool works (" + disk_->FailedSpools() +
+                            "); what was moved stays on disk and the rest is still in host memory");
     for (auto& d : drains_) deferred.push_back([l = std::move(d.done), down] { l(down); });
     drains_.clear();
     return;

@@ -20,16 +20,15 @@
 #include <thread>
 #include <vector>
 
-#include "ingest/ingest.h"
 #include "log.h"
 #include "store/store_state.h"
 #include "tiering/snapshot_io.h"
 
 namespace snapd {
 
-class Tiering : protected Ingest {
+class Tiering : protected StoreState {
  protected:
-  using Ingest::Ingest;
+  using StoreState::StoreState;
 
   void StartTiering();
   // Stops and joins the tiering thread; ix_.stopping is set and StopWaking called already.
@@ -40,7 +39,7 @@ class Tiering : protected Ingest {
   void AnswerParkedPushes(const Status& down, Deferred& deferred) SNAPD_REQUIRES(ix_.mu);
   // No disk write or read, and no compression, is in flight: nothing will move a host block.
   bool IoIdle() const SNAPD_REQUIRES(ix_.mu) {
-    return writes_in_flight_ == 0 && reads_in_flight_ == 0 && ingests_in_flight() == 0;
+    return writes_in_flight_ == 0 && reads_in_flight_ == 0 && Ingest::InFlight(ix_) == 0;
   }
 
   // Host memory for a validated push of `step`: a ticket now; or nullopt after parking `later`
@@ -68,8 +67,8 @@ class Tiering : protected Ingest {
   // Verifies a disk-tier file (a recovered one, the background scrub, `snapctl scrub`) on an
   // I/O thread; a damaged one is marked lost and its file quarantined. `done`, if any, gets
   // the verdict (OK, DATA_LOSS or another error) without the store's mutex held.
-  void StartScrub(uint64_t run_id, uint64_t step,
-                  std::function<void(Status)> done = nullptr) SNAPD_REQUIRES(ix_.mu);
+  void StartScrub(uint64_t run_id, uint64_t step, std::function<void(Status)> done = nullptr)
+      SNAPD_REQUIRES(ix_.mu);
   // A step read back from disk is lost (DATA_LOSS): marks it lost, logging `why` once, and
   // moves its file aside (DiskTier::Quarantine) from an I/O thread.
   void LoseDiskStep(Run& run, Snapshot& snap, const std::string& why) SNAPD_REQUIRES(ix_.mu);
@@ -201,7 +200,7 @@ class Tiering : protected Ingest {
   std::chrono::steady_clock::time_point deadline_ SNAPD_GUARDED_BY(ix_.mu) =
       std::chrono::steady_clock::time_point::max();
   bool scrubbing_ SNAPD_GUARDED_BY(ix_.mu) = false;  // a background scrub read is in flight
-  Key scrub_cursor_ SNAPD_GUARDED_BY(ix_.mu){0, 0};    // the last step the background scrub read
+  Key scrub_cursor_ SNAPD_GUARDED_BY(ix_.mu){0, 0};  // the last step the background scrub read
   std::chrono::steady_clock::time_point next_scrub_ SNAPD_GUARDED_BY(ix_.mu);
   // Demotions that fail, one line per kind per 10 s, then a count: a spool that fails fails
   // every write to it.
@@ -210,7 +209,7 @@ class Tiering : protected Ingest {
   // passes the bound and then every kWaitWarnRepeat bounds.
   log::RateLimitedLog long_waits_{"store", 5, std::chrono::seconds(10)};
   static constexpr int kWaitWarnRepeat = 6;
-  CondVar idle_cv_;                                    // tiering quiescence (WaitTieringIdle)
+  CondVar idle_cv_;  // tiering quiescence (WaitTieringIdle)
   std::thread tiering_thread_;
 };
 

@@ -1,11 +1,9 @@
 // What waits and for what: the requests parked for host room or a disk read, counted per run,
 // listed for Stats, and logged once they wait past wait_warn_after.
-#include "tiering/tiering.h"
-
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -13,6 +11,7 @@
 #include "snapd/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
+#include "tiering/tiering.h"
 
 namespace snapd {
 
@@ -29,12 +28,13 @@ std::string Tiering::WhatRoomWaitsFor(uint64_t bytes, HostTier::ArenaId arena) {
     coming.push_back(count(reads_in_flight_, "disk read or decode", "disk reads or decodes") +
                      " in flight");
   }
-  if (ingests_in_flight()) {
-    coming.push_back(count(ingests_in_flight(), "at-ingest compression", "at-ingest compressions") +
-                     " in flight");
+  if (Ingest::InFlight(ix_)) {
+    coming.push_back(
+        count(Ingest::InFlight(ix_), "at-ingest compression", "at-ingest compressions") +
+        " in flight");
   }
-  if (packs_pending()) {
-    coming.push_back(count(pending_pack_count(), "compressed copy", "compressed copies") +
+  if (Ingest::Pending(ix_) > 0) {
+    coming.push_back(count(Ingest::Pending(ix_), "compressed copy", "compressed copies") +
                      " waiting for the raw bytes to be let go");
   }
   if (Checksums::HeldBytes(ix_)) coming.push_back("the checksum of a deleted step");
@@ -65,8 +65,8 @@ Tiering::WaitCounts Tiering::WaitsOf(const Run& run) const {
   WaitCounts c;
   auto now = std::chrono::steady_clock::now();
   auto oldest = [&](std::chrono::steady_clock::time_point since) {
-    c.oldest_seconds = std::max(c.oldest_seconds,
-                                std::chrono::duration<double>(now - since).count());
+    c.oldest_seconds =
+        std::max(c.oldest_seconds, std::chrono::duration<double>(now - since).count());
   };
   for (const ParkedPush& p : parked_pushes_) {
     if (p.run_id != run.record.run_id()) continue;
@@ -135,7 +135,7 @@ void Tiering::WarnLongWaits() {
       auto run = ix_.runs.find(p.run_id);
       return "push of " +
              (run != ix_.runs.end() ? StepName(run->second.record, p.step)
-                                 : StepLabel(p.run_id, p.step)) +
+                                    : StepLabel(p.run_id, p.step)) +
              ", waiting for " + WhatRoomWaitsFor(p.bytes, p.arena) + ",";
     });
   }
