@@ -130,4 +130,9 @@ class ControlService final : public v1::Control::CallbackService {
   IoPool vetting_{kVettingThreads};  // last: joined before the members its jobs use go
 };
 
+// The spools' states as Stats and ProbeSpools answer them (control_stats.cc): directories and
+// the full failure reasons only for an admin.
+void FillSpools(const DiskTier& disk, bool admin,
+                google::protobuf::RepeatedPtrField<v1::SpoolState>* out);
+
 }  // namespace snapd
