@@ -2,7 +2,7 @@
 // index of runs and snapshots in memory over the catalog (RocksDB) and is the single place
 // where every request is validated, tenancy is enforced and quotas are counted; it is the only
 // writer of run records, and of a snapshot's record when it is stored or deleted. The jobs
-// behind it have owners of their own, layers of this object (see store/store_state.h):
+// behind it have owners of their own, components over its index (see store/store_state.h):
 // tiering/ (the tiering thread: demotion, reads and read-ahead, compaction, drains), ingest/
 // (the checksum owner, which computes and verifies every checksum of a stored step, and
 // at-ingest compression); host_tier/ and disk_tier/ are the tiers themselves.
@@ -56,7 +56,7 @@ struct Tenant {
   static Tenant User(uint32_t uid) { return {uid, false}; }
 };
 
-class Store final : private Tiering {
+class Store final : private StoreState {
  public:
   using PushTicket = StoreState::PushTicket;
   using PushDone = StoreState::PushDone;
@@ -138,8 +138,8 @@ class Store final : private Tiering {
   // in host memory (or the fetch is refused), or later, from an I/O thread, once they are
   // read from disk; true in that second case. `backward`: the fetch is the backward pass (it
   // paces and triggers prefetch); false for a dump.
-  bool BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes, bool backward,
-                  FetchDone done, const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
+  bool BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes, bool backward, FetchDone done,
+                  const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
   // The solver has the bytes of a fetched step: unless the run keeps steps, the step is
   // released (read-once).
   void Consumed(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_EXCLUDES(ix_.mu);
@@ -171,10 +171,10 @@ class Store final : private Tiering {
   // Pushes reserved (or waiting for room), not yet committed or aborted.
   uint64_t PushesInFlight() const SNAPD_EXCLUDES(ix_.mu);
   struct StopResult {
-    uint64_t steps = 0;  // host-only steps written to disk, or host blocks in the kept tier
+    uint64_t steps = 0;      // host-only steps written to disk, or host blocks in the kept tier
     uint64_t host_only = 0;  // KeepHostTier: of `steps`, those with no disk copy
     uint64_t bytes = 0;
-    Status status;       // why it stopped short; the steps left are then lost
+    Status status;  // why it stopped short; the steps left are then lost
   };
   // Writes every host-only step to disk, waiting until `deadline`. What is still only in host
   // memory when the store is destroyed (after the writes in flight end) is named in the log
@@ -216,7 +216,7 @@ class Store final : private Tiering {
   // Blocks until every checksum queued so far is recorded and the tiering thread has nothing
   // in flight (tests, orderly shutdown).
   void WaitChecksumsIdle() SNAPD_EXCLUDES(ix_.mu) { checksums_.WaitIdle(ix_); }
-  using Tiering::WaitTieringIdle;
+  void WaitTieringIdle() SNAPD_EXCLUDES(ix_.mu) { tiering_.WaitTieringIdle(); }
   // Checksums of stored bytes computed since the store opened (tests: each block is hashed
   // once, see Checksums).
   uint64_t hashes() const { return checksums_.hashes(); }
@@ -275,10 +275,14 @@ class Store final : private Tiering {
   // Run names are per owner uid: two users may each have "shot-17".
   std::map<std::pair<uint32_t, std::string>, uint64_t> by_name_ SNAPD_GUARDED_BY(ix_.mu);
   std::map<uint32_t, uint64_t> quotas_ SNAPD_GUARDED_BY(ix_.mu);  // per-uid, from SetQuota
-  bool closing_ SNAPD_GUARDED_BY(ix_.mu) = false;  // BeginStop: pushes are refused
+  bool closing_ SNAPD_GUARDED_BY(ix_.mu) = false;                 // BeginStop: pushes are refused
   // Set by a stop whose drain fell short: why; the destructor marks what is left lost.
   std::string unsaved_why_ SNAPD_GUARDED_BY(ix_.mu);
   uint64_t next_generation_ SNAPD_GUARDED_BY(ix_.mu) = 1;
+
+  // The tiering policy and its thread, a component over this store's plumbing and index; a
+  // member, so it is destroyed before them (its thread is joined by then: StopTiering).
+  Tiering tiering_{*this};
 };
 
 // Validates a spec on its own (name, sizes, dtype and shape agree).

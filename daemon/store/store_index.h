@@ -1,10 +1,9 @@
 // The store's index: the one mutex and everything it guards. Runs and their snapshots over the
 // catalog and the tiers, the counters, and the state of the components the store is made of
-// (the checksum owner's queue and the at-ingest compressor's; see store/store_state.h for the
-// rest). A component keeps no guarded member of its own: its methods take the index and are
-// annotated SNAPD_REQUIRES(ix.mu), which clang's thread-safety analysis checks against the
-// argument at every call, so one index held by the store is one capability however many
-// components use it.
+// (the checksum owner's queue, the at-ingest compressor's and the tiering policy's). A component
+// keeps no guarded member of its own: its methods take the index and are annotated
+// SNAPD_REQUIRES(ix.mu), which clang's thread-safety analysis checks against the argument at every
+// call, so one index held by the store is one capability however many components use it.
 #pragma once
 
 #include <chrono>
@@ -58,6 +57,19 @@ struct StoreIndex {
     uint64_t generation = 0;
   };
   using FetchDone = std::function<void(Result<FetchGrant>)>;
+  // A push between BeginPush and CommitPush/AbortPush: the step is reserved and `block` holds
+  // the host memory its bytes go to (also the staging buffer of a step bound for disk). `block`
+  // is a lease (see StoreState::Lease): the store keeps its own reference in Run::in_flight.
+  struct PushTicket {
+    uint64_t run_id = 0;
+    uint64_t step = 0;
+    std::shared_ptr<HostBlock> block;
+  };
+  using PushDone = std::function<void(Result<PushTicket>)>;
+  struct DrainResult {
+    uint64_t moved = 0;
+    uint64_t moved_bytes = 0;
+  };
 
   struct Snapshot {
     v1::SnapshotRecord record;         // durable truth: TIER_HOST, TIER_DISK or TIER_LOST
@@ -142,6 +154,52 @@ struct StoreIndex {
   bool stopping SNAPD_GUARDED_BY(mu) = false;
   ChecksumQueue checksums SNAPD_GUARDED_BY(mu);
   IngestState ingest SNAPD_GUARDED_BY(mu);
+
+  // The tiering policy's state (tiering/tiering.h): what waits for host room or for the disk,
+  // the moves in flight, and the policy's counters and clocks.
+  struct TieringState {
+    struct ParkedPush {
+      uint64_t run_id;
+      uint64_t step;
+      uint64_t bytes;
+      HostTier::ArenaId arena;  // where its block goes: its run owner's
+      PushDone later;
+      std::chrono::steady_clock::time_point parked_at;
+      std::chrono::steady_clock::time_point warn_at;  // when the wait is next logged
+    };
+    struct DrainWaiter {
+      std::function<void(Result<DrainResult>)> done;
+      DrainResult result;
+      // The newest copy stored when the drain began: it ends once every copy up to this one
+      // is on disk (copies pushed meanwhile move too, but a job that keeps pushing would
+      // otherwise keep the drain from ever ending).
+      uint64_t upto = 0;
+    };
+    std::deque<ParkedPush> parked_pushes;
+    std::set<Key> parked_reads;  // fetches waiting for host room
+    std::vector<DrainWaiter> drains;
+    int writes_in_flight = 0;
+    int reads_in_flight = 0;
+    bool keep_host_copies = false;
+    bool disk_full = false;       // the last demotion found no room
+    uint64_t refused_pushes = 0;  // refused for want of room
+    uint64_t compactions = 0;     // blocks moved to merge free room
+    double read_ns_per_byte = 0;  // EWMA of disk reads
+    uint64_t unavailable_pushes = 0;
+    uint64_t unavailable_pushes_fast = 0;  // of those, failed at once
+    // A push that needed the disk waited spool_failure_timeout and failed, and no spool has
+    // worked since: the next ones that need the disk fail at once, with the failure that push
+    // got, until a spool comes back.
+    std::string disk_down;
+    uint64_t scrubbed = 0;
+    uint64_t disk_changes = 0;  // DiskTier::changes() last seen
+    // When the tiering thread must run again without a wake-up (a push's deadline, the scrub).
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    bool scrubbing = false;  // a background scrub read is in flight
+    Key scrub_cursor{0, 0};  // the last step the background scrub read
+    std::chrono::steady_clock::time_point next_scrub;
+  };
+  TieringState tiering SNAPD_GUARDED_BY(mu);
 };
 
 }  // namespace snapd

@@ -18,7 +18,7 @@
 namespace snapd {
 
 Store::Store(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOptions& options)
-    : Tiering(catalog, host, disk, options) {}
+    : StoreState(catalog, host, disk, options) {}
 
 Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, DiskTier* disk,
                                            const StoreOptions& options) {
@@ -28,12 +28,12 @@ Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, Dis
   s->compress_ = std::make_unique<compress::CompressPool>(options.compress_threads);
   s->io_ = std::make_unique<IoPool>(std::max(1, options.io_threads));
   s->checksums_.Start();
-  s->StartTiering();
+  s->tiering_.StartTiering();
   {
     MutexLock lock(s->ix_.mu);
     for (auto& [id, run] : s->ix_.runs) {
       for (auto& [step, snap] : run.snapshots) {
-        if (!snap.verified) s->StartScrub(id, step);
+        if (!snap.verified) s->tiering_.StartScrub(s->ix_, id, step);
       }
     }
   }
@@ -46,7 +46,7 @@ Store::~Store() {
     ix_.stopping = true;
   }
   StopWaking();
-  StopTiering();
+  tiering_.StopTiering();
   checksums_.Stop();
   io_.reset();  // finishes the I/O already queued; completions still find the index intact
   DetachWaker();  // blocks released from now on wake nobody
@@ -58,7 +58,7 @@ Store::~Store() {
       for (auto& [id, run] : ix_.runs) {
         for (auto& [step, snap] : run.snapshots) {
           if (snap.record.tier() != v1::TIER_HOST || !snap.block) continue;
-          MarkLost(run, snap, "it was still only in host memory when snapd stopped (" +
+          MarkLost(ix_, run, snap, "it was still only in host memory when snapd stopped (" +
                                   unsaved_why_ + ")");
           ++lost;
         }
@@ -74,7 +74,7 @@ Store::~Store() {
   {
     MutexLock lock(ix_.mu);
     Status down = Status::Unavailable("snapd is shutting down");
-    AnswerWaiting(down, deferred);
+    tiering_.AnswerWaiting(ix_, down, deferred);
     for (auto& [id, run] : ix_.runs) {
       for (auto& [step, snap] : run.snapshots) {
         for (auto& w : snap.waiters) deferred.push_back([l = std::move(w), down] { l(down); });
@@ -130,7 +130,7 @@ Status Store::Load() {
                                " is lost: it was in host memory when snapd last stopped "
                                "without writing it to disk (kill -9 or a crash)");
         }
-        MarkLost(run, snap, kept.message());
+        MarkLost(ix_, run, snap, kept.message());
       }
     } else if (r.tier() == v1::TIER_DISK) {
       Status adopted = disk_ ? disk_->Adopt(r.spool(), r.run_id(), r.disk_name(),
@@ -157,7 +157,7 @@ Status Store::Load() {
         SNAPD_LOG_WARN("%s is lost: %s", StepName(run.record, r.step()).c_str(),
                        adopted.message().c_str());
         if (disk_) damaged.push_back({StepName(run.record, r.step()), r, adopted.message()});
-        MarkLost(run, snap, "");
+        MarkLost(ix_, run, snap, "");
       }
     }
   }

@@ -132,7 +132,7 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
           "); fetch or delete steps, or use layers with Disk"));
     }
   }
-  return AdmitPush(*run, step, bytes, later);
+  return tiering_.AdmitPush(ix_, *run, step, bytes, later);
 }
 
 Status Store::CommitPush(const PushTicket& t) {
@@ -173,7 +173,7 @@ Status Store::CommitPush(const PushTicket& t) {
   } else {
     checksums_.Queue(ix_, t.run_id, snap, raw);
   }
-  if (DemotionWanted(run, snap)) Wake();
+  if (tiering_.DemotionWanted(ix_, run, snap)) Wake();
   return Status::Ok();
 }
 
@@ -210,7 +210,7 @@ Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, u
                             " was lost: it was in host memory when snapd restarted, or its "
                             "disk copy failed verification");
   }
-  return AdmitFetch(*run, snap, backward, later);
+  return tiering_.AdmitFetch(ix_, *run, snap, backward, later);
 }
 
 void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
@@ -233,7 +233,7 @@ Result<uint64_t> Store::Prefetch(const std::string& name, const std::vector<uint
                                  const Tenant& who) {
   MutexLock lock(ix_.mu);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
-  return PrefetchSteps(*run, steps);
+  return tiering_.PrefetchSteps(ix_, *run, steps);
 }
 
 }  // namespace snapd

@@ -166,7 +166,7 @@ v1::RunInfo Store::Info(const Run& run) const {
   info.set_lost_snapshots(lost);
   info.set_compressed_snapshots(compressed);
   info.set_failure(run.failure);
-  WaitCounts waits = WaitsOf(run);
+  Tiering::WaitCounts waits = tiering_.WaitsOf(ix_, run);
   info.set_waiting_pushes(waits.pushes);
   info.set_waiting_fetches(waits.fetches);
   info.set_oldest_wait_seconds(waits.oldest_seconds);
@@ -176,7 +176,7 @@ v1::RunInfo Store::Info(const Run& run) const {
 Store::Waits Store::Waiting(const Tenant& who, size_t limit) {
   MutexLock lock(ix_.mu);
   Waits out;
-  for (WaitingRequest& w : Tiering::Waiting()) {
+  for (Tiering::WaitingRequest& w : tiering_.Waiting(ix_)) {
     (w.wait.kind() == "push" ? out.pushes : out.fetches)++;
     out.oldest_seconds = std::max(out.oldest_seconds, w.wait.seconds());
     if (out.waits.size() < limit && (who.admin || w.owner_uid == who.uid)) {
@@ -382,7 +382,7 @@ Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
                            Status::NotFound(StepName(run.record, it->first) +
                                             " was deleted while being read"),
                            deferred);
-  if (it->second.record.tier() == v1::TIER_DISK) DiskRoomFreed();
+  if (it->second.record.tier() == v1::TIER_DISK) tiering_.DiskRoomFreed(ix_);
   run.stored_bytes -= it->second.record.stored_bytes();
   run.snapshots.erase(it);  // an in-flight fetch keeps the block until it completes
   // Waiters of a deleted snapshot are answered from an I/O thread, never under ix_.mu.
@@ -409,7 +409,7 @@ Result<uint64_t> Store::DeleteRunLocked(Run* run) {
     ReleaseSnapshotResources(disk_, io_.get(), id, snap.record, std::move(snap.waiters), why,
                              deferred);
   }
-  DiskRoomFreed();
+  tiering_.DiskRoomFreed(ix_);
   by_name_.erase({run->record.owner_uid(), name});
   ix_.runs.erase(id);  // blocks still held by in-flight fetches are freed when those complete
   if (!deferred.empty()) {
@@ -541,7 +541,7 @@ StoreCounters Store::Counters() const {
   MutexLock lock(ix_.mu);
   StoreCounters c = ix_.counters;
   c.runs = ix_.runs.size();
-  AddTieringCounters(c);
+  tiering_.AddTieringCounters(ix_, c);
   for (const auto& [id, run] : ix_.runs) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.block) ++c.host_snapshots;

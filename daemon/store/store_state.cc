@@ -140,7 +140,7 @@ void StoreState::StopWaking() {
   wake_cv_.NotifyAll();
 }
 
-void StoreState::MarkLost(Run& run, Snapshot& snap, const std::string& why) {
+void StoreState::MarkLost(StoreIndex&, Run& run, Snapshot& snap, const std::string& why) {
   v1::SnapshotRecord& r = snap.record;
   if (!why.empty()) {
     SNAPD_LOG_ERROR("%s is lost: %s", StepName(run.record, r.step()).c_str(), why.c_str());

@@ -3,19 +3,21 @@
 // index, the signal that wakes the tiering thread, and the I/O and compression pools their
 // jobs run on.
 //
-// The store is being moved from layers of one object to components over one index:
-//   StoreIndex (store/store_index.h)  the mutex and everything it guards
-//   Checksums  (ingest/checksums.h)   a component: every checksum of a stored step, computed
-//                                     and verified; its own tests (checksums_test.cc)
-//   Ingest     (ingest/ingest.h)      a component: at-ingest compression; its own tests
-//                                     (ingest_test.cc)
-// and, still layers of one object, each in the folder of its job:
-//   StoreState (store/store_state.h)  the index, the components and the shared plumbing
+// The store is components over one index:
+//   StoreIndex (store/store_index.h)  the mutex and everything it guards, every component's
+//                                     state included
+//   Checksums  (ingest/checksums.h)   every checksum of a stored step, computed and verified
+//                                     (tests/daemon/checksums_test.cc)
+//   Ingest     (ingest/ingest.h)      at-ingest compression (ingest_test.cc)
 //   Tiering    (tiering/tiering.h)    the tiering thread and the placement policy as applied
-//   Store      (store/store.h)        the front door and the catalog bookkeeping
-// A component's methods take the index and are annotated SNAPD_REQUIRES(ix.mu), which clang
-// checks against the argument, so every SNAPD_REQUIRES of the store is checked at every call.
-// Each layer uses only the protected interface of the layers below it and calls nothing above.
+//                                     (tiering_test.cc)
+// over the plumbing here (StoreState: the tiers, the catalog, the pools, the waker), and one
+// object built on that plumbing:
+//   Store      (store/store.h)        the front door and the catalog bookkeeping; it holds the
+//                                     Tiering component as a member, StoreState the others
+// A component keeps no guarded member: its methods take the index and are annotated
+// SNAPD_REQUIRES(ix.mu), which clang checks against the argument, so every SNAPD_REQUIRES of
+// the store is checked at every call. Each component is tested alone, without a Store.
 //
 // Threading: ix_.mu guards the index and every owner's state; wake_mu_ is taken after ix_.mu
 // when both are held, never the other way round.
@@ -83,23 +85,14 @@ struct StoreOptions {
 
 class StoreState {
  public:
-  // A push between BeginPush and CommitPush/AbortPush: the step is reserved and `block` holds
-  // the host memory its bytes go to (also the staging buffer of a step bound for disk). `block`
-  // is a lease (see Lease): the store keeps its own reference in Run::in_flight.
-  struct PushTicket {
-    uint64_t run_id = 0;
-    uint64_t step = 0;
-    std::shared_ptr<HostBlock> block;
-  };
-  using PushDone = std::function<void(Result<PushTicket>)>;
+  using PushTicket = StoreIndex::PushTicket;
+  using PushDone = StoreIndex::PushDone;
   using FetchGrant = StoreIndex::FetchGrant;
   using FetchDone = StoreIndex::FetchDone;
-  struct DrainResult {
-    uint64_t moved = 0;
-    uint64_t moved_bytes = 0;
-  };
+  using DrainResult = StoreIndex::DrainResult;
 
  protected:
+  friend class Tiering;  // a component made over this plumbing (tiering/tiering.h)
   using Snapshot = StoreIndex::Snapshot;
   using DeviceStep = StoreIndex::DeviceStep;
   using Run = StoreIndex::Run;
@@ -144,7 +137,10 @@ class StoreState {
   // Blocks released from now on wake nobody (the store is being destroyed).
   void DetachWaker();
 
-  void MarkLost(Run& run, Snapshot& snap, const std::string& why) SNAPD_REQUIRES(ix_.mu);
+  // Marks the step lost (the catalog is told), logging `why` unless it is empty. `ix` is ix_
+  // (named so that a component's caller, holding the index it was given, is checked too).
+  void MarkLost(StoreIndex& ix, Run& run, Snapshot& snap, const std::string& why)
+      SNAPD_REQUIRES(ix.mu);
   // Records the first thing that broke `run` (a push refused after it was accepted for
   // checking, or a step lost); later ones leave it as it is.
   static void NoteFailure(Run& run, const std::string& why);

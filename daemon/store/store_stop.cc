@@ -17,7 +17,7 @@
 
 namespace snapd {
 
-void Store::Drain(std::function<void(Result<DrainResult>)> done) { StartDrain(std::move(done)); }
+void Store::Drain(std::function<void(Result<DrainResult>)> done) { tiering_.StartDrain(std::move(done)); }
 
 void Store::ScrubRun(const std::string& name, std::function<void(Result<ScrubResult>)> done,
                      const Tenant& who) {
@@ -54,7 +54,7 @@ void Store::ScrubRun(const std::string& name, std::function<void(Result<ScrubRes
     }
     uint64_t id = (*run)->record.run_id();
     for (uint64_t step : steps) {
-      StartScrub(id, step, [tally, step](Status s) {
+      tiering_.StartScrub(ix_, id, step, [tally, step](Status s) {
         std::unique_lock<std::mutex> l(tally->mu);
         if (s.ok()) {
           ++tally->result.verified;
@@ -87,7 +87,7 @@ void Store::BeginStop() {
   {
     MutexLock lock(ix_.mu);
     closing_ = true;
-    AnswerParkedPushes(Status::Unavailable("snapd is stopping: a push waiting for room was "
+    tiering_.AnswerParkedPushes(ix_, Status::Unavailable("snapd is stopping: a push waiting for room was "
                                            "refused; push it again once snapd is back"),
                        deferred);
   }
@@ -105,7 +105,7 @@ Store::StopResult Store::DrainForStop(std::chrono::steady_clock::time_point dead
                                       bool keep_host_copies) {
   if (keep_host_copies) {
     MutexLock lock(ix_.mu);
-    KeepHostCopies();
+    tiering_.KeepHostCopies(ix_);
   }
   struct Outcome {
     std::mutex mu;
@@ -147,7 +147,7 @@ Store::StopResult Store::KeepHostTier(std::chrono::steady_clock::time_point dead
   for (;;) {
     {
       MutexLock lock(ix_.mu);
-      if (IoIdle()) break;
+      if (Tiering::IoIdle(ix_)) break;
     }
     if (std::chrono::steady_clock::now() > deadline) {
       result.status = Status(Code::kDeadlineExceeded,

@@ -20,7 +20,7 @@ namespace snapd {
 
 void Tiering::StartTiering() {
   // A spool that fails or comes back changes what the policy can do.
-  if (disk_) disk_->AddStateListener(WakeFromOutside());
+  if (s_.disk_) s_.disk_->AddStateListener(s_.WakeFromOutside());
   tiering_thread_ = std::thread([this] { TieringLoop(); });
 }
 
@@ -28,75 +28,82 @@ void Tiering::StopTiering() {
   if (tiering_thread_.joinable()) tiering_thread_.join();
 }
 
-void Tiering::AnswerWaiting(const Status& down, Deferred& deferred) {
-  for (auto& p : parked_pushes_) deferred.push_back([l = std::move(p.later), down] { l(down); });
-  parked_pushes_.clear();
-  for (auto& d : drains_) deferred.push_back([l = std::move(d.done), down] { l(down); });
-  drains_.clear();
+void Tiering::AnswerWaiting(StoreIndex& ix, const Status& down, Deferred& deferred) {
+  for (auto& p : ix.tiering.parked_pushes)
+    deferred.push_back([l = std::move(p.later), down] { l(down); });
+  ix.tiering.parked_pushes.clear();
+  for (auto& d : ix.tiering.drains) deferred.push_back([l = std::move(d.done), down] { l(down); });
+  ix.tiering.drains.clear();
 }
 
-void Tiering::AnswerParkedPushes(const Status& down, Deferred& deferred) {
-  for (auto& p : parked_pushes_) {
-    if (auto run = ix_.runs.find(p.run_id); run != ix_.runs.end())
+void Tiering::AnswerParkedPushes(StoreIndex& ix, const Status& down, Deferred& deferred) {
+  for (auto& p : ix.tiering.parked_pushes) {
+    if (auto run = ix.runs.find(p.run_id); run != ix.runs.end())
       run->second.in_flight.erase(p.step);
     deferred.push_back([l = std::move(p.later), down] { l(down); });
   }
-  parked_pushes_.clear();
+  ix.tiering.parked_pushes.clear();
 }
 
-void Tiering::AddTieringCounters(StoreCounters& c) const {
-  c.refused_pushes = refused_pushes_;
-  c.compactions = compactions_;
-  c.unavailable_pushes = unavailable_pushes_;
-  c.unavailable_pushes_fast = unavailable_pushes_fast_;
-  c.scrubbed = scrubbed_;
+void Tiering::AddTieringCounters(const StoreIndex& ix, StoreCounters& c) const {
+  c.refused_pushes = ix.tiering.refused_pushes;
+  c.compactions = ix.tiering.compactions;
+  c.unavailable_pushes = ix.tiering.unavailable_pushes;
+  c.unavailable_pushes_fast = ix.tiering.unavailable_pushes_fast;
+  c.scrubbed = ix.tiering.scrubbed;
 }
 
 void Tiering::TieringLoop() {
+  StoreIndex& ix = ix_;
   auto until = std::chrono::steady_clock::time_point::max();
-  while (WaitForWake(until)) {
+  while (s_.WaitForWake(until)) {
     Deferred deferred;
     {
-      MutexLock lock(ix_.mu);
-      deadline_ = std::chrono::steady_clock::time_point::max();
-      Rebalance(deferred);
-      until = deadline_;
+      MutexLock lock(ix.mu);
+      ix.tiering.deadline = std::chrono::steady_clock::time_point::max();
+      Rebalance(ix, deferred);
+      until = ix.tiering.deadline;
       idle_cv_.NotifyAll();
     }
     for (auto& f : deferred) f();
   }
 }
 
-Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(Run& run, uint64_t step,
-                                                              uint64_t bytes, PushDone& later) {
-  auto block = parked_pushes_.empty() ? AllocateHost(run, bytes)
-                                      : Status::ResourceExhausted("earlier pushes are waiting");
+Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(StoreIndex& ix, Run& run,
+                                                              uint64_t step, uint64_t bytes,
+                                                              PushDone& later) {
+  auto block = ix.tiering.parked_pushes.empty()
+                   ? s_.AllocateHost(run, bytes)
+                   : Status::ResourceExhausted("earlier pushes are waiting");
   if (block.ok()) {
     run.in_flight[step] = *block;
-    return std::optional<PushTicket>(PushTicket{run.record.run_id(), step, Lease(*block)});
+    return std::optional<PushTicket>(PushTicket{run.record.run_id(), step, s_.Lease(*block)});
   }
   // Room comes from demotion to disk, from compressions in flight, from compacting the host
   // tier, or (blocking runs) from deletes and consumed steps.
-  bool fragmented = host_->budget() - host_->used() >= bytes;  // compaction may make room
-  if (!disk_ && !run.record.spec().block_when_full() && Ingest::InFlight(ix_) == 0 && !fragmented) {
+  bool fragmented = s_.host_->budget() - s_.host_->used() >= bytes;  // compaction may make room
+  if (!s_.disk_ && !run.record.spec().block_when_full() && Ingest::InFlight(ix) == 0 &&
+      !fragmented) {
     return block.status();
   }
   // No spool has worked since a push already waited for one in vain: fail now, not again after
   // spool_failure_timeout (a solver that goes on pushing would pay it at every step).
-  if (disk_ && !disk_down_.empty() && NeedsDisk(run)) {
-    if (!disk_->usable()) return NoDiskForPush(run, step, "and " + disk_down_, /*at_once=*/true);
-    disk_down_.clear();  // a spool came back: wait for room as usual
+  if (s_.disk_ && !ix.tiering.disk_down.empty() && NeedsDisk(run)) {
+    if (!s_.disk_->usable())
+      return NoDiskForPush(ix, run, step, "and " + ix.tiering.disk_down, /*at_once=*/true);
+    ix.tiering.disk_down.clear();  // a spool came back: wait for room as usual
   }
   run.in_flight.emplace(step, nullptr);
   auto now = std::chrono::steady_clock::now();
-  parked_pushes_.push_back(ParkedPush{run.record.run_id(), step, bytes, ArenaOf(run),
-                                      std::move(later), now, now + options_.wait_warn_after});
-  Wake();
+  ix.tiering.parked_pushes.push_back(ParkedPush{run.record.run_id(), step, bytes, s_.ArenaOf(run),
+                                                std::move(later), now,
+                                                now + s_.options_.wait_warn_after});
+  s_.Wake();
   return std::optional<PushTicket>();
 }
 
-std::optional<Tiering::FetchGrant> Tiering::AdmitFetch(Run& run, Snapshot& snap, bool backward,
-                                                       FetchDone& later) {
+std::optional<Tiering::FetchGrant> Tiering::AdmitFetch(StoreIndex& ix, Run& run, Snapshot& snap,
+                                                       bool backward, FetchDone& later) {
   const uint64_t step = snap.record.step();
   if (backward) {
     int64_t now = NowNs();
@@ -110,50 +117,52 @@ std::optional<Tiering::FetchGrant> Tiering::AdmitFetch(Run& run, Snapshot& snap,
     run.prefetch_from = step;
   }
   std::optional<FetchGrant> grant;
-  if (RawInHost(snap)) {
-    if (snap.record.tier() == v1::TIER_DISK) ++ix_.counters.prefetch_hits;
-    grant = FetchGrant{Lease(snap.block), snap.generation};
+  if (StoreState::RawInHost(snap)) {
+    if (snap.record.tier() == v1::TIER_DISK) ++ix.counters.prefetch_hits;
+    grant = FetchGrant{s_.Lease(snap.block), snap.generation};
   } else {
     // On disk only, or compressed in host memory: answer once the read (or decode) lands; it
     // goes before any read-ahead.
-    ++ix_.counters.demand_reads;
+    ++ix.counters.demand_reads;
     if (snap.waiters.empty()) {
       snap.waiting_since = std::chrono::steady_clock::now();
-      snap.warn_at = snap.waiting_since + options_.wait_warn_after;
+      snap.warn_at = snap.waiting_since + s_.options_.wait_warn_after;
     }
     snap.waiters.push_back(std::move(later));
-    if (!snap.reading && !StartRead(run, snap, /*urgent=*/true)) {
-      parked_reads_.insert({run.record.run_id(), step});
-      Wake();
+    if (!snap.reading && !StartRead(ix, run, snap, /*urgent=*/true)) {
+      ix.tiering.parked_reads.insert({run.record.run_id(), step});
+      s_.Wake();
     }
   }
-  if (backward && parked_reads_.empty() && parked_pushes_.empty()) SchedulePrefetch(run);
+  if (backward && ix.tiering.parked_reads.empty() && ix.tiering.parked_pushes.empty())
+    SchedulePrefetch(ix, run);
   return grant;
 }
 
-uint64_t Tiering::PrefetchSteps(Run& run, const std::vector<uint64_t>& steps) {
+uint64_t Tiering::PrefetchSteps(StoreIndex& ix, Run& run, const std::vector<uint64_t>& steps) {
   uint64_t started = 0;
   for (uint64_t step : steps) {
     auto it = run.snapshots.find(step);
     if (it == run.snapshots.end()) continue;
     Snapshot& snap = it->second;
     if (snap.record.tier() != v1::TIER_DISK || snap.block || snap.reading) continue;
-    if (!StartRead(run, snap, /*urgent=*/false)) break;  // no host room left
+    if (!StartRead(ix, run, snap, /*urgent=*/false)) break;  // no host room left
     ++started;
   }
   return started;
 }
 
 void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
+  StoreIndex& ix = ix_;
   {
-    MutexLock lock(ix_.mu);
-    if (disk_) {
+    MutexLock lock(ix.mu);
+    if (s_.disk_) {
       uint64_t upto = 0;
-      for (const auto& [id, run] : ix_.runs) {
+      for (const auto& [id, run] : ix.runs) {
         for (const auto& [step, snap] : run.snapshots) upto = std::max(upto, snap.generation);
       }
-      drains_.push_back(DrainWaiter{std::move(done), {}, upto});
-      Wake();
+      ix.tiering.drains.push_back(DrainWaiter{std::move(done), {}, upto});
+      s_.Wake();
       return;
     }
   }
@@ -162,61 +171,63 @@ void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
 }
 
 void Tiering::WaitTieringIdle() {
-  MutexLock lock(ix_.mu);
-  idle_cv_.Wait(ix_.mu, [&]() SNAPD_REQUIRES(ix_.mu) {
-    if (writes_in_flight_ || reads_in_flight_ || Ingest::InFlight(ix_) || !parked_pushes_.empty()) {
+  StoreIndex& ix = ix_;
+  MutexLock lock(ix.mu);
+  idle_cv_.Wait(ix.mu, [&]() SNAPD_REQUIRES(ix.mu) {
+    if (ix.tiering.writes_in_flight || ix.tiering.reads_in_flight || Ingest::InFlight(ix) ||
+        !ix.tiering.parked_pushes.empty()) {
       return false;
     }
-    for (const auto& [id, run] : ix_.runs) {
+    for (const auto& [id, run] : ix.runs) {
       for (const auto& [step, snap] : run.snapshots) {
-        if (DemotionWanted(run, snap)) return false;
+        if (DemotionWanted(ix, run, snap)) return false;
       }
     }
     return true;
   });
 }
 
-bool Tiering::Settling() {
+bool Tiering::Settling(StoreIndex& ix) {
   // A queued checksum frees nothing: only one holding the block of a step deleted meanwhile
   // does (queued ones of deleted steps are pruned at each Rebalance).
-  return writes_in_flight_ || reads_in_flight_ || Ingest::InFlight(ix_) ||
-         Ingest::Pending(ix_) > 0 || Checksums::HeldBytes(ix_) > 0;
+  return ix.tiering.writes_in_flight || ix.tiering.reads_in_flight || Ingest::InFlight(ix) ||
+         Ingest::Pending(ix) > 0 || Checksums::HeldBytes(ix) > 0;
 }
 
-bool Tiering::DemotionWanted(const Run& run, const Snapshot& snap) const {
+bool Tiering::DemotionWanted(StoreIndex& ix, const Run& run, const Snapshot& snap) const {
   // With every spool failed nothing can be demoted until a probe brings one back.
-  if (!disk_ || !disk_->usable() || snap.writing || snap.record.tier() != v1::TIER_HOST ||
+  if (!s_.disk_ || !s_.disk_->usable() || snap.writing || snap.record.tier() != v1::TIER_HOST ||
       !snap.block)
     return false;
-  if (!drains_.empty()) return true;
+  if (!ix.tiering.drains.empty()) return true;
   const v1::RunSpec& spec = run.record.spec();
   if (!UsesDisk(spec.layers())) return false;
   if (!UsesHost(spec.layers())) return true;
   return spec.steps() != 0 && snap.record.step() < run.record.host_boundary();
 }
 
-void Tiering::Rebalance(Deferred& deferred) {
-  if (ix_.stopping) return;
-  if (disk_ && disk_->changes() != disk_changes_) {
-    disk_changes_ = disk_->changes();
-    disk_full_ = false;  // a spool came back (or another failed): the room is new
+void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
+  if (ix.stopping) return;
+  if (s_.disk_ && s_.disk_->changes() != ix.tiering.disk_changes) {
+    ix.tiering.disk_changes = s_.disk_->changes();
+    ix.tiering.disk_full = false;  // a spool came back (or another failed): the room is new
   }
-  checksums_.Prune(ix_);
-  ingest_.RetryPending(ix_);
-  GrantParkedPushes(deferred);
-  const int max_writes = options_.io_threads + 1;
+  s_.checksums_.Prune(ix);
+  s_.ingest_.RetryPending(ix);
+  GrantParkedPushes(ix, deferred);
+  const int max_writes = s_.options_.io_threads + 1;
 
-  ServeParkedReads();
+  ServeParkedReads(ix);
 
   // Steps whose place is disk: below the host boundary, Disk-only runs, a drain.
   uint64_t reserve = 0;
-  for (auto& [id, run] : ix_.runs) {
+  for (auto& [id, run] : ix.runs) {
     if (UsesDisk(run.record.spec().layers())) {
-      reserve = std::max(reserve, kStagingBlocks * BlockBytes(run));
+      reserve = std::max(reserve, kStagingBlocks * StoreState::BlockBytes(run));
     }
     for (auto& [step, snap] : run.snapshots) {
-      if (writes_in_flight_ >= max_writes || disk_full_) break;
-      if (DemotionWanted(run, snap)) StartDemotion(run, snap);
+      if (ix.tiering.writes_in_flight >= max_writes || ix.tiering.disk_full) break;
+      if (DemotionWanted(ix, run, snap)) StartDemotion(ix, run, snap);
     }
   }
 
@@ -224,21 +235,21 @@ void Tiering::Rebalance(Deferred& deferred) {
   // drop read-ahead copies, then demote the oldest host-only steps (N unknown, or a host
   // tier shared with other runs).
   uint64_t waiting = 0;
-  for (const auto& p : parked_pushes_) waiting += p.bytes;
-  for (const auto& key : parked_reads_) {
-    auto run = ix_.runs.find(key.first);
-    if (run != ix_.runs.end()) waiting += BlockBytes(run->second);
+  for (const auto& p : ix.tiering.parked_pushes) waiting += p.bytes;
+  for (const auto& key : ix.tiering.parked_reads) {
+    auto run = ix.runs.find(key.first);
+    if (run != ix.runs.end()) waiting += StoreState::BlockBytes(run->second);
   }
   uint64_t need = std::max(reserve, waiting);
-  uint64_t writing = FreeingBytes();
+  uint64_t writing = FreeingBytes(ix);
   // The block the first waiting read needs (ServeParkedReads serves them in order).
   uint64_t first_read = 0;
-  HostTier::ArenaId first_read_arena = host_->own_arena();
-  for (const auto& key : parked_reads_) {
-    auto [run, snap] = ix_.FindSnapshot(key);
-    if (snap && !RawInHost(*snap) && !snap->reading && !snap->waiters.empty()) {
+  HostTier::ArenaId first_read_arena = s_.host_->own_arena();
+  for (const auto& key : ix.tiering.parked_reads) {
+    auto [run, snap] = ix.FindSnapshot(key);
+    if (snap && !StoreState::RawInHost(*snap) && !snap->reading && !snap->waiters.empty()) {
       first_read = snap->record.raw_bytes();
-      first_read_arena = ArenaOf(*run);
+      first_read_arena = s_.ArenaOf(*run);
       break;
     }
   }
@@ -246,31 +257,32 @@ void Tiering::Rebalance(Deferred& deferred) {
   // but no piece the first waiting push or read fits in, even after compacting
   // (GrantParkedPushes and ServeParkedReads tried): then write out more, counting what is being
   // written as if it joined that piece.
-  auto short_of_room = [&]() SNAPD_REQUIRES(ix_.mu) {
-    if (host_->budget() - host_->used() + writing < need) return true;
-    if (!parked_pushes_.empty() && host_->largest_free(parked_pushes_.front().arena) + writing <
-                                       parked_pushes_.front().bytes) {
+  auto short_of_room = [&]() SNAPD_REQUIRES(ix.mu) {
+    if (s_.host_->budget() - s_.host_->used() + writing < need) return true;
+    if (!ix.tiering.parked_pushes.empty() &&
+        s_.host_->largest_free(ix.tiering.parked_pushes.front().arena) + writing <
+            ix.tiering.parked_pushes.front().bytes) {
       return true;
     }
-    return first_read != 0 && host_->largest_free(first_read_arena) + writing < first_read;
+    return first_read != 0 && s_.host_->largest_free(first_read_arena) + writing < first_read;
   };
-  while (short_of_room() && writes_in_flight_ < max_writes) {
-    uint64_t before = host_->used();
-    int writes_before = writes_in_flight_;
-    if (!FreeHostRoom()) break;
-    if (writes_in_flight_ > writes_before) {
-      writing = FreeingBytes();
-    } else if (host_->used() == before) {
+  while (short_of_room() && ix.tiering.writes_in_flight < max_writes) {
+    uint64_t before = s_.host_->used();
+    int writes_before = ix.tiering.writes_in_flight;
+    if (!FreeHostRoom(ix)) break;
+    if (ix.tiering.writes_in_flight > writes_before) {
+      writing = FreeingBytes(ix);
+    } else if (s_.host_->used() == before) {
       break;  // dropped a copy whose memory a lease still holds
     }
   }
-  GrantParkedPushes(deferred);
-  ServeParkedReads();
+  GrantParkedPushes(ix, deferred);
+  ServeParkedReads(ix);
 
   // Read-ahead only uses room nobody waits for.
-  if (parked_pushes_.empty() && parked_reads_.empty()) {
-    for (auto& [id, run] : ix_.runs) {
-      if (run.prefetch_from) SchedulePrefetch(run);
+  if (ix.tiering.parked_pushes.empty() && ix.tiering.parked_reads.empty()) {
+    for (auto& [id, run] : ix.runs) {
+      if (run.prefetch_from) SchedulePrefetch(ix, run);
     }
   }
 
@@ -282,53 +294,54 @@ void Tiering::Rebalance(Deferred& deferred) {
   // being copied: its commit wakes this thread with one more step that may move to disk (16
   // solvers each copying a 16 MiB push hold a quarter of a 1 GiB tier; a read refused then
   // failed for want of room that was on its way; the soak found it).
-  bool stuck = !Settling() && LeasedBytes() == 0 && !PushesReserved();
-  if (disk_ && !disk_->usable()) {
-    FailPushesWithoutDisk(deferred);
+  bool stuck = !Settling(ix) && LeasedBytes(ix) == 0 && !PushesReserved(ix);
+  if (s_.disk_ && !s_.disk_->usable()) {
+    FailPushesWithoutDisk(ix, deferred);
   } else {
-    disk_down_.clear();  // a spool works (again)
+    ix.tiering.disk_down.clear();  // a spool works (again)
   }
-  const bool no_spool = disk_ && !disk_->usable();
-  if (!parked_pushes_.empty() && stuck) {
-    std::string why = !disk_     ? "snapd runs without a disk tier"
-                      : no_spool ? "no spool of the disk tier works (" + disk_->FailedSpools() + ")"
-                      : disk_full_ ? "the disk tier is full too (" + FormatBytes(disk_->used()) +
-                                         " of " + FormatBytes(disk_->budget()) + " in use)"
-                                   : "every snapshot left in host memory belongs to a run "
-                                     "whose layers keep it there, or is in use";
-    for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
-      auto run = ix_.runs.find(it->run_id);
-      if (run != ix_.runs.end() && (run->second.record.spec().block_when_full() ||
-                                    (no_spool && UsesDisk(run->second.record.spec().layers())))) {
+  const bool no_spool = s_.disk_ && !s_.disk_->usable();
+  if (!ix.tiering.parked_pushes.empty() && stuck) {
+    std::string why =
+        !s_.disk_  ? "snapd runs without a disk tier"
+        : no_spool ? "no spool of the disk tier works (" + s_.disk_->FailedSpools() + ")"
+        : ix.tiering.disk_full ? "the disk tier is full too (" + FormatBytes(s_.disk_->used()) +
+                                     " of " + FormatBytes(s_.disk_->budget()) + " in use)"
+                               : "every snapshot left in host memory belongs to a run "
+                                 "whose layers keep it there, or is in use";
+    for (auto it = ix.tiering.parked_pushes.begin(); it != ix.tiering.parked_pushes.end();) {
+      auto run = ix.runs.find(it->run_id);
+      if (run != ix.runs.end() && (run->second.record.spec().block_when_full() ||
+                                   (no_spool && UsesDisk(run->second.record.spec().layers())))) {
         ++it;  // waits for room; a run that may use disk waits for a spool (above)
         continue;
       }
       Status full = Status::ResourceExhausted(
-          "no room for " + FormatBytes(it->bytes) + ": host tier " + FormatBytes(host_->used()) +
-          " of " + FormatBytes(host_->budget()) + " in use (largest free piece " +
-          FormatBytes(host_->largest_free(it->arena)) + ") and " + why +
+          "no room for " + FormatBytes(it->bytes) + ": host tier " + FormatBytes(s_.host_->used()) +
+          " of " + FormatBytes(s_.host_->budget()) + " in use (largest free piece " +
+          FormatBytes(s_.host_->largest_free(it->arena)) + ") and " + why +
           "; delete finished runs, raise host_mem/disk_mem, or open the run with "
           "block_when_full");
-      ++refused_pushes_;
+      ++ix.tiering.refused_pushes;
       refusals_.Reject("push refused",
-                       (run != ix_.runs.end() ? StepName(run->second.record, it->step)
-                                              : "run id " + std::to_string(it->run_id)) +
+                       (run != ix.runs.end() ? StepName(run->second.record, it->step)
+                                             : "run id " + std::to_string(it->run_id)) +
                            ": " + full.message());
-      if (run != ix_.runs.end()) {
+      if (run != ix.runs.end()) {
         run->second.in_flight.erase(it->step);
-        NoteFailure(run->second,
-                    StepName(run->second.record, it->step) + " was refused: " + full.message());
+        StoreState::NoteFailure(run->second, StepName(run->second.record, it->step) +
+                                                 " was refused: " + full.message());
       }
       deferred.push_back([l = std::move(it->later), full] { l(full); });
-      it = parked_pushes_.erase(it);
+      it = ix.tiering.parked_pushes.erase(it);
     }
   }
-  if (!parked_reads_.empty() && stuck) {
+  if (!ix.tiering.parked_reads.empty() && stuck) {
     const auto now = std::chrono::steady_clock::now();
-    for (auto it = parked_reads_.begin(); it != parked_reads_.end();) {
-      auto [run, snap] = ix_.FindSnapshot(*it);
+    for (auto it = ix.tiering.parked_reads.begin(); it != ix.tiering.parked_reads.end();) {
+      auto [run, snap] = ix.FindSnapshot(*it);
       if (!snap) {
-        it = parked_reads_.erase(it);
+        it = ix.tiering.parked_reads.erase(it);
         continue;
       }
       Status full;
@@ -336,129 +349,132 @@ void Tiering::Rebalance(Deferred& deferred) {
         // No step can leave host memory while no spool works, so none makes room: the read
         // waits as a push that needs the disk does (spool_failure_timeout), for a spool to come
         // back or a step to go, then fails UNAVAILABLE.
-        const auto deadline = snap->waiting_since + options_.spool_failure_timeout;
+        const auto deadline = snap->waiting_since + s_.options_.spool_failure_timeout;
         if (now < deadline) {
-          WakeBy(deadline);
+          WakeBy(ix, deadline);
           ++it;
           continue;
         }
         full =
             Status::Unavailable("no host memory free to read " + StepName(run->record, it->second) +
-                                " back from disk (" + FormatBytes(host_->used()) + " of " +
-                                FormatBytes(host_->budget()) +
+                                " back from disk (" + FormatBytes(s_.host_->used()) + " of " +
+                                FormatBytes(s_.host_->budget()) +
                                 " in use), and none can be made while no spool of "
                                 "the disk tier works (" +
-                                disk_->FailedSpools() + ")");
+                                s_.disk_->FailedSpools() + ")");
       } else {
         full = Status::ResourceExhausted("no host memory free to read " +
                                          StepName(run->record, it->second) + " back from disk (" +
-                                         FormatBytes(host_->used()) + " of " +
-                                         FormatBytes(host_->budget()) + " in use)");
+                                         FormatBytes(s_.host_->used()) + " of " +
+                                         FormatBytes(s_.host_->budget()) + " in use)");
       }
       for (auto& w : snap->waiters) deferred.push_back([w = std::move(w), full] { w(full); });
       snap->waiters.clear();
-      it = parked_reads_.erase(it);
+      it = ix.tiering.parked_reads.erase(it);
     }
   }
-  FinishDrainsIfDone(deferred);
-  if (options_.scrub_bytes_per_second && disk_) ScrubNext();
-  WarnLongWaits();
+  FinishDrainsIfDone(ix, deferred);
+  if (s_.options_.scrub_bytes_per_second && s_.disk_) ScrubNext(ix);
+  WarnLongWaits(ix);
 }
 
 bool Tiering::NeedsDisk(const Run& run) {
   return !run.record.spec().block_when_full() && UsesDisk(run.record.spec().layers());
 }
 
-Status Tiering::NoDiskForPush(Run& run, uint64_t step, const std::string& why, bool at_once) {
-  ++unavailable_pushes_;
-  if (at_once) ++unavailable_pushes_fast_;
+Status Tiering::NoDiskForPush(StoreIndex& ix, Run& run, uint64_t step, const std::string& why,
+                              bool at_once) {
+  ++ix.tiering.unavailable_pushes;
+  if (at_once) ++ix.tiering.unavailable_pushes_fast;
   std::string name = StepName(run.record, step);
   Status down = Status::Unavailable(name + " needs the disk tier " + why);
   refusals_.Reject(at_once ? "push failed at once, no spool works" : "push failed, no spool works",
                    down.message());
-  NoteFailure(run, name + " was refused: no spool works");
+  StoreState::NoteFailure(run, name + " was refused: no spool works");
   return down;
 }
 
-void Tiering::FailPushesWithoutDisk(Deferred& deferred) {
+void Tiering::FailPushesWithoutDisk(StoreIndex& ix, Deferred& deferred) {
   auto now = std::chrono::steady_clock::now();
-  const auto timeout = options_.spool_failure_timeout;
+  const auto timeout = s_.options_.spool_failure_timeout;
   std::string failed;
-  for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
-    auto run = ix_.runs.find(it->run_id);
-    if (run == ix_.runs.end() || !NeedsDisk(run->second)) {
+  for (auto it = ix.tiering.parked_pushes.begin(); it != ix.tiering.parked_pushes.end();) {
+    auto run = ix.runs.find(it->run_id);
+    if (run == ix.runs.end() || !NeedsDisk(run->second)) {
       ++it;  // waits for room as with a full disk, or needs no disk (Rebalance answers it)
       continue;
     }
     if (now - it->parked_at < timeout) {
-      WakeBy(it->parked_at + timeout);
+      WakeBy(ix, it->parked_at + timeout);
       ++it;
       continue;
     }
-    if (failed.empty()) failed = disk_->FailedSpools();
+    if (failed.empty()) failed = s_.disk_->FailedSpools();
     Status down = NoDiskForPush(
-        run->second, it->step,
-        "(host tier " + FormatBytes(host_->used()) + " of " + FormatBytes(host_->budget()) +
+        ix, run->second, it->step,
+        "(host tier " + FormatBytes(s_.host_->used()) + " of " + FormatBytes(s_.host_->budget()) +
             " in use) and no spool works: " + failed + ". Waited " +
             std::to_string(timeout.count()) +
             " ms (spool_failure_timeout); snapd re-probes failed spools with backoff and "
             "`snapctl spool probe` tries now; steps already stored can still be fetched",
         /*at_once=*/false);
     // What the pushes after it are told at once, until a spool works again.
-    disk_down_ = "no spool works: " + failed + ". Failed at once: a push already waited " +
-                 std::to_string(timeout.count()) +
-                 " ms (spool_failure_timeout) and no spool has worked since; `snapctl spool "
-                 "probe` tries now; steps already stored can still be fetched";
+    ix.tiering.disk_down =
+        "no spool works: " + failed + ". Failed at once: a push already waited " +
+        std::to_string(timeout.count()) +
+        " ms (spool_failure_timeout) and no spool has worked since; `snapctl spool "
+        "probe` tries now; steps already stored can still be fetched";
     run->second.in_flight.erase(it->step);
     deferred.push_back([l = std::move(it->later), down] { l(down); });
-    it = parked_pushes_.erase(it);
+    it = ix.tiering.parked_pushes.erase(it);
   }
 }
 
-void Tiering::ServeParkedReads() {
-  for (auto it = parked_reads_.begin(); it != parked_reads_.end();) {
-    auto [run, snap] = ix_.FindSnapshot(*it);
-    if (!snap || RawInHost(*snap) || snap->reading || snap->waiters.empty()) {
-      it = parked_reads_.erase(it);
-    } else if (StartRead(*run, *snap, /*urgent=*/true)) {
-      it = parked_reads_.erase(it);
+void Tiering::ServeParkedReads(StoreIndex& ix) {
+  for (auto it = ix.tiering.parked_reads.begin(); it != ix.tiering.parked_reads.end();) {
+    auto [run, snap] = ix.FindSnapshot(*it);
+    if (!snap || StoreState::RawInHost(*snap) || snap->reading || snap->waiters.empty()) {
+      it = ix.tiering.parked_reads.erase(it);
+    } else if (StartRead(ix, *run, *snap, /*urgent=*/true)) {
+      it = ix.tiering.parked_reads.erase(it);
     } else {
       return;  // no room yet
     }
   }
 }
 
-void Tiering::GrantParkedPushes(Deferred& deferred) {
-  while (!parked_pushes_.empty()) {
-    ParkedPush& p = parked_pushes_.front();
-    auto run = ix_.runs.find(p.run_id);
-    if (run == ix_.runs.end()) {
+void Tiering::GrantParkedPushes(StoreIndex& ix, Deferred& deferred) {
+  while (!ix.tiering.parked_pushes.empty()) {
+    ParkedPush& p = ix.tiering.parked_pushes.front();
+    auto run = ix.runs.find(p.run_id);
+    if (run == ix.runs.end()) {
       Status gone = Status::NotFound("run id " + std::to_string(p.run_id) +
                                      " was deleted while a push waited for room");
       deferred.push_back([l = std::move(p.later), gone] { l(gone); });
-      parked_pushes_.pop_front();
+      ix.tiering.parked_pushes.pop_front();
       continue;
     }
-    auto block = AllocateHost(run->second, p.bytes);
-    if (!block.ok() && CompactHost(p.bytes, p.arena)) block = AllocateHost(run->second, p.bytes);
+    auto block = s_.AllocateHost(run->second, p.bytes);
+    if (!block.ok() && CompactHost(ix, p.bytes, p.arena))
+      block = s_.AllocateHost(run->second, p.bytes);
     if (!block.ok()) return;  // first come, first served
     run->second.in_flight[p.step] = *block;
-    PushTicket ticket{p.run_id, p.step, Lease(*block)};
+    PushTicket ticket{p.run_id, p.step, s_.Lease(*block)};
     deferred.push_back([l = std::move(p.later), t = std::move(ticket)] { l(t); });
-    parked_pushes_.pop_front();
+    ix.tiering.parked_pushes.pop_front();
   }
 }
 
-bool Tiering::CompactHost(uint64_t bytes, HostTier::ArenaId arena) {
-  if (host_->budget() - host_->used() < bytes) return false;  // not fragmentation: too full
+bool Tiering::CompactHost(StoreIndex& ix, uint64_t bytes, HostTier::ArenaId arena) {
+  if (s_.host_->budget() - s_.host_->used() < bytes) return false;  // not fragmentation: too full
   // Enough free bytes, but in pieces: move blocks only the store holds (no send, lease,
   // checksum, compression or disk I/O has them), lowest first, to the highest free piece that
   // fits. Each move merges the room it leaves with its neighbours; a memcpy costs far less
   // than writing a step to disk.
   // Blocks move within their arena only: the one `bytes` is wanted in.
   std::vector<std::pair<Run*, Snapshot*>> movable;
-  for (auto& [id, run] : ix_.runs) {
-    if (ArenaOf(run) != arena) continue;
+  for (auto& [id, run] : ix.runs) {
+    if (s_.ArenaOf(run) != arena) continue;
     for (auto& [step, snap] : run.snapshots) {
       if (snap.block && snap.block.use_count() == 1 && !snap.writing && !snap.reading) {
         movable.emplace_back(&run, &snap);
@@ -469,19 +485,19 @@ bool Tiering::CompactHost(uint64_t bytes, HostTier::ArenaId arena) {
     return a.second->block->offset() < b.second->block->offset();
   });
   for (auto [run, snap] : movable) {
-    if (host_->largest_free(arena) >= bytes) return true;
-    auto dest = AllocateHost(*run, snap->block->size(), /*from_top=*/true);
+    if (s_.host_->largest_free(arena) >= bytes) return true;
+    auto dest = s_.AllocateHost(*run, snap->block->size(), /*from_top=*/true);
     if (!dest.ok()) continue;  // no piece this block fits in; a smaller one may move
     if ((*dest)->offset() < snap->block->offset()) continue;  // would move down: no gain
     std::memcpy((*dest)->data(), snap->block->data(), snap->block->size());
     snap->block = std::move(dest).value();  // the old copy's room merges with its neighbours
-    ++compactions_;
+    ++ix.tiering.compactions;
   }
-  return host_->largest_free(arena) >= bytes;
+  return s_.host_->largest_free(arena) >= bytes;
 }
 
-bool Tiering::PushesReserved() const {
-  for (const auto& [id, run] : ix_.runs) {
+bool Tiering::PushesReserved(StoreIndex& ix) const {
+  for (const auto& [id, run] : ix.runs) {
     for (const auto& [step, block] : run.in_flight) {
       if (block) return true;  // null: a push parked for room, not reserved
     }
@@ -489,11 +505,11 @@ bool Tiering::PushesReserved() const {
   return false;
 }
 
-uint64_t Tiering::LeasedBytes() const {
-  const std::unordered_set<const HostBlock*> leased = LeasedBlocks();
+uint64_t Tiering::LeasedBytes(StoreIndex& ix) const {
+  const std::unordered_set<const HostBlock*> leased = s_.LeasedBlocks();
   if (leased.empty()) return 0;
   uint64_t held = 0;
-  for (const auto& [id, run] : ix_.runs) {
+  for (const auto& [id, run] : ix.runs) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.block && leased.count(snap.block.get())) held += snap.block->size();
     }
@@ -501,22 +517,22 @@ uint64_t Tiering::LeasedBytes() const {
   return held;
 }
 
-uint64_t Tiering::FreeingBytes() {
+uint64_t Tiering::FreeingBytes(StoreIndex& ix) {
   uint64_t writing = 0;
-  for (const auto& [id, run] : ix_.runs) {
+  for (const auto& [id, run] : ix.runs) {
     for (const auto& [step, snap] : run.snapshots) {
-      if (snap.writing) writing += BlockBytes(run);
+      if (snap.writing) writing += StoreState::BlockBytes(run);
     }
   }
-  return writing + Checksums::HeldBytes(ix_);
+  return writing + Checksums::HeldBytes(ix);
 }
 
-bool Tiering::FreeHostRoom() {
+bool Tiering::FreeHostRoom(StoreIndex& ix) {
   // A read-ahead copy costs nothing to drop: prefer the highest step (already passed by the
   // backward pass, or the furthest from it).
   Run* best_run = nullptr;
   Snapshot* best = nullptr;
-  for (auto& [id, run] : ix_.runs) {
+  for (auto& [id, run] : ix.runs) {
     for (auto it = run.snapshots.rbegin(); it != run.snapshots.rend(); ++it) {
       Snapshot& snap = it->second;
       if (snap.record.tier() == v1::TIER_DISK && snap.block && snap.block.use_count() == 1 &&
@@ -534,12 +550,12 @@ bool Tiering::FreeHostRoom() {
   // run's host-resident range [host_boundary, N) is left alone while anything in flight (a
   // write, a read, a checksum holding a block) is about to free memory anyway.
   // A tenant holding more than its share of the host tier gives up its own oldest step first.
-  bool settling = Settling();
+  bool settling = Settling(ix);
   bool have_heavy = false;  // a tenant above its share, when several hold host memory
   uint32_t heavy = 0;
-  if (options_.tenant_host_share < 1.0) {
+  if (s_.options_.tenant_host_share < 1.0) {
     std::map<uint32_t, uint64_t> held;  // host bytes by owner, in one pass over the runs
-    for (const auto& [id, run] : ix_.runs) {
+    for (const auto& [id, run] : ix.runs) {
       uint64_t& bytes = held[run.record.owner_uid()];
       for (const auto& [step, snap] : run.snapshots) {
         if (snap.block) bytes += snap.block->size();
@@ -550,12 +566,12 @@ bool Tiering::FreeHostRoom() {
       if (bytes > most) most = bytes, heavy = uid;
     }
     have_heavy = held.size() >= 2 &&
-                 most > static_cast<uint64_t>(options_.tenant_host_share * host_->budget());
+                 most > static_cast<uint64_t>(s_.options_.tenant_host_share * s_.host_->budget());
   }
   for (int pass = have_heavy ? 0 : 1; pass < 2 && !best; ++pass) {
-    for (auto& [id, run] : ix_.runs) {
+    for (auto& [id, run] : ix.runs) {
       const v1::RunSpec& spec = run.record.spec();
-      if (!UsesDisk(spec.layers()) && drains_.empty()) continue;
+      if (!UsesDisk(spec.layers()) && ix.tiering.drains.empty()) continue;
       if (pass == 0 && run.record.owner_uid() != heavy) continue;
       for (auto& [step, snap] : run.snapshots) {
         if (snap.record.tier() != v1::TIER_HOST || snap.writing || !snap.block) continue;
@@ -565,26 +581,27 @@ bool Tiering::FreeHostRoom() {
       }
     }
   }
-  if (!best || !disk_ || disk_full_ || !disk_->usable()) return false;
-  StartDemotion(*best_run, *best);
+  if (!best || !s_.disk_ || ix.tiering.disk_full || !s_.disk_->usable()) return false;
+  StartDemotion(ix, *best_run, *best);
   return best->writing;
 }
 
-void Tiering::FinishDrainsIfDone(Deferred& deferred) {
-  if (drains_.empty()) return;
-  if (!disk_->usable()) {
-    if (writes_in_flight_) return;
+void Tiering::FinishDrainsIfDone(StoreIndex& ix, Deferred& deferred) {
+  if (ix.tiering.drains.empty()) return;
+  if (!s_.disk_->usable()) {
+    if (ix.tiering.writes_in_flight) return;
     Status down =
-        Status::Unavailable("no spool works (" + disk_->FailedSpools() +
+        Status::Unavailable("no spool works (" + s_.disk_->FailedSpools() +
                             "); what was moved stays on disk and the rest is still in host memory");
-    for (auto& d : drains_) deferred.push_back([l = std::move(d.done), down] { l(down); });
-    drains_.clear();
+    for (auto& d : ix.tiering.drains)
+      deferred.push_back([l = std::move(d.done), down] { l(down); });
+    ix.tiering.drains.clear();
     return;
   }
   // The oldest copy still only in host memory (one being written still is): a drain that
   // began after it was stored waits for it.
   uint64_t oldest_host = UINT64_MAX;
-  for (const auto& [id, run] : ix_.runs) {
+  for (const auto& [id, run] : ix.runs) {
     for (const auto& [step, snap] : run.snapshots) {
       if (snap.record.tier() == v1::TIER_HOST && snap.block) {
         oldest_host = std::min(oldest_host, snap.generation);
@@ -594,12 +611,12 @@ void Tiering::FinishDrainsIfDone(Deferred& deferred) {
   const Status full = Status::ResourceExhausted(
       "the disk tier filled up while draining; what was moved stays on disk and the rest is "
       "still in host memory");
-  std::erase_if(drains_, [&](DrainWaiter& d) SNAPD_REQUIRES(ix_.mu) {
+  std::erase_if(ix.tiering.drains, [&](DrainWaiter& d) SNAPD_REQUIRES(ix.mu) {
     if (oldest_host > d.upto) {
       deferred.push_back([l = std::move(d.done), r = d.result] { l(r); });
       return true;
     }
-    if (disk_full_ && !writes_in_flight_) {
+    if (ix.tiering.disk_full && !ix.tiering.writes_in_flight) {
       deferred.push_back([l = std::move(d.done), full] { l(full); });
       return true;
     }

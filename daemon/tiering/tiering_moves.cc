@@ -1,11 +1,9 @@
 // Moves of one step between host memory and disk, on the I/O threads: demotion, the read (or
 // decode) back into host memory, and read-ahead of the backward pass.
-#include "tiering/tiering.h"
-
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -13,33 +11,34 @@
 #include "snapd/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
+#include "tiering/tiering.h"
 
 namespace snapd {
 
-void Tiering::StartDemotion(Run& run, Snapshot& snap) {
+void Tiering::StartDemotion(StoreIndex& ix, Run& run, Snapshot& snap) {
   const v1::SnapshotRecord& r = snap.record;
-  auto space = disk_->Reserve(FileContentBytes(r));
+  auto space = s_.disk_->Reserve(FileContentBytes(r));
   if (!space.ok()) {
     // No spool works (UNAVAILABLE): said once when each failed, and re-tried when one comes
     // back (DiskTier's state listener wakes this thread).
     if (space.status().code() != Code::kResourceExhausted) return;
-    if (!disk_full_) SNAPD_LOG_WARN("%s", space.status().message().c_str());
-    disk_full_ = true;
+    if (!ix.tiering.disk_full) SNAPD_LOG_WARN("%s", space.status().message().c_str());
+    ix.tiering.disk_full = true;
     return;
   }
   snap.writing = true;
-  ++writes_in_flight_;
-  std::string name = "step-" + std::to_string(r.step()) + "-e" + std::to_string(options_.epoch) +
+  ++ix.tiering.writes_in_flight;
+  std::string name = "step-" + std::to_string(r.step()) + "-e" + std::to_string(s_.options_.epoch) +
                      "-g" + std::to_string(snap.generation);
-  io_->Submit(
+  s_.io_->Submit(
       [this, run_id = run.record.run_id(), step = r.step(), gen = snap.generation, space = *space,
        name, record = r, codec = CodecOf(run.record.spec()), field = FieldOf(run.record.spec()),
        block = snap.block]() mutable {
         // A step compressed at ingest has its checksum recorded already; any other is hashed
         // once, by whichever job gets to it first (Checksums::ChecksumOf).
-        uint64_t sum = checksums_.ChecksumOf(ix_, run_id, step, gen, *block, field.bytes);
-        auto written = WriteSnapshot(*disk_, space, run_id, name, record, codec, field,
-                                     block->data(), compress_.get(), checksums_);
+        uint64_t sum = s_.checksums_.ChecksumOf(ix_, run_id, step, gen, *block, field.bytes);
+        auto written = WriteSnapshot(*s_.disk_, space, run_id, name, record, codec, field,
+                                     block->data(), s_.compress_.get(), s_.checksums_);
         block.reset();  // before FinishDemotion: the host memory is free once it says so
         FinishDemotion(run_id, step, gen, space, name, sum, std::move(written));
       },
@@ -49,13 +48,14 @@ void Tiering::StartDemotion(Run& run, Snapshot& snap) {
 void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation,
                              const DiskTier::Space& space, const std::string& name,
                              uint64_t checksum, Result<WrittenSnapshot> written) {
+  StoreIndex& ix = ix_;
   Deferred deferred;
   {
-    MutexLock lock(ix_.mu);
-    --writes_in_flight_;
-    Snapshot* snap = ix_.FindSnapshot(run_id, step, generation);
+    MutexLock lock(ix.mu);
+    --ix.tiering.writes_in_flight;
+    Snapshot* snap = ix.FindSnapshot(run_id, step, generation);
     Status s = written.status();
-    const bool keep_copy = snap && keep_host_copies_ && RawInHost(*snap);
+    const bool keep_copy = snap && ix.tiering.keep_host_copies && StoreState::RawInHost(*snap);
     if (snap && s.ok()) {
       v1::SnapshotRecord updated = snap->record;
       updated.set_tier(v1::TIER_DISK);
@@ -65,20 +65,19 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
       updated.set_checksum_state(v1::CHECKSUM_RECORDED);
       updated.set_stored_bytes(written->stored_bytes);
       updated.set_codec(written->codec);
-      updated.set_codec_param(written->codec == v1::CODEC_NONE
-                                  ? 0
-                                  : ix_.runs.at(run_id).record.spec().codec_param());
+      updated.set_codec_param(
+          written->codec == v1::CODEC_NONE ? 0 : ix.runs.at(run_id).record.spec().codec_param());
       updated.set_stored_checksum(written->stored_checksum);
-      s = catalog_->PutSnapshot(updated);
+      s = s_.catalog_->PutSnapshot(updated);
       if (s.ok()) {
-        Run& run = ix_.runs.at(run_id);
+        Run& run = ix.runs.at(run_id);
         run.stored_bytes -= snap->record.stored_bytes();
         run.stored_bytes += updated.stored_bytes();
         snap->record = std::move(updated);
         // The host memory is free now (the record points at the file), unless a stop keeps it.
         if (!keep_copy) snap->block.reset();
-        ++ix_.counters.demotions;
-        for (auto& d : drains_) {
+        ++ix.counters.demotions;
+        for (auto& d : ix.tiering.drains) {
           ++d.result.moved;
           d.result.moved_bytes += snap->record.raw_bytes();
         }
@@ -88,7 +87,7 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
     if (written.ok() && (!snap || !s.ok())) {
       // Deleted or released while being written, or not recorded: the file must not stay.
       deferred.push_back([this, spool = space.spool, run_id, name, bytes = written->stored_bytes] {
-        disk_->Remove(spool, run_id, name, bytes);
+        s_.disk_->Remove(spool, run_id, name, bytes);
       });
     }
     if (!s.ok()) {
@@ -96,35 +95,34 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
       // goes to another, or waits for a probe); a full one stops demotions until room comes.
       // Either way the next try is not the same write again at once.
       failed_writes_.Write(log::Level::kWarn, "failed demotions",
-                           "moving " + StepLabel(run_id, step) + " to disk failed: " +
-                               s.message());
-      if (s.code() == Code::kResourceExhausted) disk_full_ = true;
-      for (auto& d : drains_) deferred.push_back([l = std::move(d.done), s] { l(s); });
-      drains_.clear();
+                           "moving " + StepLabel(run_id, step) + " to disk failed: " + s.message());
+      if (s.code() == Code::kResourceExhausted) ix.tiering.disk_full = true;
+      for (auto& d : ix.tiering.drains) deferred.push_back([l = std::move(d.done), s] { l(s); });
+      ix.tiering.drains.clear();
     }
-    Wake();
+    s_.Wake();
   }
   for (auto& f : deferred) f();
 }
 
-bool Tiering::StartRead(Run& run, Snapshot& snap, bool urgent) {
+bool Tiering::StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent) {
   const v1::SnapshotRecord& r = snap.record;
-  auto block = AllocateHost(run, r.raw_bytes());
-  if (!block.ok() && urgent && CompactHost(r.raw_bytes(), ArenaOf(run))) {
-    block = AllocateHost(run, r.raw_bytes());
+  auto block = s_.AllocateHost(run, r.raw_bytes());
+  if (!block.ok() && urgent && CompactHost(ix, r.raw_bytes(), s_.ArenaOf(run))) {
+    block = s_.AllocateHost(run, r.raw_bytes());
   }
   if (!block.ok()) return false;
   snap.reading = true;
-  ++reads_in_flight_;
-  std::shared_ptr<HostBlock> stored = HoldsCompressed(snap) ? snap.block : nullptr;
-  io_->Submit(
+  ++ix.tiering.reads_in_flight;
+  std::shared_ptr<HostBlock> stored = StoreState::HoldsCompressed(snap) ? snap.block : nullptr;
+  s_.io_->Submit(
       [this, record = r, gen = snap.generation, field = FieldOf(run.record.spec()),
        block = std::move(block).value(), stored = std::move(stored)]() mutable {
         int64_t started = NowNs();
-        Status s = stored
-                       ? DecodeSnapshot(record, field, stored->data(), block->data(),
-                                        compress_.get(), checksums_)
-                       : ReadSnapshot(*disk_, record, field, block->data(), compress_.get(), checksums_);
+        Status s = stored ? DecodeSnapshot(record, field, stored->data(), block->data(),
+                                           s_.compress_.get(), s_.checksums_)
+                          : ReadSnapshot(*s_.disk_, record, field, block->data(),
+                                         s_.compress_.get(), s_.checksums_);
         stored.reset();
         FinishRead(record.run_id(), record.step(), gen, std::move(block), s, started);
       },
@@ -134,60 +132,62 @@ bool Tiering::StartRead(Run& run, Snapshot& snap, bool urgent) {
 
 void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
                          std::shared_ptr<HostBlock> block, Status read, int64_t started_ns) {
+  StoreIndex& ix = ix_;
   Deferred deferred;
   {
-    MutexLock lock(ix_.mu);
-    --reads_in_flight_;
-    Snapshot* snap = ix_.FindSnapshot(run_id, step, generation);
+    MutexLock lock(ix.mu);
+    --ix.tiering.reads_in_flight;
+    Snapshot* snap = ix.FindSnapshot(run_id, step, generation);
     if (snap) {
       snap->reading = false;
-      Run& run = ix_.runs.at(run_id);
+      Run& run = ix.runs.at(run_id);
       std::vector<FetchDone> waiters = std::move(snap->waiters);
       snap->waiters.clear();
-      if (read.ok() && HoldsCompressed(*snap)) {
+      if (read.ok() && StoreState::HoldsCompressed(*snap)) {
         // Decoded in host memory: the step is raw again there.
         v1::SnapshotRecord updated = snap->record;
         updated.set_codec(v1::CODEC_NONE);
         updated.set_codec_param(0);
         updated.set_stored_checksum(0);
         updated.set_stored_bytes(updated.raw_bytes());
-        read = catalog_->PutSnapshot(updated);
+        read = s_.catalog_->PutSnapshot(updated);
         if (read.ok()) {
           run.stored_bytes += updated.raw_bytes() - snap->record.stored_bytes();
           snap->record = std::move(updated);
         }
       } else if (read.ok()) {
-        ++ix_.counters.disk_reads;
+        ++ix.counters.disk_reads;
         double per_byte = static_cast<double>(NowNs() - started_ns) /
                           static_cast<double>(std::max<uint64_t>(snap->record.raw_bytes(), 1));
-        read_ns_per_byte_ = read_ns_per_byte_ > 0 ? 0.7 * read_ns_per_byte_ + 0.3 * per_byte
-                                                  : per_byte;
+        ix.tiering.read_ns_per_byte = ix.tiering.read_ns_per_byte > 0
+                                          ? 0.7 * ix.tiering.read_ns_per_byte + 0.3 * per_byte
+                                          : per_byte;
       }
       if (read.ok()) {
         snap->block = std::move(block);
         snap->verified = true;
-        FetchGrant grant{Lease(snap->block), snap->generation};
+        FetchGrant grant{s_.Lease(snap->block), snap->generation};
         for (auto& w : waiters) deferred.push_back([w = std::move(w), grant] { w(grant); });
       } else {
         Status answer = read;
         if (read.code() == Code::kDataLoss) {
           answer = Status::DataLoss(StepName(run.record, step) + " is lost: " + read.message());
-          LoseDiskStep(run, *snap, read.message());
+          LoseDiskStep(ix, run, *snap, read.message());
         }
         for (auto& w : waiters) deferred.push_back([w = std::move(w), answer] { w(answer); });
       }
     }
     block.reset();  // unless it went to the snapshot
-    Wake();
+    s_.Wake();
   }
   for (auto& f : deferred) f();
 }
 
-
-void Tiering::SchedulePrefetch(Run& run) {
-  if (!disk_ || run.prefetch_from == 0) return;
-  double read_ns = read_ns_per_byte_ * static_cast<double>(run.record.spec().bytes_per_step());
-  uint64_t depth = PrefetchDepth(run.pace_ns, read_ns, options_.max_prefetch);
+void Tiering::SchedulePrefetch(StoreIndex& ix, Run& run) {
+  if (!s_.disk_ || run.prefetch_from == 0) return;
+  double read_ns =
+      ix.tiering.read_ns_per_byte * static_cast<double>(run.record.spec().bytes_per_step());
+  uint64_t depth = PrefetchDepth(run.pace_ns, read_ns, s_.options_.max_prefetch);
   uint64_t lowest = run.prefetch_from > depth ? run.prefetch_from - depth : 0;
   auto it = run.snapshots.lower_bound(run.prefetch_from);
   while (it != run.snapshots.begin()) {
@@ -195,7 +195,7 @@ void Tiering::SchedulePrefetch(Run& run) {
     if (it->first < lowest) break;
     Snapshot& snap = it->second;
     if (snap.record.tier() != v1::TIER_DISK || snap.block || snap.reading) continue;
-    if (!StartRead(run, snap, /*urgent=*/false)) break;  // no host room; retried on a free
+    if (!StartRead(ix, run, snap, /*urgent=*/false)) break;  // no host room; retried on a free
   }
 }
 

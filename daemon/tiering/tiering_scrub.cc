@@ -1,11 +1,9 @@
 // Re-verifying disk-tier files: the background scrub at scrub_rate, a scrub of one step (also
 // on demand and after recovery), and a step found lost on disk.
-#include "tiering/tiering.h"
-
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -13,19 +11,20 @@
 #include "snapd/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
+#include "tiering/tiering.h"
 
 namespace snapd {
 
-void Tiering::ScrubNext() {
+void Tiering::ScrubNext(StoreIndex& ix) {
   auto now = std::chrono::steady_clock::now();
-  if (scrubbing_) return;  // its completion wakes the thread
-  if (now < next_scrub_) {
-    WakeBy(next_scrub_);
+  if (ix.tiering.scrubbing) return;  // its completion wakes the thread
+  if (now < ix.tiering.next_scrub) {
+    WakeBy(ix, ix.tiering.next_scrub);
     return;
   }
   // The next disk-tier step after the cursor, in (run id, step) order, wrapping once.
-  auto next_after = [&](const Key& from) SNAPD_REQUIRES(ix_.mu) -> std::pair<Run*, Snapshot*> {
-    for (auto r = ix_.runs.lower_bound(from.first); r != ix_.runs.end(); ++r) {
+  auto next_after = [&](const Key& from) SNAPD_REQUIRES(ix.mu) -> std::pair<Run*, Snapshot*> {
+    for (auto r = ix.runs.lower_bound(from.first); r != ix.runs.end(); ++r) {
       auto it = r->first == from.first ? r->second.snapshots.upper_bound(from.second)
                                        : r->second.snapshots.begin();
       for (; it != r->second.snapshots.end(); ++it) {
@@ -38,51 +37,52 @@ void Tiering::ScrubNext() {
     }
     return {nullptr, nullptr};
   };
-  auto [run, snap] = next_after(scrub_cursor_);
+  auto [run, snap] = next_after(ix.tiering.scrub_cursor);
   if (!snap) std::tie(run, snap) = next_after({0, 0});
   if (!snap) return;  // nothing on disk; a demotion wakes the thread
-  scrub_cursor_ = {run->record.run_id(), snap->record.step()};
-  scrubbing_ = true;
+  ix.tiering.scrub_cursor = {run->record.run_id(), snap->record.step()};
+  ix.tiering.scrubbing = true;
   uint64_t bytes = FileContentBytes(snap->record);
-  next_scrub_ = now + std::chrono::nanoseconds(static_cast<int64_t>(
-                          1e9 * static_cast<double>(bytes) /
-                          static_cast<double>(options_.scrub_bytes_per_second)));
-  StartScrub(run->record.run_id(), snap->record.step(), [this](Status) {
-    MutexLock lock(ix_.mu);
-    scrubbing_ = false;
-    Wake();
+  ix.tiering.next_scrub = now + std::chrono::nanoseconds(static_cast<int64_t>(
+                                    1e9 * static_cast<double>(bytes) /
+                                    static_cast<double>(s_.options_.scrub_bytes_per_second)));
+  StartScrub(ix, run->record.run_id(), snap->record.step(), [this](Status) {
+    StoreIndex& ix = ix_;  // later, on an I/O thread
+    MutexLock lock(ix.mu);
+    ix.tiering.scrubbing = false;
+    s_.Wake();
   });
 }
 
-
-void Tiering::StartScrub(uint64_t run_id, uint64_t step, std::function<void(Status)> done) {
-  const Snapshot& snap = ix_.runs.at(run_id).snapshots.at(step);
+void Tiering::StartScrub(StoreIndex& ix, uint64_t run_id, uint64_t step,
+                         std::function<void(Status)> done) {
+  const Snapshot& snap = ix.runs.at(run_id).snapshots.at(step);
   if (snap.record.checksum_state() != v1::CHECKSUM_RECORDED) {
     if (done) {
-      io_->Submit([done] { done(Status::FailedPrecondition("no checksum recorded")); },
-                  /*urgent=*/false);
+      s_.io_->Submit([done] { done(Status::FailedPrecondition("no checksum recorded")); },
+                     /*urgent=*/false);
     }
     return;
   }
   // Outside the host tier (VerifySnapshot has its own buffers): scrubbing must not take room
   // from solvers.
-  io_->Submit(
+  s_.io_->Submit(
       [this, record = snap.record, gen = snap.generation,
-       field = FieldOf(ix_.runs.at(run_id).record.spec()), done = std::move(done)] {
-        Status s = VerifySnapshot(*disk_, record, field, compress_.get(), checksums_);
+       field = FieldOf(ix.runs.at(run_id).record.spec()), done = std::move(done)] {
+        StoreIndex& ix = ix_;  // later, on an I/O thread
+        Status s = VerifySnapshot(*s_.disk_, record, field, s_.compress_.get(), s_.checksums_);
         {
-          MutexLock lock(ix_.mu);
-          ++scrubbed_;
-          Snapshot* current = ix_.FindSnapshot(record.run_id(), record.step(), gen);
+          MutexLock lock(ix.mu);
+          ++ix.tiering.scrubbed;
+          Snapshot* current = ix.FindSnapshot(record.run_id(), record.step(), gen);
           if (current && current->record.tier() == v1::TIER_DISK) {
             if (s.ok()) {
               current->verified = true;
             } else if (s.code() == Code::kDataLoss) {
-              LoseDiskStep(ix_.runs.at(record.run_id()), *current,
+              LoseDiskStep(ix, ix.runs.at(record.run_id()), *current,
                            "found by a scrub of its spool file: " + s.message());
             } else {
-              SNAPD_LOG_WARN("verifying %s: %s",
-                             StepLabel(record.run_id(), record.step()).c_str(),
+              SNAPD_LOG_WARN("verifying %s: %s", StepLabel(record.run_id(), record.step()).c_str(),
                              s.message().c_str());
             }
           }
@@ -92,20 +92,21 @@ void Tiering::StartScrub(uint64_t run_id, uint64_t step, std::function<void(Stat
       /*urgent=*/false);
 }
 
-void Tiering::LoseDiskStep(Run& run, Snapshot& snap, const std::string& why) {
+void Tiering::LoseDiskStep(StoreIndex& ix, Run& run, Snapshot& snap, const std::string& why) {
   const v1::SnapshotRecord r = snap.record;
   if (r.tier() != v1::TIER_DISK) return;  // lost already: said once
-  MarkLost(run, snap, why + "; its file goes to " +
-                          disk_->spool_dirs()[std::min<size_t>(r.spool(), disk_->spools() - 1)] +
-                          "/quarantine/");
-  DiskRoomFreed();
-  io_->Submit(
+  s_.MarkLost(ix, run, snap,
+              why + "; its file goes to " +
+                  s_.disk_->spool_dirs()[std::min<size_t>(r.spool(), s_.disk_->spools() - 1)] +
+                  "/quarantine/");
+  DiskRoomFreed(ix);
+  s_.io_->Submit(
       [this, r] {
-        auto moved = disk_->Quarantine(r.spool(), r.run_id(), r.disk_name(), FileContentBytes(r));
+        auto moved =
+            s_.disk_->Quarantine(r.spool(), r.run_id(), r.disk_name(), FileContentBytes(r));
         if (!moved.ok() && moved.status().code() != Code::kNotFound) {
           SNAPD_LOG_WARN("quarantining the file of lost %s: %s",
-                         StepLabel(r.run_id(), r.step()).c_str(),
-                         moved.status().message().c_str());
+                         StepLabel(r.run_id(), r.step()).c_str(), moved.status().message().c_str());
         }
       },
       /*urgent=*/false);

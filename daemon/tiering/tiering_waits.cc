@@ -15,60 +15,63 @@
 
 namespace snapd {
 
-std::string Tiering::WhatRoomWaitsFor(uint64_t bytes, HostTier::ArenaId arena) {
+std::string Tiering::WhatRoomWaitsFor(StoreIndex& ix, uint64_t bytes, HostTier::ArenaId arena) {
   std::vector<std::string> coming;
   auto count = [](uint64_t n, const char* one, const char* many) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
   };
-  if (writes_in_flight_) {
-    coming.push_back(count(writes_in_flight_, "demotion to disk", "demotions to disk") +
+  if (ix.tiering.writes_in_flight) {
+    coming.push_back(count(ix.tiering.writes_in_flight, "demotion to disk", "demotions to disk") +
                      " being written");
   }
-  if (reads_in_flight_) {
-    coming.push_back(count(reads_in_flight_, "disk read or decode", "disk reads or decodes") +
-                     " in flight");
-  }
-  if (Ingest::InFlight(ix_)) {
+  if (ix.tiering.reads_in_flight) {
     coming.push_back(
-        count(Ingest::InFlight(ix_), "at-ingest compression", "at-ingest compressions") +
+        count(ix.tiering.reads_in_flight, "disk read or decode", "disk reads or decodes") +
         " in flight");
   }
-  if (Ingest::Pending(ix_) > 0) {
-    coming.push_back(count(Ingest::Pending(ix_), "compressed copy", "compressed copies") +
+  if (Ingest::InFlight(ix)) {
+    coming.push_back(
+        count(Ingest::InFlight(ix), "at-ingest compression", "at-ingest compressions") +
+        " in flight");
+  }
+  if (Ingest::Pending(ix) > 0) {
+    coming.push_back(count(Ingest::Pending(ix), "compressed copy", "compressed copies") +
                      " waiting for the raw bytes to be let go");
   }
-  if (Checksums::HeldBytes(ix_)) coming.push_back("the checksum of a deleted step");
-  if (uint64_t held = LeasedBytes()) {
+  if (Checksums::HeldBytes(ix)) coming.push_back("the checksum of a deleted step");
+  if (uint64_t held = LeasedBytes(ix)) {
     coming.push_back(FormatBytes(held) + " of stored steps held by transfers in flight");
   }
-  if (disk_ && !disk_->usable()) {
-    coming.push_back("a spool to work again (" + disk_->FailedSpools() + ")");
-  } else if (disk_full_) {
-    coming.push_back("room on the disk tier (" + FormatBytes(disk_->used()) + " of " +
-                     FormatBytes(disk_->budget()) + " in use)");
+  if (s_.disk_ && !s_.disk_->usable()) {
+    coming.push_back("a spool to work again (" + s_.disk_->FailedSpools() + ")");
+  } else if (ix.tiering.disk_full) {
+    coming.push_back("room on the disk tier (" + FormatBytes(s_.disk_->used()) + " of " +
+                     FormatBytes(s_.disk_->budget()) + " in use)");
   }
   std::string what;
   for (const std::string& c : coming) what += (what.empty() ? "" : ", ") + c;
   if (what.empty()) what = "steps to be deleted or consumed (nothing in flight will make room)";
-  return "host room for " + FormatBytes(bytes) + " (host tier " + FormatBytes(host_->used()) +
-         " of " + FormatBytes(host_->budget()) + " in use, largest free piece " +
-         FormatBytes(host_->largest_free(arena)) + "); waiting for " + what;
+  return "host room for " + FormatBytes(bytes) + " (host tier " + FormatBytes(s_.host_->used()) +
+         " of " + FormatBytes(s_.host_->budget()) + " in use, largest free piece " +
+         FormatBytes(s_.host_->largest_free(arena)) + "); waiting for " + what;
 }
 
-std::string Tiering::WhatFetchWaitsFor(const Run& run, const Snapshot& snap) {
-  std::string how = HoldsCompressed(snap) ? "its decode in host memory" : "its read from disk";
+std::string Tiering::WhatFetchWaitsFor(StoreIndex& ix, const Run& run, const Snapshot& snap) {
+  std::string how =
+      StoreState::HoldsCompressed(snap) ? "its decode in host memory" : "its read from disk";
   if (snap.reading) return how + ", in flight";
-  return how + ", which waits for " + WhatRoomWaitsFor(snap.record.raw_bytes(), ArenaOf(run));
+  return how + ", which waits for " +
+         WhatRoomWaitsFor(ix, snap.record.raw_bytes(), s_.ArenaOf(run));
 }
 
-Tiering::WaitCounts Tiering::WaitsOf(const Run& run) const {
+Tiering::WaitCounts Tiering::WaitsOf(const StoreIndex& ix, const Run& run) const {
   WaitCounts c;
   auto now = std::chrono::steady_clock::now();
   auto oldest = [&](std::chrono::steady_clock::time_point since) {
     c.oldest_seconds =
         std::max(c.oldest_seconds, std::chrono::duration<double>(now - since).count());
   };
-  for (const ParkedPush& p : parked_pushes_) {
+  for (const ParkedPush& p : ix.tiering.parked_pushes) {
     if (p.run_id != run.record.run_id()) continue;
     ++c.pushes;
     oldest(p.parked_at);
@@ -81,7 +84,7 @@ Tiering::WaitCounts Tiering::WaitsOf(const Run& run) const {
   return c;
 }
 
-std::vector<Tiering::WaitingRequest> Tiering::Waiting() {
+std::vector<Tiering::WaitingRequest> Tiering::Waiting(StoreIndex& ix) {
   auto now = std::chrono::steady_clock::now();
   std::vector<WaitingRequest> out;
   auto add = [&](const char* kind, const Run* run, uint64_t run_id, uint64_t step,
@@ -96,15 +99,15 @@ std::vector<Tiering::WaitingRequest> Tiering::Waiting() {
     w.wait.set_seconds(std::chrono::duration<double>(now - since).count());
     w.wait.set_waiting_for(std::move(what));
   };
-  for (const ParkedPush& p : parked_pushes_) {
-    auto run = ix_.runs.find(p.run_id);
-    add("push", run != ix_.runs.end() ? &run->second : nullptr, p.run_id, p.step, p.parked_at,
-        WhatRoomWaitsFor(p.bytes, p.arena));
+  for (const ParkedPush& p : ix.tiering.parked_pushes) {
+    auto run = ix.runs.find(p.run_id);
+    add("push", run != ix.runs.end() ? &run->second : nullptr, p.run_id, p.step, p.parked_at,
+        WhatRoomWaitsFor(ix, p.bytes, p.arena));
   }
-  for (const auto& [id, run] : ix_.runs) {
+  for (const auto& [id, run] : ix.runs) {
     for (const auto& [step, snap] : run.snapshots) {
       if (!snap.waiters.empty()) {
-        add("fetch", &run, id, step, snap.waiting_since, WhatFetchWaitsFor(run, snap));
+        add("fetch", &run, id, step, snap.waiting_since, WhatFetchWaitsFor(ix, run, snap));
       }
     }
   }
@@ -114,13 +117,13 @@ std::vector<Tiering::WaitingRequest> Tiering::Waiting() {
   return out;
 }
 
-void Tiering::WarnLongWaits() {
-  const auto bound = options_.wait_warn_after;
+void Tiering::WarnLongWaits(StoreIndex& ix) {
+  const auto bound = s_.options_.wait_warn_after;
   if (bound.count() <= 0) return;
   auto now = std::chrono::steady_clock::now();
   auto due = [&](std::chrono::steady_clock::time_point since,
                  std::chrono::steady_clock::time_point& warn_at,
-                 const std::function<std::string()>& what) SNAPD_REQUIRES(ix_.mu) {
+                 const std::function<std::string()>& what) SNAPD_REQUIRES(ix.mu) {
     if (now >= warn_at) {
       char waited[32];
       std::snprintf(waited, sizeof waited, "%.1f s",
@@ -128,25 +131,25 @@ void Tiering::WarnLongWaits() {
       long_waits_.Write(log::Level::kWarn, "long waits", what() + " has waited " + waited);
       warn_at = now + bound * kWaitWarnRepeat;
     }
-    WakeBy(warn_at);
+    WakeBy(ix, warn_at);
   };
-  for (ParkedPush& p : parked_pushes_) {
-    due(p.parked_at, p.warn_at, [&]() SNAPD_REQUIRES(ix_.mu) {
-      auto run = ix_.runs.find(p.run_id);
+  for (ParkedPush& p : ix.tiering.parked_pushes) {
+    due(p.parked_at, p.warn_at, [&]() SNAPD_REQUIRES(ix.mu) {
+      auto run = ix.runs.find(p.run_id);
       return "push of " +
-             (run != ix_.runs.end() ? StepName(run->second.record, p.step)
-                                    : StepLabel(p.run_id, p.step)) +
-             ", waiting for " + WhatRoomWaitsFor(p.bytes, p.arena) + ",";
+             (run != ix.runs.end() ? StepName(run->second.record, p.step)
+                                   : StepLabel(p.run_id, p.step)) +
+             ", waiting for " + WhatRoomWaitsFor(ix, p.bytes, p.arena) + ",";
     });
   }
-  for (auto& entry : ix_.runs) {
+  for (auto& entry : ix.runs) {
     Run& run = entry.second;
     for (auto& [step, snapshot] : run.snapshots) {
       Snapshot& snap = snapshot;  // a lambda may not capture a structured binding (C++20)
       if (snap.waiters.empty()) continue;
-      due(snap.waiting_since, snap.warn_at, [&]() SNAPD_REQUIRES(ix_.mu) {
+      due(snap.waiting_since, snap.warn_at, [&]() SNAPD_REQUIRES(ix.mu) {
         return "fetch of " + StepName(run.record, snap.record.step()) + ", waiting for " +
-               WhatFetchWaitsFor(run, snap) + ",";
+               WhatFetchWaitsFor(ix, run, snap) + ",";
       });
     }
   }

@@ -1,0 +1,273 @@
+// The tiering policy alone (tiering/tiering.h): made over the store's plumbing (a real host
+// tier, a real spool in a temporary directory, a catalog there) with the index filled in as a
+// commit would, and driven through its own calls. No Store, no data plane, no daemon.
+#include "tiering/tiering.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "snapd/compress_pool.h"
+#include "temp_dir.h"
+
+namespace snapd {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The store's shared plumbing with what a Store would start in Open, and nothing else.
+class Plumbing : public StoreState {
+ public:
+  Plumbing(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOptions& options)
+      : StoreState(catalog, host, disk, options) {
+    compress_ = std::make_unique<compress::CompressPool>(1);
+    io_ = std::make_unique<IoPool>(2);
+  }
+  using StoreState::AllocateHost;
+  using StoreState::DetachWaker;
+  using StoreState::io_;
+  using StoreState::ix_;
+  using StoreState::StopWaking;
+  using StoreState::Wake;
+};
+
+class TieringTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kStep = 256 << 10;
+  static constexpr uint64_t kHostSteps = 4;  // the host tier holds this many steps
+
+  void SetUp() override {
+    catalog_ = std::move(Catalog::Open(dir_.path() + "/catalog").value());
+    host_ = std::move(HostTier::Create(kHostSteps * kStep).value());
+    DiskTierOptions d;
+    d.spools = {dir_.path() + "/spool"};
+    d.budget_bytes = 64 << 20;
+    disk_ = std::move(DiskTier::Open(d).value());
+    StoreOptions o = StoreOptions::From(DefaultConfig());
+    o.io_threads = 2;
+    plumbing_ = std::make_unique<Plumbing>(catalog_.get(), host_.get(), disk_.get(), o);
+    tiering_ = std::make_unique<Tiering>(*plumbing_);
+    tiering_->StartTiering();
+  }
+  void TearDown() override {  // in the order a Store stops
+    {
+      MutexLock lock(ix().mu);
+      ix().stopping = true;
+    }
+    plumbing_->StopWaking();
+    tiering_->StopTiering();
+    plumbing_->io_.reset();
+    plumbing_->DetachWaker();
+    tiering_.reset();
+    plumbing_.reset();
+  }
+  StoreIndex& ix() { return plumbing_->ix_; }
+
+  // A run as OpenRun records it: N steps (0 = unknown), the oldest `host_boundary` on disk.
+  void OpenRun(uint64_t id, v1::Layers layers, uint64_t steps = 0, uint64_t host_boundary = 0) {
+    MutexLock lock(ix().mu);
+    StoreIndex::Run& run = ix().runs[id];
+    run.record.set_run_id(id);
+    run.record.mutable_spec()->set_name("run-" + std::to_string(id));
+    run.record.mutable_spec()->set_bytes_per_step(kStep);
+    run.record.mutable_spec()->set_layers(layers);
+    run.record.mutable_spec()->set_steps(steps);
+    run.record.set_host_boundary(host_boundary);
+    ASSERT_TRUE(catalog_->PutRun(run.record).ok());
+  }
+  // A pushed step as CommitPush stores it: its bytes, all `fill`, in a host block.
+  void Commit(uint64_t id, uint64_t step, char fill) {
+    StoreIndex::Run* run;
+    {
+      MutexLock lock(ix().mu);
+      run = &ix().runs.at(id);
+    }
+    std::shared_ptr<HostBlock> block = std::move(plumbing_->AllocateHost(*run, kStep).value());
+    std::memset(block->data(), fill, kStep);
+    MutexLock lock(ix().mu);
+    StoreIndex::Snapshot& snap = run->snapshots[step];
+    snap.record.set_run_id(id);
+    snap.record.set_step(step);
+    snap.record.set_tier(v1::TIER_HOST);
+    snap.record.set_raw_bytes(kStep);
+    snap.record.set_stored_bytes(kStep);
+    snap.record.set_checksum_state(v1::CHECKSUM_PENDING);
+    ASSERT_TRUE(catalog_->PutSnapshot(snap.record).ok());
+    snap.block = std::move(block);
+    snap.generation = next_generation_++;
+    run->stored_bytes += kStep;
+    if (tiering_->DemotionWanted(ix(), *run, snap)) plumbing_->Wake();
+  }
+  v1::Tier TierOf(uint64_t id, uint64_t step) {
+    MutexLock lock(ix().mu);
+    return ix().runs.at(id).snapshots.at(step).record.tier();
+  }
+  std::string TiersOf(uint64_t id) {
+    MutexLock lock(ix().mu);
+    std::string out;
+    for (auto& [step, snap] : ix().runs.at(id).snapshots) {
+      out += std::to_string(step) + ":" + std::to_string(snap.record.tier()) +
+             (snap.block ? "b" : "") + (snap.writing ? "w" : "") + " ";
+    }
+    return out;
+  }
+  // What the catalog holds for the step (what a restart would find).
+  v1::SnapshotRecord Recorded(uint64_t id, uint64_t step) {
+    std::vector<v1::RunRecord> runs;
+    std::vector<v1::SnapshotRecord> snaps;
+    EXPECT_TRUE(catalog_->LoadAll(&runs, &snaps).ok());
+    for (const auto& s : snaps) {
+      if (s.run_id() == id && s.step() == step) return s;
+    }
+    ADD_FAILURE() << "no record of step " << step;
+    return {};
+  }
+  // A fetch through the policy: its bytes, or the error it got.
+  Result<std::vector<char>> Fetch(uint64_t id, uint64_t step) {
+    std::promise<Result<StoreIndex::FetchGrant>> got;
+    StoreIndex::FetchDone later = [&](Result<StoreIndex::FetchGrant> g) {
+      got.set_value(std::move(g));
+    };
+    {
+      MutexLock lock(ix().mu);
+      StoreIndex::Run& run = ix().runs.at(id);
+      auto now = tiering_->AdmitFetch(ix(), run, run.snapshots.at(step), /*backward=*/true,
+                                      later);
+      if (now) later(std::move(*now));
+    }
+    auto future = got.get_future();
+    if (future.wait_for(20s) != std::future_status::ready) return Status::Internal("no answer");
+    Result<StoreIndex::FetchGrant> grant = future.get();
+    if (!grant.ok()) return grant.status();
+    const char* p = static_cast<const char*>(grant->block->data());
+    return std::vector<char>(p, p + kStep);
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<Catalog> catalog_;
+  std::unique_ptr<HostTier> host_;
+  std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<Plumbing> plumbing_;
+  std::unique_ptr<Tiering> tiering_;
+  uint64_t next_generation_ = 1;
+};
+
+TEST_F(TieringTest, AStepWhosePlaceIsDiskIsWrittenThereRecordedAndItsHostMemoryFreed) {
+  OpenRun(1, v1::LAYERS_DISK);
+  Commit(1, 0, 'a');
+  tiering_->WaitTieringIdle();
+  EXPECT_EQ(TierOf(1, 0), v1::TIER_DISK);
+  v1::SnapshotRecord r = Recorded(1, 0);
+  EXPECT_EQ(r.tier(), v1::TIER_DISK);
+  EXPECT_FALSE(r.disk_name().empty());
+  EXPECT_EQ(r.checksum_state(), v1::CHECKSUM_RECORDED);  // asked of the checksum owner
+  EXPECT_GT(disk_->used(), 0u);
+  EXPECT_EQ(host_->used(), 0u);
+  auto bytes = Fetch(1, 0);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  EXPECT_EQ(*bytes, std::vector<char>(kStep, 'a'));
+}
+
+TEST_F(TieringTest, APushThatFindsTheHostTierFullWaitsUntilTheOldestStepIsDemoted) {
+  OpenRun(1, v1::LAYERS_DISK_HOST);  // N unknown: steps stay in host memory until room is needed
+  for (uint64_t s = 0; s < kHostSteps; ++s) Commit(1, s, static_cast<char>('a' + s));
+  tiering_->WaitTieringIdle();
+  EXPECT_EQ(TierOf(1, 0), v1::TIER_HOST);  // nothing needed the room yet
+  std::promise<Result<StoreIndex::PushTicket>> granted;
+  StoreIndex::PushDone later = [&](Result<StoreIndex::PushTicket> t) {
+    granted.set_value(std::move(t));
+  };
+  {
+    MutexLock lock(ix().mu);
+    auto now = tiering_->AdmitPush(ix(), ix().runs.at(1), kHostSteps, kStep, later);
+    ASSERT_TRUE(now.ok()) << now.status().ToString();
+    EXPECT_FALSE(now->has_value());  // parked
+    EXPECT_EQ(ix().runs.at(1).in_flight.count(kHostSteps), 1u);
+  }
+  auto future = granted.get_future();
+  ASSERT_EQ(future.wait_for(20s), std::future_status::ready);
+  Result<StoreIndex::PushTicket> ticket = future.get();
+  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+  EXPECT_EQ(ticket->block->size(), kStep);
+  // Reverse order: the oldest steps went (several demotions run at once; the first to finish
+  // made the room), the newest stays.
+  tiering_->WaitTieringIdle();
+  EXPECT_EQ(TierOf(1, 0), v1::TIER_DISK) << TiersOf(1);
+  EXPECT_EQ(TierOf(1, kHostSteps - 1), v1::TIER_HOST) << TiersOf(1);
+  ticket->block.reset();
+  {
+    MutexLock lock(ix().mu);
+    ix().runs.at(1).in_flight.erase(kHostSteps);  // as AbortPush
+  }
+  auto bytes = Fetch(1, 0);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  EXPECT_EQ(*bytes, std::vector<char>(kStep, 'a'));
+}
+
+TEST_F(TieringTest, ADrainEndsOnceEveryStepStoredWhenItBeganIsOnDisk) {
+  OpenRun(1, v1::LAYERS_DISK_HOST);
+  for (uint64_t s = 0; s < 3; ++s) Commit(1, s, 'd');
+  std::promise<Result<StoreIndex::DrainResult>> drained;
+  tiering_->StartDrain([&](Result<StoreIndex::DrainResult> r) { drained.set_value(r); });
+  auto future = drained.get_future();
+  ASSERT_EQ(future.wait_for(20s), std::future_status::ready);
+  Result<StoreIndex::DrainResult> r = future.get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->moved, 3u);
+  EXPECT_EQ(r->moved_bytes, 3 * kStep);
+  for (uint64_t s = 0; s < 3; ++s) EXPECT_EQ(Recorded(1, s).tier(), v1::TIER_DISK);
+}
+
+TEST_F(TieringTest, ASpoolFileDamagedOnDiskIsReportedLostNeverReturned) {
+  OpenRun(1, v1::LAYERS_DISK);
+  Commit(1, 0, 'x');
+  tiering_->WaitTieringIdle();
+  ASSERT_EQ(TierOf(1, 0), v1::TIER_DISK);
+  v1::SnapshotRecord r = Recorded(1, 0);
+  std::string path = dir_.path() + "/spool/run-1/" + r.disk_name();
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    f.seekp(1000);
+    f.put('y');  // one byte flipped under the store
+  }
+  auto bytes = Fetch(1, 0);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.status().code(), Code::kDataLoss) << bytes.status().ToString();
+  tiering_->WaitTieringIdle();
+  EXPECT_EQ(TierOf(1, 0), v1::TIER_LOST);
+  EXPECT_EQ(Recorded(1, 0).tier(), v1::TIER_LOST);  // a restart knows it too
+  MutexLock lock(ix().mu);
+  EXPECT_NE(ix().runs.at(1).failure.find("is lost"), std::string::npos);
+}
+
+TEST_F(TieringTest, WaitingNamesAParkedPushAndWhatItWaitsFor) {
+  OpenRun(1, v1::LAYERS_HOST);  // no disk layer: room comes only from consumed steps
+  {
+    MutexLock lock(ix().mu);
+    ix().runs.at(1).record.mutable_spec()->set_block_when_full(true);
+  }
+  for (uint64_t s = 0; s < kHostSteps; ++s) Commit(1, s, 'w');
+  StoreIndex::PushDone later = [](Result<StoreIndex::PushTicket>) {};
+  MutexLock lock(ix().mu);
+  auto now = tiering_->AdmitPush(ix(), ix().runs.at(1), kHostSteps, kStep, later);
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  ASSERT_FALSE(now->has_value());
+  std::vector<Tiering::WaitingRequest> waits = tiering_->Waiting(ix());
+  ASSERT_EQ(waits.size(), 1u);
+  EXPECT_EQ(waits[0].wait.step(), kHostSteps);
+  EXPECT_EQ(waits[0].wait.kind(), "push");
+  EXPECT_NE(waits[0].wait.waiting_for().find("host"), std::string::npos) << waits[0].wait.waiting_for();
+  Tiering::WaitCounts counts = tiering_->WaitsOf(ix(), ix().runs.at(1));
+  EXPECT_EQ(counts.pushes, 1u);
+  EXPECT_EQ(counts.fetches, 0u);
+}
+
+}  // namespace
+}  // namespace snapd
