@@ -129,6 +129,8 @@ std::optional<Tiering::FetchGrant> Tiering::AdmitFetch(StoreIndex& ix, Run& run,
       snap.warn_at = snap.waiting_since + s_.options_.wait_warn_after;
     }
     snap.waiters.push_back(std::move(later));
+    // No compaction here (this is the data plane's thread): with no room as it is, the read
+    // waits for the tiering thread, which compacts or demotes to make it.
     if (!snap.reading && !StartRead(ix, run, snap, /*urgent=*/true)) {
       ix.tiering.parked_reads.insert({run.record.run_id(), step});
       s_.Wake();
@@ -435,7 +437,7 @@ void Tiering::ServeParkedReads(StoreIndex& ix) {
     auto [run, snap] = ix.FindSnapshot(*it);
     if (!snap || StoreState::RawInHost(*snap) || snap->reading || snap->waiters.empty()) {
       it = ix.tiering.parked_reads.erase(it);
-    } else if (StartRead(ix, *run, *snap, /*urgent=*/true)) {
+    } else if (StartRead(ix, *run, *snap, /*urgent=*/true, /*compact=*/true)) {
       it = ix.tiering.parked_reads.erase(it);
     } else {
       return;  // no room yet

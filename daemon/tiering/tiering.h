@@ -130,13 +130,18 @@ class Tiering {
                       Result<WrittenSnapshot> written) SNAPD_EXCLUDES(ix_.mu);
   // Starts a disk read of `snap` into host memory if there is room; false if not.
   // A step compressed at ingest and still only in host memory is decoded instead of read.
-  bool StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent) SNAPD_REQUIRES(ix.mu);
+  // `compact`: the room may be made by compacting the host tier (CompactHost memcpys blocks
+  // under the mutex), which only the tiering thread does: a fetch on the data plane's thread
+  // that finds no room parks its read for that thread instead (AdmitFetch).
+  bool StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent, bool compact = false)
+      SNAPD_REQUIRES(ix.mu);
   void FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
                   std::shared_ptr<HostBlock> block, Status read, int64_t started_ns)
       SNAPD_EXCLUDES(ix_.mu);
   void SchedulePrefetch(StoreIndex& ix, Run& run) SNAPD_REQUIRES(ix.mu);
   // Moves compressed host copies up the arena until a block of `bytes` fits (variable-size
-  // copies fragment it); false if the free room is too small or cannot be merged.
+  // copies fragment it); false if the free room is too small or cannot be merged. On the
+  // tiering thread only (Rebalance's grants and parked reads).
   bool CompactHost(StoreIndex& ix, uint64_t bytes, HostTier::ArenaId arena) SNAPD_REQUIRES(ix.mu);
   // Drops one read-ahead copy or starts one demotion to make host room; false if neither.
   bool FreeHostRoom(StoreIndex& ix) SNAPD_REQUIRES(ix.mu);

@@ -105,10 +105,10 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
   for (auto& f : deferred) f();
 }
 
-bool Tiering::StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent) {
+bool Tiering::StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent, bool compact) {
   const v1::SnapshotRecord& r = snap.record;
   auto block = s_.AllocateHost(run, r.raw_bytes());
-  if (!block.ok() && urgent && CompactHost(ix, r.raw_bytes(), s_.ArenaOf(run))) {
+  if (!block.ok() && compact && CompactHost(ix, r.raw_bytes(), s_.ArenaOf(run))) {
     block = s_.AllocateHost(run, r.raw_bytes());
   }
   if (!block.ok()) return false;

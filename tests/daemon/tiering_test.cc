@@ -247,6 +247,63 @@ TEST_F(TieringTest, ASpoolFileDamagedOnDiskIsReportedLostNeverReturned) {
   EXPECT_NE(ix().runs.at(1).failure.find("is lost"), std::string::npos);
 }
 
+TEST_F(TieringTest, AFetchThatNeedsTheHostTierCompactedLeavesThatToTheTieringThread) {
+  OpenRun(1, v1::LAYERS_DISK);
+  Commit(1, 0, 'f');
+  tiering_->WaitTieringIdle();
+  ASSERT_EQ(TierOf(1, 0), v1::TIER_DISK);
+  // Another run's host copies of half a step each fill the tier; every other one is deleted:
+  // half the tier is free, in pieces too small for a step.
+  OpenRun(2, v1::LAYERS_HOST);
+  constexpr uint64_t kPieces = 2 * kHostSteps;
+  for (uint64_t s = 0; s < kPieces; ++s) {
+    StoreIndex::Run* run;
+    {
+      MutexLock lock(ix().mu);
+      run = &ix().runs.at(2);
+    }
+    auto block = plumbing_->AllocateHost(*run, kStep / 2);
+    ASSERT_TRUE(block.ok()) << block.status().ToString();
+    MutexLock lock(ix().mu);
+    StoreIndex::Snapshot& snap = run->snapshots[s];
+    snap.record.set_run_id(2);
+    snap.record.set_step(s);
+    snap.record.set_tier(v1::TIER_HOST);
+    snap.record.set_stored_bytes(kStep / 2);
+    snap.block = std::move(block).value();
+    snap.generation = next_generation_++;
+  }
+  {
+    MutexLock lock(ix().mu);
+    for (uint64_t s = 0; s < kPieces; s += 2) ix().runs.at(2).snapshots.erase(s);
+  }
+  const HostTier::ArenaId arena = host_->ArenaFor(0);
+  ASSERT_EQ(host_->used(), kHostSteps * kStep / 2);
+  ASSERT_LT(host_->largest_free(arena), kStep);
+
+  std::promise<Result<StoreIndex::FetchGrant>> got;
+  StoreIndex::FetchDone later = [&](Result<StoreIndex::FetchGrant> g) {
+    got.set_value(std::move(g));
+  };
+  {
+    MutexLock lock(ix().mu);
+    StoreIndex::Run& run = ix().runs.at(1);
+    auto now = tiering_->AdmitFetch(ix(), run, run.snapshots.at(0), /*backward=*/false, later);
+    ASSERT_FALSE(now.has_value());
+    // The caller's thread (the data plane's) moved no block: the read waits for the tiering
+    // thread.
+    EXPECT_EQ(ix().tiering.compactions, 0u);
+    EXPECT_EQ(ix().tiering.parked_reads.count({1, 0}), 1u);
+  }
+  auto future = got.get_future();
+  ASSERT_EQ(future.wait_for(20s), std::future_status::ready);
+  Result<StoreIndex::FetchGrant> grant = future.get();
+  ASSERT_TRUE(grant.ok()) << grant.status().ToString();
+  EXPECT_EQ(std::memcmp(grant->block->data(), std::vector<char>(kStep, 'f').data(), kStep), 0);
+  MutexLock lock(ix().mu);
+  EXPECT_GT(ix().tiering.compactions, 0u);  // the tiering thread made the room
+}
+
 TEST_F(TieringTest, WaitingNamesAParkedPushAndWhatItWaitsFor) {
   OpenRun(1, v1::LAYERS_HOST);  // no disk layer: room comes only from consumed steps
   {
