@@ -33,10 +33,11 @@ build=${1:-build-tests}
 build=$(cd "$build" && pwd)
 command -v stress-ng > /dev/null || { echo "no stress-ng: bash deploy/install-deps.sh" >&2; exit 2; }
 
-# store_test.cc (and the tiering it drives), placement_test.cc (the tiering policy),
+# store_test.cc (and the tiering it drives), the store's components alone (tiering_test.cc,
+# ingest_test.cc, checksums_test.cc), placement_test.cc (the tiering policy),
 # spool_failure_test.cc's store cases (tiering around a failed spool), spill_test.cc,
 # many_solvers_test.cc.
-ctest_regex=${SNAPD_LOAD_CTEST_R:-'^(StoreTest|CompressedStoreTest|PendingPackTest|HostBoundary|PrefetchDepth|SpoolFailureTest|DataPaths/SpillTest|SmallFilesystem|ManySolvers)\.'}
+ctest_regex=${SNAPD_LOAD_CTEST_R:-'^(StoreTest|CompressedStoreTest|PendingPackTest|TieringTest|IngestTest|ChecksumsTest|HostBoundary|PrefetchDepth|SpoolFailureTest|DataPaths/SpillTest|SmallFilesystem|ManySolvers)\.'}
 ctests=$(ctest --test-dir "$build" -N -R "$ctest_regex" | sed -n 's/^Total Tests: //p')
 ((ctests > 0)) || { echo "no ctest test in $build matches $ctest_regex" >&2; exit 2; }
 python=$build/python/bin/python
