@@ -1,4 +1,4 @@
-// snapbench --device (snapbench_device.cc; built with CUDA only).
+// snapbench --device (device.cc; built with CUDA only).
 #pragma once
 
 #include <cstdint>

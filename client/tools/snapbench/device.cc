@@ -9,7 +9,7 @@
 // those as the run has) and over all of them. The first push is also timed on its own, from the
 // call to stored: it pays whatever the client must set up (pinning the host tier's chunks its
 // block lies in), against the median of the others.
-#include "snapbench_device.h"
+#include "device.h"
 
 #include <cuda_runtime.h>
 
@@ -188,22 +188,21 @@ int DeviceBench(snapd::Client& c, uint64_t steps, uint64_t bytes, double compute
       by_steps += (by_steps.empty() ? "" : ", ") + std::string("\"") + std::to_string(n) +
                   "\": " + std::to_string(f);
     }
-    std::printf("{\"gpu\": \"%s\", \"steps\": %llu, \"bytes\": %llu, \"data_path\": \"%s\",\n"
-                " \"host_tier_bytes\": %llu, \"d2h_gbs\": %.3f, \"h2d_gbs\": %.3f,"
-                " \"push_gbs\": %.3f, \"fetch_gbs\": %.3f,\n"
-                " \"push_vs_d2h\": %.3f, \"fetch_vs_h2d\": %.3f, \"first_push_ms\": %.3f,"
-                " \"steady_push_ms\": %.3f, \"first_vs_steady\": %.2f,\n"
-                " \"compute_ms\": %.3f, \"backward_stall\": %.4f,"
-                " \"backward_stall_by_steps\": {%s}}\n",
-                gpu.description.c_str(), (unsigned long long)steps, (unsigned long long)bytes,
-                path, (unsigned long long)host_tier, gbs(d2h), gbs(h2d), gbs(push_rate),
-                gbs(fetch_rate), push_rate / d2h, fetch_rate / h2d, first_push * 1e3,
-                steady_push * 1e3, first_push / steady_push, compute_s * 1e3, stall,
-                by_steps.c_str());
+    std::printf(
+        "{\"gpu\": \"%s\", \"steps\": %llu, \"bytes\": %llu, \"data_path\": \"%s\",\n"
+        " \"host_tier_bytes\": %llu, \"d2h_gbs\": %.3f, \"h2d_gbs\": %.3f,"
+        " \"push_gbs\": %.3f, \"fetch_gbs\": %.3f,\n"
+        " \"push_vs_d2h\": %.3f, \"fetch_vs_h2d\": %.3f, \"first_push_ms\": %.3f,"
+        " \"steady_push_ms\": %.3f, \"first_vs_steady\": %.2f,\n"
+        " \"compute_ms\": %.3f, \"backward_stall\": %.4f,"
+        " \"backward_stall_by_steps\": {%s}}\n",
+        gpu.description.c_str(), (unsigned long long)steps, (unsigned long long)bytes, path,
+        (unsigned long long)host_tier, gbs(d2h), gbs(h2d), gbs(push_rate), gbs(fetch_rate),
+        push_rate / d2h, fetch_rate / h2d, first_push * 1e3, steady_push * 1e3,
+        first_push / steady_push, compute_s * 1e3, stall, by_steps.c_str());
   } else {
-    std::printf("snapbench --device: %s; %llu steps x %s, data path %s\n",
-                gpu.description.c_str(), (unsigned long long)steps,
-                snapd::FormatBytes(bytes).c_str(), path);
+    std::printf("snapbench --device: %s; %llu steps x %s, data path %s\n", gpu.description.c_str(),
+                (unsigned long long)steps, snapd::FormatBytes(bytes).c_str(), path);
     std::printf("%-28s %8s %8s\n", "", "GB/s", "ratio");
     std::printf("%-28s %8.2f %8s\n", "pinned cudaMemcpy D2H", gbs(d2h), "1.00");
     std::printf("%-28s %8.2f %8.2f\n", "snapd device push (stored)", gbs(push_rate),
@@ -214,9 +213,10 @@ int DeviceBench(snapd::Client& c, uint64_t steps, uint64_t bytes, double compute
                 snapd::FormatBytes(host_tier).c_str(), first_push * 1e3, steady_push * 1e3,
                 first_push / steady_push);
     for (auto [n, f] : stalls) {
-      std::printf("backward over the newest %llu steps, %.2f ms compute per step: the solver "
-                  "waited %.1f %% of the pass\n",
-                  (unsigned long long)n, compute_s * 1e3, 100 * f);
+      std::printf(
+          "backward over the newest %llu steps, %.2f ms compute per step: the solver "
+          "waited %.1f %% of the pass\n",
+          (unsigned long long)n, compute_s * 1e3, 100 * f);
     }
   }
   return 0;
