@@ -1,12 +1,14 @@
-// snapbench --many: N solver processes of mixed step sizes at once, with their latencies
-// (main.cc).
+// snapbench --many: N solver processes of mixed step sizes at once, their throughput and the
+// latency of each push and fetch (main.cc).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -29,14 +31,30 @@ namespace snapbench {
 // with SIGKILL mid-run. Each solver is forked before any gRPC or UCX state exists here, and
 // reports through a pipe. Printed: refusals, bytes exact, the host tier's peak use against its
 // budget, fetches served from memory, and each solver's throughput beside a memcpy and the
-// O_DIRECT disk measured in the same run.
+// O_DIRECT disk measured in the same run; and the latency of every push (until stored) and
+// every fetch, p50/p99/max over all solvers and over those of the smallest steps (whose
+// latency is the daemon's queueing more than their copy).
 //
 //   snapbench --many N [--uniform --bytes S] [--compute-ms T] [--kill K] [--steps S] [--socket
 //   PATH] [--json]
 struct SolverReport {
+  static constexpr size_t kMaxOps = 192;  // latencies kept per solver (the report is one write)
   uint64_t bytes = 0, steps = 0, pushed = 0, refused = 0, exact = 0, wrong = 0, failed = 0;
   double forward_s = 0, backward_s = 0;
+  uint32_t pushes_timed = 0, fetches_timed = 0;
+  float push_ms[kMaxOps] = {}, fetch_ms[kMaxOps] = {};
 };
+static_assert(sizeof(SolverReport) <= 4096, "a report is written to its pipe at once (PIPE_BUF)");
+
+// p50, p99 and max of `ms`, in ms (zeros when empty).
+std::array<double, 3> Percentiles(std::vector<float> ms) {
+  if (ms.empty()) return {0, 0, 0};
+  std::sort(ms.begin(), ms.end());
+  auto at = [&](double q) {
+    return ms[static_cast<size_t>(q * static_cast<double>(ms.size() - 1))];
+  };
+  return {at(0.5), at(0.99), ms.back()};
+}
 
 SolverReport RunOneSolver(const std::string& socket, int id, uint64_t bytes, uint64_t steps,
                           bool mapped, double compute_ms) {
@@ -69,8 +87,12 @@ SolverReport RunOneSolver(const std::string& socket, int id, uint64_t bytes, uin
   auto t0 = Clock::now();
   for (uint64_t t = 0; t < steps; ++t) {
     pattern(in, t);
+    auto p0 = Clock::now();
     auto h = (*c)->Push(run->run_id, t, in.data(), bytes);
     snapd::Status s = h.ok() ? h->WaitStored() : h.status();
+    if (s.ok() && r.pushes_timed < SolverReport::kMaxOps) {
+      r.push_ms[r.pushes_timed++] = static_cast<float>(1e3 * Seconds(p0, Clock::now()));
+    }
     if (s.code() == snapd::Code::kResourceExhausted)
       ++r.refused;
     else if (!s.ok())
@@ -85,7 +107,11 @@ SolverReport RunOneSolver(const std::string& socket, int id, uint64_t bytes, uin
     if (compute_ms > 0) {  // the adjoint step's compute, as a solver's host thread waits for it
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(compute_ms));
     }
+    auto f0 = Clock::now();
     if (!(*c)->Fetch(run->run_id, t, out.data(), bytes).ok()) continue;
+    if (r.fetches_timed < SolverReport::kMaxOps) {
+      r.fetch_ms[r.fetches_timed++] = static_cast<float>(1e3 * Seconds(f0, Clock::now()));
+    }
     if (std::memcmp(in.data(), out.data(), bytes) == 0)
       ++r.exact;
     else
@@ -173,6 +199,20 @@ int Many(const Args& a) {
     failed += r.failed;
     steps += r.steps;
   }
+  // Latencies: over every surviving solver, and over those of the smallest steps.
+  uint64_t smallest = UINT64_MAX;
+  for (const auto& r : reports) smallest = std::min(smallest, r.bytes);
+  std::vector<float> push_all, fetch_all, push_small, fetch_small;
+  for (const auto& r : reports) {
+    push_all.insert(push_all.end(), r.push_ms, r.push_ms + r.pushes_timed);
+    fetch_all.insert(fetch_all.end(), r.fetch_ms, r.fetch_ms + r.fetches_timed);
+    if (r.bytes == smallest) {
+      push_small.insert(push_small.end(), r.push_ms, r.push_ms + r.pushes_timed);
+      fetch_small.insert(fetch_small.end(), r.fetch_ms, r.fetch_ms + r.fetches_timed);
+    }
+  }
+  const auto push_lat = Percentiles(push_all), fetch_lat = Percentiles(fetch_all);
+  const auto push_small_lat = Percentiles(push_small), fetch_small_lat = Percentiles(fetch_small);
   double peak = host ? static_cast<double>(host->peak_used_bytes()) / host->budget_bytes() : 0;
   uint64_t from_disk = stats->demand_reads();
   auto gbs = [](double rate) { return rate / 1e9; };
@@ -183,12 +223,17 @@ int Many(const Args& a) {
         "%llu, \"host_peak_fraction\": %.3f, \"fetches_waited_on_disk\": %llu, "
         "\"prefetch_hits\": %llu, \"memcpy_gbs\": %.3f, \"odirect_write_gbs\": %.3f, "
         "\"odirect_read_gbs\": %.3f, \"disk_read_gbs\": %.3f, \"aggregate_gbs\": %.3f, "
-        "\"solvers_detail\": [",
+        "\"push_ms\": [%.3f, %.3f, %.3f], \"fetch_ms\": [%.3f, %.3f, %.3f], "
+        "\"smallest_step_bytes\": %llu, \"smallest_push_ms\": [%.3f, %.3f, %.3f], "
+        "\"smallest_fetch_ms\": [%.3f, %.3f, %.3f], \"solvers_detail\": [",
         a.many, killed, (unsigned long long)steps, (unsigned long long)refused,
         (unsigned long long)exact, (unsigned long long)wrong, (unsigned long long)failed,
         (unsigned long long)stats->refused_pushes(), peak, (unsigned long long)from_disk,
         (unsigned long long)stats->prefetch_hits(), gbs(memcpy_rate), gbs(odirect_write),
-        gbs(odirect_read), gbs(disk_read), gbs(moved / wall_s));
+        gbs(odirect_read), gbs(disk_read), gbs(moved / wall_s), push_lat[0], push_lat[1],
+        push_lat[2], fetch_lat[0], fetch_lat[1], fetch_lat[2],
+        (unsigned long long)(reports.empty() ? 0 : smallest), push_small_lat[0], push_small_lat[1],
+        push_small_lat[2], fetch_small_lat[0], fetch_small_lat[1], fetch_small_lat[2]);
     for (size_t i = 0; i < reports.size(); ++i) {
       const auto& r = reports[i];
       std::printf(
@@ -218,6 +263,15 @@ int Many(const Args& a) {
         (unsigned long long)stats->refused_pushes());
     std::printf("all solvers: %.2f GB pushed and fetched back in %.1f s = %.2f GB/s\n", moved / 1e9,
                 wall_s, gbs(moved / wall_s));
+    std::printf(
+        "latency ms, p50 / p99 / max: push (stored) %.2f / %.2f / %.2f, fetch %.2f / "
+        "%.2f / %.2f\n",
+        push_lat[0], push_lat[1], push_lat[2], fetch_lat[0], fetch_lat[1], fetch_lat[2]);
+    if (!reports.empty()) {
+      std::printf("  %s steps only: push %.2f / %.2f / %.2f, fetch %.2f / %.2f / %.2f\n",
+                  snapd::FormatBytes(smallest).c_str(), push_small_lat[0], push_small_lat[1],
+                  push_small_lat[2], fetch_small_lat[0], fetch_small_lat[1], fetch_small_lat[2]);
+    }
     std::printf(
         "host tier peak use %.1f%% of its budget; fetches that waited on disk %llu, "
         "prefetch hits %llu\n",
