@@ -33,7 +33,8 @@ build=${1:-build-tests}
 build=$(cd "$build" && pwd)
 command -v stress-ng > /dev/null || { echo "no stress-ng: bash deploy/install-deps.sh" >&2; exit 2; }
 
-# store_test.cc (and the tiering it drives), the store's components alone (tiering_test.cc,
+# store_test.cc, store_compression_test.cc and store_runs_test.cc (and the tiering they
+# drive), the store's components alone (tiering_test.cc,
 # ingest_test.cc, checksums_test.cc), placement_test.cc (the tiering policy),
 # spool_failure_test.cc's store cases (tiering around a failed spool), spill_test.cc,
 # many_solvers_test.cc.
