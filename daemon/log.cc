@@ -11,7 +11,7 @@
 namespace snapd::log {
 namespace {
 std::atomic<int> g_level{static_cast<int>(Level::kInfo)};
-const char* kNames[] = {"debug", "info", "warn", "error"};
+constexpr const char* kNames[] = {"debug", "info", "warn", "error"};
 
 constexpr int kSurfaces = static_cast<int>(Surface::kControlPlane) + 1;
 constexpr int kReasons = static_cast<int>(Reason::kResourceExhausted) + 1;

@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config clang
+  clang-tidy                # the naming rules of .clang-tidy (tests/lint/naming.sh)
   gfortran                  # the Fortran module (client/fortran) and its test
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libucx-dev ucx-utils

@@ -9,7 +9,7 @@ namespace snapd::kernels {
 
 Status ValidateBox(const Box& b) {
   if (b.elem_bytes == 0) return Status::InvalidArgument("box: elem_bytes must be > 0");
-  static const char* kAxis[3] = {"z", "y", "x"};
+  static constexpr const char* kAxis[3] = {"z", "y", "x"};
   for (int a = 0; a < 3; ++a) {
     if (b.dims[a] == 0 || b.extent[a] == 0) {
       return Status::InvalidArgument(std::string("box: axis ") + kAxis[a] +

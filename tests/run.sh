@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies; checks
 # the thread-safety annotations with clang and runs each libFuzzer target (tests/fuzz) for
-# 10 s; builds and runs every test; runs the shell lines of the docs as written on the
-# installed tree (tests/docs/run_shell_blocks.sh; python.md's install the Python package in a
-# venv from PyPI: pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and
-# run its tests against the installed snapd); repeats the tests most prone to hangs and races
-# for 2 minutes beside 2 minutes of the soak (tests/load, tests/soak); runs a job through deploy/slurm on a real
-# single-node Slurm; then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs
-# every C++ test again. A hung test fails with the stacks of its threads and of its daemons'
-# (per-test timeouts in tests/CMakeLists.txt and client/python/pyproject.toml).
+# 10 s; checks .clang-tidy's naming rules (tests/lint/naming.sh, in the background); builds
+# and runs every test; runs the shell lines of the docs as written on the installed tree
+# (tests/docs/run_shell_blocks.sh; python.md's install the Python package in a venv from PyPI:
+# pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and run its tests
+# against the installed snapd); repeats the tests most prone to hangs and races for 2 minutes
+# beside 2 minutes of the soak (tests/load, tests/soak); runs a job through deploy/slurm on a
+# real single-node Slurm; then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and
+# runs every C++ test again. A hung test fails with the stacks of its threads and of its
+# daemons' (per-test timeouts in tests/CMakeLists.txt and client/python/pyproject.toml).
 #   bash tests/run.sh            # both passes
 #   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only
 # After each test pass it prints how many tests skipped and why (tests/report_skips.py).
@@ -43,6 +44,11 @@ CC=clang CXX=clang++ cmake -S . -B build-clang -DSNAPD_BUILD_TESTS=OFF -DSNAPD_W
   { cat build-clang.configure.log; exit 1; }
 cmake --build build-clang -j "$jobs" --target snapd snapd_client snapctl snapd_fuzzers
 bash tests/fuzz/run.sh build-clang --seconds 10
+# The naming rules of .clang-tidy over the same tree's compile_commands.json (about 3.5
+# CPU-minutes): in the background at the lowest priority, on the cores the stages below leave
+# idle; its verdict is awaited at the end.
+nice -n 19 bash tests/lint/naming.sh build-clang > build-clang/naming.out 2>&1 &
+naming=$!
 
 echo "== snapd tests"
 run_pass build-tests
@@ -95,3 +101,9 @@ if [[ "${SNAPD_SANITIZE_PASS:-1}" != 0 ]]; then
   run_pass build-asan -DSNAPD_SANITIZE=address,undefined -DSNAPD_WITH_CUDA=OFF \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
 fi
+
+echo "== naming: .clang-tidy's rules (run in the background since the clang stage)"
+rc=0
+wait "$naming" || rc=$?
+cat build-clang/naming.out
+exit "$rc"

@@ -49,7 +49,7 @@ std::string GetSpoolDirs(const Config& c) { return Quoted(SpoolDirsText(c)); }
 const std::vector<OptionDoc>& ConfigOptions() {
   using K = OptionKind;
   using C = Config;
-  static const std::vector<OptionDoc> kOptions = {
+  static const std::vector<OptionDoc> table = {
       {.key = "socket", .env = "SNAPD_SOCKET", .kind = K::kText, .value_name = "PATH",
        .help = "control-plane unix socket (default /run/snapd/snapd.sock for root, else "
                "$XDG_RUNTIME_DIR/snapd/snapd.sock)",
@@ -194,7 +194,7 @@ const std::vector<OptionDoc>& ConfigOptions() {
                                      "admin_listen",
        .default_text = "", .text = &C::admin_tls_ca},
   };
-  return kOptions;
+  return table;
 }
 
 namespace config_text {

@@ -69,7 +69,7 @@ class Fd {
   }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
+  int Get() const { return fd_; }
 
  private:
   SpoolIo* io_;
@@ -309,11 +309,11 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
   BeginIo(/*write=*/true);
   Status status = [&]() -> Status {
     Fd fd(io_, Retry([&] { return OpenFile(spool, tmp, O_WRONLY | O_CREAT | O_TRUNC); }));
-    if (fd.get() < 0) return WriteError(space.spool, "creating", tmp, errno);
+    if (fd.Get() < 0) return WriteError(space.spool, "creating", tmp, errno);
     const char* p = static_cast<const char*>(data);
     for (uint64_t done = 0; done < bytes;) {
       ssize_t n = Retry([&] {
-        return io_->Pwrite(fd.get(), p + done, std::min(bytes - done, kMaxIo),
+        return io_->Pwrite(fd.Get(), p + done, std::min(bytes - done, kMaxIo),
                            static_cast<off_t>(done));
       });
       if (n < 0) return WriteError(space.spool, "writing", tmp, errno);
@@ -322,12 +322,12 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
     }
     // A failed fdatasync is never retried: the kernel may have dropped the dirty pages and
     // cleared the error, so a second call could succeed without the bytes being on disk.
-    if (io_->Fdatasync(fd.get()) != 0) return WriteError(space.spool, "syncing", tmp, errno);
+    if (io_->Fdatasync(fd.Get()) != 0) return WriteError(space.spool, "syncing", tmp, errno);
     if (Retry([&] { return io_->Rename(tmp.c_str(), path.c_str()); }) != 0) {
       return WriteError(space.spool, "renaming", tmp, errno);
     }
     Fd dfd(io_, io_->Open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
-    if (dfd.get() >= 0) io_->Fsync(dfd.get());  // the rename survives a power loss
+    if (dfd.Get() >= 0) io_->Fsync(dfd.Get());  // the rename survives a power loss
     return Status::Ok();
   }();
   EndIo(/*write=*/true, status.ok() ? bytes : 0);
@@ -400,14 +400,14 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
   BeginIo(/*write=*/false);
   Status status = [&]() -> Status {
     Fd fd(io_, Retry([&] { return OpenFile(spool, path, O_RDONLY); }));
-    if (fd.get() < 0) {
+    if (fd.Get() < 0) {
       if (errno == ENOENT) return Status::DataLoss("snapshot file " + path + " is missing");
       return lost("opening", errno);
     }
     char* p = static_cast<char*>(data);
     for (uint64_t done = 0; done < bytes;) {
       ssize_t n = Retry([&] {
-        return io_->Pread(fd.get(), p + done, std::min(bytes - done, kMaxIo),
+        return io_->Pread(fd.Get(), p + done, std::min(bytes - done, kMaxIo),
                           static_cast<off_t>(done));
       });
       if (n < 0) return lost("reading", errno);

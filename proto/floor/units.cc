@@ -44,7 +44,7 @@ Result<uint64_t> ParseBytes(const std::string& text) {
 }
 
 std::string FormatBytes(uint64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = static_cast<double>(bytes);
   int u = 0;
   while (v >= 1024.0 && u < 6) {

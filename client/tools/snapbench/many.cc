@@ -125,7 +125,7 @@ SolverReport RunOneSolver(const std::string& socket, int id, uint64_t bytes, uin
 }
 
 int Many(const Args& a) {
-  const uint64_t kMiB = 1 << 20;
+  constexpr uint64_t kMiB = 1 << 20;
   const uint64_t sizes[] = {1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB, 3 * kMiB + 17};
   struct Child {
     pid_t pid;
