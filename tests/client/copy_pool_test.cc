@@ -75,7 +75,9 @@ TEST(CopyPool, StripesCoverTheRangeOnceEachAlignedButTheLast) {
       for (auto [begin, n] : stripes) {
         EXPECT_EQ(begin, covered) << "a gap or an overlap, " << bytes << " bytes";
         EXPECT_GT(n, 0u);
-        if (begin + n < bytes) EXPECT_EQ(n % CopyPool::kStripeAlign, 0u);
+        if (begin + n < bytes) {
+          EXPECT_EQ(n % CopyPool::kStripeAlign, 0u);
+        }
         covered = begin + n;
       }
       EXPECT_EQ(covered, bytes) << threads << " threads";
