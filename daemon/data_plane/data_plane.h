@@ -258,4 +258,17 @@ class DataPlane {
   std::thread sweeper_;
 };
 
+template <typename T>
+std::function<void(T)> DataPlane::OnLoop(std::function<void(T)> f) {
+  return [this, liveness = liveness_, f = std::move(f)](T value) {
+    if (loop_->InLoopThread()) {  // answered at once, inside the handler that asked
+      f(std::move(value));
+      return;
+    }
+    MutexLock lock(liveness->mu);
+    if (!liveness->alive) return;  // shutting down: nobody left to answer
+    loop_->Post([f, value = std::move(value)]() mutable { f(std::move(value)); });
+  };
+}
+
 }  // namespace snapd
