@@ -329,9 +329,11 @@ void Daemon::Stop(int sig) {
   }
   watchdog_.reset();
   server_->GetHealthCheckService()->SetServingStatus(false);
-  metrics_.reset();   // the file keeps the last figures
-  listener_.reset();  // no new connections
-  service_->Stop();   // sessions still waiting to open are refused
+  metrics_.reset();  // the file keeps the last figures
+  // No new connections. The listener itself stays until the server is gone: a call on a
+  // connection already accepted asks it who is calling (ControlService::Caller).
+  listener_->StopAccepting();
+  service_->Stop();  // sessions still waiting to open are refused
   // gRPC's graceful shutdown also waits for every client to close its connection, which a
   // connected solver does not do: wait (up to 2 s) for the calls in flight only.
   const auto calls_done_by = std::chrono::steady_clock::now() + std::chrono::seconds(2);

@@ -52,13 +52,15 @@ class Daemon {
   bool host_tier_adopted_ = false;  // the host tier came back from systemd's fd store
 
   // Members are destroyed last to first, so the order below is the teardown order read
-  // upwards: the watchdog, metrics, listener and arena socket first (Stop has made them idle),
-  // then the data plane before the store it feeds, the store before the tiers and catalog it
-  // uses, the disk tier (whose state listener updates the server's health) before the server,
-  // the server before the service it calls, and the service before the sessions.
+  // upwards: the watchdog, metrics and arena socket first (Stop has made them idle), then the
+  // data plane before the store it feeds, the store before the tiers and catalog it uses, the
+  // disk tier (whose state listener updates the server's health) before the server, the
+  // server before the listener its calls ask who is calling (Stop only stops its accepting),
+  // the listener before the service, and the service before the sessions.
   std::atomic<int64_t> calls_in_flight_{0};  // control-plane calls; outlives the server
   SessionTable sessions_;
   std::unique_ptr<ControlService> service_;
+  std::unique_ptr<PeerListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<HostTier> host_;
@@ -66,7 +68,6 @@ class Daemon {
   std::unique_ptr<Store> store_;
   std::unique_ptr<DataPlane> data_plane_;
   std::unique_ptr<ArenaSocket> arena_;
-  std::unique_ptr<PeerListener> listener_;
   std::unique_ptr<MetricsFile> metrics_;
   std::unique_ptr<Watchdog> watchdog_;
 };

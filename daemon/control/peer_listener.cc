@@ -16,8 +16,7 @@
 
 namespace snapd {
 
-Result<std::unique_ptr<PeerListener>> PeerListener::Listen(const std::string& path,
-                                                           mode_t mode) {
+Result<std::unique_ptr<PeerListener>> PeerListener::Listen(const std::string& path, mode_t mode) {
   SNAPD_ASSIGN_OR_RETURN(ucx::ScopedFd fd, ListenUnix(path, mode, "control socket"));
   return std::unique_ptr<PeerListener>(new PeerListener(path, std::move(fd)));
 }
@@ -29,11 +28,15 @@ void PeerListener::Serve(grpc::Server* server) {
   thread_ = std::thread([this, server] { Accept(server); });
 }
 
-PeerListener::~PeerListener() {
+void PeerListener::StopAccepting() {
+  if (stopped_) return;
+  stopped_ = true;
   shutdown(listen_fd_.get(), SHUT_RDWR);  // wakes accept() in Serve
   if (thread_.joinable()) thread_.join();
   unlink(path_.c_str());
 }
+
+PeerListener::~PeerListener() { StopAccepting(); }
 
 void PeerListener::Accept(grpc::Server* server) {
   for (;;) {

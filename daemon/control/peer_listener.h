@@ -39,9 +39,14 @@ class PeerListener {
  public:
   // Listens on `path` (mode `mode`); connections wait in the backlog until Serve.
   static Result<std::unique_ptr<PeerListener>> Listen(const std::string& path, mode_t mode);
-  // Accepts and hands connections to `server`, which must outlive this. Once.
+  // Accepts and hands connections to `server`, which must outlive the accepting (until
+  // StopAccepting, or this is destroyed). Once.
   void Serve(grpc::Server* server);
-  ~PeerListener();  // stops accepting; connections already handed over stay with gRPC
+  // Stops accepting (the socket file goes too); connections already handed over stay with
+  // gRPC, and Find still answers for them: a stop calls this first and destroys the listener
+  // only once the server has no call left that could ask. Idempotent.
+  void StopAccepting();
+  ~PeerListener();  // StopAccepting
 
   // The caller of a gRPC call whose ServerContext::peer() is `grpc_peer`.
   std::optional<Peer> Find(std::string_view grpc_peer) const SNAPD_EXCLUDES(mu_);
@@ -54,7 +59,8 @@ class PeerListener {
   ucx::ScopedFd listen_fd_;
   mutable Mutex mu_;
   std::map<int, Peer> peers_ SNAPD_GUARDED_BY(mu_);
-  std::thread thread_;  // declared last: starts after the members it uses exist
+  bool stopped_ = false;  // StopAccepting ran (it and the destructor run on one thread)
+  std::thread thread_;    // declared last: starts after the members it uses exist
 };
 
 }  // namespace snapd

@@ -5,6 +5,7 @@
 // systemd passes it (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES, fd 3). Only the round trip
 // through a real systemd needs one as PID 1, and skips, saying so, elsewhere.
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -24,6 +25,7 @@
 
 #include "snapd/client.h"
 #include "snapd/unix_socket.h"
+#include "snapd/v1/control.grpc.pb.h"
 #include "snapd_fixture.h"
 
 namespace snapd::testing {
@@ -154,8 +156,8 @@ class RestartTest : public SnapdTest {
   void StopWithAKeptRun(FdStoreSocket& notify, const std::string& host_mem,
                         const std::vector<std::string>& args, const std::string& name,
                         uint64_t steps, uint64_t seed, RunInfo* run) {
-    ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(
-        host_mem, args, {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=4"})));
+    ASSERT_NO_FATAL_FAILURE(StartDaemon(
+        Options(host_mem, args, {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=4"})));
     Client* c = Connect();
     ASSERT_NE(c, nullptr);
     RunSpec spec = Spec(name, steps, kStep);
@@ -189,12 +191,12 @@ class RestartTest : public SnapdTest {
       redirects += " " + std::to_string(3 + i) + "<&" + std::to_string(fd);
       closes += " " + std::to_string(fd) + "<&-";
     }
-    Status started = TryStartDaemon(Options(
-        host_mem, args,
-        {"/bin/bash", "-c",  // bash: fds above 9 in redirections
-         "export LISTEN_PID=$$ LISTEN_FDS=" + std::to_string(stores.size()) +
-             " LISTEN_FDNAMES=" + names + "; exec \"$@\"" + redirects + closes,
-         "bash"}));
+    Status started = TryStartDaemon(
+        Options(host_mem, args,
+                {"/bin/bash", "-c",  // bash: fds above 9 in redirections
+                 "export LISTEN_PID=$$ LISTEN_FDS=" + std::to_string(stores.size()) +
+                     " LISTEN_FDNAMES=" + names + "; exec \"$@\"" + redirects + closes,
+                 "bash"}));
     for (int p : passed) close(p);
     return started;
   }
@@ -272,8 +274,7 @@ TEST_F(RestartTest, TheHostTierKeptInTheFdStoreIsTakenBackAndChecked) {
   // fdstore "auto": written to disk first, then kept in place too.
   EXPECT_NE(ReadLog(dir()).find("wrote to disk 10 host-only steps"), std::string::npos)
       << ReadLog(dir());
-  EXPECT_NE(ReadLog(dir()).find("kept in systemd's fd store 10 host-tier steps"),
-            std::string::npos)
+  EXPECT_NE(ReadLog(dir()).find("kept in systemd's fd store 10 host-tier steps"), std::string::npos)
       << ReadLog(dir());
   EXPECT_NE(ReadLog(dir()).find("0 of them on no disk"), std::string::npos) << ReadLog(dir());
 
@@ -286,8 +287,7 @@ TEST_F(RestartTest, TheHostTierKeptInTheFdStoreIsTakenBackAndChecked) {
   Status started = StartWithTheKeptTier(notify, "64M", {});
   ASSERT_TRUE(started.ok()) << started.ToString();
   std::string log = ReadLog(dir());
-  EXPECT_NE(log.find("took back the host tier from systemd's fd store"), std::string::npos)
-      << log;
+  EXPECT_NE(log.find("took back the host tier from systemd's fd store"), std::string::npos) << log;
   EXPECT_NE(log.find("took back 9 host-tier snapshots"), std::string::npos) << log;
   // The changed copy is never served: its spool file is.
   EXPECT_NE(log.find("step 0 of run 'in-place' is served from its spool file, not from its host "
@@ -349,8 +349,8 @@ TEST_F(RestartTest, EveryUsersArenaGoesThroughTheFdStoreAndComesBackExact) {
   ASSERT_EQ(chmod(dir().c_str(), 0711), 0);  // the users reach the socket inside
   FdStoreSocket notify(dir() + "/notify.sock");
   const std::vector<std::string> args = {"--fdstore", "only"};
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(
-      "64M", args, {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=16"})));
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      Options("64M", args, {"/usr/bin/env", "NOTIFY_SOCKET=" + notify.path(), "FDSTORE=16"})));
   constexpr uint64_t kSteps = 4;
   Client* c = Connect();
   ASSERT_NE(c, nullptr);
@@ -375,8 +375,7 @@ TEST_F(RestartTest, EveryUsersArenaGoesThroughTheFdStoreAndComesBackExact) {
                                    "hosttier-" + std::to_string(users[1].uid)};
   std::sort(want.begin(), want.end());
   EXPECT_EQ(names, want) << notify.text();
-  EXPECT_NE(ReadLog(dir()).find("kept in systemd's fd store 12 host-tier steps"),
-            std::string::npos)
+  EXPECT_NE(ReadLog(dir()).find("kept in systemd's fd store 12 host-tier steps"), std::string::npos)
       << ReadLog(dir());
 
   Status started = StartWithTheKeptTier(notify, "64M", args, /*every_arena=*/true);
@@ -516,6 +515,36 @@ TEST_F(RestartTest, AControlCallRightAfterARestartOpensANewSessionAndSucceeds) {
   }
 }
 
+// Control calls keep coming on a connection accepted before the stop: each asks the control
+// socket's listener who is calling. The stop closes the listener to new connections first and
+// the server last, so a call in between found the listener destroyed (a use after free: the
+// soak's stop died with SIGSEGV in ControlService::Caller). Now the stop exits 0 whatever
+// calls arrive (and under AddressSanitizer, nothing touches freed memory).
+TEST_F(RestartTest, ControlCallsArrivingThroughoutAStopFindTheirCallerAndTheStopExitsCleanly) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("16M")));
+  auto channel =
+      grpc::CreateChannel("unix:" + daemon().socket(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Control::NewStub(channel);
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&] {
+      while (!stop) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+        v1::ListRunsResponse resp;
+        if (stub->ListRuns(&ctx, v1::ListRunsRequest(), &resp).ok()) ++answered;
+      }
+    });
+  }
+  while (answered < 100) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  StopDaemon();  // SIGTERM; a clean exit (0) expected
+  stop = true;
+  for (auto& c : callers) c.join();
+  EXPECT_GE(answered.load(), 100);
+}
+
 // A daemon that does not come back within the client's reconnect timeout: the push fails
 // with UNAVAILABLE naming the socket, after about that long.
 TEST_F(RestartTest, PastTheReconnectTimeoutAPushFailsNamingTheSocket) {
@@ -566,13 +595,13 @@ TEST_F(RestartTest, SystemctlRestartKeepsTheHostTierThroughARealFdStore) {
   std::string unit = "snapd-restart-test-" + std::to_string(getpid());
   std::string socket = dir() + "/snapd.sock";
   std::string out, err;
-  ASSERT_EQ(RunProgram({"/usr/bin/systemd-run", "--unit", unit, "-p", "Type=notify", "-p",
-                        "NotifyAccess=main", "-p", "FileDescriptorStoreMax=4", "-p",
-                        "FileDescriptorStorePreserve=yes", "--setenv=UCX_NET_DEVICES=lo",
-                        SNAPD_BINARY, "--socket", socket, "--state-dir", dir() + "/state",
-                        "--host-mem", "64M"},
-                       &out, &err),
-            0)
+  ASSERT_EQ(
+      RunProgram({"/usr/bin/systemd-run", "--unit", unit, "-p", "Type=notify", "-p",
+                  "NotifyAccess=main", "-p", "FileDescriptorStoreMax=4", "-p",
+                  "FileDescriptorStorePreserve=yes", "--setenv=UCX_NET_DEVICES=lo", SNAPD_BINARY,
+                  "--socket", socket, "--state-dir", dir() + "/state", "--host-mem", "64M"},
+                 &out, &err),
+      0)
       << err;
   auto stop_unit = [&] {
     RunProgram({"/usr/bin/systemctl", "stop", unit}, &out, &err);
