@@ -58,6 +58,8 @@ void Store::ScrubRun(const std::string& name, std::function<void(Result<ScrubRes
         std::unique_lock<std::mutex> l(tally->mu);
         if (s.ok()) {
           ++tally->result.verified;
+        } else if (s.code() == Code::kNotFound) {
+          // deleted or consumed since the scrub began: neither verified nor lost
         } else if (s.code() == Code::kDataLoss) {
           tally->result.lost.push_back({step, s.message()});
         } else {

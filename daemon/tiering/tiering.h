@@ -88,7 +88,8 @@ class Tiering {
       SNAPD_REQUIRES(ix.mu);
   // Verifies a disk-tier file (a recovered one, the background scrub, `snapctl scrub`) on an
   // I/O thread; a damaged one is marked lost and its file quarantined. `done`, if any, gets
-  // the verdict (OK, DATA_LOSS or another error) without the store's mutex held.
+  // the verdict (OK, DATA_LOSS or another error) without the store's mutex held; NOT_FOUND
+  // when the step went (deleted, consumed) while it was being verified.
   void StartScrub(StoreIndex& ix, uint64_t run_id, uint64_t step,
                   std::function<void(Status)> done = nullptr) SNAPD_REQUIRES(ix.mu);
   // A step read back from disk is lost (DATA_LOSS): marks it lost, logging `why` once, and

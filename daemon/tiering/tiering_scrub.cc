@@ -85,6 +85,11 @@ void Tiering::StartScrub(StoreIndex& ix, uint64_t run_id, uint64_t step,
               SNAPD_LOG_WARN("verifying %s: %s", StepLabel(record.run_id(), record.step()).c_str(),
                              s.message().c_str());
             }
+          } else {
+            // Deleted, consumed or rewritten while it was being verified (its file may be gone
+            // with it): nothing was lost, whatever the read found.
+            s = Status::NotFound(StepLabel(record.run_id(), record.step()) +
+                                 " went while it was being verified");
           }
         }
         if (done) done(s);

@@ -4,6 +4,7 @@
 #include "tiering/tiering.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -245,6 +246,30 @@ TEST_F(TieringTest, ASpoolFileDamagedOnDiskIsReportedLostNeverReturned) {
   EXPECT_EQ(Recorded(1, 0).tier(), v1::TIER_LOST);  // a restart knows it too
   MutexLock lock(ix().mu);
   EXPECT_NE(ix().runs.at(1).failure.find("is lost"), std::string::npos);
+}
+
+// A scrub of a step that goes (deleted, consumed by its fetch) while its file is being verified:
+// its file is gone by the time it is read, which is no loss. The verdict is NOT_FOUND, not
+// DATA_LOSS (`snapctl scrub` reported such a step LOST and exited 1: the CI soak's scrub).
+TEST_F(TieringTest, AStepThatGoesWhileItIsScrubbedIsNotReportedLost) {
+  OpenRun(1, v1::LAYERS_DISK);
+  Commit(1, 0, 's');
+  tiering_->WaitTieringIdle();
+  ASSERT_EQ(TierOf(1, 0), v1::TIER_DISK);
+  v1::SnapshotRecord r = Recorded(1, 0);
+  std::promise<Status> verdict;
+  {
+    MutexLock lock(ix().mu);
+    // The store deletes the step and its file: here both happen while the verification runs
+    // (its completion waits for the index's mutex, held here).
+    tiering_->StartScrub(ix(), 1, 0, [&](Status s) { verdict.set_value(s); });
+    ASSERT_EQ(::unlink((dir_.path() + "/spool/run-1/" + r.disk_name()).c_str()), 0);
+    ix().runs.at(1).snapshots.erase(0);
+  }
+  auto future = verdict.get_future();
+  ASSERT_EQ(future.wait_for(20s), std::future_status::ready);
+  Status s = future.get();
+  EXPECT_EQ(s.code(), Code::kNotFound) << s.ToString();
 }
 
 TEST_F(TieringTest, AFetchThatNeedsTheHostTierCompactedLeavesThatToTheTieringThread) {
