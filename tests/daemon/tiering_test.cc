@@ -138,8 +138,7 @@ class TieringTest : public ::testing::Test {
     {
       MutexLock lock(ix().mu);
       StoreIndex::Run& run = ix().runs.at(id);
-      auto now = tiering_->AdmitFetch(ix(), run, run.snapshots.at(step), /*backward=*/true,
-                                      later);
+      auto now = tiering_->AdmitFetch(ix(), run, run.snapshots.at(step), /*backward=*/true, later);
       if (now) later(std::move(*now));
     }
     auto future = got.get_future();
@@ -345,7 +344,8 @@ TEST_F(TieringTest, WaitingNamesAParkedPushAndWhatItWaitsFor) {
   ASSERT_EQ(waits.size(), 1u);
   EXPECT_EQ(waits[0].wait.step(), kHostSteps);
   EXPECT_EQ(waits[0].wait.kind(), "push");
-  EXPECT_NE(waits[0].wait.waiting_for().find("host"), std::string::npos) << waits[0].wait.waiting_for();
+  EXPECT_NE(waits[0].wait.waiting_for().find("host"), std::string::npos)
+      << waits[0].wait.waiting_for();
   Tiering::WaitCounts counts = tiering_->WaitsOf(ix(), ix().runs.at(1));
   EXPECT_EQ(counts.pushes, 1u);
   EXPECT_EQ(counts.fetches, 0u);
