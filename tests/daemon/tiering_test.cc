@@ -82,28 +82,42 @@ class TieringTest : public ::testing::Test {
     run.record.set_host_boundary(host_boundary);
     ASSERT_TRUE(catalog_->PutRun(run.record).ok());
   }
-  // A pushed step as CommitPush stores it: its bytes, all `fill`, in a host block.
-  void Commit(uint64_t id, uint64_t step, char fill) {
+  // A pushed step as CommitPush stores it: its `bytes` bytes, all `fill`, in a host block.
+  // Call under ASSERT_NO_FATAL_FAILURE where the tier may be full.
+  void Commit(uint64_t id, uint64_t step, char fill, uint64_t bytes = kStep) {
     StoreIndex::Run* run;
     {
       MutexLock lock(ix().mu);
       run = &ix().runs.at(id);
     }
-    std::shared_ptr<HostBlock> block = std::move(plumbing_->AllocateHost(*run, kStep).value());
-    std::memset(block->data(), fill, kStep);
+    auto block = plumbing_->AllocateHost(*run, bytes);
+    ASSERT_TRUE(block.ok()) << block.status().ToString();
+    std::memset((*block)->data(), fill, bytes);
     MutexLock lock(ix().mu);
     StoreIndex::Snapshot& snap = run->snapshots[step];
     snap.record.set_run_id(id);
     snap.record.set_step(step);
     snap.record.set_tier(v1::TIER_HOST);
-    snap.record.set_raw_bytes(kStep);
-    snap.record.set_stored_bytes(kStep);
+    snap.record.set_raw_bytes(bytes);
+    snap.record.set_stored_bytes(bytes);
     snap.record.set_checksum_state(v1::CHECKSUM_PENDING);
     ASSERT_TRUE(catalog_->PutSnapshot(snap.record).ok());
-    snap.block = std::move(block);
+    snap.block = std::move(block).value();
     snap.generation = next_generation_++;
-    run->stored_bytes += kStep;
+    run->stored_bytes += bytes;
     if (tiering_->DemotionWanted(ix(), *run, snap)) plumbing_->Wake();
+  }
+  // Step 0 of a new Disk-only run 1, all `fill`, once the tiering thread has written it out:
+  // its record as the catalog holds it.
+  v1::SnapshotRecord DemotedStep(char fill) {
+    OpenRun(1, v1::LAYERS_DISK);
+    Commit(1, 0, fill);
+    tiering_->WaitTieringIdle();
+    return Recorded(1, 0);
+  }
+  // The spool file of a step on disk.
+  std::string SpoolFile(const v1::SnapshotRecord& r) const {
+    return dir_.path() + "/spool/run-" + std::to_string(r.run_id()) + "/" + r.disk_name();
   }
   v1::Tier TierOf(uint64_t id, uint64_t step) {
     MutexLock lock(ix().mu);
@@ -159,11 +173,8 @@ class TieringTest : public ::testing::Test {
 };
 
 TEST_F(TieringTest, AStepWhosePlaceIsDiskIsWrittenThereRecordedAndItsHostMemoryFreed) {
-  OpenRun(1, v1::LAYERS_DISK);
-  Commit(1, 0, 'a');
-  tiering_->WaitTieringIdle();
+  v1::SnapshotRecord r = DemotedStep('a');
   EXPECT_EQ(TierOf(1, 0), v1::TIER_DISK);
-  v1::SnapshotRecord r = Recorded(1, 0);
   EXPECT_EQ(r.tier(), v1::TIER_DISK);
   EXPECT_FALSE(r.disk_name().empty());
   EXPECT_EQ(r.checksum_state(), v1::CHECKSUM_RECORDED);  // asked of the checksum owner
@@ -225,12 +236,9 @@ TEST_F(TieringTest, ADrainEndsOnceEveryStepStoredWhenItBeganIsOnDisk) {
 }
 
 TEST_F(TieringTest, ASpoolFileDamagedOnDiskIsReportedLostNeverReturned) {
-  OpenRun(1, v1::LAYERS_DISK);
-  Commit(1, 0, 'x');
-  tiering_->WaitTieringIdle();
+  v1::SnapshotRecord r = DemotedStep('x');
   ASSERT_EQ(TierOf(1, 0), v1::TIER_DISK);
-  v1::SnapshotRecord r = Recorded(1, 0);
-  std::string path = dir_.path() + "/spool/run-1/" + r.disk_name();
+  std::string path = SpoolFile(r);
   {
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.good()) << path;
@@ -251,18 +259,15 @@ TEST_F(TieringTest, ASpoolFileDamagedOnDiskIsReportedLostNeverReturned) {
 // its file is gone by the time it is read, which is no loss. The verdict is NOT_FOUND, not
 // DATA_LOSS (`snapctl scrub` reported such a step LOST and exited 1: the CI soak's scrub).
 TEST_F(TieringTest, AStepThatGoesWhileItIsScrubbedIsNotReportedLost) {
-  OpenRun(1, v1::LAYERS_DISK);
-  Commit(1, 0, 's');
-  tiering_->WaitTieringIdle();
+  v1::SnapshotRecord r = DemotedStep('s');
   ASSERT_EQ(TierOf(1, 0), v1::TIER_DISK);
-  v1::SnapshotRecord r = Recorded(1, 0);
   std::promise<Status> verdict;
   {
     MutexLock lock(ix().mu);
     // The store deletes the step and its file: here both happen while the verification runs
     // (its completion waits for the index's mutex, held here).
     tiering_->StartScrub(ix(), 1, 0, [&](Status s) { verdict.set_value(s); });
-    ASSERT_EQ(::unlink((dir_.path() + "/spool/run-1/" + r.disk_name()).c_str()), 0);
+    ASSERT_EQ(::unlink(SpoolFile(r).c_str()), 0);
     ix().runs.at(1).snapshots.erase(0);
   }
   auto future = verdict.get_future();
@@ -272,31 +277,13 @@ TEST_F(TieringTest, AStepThatGoesWhileItIsScrubbedIsNotReportedLost) {
 }
 
 TEST_F(TieringTest, AFetchThatNeedsTheHostTierCompactedLeavesThatToTheTieringThread) {
-  OpenRun(1, v1::LAYERS_DISK);
-  Commit(1, 0, 'f');
-  tiering_->WaitTieringIdle();
+  DemotedStep('f');
   ASSERT_EQ(TierOf(1, 0), v1::TIER_DISK);
   // Another run's host copies of half a step each fill the tier; every other one is deleted:
   // half the tier is free, in pieces too small for a step.
   OpenRun(2, v1::LAYERS_HOST);
   constexpr uint64_t kPieces = 2 * kHostSteps;
-  for (uint64_t s = 0; s < kPieces; ++s) {
-    StoreIndex::Run* run;
-    {
-      MutexLock lock(ix().mu);
-      run = &ix().runs.at(2);
-    }
-    auto block = plumbing_->AllocateHost(*run, kStep / 2);
-    ASSERT_TRUE(block.ok()) << block.status().ToString();
-    MutexLock lock(ix().mu);
-    StoreIndex::Snapshot& snap = run->snapshots[s];
-    snap.record.set_run_id(2);
-    snap.record.set_step(s);
-    snap.record.set_tier(v1::TIER_HOST);
-    snap.record.set_stored_bytes(kStep / 2);
-    snap.block = std::move(block).value();
-    snap.generation = next_generation_++;
-  }
+  for (uint64_t s = 0; s < kPieces; ++s) ASSERT_NO_FATAL_FAILURE(Commit(2, s, 'h', kStep / 2));
   {
     MutexLock lock(ix().mu);
     for (uint64_t s = 0; s < kPieces; s += 2) ix().runs.at(2).snapshots.erase(s);
