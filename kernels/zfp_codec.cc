@@ -58,11 +58,13 @@ std::vector<Slab> Slabs(const FieldSpec& f, const std::vector<size_t>& dims) {
   return slabs;
 }
 
-// A zfp field over `rows` slowest rows of the array at `data`.
+// A zfp field over `rows` slowest rows of the array at `data`; with no `data`, a field of the
+// slab's shape only (for sizes: an offset from a null pointer is undefined behaviour).
 zfp_field* SlabField(const FieldSpec& f, const std::vector<size_t>& dims, const Slab& s,
                      const void* data) {
   uint64_t row_bytes = f.bytes / dims.back();
-  void* p = const_cast<char*>(static_cast<const char*>(data)) + s.first * row_bytes;
+  void* p = data ? const_cast<char*>(static_cast<const char*>(data)) + s.first * row_bytes
+                 : nullptr;
   zfp_type t = ZfpType(f.dtype);
   switch (dims.size()) {
     case 1: return zfp_field_1d(p, t, s.rows);
