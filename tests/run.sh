@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies; checks
-# the thread-safety annotations with clang and runs each libFuzzer target (tests/fuzz) for
-# 10 s; checks .clang-tidy's naming rules (tests/lint/naming.sh, in the background); builds
-# and runs every test; runs the shell lines of the docs as written on the installed tree
+# .clang-tidy's naming rules (tests/lint/naming.sh, in the background); builds and runs every
+# test; runs the shell lines of the docs as written on the installed tree
 # (tests/docs/run_shell_blocks.sh; python.md's install the Python package in a venv from PyPI:
 # pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and run its tests
 # against the installed snapd); repeats the tests most prone to hangs and races for 2 minutes
 # beside 2 minutes of the soak (tests/load, tests/soak); runs a job through deploy/slurm on a
-# real single-node Slurm; then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and
-# runs every C++ test again. A hung test fails with the stacks of its threads and of its
-# daemons' (per-test timeouts in tests/CMakeLists.txt and client/python/pyproject.toml).
+# real single-node Slurm; then rebuilds everything with clang, AddressSanitizer +
+# UndefinedBehaviorSanitizer and -Werror=thread-safety (the locking contracts in the code
+# hold), runs every C++ test again, and runs each libFuzzer target (tests/fuzz) for 10 s over
+# its corpus. A hung test fails with the stacks of its threads and of its daemons' (per-test
+# timeouts in tests/CMakeLists.txt and client/python/pyproject.toml).
 #   bash tests/run.sh            # both passes
-#   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only
+#   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only (and the naming check)
 # After each test pass it prints how many tests skipped and why (tests/report_skips.py).
 # SNAPD_STRICT_SKIPS=1 (set by .ci/run) fails the run when a skip hides what this machine could
 # test: a gpu test skipped where nvidia-smi lists a GPU, nvcc installed but no gpu test built,
@@ -21,11 +22,13 @@ cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
 
 jobs=$(nproc)
-run_pass() {  # run_pass BUILD_DIR [cmake args...]
+run_pass() {  # run_pass BUILD_DIR [cmake args...]: configures (when given arguments), builds, tests
   local dir=$1
   shift
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" > "$dir.configure.log" 2>&1 ||
-    { cat "$dir.configure.log"; return 1; }
+  if (($# > 0)) || [[ ! -f $dir/CMakeCache.txt ]]; then
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" > "$dir.configure.log" 2>&1 ||
+      { cat "$dir.configure.log"; return 1; }
+  fi
   cmake --build "$dir" -j "$jobs"
   local rc=0
   # Each test's TIMEOUT is set near its real time (tests/CMakeLists.txt); a hung one prints
@@ -37,16 +40,17 @@ run_pass() {  # run_pass BUILD_DIR [cmake args...]
   return "$rc"
 }
 
-echo "== clang: -Wthread-safety (the locking contracts in the code hold), and from the same tree"
-echo "   the libFuzzer targets (tests/fuzz, ASan+UBSan), each run for 10 s over its corpus"
-CC=clang CXX=clang++ cmake -S . -B build-clang -DSNAPD_BUILD_TESTS=OFF -DSNAPD_WITH_CUDA=OFF \
-  -DSNAPD_FUZZ=ON -DCMAKE_CXX_FLAGS=-Werror=thread-safety > build-clang.configure.log 2>&1 ||
-  { cat build-clang.configure.log; exit 1; }
-cmake --build build-clang -j "$jobs" --target snapd snapd_client snapctl snapd_fuzzers
-bash tests/fuzz/run.sh build-clang --seconds 10
-# The naming rules of .clang-tidy over the same tree's compile_commands.json (about 3.5
-# CPU-minutes): in the background at the lowest priority, on the cores the stages below leave
-# idle; its verdict is awaited at the end.
+# The clang tree of the last stage, configured now: the naming rules of .clang-tidy read its
+# compile_commands.json and its generated protobuf headers (about 3.5 CPU-minutes), in the
+# background at the lowest priority, on the cores the stages below leave idle; the verdict is
+# awaited at the end.
+CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSNAPD_SANITIZE=address,undefined -DSNAPD_FUZZ=ON -DSNAPD_WITH_CUDA=OFF \
+  -DCMAKE_CXX_FLAGS=-Werror=thread-safety \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+  > build-clang.configure.log 2>&1 || { cat build-clang.configure.log; exit 1; }
+cmake --build build-clang -j "$jobs" --target snapd_proto_objects > build-clang/proto.log 2>&1 ||
+  { cat build-clang/proto.log; exit 1; }
 nice -n 19 bash tests/lint/naming.sh build-clang > build-clang/naming.out 2>&1 &
 naming=$!
 
@@ -90,19 +94,22 @@ else
   echo "skipped: starting munged and slurmd needs root"
 fi
 if [[ "${SNAPD_SANITIZE_PASS:-1}" != 0 ]]; then
-  echo "== snapd tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+  echo "== snapd tests built by clang with -Werror=thread-safety, under AddressSanitizer +"
+  echo "   UndefinedBehaviorSanitizer; then each libFuzzer target (tests/fuzz) for 10 s"
   # UCX's memory hooks patch malloc/mmap, which the sanitizer runtime owns.
   export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no
   export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1
   export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # -O1 with line tables only (-g1): compiles in about 60% of the time of -O2 -g, and the
-  # sanitizers' stack traces still name file and line.
-  run_pass build-asan -DSNAPD_SANITIZE=address,undefined -DSNAPD_WITH_CUDA=OFF \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+  # sanitizers' stack traces still name file and line. The fuzz targets share the tree: only
+  # their own sources carry the fuzzer's coverage (CMakeLists.txt, SNAPD_FUZZ).
+  run_pass build-clang
+  unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
+  bash tests/fuzz/run.sh build-clang --seconds 10
 fi
 
-echo "== naming: .clang-tidy's rules (run in the background since the clang stage)"
+echo "== naming: .clang-tidy's rules (run in the background since the start)"
 rc=0
 wait "$naming" || rc=$?
 cat build-clang/naming.out
