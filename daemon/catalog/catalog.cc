@@ -81,16 +81,99 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
   return std::unique_ptr<Catalog>(new Catalog(std::move(db), format));
 }
 
+Catalog::Catalog(std::unique_ptr<rocksdb::DB> db, uint64_t opened_format)
+    : db_(std::move(db)), opened_format_(opened_format), writer_([this] { WriterLoop(); }) {}
+
+Catalog::~Catalog() {
+  {
+    MutexLock lock(writer_mu_);
+    stopping_ = true;
+  }
+  writer_cv_.NotifyAll();
+  writer_.join();  // after writing what was queued
+}
+
+void Catalog::Enqueue(Write w) {
+  {
+    MutexLock lock(writer_mu_);
+    queue_.push_back(std::move(w));
+    ++counts_.queued;
+  }
+  writer_cv_.NotifyAll();
+}
+
+Status Catalog::Apply(std::vector<Op> ops, bool sync, std::string what) {
+  Status result;
+  bool answered = false;
+  Mutex mu;
+  CondVar cv;
+  Enqueue(Write{std::move(ops), sync, std::move(what), [&](Status s) {
+                  MutexLock lock(mu);
+                  result = std::move(s);
+                  answered = true;
+                  cv.NotifyAll();
+                }});
+  MutexLock lock(mu);
+  cv.Wait(mu, [&]() SNAPD_REQUIRES(mu) { return answered; });
+  return result;
+}
+
+void Catalog::WriterLoop() {
+  MutexLock lock(writer_mu_);
+  for (;;) {
+    writer_cv_.Wait(writer_mu_,
+                    [&]() SNAPD_REQUIRES(writer_mu_) { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued is written
+    std::deque<Write> batch;
+    batch.swap(queue_);
+    lock.Unlock();
+    rocksdb::WriteBatch wb;
+    rocksdb::WriteOptions options;
+    for (const Write& w : batch) {
+      options.sync = options.sync || w.sync;
+      for (const Op& op : w.ops) {
+        switch (op.kind) {
+          case Op::kPut:
+            wb.Put(op.key, op.value);
+            break;
+          case Op::kDelete:
+            wb.Delete(op.key);
+            break;
+          case Op::kDeleteRange:
+            wb.DeleteRange(op.key, op.value);
+            break;
+        }
+      }
+    }
+    rocksdb::Status written = db_->Write(options, &wb);
+    for (Write& w : batch) w.done(FromRocks(written, w.what));
+    lock.Lock();
+    counts_.written += batch.size();
+    ++counts_.batches;
+    writer_cv_.NotifyAll();  // Flush
+  }
+}
+
+void Catalog::Flush() {
+  MutexLock lock(writer_mu_);
+  uint64_t target = counts_.queued;
+  writer_cv_.Wait(writer_mu_,
+                  [&]() SNAPD_REQUIRES(writer_mu_) { return counts_.written >= target; });
+}
+
+Catalog::WriterCounts Catalog::writer_counts() {
+  MutexLock lock(writer_mu_);
+  return counts_;
+}
+
 Status Catalog::PutHostTierKept(const v1::HostTierKept& kept,
                                 const std::vector<v1::SnapshotRecord>& snapshots) {
-  rocksdb::WriteBatch batch;
+  std::vector<Op> ops;
   for (const auto& snap : snapshots) {
-    batch.Put(SnapshotKey(snap.run_id(), snap.step()), snap.SerializeAsString());
+    ops.push_back({Op::kPut, SnapshotKey(snap.run_id(), snap.step()), snap.SerializeAsString()});
   }
-  batch.Put("m:host_tier", kept.SerializeAsString());
-  rocksdb::WriteOptions w;
-  w.sync = true;
-  return FromRocks(db_->Write(w, &batch), "write of the kept host tier");
+  ops.push_back({Op::kPut, "m:host_tier", kept.SerializeAsString()});
+  return Apply(std::move(ops), /*sync=*/true, "write of the kept host tier");
 }
 
 Result<std::optional<v1::HostTierKept>> Catalog::TakeHostTierKept() {
@@ -125,32 +208,48 @@ Result<uint64_t> Catalog::Increment(const std::string& key) {
 Result<uint64_t> Catalog::BeginEpoch() { return Increment("m:epoch"); }
 Result<uint64_t> Catalog::AllocateRunId() { return Increment("m:next_run_id"); }
 
+namespace {
+
+std::string RunName(uint64_t run_id) { return "run " + std::to_string(run_id); }
+std::string SnapshotName(uint64_t run_id, uint64_t step) {
+  return "snapshot " + std::to_string(run_id) + "/" + std::to_string(step);
+}
+
+}  // namespace
+
 Status Catalog::PutRun(const v1::RunRecord& run) {
-  return FromRocks(db_->Put(rocksdb::WriteOptions(), RunKey(run.run_id()),
-                            run.SerializeAsString()),
-                   "write of run " + std::to_string(run.run_id()));
+  return Apply({{Op::kPut, RunKey(run.run_id()), run.SerializeAsString()}}, false,
+               "write of " + RunName(run.run_id()));
 }
 
 Status Catalog::PutSnapshot(const v1::SnapshotRecord& snap) {
-  return FromRocks(db_->Put(rocksdb::WriteOptions(), SnapshotKey(snap.run_id(), snap.step()),
-                            snap.SerializeAsString()),
-                   "write of snapshot " + std::to_string(snap.run_id()) + "/" +
-                       std::to_string(snap.step()));
+  return Apply({{Op::kPut, SnapshotKey(snap.run_id(), snap.step()), snap.SerializeAsString()}},
+               false, "write of " + SnapshotName(snap.run_id(), snap.step()));
+}
+
+void Catalog::PutSnapshotThen(const v1::SnapshotRecord& snap, Done done) {
+  Enqueue(Write{{{Op::kPut, SnapshotKey(snap.run_id(), snap.step()), snap.SerializeAsString()}},
+                false,
+                "write of " + SnapshotName(snap.run_id(), snap.step()),
+                std::move(done)});
 }
 
 Status Catalog::DeleteRun(uint64_t run_id) {
-  rocksdb::WriteBatch batch;
-  batch.Delete(RunKey(run_id));
-  std::string begin = SnapshotPrefix(run_id);
-  std::string end = SnapshotPrefix(run_id + 1);
-  batch.DeleteRange(begin, end);
-  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
-                   "delete of run " + std::to_string(run_id));
+  return Apply({{Op::kDelete, RunKey(run_id), {}},
+                {Op::kDeleteRange, SnapshotPrefix(run_id), SnapshotPrefix(run_id + 1)}},
+               false, "delete of " + RunName(run_id));
 }
 
 Status Catalog::DeleteSnapshot(uint64_t run_id, uint64_t step) {
-  return FromRocks(db_->Delete(rocksdb::WriteOptions(), SnapshotKey(run_id, step)),
-                   "delete of snapshot " + std::to_string(run_id) + "/" + std::to_string(step));
+  return Apply({{Op::kDelete, SnapshotKey(run_id, step), {}}}, false,
+               "delete of " + SnapshotName(run_id, step));
+}
+
+void Catalog::DeleteSnapshotThen(uint64_t run_id, uint64_t step, Done done) {
+  Enqueue(Write{{{Op::kDelete, SnapshotKey(run_id, step), {}}},
+                false,
+                "delete of " + SnapshotName(run_id, step),
+                std::move(done)});
 }
 
 Status Catalog::LoadAll(std::vector<v1::RunRecord>* runs,

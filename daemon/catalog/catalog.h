@@ -10,20 +10,31 @@
 //   "r:" run_id                -> snapd.v1.RunRecord
 //   "s:" run_id step           -> snapd.v1.SnapshotRecord
 // Deleting a run removes its run key and every "s:" key under it in one atomic write batch.
-// Thread-safe: RocksDB serialises writers; the id counter is guarded by a mutex.
+//
+// Record writes (runs, snapshots, the kept host tier) go through one writer thread, in the
+// order they are made: it applies everything queued as one RocksDB write batch (group commit),
+// so many solvers' commits cost one write and the threads that make them need not wait. The
+// plain forms wait for their batch; the `...Then` forms return at once and call `done` on the
+// writer thread once the batch is written (as durable as every record write here: in RocksDB's
+// write-ahead log, not fsynced). `done` must not block, nor take a lock that a caller of this
+// catalog may hold while it waits (the store's mutex): it hands its work to another thread.
+// Thread-safe; the id counter is guarded by a mutex of its own.
 #pragma once
 
 #include <rocksdb/db.h>
 
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "snapd/status.h"
-#include "snapd/v1/catalog.pb.h"
 #include "snapd/thread_annotations.h"
+#include "snapd/v1/catalog.pb.h"
 
 namespace snapd {
 
@@ -42,10 +53,27 @@ class Catalog {
   Result<uint64_t> BeginEpoch();
   Result<uint64_t> AllocateRunId() SNAPD_EXCLUDES(mu_);
 
+  ~Catalog();
+  Catalog(const Catalog&) = delete;
+  Catalog& operator=(const Catalog&) = delete;
+
   Status PutRun(const v1::RunRecord& run);
   Status PutSnapshot(const v1::SnapshotRecord& snapshot);
   Status DeleteRun(uint64_t run_id);
   Status DeleteSnapshot(uint64_t run_id, uint64_t step);
+
+  using Done = std::function<void(Status)>;
+  void PutSnapshotThen(const v1::SnapshotRecord& snapshot, Done done);
+  void DeleteSnapshotThen(uint64_t run_id, uint64_t step, Done done);
+  // Returns once every write queued before the call is written and its `done` has run.
+  void Flush();
+  // Writes queued, and written in how many RocksDB write batches, since Open.
+  struct WriterCounts {
+    uint64_t queued = 0;
+    uint64_t written = 0;
+    uint64_t batches = 0;
+  };
+  WriterCounts writer_counts() SNAPD_EXCLUDES(writer_mu_);
 
   Status LoadAll(std::vector<v1::RunRecord>* runs, std::vector<v1::SnapshotRecord>* snapshots);
 
@@ -57,13 +85,35 @@ class Catalog {
   Result<std::optional<v1::HostTierKept>> TakeHostTierKept();
 
  private:
-  Catalog(std::unique_ptr<rocksdb::DB> db, uint64_t opened_format)
-      : db_(std::move(db)), opened_format_(opened_format) {}
+  Catalog(std::unique_ptr<rocksdb::DB> db, uint64_t opened_format);
   Result<uint64_t> Increment(const std::string& key);
+
+  // One queued write: its operations, whether it must be fsynced, what it is (for errors) and
+  // whom to tell.
+  struct Op {
+    enum Kind { kPut, kDelete, kDeleteRange } kind;
+    std::string key;
+    std::string value;  // kPut: the value; kDeleteRange: the end key (exclusive)
+  };
+  struct Write {
+    std::vector<Op> ops;
+    bool sync = false;
+    std::string what;
+    Done done;
+  };
+  void Enqueue(Write w) SNAPD_EXCLUDES(writer_mu_);
+  Status Apply(std::vector<Op> ops, bool sync, std::string what) SNAPD_EXCLUDES(writer_mu_);
+  void WriterLoop() SNAPD_EXCLUDES(writer_mu_);
 
   std::unique_ptr<rocksdb::DB> db_;
   const uint64_t opened_format_;
   Mutex mu_;  // serialises read-modify-write of counters
+  Mutex writer_mu_;
+  CondVar writer_cv_;
+  std::deque<Write> queue_ SNAPD_GUARDED_BY(writer_mu_);
+  WriterCounts counts_ SNAPD_GUARDED_BY(writer_mu_);  // `written`: and answered
+  bool stopping_ SNAPD_GUARDED_BY(writer_mu_) = false;
+  std::thread writer_;  // last: started once the queue exists
 };
 
 }  // namespace snapd

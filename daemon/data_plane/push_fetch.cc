@@ -76,14 +76,15 @@ void DataPlane::ReceivePush(const Peer& peer, uint64_t id, Store::PushTicket t, 
 
 void DataPlane::FinishPush(const Peer& peer, uint64_t request_id, const Store::PushTicket& ticket,
                            Clock::time_point arrived) {
-  Status s = store_->CommitPush(ticket);
-  if (s.ok()) {
-    counters_.pushes.fetch_add(1, std::memory_order_relaxed);
-    counters_.push_seconds.Observe(std::chrono::duration<double>(Clock::now() - arrived).count());
-  } else {
-    store_->AbortPush(ticket);
-  }
-  if (Find(peer)) Reply(peer.ep, request_id, s);
+  // Answered once the step's record is written, which this thread does not wait for.
+  store_->CommitPush(ticket, OnLoop<Status>([this, peer, request_id, arrived](Status s) {
+                       if (s.ok()) {
+                         counters_.pushes.fetch_add(1, std::memory_order_relaxed);
+                         counters_.push_seconds.Observe(
+                             std::chrono::duration<double>(Clock::now() - arrived).count());
+                       }
+                       if (Find(peer)) Reply(peer.ep, request_id, s);
+                     }));
 }
 
 ucs_status_t DataPlane::HandleFetch(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void*,

@@ -130,6 +130,14 @@ class Store final : private StoreState {
   // tenant's quota.
   bool BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes, PushDone done,
                  const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
+  // The pushed bytes are in the ticket's block: the step's record goes to the catalog's
+  // writer (no thread waits for it under the store's lock) and, once it is written, the step
+  // is stored and `done` gets Ok, from an I/O thread. On an error (the reservation or the run
+  // went, the record could not be written) the push is abandoned, its memory freed, and `done`
+  // gets the error: on the caller's thread when it is known at once. Never under the lock.
+  using CommitDone = std::function<void(Status)>;
+  void CommitPush(const PushTicket& ticket, CommitDone done) SNAPD_EXCLUDES(ix_.mu);
+  // The same, waiting for the outcome (tests and tools; not on an I/O thread).
   Status CommitPush(const PushTicket& ticket) SNAPD_EXCLUDES(ix_.mu);
   void AbortPush(const PushTicket& ticket) SNAPD_EXCLUDES(ix_.mu);
 
@@ -259,7 +267,20 @@ class Store final : private StoreState {
   static Status CheckNewStep(const Run& run, uint64_t step, uint64_t bytes, const char* what,
                              const char* moves);
   // Removes a snapshot from the index and the catalog, freeing its tiers.
+  // Removes a step: its record (first, waiting: an error changes nothing), its blocks, its
+  // file, its waiters.
   Status Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) SNAPD_REQUIRES(ix_.mu);
+  // The same for a consumed step, with no wait on the catalog: the step leaves the index now,
+  // its record through the catalog's writer, and its file once the record is gone (a failed
+  // delete leaves both, and the next start finds the step again).
+  void EraseConsumed(Run& run, std::map<uint64_t, Snapshot>::iterator it) SNAPD_REQUIRES(ix_.mu);
+  // What both share once the record is dealt with: the step leaves the index, its waiters are
+  // answered, its file is removed when `disk` is given.
+  void Forget(Run& run, std::map<uint64_t, Snapshot>::iterator it, DiskTier* disk)
+      SNAPD_REQUIRES(ix_.mu);
+  // The second half of CommitPush, on an I/O thread once the record is written (or failed).
+  Status InstallCommitted(const PushTicket& ticket, v1::SnapshotRecord rec, Status recorded)
+      SNAPD_EXCLUDES(ix_.mu);
   // The host memory a new declared run may plan its resident steps in: the budget less what
   // every other run holds there or has planned to keep there (an open declared run's range
   // [host_boundary, N)), so runs sharing the tier get boundaries computed against each other.

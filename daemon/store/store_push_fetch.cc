@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -135,33 +136,68 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
   return tiering_.AdmitPush(ix_, *run, step, bytes, later);
 }
 
+void Store::CommitPush(const PushTicket& t, CommitDone done) {
+  Status refused = [&]() -> Status {
+    MutexLock lock(ix_.mu);
+    auto it = ix_.runs.find(t.run_id);
+    if (it == ix_.runs.end()) {
+      return Status::NotFound("run id " + std::to_string(t.run_id) +
+                              " was deleted while step " + std::to_string(t.step) +
+                              " was being pushed");
+    }
+    Run& run = it->second;
+    auto reserved = run.in_flight.find(t.step);
+    if (reserved == run.in_flight.end() || !reserved->second) {
+      return Status::FailedPrecondition(StepName(run.record, t.step) +
+                                        " has no reservation to commit");
+    }
+    Checksums::NoteDataPlaneActivity(ix_);
+    uint64_t raw = run.record.spec().bytes_per_step();
+    v1::SnapshotRecord rec;
+    rec.set_run_id(t.run_id);
+    rec.set_step(t.step);
+    rec.set_tier(v1::TIER_HOST);
+    rec.set_raw_bytes(raw);
+    rec.set_stored_bytes(raw);
+    rec.set_checksum_state(v1::CHECKSUM_PENDING);
+    rec.set_daemon_epoch(options_.epoch);
+    // Queued under the lock, so the catalog applies it in the store's order: before a delete
+    // of this run, which can come while it is written. The step stays reserved until then.
+    catalog_->PutSnapshotThen(rec, [this, t, rec, done](Status recorded) {
+      io_->Submit([this, t, rec, done, recorded] { done(InstallCommitted(t, rec, recorded)); },
+                  /*urgent=*/true);
+    });
+    return Status::Ok();
+  }();
+  if (!refused.ok()) {
+    AbortPush(t);
+    done(refused);
+  }
+}
+
 Status Store::CommitPush(const PushTicket& t) {
+  std::promise<Status> outcome;
+  CommitPush(t, [&outcome](Status s) { outcome.set_value(std::move(s)); });
+  return outcome.get_future().get();
+}
+
+Status Store::InstallCommitted(const PushTicket& t, v1::SnapshotRecord rec, Status recorded) {
   MutexLock lock(ix_.mu);
   auto it = ix_.runs.find(t.run_id);
-  if (it == ix_.runs.end()) {
-    return Status::NotFound("run id " + std::to_string(t.run_id) +
-                            " was deleted while step " + std::to_string(t.step) +
-                            " was being pushed");
+  if (it == ix_.runs.end()) {  // its delete, queued after the record, removed that too
+    return Status::NotFound("run id " + std::to_string(t.run_id) + " was deleted while step " +
+                            std::to_string(t.step) + " was being committed");
   }
   Run& run = it->second;
   auto reserved = run.in_flight.find(t.step);
   if (reserved == run.in_flight.end() || !reserved->second) {
     return Status::FailedPrecondition(StepName(run.record, t.step) +
-                                      " has no reservation to commit");
+                                      " lost its reservation while its record was written");
   }
   std::shared_ptr<HostBlock> block = std::move(reserved->second);
   run.in_flight.erase(reserved);
-  Checksums::NoteDataPlaneActivity(ix_);
-  uint64_t raw = run.record.spec().bytes_per_step();
-  v1::SnapshotRecord rec;
-  rec.set_run_id(t.run_id);
-  rec.set_step(t.step);
-  rec.set_tier(v1::TIER_HOST);
-  rec.set_raw_bytes(raw);
-  rec.set_stored_bytes(raw);
-  rec.set_checksum_state(v1::CHECKSUM_PENDING);
-  rec.set_daemon_epoch(options_.epoch);
-  SNAPD_RETURN_IF_ERROR(catalog_->PutSnapshot(rec));
+  if (!recorded.ok()) return recorded;  // the push is abandoned: its block goes with it
+  uint64_t raw = rec.raw_bytes();
   Snapshot& snap = run.snapshots[t.step];
   snap.record = std::move(rec);
   snap.block = std::move(block);
@@ -219,11 +255,7 @@ void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
   if (run == ix_.runs.end() || run->second.record.spec().keep()) return;
   auto it = run->second.snapshots.find(step);
   if (it == run->second.snapshots.end() || it->second.generation != generation) return;
-  Status s = Erase(run->second, it);
-  if (!s.ok()) {
-    SNAPD_LOG_ERROR("releasing a consumed step: %s", s.ToString().c_str());
-    return;
-  }
+  EraseConsumed(run->second, it);
   run->second.released.insert(step);
   ++ix_.counters.released;
   Wake();

@@ -374,14 +374,39 @@ static void ReleaseSnapshotResources(DiskTier* disk, IoPool* io, uint64_t run_id
 }
 
 Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
+  SNAPD_RETURN_IF_ERROR(catalog_->DeleteSnapshot(run.record.run_id(), it->first));
+  Forget(run, it, disk_);
+  return Status::Ok();
+}
+
+void Store::EraseConsumed(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
   uint64_t id = run.record.run_id();
-  SNAPD_RETURN_IF_ERROR(catalog_->DeleteSnapshot(id, it->first));
+  // The file goes once its record has: a crash in between leaves no record naming a file
+  // that is gone (which the next start would report lost).
+  catalog_->DeleteSnapshotThen(
+      id, it->first, [disk = disk_, io = io_.get(), id, rec = it->second.record](Status s) {
+        if (s.ok()) {
+          Deferred none;
+          ReleaseSnapshotResources(disk, io, id, rec, {}, Status::Ok(), none);
+          return;
+        }
+        SNAPD_LOG_ERROR(
+            "releasing consumed step %llu of run %llu: %s; its record%s stay%s "
+            "until the next start finds the step again",
+            static_cast<unsigned long long>(rec.step()), static_cast<unsigned long long>(id),
+            s.ToString().c_str(), rec.tier() == v1::TIER_DISK ? " and file" : "",
+            rec.tier() == v1::TIER_DISK ? "" : "s");
+      });
+  Forget(run, it, /*disk=*/nullptr);
+}
+
+void Store::Forget(Run& run, std::map<uint64_t, Snapshot>::iterator it, DiskTier* disk) {
+  uint64_t id = run.record.run_id();
   Deferred deferred;
-  ReleaseSnapshotResources(disk_, io_.get(), id, it->second.record,
-                           std::move(it->second.waiters),
-                           Status::NotFound(StepName(run.record, it->first) +
-                                            " was deleted while being read"),
-                           deferred);
+  ReleaseSnapshotResources(
+      disk, io_.get(), id, it->second.record, std::move(it->second.waiters),
+      Status::NotFound(StepName(run.record, it->first) + " was deleted while being read"),
+      deferred);
   if (it->second.record.tier() == v1::TIER_DISK) tiering_.DiskRoomFreed(ix_);
   run.stored_bytes -= it->second.record.stored_bytes();
   run.snapshots.erase(it);  // an in-flight fetch keeps the block until it completes
@@ -389,7 +414,6 @@ Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
   if (!deferred.empty()) {
     io_->Submit([d = std::move(deferred)] { for (auto& f : d) f(); }, /*urgent=*/true);
   }
-  return Status::Ok();
 }
 
 Result<uint64_t> Store::DeleteRun(const std::string& name, const Tenant& who) {

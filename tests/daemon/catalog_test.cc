@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
+#include <future>
+#include <mutex>
 #include <optional>
+#include <vector>
+
 #include "temp_dir.h"
 
 namespace snapd {
@@ -143,6 +147,52 @@ TEST_F(CatalogTest, DeletingARunRemovesOnlyItsSnapshots) {
   EXPECT_EQ(runs.size(), 2u);
   EXPECT_EQ(snaps.size(), 8u);
   for (const auto& s : snaps) EXPECT_NE(s.run_id(), 2u);
+}
+
+// Writes queued while the writer is busy go to RocksDB as one batch, applied and answered in the
+// order they were made: the last write of a key wins, a delete after a put removes it.
+TEST_F(CatalogTest, WritesQueuedBehindAnotherGoInOneBatchInTheirOrder) {
+  auto catalog = std::move(Catalog::Open(dir_).value());
+  std::promise<void> inside, release;
+  std::shared_future<void> released = release.get_future().share();
+  catalog->DeleteSnapshotThen(9, 9, [&](Status s) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    inside.set_value();
+    released.wait();  // holds the writer here, so what follows queues up behind it
+  });
+  inside.get_future().wait();
+  std::mutex mu;
+  std::vector<uint64_t> answered;
+  for (uint64_t i = 0; i < 50; ++i) {
+    v1::SnapshotRecord r = Snap(1, i % 5);
+    r.set_stored_bytes(i);
+    catalog->PutSnapshotThen(r, [&, i](Status s) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      std::lock_guard<std::mutex> lock(mu);
+      answered.push_back(i);
+    });
+  }
+  catalog->DeleteSnapshotThen(1, 4, [&](Status s) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    std::lock_guard<std::mutex> lock(mu);
+    answered.push_back(50);
+  });
+  release.set_value();
+  catalog->Flush();
+  Catalog::WriterCounts counts = catalog->writer_counts();
+  EXPECT_EQ(counts.queued, 52u);
+  EXPECT_EQ(counts.written, 52u);
+  EXPECT_EQ(counts.batches, 2u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(answered.size(), 51u);
+    for (uint64_t i = 0; i < answered.size(); ++i) EXPECT_EQ(answered[i], i);
+  }
+  std::vector<v1::RunRecord> runs;
+  std::vector<v1::SnapshotRecord> snaps;
+  ASSERT_TRUE(catalog->LoadAll(&runs, &snaps).ok());
+  ASSERT_EQ(snaps.size(), 4u);  // steps 0-3; step 4's delete came after its last put
+  for (const auto& r : snaps) EXPECT_EQ(r.stored_bytes(), 45 + r.step()) << "step " << r.step();
 }
 
 TEST_F(CatalogTest, SecondOpenOfTheSameDirectoryFailsClearly) {

@@ -40,6 +40,90 @@ TEST_F(StoreTest, AStepIsVisibleOnlyAfterCommit) {
   EXPECT_EQ(stored->tier(), v1::TIER_HOST);
 }
 
+// Holds the catalog's writer until Release(): writes queued meanwhile wait, unwritten.
+class CatalogStall {
+ public:
+  explicit CatalogStall(Catalog& catalog) {
+    std::promise<void> inside;
+    catalog.DeleteSnapshotThen(~0ull, 0, [&inside, held = release_.get_future().share()](Status) {
+      inside.set_value();
+      held.wait();
+    });
+    inside.get_future().wait();
+  }
+  ~CatalogStall() { Release(); }
+  void Release() {
+    if (!released_) release_.set_value();
+    released_ = true;
+  }
+
+ private:
+  std::promise<void> release_;
+  bool released_ = false;
+};
+
+// The UCX thread commits pushes and releases consumed steps. Neither waits for the catalog:
+// while its writer is held, a commit returns at once (the step stored only once its record is
+// written), and another step is fetched and released meanwhile, its record deleted afterwards.
+TEST_F(StoreTest, CommitsAndReleasesLeaveTheirRecordsToTheCatalogsWriter) {
+  uint64_t id = OpenRun("r", 4, 4096, v1::LAYERS_DEFAULT, /*keep=*/false);
+  ASSERT_TRUE(Push(id, 0, 4096).ok());
+  auto t = Reserve(*store_, id, 1, 4096);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  for (size_t i = 0; i < 4096; ++i) static_cast<char*>(t->block->data())[i] = Pattern(1, i);
+
+  CatalogStall stall(*catalog_);
+  std::promise<Status> committed;
+  std::thread::id caller = std::this_thread::get_id(), answerer;
+  store_->CommitPush(*t, [&](Status s) {
+    answerer = std::this_thread::get_id();
+    committed.set_value(std::move(s));
+  });
+  std::future<Status> outcome = committed.get_future();
+  EXPECT_EQ(outcome.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  EXPECT_EQ(TierOf("r", 1), v1::TIER_IN_FLIGHT);  // not stored before its record is written
+  ASSERT_TRUE(FetchExact(id, 0, 4096).ok());      // served and released meanwhile
+  EXPECT_EQ(TierOf("r", 0), v1::TIER_UNSPECIFIED);
+
+  stall.Release();
+  Status s = outcome.get();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_NE(answerer, caller);
+  EXPECT_EQ(TierOf("r", 1), v1::TIER_HOST);
+  ASSERT_TRUE(FetchExact(id, 1, 4096).ok());
+  catalog_->Flush();
+  std::vector<v1::RunRecord> runs;
+  std::vector<v1::SnapshotRecord> snaps;
+  ASSERT_TRUE(catalog_->LoadAll(&runs, &snaps).ok());
+  EXPECT_TRUE(snaps.empty()) << snaps.size() << " records of released steps remain";
+}
+
+// A run deleted while a commit's record is queued: the delete, queued after it, removes it
+// too, and the commit is answered NOT_FOUND; no record of the run remains.
+TEST_F(StoreTest, ARunDeletedWhileACommitIsRecordedKeepsNoRecordOfIt) {
+  uint64_t id = OpenRun("r", 4, 4096);
+  auto t = Reserve(*store_, id, 1, 4096);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  CatalogStall stall(*catalog_);
+  std::promise<Status> committed;
+  store_->CommitPush(*t, [&](Status s) { committed.set_value(std::move(s)); });
+  uint64_t queued = catalog_->writer_counts().queued;
+  std::thread deleter([&] { EXPECT_TRUE(store_->DeleteRun("r").ok()); });
+  // The delete waits for its record, queued behind the commit's.
+  while (catalog_->writer_counts().queued == queued) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  stall.Release();
+  deleter.join();
+  Status s = committed.get_future().get();
+  EXPECT_EQ(s.code(), Code::kNotFound) << s.ToString();
+  std::vector<v1::RunRecord> runs;
+  std::vector<v1::SnapshotRecord> snaps;
+  ASSERT_TRUE(catalog_->LoadAll(&runs, &snaps).ok());
+  EXPECT_TRUE(runs.empty());
+  EXPECT_TRUE(snaps.empty());
+}
+
 TEST_F(StoreTest, AnAbortedPushLeavesNoTraceAndFreesItsMemory) {
   uint64_t id = OpenRun("r", 4, 4096);
   {
