@@ -7,7 +7,7 @@
 // store's index (StoreIndex::ingest, under the index's mutex), and each method that touches it
 // takes the index, `ix`, which must be the one it was made with. What it needs of the store
 // (host room, the catalog, an I/O thread, the compressor) comes in as Deps, so a test makes it
-// with an index, a host tier and a recorder: no Store, no RocksDB (tests/daemon/ingest_test.cc).
+// with an index, a host tier and a recorder: no Store, no RocksDB (tests/daemon/ingest/ingest_test.cc).
 //
 // Threading: everything runs under the index's mutex except the compression itself, on the
 // thread `Deps::submit` runs it on.

@@ -7,7 +7,7 @@
 //   StoreIndex (store/store_index.h)  the mutex and everything it guards, every component's
 //                                     state included
 //   Checksums  (ingest/checksums.h)   every checksum of a stored step, computed and verified
-//                                     (tests/daemon/checksums_test.cc)
+//                                     (tests/daemon/ingest/checksums_test.cc)
 //   Ingest     (ingest/ingest.h)      at-ingest compression (ingest_test.cc)
 //   Tiering    (tiering/tiering.h)    the tiering thread and the placement policy as applied
 //                                     (tiering_test.cc)

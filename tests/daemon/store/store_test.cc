@@ -404,7 +404,7 @@ TEST_F(StoreTest, ACorruptDiskFileIsReportedLostNeverReturned) {
 
 // Through the disk tier's I/O seam: a disk that fails a read (EIO) fails that fetch with the
 // file and the cause, never with wrong bytes: the step is lost (a read error is a verdict on
-// the file: tests/daemon/spool_failure_test.cc), the other run's steps come back exact.
+// the file: tests/daemon/store/spool_failure_test.cc), the other run's steps come back exact.
 TEST_F(StoreTest, AnEioOnADiskReadFailsThatFetchOnlyNamingTheCause) {
   testing::FaultySpoolIo& io = faulty_io_;
   Open(64 << 20, &io);
