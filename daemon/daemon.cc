@@ -401,6 +401,10 @@ void Daemon::Stop(int sig) {
       Notify(env_, "FDSTOREREMOVE=1\nFDNAME=" + ArenaFdName(arena));
     }
   }
+  Catalog::WriterCounts records = catalog_->writer_counts();
+  SNAPD_LOG_INFO("catalog: %llu record writes in %llu RocksDB batches since the start",
+                 static_cast<unsigned long long>(records.written),
+                 static_cast<unsigned long long>(records.batches));
   // The rest (the data plane, then the store, the tiers and the catalog) goes with the
   // object, in member order.
 }

@@ -102,7 +102,49 @@ void Catalog::Enqueue(Write w) {
   writer_cv_.NotifyAll();
 }
 
+namespace {
+
+void AddOps(rocksdb::WriteBatch* wb, const std::vector<Catalog::Op>& ops) {
+  for (const Catalog::Op& op : ops) {
+    switch (op.kind) {
+      case Catalog::Op::kPut:
+        wb->Put(op.key, op.value);
+        break;
+      case Catalog::Op::kDelete:
+        wb->Delete(op.key);
+        break;
+      case Catalog::Op::kDeleteRange:
+        wb->DeleteRange(op.key, op.value);
+        break;
+    }
+  }
+}
+
+}  // namespace
+
 Status Catalog::Apply(std::vector<Op> ops, bool sync, std::string what) {
+  {
+    MutexLock lock(writer_mu_);
+    if (!writing_ && queue_.empty()) {
+      // Nothing queued nor being written: this write is next in order, and makes itself
+      // rather than wake the writer thread and wait for it (a caller under the store's mutex
+      // holds it for one RocksDB write, not for two thread hand-offs as well).
+      writing_ = true;
+      ++counts_.queued;
+      lock.Unlock();
+      rocksdb::WriteBatch wb;
+      AddOps(&wb, ops);
+      rocksdb::WriteOptions options;
+      options.sync = sync;
+      Status written = FromRocks(db_->Write(options, &wb), what);
+      lock.Lock();
+      writing_ = false;
+      ++counts_.written;
+      ++counts_.batches;
+      writer_cv_.NotifyAll();  // the writer thread, for what queued meanwhile; Flush
+      return written;
+    }
+  }
   Status result;
   bool answered = false;
   Mutex mu;
@@ -121,36 +163,27 @@ Status Catalog::Apply(std::vector<Op> ops, bool sync, std::string what) {
 void Catalog::WriterLoop() {
   MutexLock lock(writer_mu_);
   for (;;) {
-    writer_cv_.Wait(writer_mu_,
-                    [&]() SNAPD_REQUIRES(writer_mu_) { return stopping_ || !queue_.empty(); });
+    writer_cv_.Wait(writer_mu_, [&]() SNAPD_REQUIRES(writer_mu_) {
+      return !writing_ && (stopping_ || !queue_.empty());
+    });
     if (queue_.empty()) return;  // stopping, and everything queued is written
     std::deque<Write> batch;
     batch.swap(queue_);
+    writing_ = true;
     lock.Unlock();
     rocksdb::WriteBatch wb;
     rocksdb::WriteOptions options;
     for (const Write& w : batch) {
       options.sync = options.sync || w.sync;
-      for (const Op& op : w.ops) {
-        switch (op.kind) {
-          case Op::kPut:
-            wb.Put(op.key, op.value);
-            break;
-          case Op::kDelete:
-            wb.Delete(op.key);
-            break;
-          case Op::kDeleteRange:
-            wb.DeleteRange(op.key, op.value);
-            break;
-        }
-      }
+      AddOps(&wb, w.ops);
     }
     rocksdb::Status written = db_->Write(options, &wb);
     for (Write& w : batch) w.done(FromRocks(written, w.what));
     lock.Lock();
+    writing_ = false;
     counts_.written += batch.size();
     ++counts_.batches;
-    writer_cv_.NotifyAll();  // Flush
+    writer_cv_.NotifyAll();  // Flush; a waiting write that makes itself
   }
 }
 

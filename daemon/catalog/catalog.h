@@ -11,12 +11,13 @@
 //   "s:" run_id step           -> snapd.v1.SnapshotRecord
 // Deleting a run removes its run key and every "s:" key under it in one atomic write batch.
 //
-// Record writes (runs, snapshots, the kept host tier) go through one writer thread, in the
-// order they are made: it applies everything queued as one RocksDB write batch (group commit),
-// so many solvers' commits cost one write and the threads that make them need not wait. The
-// plain forms wait for their batch; the `...Then` forms return at once and call `done` on the
-// writer thread once the batch is written (as durable as every record write here: in RocksDB's
-// write-ahead log, not fsynced). `done` must not block, nor take a lock that a caller of this
+// Record writes (runs, snapshots, the kept host tier) are applied in the order they are made,
+// through one writer thread: it applies everything queued as one RocksDB write batch (group
+// commit), so many solvers' commits cost one write and the threads that make them need not
+// wait. The `...Then` forms return at once and call `done` on the writer thread once the batch
+// is written (as durable as every record write here: in RocksDB's write-ahead log, not
+// fsynced). The plain forms wait for their batch; one that finds nothing queued nor being
+// written makes its write itself. `done` must not block, nor take a lock that a caller of this
 // catalog may hold while it waits (the store's mutex): it hands its work to another thread.
 // Thread-safe; the id counter is guarded by a mutex of its own.
 #pragma once
@@ -63,6 +64,12 @@ class Catalog {
   Status DeleteSnapshot(uint64_t run_id, uint64_t step);
 
   using Done = std::function<void(Status)>;
+  // One RocksDB operation of a write.
+  struct Op {
+    enum Kind { kPut, kDelete, kDeleteRange } kind;
+    std::string key;
+    std::string value;  // kPut: the value; kDeleteRange: the end key (exclusive)
+  };
   void PutSnapshotThen(const v1::SnapshotRecord& snapshot, Done done);
   void DeleteSnapshotThen(uint64_t run_id, uint64_t step, Done done);
   // Returns once every write queued before the call is written and its `done` has run.
@@ -90,11 +97,6 @@ class Catalog {
 
   // One queued write: its operations, whether it must be fsynced, what it is (for errors) and
   // whom to tell.
-  struct Op {
-    enum Kind { kPut, kDelete, kDeleteRange } kind;
-    std::string key;
-    std::string value;  // kPut: the value; kDeleteRange: the end key (exclusive)
-  };
   struct Write {
     std::vector<Op> ops;
     bool sync = false;
@@ -112,6 +114,7 @@ class Catalog {
   CondVar writer_cv_;
   std::deque<Write> queue_ SNAPD_GUARDED_BY(writer_mu_);
   WriterCounts counts_ SNAPD_GUARDED_BY(writer_mu_);  // `written`: and answered
+  bool writing_ SNAPD_GUARDED_BY(writer_mu_) = false;  // a batch, or a waiting form's own write
   bool stopping_ SNAPD_GUARDED_BY(writer_mu_) = false;
   std::thread writer_;  // last: started once the queue exists
 };

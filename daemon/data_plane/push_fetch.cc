@@ -76,8 +76,11 @@ void DataPlane::ReceivePush(const Peer& peer, uint64_t id, Store::PushTicket t, 
 
 void DataPlane::FinishPush(const Peer& peer, uint64_t request_id, const Store::PushTicket& ticket,
                            Clock::time_point arrived) {
-  // Answered once the step's record is written, which this thread does not wait for.
-  store_->CommitPush(ticket, OnLoop<Status>([this, peer, request_id, arrived](Status s) {
+  // Answered once the step's record is written, which this thread does not wait for; then
+  // the step is made stored here.
+  store_->CommitPush(ticket, OnLoop<Store::Install>([this, peer, request_id,
+                                                     arrived](Store::Install install) {
+                       Status s = install();
                        if (s.ok()) {
                          counters_.pushes.fetch_add(1, std::memory_order_relaxed);
                          counters_.push_seconds.Observe(

@@ -130,14 +130,19 @@ class Store final : private StoreState {
   // tenant's quota.
   bool BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes, PushDone done,
                  const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
-  // The pushed bytes are in the ticket's block: the step's record goes to the catalog's
-  // writer (no thread waits for it under the store's lock) and, once it is written, the step
-  // is stored and `done` gets Ok, from an I/O thread. On an error (the reservation or the run
-  // went, the record could not be written) the push is abandoned, its memory freed, and `done`
-  // gets the error: on the caller's thread when it is known at once. Never under the lock.
-  using CommitDone = std::function<void(Status)>;
-  void CommitPush(const PushTicket& ticket, CommitDone done) SNAPD_EXCLUDES(ix_.mu);
-  // The same, waiting for the outcome (tests and tools; not on an I/O thread).
+  // The pushed bytes are in the ticket's block. A commit has two halves, so that no thread
+  // waits for the catalog under the store's lock: CommitPush queues the step's record for the
+  // catalog's writer and returns; once it is written, `recorded` gets the second half (on the
+  // writer thread, where it must only hand it off; on the caller's thread, before CommitPush
+  // returns, when the commit is refused at once). The caller runs that half on a thread of its
+  // own (the data plane: its loop, which did the whole commit before): it makes the step
+  // stored and returns Ok, or abandons the push, frees its memory and returns the error (the
+  // reservation or the run went, the record could not be written). Until it runs the step
+  // stays reserved (TIER_IN_FLIGHT).
+  using Install = std::function<Status()>;
+  void CommitPush(const PushTicket& ticket, std::function<void(Install)> recorded)
+      SNAPD_EXCLUDES(ix_.mu);
+  // Both halves, waiting for the record on this thread (tests and tools).
   Status CommitPush(const PushTicket& ticket) SNAPD_EXCLUDES(ix_.mu);
   void AbortPush(const PushTicket& ticket) SNAPD_EXCLUDES(ix_.mu);
 
@@ -278,7 +283,7 @@ class Store final : private StoreState {
   // answered, its file is removed when `disk` is given.
   void Forget(Run& run, std::map<uint64_t, Snapshot>::iterator it, DiskTier* disk)
       SNAPD_REQUIRES(ix_.mu);
-  // The second half of CommitPush, on an I/O thread once the record is written (or failed).
+  // The second half of CommitPush, once the record is written (or failed).
   Status InstallCommitted(const PushTicket& ticket, v1::SnapshotRecord rec, Status recorded)
       SNAPD_EXCLUDES(ix_.mu);
   // The host memory a new declared run may plan its resident steps in: the budget less what

@@ -136,7 +136,7 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
   return tiering_.AdmitPush(ix_, *run, step, bytes, later);
 }
 
-void Store::CommitPush(const PushTicket& t, CommitDone done) {
+void Store::CommitPush(const PushTicket& t, std::function<void(Install)> recorded) {
   Status refused = [&]() -> Status {
     MutexLock lock(ix_.mu);
     auto it = ix_.runs.find(t.run_id);
@@ -163,22 +163,21 @@ void Store::CommitPush(const PushTicket& t, CommitDone done) {
     rec.set_daemon_epoch(options_.epoch);
     // Queued under the lock, so the catalog applies it in the store's order: before a delete
     // of this run, which can come while it is written. The step stays reserved until then.
-    catalog_->PutSnapshotThen(rec, [this, t, rec, done](Status recorded) {
-      io_->Submit([this, t, rec, done, recorded] { done(InstallCommitted(t, rec, recorded)); },
-                  /*urgent=*/true);
+    catalog_->PutSnapshotThen(rec, [this, t, rec, recorded](Status written) {
+      recorded([this, t, rec, written] { return InstallCommitted(t, rec, written); });
     });
     return Status::Ok();
   }();
   if (!refused.ok()) {
     AbortPush(t);
-    done(refused);
+    recorded([refused] { return refused; });
   }
 }
 
 Status Store::CommitPush(const PushTicket& t) {
-  std::promise<Status> outcome;
-  CommitPush(t, [&outcome](Status s) { outcome.set_value(std::move(s)); });
-  return outcome.get_future().get();
+  std::promise<Install> second_half;
+  CommitPush(t, [&second_half](Install install) { second_half.set_value(std::move(install)); });
+  return second_half.get_future().get()();
 }
 
 Status Store::InstallCommitted(const PushTicket& t, v1::SnapshotRecord rec, Status recorded) {

@@ -63,8 +63,9 @@ class CatalogStall {
 };
 
 // The UCX thread commits pushes and releases consumed steps. Neither waits for the catalog:
-// while its writer is held, a commit returns at once (the step stored only once its record is
-// written), and another step is fetched and released meanwhile, its record deleted afterwards.
+// while its writer is held, a commit returns at once (its second half comes once the record is
+// written, and the step is stored when the caller runs it), and another step is fetched and
+// released meanwhile, its record deleted afterwards.
 TEST_F(StoreTest, CommitsAndReleasesLeaveTheirRecordsToTheCatalogsWriter) {
   uint64_t id = OpenRun("r", 4, 4096, v1::LAYERS_DEFAULT, /*keep=*/false);
   ASSERT_TRUE(Push(id, 0, 4096).ok());
@@ -73,22 +74,24 @@ TEST_F(StoreTest, CommitsAndReleasesLeaveTheirRecordsToTheCatalogsWriter) {
   for (size_t i = 0; i < 4096; ++i) static_cast<char*>(t->block->data())[i] = Pattern(1, i);
 
   CatalogStall stall(*catalog_);
-  std::promise<Status> committed;
-  std::thread::id caller = std::this_thread::get_id(), answerer;
-  store_->CommitPush(*t, [&](Status s) {
-    answerer = std::this_thread::get_id();
-    committed.set_value(std::move(s));
+  std::promise<Store::Install> recorded;
+  std::thread::id caller = std::this_thread::get_id(), writer;
+  store_->CommitPush(*t, [&](Store::Install install) {
+    writer = std::this_thread::get_id();
+    recorded.set_value(std::move(install));
   });
-  std::future<Status> outcome = committed.get_future();
-  EXPECT_EQ(outcome.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  std::future<Store::Install> second_half = recorded.get_future();
+  EXPECT_EQ(second_half.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   EXPECT_EQ(TierOf("r", 1), v1::TIER_IN_FLIGHT);  // not stored before its record is written
   ASSERT_TRUE(FetchExact(id, 0, 4096).ok());      // served and released meanwhile
   EXPECT_EQ(TierOf("r", 0), v1::TIER_UNSPECIFIED);
 
   stall.Release();
-  Status s = outcome.get();
+  Store::Install install = second_half.get();
+  EXPECT_NE(writer, caller);
+  EXPECT_EQ(TierOf("r", 1), v1::TIER_IN_FLIGHT);  // written; stored once the caller installs
+  Status s = install();
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_NE(answerer, caller);
   EXPECT_EQ(TierOf("r", 1), v1::TIER_HOST);
   ASSERT_TRUE(FetchExact(id, 1, 4096).ok());
   catalog_->Flush();
@@ -105,8 +108,8 @@ TEST_F(StoreTest, ARunDeletedWhileACommitIsRecordedKeepsNoRecordOfIt) {
   auto t = Reserve(*store_, id, 1, 4096);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   CatalogStall stall(*catalog_);
-  std::promise<Status> committed;
-  store_->CommitPush(*t, [&](Status s) { committed.set_value(std::move(s)); });
+  std::promise<Store::Install> recorded;
+  store_->CommitPush(*t, [&](Store::Install install) { recorded.set_value(std::move(install)); });
   uint64_t queued = catalog_->writer_counts().queued;
   std::thread deleter([&] { EXPECT_TRUE(store_->DeleteRun("r").ok()); });
   // The delete waits for its record, queued behind the commit's.
@@ -115,7 +118,7 @@ TEST_F(StoreTest, ARunDeletedWhileACommitIsRecordedKeepsNoRecordOfIt) {
   }
   stall.Release();
   deleter.join();
-  Status s = committed.get_future().get();
+  Status s = recorded.get_future().get()();
   EXPECT_EQ(s.code(), Code::kNotFound) << s.ToString();
   std::vector<v1::RunRecord> runs;
   std::vector<v1::SnapshotRecord> snaps;
