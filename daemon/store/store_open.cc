@@ -48,7 +48,7 @@ Store::~Store() {
   StopWaking();
   tiering_.StopTiering();
   checksums_.Stop();
-  catalog_->Flush();  // records queued by commits and releases: their I/O jobs are queued now
+  catalog_->Flush();  // commit and release records written, release file removals queued
   io_.reset();  // finishes the I/O already queued; completions still find the index intact
   DetachWaker();  // blocks released from now on wake nobody
   {
