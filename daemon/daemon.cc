@@ -206,8 +206,12 @@ Status Daemon::StartServing() {
   SNAPD_ASSIGN_OR_RETURN(data_plane_, DataPlane::Start(dp_options, store_.get(), &sessions_));
 
   SNAPD_RETURN_IF_ERROR(ClaimSocket(config.socket));
+  DataPlane* data_plane = data_plane_.get();
   SNAPD_ASSIGN_OR_RETURN(arena_,
-                         ArenaSocket::Start(config.socket + ".arena", host_.get(), &sessions_));
+                         ArenaSocket::Start(config.socket + ".arena", host_.get(), &sessions_,
+                                            [data_plane](const Session& session, ucx::ScopedFd fd) {
+                                              data_plane->AttachSocket(session, std::move(fd));
+                                            }));
   service_ = std::make_unique<ControlService>(store_.get(), &sessions_, data_plane_.get(),
                                               config.socket, arena_->path());
   if (!config.metrics_textfile.empty()) {

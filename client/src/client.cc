@@ -78,6 +78,7 @@ Client::Impl::~Impl() {
     loop->Post([this, closed] {
       if (ep) ucx::CloseEndpoint(*loop, ep, /*force=*/false);
       ep = nullptr;
+      link.reset();
       FailAll(Status::Aborted("client disconnected"));
       closed->Complete(Status::Ok());
     });
@@ -149,8 +150,6 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
       ucx::SetAmHandler(impl->loop->worker(), wire::kReply, &Impl::OnReply, impl.get()));
   impl->loop->Start();
 
-  v1::OpenSessionResponse resp;
-  SNAPD_RETURN_IF_ERROR(impl->OpenSession(options.client_name, &resp));
   if (const char* mem = std::getenv("SNAPD_DEVICE_MEM"); mem && *mem) {
     impl->device_options = detail::ParseDeviceMem(mem, &impl->device_fraction,
                                                   &impl->device_bytes);
@@ -163,19 +162,36 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
           " is not in (0, 1]");
     }
   }
+  // The mapped path first: a session with no UCX endpoint, whose link is the arena socket's
+  // connection (wire.h). Where the arena is refused, or mapping is off, a session with a UCX
+  // endpoint instead (the copied path).
+  const char* path_env = std::getenv("SNAPD_DATA_PATH");
+  const bool try_mapped = options.map_host_tier && !(path_env && std::string(path_env) == "ucx");
+  v1::OpenSessionResponse resp;
+  SNAPD_RETURN_IF_ERROR(impl->OpenSession(options.client_name, /*with_ucx=*/!try_mapped, &resp));
   impl->session_id = resp.session_id();
   impl->token = resp.token();
-  impl->data_plane_address = resp.data_plane_worker_address();
-  const char* path_env = std::getenv("SNAPD_DATA_PATH");
   char* base = nullptr;
   uint64_t base_bytes = 0;
-  if (!options.map_host_tier || (path_env && std::string(path_env) == "ucx")) {
+  auto socket = std::make_shared<ucx::ScopedFd>();
+  if (!try_mapped) {
     impl->data_path_reason = "mapping turned off by the caller";
-  } else if (Status s = detail::MapArena(resp.arena_socket(), impl->session_id, impl->token,
-                                         &base, &base_bytes);
+  } else if (Status s = detail::MapArena(resp.arena_socket(), impl->session_id, impl->token, &base,
+                                         &base_bytes, socket.get());
              !s.ok()) {
     impl->data_path_reason = s.ToString();
+    impl->CloseSession();  // it has no link; the copied path needs one with an endpoint
+    resp.Clear();
+    if (Status u = impl->OpenSession(options.client_name, /*with_ucx=*/true, &resp); !u.ok()) {
+      return Status(u.code(), u.message() +
+                                  " (for the copied path, since the mapped one was "
+                                  "refused: " +
+                                  impl->data_path_reason + ")");
+    }
+    impl->session_id = resp.session_id();
+    impl->token = resp.token();
   }
+  impl->data_plane_address = resp.data_plane_worker_address();
   impl->arena = base;
   impl->arena_bytes = base_bytes;
   impl->mapped = base != nullptr;
@@ -186,23 +202,17 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
         detail::UnpinHost);
   }
 
-  // Connect and bind the endpoint to the session with Hello.
+  // The session's link: its socket, or an endpoint bound to the session with Hello.
   auto hello = std::make_shared<detail::OpState>();
   Impl* raw = impl.get();
-  raw->loop->Post([raw, hello] {
-    Status s = raw->CreateEndpoint();
-    if (!s.ok()) {
-      raw->ep_error = s;
-      hello->Complete(s);
-      return;
-    }
-    wire::HelloRequest h{};
-    h.session_id = raw->session_id;
-    raw->SendHeader(wire::kHello, h, Impl::Pending{Impl::Kind::kHello, hello});
-  });
+  raw->loop->Post([raw, hello, socket] { raw->StartLink(raw->mapped ? socket : nullptr, hello); });
   Status bound = hello->WaitCompleted();
   if (!bound.ok()) {
-    return Status(bound.code(), "binding the data plane to the session: " + bound.message());
+    return Status(
+        bound.code(),
+        "binding the data plane to the session: " + bound.message() +
+            (impl->mapped ? std::string()
+                          : " (the copied path; the mapped one: " + impl->data_path_reason + ")"));
   }
   impl->reconnector = std::make_unique<detail::TaskThread>();
   return std::unique_ptr<Client>(new Client(std::move(impl)));

@@ -49,6 +49,7 @@
 #include "host_pinning.h"
 #include "op_state.h"
 #include "snapd/client.h"
+#include "snapd/message_socket.h"
 #include "snapd/status.h"
 #include "snapd/thread_annotations.h"
 #include "snapd/ucx.h"
@@ -70,10 +71,12 @@ inline Status ProbeSocket(const std::string& path) {
                              "SNAPD_SOCKET to the socket it listens on");
 }
 
-// Asks the arena socket for the host tier's memfd and maps it. The daemon refuses clients of
-// another uid; the caller then uses the copied UCX path.
+// Asks the arena socket for the memfd of this uid's arena and maps it. With host_arenas =
+// "shared" the daemon refuses clients of another uid; the caller then uses the copied UCX
+// path. `link` (if given) keeps the connection: a session opened without a UCX address uses
+// it as its session socket (wire.h).
 Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, char** base,
-                uint64_t* bytes);
+                uint64_t* bytes, ucx::ScopedFd* link = nullptr);
 
 }  // namespace detail
 
@@ -145,9 +148,11 @@ struct Client::Impl {
   std::string data_plane_address;  // snapd's packed UCX worker address
   std::atomic<uint64_t> next_request{1};
   std::unique_ptr<ucx::WorkerLoop> loop;
-  // Loop-thread state.
+  // Loop-thread state. A session's link to snapd: its session socket (mapped clients), or its
+  // UCX endpoint (the copied path).
+  std::unique_ptr<MessageSocket> link;
   ucp_ep_h ep = nullptr;
-  Status ep_error;  // set when the endpoint failed; later requests fail with it
+  Status ep_error;  // set when the link failed; later requests fail with it
   // The endpoint failed and no reconnect has replaced it yet: what failed with UNAVAILABLE may
   // be sent again after a reconnect (Retriable). Set on the loop thread, read on any.
   std::atomic<bool> link_lost{false};
@@ -260,9 +265,14 @@ struct Client::Impl {
                  bool* resent = nullptr);
   // One call, retried once when only this channel's connection was lost.
   Status ControlOnce(const std::function<grpc::Status(grpc::ClientContext*)>& call);
-  // OpenSession for `client_name` at the loop's address; FAILED_PRECONDITION when snapd speaks
-  // another data-plane wire version. Connect calls it once, with the loop running.
-  Status OpenSession(const std::string& client_name, v1::OpenSessionResponse* resp);
+  // OpenSession for `client_name`, at the loop's UCX address or (`with_ucx` false) for a
+  // session socket; FAILED_PRECONDITION when snapd speaks another data-plane wire version.
+  // `deadline_s` > 0: one try within it, else Control's retries.
+  Status OpenSession(const std::string& client_name, bool with_ucx, v1::OpenSessionResponse* resp,
+                     double deadline_s = 0);
+  // A new session's link (loop thread): its session socket `fd` when given, else a UCX
+  // endpoint and Hello; `hello` completes once it can carry requests.
+  void StartLink(std::shared_ptr<ucx::ScopedFd> fd, std::shared_ptr<detail::OpState> hello);
   // Best effort, on teardown: snapd also drops the sessions of dead endpoints.
   void CloseSession();
   Status CreateEndpoint();
@@ -303,6 +313,10 @@ struct Client::Impl {
   }
   static ucs_status_t OnReply(void* arg, const void* header, size_t header_length, void* data,
                               size_t length, const ucp_am_recv_param_t* param);
+  // A Reply from either link (`data`: a copied fetch's bytes, UCX only). Loop thread.
+  void HandleReply(const wire::Reply& reply, void* data, size_t length, bool rndv);
+  // The link failed (`what` says how): what is pending fails UNAVAILABLE. Loop thread.
+  void LinkLost(const std::string& what);
 };
 
 }  // namespace snapd

@@ -173,13 +173,24 @@ Status Client::Impl::ControlOnce(
   return FromGrpc(s);
 }
 
-Status Client::Impl::OpenSession(const std::string& client_name,
-                                 v1::OpenSessionResponse* resp) {
+Status Client::Impl::OpenSession(const std::string& client_name, bool with_ucx,
+                                 v1::OpenSessionResponse* resp, double deadline_s) {
   v1::OpenSessionRequest req;
   req.set_client_name(client_name);
-  req.set_ucx_address(loop->address());
-  SNAPD_RETURN_IF_ERROR(
-      Control([&](grpc::ClientContext* ctx) { return stub->OpenSession(ctx, req, resp); }));
+  if (with_ucx) req.set_ucx_address(loop->address());
+  auto call = [&](grpc::ClientContext* ctx) { return stub->OpenSession(ctx, req, resp); };
+  if (deadline_s > 0) {  // a reconnect's one try: it has its own retries
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(deadline_s * 1000)));
+    ctx.set_wait_for_ready(true);
+    grpc::Status opened = call(&ctx);
+    if (!opened.ok()) {
+      return Status(static_cast<Code>(opened.error_code()), opened.error_message());
+    }
+  } else {
+    SNAPD_RETURN_IF_ERROR(Control(call));
+  }
   if (resp->wire_version() != wire::kVersion) {
     return Status::FailedPrecondition("snapd speaks data-plane wire version " +
                                       std::to_string(resp->wire_version()) +

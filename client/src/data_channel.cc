@@ -27,7 +27,9 @@ std::string Client::Impl::EndpointTransports() {
   std::future<std::string> got = text.get_future();
   loop->Post([this, &text] {
     std::string out;
-    if (ep != nullptr) {
+    if (link) {
+      out = "lane[0]: 0:unix/session-socket.0";  // parsed below like UCX's own lines
+    } else if (ep != nullptr) {
       char* buf = nullptr;
       size_t len = 0;
       if (FILE* mem = open_memstream(&buf, &len)) {
@@ -67,15 +69,18 @@ void Client::Impl::FailAll(const Status& s) {
   for (auto& [id, p] : failed) p.state->Complete(s);
 }
 
+void Client::Impl::LinkLost(const std::string& what) {
+  // UNAVAILABLE: snapd went away (a restart); pushes and fetches wait for a reconnect.
+  link_lost = true;
+  ep_error =
+      Status::Unavailable("data-plane connection to snapd at " + socket_path + " lost: " + what);
+  FailAll(ep_error);
+}
+
 void Client::Impl::OnEndpointError(void* arg, ucp_ep_h failed, ucs_status_t status) {
   auto* self = static_cast<Impl*>(arg);
   if (failed != self->ep) return;  // an endpoint a reconnect replaced already
-  // UNAVAILABLE: snapd went away (a restart); pushes and fetches wait for a reconnect.
-  self->link_lost = true;
-  self->ep_error = Status::Unavailable(
-      "data-plane connection to snapd at " + self->socket_path + " lost: " +
-      ucx::FromUcs(status, "endpoint").message());
-  self->FailAll(self->ep_error);
+  self->LinkLost(ucx::FromUcs(status, "endpoint").message());
 }
 
 ucs_status_t Client::Impl::OnReply(void* arg, const void* header, size_t header_length,
@@ -84,40 +89,44 @@ ucs_status_t Client::Impl::OnReply(void* arg, const void* header, size_t header_
   if (header_length != sizeof(wire::Reply)) return UCS_OK;  // not a reply we understand
   wire::Reply reply;
   std::memcpy(&reply, header, sizeof reply);
-  auto it = self->pending.find(reply.header.request_id);
-  if (it == self->pending.end()) return UCS_OK;
+  self->HandleReply(reply, data, length, param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+  return UCS_OK;
+}
+
+void Client::Impl::HandleReply(const wire::Reply& reply, void* data, size_t length, bool rndv) {
+  auto it = pending.find(reply.header.request_id);
+  if (it == pending.end()) return;
   Pending p = std::move(it->second);
-  self->pending.erase(it);
+  pending.erase(it);
   size_t n = std::min<size_t>(reply.message_length, wire::kMaxReplyMessage);
   Status status(static_cast<Code>(reply.code), std::string(reply.message, n));
   if (status.ok() && p.kind == Kind::kReserve) {
-    self->CopyIn(std::move(p), reply.offset);
-    return UCS_OK;
+    CopyIn(std::move(p), reply.offset);
+    return;
   }
   if (status.ok() && p.kind == Kind::kFetchMapped) {
-    self->CopyOut(std::move(p), reply.offset, reply.header.request_id);
-    return UCS_OK;
+    CopyOut(std::move(p), reply.offset, reply.header.request_id);
+    return;
   }
   if (p.kind != Kind::kFetch || !status.ok()) {
     p.state->Complete(status);
-    return UCS_OK;
+    return;
   }
   if (length != p.bytes) {
     p.state->Complete(Status::Internal("snapd sent " + std::to_string(length) +
                                        " bytes for a fetch of " + std::to_string(p.bytes)));
-    return UCS_OK;
+    return;
   }
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {  // eager: data are here already
+  if (!rndv) {  // eager: data are here already
     std::memcpy(p.buffer, data, length);
     p.state->Complete(Status::Ok());
-    return UCS_OK;
+    return;
   }
   auto state = p.state;
   ucp_request_param_t rp = ucx::RecvDataParam([state](ucs_status_t s, size_t) {
     state->Complete(ucx::FromUcs(s, "receiving the snapshot"));
   });
-  ucx::Track(ucp_am_recv_data_nbx(self->loop->worker(), data, p.buffer, length, &rp), rp);
-  return UCS_OK;
+  ucx::Track(ucp_am_recv_data_nbx(loop->worker(), data, p.buffer, length, &rp), rp);
 }
 
 Status Client::Impl::CreateEndpoint() {
@@ -130,9 +139,27 @@ void Client::Impl::Send(std::shared_ptr<const void> header, size_t header_bytes,
                         uint64_t request_id, wire::AmId op, Pending entry, const void* data,
                         size_t data_bytes) {
   auto state = entry.state;
-  if (!ep_error.ok() || ep == nullptr) {
+  if (!ep_error.ok() || (ep == nullptr && !link)) {
     if (state) state->Complete(ep_error.ok() ? Status::Unavailable("not connected to snapd")
                                              : ep_error);
+    return;
+  }
+  if (link) {
+    // The session socket carries header-only messages (the mapped path): queued now, and
+    // sent as the socket takes them. If it ended, LinkLost fails what was pending.
+    if (data_bytes != 0) {
+      if (state) state->Complete(Status::Internal("a copied push over a session socket"));
+      return;
+    }
+    if (state) pending.emplace(request_id, std::move(entry));
+    if (!link->Send(op, header.get(), header_bytes) && state) {
+      auto it = pending.find(request_id);
+      if (it != pending.end()) {
+        pending.erase(it);
+        state->Complete(ep_error.ok() ? Status::Unavailable("session socket to snapd ended")
+                                      : ep_error);
+      }
+    }
     return;
   }
   if (state) pending.emplace(request_id, std::move(entry));
@@ -357,32 +384,21 @@ void Client::Impl::ReconnectEpisode() {
 
 Status Client::Impl::ReconnectOnce() {
   SNAPD_RETURN_IF_ERROR(detail::ProbeSocket(socket_path));
-  v1::OpenSessionRequest req;
-  req.set_client_name(client_name);
-  req.set_ucx_address(loop->address());
   v1::OpenSessionResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  ctx.set_wait_for_ready(true);
-  grpc::Status opened = stub->OpenSession(&ctx, req, &resp);
-  if (!opened.ok()) {
-    return Status(static_cast<Code>(opened.error_code()), opened.error_message());
-  }
-  if (resp.wire_version() != wire::kVersion) {
-    return Status::FailedPrecondition("snapd came back speaking data-plane wire version " +
-                                      std::to_string(resp.wire_version()));
-  }
+  SNAPD_RETURN_IF_ERROR(OpenSession(client_name, /*with_ucx=*/!mapped, &resp, /*deadline_s=*/5));
   char* base = nullptr;
   uint64_t base_bytes = 0;
+  auto socket = std::make_shared<ucx::ScopedFd>();
   if (mapped) {
     SNAPD_RETURN_IF_ERROR(detail::MapArena(resp.arena_socket(), resp.session_id(), resp.token(),
-                                           &base, &base_bytes));
+                                           &base, &base_bytes, socket.get()));
   }
-  // On the loop: the old endpoint and mapping go, the new session's come.
+  // On the loop: the old link and mapping go, the new session's come.
   auto hello = std::make_shared<detail::OpState>();
-  loop->Post([this, hello, resp, base, base_bytes] {
+  loop->Post([this, hello, resp, base, base_bytes, socket] {
     if (ep) ucx::CloseEndpoint(*loop, ep, /*force=*/true);
     ep = nullptr;
+    link.reset();
     FailAll(Status::Unavailable("the data-plane session was replaced by a reconnect"));
     session_id = resp.session_id();
     token = resp.token();
@@ -398,16 +414,40 @@ Status Client::Impl::ReconnectOnce() {
     }
     ep_error = Status::Ok();
     link_lost = false;
-    if (Status s = CreateEndpoint(); !s.ok()) {
-      ep_error = s;
-      hello->Complete(s);
-      return;
-    }
-    wire::HelloRequest h{};
-    h.session_id = session_id;
-    SendHeader(wire::kHello, h, Pending{Kind::kHello, hello});
+    StartLink(mapped ? socket : nullptr, hello);
   });
   return hello->WaitCompleted();
+}
+
+void Client::Impl::StartLink(std::shared_ptr<ucx::ScopedFd> fd,
+                             std::shared_ptr<detail::OpState> hello) {
+  if (fd) {
+    auto started = MessageSocket::Start(
+        loop.get(), std::move(*fd), MessageSocket::Limits{wire::kMaxSocketMessage, 64 << 20},
+        [this](uint16_t op, const void* message, size_t bytes) {
+          if (op != wire::kReply || bytes != sizeof(wire::Reply)) return;  // nothing else comes
+          wire::Reply reply;
+          std::memcpy(&reply, message, sizeof reply);
+          HandleReply(reply, nullptr, 0, false);
+        },
+        [this](const Status& why) { LinkLost(why.message()); });
+    if (!started.ok()) {
+      ep_error = started.status();
+      hello->Complete(started.status());
+      return;
+    }
+    link = std::move(started).value();
+    hello->Complete(Status::Ok());  // the arena socket authenticated it: no Hello
+    return;
+  }
+  if (Status s = CreateEndpoint(); !s.ok()) {
+    ep_error = s;
+    hello->Complete(s);
+    return;
+  }
+  wire::HelloRequest h{};
+  h.session_id = session_id;
+  SendHeader(wire::kHello, h, Pending{Kind::kHello, hello});
 }
 
 }  // namespace snapd

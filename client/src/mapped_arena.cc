@@ -56,7 +56,7 @@ bool PopulateTierPages(char* p, uint64_t bytes) {
 namespace detail {
 
 Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, char** base,
-                uint64_t* bytes) {
+                uint64_t* bytes, ucx::ScopedFd* link) {
   if (path.empty()) return Status::Unavailable("snapd offers no arena socket");
   auto connected = ConnectUnix(path);
   if (!connected.ok()) {
@@ -87,6 +87,7 @@ Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, ch
   (void)madvise(p, reply.arena_bytes, MADV_HUGEPAGE);
   *base = static_cast<char*>(p);
   *bytes = reply.arena_bytes;
+  if (link) *link = std::move(sock);
   return Status::Ok();
 }
 

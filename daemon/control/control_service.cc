@@ -126,14 +126,26 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
                            "the admin address serves snapctl; solvers open sessions on snapd's "
                            "unix socket, on the node"));
   }
-  if (req->ucx_address().empty() || req->ucx_address().size() > kMaxUcxAddressBytes) {
+  if (req->ucx_address().size() > kMaxUcxAddressBytes) {
     return Finish(ctx, Status::InvalidArgument(
-                           req->ucx_address().empty()
-                               ? "OpenSession needs ucx_address: the client's UCX worker address "
-                                 "(wire v" + std::to_string(wire::kVersion) + ")"
-                               : "ucx_address of " + std::to_string(req->ucx_address().size()) +
-                                     " bytes is over the limit of " +
-                                     std::to_string(kMaxUcxAddressBytes)));
+                           "ucx_address of " + std::to_string(req->ucx_address().size()) +
+                           " bytes is over the limit of " + std::to_string(kMaxUcxAddressBytes)));
+  }
+  auto answer = [this, resp](const Session& session) {
+    resp->set_session_id(session.id);
+    resp->set_token(session.token);
+    resp->set_data_plane_worker_address(data_plane_->worker_address());
+    resp->set_wire_version(wire::kVersion);
+    resp->set_max_message_bytes(store_->host_budget());
+    resp->set_arena_socket(arena_socket_);
+  };
+  if (req->ucx_address().empty()) {
+    // A mapped client: its link is the arena socket's connection (wire.h, "Session socket").
+    if (stopping_) return Finish(ctx, Status::Unavailable("snapd is stopping"));
+    Session session = sessions_->Open(req->client_name(), who.uid, /*socket_link=*/true);
+    data_plane_->ExpectSocket(session);
+    answer(session);
+    return Finish(ctx, Status::Ok());
   }
   if (opening_.fetch_add(1) >= kMaxOpening) {
     opening_.fetch_sub(1);
@@ -144,7 +156,7 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
   // Vetting the address takes a child process: off the reactor, on the vetting threads.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   vetting_.Submit(
-      [this, reactor, resp, uid = who.uid, name = req->client_name(),
+      [this, reactor, answer, uid = who.uid, name = req->client_name(),
        address = req->ucx_address()] {
         Status s = stopping_ ? Status::Unavailable("snapd is stopping")
                              : CheckUcxAddress(address, std::chrono::seconds(10));
@@ -154,12 +166,7 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
           if (!s.ok()) {
             (void)sessions_->Close(session.id, session.token);
           } else {
-            resp->set_session_id(session.id);
-            resp->set_token(session.token);
-            resp->set_data_plane_worker_address(data_plane_->worker_address());
-            resp->set_wire_version(wire::kVersion);
-            resp->set_max_message_bytes(store_->host_budget());
-            resp->set_arena_socket(arena_socket_);
+            answer(session);
           }
         }
         if (RefusalReason(s.code())) {

@@ -29,19 +29,24 @@ bool SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
 
 }  // namespace
 
-Result<std::unique_ptr<ArenaSocket>> ArenaSocket::Start(const std::string& path,
-                                                        HostTier* tier,
-                                                        SessionTable* sessions) {
+Result<std::unique_ptr<ArenaSocket>> ArenaSocket::Start(const std::string& path, HostTier* tier,
+                                                        SessionTable* sessions,
+                                                        OnLinked on_linked) {
   // 0666: the uid check happens per connection.
   SNAPD_ASSIGN_OR_RETURN(ucx::ScopedFd fd, ListenUnix(path, 0666, "arena socket"));
-  std::unique_ptr<ArenaSocket> s(new ArenaSocket(path, std::move(fd), tier, sessions));
+  std::unique_ptr<ArenaSocket> s(
+      new ArenaSocket(path, std::move(fd), tier, sessions, std::move(on_linked)));
   s->thread_ = std::thread([p = s.get()] { p->Serve(); });
   return s;
 }
 
 ArenaSocket::ArenaSocket(std::string path, ucx::ScopedFd listen_fd, HostTier* tier,
-                         SessionTable* sessions)
-    : path_(std::move(path)), listen_fd_(std::move(listen_fd)), tier_(tier), sessions_(sessions) {}
+                         SessionTable* sessions, OnLinked on_linked)
+    : path_(std::move(path)),
+      listen_fd_(std::move(listen_fd)),
+      tier_(tier),
+      sessions_(sessions),
+      on_linked_(std::move(on_linked)) {}
 
 ArenaSocket::~ArenaSocket() {
   shutdown(listen_fd_.get(), SHUT_RDWR);  // wakes accept() in Serve
@@ -56,11 +61,12 @@ void ArenaSocket::Serve() {
     });
     if (fd < 0) return;  // listening socket shut down
     ucx::ScopedFd conn(fd);
-    Answer(conn.get());
+    Answer(conn);
   }
 }
 
-void ArenaSocket::Answer(int fd) {
+void ArenaSocket::Answer(ucx::ScopedFd& conn) {
+  const int fd = conn.get();
   // A client that connects and sends nothing, or part of a request, must not stall the others
   // for long: every read and write on the connection gives up after 500 ms.
   timeval limit{0, 500 * 1000};
@@ -99,10 +105,12 @@ void ArenaSocket::Answer(int fd) {
     // Not an attack: with host_arenas = "shared", every client of another uid asks, then uses
     // the copied UCX path.
     SendReply(fd,
-              Status::PermissionDenied("the mapped host tier is shared only with uid " +
-                                       std::to_string(geteuid()) +
-                                       " (host_arenas = \"shared\"); uid " +
-                                       std::to_string(cred.uid) + " uses the copied UCX path"),
+              Status::PermissionDenied(
+                  "the mapped host tier is shared only with uid " + std::to_string(geteuid()) +
+                  " (host_arenas = \"shared\"); uid " + std::to_string(cred.uid) +
+                  " uses the copied UCX path, which for another uid needs "
+                  "UCX's tcp transport in UCX_TLS (docs/operations.md, "
+                  "\"Ports\")"),
               0, -1);
     return;
   }
@@ -115,6 +123,11 @@ void ArenaSocket::Answer(int fd) {
   if (!SendReply(fd, Status::Ok(), arena->second, arena->first)) {
     SNAPD_LOG_INFO("arena socket: session %llu left before the host tier was handed over",
                    static_cast<unsigned long long>(req.session_id));
+    return;
+  }
+  if (session->socket_link && on_linked_) {
+    // The data plane's socket is non-blocking: the 500 ms limits above no longer apply.
+    on_linked_(*session, std::move(conn));
   }
 }
 

@@ -84,9 +84,10 @@ DataPlane::~DataPlane() {
   }
   loop_->Post([this] {
     while (!conns_.empty()) {
-      ucp_ep_h ep = conns_.begin()->first;
+      ucp_ep_h ep = conns_.begin()->second.ep;
+      conns_.begin()->second.ep = nullptr;  // closed here, waiting, not later by Forget
       Forget(conns_.begin());
-      ucx::CloseEndpoint(*loop_, ep, /*force=*/true);
+      if (ep) ucx::CloseEndpoint(*loop_, ep, /*force=*/true);
     }
   });
   loop_->Stop();
@@ -96,11 +97,62 @@ template <typename T, wire::AmId kOp, bool kNeedsSession, DataPlane::Handler<T> 
 ucs_status_t DataPlane::Dispatch(void* arg, const void* header, size_t header_length, void* data,
                                  size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<DataPlane*>(arg);
-  Conn* conn = self->Admit(param, header, header_length, sizeof(T), kOp, kNeedsSession);
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+    self->Reject(log::Reason::kNoReplyEndpoint, "AM id " + std::to_string(kOp));
+    return UCS_OK;
+  }
+  Conn* conn = self->Admit(param->reply_ep, header, header_length, sizeof(T), kOp, kNeedsSession);
   if (conn == nullptr) return UCS_OK;  // UCX drops eager data and cancels an unread rendezvous
   T req;
   std::memcpy(&req, header, sizeof req);
   return (self->*H)(*conn, param->reply_ep, req, data, length, param);
+}
+
+template <typename T, wire::AmId kOp, DataPlane::Handler<T> H>
+void DataPlane::DispatchFromSocket(Link link, const void* message, size_t bytes) {
+  Conn* conn = Admit(link, message, bytes, sizeof(T), kOp, /*needs_session=*/true);
+  if (conn == nullptr) return;
+  T req;
+  std::memcpy(&req, message, sizeof req);
+  (void)(this->*H)(*conn, link, req, nullptr, 0, nullptr);
+}
+
+void DataPlane::DispatchSocket(Link link, uint16_t op, const void* message, size_t bytes) {
+  using wire::FetchRequest, wire::PushRequest;
+  switch (op) {
+    case wire::kReserve:
+      return DispatchFromSocket<PushRequest, wire::kReserve, &DataPlane::HandleReserve>(
+          link, message, bytes);
+    case wire::kCommit:
+      return DispatchFromSocket<PushRequest, wire::kCommit, &DataPlane::HandleCommit>(link, message,
+                                                                                      bytes);
+    case wire::kAbort:
+      return DispatchFromSocket<PushRequest, wire::kAbort, &DataPlane::HandleAbort>(link, message,
+                                                                                    bytes);
+    case wire::kFetchMapped:
+      return DispatchFromSocket<FetchRequest, wire::kFetchMapped, &DataPlane::HandleFetchMapped>(
+          link, message, bytes);
+    case wire::kReleaseLease:
+      return DispatchFromSocket<wire::LeaseRelease, wire::kReleaseLease,
+                                &DataPlane::HandleReleaseLease>(link, message, bytes);
+    default:
+      break;
+  }
+  // Hello, Push, Fetch or an unknown op: answered when it carries a request id.
+  auto it = conns_.find(link);
+  if (it == conns_.end()) return;
+  Status why = Status::InvalidArgument(
+      "op " + std::to_string(op) +
+      " over a session socket, which carries only the mapped path's messages (Reserve, "
+      "Commit, Abort, FetchMapped, ReleaseLease); copied pushes and fetches need a session "
+      "with a UCX endpoint");
+  Reject(log::Reason::kMalformed,
+         "session " + std::to_string(it->second.session_id) + ": " + why.ToString());
+  wire::Header h{};
+  if (bytes >= sizeof h) {
+    std::memcpy(&h, message, sizeof h);
+    Reply(link, h.request_id, why);
+  }
 }
 
 ucs_status_t DataPlane::OnUnknownId(void* arg, const void*, size_t header_length, void*,
@@ -131,7 +183,8 @@ void DataPlane::Register() {
 
 std::string DataPlane::Describe() const {
   return "UCX worker (" + std::to_string(loop_->address().size()) +
-         "-byte address, handed out by OpenSession; no listener)";
+         "-byte address, handed out by OpenSession; no listener; " + loop_->transports() +
+         ") and session sockets";
 }
 
 Status DataPlane::Connect(const Session& session, const std::string& client_address) {
@@ -149,6 +202,7 @@ Status DataPlane::Connect(const Session& session, const std::string& client_addr
     conn.serial = next_serial_++;
     conn.session_id = session.id;
     conn.token = session.token;
+    conn.ep = *ep;
     // Pushes and fetches touch only the session's own runs (root and snapd's uid: any run).
     conn.tenant = Tenant{session.uid, TrustedUid(session.uid)};
     conn.opened = std::chrono::steady_clock::now();
@@ -168,8 +222,21 @@ void DataPlane::Sweep() {
       SNAPD_LOG_INFO("session %llu: closed, its client did not connect within %lld s",
                      static_cast<unsigned long long>(it->second.session_id),
                      static_cast<long long>(options_.connect_timeout.count()));
-      CloseLater(it->first);
       Forget(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = awaited_sockets_.begin(); it != awaited_sockets_.end();) {
+    if (now - it->second.since > options_.connect_timeout) {
+      SNAPD_LOG_INFO(
+          "session %llu: closed, its client did not bring its session socket within "
+          "%lld s",
+          static_cast<unsigned long long>(it->first),
+          static_cast<long long>(options_.connect_timeout.count()));
+      store_->EndSession(it->first, /*died=*/false);
+      (void)sessions_->Close(it->first, it->second.token);
+      it = awaited_sockets_.erase(it);
     } else {
       ++it;
     }
@@ -186,17 +253,75 @@ void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   SNAPD_LOG_INFO("session %llu: client disconnected (UCX: %s)",
                  static_cast<unsigned long long>(it->second.session_id), ucs_status_string(status));
   self->Forget(it, /*died=*/true);
-  self->CloseLater(ep);
 }
 
-void DataPlane::Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it, bool died) {
+void DataPlane::Forget(std::unordered_map<Link, Conn>::iterator it, bool died) {
   for (const auto& [key, r] : it->second.reserved) store_->AbortPush(r.ticket);
   // Device steps held in that client's GPU memory died with its endpoint.
   if (it->second.session_id != 0) {
     store_->EndSession(it->second.session_id, died);
     (void)sessions_->Close(it->second.session_id, it->second.token);  // may be closed already
   }
-  conns_.erase(it);
+  if (it->second.ep) CloseLater(it->second.ep);
+  conns_.erase(it);  // a session socket closes here
+}
+
+void DataPlane::ExpectSocket(const Session& session) {
+  loop_->Post([this, id = session.id, token = session.token] {
+    awaited_sockets_[id] = AwaitedSocket{token, Clock::now()};
+  });
+}
+
+void DataPlane::AttachSocket(const Session& session, ucx::ScopedFd fd) {
+  auto shared = std::make_shared<ucx::ScopedFd>(std::move(fd));
+  loop_->Post([this, session, shared] {
+    auto awaited = awaited_sockets_.find(session.id);
+    if (awaited == awaited_sockets_.end() || awaited->second.token != session.token) {
+      Reject(log::Reason::kAnotherSession,
+             "a session socket for session " + std::to_string(session.id) +
+                 ", which expects none (opened with a UCX address, or its socket came already "
+                 "or expired); closed");
+      return;  // the connection closes with `shared`
+    }
+    awaited_sockets_.erase(awaited);
+    auto link_of = std::make_shared<Link>(nullptr);
+    const uint64_t serial = next_serial_++;
+    auto started = MessageSocket::Start(
+        loop_.get(), std::move(*shared), MessageSocket::Limits{wire::kMaxSocketMessage, 1 << 20},
+        [this, link_of](uint16_t op, const void* message, size_t bytes) {
+          DispatchSocket(*link_of, op, message, bytes);
+        },
+        [this, link_of, serial](const Status& why) {
+          // Forgotten from the loop, not inside the socket's own callback.
+          loop_->Post([this, link = *link_of, serial, why] {
+            auto it = conns_.find(link);
+            if (it == conns_.end() || it->second.serial != serial) return;
+            // How sessions end when their client ends or dies, not an error of snapd's.
+            SNAPD_LOG_INFO("session %llu: client disconnected (%s)",
+                           static_cast<unsigned long long>(it->second.session_id),
+                           why.ToString().c_str());
+            Forget(it, /*died=*/true);
+          });
+        });
+    if (!started.ok()) {
+      SNAPD_LOG_WARN("session %llu: cannot serve its session socket: %s",
+                     static_cast<unsigned long long>(session.id),
+                     started.status().ToString().c_str());
+      store_->EndSession(session.id, /*died=*/false);
+      (void)sessions_->Close(session.id, session.token);
+      return;
+    }
+    Conn conn;
+    conn.serial = serial;
+    conn.session_id = session.id;
+    conn.token = session.token;
+    conn.hello = true;  // the arena socket checked its id, token and uid
+    conn.tenant = Tenant{session.uid, TrustedUid(session.uid)};
+    conn.opened = Clock::now();
+    conn.socket = std::move(started).value();
+    *link_of = conn.socket.get();
+    conns_[*link_of] = std::move(conn);
+  });
 }
 
 void DataPlane::CloseLater(ucp_ep_h ep) {
@@ -221,7 +346,6 @@ void DataPlane::DropSession(uint64_t session_id) {
   loop_->Post([this, session_id] {
     for (auto it = conns_.begin(); it != conns_.end();) {
       if (it->second.session_id == session_id) {
-        CloseLater(it->first);
         Forget(it++);
       } else {
         ++it;
@@ -230,16 +354,10 @@ void DataPlane::DropSession(uint64_t session_id) {
   });
 }
 
-DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* header,
-                                  size_t header_length, size_t expected_length, wire::AmId op,
-                                  bool needs_session) {
+DataPlane::Conn* DataPlane::Admit(Link link, const void* header, size_t header_length,
+                                  size_t expected_length, wire::AmId op, bool needs_session) {
   std::string op_name = "AM id " + std::to_string(op);
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-    Reject(log::Reason::kNoReplyEndpoint, op_name);
-    return nullptr;
-  }
-  ucp_ep_h ep = param->reply_ep;
-  auto it = conns_.find(ep);
+  auto it = conns_.find(link);
   if (it == conns_.end()) {
     // Not answered: an endpoint snapd did not create is UCX's to free at any time.
     Reject(log::Reason::kUnknownEndpoint, op_name + " (open a session first)");
@@ -249,7 +367,7 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
   auto refuse = [&](log::Reason reason, uint64_t request_id, Status status) {
     Reject(reason, "session " + std::to_string(conn.session_id) + ", " + op_name + ": " +
                        status.ToString());
-    Reply(ep, request_id, status);
+    Reply(link, request_id, status);
     return nullptr;
   };
   wire::Header h{};
@@ -298,32 +416,32 @@ DataPlane::Conn* DataPlane::Admit(const ucp_am_recv_param_t* param, const void* 
   return &conn;
 }
 
-ucs_status_t DataPlane::HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req, void*,
+ucs_status_t DataPlane::HandleHello(Conn& conn, Link link, const wire::HelloRequest& req, void*,
                                     size_t, const ucp_am_recv_param_t*) {
   if (req.session_id != conn.session_id) {
     Reject(log::Reason::kAnotherSession, "Hello for session " + std::to_string(req.session_id) +
                                              " on the endpoint of session " +
                                              std::to_string(conn.session_id));
-    Reply(ep, req.header.request_id,
+    Reply(link, req.header.request_id,
           Status::Unauthenticated("session " + std::to_string(req.session_id) +
                                   " is not the session this endpoint was opened for"));
     return UCS_OK;
   }
   conn.hello = true;
-  Reply(ep, req.header.request_id, Status::Ok());
+  Reply(link, req.header.request_id, Status::Ok());
   return UCS_OK;
 }
 
 DataPlane::Conn* DataPlane::Find(const Peer& peer) {
-  auto it = conns_.find(peer.ep);
+  auto it = conns_.find(peer.link);
   return it != conns_.end() && it->second.serial == peer.serial ? &it->second : nullptr;
 }
 
-void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status) {
-  Reply(ep, request_id, status, ReplyBody());
+void DataPlane::Reply(Link link, uint64_t request_id, const Status& status) {
+  Reply(link, request_id, status, ReplyBody());
 }
 
-void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, ReplyBody body) {
+void DataPlane::Reply(Link link, uint64_t request_id, const Status& status, ReplyBody body) {
   auto reply = std::make_shared<wire::Reply>();
   std::memset(reply.get(), 0, sizeof *reply);
   reply->header = wire::MakeHeader(wire::kReply, 0, request_id);
@@ -333,13 +451,20 @@ void DataPlane::Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, Re
   size_t n = std::min(status.message().size(), wire::kMaxReplyMessage);
   std::memcpy(reply->message, status.message().data(), n);
   reply->message_length = static_cast<uint32_t>(n);
-  auto conn = conns_.find(ep);
+  auto conn = conns_.find(link);
   if (conn == conns_.end()) return;  // client went away; nothing to answer
+  if (conn->second.socket) {
+    // A session socket carries no AM data: only the mapped path's Replies come here. If it
+    // ends on this send, its conn is forgotten from the loop, not under the caller.
+    conn->second.socket->Send(wire::kReply, reply.get(), sizeof *reply);
+    return;
+  }
   // Sent from the loop, not from inside the UCX callback that produced it.
-  loop_->Post([this, peer = Peer{ep, conn->second.serial}, reply, data = body.data,
+  loop_->Post([this, peer = Peer{link, conn->second.serial}, reply, data = body.data,
                keep = std::move(body.keep), since = body.since, on_sent = std::move(body.on_sent)] {
-    if (!Find(peer)) return;  // client went away; nothing to answer
-    ucp_ep_h ep = peer.ep;
+    Conn* to = Find(peer);
+    if (!to) return;  // client went away; nothing to answer
+    ucp_ep_h ep = to->ep;
     bool is_fetch = data != nullptr;
     ucp_request_param_t p =
         ucx::SendParam([this, reply, keep, is_fetch, since, on_sent](ucs_status_t s, size_t) {

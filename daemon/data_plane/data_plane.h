@@ -1,13 +1,17 @@
 // The UCX data plane of snapd: one UCX worker and the active-message handlers that move
 // snapshot bytes between solver processes and the tiers (wire format: proto/snapd/wire.h).
 //
-// Endpoints: there is no listener. OpenSession (control plane, SO_PEERCRED) hands the client
-// the worker's address and calls Connect() with the client's own worker address, which
-// CheckUcxAddress has vetted; the endpoint Connect creates is bound to that session from the
-// start, and UCX pairs it with the one the client creates to this worker. Every message is
-// admitted by its endpoint: one that no session created is dropped, as is an AM id outside
-// the wire format (a handler covers all 65536 ids, so UCX never indexes past its table).
-// Rejections are counted and logged, at most a few lines a second.
+// Links: a session reaches the data plane over one link, a UCX endpoint or a session socket.
+// - Endpoints: there is no listener. OpenSession (control plane, SO_PEERCRED) hands the
+//   client the worker's address and calls Connect() with the client's own worker address,
+//   which CheckUcxAddress has vetted; the endpoint Connect creates is bound to that session
+//   from the start, and UCX pairs it with the one the client creates to this worker.
+// - Session sockets: a session opened without a UCX address (ExpectSocket) gets its arena
+//   socket connection, authenticated there by id, token and SO_PEERCRED, as its link
+//   (AttachSocket); it carries the mapped path's messages only (wire.h).
+// Every message is admitted by its link: an endpoint that no session created is dropped, as
+// is an AM id outside the wire format (a handler covers all 65536 ids, so UCX never indexes
+// past its table). Rejections are counted and logged, at most a few lines a second.
 //
 // Mapped path (same node, the default there): the client holds its own uid's host-tier arena
 // mapped (with host_arenas = "shared": root and snapd's uid only) and copies bytes itself;
@@ -24,9 +28,10 @@
 // reply goes out from there. A waiting rendezvous push keeps its descriptor (UCS_INPROGRESS)
 // and is received once it has room; a waiting eager push keeps a copy of its bytes.
 //
-// Threading: one WorkerLoop thread owns the UCX worker and every endpoint; all handlers run
-// on it (the sweeper thread only posts Sweep to it). DropSession() is thread-safe (it posts to the
-// loop). Counters are atomic.
+// Threading: one WorkerLoop thread owns the UCX worker, every endpoint and every session
+// socket; all handlers run on it (the sweeper thread only posts Sweep to it). DropSession(),
+// ExpectSocket() and AttachSocket() are thread-safe (they post to the loop). Counters are
+// atomic.
 #pragma once
 
 #include <atomic>
@@ -45,6 +50,7 @@
 #include "log.h"
 #include "metrics/latency_histogram.h"
 #include "sessions/sessions.h"
+#include "snapd/message_socket.h"
 #include "snapd/ucx.h"
 #include "snapd/wire.h"
 #include "store/store.h"
@@ -99,11 +105,22 @@ class DataPlane {
   // Creates the session's endpoint to the client worker at `client_address` (vetted by
   // CheckUcxAddress). Blocks until the loop thread has done it: not for reactors.
   Status Connect(const Session& session, const std::string& client_address);
-  // Closes the endpoints bound to a session that the control plane closed.
+  // Closes the links bound to a session that the control plane closed.
   void DropSession(uint64_t session_id);
+  // `session` was opened without a UCX address: its link will be its session socket. Unless
+  // AttachSocket brings it within the connect timeout, the session is closed.
+  void ExpectSocket(const Session& session);
+  // The arena socket authenticated `fd` for `session` and handed it its arena: it becomes the
+  // session's link. A session that expects none (a UCX session, one whose socket came already
+  // or expired) gets the connection closed, and the refusal is logged.
+  void AttachSocket(const Session& session, ucx::ScopedFd fd);
   const DataPlaneCounters& counters() const { return counters_; }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  // What a Conn is found by: the ucp_ep_h of its UCX endpoint, or the MessageSocket* of its
+  // session socket. Only compared, never dereferenced through this type.
+  using Link = const void*;
   struct Conn {
     // Unique per endpoint this data plane made. UCX may hand a closed endpoint's handle to a
     // later client, so a callback that outlives its endpoint names it by handle and serial
@@ -111,6 +128,8 @@ class DataPlane {
     uint64_t serial = 0;
     uint64_t session_id = 0;  // the session that created the endpoint
     uint64_t token = 0;
+    ucp_ep_h ep = nullptr;                  // the link: a UCX endpoint, or
+    std::unique_ptr<MessageSocket> socket;  // the session socket
     bool hello = false;  // the client said Hello: it may push and fetch
     std::chrono::steady_clock::time_point opened;
     Tenant tenant;  // the session's uid (from the control socket's SO_PEERCRED)
@@ -134,9 +153,9 @@ class DataPlane {
     // Mapped pushes waiting for host room (counted against kMaxReservationsPerEndpoint).
     size_t parked = 0;
   };
-  // An endpoint as a store callback (which may outlive it) names it.
+  // A link as a store callback (which may outlive it) names it.
   struct Peer {
-    ucp_ep_h ep;
+    Link link;
     uint64_t serial;
   };
   // The connection `peer` names; null once its endpoint is gone (closed, or its handle reused).
@@ -178,7 +197,8 @@ class DataPlane {
   // Returns UCS_INPROGRESS when it keeps a rendezvous descriptor past the callback (a push
   // waiting for host room), else UCS_OK.
   template <typename T>
-  using Handler = ucs_status_t (DataPlane::*)(Conn& conn, ucp_ep_h ep, const T& req, void* data,
+  // `param` is null for a message from a session socket (which carries no AM data).
+  using Handler = ucs_status_t (DataPlane::*)(Conn& conn, Link link, const T& req, void* data,
                                               size_t length, const ucp_am_recv_param_t* param);
   // The UCX callback for AM id `kOp`: admits the message (see Admit), copies its header into a
   // T, and calls `H`.
@@ -187,35 +207,46 @@ class DataPlane {
                                size_t length, const ucp_am_recv_param_t* param);
   template <typename T, wire::AmId kOp, bool kNeedsSession, Handler<T> H>
   void Register();
+  // A message from a session socket: admitted as a UCX one is, then the same handler; only
+  // the mapped path's messages are accepted there.
+  void DispatchSocket(Link link, uint16_t op, const void* message, size_t bytes);
+  template <typename T, wire::AmId kOp, Handler<T> H>
+  void DispatchFromSocket(Link link, const void* message, size_t bytes);
+  // Sessions opened without a UCX address whose socket has not come yet (loop thread).
+  struct AwaitedSocket {
+    uint64_t token;
+    Clock::time_point since;
+  };
+  std::unordered_map<uint64_t, AwaitedSocket> awaited_sockets_;
 
-  ucs_status_t HandleHello(Conn& conn, ucp_ep_h ep, const wire::HelloRequest& req, void* data,
+  ucs_status_t HandleHello(Conn& conn, Link link, const wire::HelloRequest& req, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
-  ucs_status_t HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+  ucs_status_t HandlePush(Conn& conn, Link link, const wire::PushRequest& req, void* data,
                           size_t length, const ucp_am_recv_param_t* param);
-  ucs_status_t HandleFetch(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
+  ucs_status_t HandleFetch(Conn& conn, Link link, const wire::FetchRequest& req, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
-  ucs_status_t HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+  ucs_status_t HandleReserve(Conn& conn, Link link, const wire::PushRequest& req, void* data,
                              size_t length, const ucp_am_recv_param_t* param);
-  ucs_status_t HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+  ucs_status_t HandleCommit(Conn& conn, Link link, const wire::PushRequest& req, void* data,
                             size_t length, const ucp_am_recv_param_t* param);
-  ucs_status_t HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void* data,
+  ucs_status_t HandleFetchMapped(Conn& conn, Link link, const wire::FetchRequest& req, void* data,
                                  size_t length, const ucp_am_recv_param_t* param);
   // Removes and returns the endpoint's reservation of req's step; without one, answers
   // FAILED_PRECONDITION ("`what` of step S ... without a reservation") and returns nullopt.
-  std::optional<Conn::Reservation> TakeReservation(Conn& conn, ucp_ep_h ep,
+  std::optional<Conn::Reservation> TakeReservation(Conn& conn, Link link,
                                                    const wire::PushRequest& req, const char* what);
-  ucs_status_t HandleAbort(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void* data,
+  ucs_status_t HandleAbort(Conn& conn, Link link, const wire::PushRequest& req, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
-  ucs_status_t HandleReleaseLease(Conn& conn, ucp_ep_h ep, const wire::LeaseRelease& req,
-                                  void* data, size_t length, const ucp_am_recv_param_t* param);
-  // Forgets a connection: aborts its reservations, drops its leases, ends its session.
-  void Forget(std::unordered_map<ucp_ep_h, Conn>::iterator it, bool died = false);
+  ucs_status_t HandleReleaseLease(Conn& conn, Link link, const wire::LeaseRelease& req, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param);
+  // Forgets a connection: aborts its reservations, drops its leases, ends its session, and
+  // closes its link (a UCX endpoint later, from the loop; a session socket now).
+  void Forget(std::unordered_map<Link, Conn>::iterator it, bool died = false);
 
-  // Checks endpoint, header size, magic, version, op and (unless Hello) the session token.
+  // Checks the link, header size, magic, version, op and (unless Hello) the session token.
   // On failure counts the message as rejected, answers it when it can, and returns null.
-  Conn* Admit(const ucp_am_recv_param_t* param, const void* header, size_t header_length,
-              size_t expected_length, wire::AmId op, bool needs_session);
-  using Clock = std::chrono::steady_clock;
+  Conn* Admit(Link link, const void* header, size_t header_length, size_t expected_length,
+              wire::AmId op, bool needs_session);
   // `arrived`: when the push's first message reached snapd (its latency is observed here).
   // Commits the push, and answers it if its endpoint is still connected.
   void FinishPush(const Peer& peer, uint64_t request_id, const Store::PushTicket& ticket,
@@ -233,12 +264,13 @@ class DataPlane {
                   Clock::time_point arrived);
   // Both fetch paths: asks the store for the step's host bytes, then answers in OnFetched
   // (mapped: a lease and the arena offset; copied: the bytes as the Reply's data).
-  void StartFetch(const Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, bool mapped);
+  void StartFetch(const Conn& conn, Link link, const wire::FetchRequest& req, bool mapped);
   void OnFetched(const Peer& peer, uint64_t request_id, bool mapped, const wire::FetchRequest& req,
                  Result<Store::FetchGrant> grant);
-  // Posts a Reply to `ep`, sent if the endpoint is still the one connected now (loop thread).
-  void Reply(ucp_ep_h ep, uint64_t request_id, const Status& status, ReplyBody body);
-  void Reply(ucp_ep_h ep, uint64_t request_id, const Status& status);
+  // Answers on `link` (loop thread): a session socket's Reply is queued on it now; an
+  // endpoint's is posted, and sent if the endpoint is still the one connected then.
+  void Reply(Link link, uint64_t request_id, const Status& status, ReplyBody body);
+  void Reply(Link link, uint64_t request_id, const Status& status);
   void CloseLater(ucp_ep_h ep);
 
   const Options options_;
@@ -247,7 +279,7 @@ class DataPlane {
   DataPlaneCounters counters_;
   std::shared_ptr<Liveness> liveness_ = std::make_shared<Liveness>();
   // Loop-thread state. Declared before loop_ so it outlives the progress thread.
-  std::unordered_map<ucp_ep_h, Conn> conns_;
+  std::unordered_map<Link, Conn> conns_;
   uint64_t next_serial_ = 1;  // Conn::serial of the next endpoint
   log::RejectionLog rejections_{log::Surface::kDataPlane};
   std::unique_ptr<ucx::WorkerLoop> loop_;

@@ -20,11 +20,11 @@ Status DataPlane::MappedByEndpoint(const Conn& conn, const HostBlock& block, uin
       "); push and fetch it with the copied messages (Push, Fetch)");
 }
 
-ucs_status_t DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void*,
+ucs_status_t DataPlane::HandleReserve(Conn& conn, Link link, const wire::PushRequest& req, void*,
                                       size_t, const ucp_am_recv_param_t*) {
   uint64_t id = req.header.request_id;
   if (conn.reserved.size() + conn.parked >= kMaxReservationsPerEndpoint) {
-    Reply(ep, id,
+    Reply(link, id,
           Status::ResourceExhausted(
               std::to_string(kMaxReservationsPerEndpoint) +
               " pushes are already reserved and not committed on this endpoint; wait for "
@@ -36,7 +36,7 @@ ucs_status_t DataPlane::HandleReserve(Conn& conn, ucp_ep_h ep, const wire::PushR
   bool waits = store_->BeginPush(
       req.run_id, req.step, req.bytes,
       OnLoop<Result<Store::PushTicket>>(
-          [this, peer = Peer{ep, conn.serial}, id, arrived, parked](Result<Store::PushTicket> t) {
+          [this, peer = Peer{link, conn.serial}, id, arrived, parked](Result<Store::PushTicket> t) {
             OnReserved(peer, id, *parked, std::move(t), arrived);
           }),
       conn.tenant);
@@ -55,15 +55,15 @@ void DataPlane::OnReserved(const Peer& peer, uint64_t id, bool parked, Result<St
     return;
   }
   Conn& conn = *found;
-  ucp_ep_h ep = peer.ep;
+  Link link = peer.link;
   if (parked) --conn.parked;
   if (!t.ok()) {
-    Reply(ep, id, t.status());
+    Reply(link, id, t.status());
     return;
   }
   if (Status s = MappedByEndpoint(conn, *t->block, t->run_id, t->step); !s.ok()) {
     store_->AbortPush(*t);
-    Reply(ep, id, s);
+    Reply(link, id, s);
     return;
   }
   ReplyBody body;
@@ -71,15 +71,15 @@ void DataPlane::OnReserved(const Peer& peer, uint64_t id, bool parked, Result<St
   Store::PushTicket ticket = std::move(t).value();
   conn.reserved[{ticket.run_id, ticket.step}] =
       Conn::Reservation{std::move(ticket), Clock::now(), arrived};
-  Reply(ep, id, Status::Ok(), std::move(body));
+  Reply(link, id, Status::Ok(), std::move(body));
 }
 
-std::optional<DataPlane::Conn::Reservation> DataPlane::TakeReservation(Conn& conn, ucp_ep_h ep,
+std::optional<DataPlane::Conn::Reservation> DataPlane::TakeReservation(Conn& conn, Link link,
                                                                        const wire::PushRequest& req,
                                                                        const char* what) {
   auto it = conn.reserved.find({req.run_id, req.step});
   if (it == conn.reserved.end()) {
-    Reply(ep, req.header.request_id,
+    Reply(link, req.header.request_id,
           Status::FailedPrecondition(std::string(what) + " of step " + std::to_string(req.step) +
                                      " of run id " + std::to_string(req.run_id) +
                                      " without a reservation on this endpoint"));
@@ -90,9 +90,9 @@ std::optional<DataPlane::Conn::Reservation> DataPlane::TakeReservation(Conn& con
   return r;
 }
 
-ucs_status_t DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void*,
+ucs_status_t DataPlane::HandleCommit(Conn& conn, Link link, const wire::PushRequest& req, void*,
                                      size_t, const ucp_am_recv_param_t*) {
-  std::optional<Conn::Reservation> r = TakeReservation(conn, ep, req, "commit");
+  std::optional<Conn::Reservation> r = TakeReservation(conn, link, req, "commit");
   if (!r) return UCS_OK;
   // The client's own copy time when reported: reservation-to-commit would also count time
   // the push spent queued behind earlier copies in a pipelining client.
@@ -101,21 +101,21 @@ ucs_status_t DataPlane::HandleCommit(Conn& conn, ucp_ep_h ep, const wire::PushRe
   } else {
     counters_.AddWrite(req.bytes, r->since);
   }
-  FinishPush(Peer{ep, conn.serial}, req.header.request_id, r->ticket, r->arrived);
+  FinishPush(Peer{link, conn.serial}, req.header.request_id, r->ticket, r->arrived);
   return UCS_OK;
 }
 
-ucs_status_t DataPlane::HandleAbort(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req, void*,
+ucs_status_t DataPlane::HandleAbort(Conn& conn, Link link, const wire::PushRequest& req, void*,
                                     size_t, const ucp_am_recv_param_t*) {
-  std::optional<Conn::Reservation> r = TakeReservation(conn, ep, req, "abort");
+  std::optional<Conn::Reservation> r = TakeReservation(conn, link, req, "abort");
   if (!r) return UCS_OK;
   store_->AbortPush(r->ticket);  // the step and its tier memory are free again
-  Reply(ep, req.header.request_id, Status::Ok());
+  Reply(link, req.header.request_id, Status::Ok());
   return UCS_OK;
 }
 
-ucs_status_t DataPlane::HandleReleaseLease(Conn& conn, ucp_ep_h, const wire::LeaseRelease& req,
-                                           void*, size_t, const ucp_am_recv_param_t*) {
+ucs_status_t DataPlane::HandleReleaseLease(Conn& conn, Link, const wire::LeaseRelease& req, void*,
+                                           size_t, const ucp_am_recv_param_t*) {
   auto lease = conn.leases.find(req.lease);
   if (lease == conn.leases.end()) return UCS_OK;  // release is idempotent
   const Conn::Lease& l = lease->second;

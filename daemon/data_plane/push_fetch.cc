@@ -9,11 +9,11 @@
 
 namespace snapd {
 
-ucs_status_t DataPlane::HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequest& req,
-                                   void* data, size_t length, const ucp_am_recv_param_t* param) {
+ucs_status_t DataPlane::HandlePush(Conn& conn, Link link, const wire::PushRequest& req, void* data,
+                                   size_t length, const ucp_am_recv_param_t* param) {
   uint64_t id = req.header.request_id;
   if (length != req.bytes) {
-    Reply(ep, id,
+    Reply(link, id,
           Status::InvalidArgument("push header says " + std::to_string(req.bytes) + " bytes but " +
                                   std::to_string(length) + " bytes of data arrived"));
     return UCS_OK;
@@ -25,14 +25,14 @@ ucs_status_t DataPlane::HandlePush(Conn& conn, ucp_ep_h ep, const wire::PushRequ
   auto kept = std::make_shared<std::optional<std::vector<char>>>();
   bool waits = store_->BeginPush(
       req.run_id, req.step, req.bytes,
-      OnLoop<Result<Store::PushTicket>>([this, peer = Peer{ep, conn.serial}, id, data, length, rndv,
-                                         kept, arrived](Result<Store::PushTicket> t) {
+      OnLoop<Result<Store::PushTicket>>([this, peer = Peer{link, conn.serial}, id, data, length,
+                                         rndv, kept, arrived](Result<Store::PushTicket> t) {
         bool kept_rndv = rndv && kept->has_value();  // a parked rendezvous: ours to release
         bool gone = !Find(peer);
         if (gone || !t.ok()) {
           if (t.ok()) store_->AbortPush(*t);
           if (kept_rndv) ucp_am_data_release(loop_->worker(), data);
-          if (!gone) Reply(peer.ep, id, t.status());
+          if (!gone) Reply(peer.link, id, t.status());
           return;
         }
         const std::vector<char>* eager = !rndv && kept->has_value() ? &**kept : nullptr;
@@ -68,7 +68,7 @@ void DataPlane::ReceivePush(const Peer& peer, uint64_t id, Store::PushTicket t, 
           SNAPD_LOG_WARN("push of run %llu step %llu abandoned: %s",
                          static_cast<unsigned long long>(t.run_id),
                          static_cast<unsigned long long>(t.step), ucs_status_string(s));
-          if (Find(peer)) Reply(peer.ep, id, ucx::FromUcs(s, "receiving the snapshot"));
+          if (Find(peer)) Reply(peer.link, id, ucx::FromUcs(s, "receiving the snapshot"));
         }
       });
   ucx::Track(ucp_am_recv_data_nbx(loop_->worker(), data, dest, length, &p), p);
@@ -86,27 +86,27 @@ void DataPlane::FinishPush(const Peer& peer, uint64_t request_id, const Store::P
                          counters_.push_seconds.Observe(
                              std::chrono::duration<double>(Clock::now() - arrived).count());
                        }
-                       if (Find(peer)) Reply(peer.ep, request_id, s);
+                       if (Find(peer)) Reply(peer.link, request_id, s);
                      }));
 }
 
-ucs_status_t DataPlane::HandleFetch(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req, void*,
+ucs_status_t DataPlane::HandleFetch(Conn& conn, Link link, const wire::FetchRequest& req, void*,
                                     size_t, const ucp_am_recv_param_t*) {
-  StartFetch(conn, ep, req, /*mapped=*/false);
+  StartFetch(conn, link, req, /*mapped=*/false);
   return UCS_OK;
 }
 
-ucs_status_t DataPlane::HandleFetchMapped(Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req,
+ucs_status_t DataPlane::HandleFetchMapped(Conn& conn, Link link, const wire::FetchRequest& req,
                                           void*, size_t, const ucp_am_recv_param_t*) {
-  StartFetch(conn, ep, req, /*mapped=*/true);
+  StartFetch(conn, link, req, /*mapped=*/true);
   return UCS_OK;
 }
 
-void DataPlane::StartFetch(const Conn& conn, ucp_ep_h ep, const wire::FetchRequest& req,
+void DataPlane::StartFetch(const Conn& conn, Link link, const wire::FetchRequest& req,
                            bool mapped) {
   // OnFetched runs now, or when the step lands from disk.
   store_->BeginFetch(req.run_id, req.step, req.bytes, /*backward=*/true,
-                     OnLoop<Result<Store::FetchGrant>>([this, peer = Peer{ep, conn.serial}, req,
+                     OnLoop<Result<Store::FetchGrant>>([this, peer = Peer{link, conn.serial}, req,
                                                         mapped](Result<Store::FetchGrant> g) {
                        OnFetched(peer, req.header.request_id, mapped, req, std::move(g));
                      }),
@@ -117,15 +117,15 @@ void DataPlane::OnFetched(const Peer& peer, uint64_t id, bool mapped, const wire
                           Result<Store::FetchGrant> grant) {
   Conn* conn = Find(peer);
   if (!conn) return;  // the client left; the step stays stored
-  ucp_ep_h ep = peer.ep;
+  Link link = peer.link;
   if (!grant.ok()) {
-    Reply(ep, id, grant.status());
+    Reply(link, id, grant.status());
     return;
   }
   Store::FetchGrant g = std::move(grant).value();
   if (mapped) {
     if (Status s = MappedByEndpoint(*conn, *g.block, req.run_id, req.step); !s.ok()) {
-      Reply(ep, id, s);
+      Reply(link, id, s);
       return;
     }
   }
@@ -144,7 +144,7 @@ void DataPlane::OnFetched(const Peer& peer, uint64_t id, bool mapped, const wire
       store_->Consumed(run, step, gen);
     };
   }
-  Reply(ep, id, Status::Ok(), std::move(body));
+  Reply(link, id, Status::Ok(), std::move(body));
 }
 
 }  // namespace snapd

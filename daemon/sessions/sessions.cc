@@ -19,9 +19,9 @@ uint64_t RandomToken() {
 
 }  // namespace
 
-Session SessionTable::Open(const std::string& client_name, uint32_t uid) {
+Session SessionTable::Open(const std::string& client_name, uint32_t uid, bool socket_link) {
   MutexLock lock(mu_);
-  Session s{next_id_++, RandomToken(), uid, client_name};
+  Session s{next_id_++, RandomToken(), uid, client_name, socket_link};
   sessions_[s.id] = s;
   return s;
 }

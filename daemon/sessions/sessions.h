@@ -1,5 +1,6 @@
 // Control-plane sessions. A session hands out a random 64-bit token; a UCX endpoint must
-// present it (wire::HelloRequest) before it may push or fetch.
+// present it (wire::HelloRequest) before it may push or fetch, and a session socket presents
+// it to the arena socket (wire::ArenaRequest).
 // Thread-safe: one mutex guards the table.
 #pragma once
 
@@ -23,11 +24,15 @@ struct Session {
   uint64_t token = 0;
   uint32_t uid = 0;
   std::string client_name;
+  // Opened without a UCX address: its link is the session socket (its arena socket
+  // connection, kept open), not a UCX endpoint (wire.h).
+  bool socket_link = false;
 };
 
 class SessionTable {
  public:
-  Session Open(const std::string& client_name, uint32_t uid) SNAPD_EXCLUDES(mu_);
+  Session Open(const std::string& client_name, uint32_t uid, bool socket_link = false)
+      SNAPD_EXCLUDES(mu_);
   // NOT_FOUND unless both id and token match an open session.
   Status Close(uint64_t id, uint64_t token) SNAPD_EXCLUDES(mu_);
   std::optional<Session> Find(uint64_t id, uint64_t token) const SNAPD_EXCLUDES(mu_);

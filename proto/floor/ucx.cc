@@ -97,19 +97,46 @@ void Track(ucs_status_ptr_t request, const ucp_request_param_t& param) {
   }  // else: pending; the trampoline fires the callback and frees the request
 }
 
+namespace {
+
+// The environment's value of `name`, or null when unset or empty (UCX reads an empty
+// UCX_NET_DEVICES as "no device at all", which nobody means).
+const char* Chosen(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return FromUcs(s, "reading UCX configuration");
-  // Both peers are on one node (sessions are opened on a unix socket): UCX's network
-  // transports bind to loopback only, unless the operator chose devices with UCX_NET_DEVICES
-  // (set but empty counts as not chosen: UCX would read it as "no device at all").
-  const char* devices = std::getenv("UCX_NET_DEVICES");
-  if (devices == nullptr || *devices == '\0') {
-    s = ucp_config_modify(config, "NET_DEVICES", "lo");
-    if (s != UCS_OK) {
-      ucp_config_release(config);
-      return FromUcs(s, "restricting UCX to the loopback device");
+  // Both peers are on one node (sessions are opened on a unix socket). Unless the operator
+  // chose otherwise: every transport but tcp (shared memory, loopback, CUDA's), so no TCP port
+  // opens (UCX's tcp transport aborts the process on 13 bytes from any local user, UCX 1.13
+  // to master); shared memory with peer-failure detection, which snapd's endpoints ask for
+  // (without it UCX picks tcp for them); and network transports, if chosen, on loopback.
+  std::string transports;
+  struct Default {
+    const char* name;
+    const char* value;
+  };
+  for (Default d :
+       {Default{"TLS", "^tcp"}, Default{"MM_ERROR_HANDLING", "y"}, Default{"NET_DEVICES", "lo"}}) {
+    std::string env = std::string("UCX_") + d.name;
+    const char* chosen = Chosen(env.c_str());
+    if (chosen == nullptr) {
+      s = ucp_config_modify(config, d.name, d.value);
+      if (s != UCS_OK) {
+        ucp_config_release(config);
+        return FromUcs(s, "setting UCX's " + env + "=" + d.value);
+      }
+    }
+    if (std::string(d.name) == "TLS") {
+      transports = env + "=" +
+                   (chosen ? std::string(chosen) + " (from the environment)"
+                           : std::string(d.value) + " (snapd's default)");
     }
   }
   ucp_params_t params{};
@@ -145,24 +172,26 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
   if (epoll_fd.get() < 0 || wake_fd.get() < 0) {
     return Status::Internal(std::string("creating progress loop fds: ") + std::strerror(errno));
   }
+  uint64_t key = 0;  // 0: the worker's fd, 1: the wake fd (watched_ holds the rest)
   for (int fd : {worker_fd, wake_fd.get()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = fd;
+    ev.data.u64 = key++;
     if (epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       return Status::Internal(std::string("epoll_ctl: ") + std::strerror(errno));
     }
   }
   return std::unique_ptr<WorkerLoop>(new WorkerLoop(std::move(context), std::move(worker),
-                                                    std::move(address), std::move(epoll_fd),
-                                                    std::move(wake_fd)));
+                                                    std::move(address), std::move(transports),
+                                                    std::move(epoll_fd), std::move(wake_fd)));
 }
 
 WorkerLoop::WorkerLoop(ContextPtr context, WorkerPtr worker, std::string address,
-                       ScopedFd epoll_fd, ScopedFd wake_fd)
+                       std::string transports, ScopedFd epoll_fd, ScopedFd wake_fd)
     : context_(std::move(context)),
       worker_(std::move(worker)),
       address_(std::move(address)),
+      transports_(std::move(transports)),
       epoll_fd_(std::move(epoll_fd)),
       wake_fd_(std::move(wake_fd)) {}
 
@@ -205,6 +234,55 @@ void WorkerLoop::ProgressUntil(const std::function<bool()>& done) {
   while (!done()) ucp_worker_progress(worker_.get());
 }
 
+Status WorkerLoop::Watch(int fd, uint32_t events, std::function<void(uint32_t)> on_ready) {
+  epoll_event ev{};
+  ev.events = events;
+  auto known = watch_key_.find(fd);
+  if (known != watch_key_.end()) {
+    ev.data.u64 = known->second;
+    if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, fd, &ev) != 0) {
+      return Status::Internal(std::string("epoll_ctl(MOD): ") + std::strerror(errno));
+    }
+    watched_[known->second].on_ready = std::move(on_ready);
+    return Status::Ok();
+  }
+  ev.data.u64 = next_watch_key_;
+  if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+    return Status::Internal(std::string("epoll_ctl(ADD): ") + std::strerror(errno));
+  }
+  watched_[next_watch_key_] = Watched{fd, std::move(on_ready)};
+  watch_key_[fd] = next_watch_key_++;
+  return Status::Ok();
+}
+
+void WorkerLoop::Unwatch(int fd) {
+  auto known = watch_key_.find(fd);
+  if (known == watch_key_.end()) return;
+  epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  watched_.erase(known->second);
+  watch_key_.erase(known);
+}
+
+bool WorkerLoop::PollWatched(int timeout_ms) {
+  epoll_event events[16];
+  int n = epoll_wait(epoll_fd_.get(), events, 16, timeout_ms);
+  bool any = false;
+  for (int i = 0; i < n; ++i) {
+    uint64_t key = events[i].data.u64;
+    if (key == 1) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t r = ::read(wake_fd_.get(), &v, sizeof v);
+    } else if (key > 1) {
+      auto w = watched_.find(key);
+      if (w == watched_.end()) continue;   // unwatched by an earlier callback of this batch
+      auto on_ready = w->second.on_ready;  // the callback may unwatch its own fd
+      on_ready(events[i].events);
+      any = true;
+    }
+  }
+  return any;
+}
+
 void WorkerLoop::Run() {
   // Spin a little before sleeping: a backward pass issues requests back to back, and an
   // epoll round trip costs more than a few hundred empty progress calls. Each empty spin
@@ -212,11 +290,14 @@ void WorkerLoop::Run() {
   // other side's loop) may be queued on it. Without the yield, a 4 KiB fetch between 10 ms
   // of solver compute took 2.3 ms on a 2-core node, the spins of the two loops keeping each
   // other off the second core; with it, 0.28 ms (docs/architecture.md, "Threads").
+  // Watched fds (session sockets) are polled on every spin too, without waiting.
   constexpr int kSpinsBeforeSleep = 2000;
   int idle = 0;
   for (;;) {
     if (RunTasks()) break;
-    if (ucp_worker_progress(worker_.get()) != 0) {
+    bool progressed = ucp_worker_progress(worker_.get()) != 0;
+    if (!watched_.empty() && PollWatched(0)) progressed = true;
+    if (progressed) {
       idle = 0;
       continue;
     }
@@ -226,14 +307,7 @@ void WorkerLoop::Run() {
     }
     idle = 0;
     if (ucp_worker_arm(worker_.get()) == UCS_ERR_BUSY) continue;
-    epoll_event events[2];
-    int n = epoll_wait(epoll_fd_.get(), events, 2, 100);
-    for (int i = 0; i < n; ++i) {
-      if (events[i].data.fd == wake_fd_.get()) {
-        uint64_t v;
-        [[maybe_unused]] ssize_t r = ::read(wake_fd_.get(), &v, sizeof v);
-      }
-    }
+    PollWatched(100);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 
 #include "snapd/status.h"
 #include "snapd/thread_annotations.h"
@@ -65,6 +66,13 @@ void Track(ucs_status_ptr_t request, const ucp_request_param_t& param);
 // thread-safe and wakes the loop. Before Start(), the creating thread may use worker() to set
 // handlers. Stop() runs every task posted before it, then joins; the destructor calls Stop().
 // Members are destroyed worker before context (reverse declaration order), as UCX requires.
+//
+// Transports: unless the environment chooses them (UCX_TLS), a worker uses every transport but
+// tcp (`^tcp`: shared memory, loopback and, in a UCX built with them, CUDA's; network devices
+// are loopback only, below), with shared-memory peer-failure detection on
+// (UCX_MM_ERROR_HANDLING=y), and so opens no TCP port: UCX's tcp transport parses what any
+// local user sends to its port before snapd can vet it (docs/operations.md, "Ports").
+// `transports()` says what was chosen and by whom.
 class WorkerLoop {
  public:
   static Result<std::unique_ptr<WorkerLoop>> Create(const std::string& name);
@@ -77,6 +85,8 @@ class WorkerLoop {
   // The worker's packed UCX address (taken at Create), which a peer passes to
   // ConnectToWorker. Safe from any thread.
   const std::string& address() const { return address_; }
+  // "UCX_TLS=^tcp (snapd's default)" or "UCX_TLS=... (from the environment)".
+  const std::string& transports() const { return transports_; }
 
   void Start();
   void Post(std::function<void()> task) SNAPD_EXCLUDES(mu_);
@@ -89,21 +99,42 @@ class WorkerLoop {
   // (closing endpoints) that must finish before the worker goes away.
   void ProgressUntil(const std::function<bool()>& done);
 
+  // Calls `on_ready(events)` on the loop thread whenever `fd` is ready for any of `events`
+  // (EPOLLIN, EPOLLOUT; EPOLLHUP and EPOLLERR always) until Unwatch(fd); the loop polls it
+  // while it spins, not only when it sleeps. Loop thread only; `on_ready` may Watch or Unwatch
+  // any fd, its own included. An fd is watched once: Watch again changes its events.
+  Status Watch(int fd, uint32_t events, std::function<void(uint32_t)> on_ready);
+  void Unwatch(int fd);
+
  private:
-  WorkerLoop(ContextPtr context, WorkerPtr worker, std::string address, ScopedFd epoll_fd,
-             ScopedFd wake_fd);
+  WorkerLoop(ContextPtr context, WorkerPtr worker, std::string address, std::string transports,
+             ScopedFd epoll_fd, ScopedFd wake_fd);
   void Run();
   bool RunTasks() SNAPD_EXCLUDES(mu_);
+  // Runs the callbacks of the watched fds that `epoll_wait(timeout_ms)` reports ready; true
+  // when any was. Loop thread.
+  bool PollWatched(int timeout_ms);
 
   ContextPtr context_;
   WorkerPtr worker_;
   const std::string address_;
+  const std::string transports_;
   ScopedFd epoll_fd_;
   ScopedFd wake_fd_;
   Mutex mu_;
   std::deque<std::function<void()>> tasks_ SNAPD_GUARDED_BY(mu_);
   bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
   std::thread thread_;
+  // Loop thread: the watched fds by key (epoll_event.data.u64; the worker's fd is key 0 and
+  // the wake fd key 1), and each fd's key. Keys are never reused, so an event of an fd that
+  // was unwatched (and its number reused) in the same batch finds nothing.
+  struct Watched {
+    int fd;
+    std::function<void(uint32_t)> on_ready;
+  };
+  std::unordered_map<uint64_t, Watched> watched_;
+  std::unordered_map<int, uint64_t> watch_key_;
+  uint64_t next_watch_key_ = 2;
 };
 
 // Registers `cb(arg, ...)` as the handler of active-message id `id` on `worker`.

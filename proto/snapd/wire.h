@@ -1,6 +1,7 @@
-// snapd UCX data-plane wire format, version 2.
+// snapd data-plane wire format, version 3.
 //
-// Every data-plane message is a UCX active message (ucp_am_send_nbx). Its *header* is one of
+// A data-plane message is a UCX active message (ucp_am_send_nbx), or, on a session socket
+// (below), the same header after a SocketFrame. Its *header* is one of
 // the fixed-size structs below; snapshot bytes travel as the AM *data* (eager for small
 // messages, rendezvous otherwise, so large snapshots cross with at most one copy). All
 // integers are little-endian; structs are packed by construction (only 8-byte fields after an
@@ -22,16 +23,25 @@
 // catalog) or rejected; the client's own send completion is the *released* phase. Copied
 // fetch: one Reply whose data are the snapshot bytes (code 0) or empty (error).
 //
-// Mapped path (same node, same uid): the client holds the daemon's host-tier arena mapped
-// (its memfd arrives over the arena socket, ArenaRequest/ArenaReply below). kReserve reserves
+// Session socket: a client that maps its uid's arena opens its session without a UCX
+// address (OpenSessionRequest.ucx_address empty) and asks the arena socket for the arena;
+// that connection, authenticated by the session's id and token and by SO_PEERCRED, then stays
+// open as the session's link: the mapped path's messages (IsMappedPath) go over it, each one
+// SocketFrame then its header struct, and their Replies come back the same way (no AM data
+// ever: kPush, kFetch and kHello are refused there). Closing it ends the session. Such a client
+// needs no UCX endpoint, and so snapd no network transport (docs/operations.md, "Ports").
+//
+// Mapped path (same node): the client holds its uid's host-tier arena mapped (its memfd
+// arrives over the arena socket, ArenaRequest/ArenaReply below). kReserve reserves
 // the step and tier memory and answers with Reply.offset; the client copies its snapshot to
 // arena + offset (the one CPU copy; *released*), then kCommit records it (*stored* on Reply).
 // kFetchMapped answers with the block's offset and pins the block under lease `request_id`
 // until kReleaseLease; the client copies out of the arena. A client whose copy into the arena
 // could not start sends kAbort instead of kCommit: the reservation and its memory are freed,
-// answered by a Reply. An endpoint that goes away aborts its reservations and drops its leases.
-// The mapped-path messages (IsMappedPath below) are refused, PERMISSION_DENIED, from a session
-// whose uid is not root or snapd's own: only those uids receive the host tier's memfd.
+// answered by a Reply. A link (endpoint or session socket) that goes away aborts its
+// reservations and drops its leases. With host_arenas = "shared" the mapped-path messages
+// (IsMappedPath below) are refused, PERMISSION_DENIED, from a session whose uid is not root
+// or snapd's own: only those uids receive the shared arena's memfd.
 // Any message whose header size, magic, version or token is wrong is dropped and counted;
 // when it carries a plausible request_id it is answered with an error Reply. A message with
 // an AM id not listed above, or on an endpoint that no session created, is dropped, counted
@@ -45,9 +55,10 @@
 namespace snapd::wire {
 
 inline constexpr uint32_t kMagic = 0x50414E53;  // "SNAP" in little-endian bytes
+// Version 3: mapped clients speak over their session socket, with no UCX endpoint.
 // Version 2: endpoints are created from worker addresses exchanged in OpenSession (no
 // listener); version 1 clients connected to an IP:PORT.
-inline constexpr uint16_t kVersion = 2;
+inline constexpr uint16_t kVersion = 3;
 inline constexpr size_t kMaxReplyMessage = 232;
 
 enum AmId : uint16_t {
@@ -113,8 +124,9 @@ struct Reply {
 };
 
 // Arena socket (unix stream, path from OpenSession): the client sends one ArenaRequest; the
-// daemon answers one ArenaReply, carrying the arena memfd as SCM_RIGHTS when code is 0. Only
-// clients whose uid (SO_PEERCRED) is the daemon's, or root, are answered with the fd.
+// daemon answers one ArenaReply, carrying the memfd of the caller's uid's arena (SO_PEERCRED)
+// as SCM_RIGHTS when code is 0 (host_arenas = "shared": only to root and snapd's uid). For a
+// session opened without a UCX address the connection then stays open as its session socket.
 struct ArenaRequest {
   uint64_t session_id;
   uint64_t token;
@@ -127,7 +139,17 @@ struct ArenaReply {
   char message[kMaxReplyMessage];
 };
 
+// Session socket framing: `bytes` bytes of message (a header struct above, whose own op
+// repeats `op`) follow. `reserved` is 0.
+struct SocketFrame {
+  uint16_t op;
+  uint16_t bytes;
+  uint32_t reserved;
+};
+// The largest message a session socket carries (a Reply); a frame announcing more ends it.
+inline constexpr size_t kMaxSocketMessage = 512;
 static_assert(std::is_trivially_copyable_v<Reply>);
+static_assert(sizeof(SocketFrame) == 8);
 static_assert(sizeof(Header) == 24);
 static_assert(sizeof(HelloRequest) == 32);
 static_assert(sizeof(PushRequest) == 56);

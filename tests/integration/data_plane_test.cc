@@ -1,10 +1,9 @@
 // End-to-end behaviour of the real snapd binary over each data path: the copied path (UCX)
-// with UCX_TLS=tcp and with shared memory allowed (UCX_TLS=sm,tcp), and the mapped host tier.
-// Each case checks the transports the endpoint really uses (Client::data_transports): with
-// shared memory allowed UCX still picks tcp on loopback, because snapd's endpoints ask for peer
-// failure detection (UCP_ERR_HANDLING_MODE_PEER) and UCX 1.13's shared-memory transports do not
-// offer it unless UCX_MM_ERROR_HANDLING=y (cma has no active messages at all). If a UCX version
-// changes that, the "sm" cases fail here and the docs must say so.
+// over tcp (the operator's UCX_TLS=tcp) and over snapd's default transports (every one but
+// tcp, with UCX_MM_ERROR_HANDLING=y), and the mapped host tier over its session socket.
+// Each case checks the link the client really uses (Client::data_transports): by default UCX
+// 1.13 picks shared memory (sysv); a mapped client has no UCX endpoint at all. If a UCX
+// version picks otherwise, the "shared_memory" case fails here and the docs must say so.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <fcntl.h>
@@ -38,7 +37,11 @@ struct Transport {
 class DataPlaneTest : public SnapdTest, public ::testing::WithParamInterface<Transport> {
  protected:
   void SetUp() override {
-    setenv("UCX_TLS", GetParam().ucx_tls, 1);
+    if (*GetParam().ucx_tls) {
+      setenv("UCX_TLS", GetParam().ucx_tls, 1);
+    } else {
+      unsetenv("UCX_TLS");  // snapd's and libsnapd's default
+    }
     ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("512M")));
   }
   void TearDown() override {
@@ -293,8 +296,8 @@ TEST_P(DataPlaneTest, RestartedDaemonServesHostStepsFromDiskAndNewRuns) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, DataPlaneTest,
                          ::testing::Values(Transport{"tcp", "tcp", false, "tcp/lo"},
-                                           Transport{"sm_tcp", "sm,tcp", false, "tcp/lo"},
-                                           Transport{"sm_tcp_mapped", "sm,tcp", true, "tcp/lo"}),
+                                           Transport{"shared_memory", "", false, "sysv/memory"},
+                                           Transport{"mapped", "", true, "unix/session-socket"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // A solver process maps the host tier afresh for every shot. The client populates the tier

@@ -186,8 +186,11 @@ TEST_F(WireTest, AnAbortedReservationFreesTheStepAndItsMemory) {
   ExpectRoundTrip();
 }
 
+// Over a session socket, the mapped path's link: closing it ends the session at once.
 TEST_F(WireTest, ReservationsBeyondThePerEndpointCapAreRefused) {
-  Hello(1);
+  std::string error;
+  auto mapped = RawPeer::OpenSocket(stub(), &error);
+  ASSERT_NE(mapped, nullptr) << error;
   grpc::ClientContext ctx;
   v1::OpenRunRequest open;
   open.mutable_spec()->set_name("pinned");
@@ -198,10 +201,10 @@ TEST_F(WireTest, ReservationsBeyondThePerEndpointCapAreRefused) {
   uint64_t granted = 0;
   for (uint64_t step = 0;; ++step) {
     ASSERT_LT(step, 4096u) << "no cap on reservations";
-    wire::PushRequest p{wire::MakeHeader(wire::kReserve, session_.token(), 100 + step),
+    wire::PushRequest p{wire::MakeHeader(wire::kReserve, mapped->session().token(), 100 + step),
                         run.run().run_id(), step, 4096, 0};
-    peer_->Send(wire::kReserve, &p, sizeof p);
-    auto r = peer_->WaitReply(100 + step);
+    mapped->Send(wire::kReserve, &p, sizeof p);
+    auto r = mapped->WaitReply(100 + step);
     ASSERT_TRUE(r.has_value());
     if (r->code == 0) {
       ++granted;
@@ -213,7 +216,7 @@ TEST_F(WireTest, ReservationsBeyondThePerEndpointCapAreRefused) {
     break;
   }
   EXPECT_GT(granted, 1u);
-  peer_.reset();  // disconnecting releases every reservation
+  mapped.reset();  // disconnecting releases every reservation
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
     grpc::ClientContext sctx;

@@ -1,23 +1,27 @@
-// A UCX peer that speaks raw wire messages to snapd and records the Replies it gets: the
-// hostile or careless client of the wire and abuse tests.
+// A peer that speaks raw wire messages to snapd, over a UCX endpoint or a session socket, and
+// records the Replies it gets: the hostile or careless client of the wire and abuse tests.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
-#include <future>
 #include <cstring>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "snapd/ucx.h"
+#include "snapd/unix_socket.h"
 #include "snapd/v1/control.grpc.pb.h"
 #include "snapd/wire.h"
-#include "snapd/ucx.h"
 
 namespace snapd::testing {
 
@@ -39,6 +43,38 @@ class RawPeer {
     if (!peer->ConnectTo(peer->session_.data_plane_worker_address())) return nullptr;
     return peer;
   }
+  // Opens a session without a UCX address and asks the arena socket for its arena, as a mapped
+  // client does; that connection is then this peer's link (its session socket), and Send goes
+  // over it. Null, with `error` (the arena socket's refusal, if that was it), when a step fails.
+  static std::unique_ptr<RawPeer> OpenSocket(v1::Control::Stub& stub,
+                                             std::string* error = nullptr) {
+    auto peer = Create();
+    if (!peer) return nullptr;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub.OpenSession(&ctx, v1::OpenSessionRequest(), &peer->session_);
+    auto fail = [&](const std::string& why) -> std::unique_ptr<RawPeer> {
+      if (error) *error = why;
+      return nullptr;
+    };
+    if (!s.ok()) return fail(s.error_message());
+    auto sock = ConnectUnix(peer->session_.arena_socket());
+    if (!sock.ok()) return fail(sock.status().ToString());
+    wire::ArenaRequest req{peer->session_.session_id(), peer->session_.token()};
+    if (::send(sock->get(), &req, sizeof req, MSG_NOSIGNAL) != sizeof req) return fail("send");
+    wire::ArenaReply reply{};
+    int fd = -1;
+    ssize_t got = RecvWithFd(sock->get(), &reply, sizeof reply, MSG_WAITALL, &fd);
+    if (fd >= 0) ::close(fd);  // the arena itself is not needed
+    if (got != sizeof reply) return fail("short arena reply");
+    if (reply.code != 0) {
+      return fail(std::string(reply.message,
+                              std::min<size_t>(reply.message_length, wire::kMaxReplyMessage)));
+    }
+    peer->socket_ = std::move(sock).value();
+    RawPeer* raw = peer.get();
+    peer->reader_ = std::thread([raw] { raw->ReadSocket(); });
+    return peer;
+  }
   // Connects to snapd's worker at `address` with no session of its own (for example with the
   // address another client was given).
   static std::unique_ptr<RawPeer> Stranger(const std::string& address) {
@@ -47,8 +83,19 @@ class RawPeer {
     return peer;
   }
   ~RawPeer() {
+    if (socket_.get() >= 0) ::shutdown(socket_.get(), SHUT_RDWR);  // ends ReadSocket
+    if (reader_.joinable()) reader_.join();
     if (ep_) loop_->Post([this] { ucx::CloseEndpoint(*loop_, ep_, true); });
     loop_->Stop();
+  }
+  // Over a session socket: true while snapd keeps it open.
+  bool socket_open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return socket_.get() >= 0 && !socket_closed_;
+  }
+  // Over a session socket: writes `bytes` raw bytes to it (frames or garbage).
+  void SendRaw(const void* bytes, size_t n) {
+    (void)!::send(socket_.get(), bytes, n, MSG_NOSIGNAL);
   }
 
   const v1::OpenSessionResponse& session() const { return session_; }
@@ -58,6 +105,13 @@ class RawPeer {
   // Sends one AM (with `data` as its AM data) and waits for its send to complete.
   void Send(uint16_t id, const void* header, size_t header_bytes, const void* data = nullptr,
             size_t data_bytes = 0) {
+    if (socket_.get() >= 0) {  // a session socket carries the header only
+      wire::SocketFrame frame{id, static_cast<uint16_t>(header_bytes), 0};
+      std::string framed(reinterpret_cast<const char*>(&frame), sizeof frame);
+      framed.append(static_cast<const char*>(header), header_bytes);
+      SendRaw(framed.data(), framed.size());
+      return;
+    }
     auto keep = std::make_shared<std::vector<char>>(static_cast<const char*>(header),
                                                     static_cast<const char*>(header) +
                                                         header_bytes);
@@ -132,9 +186,37 @@ class RawPeer {
     return UCS_OK;
   }
   static void OnError(void*, ucp_ep_h, ucs_status_t) {}
+  void ReadSocket() {
+    std::string in;
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::recv(socket_.get(), buf, sizeof buf, 0);
+      if (n <= 0) break;
+      in.append(buf, static_cast<size_t>(n));
+      wire::SocketFrame frame;
+      while (in.size() >= sizeof frame) {
+        std::memcpy(&frame, in.data(), sizeof frame);
+        if (in.size() < sizeof frame + frame.bytes) break;
+        if (frame.op == wire::kReply && frame.bytes == sizeof(wire::Reply)) {
+          wire::Reply r;
+          std::memcpy(&r, in.data() + sizeof frame, sizeof r);
+          std::lock_guard<std::mutex> lock(mu_);
+          replies_[r.header.request_id] = r;
+          cv_.notify_all();
+        }
+        in.erase(0, sizeof frame + frame.bytes);
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    socket_closed_ = true;
+    cv_.notify_all();
+  }
 
   std::unique_ptr<ucx::WorkerLoop> loop_;
   ucp_ep_h ep_ = nullptr;
+  ucx::ScopedFd socket_;  // a session socket's link, when OpenSocket made this peer
+  std::thread reader_;
+  bool socket_closed_ = false;  // under mu_
   v1::OpenSessionResponse session_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -257,9 +257,10 @@ class Client {
   DataPath data_path() const;
   // Why the host tier is not mapped ("" when it is).
   const std::string& data_path_reason() const;
-  // The UCX transports the data-plane endpoint to snapd uses now, one "transport/device" per
-  // lane, comma-separated ("posix/memory, cma/memory", "tcp/lo"), as UCX reports its lanes
-  // (ucp_ep_print_info); "" when no endpoint is open.
+  // The link to snapd's data plane now: for a copied-path client, the UCX transports its
+  // endpoint uses, one "transport/device" per lane, comma-separated ("sysv/memory", "tcp/lo"),
+  // as UCX reports its lanes (ucp_ep_print_info); for a mapped client "unix/session-socket"
+  // (its messages go over its session socket, with no UCX endpoint); "" when none is open.
   std::string data_transports() const;
   // How many threads copy a large host push or fetch on the mapped path (ClientOptions).
   int copy_threads() const;
