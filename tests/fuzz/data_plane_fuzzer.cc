@@ -14,11 +14,18 @@
 //   0x40 send from an endpoint no session created
 //   0x80 bytes (offset 40) = the run's bytes_per_step, with that much data
 // Session flags: 0x01 the session is uid 1000's (a tenant, not trusted with the mapped path),
-// else root's; 0x02 it does not say Hello first.
+// else root's; 0x02 it does not say Hello first; 0x04 its link is a session socket (a mapped
+// client's: DataPlane::AttachSocket with one end of a socketpair) instead of a UCX endpoint.
+// Over a session socket each message goes as a SocketFrame (op = am_id, its header's length)
+// and its header, without data; with patch 0x10 the header and data bytes go raw, unframed, to
+// reach the framing's own checks. Patches 0x20 and 0x40 mean nothing there.
 //
 // Each input gets a new session and endpoint and new runs; after the last message a Hello
 // with a fresh request id must be answered within 10 s, or the data plane is wedged (abort).
+#include <poll.h>
+#include <sys/socket.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -157,6 +164,54 @@ struct Cursor {
   }
 };
 
+// A session socket's far end: what the fuzzer's client writes to, and reads replies from.
+struct SocketClient {
+  int fd = -1;
+  std::string in;  // bytes read that are not yet a whole frame
+  void Write(const std::vector<char>& bytes) {
+    size_t at = 0;
+    while (at < bytes.size()) {
+      ssize_t n = ::send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
+      if (n <= 0) return;  // snapd ended the socket: what is left is not delivered
+      at += static_cast<size_t>(n);
+    }
+  }
+  // True once a Reply to `request_id` came, or snapd closed the socket; false after kWedged.
+  bool WaitReplyOrClose(uint64_t request_id) {
+    auto deadline = std::chrono::steady_clock::now() + kWedged;
+    char buf[4096];
+    for (;;) {
+      wire::SocketFrame frame;
+      while (in.size() >= sizeof frame) {
+        std::memcpy(&frame, in.data(), sizeof frame);
+        if (in.size() < sizeof frame + frame.bytes) break;
+        if (frame.op == wire::kReply && frame.bytes == sizeof(wire::Reply)) {
+          wire::Reply r;
+          std::memcpy(&r, in.data() + sizeof frame, sizeof r);
+          if (r.header.request_id == request_id) return true;
+        }
+        in.erase(0, sizeof frame + frame.bytes);
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return true;  // closed by snapd: it answered by ending the session
+      in.append(buf, static_cast<size_t>(n));
+    }
+  }
+};
+
+std::vector<char> Framed(uint16_t op, const std::vector<char>& header) {
+  wire::SocketFrame frame{op, static_cast<uint16_t>(header.size()), 0};
+  std::vector<char> out(sizeof frame);
+  std::memcpy(out.data(), &frame, sizeof frame);
+  out.insert(out.end(), header.begin(), header.end());
+  return out;
+}
+
 }  // namespace
 
 // One message of the input format: `patch` bits, id, the header as the real encoder makes it
@@ -195,6 +250,16 @@ void WriteSeeds() {
   fuzz::WriteSeed("unknown_id", "\x00" + Message(0x07, static_cast<wire::AmId>(77), fetch));
   fuzz::WriteSeed("stranger", "\x00" + Message(all | 0x40, wire::kPush, push));
   fuzz::WriteSeed("no_reply_ep", "\x00" + Message(all | 0x10, wire::kFetch, fetch));
+  fuzz::WriteSeed("socket_reserve_commit_fetch_release",
+                  std::string("\x04") + Message(all, wire::kReserve, reserve) +
+                      Message(all, wire::kCommit, commit) +
+                      Message(all, wire::kFetchMapped, mapped) +
+                      Message(0x07, wire::kReleaseLease, release));
+  fuzz::WriteSeed("socket_tenant_reserve_abort", std::string("\x05") +
+                                                     Message(all, wire::kReserve, reserve) +
+                                                     Message(all, wire::kAbort, abort));
+  fuzz::WriteSeed("socket_push", "\x04" + Message(all, wire::kPush, push));
+  fuzz::WriteSeed("socket_raw", "\x04" + Message(all | 0x10, wire::kReserve, reserve));
 }
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -240,15 +305,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     runs.push_back({info.run_id(), spec.bytes_per_step()});
   }
 
-  Session session = w.node->sessions()->Open("fuzz", uid);
-  Check(w.node->data_plane()->Connect(session, w.client.loop->address()), "Connect");
+  const bool over_socket = session_flags & 4;
+  Session session = w.node->sessions()->Open("fuzz", uid, over_socket);
   ucp_ep_h ep = nullptr;
-  OnLoop(&w.client, [&] {
-    ep = Take(ucx::ConnectToWorker(w.client.loop->worker(), w.node->data_plane()->worker_address(),
-                                   &OnClientEpError, nullptr),
-              "client endpoint");
-  });
-  if (!(session_flags & 2)) {
+  SocketClient sock;
+  if (over_socket) {
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      std::perror("fuzz harness: socketpair");
+      std::abort();
+    }
+    sock.fd = fds[1];
+    w.node->data_plane()->ExpectSocket(session);
+    w.node->data_plane()->AttachSocket(session, ucx::ScopedFd(fds[0]));
+  } else {
+    Check(w.node->data_plane()->Connect(session, w.client.loop->address()), "Connect");
+    OnLoop(&w.client, [&] {
+      ep =
+          Take(ucx::ConnectToWorker(w.client.loop->worker(), w.node->data_plane()->worker_address(),
+                                    &OnClientEpError, nullptr),
+               "client endpoint");
+    });
+  }
+  if (!over_socket && !(session_flags & 2)) {
     uint64_t id = w.next_request++;
     Send(&w.client, ep, wire::kHello, HelloBytes(session.token, id, session.id), {},
          UCP_AM_SEND_FLAG_REPLY);
@@ -288,6 +367,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     }
     std::vector<char> more = in.Bytes(data_length);
     data.insert(data.end(), more.begin(), more.end());
+    if (over_socket) {
+      if (patch & 0x10) {
+        header.insert(header.end(), data.begin(), data.end());
+        sock.Write(header);
+      } else {
+        sock.Write(Framed(am_id, header));
+      }
+      continue;
+    }
     uint32_t flags = (patch & 0x10) ? 0 : UCP_AM_SEND_FLAG_REPLY;
     if (patch & 0x20) flags |= UCP_AM_SEND_FLAG_RNDV;
     if (patch & 0x40) {
@@ -300,18 +388,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   // Alive and answering: a Hello after the input's messages (on the same endpoint, so after
   // them) is answered; with the session's token, unless the session already said Hello, it
   // is a valid one.
+  // Over a session socket a Hello is refused, with a Reply, unless snapd ended the socket.
   uint64_t probe = w.next_request++;
-  Send(&w.client, ep, wire::kHello, HelloBytes(session.token, probe, session.id), {},
-       UCP_AM_SEND_FLAG_REPLY);
-  if (!WaitReply(&w.client, probe)) {
-    std::fprintf(stderr, "data plane wedged: a Hello after the input was unanswered for 10 s\n");
-    std::abort();
+  if (over_socket) {
+    sock.Write(Framed(wire::kHello, HelloBytes(session.token, probe, session.id)));
+    if (!sock.WaitReplyOrClose(probe)) {
+      std::fprintf(stderr,
+                   "data plane wedged: a Hello after the input was neither answered nor "
+                   "the session socket closed for 10 s\n");
+      std::abort();
+    }
+  } else {
+    Send(&w.client, ep, wire::kHello, HelloBytes(session.token, probe, session.id), {},
+         UCP_AM_SEND_FLAG_REPLY);
+    if (!WaitReply(&w.client, probe)) {
+      std::fprintf(stderr, "data plane wedged: a Hello after the input was unanswered for 10 s\n");
+      std::abort();
+    }
   }
 
   // Tear down this input's state: the session's endpoint (its reservations and leases go with
   // it), then its runs.
   w.node->data_plane()->DropSession(session.id);
-  OnLoop(&w.client, [&] { ucx::CloseEndpoint(*w.client.loop, ep, /*force=*/true); });
+  if (ep) OnLoop(&w.client, [&] { ucx::CloseEndpoint(*w.client.loop, ep, /*force=*/true); });
+  if (sock.fd >= 0) ::close(sock.fd);
   if (!w.node->data_plane()->Responsive(kWedged)) {
     std::fprintf(stderr, "data plane wedged: the loop did not run a task for 10 s\n");
     std::abort();

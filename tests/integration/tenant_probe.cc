@@ -353,9 +353,9 @@ int Hello(const std::string& hex, uint64_t id, uint64_t token) {
   for (size_t i = 0; i + 1 < hex.size(); i += 2) {
     address.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   }
-  auto stranger = RawPeer::Stranger(address);
   // With snapd's default transports a process of another uid cannot even reach snapd's
   // worker (shared memory is its owner's).
+  std::unique_ptr<RawPeer> stranger = RawPeer::Stranger(address);
   Print("connected", stranger != nullptr);
   if (!stranger) {
     Print("replies", 0);

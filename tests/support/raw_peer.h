@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "sanitizer.h"
 #include "snapd/ucx.h"
 #include "snapd/unix_socket.h"
 #include "snapd/v1/control.grpc.pb.h"
@@ -167,6 +168,9 @@ class RawPeer {
   bool ConnectTo(const std::string& address) {
     std::promise<bool> done;
     loop_->Post([&] {
+      // A peer of another uid cannot attach snapd's shared memory, and UCX 1.13 leaks a little
+      // on that error path (tenancy_test's stranger provokes it on purpose).
+      IgnoreLeaks ucx_error_path;
       auto ep = ucx::ConnectToWorker(loop_->worker(), address, &RawPeer::OnError, this);
       if (ep.ok()) ep_ = *ep;
       done.set_value(ep.ok());
