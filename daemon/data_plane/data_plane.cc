@@ -344,6 +344,7 @@ bool DataPlane::Responsive(std::chrono::milliseconds timeout) {
 
 void DataPlane::DropSession(uint64_t session_id) {
   loop_->Post([this, session_id] {
+    awaited_sockets_.erase(session_id);  // closed before its socket came
     for (auto it = conns_.begin(); it != conns_.end();) {
       if (it->second.session_id == session_id) {
         Forget(it++);
