@@ -70,6 +70,11 @@ Client::Impl::~Impl() {
     }
     records.reset();  // sends the device-tier records still queued, while the session lives
   }
+  // A session socket that closes ends its session on snapd's side at once, as a killed
+  // client's does: a mapped client closes its session first, in order (what is pending fails
+  // "client disconnected" when snapd then closes the socket).
+  const bool closed_first = mapped;
+  if (closed_first) CloseSession();
   // Order matters: (1) on the loop, close the endpoint so no more replies arrive, and fail
   // what is pending (GPU copies still in flight post follow-ups that fail fast for want of an
   // endpoint); (2) stop the loop.
@@ -85,7 +90,7 @@ Client::Impl::~Impl() {
     (void)closed->WaitCompleted();
   }
   if (loop) loop->Stop();
-  CloseSession();
+  if (!closed_first) CloseSession();
   if (arena) {
     pinning.reset();  // unpins what device pushes and fetches pinned
     munmap(arena.load(), arena_bytes);

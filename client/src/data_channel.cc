@@ -70,10 +70,16 @@ void Client::Impl::FailAll(const Status& s) {
 }
 
 void Client::Impl::LinkLost(const std::string& what) {
+  bool ending;
+  {
+    MutexLock lock(conn_mu);
+    ending = closing;  // this client closed its session: snapd closed the link after it
+  }
   // UNAVAILABLE: snapd went away (a restart); pushes and fetches wait for a reconnect.
   link_lost = true;
-  ep_error =
-      Status::Unavailable("data-plane connection to snapd at " + socket_path + " lost: " + what);
+  ep_error = ending ? Status::Aborted("client disconnected")
+                    : Status::Unavailable("data-plane connection to snapd at " + socket_path +
+                                          " lost: " + what);
   FailAll(ep_error);
 }
 

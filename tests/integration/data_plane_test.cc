@@ -294,6 +294,19 @@ TEST_P(DataPlaneTest, RestartedDaemonServesHostStepsFromDiskAndNewRuns) {
   RoundTrip(*c, "after", 10, kStepBytes, 5);
 }
 
+// A client that ends closes its session in order, on either link: snapd logs the close, counts
+// no rejection (a session socket closed before CloseSession would make CloseSession find no
+// session), and holds no session afterwards.
+TEST_P(DataPlaneTest, AClientThatEndsClosesItsSessionInOrder) {
+  Client* c = ConnectOnTransport();
+  ASSERT_NE(c, nullptr);
+  ASSERT_NO_FATAL_FAILURE(RoundTrip(*c, "ends", 4, 1 << 16, 3));
+  ReleaseClients();
+  EXPECT_TRUE(WaitUntil([&] { return Stats().sessions() == 0; }, std::chrono::seconds(30)));
+  EXPECT_EQ(RejectionsTotal(), 0u) << daemon().Log();
+  EXPECT_NE(daemon().Log().find("closed by its client"), std::string::npos) << daemon().Log();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, DataPlaneTest,
                          ::testing::Values(Transport{"tcp", "tcp", false, "tcp/lo"},
                                            Transport{"shared_memory", "", false, "sysv/memory"},
