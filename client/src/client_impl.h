@@ -3,8 +3,10 @@
 // One struct, split by job across four files:
 //   control_channel.cc  gRPC to snapd: Control() and its retry, OpenSession/CloseSession, and
 //                       the run calls (Client::OpenRun ... Client::Tiers).
-//   data_channel.cc     UCX to snapd: Send/SendHeader, OnReply, OnEndpointError,
-//                       CreateEndpoint, FailAll; StartPush/StartFetch; the mapped host tier
+//   data_channel.cc     the data-plane link to snapd (a session socket for a mapped client,
+//                       else a UCX endpoint): Send/SendHeader, OnReply/HandleReply,
+//                       OnEndpointError/LinkLost, StartLink, CreateEndpoint, FailAll;
+//                       StartPush/StartFetch; the mapped host tier
 //                       (MapArena, CheckRange, CopyIn/CopyOut, EndReservation/ReleaseLease and
 //                       their Post variants); unstored pushes (TrackPush/UnstoredPush).
 //   device_tier.cc      the GPU pool: GpuUsable, EnsurePool, Pool, the recorder thread
@@ -20,8 +22,9 @@
 //   data_plane_address and pinning are replaced there too (pinning is itself thread-safe; a
 //   device copy in flight across a reconnect is not supported).
 // - next_request is atomic: any thread numbers requests.
-// - ep, ep_error and pending belong to the loop thread: touch them only from a task posted to
-//   `loop` or from a UCX callback (OnReply, OnEndpointError). Send, SendHeader, CopyIn,
+// - link, ep, ep_error and pending belong to the loop thread: touch them only from a task
+//   posted to `loop`, from a UCX callback (OnReply, OnEndpointError) or from the session
+//   socket's (HandleReply, LinkLost). Send, SendHeader, CopyIn,
 //   CopyOut, EndReservation and ReleaseLease run there; the Post variants are for other
 //   threads (CUDA completions).
 // - unstored is guarded by unstored_mu, known_runs by runs_mu, and the pool, its base and the
