@@ -210,6 +210,11 @@ bool Tiering::DemotionWanted(StoreIndex& ix, const Run& run, const Snapshot& sna
 
 void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
   if (ix.stopping) return;
+  // A spool can come back (or fail) while this pass runs: the prober flips usable() first and
+  // wakes this thread after. A pass that found nothing to demote because no spool worked must
+  // not then fail a read as if the disk tier were merely full (the soak found a fetch refused
+  // 1 ms after its spool came back); it waits, and the pass the prober wakes decides.
+  const bool usable_at_start = s_.disk_ && s_.disk_->usable();
   if (s_.disk_ && s_.disk_->changes() != ix.tiering.disk_changes) {
     ix.tiering.disk_changes = s_.disk_->changes();
     ix.tiering.disk_full = false;  // a spool came back (or another failed): the room is new
@@ -302,7 +307,7 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
   } else {
     ix.tiering.disk_down.clear();  // a spool works (again)
   }
-  const bool no_spool = s_.disk_ && !s_.disk_->usable();
+  const bool no_spool = s_.disk_ && (!usable_at_start || !s_.disk_->usable());
   if (!ix.tiering.parked_pushes.empty() && stuck) {
     std::string why =
         !s_.disk_  ? "snapd runs without a disk tier"
@@ -352,6 +357,10 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
         // waits as a push that needs the disk does (spool_failure_timeout), for a spool to come
         // back or a step to go, then fails UNAVAILABLE.
         const auto deadline = snap->waiting_since + s_.options_.spool_failure_timeout;
+        if (s_.disk_->usable()) {  // back during this pass: the prober's wake brings the next
+          ++it;
+          continue;
+        }
         if (now < deadline) {
           WakeBy(ix, deadline);
           ++it;
