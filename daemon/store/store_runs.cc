@@ -442,6 +442,10 @@ void Store::EndSession(uint64_t session_id, bool died) {
 
 void Store::RemoveOrphans(std::chrono::seconds grace) {
   MutexLock lock(ix_.mu);
+  // A stop disconnects every client, which then waits to reconnect: a stop slower than the
+  // grace (its drain on a loaded node) must not remove their runs (the soak saw four go in a
+  // 21 s stop). They are kept, as every run is across a restart.
+  if (closing_) return;
   auto now = std::chrono::steady_clock::now();
   std::vector<uint64_t> expired;
   for (const auto& [id, run] : ix_.runs) {
