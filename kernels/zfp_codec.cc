@@ -106,6 +106,10 @@ uint64_t HeaderBytes(size_t slabs) { return 8 + 8 * slabs; }
 
 }  // namespace
 
+bool IsGpuCodec(v1::Codec codec) {
+  return codec == v1::CODEC_BITCOMP || codec == v1::CODEC_BITCOMP_LOSSY || codec == v1::CODEC_ANS;
+}
+
 std::string CodecName(const CodecSpec& c) {
   char param[32];
   std::snprintf(param, sizeof param, " %g", c.param);
@@ -115,6 +119,12 @@ std::string CodecName(const CodecSpec& c) {
     case v1::CODEC_ZFP_RATE: return std::string("zfp-rate") + param;
     case v1::CODEC_ZFP_PRECISION: return std::string("zfp-precision") + param;
     case v1::CODEC_ZFP_ACCURACY: return std::string("zfp-accuracy") + param;
+    case v1::CODEC_BITCOMP:
+      return "bitcomp";
+    case v1::CODEC_BITCOMP_LOSSY:
+      return std::string("bitcomp-lossy") + param;
+    case v1::CODEC_ANS:
+      return "ans";
     default: return "codec " + std::to_string(c.codec);
   }
 }
@@ -125,6 +135,9 @@ Status Validate(const CodecSpec& c, const FieldSpec& f) {
     return Status::InvalidArgument("unknown codec " + std::to_string(c.codec));
   }
   std::string name = CodecName(c);
+  if (IsGpuCodec(c.codec)) {
+    return Status::InvalidArgument(name + " compresses on the GPU (nvCOMP), not with zfp");
+  }
   if (ZfpType(f.dtype) == zfp_type_none) {
     return Status::InvalidArgument(name + " needs dtype float32, float64, int32 or int64, not " +
                                    v1::Dtype_Name(f.dtype));

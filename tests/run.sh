@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies; checks
-# .clang-tidy's naming rules (tests/lint/naming.sh, in the background); builds and runs every
-# test; runs the shell lines of the docs as written on the installed tree
-# (tests/docs/run_shell_blocks.sh; python.md's install the Python package in a venv from PyPI:
-# pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and run its tests
-# against the installed snapd); repeats the tests most prone to hangs and races for 2 minutes
-# beside 2 minutes of the soak (tests/load, tests/soak); runs a job through deploy/slurm on a
-# real single-node Slurm; then rebuilds everything with clang, AddressSanitizer +
+# Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies (and
+# nvCOMP's wheel from PyPI); checks .clang-tidy's naming rules (tests/lint/naming.sh, in the
+# background); builds and runs every test; runs the shell lines of the docs as written on the
+# installed tree (tests/docs/run_shell_blocks.sh; python.md's install the Python package in a
+# venv from PyPI: pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and
+# run its tests against the installed snapd); repeats the tests most prone to hangs and races
+# for 2 minutes beside 2 minutes of the soak (tests/load, tests/soak); runs a job through
+# deploy/slurm on a real single-node Slurm; then rebuilds everything with clang, AddressSanitizer +
 # UndefinedBehaviorSanitizer and -Werror=thread-safety (the locking contracts in the code
 # hold), runs every C++ test again, and runs each libFuzzer target (tests/fuzz) for 10 s over
 # its corpus. A hung test fails with the stacks of its threads and of its daemons' (per-test
@@ -20,6 +20,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
+# nvCOMP (the bitcomp codecs' tests run its CPU coder), from PyPI into a venv of its own; both
+# trees below find it through SNAPD_NVCOMP_ROOT (docs/install.md, "nvCOMP").
+[[ -x build-deps/nvcomp/bin/pip ]] || python3 -m venv build-deps/nvcomp
+build-deps/nvcomp/bin/pip install -q "nvidia-libnvcomp-cu13>=6,<7"
+SNAPD_NVCOMP_ROOT=$(build-deps/nvcomp/bin/python -c \
+  "import nvidia.libnvcomp as m; print(m.__path__[0])")
+export SNAPD_NVCOMP_ROOT
 
 jobs=$(nproc)
 run_pass() {  # run_pass BUILD_DIR [cmake args...]: configures (when given arguments), builds, tests

@@ -228,6 +228,13 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
         " need a disk tier, and this snapd runs without one (spool_dirs = none); use Host, or "
         "start snapd with spool_dirs");
   }
+  if (compress::IsGpuCodec(spec.codec())) {
+    // The wire and the tiers do not carry chunk frames yet (issue: compress on the GPU).
+    return Status::FailedPrecondition(
+        "run '" + name + "': codec " + compress::CodecName(CodecOf(spec)) +
+        " compresses on the solver's GPU, and this snapd does not yet store GPU-compressed "
+        "steps; use a zfp codec or none");
+  }
   if (spec.codec() != v1::CODEC_NONE) {
     if (spec.compress_when() == v1::COMPRESS_ON_DEMOTION && !UsesDisk(spec.layers())) {
       return Status::InvalidArgument("run '" + name + "': codec " +

@@ -54,7 +54,11 @@ Result<uint64_t> Compress(const CodecSpec& codec, const FieldSpec& field, const 
 Status Decompress(const CodecSpec& codec, const FieldSpec& field, const void* in,
                   uint64_t in_bytes, void* raw, CompressPool* pool = nullptr);
 
-// "zfp-accuracy 1e-06", for messages and tables.
+// "zfp-accuracy 1e-06", for messages and tables (the nvCOMP codecs too).
 std::string CodecName(const CodecSpec& codec);
+
+// The nvCOMP codecs (bitcomp, bitcomp-lossy, ans): libsnapd applies them on the GPU, in chunk
+// frames (snapd/chunk_frame.h); zfp's functions refuse them.
+bool IsGpuCodec(v1::Codec codec);
 
 }  // namespace snapd::compress

@@ -1,0 +1,49 @@
+// The nvCOMP codecs (bitcomp, bitcomp-lossy, ans): what each takes, and Bitcomp on the CPU.
+//
+// libsnapd applies these codecs on the solver's GPU, chunk by chunk, into a chunk frame
+// (snapd/chunk_frame.h). nvCOMP also ships Bitcomp's coder for the host, with the same
+// bitstream: CompressFrameOnHost and DecompressFrameOnHost use it, so a frame can be made and
+// read where there is no GPU (tests, and `snapctl dump` on a node without one). ANS has no host
+// coder; its frames decode on a GPU only, and these functions say so.
+//
+// snapd is built with nvCOMP when CMake finds it (SNAPD_WITH_NVCOMP; docs/install.md); without
+// it every function here refuses the nvCOMP codecs by name (FAILED_PRECONDITION).
+//
+// Thread-safety: the functions are pure; concurrent calls on distinct buffers are safe.
+#pragma once
+
+#include <cstdint>
+
+#include "snapd/chunk_frame.h"
+#include "snapd/status.h"
+#include "snapd/zfp_codec.h"
+
+namespace snapd::compress {
+
+// True when this build links nvCOMP.
+bool NvcompBuiltIn();
+
+// INVALID_ARGUMENT naming the problem when an nvCOMP codec cannot apply to `field`:
+// bitcomp and ans take no parameter; bitcomp-lossy needs float32 or float64 data and an error
+// bound that is finite, > 0 and whose double is a normal number of the dtype (nvCOMP's delta).
+// FAILED_PRECONDITION when this build has no nvCOMP. Not an nvCOMP codec: INVALID_ARGUMENT.
+Status ValidateGpuCodec(const CodecSpec& codec, const FieldSpec& field);
+
+// Bitcomp's quantization step for an absolute error bound: nvCOMP rounds the step down to a
+// power of two and keeps every error within half of it, so 2 * bound keeps it within bound.
+double BitcompDelta(double bound);
+
+// Frames `field.bytes` bytes at `raw` in chunks of `chunk_bytes`, each compressed on the CPU
+// with Bitcomp (lossless or lossy); a chunk that does not shrink is stored raw. `out` holds at
+// least MaxFramedBytes(field.bytes, chunk_bytes), 8-byte aligned. Returns the frame's bytes.
+Result<uint64_t> CompressFrameOnHost(const CodecSpec& codec, const FieldSpec& field,
+                                     const void* raw, uint32_t chunk_bytes, void* out,
+                                     uint64_t out_bytes);
+
+// Decodes a frame (checked by ReadFrame, then each chunk's Bitcomp header against the frame's
+// table) into `raw` (`field.bytes` bytes). DATA_LOSS naming the chunk when the bytes are not a
+// well-formed frame of this field; FAILED_PRECONDITION for ans, which decodes on a GPU only.
+Status DecompressFrameOnHost(const CodecSpec& codec, const FieldSpec& field, const void* frame,
+                             uint64_t bytes, void* raw);
+
+}  // namespace snapd::compress
