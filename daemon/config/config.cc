@@ -145,9 +145,38 @@ std::string ValueToml(const Config& c, const OptionDoc& o) {
   return "";
 }
 
+// Well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF): what TOML
+// strings hold.
+bool IsUtf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* end = p + text.size();
+  while (p < end) {
+    int extra = *p < 0x80           ? 0
+                : (*p >> 5) == 0x6  ? 1
+                : (*p >> 4) == 0xe  ? 2
+                : (*p >> 3) == 0x1e ? 3
+                                    : -1;
+    if (extra < 0 || end - p <= extra) return extra == 0;
+    uint32_t cp = extra == 0 ? *p : *p & (0x3f >> extra);
+    for (int i = 1; i <= extra; ++i) {
+      if ((p[i] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    static constexpr uint32_t kLeast[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kLeast[extra] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    p += extra + 1;
+  }
+  return true;
+}
+
 // Sets `o` from `value`; `shown` is the value as its source wrote it, for the error.
 Status Set(Config& c, const OptionDoc& o, const std::string& value, const std::string& source,
            const std::string& shown) {
+  if (!IsUtf8(value)) {
+    // --print-config writes the configuration as TOML, whose strings are UTF-8: a value it
+    // could not write back is refused here (the config fuzzer found a --state-dir of raw bytes).
+    return Status::InvalidArgument(source + ": not valid UTF-8; a config file cannot hold it");
+  }
   Status s = Parse(c, o, value);
   if (s.ok() || s.code() != Code::kInvalidArgument) return s;
   return Status::InvalidArgument(source + ": " + s.message() + ", got " + shown);

@@ -80,6 +80,26 @@ TEST(Config, ErrorsNameTheSourceAndTheValue) {
   EXPECT_EQ(missing.status().code(), Code::kNotFound);
 }
 
+// A path is any bytes to Linux, but --print-config writes TOML, whose strings are UTF-8: a value
+// it could not write back is refused where it comes in, naming where (the config fuzzer's find).
+TEST(Config, AValueThatIsNotUtf8IsRefusedNamingItsSource) {
+  for (const char* bad : {"/tmp/\xe9t\xe9", "/tmp/\xc0\xaf", "/tmp/\xed\xa0\x80",
+                          "/tmp/\xf4\x90\x80\x80", "/tmp/\xe2\x82"}) {
+    auto flag = LoadConfig({"--state-dir", bad}, {});
+    ASSERT_FALSE(flag.ok()) << bad;
+    EXPECT_EQ(flag.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(flag.status().message().find("flag --state-dir: not valid UTF-8"), std::string::npos)
+        << flag.status().message();
+    auto env = LoadConfig({}, {{"SNAPD_SOCKET", bad}});
+    ASSERT_FALSE(env.ok()) << bad;
+    EXPECT_NE(env.status().message().find("environment SNAPD_SOCKET: not valid UTF-8"),
+              std::string::npos)
+        << env.status().message();
+  }
+  auto fine = LoadConfig({"--state-dir", "/tmp/\xc3\xa9t\xc3\xa9/\xf0\x9f\x8c\x8a"}, {});
+  EXPECT_TRUE(fine.ok()) << fine.status().ToString();
+}
+
 TEST(Config, PrintConfigRoundTripsThroughTheFileParser) {
   auto c = LoadConfig({"--host-mem", "2G", "--socket", "/tmp/x.sock"}, {});
   ASSERT_TRUE(c.ok());
