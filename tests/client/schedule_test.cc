@@ -215,6 +215,13 @@ TEST(Replay, RejectsASchedulethatReversesFromTheWrongState) {
 TEST(HRevolve, RefusesTablesTooLargeToCompute) {
   auto s = HRevolve(100000, {{"a", 50, 0, 0}, {"b", 50, 1, 1}, {"c", kUnlimited, 2, 2}}, {1, 0});
   EXPECT_EQ(s.status().code(), Code::kResourceExhausted);
+  // 200 steps over two 198-slot levels: ~3e9 table operations, 18 s when it was admitted.
+  auto slow = HRevolve(200, {{"a", 198, 1, 1}, {"b", 198, 5, 5}}, {1, 2});
+  EXPECT_EQ(slow.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(slow.status().message().find("use fewer steps per segment"), std::string::npos)
+      << slow.status().message();
+  // A third of the bound is still planned.
+  EXPECT_TRUE(HRevolve(200, {{"a", 60, 1, 1}, {"b", 60, 5, 5}}, {1, 2}).ok());
 }
 
 }  // namespace
