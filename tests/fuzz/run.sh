@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for a fixed time over a scratch copy of its checked-in corpus
-# (tests/fuzz/corpus/<target>/, never modified). Fails on the first target that crashes, leaks,
+# (tests/fuzz/corpus/<target>/ and the inputs of past findings, tests/fuzz/regressions/<target>/;
+# never modified). Fails on the first target that crashes, leaks,
 # times out or wedges, printing the target and its reproducer's path.
 #
 #   tests/fuzz/run.sh BUILD_DIR [--seconds N] [--only TARGET]
@@ -49,6 +50,7 @@ for entry in $targets; do
   work="$scratch/$name"
   mkdir -p "$work/corpus" "$work/artifacts"
   if [ -d "$here/corpus/$name" ]; then cp -R "$here/corpus/$name/." "$work/corpus/"; fi
+  if [ -d "$here/regressions/$name" ]; then cp -R "$here/regressions/$name/." "$work/corpus/"; fi
   echo "== $name: $seconds s"
   set +e
   (cd "$work" && "$binary" -max_total_time="$seconds" -max_len="$max_len" -timeout=30 \
