@@ -229,7 +229,8 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
         "start snapd with spool_dirs");
   }
   if (compress::IsGpuCodec(spec.codec())) {
-    // The wire and the tiers do not carry chunk frames yet (issue: compress on the GPU).
+    // The wire and the tiers do not carry chunk frames yet (docs/architecture.md,
+    // "Compression on the GPU").
     return Status::FailedPrecondition(
         "run '" + name + "': codec " + compress::CodecName(CodecOf(spec)) +
         " compresses on the solver's GPU, and this snapd does not yet store GPU-compressed "
