@@ -16,11 +16,16 @@ std::string ChunkName(uint32_t i, uint32_t chunks) {
   return "chunk " + std::to_string(i) + " of " + std::to_string(chunks);
 }
 
+// Without overflow for any raw_bytes (a frame's header is read from untrusted bytes).
+uint64_t Chunks64(uint64_t raw_bytes, uint32_t chunk_bytes) {
+  return raw_bytes / chunk_bytes + (raw_bytes % chunk_bytes != 0);
+}
+
 }  // namespace
 
 uint32_t ChunkCount(uint64_t raw_bytes, uint32_t chunk_bytes) {
   if (chunk_bytes == 0) return 0;
-  return static_cast<uint32_t>((raw_bytes + chunk_bytes - 1) / chunk_bytes);
+  return static_cast<uint32_t>(Chunks64(raw_bytes, chunk_bytes));
 }
 
 uint64_t ChunksOffset(uint32_t chunks) {
@@ -39,7 +44,7 @@ Status CheckChunking(uint64_t raw_bytes, uint32_t chunk_bytes) {
                                    " must be a multiple of 8 in [8, " +
                                    std::to_string(kMaxChunkBytes) + "]");
   }
-  if ((raw_bytes + chunk_bytes - 1) / chunk_bytes > UINT32_MAX) {
+  if (Chunks64(raw_bytes, chunk_bytes) > UINT32_MAX) {
     return Status::InvalidArgument(std::to_string(raw_bytes) + " bytes in chunks of " +
                                    std::to_string(chunk_bytes) + " is over 2^32 chunks");
   }

@@ -96,6 +96,7 @@ TEST(ChunkFrame, BadChunkingIsRefusedNamingTheSize) {
   }
   EXPECT_FALSE(CheckChunking(uint64_t{8} << 32, 8).ok());  // 2^32 chunks
   EXPECT_TRUE(CheckChunking(uint64_t{8} << 32, 16).ok());
+  EXPECT_FALSE(CheckChunking(UINT64_MAX, kMaxChunkBytes).ok());  // no wrap past 2^64
   EXPECT_FALSE(LayOut(kCodec, 4096, 1024, {1, 2, 3}).ok());     // a size missing
   EXPECT_FALSE(LayOut(kCodec, 4096, 1024, {1, 2, 0, 4}).ok());  // a chunk of no bytes
 }
