@@ -31,13 +31,23 @@ FieldSpec Field(v1::Dtype dtype, size_t n) {
   return FieldSpec{dtype, {}, n * sizeof(T)};
 }
 
+// A frame of `raw` made on the CPU, in a buffer of the largest size it may take.
+struct Framed {
+  std::vector<uint64_t> frame;
+  Result<uint64_t> bytes;
+};
+Framed Frame(const CodecSpec& c, const FieldSpec& f, const void* raw) {
+  std::vector<uint64_t> frame(MaxFramedBytes(f.bytes, kChunk) / 8 + 1);
+  auto n = CompressFrameOnHost(c, f, raw, kChunk, frame.data(), frame.size() * 8);
+  return {std::move(frame), std::move(n)};
+}
+
 // Frames `in` on the CPU and reads it back; the frame's size goes to *framed.
 template <typename T>
 std::vector<T> RoundTrip(const CodecSpec& c, v1::Dtype dtype, const std::vector<T>& in,
                          uint64_t* framed = nullptr) {
   FieldSpec f{dtype, {}, in.size() * sizeof(T)};
-  std::vector<uint64_t> frame(MaxFramedBytes(f.bytes, kChunk) / 8 + 1);
-  auto n = CompressFrameOnHost(c, f, in.data(), kChunk, frame.data(), frame.size() * 8);
+  auto [frame, n] = Frame(c, f, in.data());
   EXPECT_TRUE(n.ok()) << n.status().ToString();
   if (!n.ok()) return {};
   if (framed) *framed = *n;
@@ -143,9 +153,7 @@ TEST(NvcompCodec, ChunksThatDoNotShrinkAreStoredRaw) {
   std::mt19937 rng(11);
   for (auto& v : noise) v = rng();
   FieldSpec f{v1::DTYPE_INT32, {}, noise.size() * 4};
-  std::vector<uint64_t> frame(MaxFramedBytes(f.bytes, kChunk) / 8 + 1);
-  auto n = CompressFrameOnHost({v1::CODEC_BITCOMP, 0}, f, noise.data(), kChunk, frame.data(),
-                               frame.size() * 8);
+  auto [frame, n] = Frame({v1::CODEC_BITCOMP, 0}, f, noise.data());
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   auto layout = ReadFrame(frame.data(), *n, v1::CODEC_BITCOMP, f.bytes);
   ASSERT_TRUE(layout.ok()) << layout.status().ToString();
@@ -161,9 +169,7 @@ TEST(NvcompCodec, AChunkWhoseBitcompHeaderDisagreesWithTheFrameIsDataLoss) {
   SKIP_WITHOUT_NVCOMP();
   std::vector<float> f = Wave<float>(2 * kChunk / 4);
   FieldSpec field{v1::DTYPE_FLOAT32, {}, f.size() * 4};
-  std::vector<uint64_t> frame(MaxFramedBytes(field.bytes, kChunk) / 8 + 1);
-  auto n = CompressFrameOnHost({v1::CODEC_BITCOMP, 0}, field, f.data(), kChunk, frame.data(),
-                               frame.size() * 8);
+  auto [frame, n] = Frame({v1::CODEC_BITCOMP, 0}, field, f.data());
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   auto layout = ReadFrame(frame.data(), *n, v1::CODEC_BITCOMP, field.bytes);
   ASSERT_TRUE(layout.ok());
@@ -185,9 +191,7 @@ TEST(NvcompCodec, AnsIsRefusedOnTheCpuNamingWhereItRuns) {
   SKIP_WITHOUT_NVCOMP();
   std::vector<float> f = Wave<float>(1024);
   FieldSpec field{v1::DTYPE_FLOAT32, {}, f.size() * 4};
-  std::vector<uint64_t> frame(MaxFramedBytes(field.bytes, kChunk) / 8 + 1);
-  auto n = CompressFrameOnHost({v1::CODEC_ANS, 0}, field, f.data(), kChunk, frame.data(),
-                               frame.size() * 8);
+  auto n = Frame({v1::CODEC_ANS, 0}, field, f.data()).bytes;
   EXPECT_EQ(n.status().code(), Code::kFailedPrecondition);
   EXPECT_NE(n.status().message().find("on a GPU only"), std::string::npos) << n.status().message();
 }
