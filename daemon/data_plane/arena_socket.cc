@@ -7,11 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "log.h"
-#include "snapd/wire.h"
 #include "snapd/unix_socket.h"
+#include "snapd/wire.h"
 
 namespace snapd {
 namespace {
@@ -25,6 +26,25 @@ bool SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
   reply.message_length = static_cast<uint32_t>(n);
   reply.arena_bytes = arena_bytes;
   return SendWithFd(fd, &reply, sizeof reply, pass_fd) >= 0;
+}
+
+// Reads exactly `bytes`, or fewer when the peer closes, errs or lets `limit` pass in all. A
+// signal that interrupts the read (EINTR, or a partial read under MSG_WAITALL) is not the
+// peer's fault: the read goes on, within the same overall limit.
+bool RecvExactly(int fd, void* data, size_t bytes, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  auto* p = static_cast<char*>(data);
+  size_t got = 0;
+  while (got < bytes) {
+    ssize_t n = recv(fd, p + got, bytes - got, MSG_WAITALL);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      return false;  // closed, or SO_RCVTIMEO passed, or a real error
+    }
+    if (got < bytes && std::chrono::steady_clock::now() >= deadline) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -69,7 +89,8 @@ void ArenaSocket::Answer(ucx::ScopedFd& conn) {
   const int fd = conn.get();
   // A client that connects and sends nothing, or part of a request, must not stall the others
   // for long: every read and write on the connection gives up after 500 ms.
-  timeval limit{0, 500 * 1000};
+  constexpr std::chrono::milliseconds kLimit{500};
+  timeval limit{0, static_cast<suseconds_t>(kLimit.count() * 1000)};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
   wire::ArenaRequest req{};
@@ -80,7 +101,7 @@ void ArenaSocket::Answer(ucx::ScopedFd& conn) {
         reason,
         why.ToString() + (SendReply(fd, why, 0, -1) ? "" : " (the peer left before the answer)"));
   };
-  if (recv(fd, &req, sizeof req, MSG_WAITALL) != sizeof req) {
+  if (!RecvExactly(fd, &req, sizeof req, kLimit)) {
     refuse(log::Reason::kMalformed, Status::InvalidArgument("expected a 16-byte ArenaRequest"));
     return;
   }

@@ -14,9 +14,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <set>
@@ -24,12 +26,20 @@
 #include <thread>
 
 #include "raw_peer.h"
-#include "snapd/client.h"
 #include "sanitizer.h"
+#include "snapd/client.h"
 #include "snapd_fixture.h"
 
 namespace snapd::testing {
 namespace {
+
+// The state letter of /proc/PID/stat (R, S, T, ...), or 0 when it cannot be read.
+char ProcessState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 0;
+}
 
 // Pushes and fetches a fresh run of patterned steps until stopped; counts rounds and any
 // byte that came back wrong.
@@ -430,6 +440,43 @@ TEST_F(AbuseTest, GarbageOnASessionSocketEndsOnlyThatSession) {
   ExpectGoodClientExact(good);
   GoodClient again(daemon());
   ExpectGoodClientExact(again);
+}
+
+// Not hostile, but the same handshake: a job suspended and resumed (SIGSTOP, SIGCONT, as
+// `scontrol suspend` or a debugger does) interrupts every read that has a timeout, and a client
+// whose request was half sent at that moment must still get its arena.
+TEST_F(AbuseTest, AnArenaRequestSplitByAStopAndContinueIsStillAnswered) {
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    v1::OpenSessionResponse session;
+    ASSERT_TRUE(stub().OpenSession(&ctx, v1::OpenSessionRequest(), &session).ok());
+    auto sock = ConnectUnix(session.arena_socket());
+    ASSERT_TRUE(sock.ok()) << sock.status().ToString();
+    wire::ArenaRequest req{session.session_id(), session.token()};
+    const char* bytes = reinterpret_cast<const char*>(&req);
+    constexpr size_t kHalf = sizeof req / 2;
+    ASSERT_EQ(::send(sock->get(), bytes, kHalf, MSG_NOSIGNAL), static_cast<ssize_t>(kHalf));
+    // snapd's arena thread is now in its read of the rest; stop and resume the daemon there.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_EQ(kill(daemon().pid(), SIGSTOP), 0);
+    ASSERT_TRUE(
+        WaitUntil([&] { return ProcessState(daemon().pid()) == 'T'; }, std::chrono::seconds(5)))
+        << "snapd did not stop";
+    ASSERT_EQ(kill(daemon().pid(), SIGCONT), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_EQ(::send(sock->get(), bytes + kHalf, sizeof req - kHalf, MSG_NOSIGNAL),
+              static_cast<ssize_t>(sizeof req - kHalf));
+    wire::ArenaReply reply{};
+    int fd = -1;
+    ssize_t got = RecvWithFd(sock->get(), &reply, sizeof reply, MSG_WAITALL, &fd);
+    if (fd >= 0) ::close(fd);
+    ASSERT_EQ(got, static_cast<ssize_t>(sizeof reply));
+    EXPECT_EQ(reply.code, 0) << "round " << i << ": "
+                             << std::string(
+                                    reply.message,
+                                    std::min<size_t>(reply.message_length, wire::kMaxReplyMessage));
+    EXPECT_GE(fd, 0) << "no arena came with the answer";
+  }
 }
 
 TEST_F(AbuseTest, GarbageWorkerAddressesInOpenSessionAreRefused) {
