@@ -414,6 +414,15 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
         "' needs admin_tls_cert, admin_tls_key and admin_tls_ca: remote administration is "
         "served over mutual TLS only");
   }
+  if (!c.spool_dirs_set && c.state_dir.find(',') != std::string::npos) {
+    // spool_dirs is comma-separated: --print-config could not write this default so that it
+    // reads back as one directory (the config fuzzer found it).
+    return Status::InvalidArgument("state_dir = '" + c.state_dir +
+                                   "' holds a comma, so its default spool directory '" +
+                                   SpoolDirsText(c) +
+                                   "' cannot be written in spool_dirs (comma-separated); set "
+                                   "spool_dirs");
+  }
   return out;
 }
 

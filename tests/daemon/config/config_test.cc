@@ -100,6 +100,29 @@ TEST(Config, AValueThatIsNotUtf8IsRefusedNamingItsSource) {
   EXPECT_TRUE(fine.ok()) << fine.status().ToString();
 }
 
+TEST(Config, AStateDirWithACommaNeedsItsOwnSpoolDirs) {
+  auto bare = LoadConfig({"--state-dir", "/tmp/a ,b"}, {});
+  ASSERT_FALSE(bare.ok());
+  EXPECT_EQ(bare.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(bare.status().message().find("state_dir = '/tmp/a ,b' holds a comma, so its default "
+                                         "spool directory '/tmp/a ,b/spool' cannot be written"),
+            std::string::npos)
+      << bare.status().message();
+  // With spool_dirs given, the state directory may hold a comma, and the file round-trips.
+  auto given = LoadConfig({"--state-dir", "/tmp/a ,b", "--spool-dirs", "/tmp/s0, /tmp/s1"}, {});
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  testing::TempDir tmp;
+  std::string path = tmp.path() + "/snapd.toml";
+  {
+    std::ofstream f(path);
+    f << FormatConfig(given->config);
+  }
+  auto again = LoadConfig({"--config", path}, {});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->config.state_dir, "/tmp/a ,b");
+  EXPECT_EQ(again->config.spool_dirs, (std::vector<std::string>{"/tmp/s0", "/tmp/s1"}));
+}
+
 TEST(Config, PrintConfigRoundTripsThroughTheFileParser) {
   auto c = LoadConfig({"--host-mem", "2G", "--socket", "/tmp/x.sock"}, {});
   ASSERT_TRUE(c.ok());
