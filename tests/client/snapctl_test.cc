@@ -280,6 +280,64 @@ TEST_F(SnapctlTest, PlanRevolvesWhenTheHostTierCannotHoldEveryStep) {
   EXPECT_NE(out.find("overhead"), std::string::npos) << out;
 }
 
+TEST_F(SnapctlTest, PlanWithAGpuCodecShrinksHostSlotsByTheGivenRatio) {
+  // 64 MiB of host tier, no disk: 64 raw 1 MiB steps fit, 100 do not.
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M", {"--spool-dirs", "none"})));
+  auto plan = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--json", "plan", "--steps", "100", "--bytes-per-step", "1M"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string out;
+    EXPECT_EQ(Snapctl(args, &out), 0) << out;
+    return nlohmann::json::parse(out, nullptr, false);
+  };
+  nlohmann::json raw = plan({});
+  ASSERT_TRUE(raw.is_object());
+  const uint64_t raw_slots = raw["tiers"][0]["slots_available"].get<uint64_t>();
+  EXPECT_EQ(raw["method"], "h-revolve");
+  // zfp compresses on the way to disk: the host tier's slots stay as they were.
+  nlohmann::json zfp = plan({"--codec", "zfp-reversible", "--codec-ratio", "4"});
+  EXPECT_EQ(zfp["tiers"][0]["slots_available"].get<uint64_t>(), raw_slots) << zfp.dump(2);
+  EXPECT_EQ(zfp["compressed_in"], nlohmann::json::array({"disk"}));
+  // bitcomp compresses on the GPU: the host tier holds frames a quarter of the size, plus their
+  // header and table, so close to four times the steps, and all 100 fit.
+  nlohmann::json gpu = plan({"--codec", "bitcomp", "--codec-ratio", "4"});
+  const uint64_t gpu_slots = gpu["tiers"][0]["slots_available"].get<uint64_t>();
+  EXPECT_LE(gpu_slots, 4 * raw_slots) << gpu.dump(2);
+  EXPECT_GE(gpu_slots, 4 * raw_slots * 95 / 100) << gpu.dump(2);
+  EXPECT_EQ(gpu["method"], "store-all") << gpu.dump(2);
+  EXPECT_EQ(gpu["compression_ratio"], 4.0);
+  EXPECT_EQ(gpu["compression"], "given by --codec-ratio");
+  EXPECT_EQ(gpu["compressed_in"], nlohmann::json::array({"host", "disk"}));
+  // Without a ratio the plan treats it as 1 and says so.
+  nlohmann::json unknown = plan({"--codec", "ans"});
+  EXPECT_EQ(unknown["tiers"][0]["slots_available"].get<uint64_t>(), raw_slots) << unknown.dump(2);
+  EXPECT_NE(unknown["compression"].get<std::string>().find("pass --codec-ratio"),
+            std::string::npos);
+  nlohmann::json lossy =
+      plan({"--codec", "bitcomp-lossy", "--codec-param", "1e-4", "--codec-ratio", "12"});
+  EXPECT_EQ(lossy["codec_param"], 1e-4);
+
+  std::string out, err;
+  const std::vector<std::string> base = {"plan", "--steps", "100", "--bytes-per-step", "1M"};
+  auto refused = [&](std::vector<std::string> extra, const std::string& why) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(Snapctl(args, &out, &err), 2) << out;
+    EXPECT_NE(err.find(why), std::string::npos) << err;
+  };
+  refused({"--codec", "bitcomp-lossy"},
+          "--codec bitcomp-lossy needs --codec-param (absolute "
+          "error bound)");
+  refused({"--codec", "bitcomp-lossy", "--codec-param", "inf"},
+          "--codec-param must be a finite number > 0, got 'inf'");
+  refused({"--codec", "bitcomp", "--codec-param", "2"}, "--codec bitcomp takes no --codec-param");
+  refused({"--codec", "bitcomp", "--codec-ratio", "0.5"},
+          "--codec-ratio must be a finite number >= 1");
+  refused({"--codec-ratio", "2"}, "--codec none takes no --codec-ratio");
+  refused({"--codec", "zfp-rate", "--codec-param", "8", "--codec-ratio", "2"},
+          "--codec zfp-rate takes no --codec-ratio");
+}
+
 TEST_F(SnapctlTest, PlanStoresAllWhenEverythingFitsAndRejectsBadOptions) {
   std::string out, err;
   ASSERT_EQ(Snapctl({"--json", "plan", "--steps", "20", "--bytes-per-step", "1M"}, &out), 0);

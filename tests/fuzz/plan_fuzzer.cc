@@ -1,12 +1,14 @@
 // Fuzzes `snapctl plan`'s inputs: its command-line values (--steps, --bytes-per-step,
-// --compute-time, --backward-time, --codec, --codec-param, --dtype) and the Stats answer whose
-// tiers become the schedule's levels, through snapctl's own Plan (client/tools/snapctl/plan.cc)
-// and the schedule library it calls (client/src/schedule.cc: StoreAll, HRevolve, Revolve's
-// closed form). Its output and errors go to /dev/null; --json is chosen by the input.
+// --compute-time, --backward-time, --codec, --codec-param, --dtype, --codec-ratio) and the Stats
+// answer whose tiers become the schedule's levels, through snapctl's own Plan
+// (client/tools/snapctl/plan.cc) and the schedule library it calls (client/src/schedule.cc:
+// StoreAll, HRevolve, Revolve's closed form). Its output and errors go to /dev/null; --json is
+// chosen by the input.
 //
-// Input: u16 text length, then that much text: the seven values, one a line, in the order
-// above (missing ones are empty, --codec defaults to none, --dtype to float32), then a line
-// that asks for --json when it is not empty; the rest is a snapd.v1.StatsResponse (an input whose rest does not parse is skipped). Steps are capped at
+// Input: u16 text length, then that much text, one value a line: the first seven values in the
+// order above (missing ones are empty, --codec defaults to none, --dtype to float32), a line that
+// asks for --json when it is not empty, then --codec-ratio; the rest is a
+// snapd.v1.StatsResponse (an input whose rest does not parse is skipped). Steps are capped at
 // 10^6 and each tier's budget at 2^40 so that one input stays a fraction of a second: larger
 // values only make the same tables longer.
 #include <fcntl.h>
@@ -76,7 +78,7 @@ v1::StatsResponse RealStats(bool zfp) {
   return stats;
 }
 
-// One input: the seven values and the --json line, then the Stats answer.
+// One input: the seven values, the --json line and --codec-ratio, then the Stats answer.
 std::string PlanInput(std::initializer_list<const char*> lines, const v1::StatsResponse& stats) {
   std::string text;
   for (const char* line : lines) text += std::string(line) + "\n";
@@ -101,6 +103,9 @@ void WriteSeeds() {
   fuzz::WriteSeed("zfp_reversible_measured_json",
                   PlanInput({"5000", "1G", "", "", "zfp-reversible", "", "float32", "json"},
                             measured));
+  fuzz::WriteSeed(
+      "bitcomp_ratio_json",
+      PlanInput({"2000", "64M", "0.05", "", "bitcomp", "", "float32", "json", "3.4"}, fresh));
   fuzz::WriteSeed("zero_steps", PlanInput({"0", "1M", "", "", "none", "", "float32", ""}, fresh));
 }
 
@@ -130,8 +135,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   std::istringstream lines(std::string(reinterpret_cast<const char*>(bytes + 2), text));
   snapctl::PlanArgs a;
   std::string json;
-  for (std::string* field : {&a.steps, &a.bytes, &a.forward, &a.backward, &a.codec,
-                             &a.codec_param, &a.dtype, &json}) {
+  for (std::string* field : {&a.steps, &a.bytes, &a.forward, &a.backward, &a.codec, &a.codec_param,
+                             &a.dtype, &json, &a.codec_ratio}) {
     std::string line;
     if (!std::getline(lines, line)) break;
     *field = line;

@@ -1,5 +1,7 @@
 // plan: the checkpoint schedule for an adjoint run on this node's tiers, with the write and read
 // costs snapd has measured.
+#include "plan.h"
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -9,20 +11,40 @@
 #include <vector>
 
 #include "common.h"
-#include "plan.h"
+#include "snapd/chunk_frame.h"
 #include "snapd/schedule.h"
 #include "snapd/units.h"
 
 namespace snapd::snapctl {
 namespace {
 
-// How the disk tier stores a step of the planned run: its size there is bytes / ratio.
+// How the tiers store a step of the planned run. zfp compresses on snapd's CPUs on the way to
+// disk: only a disk slot is smaller. The nvCOMP codecs compress on the solver's GPU before
+// PCIe: host and disk slots both hold the step's chunk frame.
 struct Compression {
   v1::Codec codec = v1::CODEC_NONE;
   double param = 0;
   double ratio = 1;
+  bool given = false;  // --codec-ratio
   std::string source = "uncompressed";
+  // The nvCOMP codecs (compress::IsGpuCodec, in the daemon's codec library).
+  bool in_host() const {
+    return codec == v1::CODEC_BITCOMP || codec == v1::CODEC_BITCOMP_LOSSY || codec == v1::CODEC_ANS;
+  }
 };
+
+// The bytes a step of `raw` bytes takes in a tier that holds it compressed by `c`: raw / ratio,
+// and for a chunk frame its header, table and chunk alignment (16 MiB chunks); never more than
+// raw, since a step that does not shrink is stored as it was.
+uint64_t StoredBytes(uint64_t raw, const Compression& c) {
+  auto shrunk = static_cast<uint64_t>(std::ceil(double(raw) / c.ratio));
+  uint64_t chunks = (raw + compress::kMaxChunkBytes - 1) / compress::kMaxChunkBytes;
+  uint64_t framing = c.in_host()
+                         ? sizeof(compress::FrameHeader) +
+                               chunks * (sizeof(compress::ChunkEntry) + compress::kChunkAlign)
+                         : 0;
+  return std::min(raw, shrunk + framing);
+}
 
 // --codec and --codec-param checked; false after saying why not. zfp-rate's ratio follows
 // from its rate; the other zfp modes depend on the data, so their ratio is the one this node's
@@ -46,6 +68,7 @@ bool ParseCompression(const PlanArgs& a, Compression* c) {
   const char* param_is = c->codec == v1::CODEC_ZFP_RATE        ? "bits per value"
                          : c->codec == v1::CODEC_ZFP_PRECISION ? "bit planes kept"
                          : c->codec == v1::CODEC_ZFP_ACCURACY  ? "absolute error tolerance"
+                         : c->codec == v1::CODEC_BITCOMP_LOSSY ? "absolute error bound"
                                                                : nullptr;
   if (param_is && a.codec_param.empty()) {
     Error("plan", "--codec " + a.codec + " needs --codec-param (" + param_is + ")");
@@ -54,9 +77,11 @@ bool ParseCompression(const PlanArgs& a, Compression* c) {
   if (!a.codec_param.empty()) {
     char* end = nullptr;
     c->param = std::strtod(a.codec_param.c_str(), &end);
-    if (!param_is || end == a.codec_param.c_str() || *end != '\0' || !(c->param > 0)) {
-      Error("plan", param_is ? "--codec-param must be a number > 0, got '" + a.codec_param + "'"
-                             : "--codec " + a.codec + " takes no --codec-param");
+    if (!param_is || end == a.codec_param.c_str() || *end != '\0' || !(c->param > 0) ||
+        !std::isfinite(c->param)) {
+      Error("plan", param_is
+                        ? "--codec-param must be a finite number > 0, got '" + a.codec_param + "'"
+                        : "--codec " + a.codec + " takes no --codec-param");
       return false;
     }
   }
@@ -64,6 +89,26 @@ bool ParseCompression(const PlanArgs& a, Compression* c) {
     double bits = a.dtype == "float64" ? 64 : 32;
     c->ratio = c->param < bits ? bits / c->param : 1.0;
     c->source = Format("fixed rate: %g of %g bits per value", c->param, bits);
+  }
+  if (!a.codec_ratio.empty()) {
+    char* end = nullptr;
+    double r = std::strtod(a.codec_ratio.c_str(), &end);
+    if (c->codec == v1::CODEC_NONE || c->codec == v1::CODEC_ZFP_RATE) {
+      Error("plan", "--codec " + a.codec + " takes no --codec-ratio" +
+                        (c->codec == v1::CODEC_NONE ? std::string(" (it does not compress)")
+                                                    : " (its rate fixes the ratio)"));
+      return false;
+    }
+    if (end == a.codec_ratio.c_str() || *end != '\0' || !(r >= 1) || !std::isfinite(r)) {
+      Error("plan",
+            "--codec-ratio must be a finite number >= 1 (a step that does not shrink is "
+            "stored as it was), got '" +
+                a.codec_ratio + "'");
+      return false;
+    }
+    c->ratio = r;
+    c->given = true;
+    c->source = "given by --codec-ratio";
   }
   return true;
 }
@@ -108,7 +153,11 @@ int Plan(const PlanArgs& a, Output& out,
   if (backward < 0) backward = forward;
   v1::StatsResponse r;
   if (!stats(&r)) return kExitFailed;
-  if (comp.codec != v1::CODEC_NONE && comp.codec != v1::CODEC_ZFP_RATE) {
+  if (comp.in_host() && !comp.given) {
+    // The ratio of a GPU codec is the solver's data's: snapd cannot measure it for a run
+    // that has not been pushed.
+    comp.source = "not given (pass --codec-ratio as measured on the run's data; treated as 1)";
+  } else if (comp.codec != v1::CODEC_NONE && comp.codec != v1::CODEC_ZFP_RATE && !comp.given) {
     comp.source = "not measured yet (no compressed step on disk; treated as 1)";
     for (const auto& t : r.tiers()) {
       if (t.tier() == v1::TIER_DISK && t.used_bytes() > 0 && t.raw_bytes() > t.used_bytes()) {
@@ -121,20 +170,20 @@ int Plan(const PlanArgs& a, Output& out,
   // This node's tiers as schedule levels: capacity in snapshots, measured costs per snapshot.
   std::vector<schedule::Level> levels;
   std::vector<std::string> cost_source;
-  uint64_t slot_bytes = (bytes + 4095) / 4096 * 4096;
-  // Steps are compressed on their way to disk: a disk slot and its transfers are smaller.
-  uint64_t disk_bytes = static_cast<uint64_t>(std::ceil(double(bytes) / comp.ratio));
-  uint64_t disk_slot_bytes = (disk_bytes + 4095) / 4096 * 4096;
+  // A step's size in each tier: smaller on disk when it is compressed on its way there, and in
+  // host memory too when it is compressed on the GPU. Its transfers are smaller alike.
+  const uint64_t disk_bytes = comp.codec == v1::CODEC_NONE ? bytes : StoredBytes(bytes, comp);
+  const uint64_t host_bytes = comp.in_host() ? disk_bytes : bytes;
   for (const auto& t : r.tiers()) {
     schedule::Level l;
     l.name = TierName(t.tier());
-    const bool disk = t.tier() == v1::TIER_DISK;
+    const uint64_t held = t.tier() == v1::TIER_DISK ? disk_bytes : host_bytes;
     uint64_t free_bytes = t.budget_bytes() > t.used_bytes() ? t.budget_bytes() - t.used_bytes() : 0;
-    l.slots = free_bytes / (disk ? disk_slot_bytes : slot_bytes);
+    l.slots = free_bytes / ((held + 4095) / 4096 * 4096);
     bool measured = t.write_bytes_per_second() > 0 && t.read_bytes_per_second() > 0;
     if (measured && forward > 0) {
-      l.write = (disk ? disk_bytes : bytes) / t.write_bytes_per_second();
-      l.read = (disk ? disk_bytes : bytes) / t.read_bytes_per_second();
+      l.write = held / t.write_bytes_per_second();
+      l.read = held / t.read_bytes_per_second();
     }
     cost_source.push_back(!measured     ? "not measured yet (treated as free)"
                           : forward > 0 ? "measured by snapd"
@@ -189,6 +238,9 @@ int Plan(const PlanArgs& a, Output& out,
                    {"codec_param", comp.param},
                    {"compression_ratio", comp.ratio},
                    {"compression", comp.source},
+                   {"compressed_in", comp.codec == v1::CODEC_NONE ? Json::array()
+                                     : comp.in_host()             ? Json::array({"host", "disk"})
+                                                                  : Json::array({"disk"})},
                    {"method", p.method},
                    {"forward_steps", p.forward_steps},
                    {"recomputation_factor", p.RecomputationFactor()},
@@ -202,7 +254,9 @@ int Plan(const PlanArgs& a, Output& out,
   out.Line(Format("plan for %s x %s (codec %s)", Counted(steps, "step").c_str(),
                   FormatBytes(bytes).c_str(), a.codec.c_str()));
   if (comp.codec != v1::CODEC_NONE) {
-    out.Line(Format("compression   %.2fx on disk (%s)", comp.ratio, comp.source.c_str()));
+    out.Line(Format("compression   %.2fx %s (%s)", comp.ratio,
+                    comp.in_host() ? "in host memory and on disk" : "on disk",
+                    comp.source.c_str()));
   }
   out.Line("schedule      " + p.method + (note.empty() ? "" : "  -- " + note));
   Table t({{"TIER", 8, true},
@@ -244,12 +298,17 @@ void AddPlanCommand(CLI::App& app, Action* action) {
                    "seconds per backward step (default: the forward time)")
       ->type_name("T");
   plan->add_option("--codec", a->codec,
-                   "none, zfp-reversible, zfp-rate, zfp-precision or zfp-accuracy")
+                   "none, zfp-reversible, zfp-rate, zfp-precision, zfp-accuracy (on snapd's "
+                   "CPUs, on the way to disk), bitcomp, bitcomp-lossy or ans (on the GPU)")
       ->type_name("CODEC")
       ->capture_default_str();
   plan->add_option("--codec-param", a->codec_param,
-                   "zfp-rate: bits per value; zfp-precision: bit planes; zfp-accuracy: tolerance")
+                   "zfp-rate: bits per value; zfp-precision: bit planes; zfp-accuracy: "
+                   "tolerance; bitcomp-lossy: absolute error bound")
       ->type_name("X");
+  plan->add_option("--codec-ratio", a->codec_ratio,
+                   "the compression ratio measured on the run's data (R >= 1; not zfp-rate)")
+      ->type_name("R");
   plan->add_option("--dtype", a->dtype, "float32 or float64 (zfp-rate's ratio)")
       ->type_name("DTYPE")
       ->capture_default_str()

@@ -18,6 +18,7 @@ struct PlanArgs {
   std::string backward;  // seconds per backward step; empty = same as forward
   std::string codec = "none";
   std::string codec_param;  // empty = not given
+  std::string codec_ratio;  // the ratio measured on the run's data; empty = not given
   std::string dtype = "float32";
 };
 
