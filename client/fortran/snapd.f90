@@ -44,7 +44,7 @@ module snapd
     type(c_ptr) :: layers = c_null_ptr
     integer(c_int) :: keep = 0
     integer(c_int) :: block_when_full = 0
-    integer(c_int) :: codec = 0
+    integer(c_int) :: codec = 0          ! as snapd.h's snapd_run_spec.codec: 0 none .. 7 ans
     real(c_double) :: codec_param = 0
     integer(c_int) :: compress_at_ingest = 0
     type(c_ptr) :: job = c_null_ptr

@@ -29,13 +29,19 @@ enum class Dtype { kUnspecified = 0, kFloat32 = 1, kFloat64 = 2, kInt32 = 3, kIn
 // kInFlight (Locate only): pushed, and released to the solver, but not stored yet; it is stored
 // in a moment, or its push fails and says why.
 enum class Tier { kUnspecified = 0, kDevice = 1, kHost = 2, kDisk = 3, kLost = 4, kInFlight = 5 };
-// zfp compression of a run's steps on their way to the disk tier (values as in the protocol).
+// Compression of a run's steps (values as in the protocol). zfp: on snapd's CPUs, on their way
+// to the disk tier. nvCOMP (bitcomp, bitcomp-lossy, ans): on the solver's GPU before PCIe, in
+// chunk frames; snapd does not yet store such steps, and refuses a run that asks for one when
+// it opens (FAILED_PRECONDITION, naming the codec).
 enum class Codec {
   kNone = 0,
   kZfpReversible = 1,  // lossless, bit-exact
   kZfpRate = 2,        // codec_param: bits per value
   kZfpPrecision = 3,   // codec_param: bit planes kept
   kZfpAccuracy = 4,    // codec_param: absolute error tolerance
+  kBitcomp = 5,        // lossless, bit-exact
+  kBitcompLossy = 6,   // codec_param: absolute error bound (finite, > 0)
+  kAns = 7,            // lossless; for fields with few distinct values
 };
 const char* TierName(Tier tier);
 

@@ -65,6 +65,9 @@ _CODECS = {
     "zfp-rate": Codec.ZFP_RATE,
     "zfp-precision": Codec.ZFP_PRECISION,
     "zfp-accuracy": Codec.ZFP_ACCURACY,
+    "bitcomp": Codec.BITCOMP,
+    "bitcomp-lossy": Codec.BITCOMP_LOSSY,
+    "ans": Codec.ANS,
 }
 
 
@@ -103,7 +106,9 @@ class Client:
         layers: "DiskHost", "Host", "Disk" or "NoLayers" (default: DiskHost when the daemon
         has a disk tier). keep: steps survive being fetched (checkpoint schedules re-read).
         codec: "none", "zfp-reversible" (lossless), "zfp-rate", "zfp-precision" or
-        "zfp-accuracy", with `codec_param` as zfp takes it. job: the batch job the run
+        "zfp-accuracy", with `codec_param` as zfp takes it; "bitcomp", "bitcomp-lossy"
+        (`codec_param`: the absolute error bound) and "ans" compress on the GPU, and snapd
+        refuses them for now (FailedPrecondition, naming the codec). job: the batch job the run
         belongs to (default $SLURM_JOB_ID); the Slurm epilog deletes a job's runs.
         check_finite: refuse pushes holding NaN or infinities (float32/float64 runs).
         overwrite: a push of a step already stored replaces it in the same request (for

@@ -270,7 +270,10 @@ PYBIND11_MODULE(_snapd, m) {
       .value("ZFP_REVERSIBLE", snapd::Codec::kZfpReversible)
       .value("ZFP_RATE", snapd::Codec::kZfpRate)
       .value("ZFP_PRECISION", snapd::Codec::kZfpPrecision)
-      .value("ZFP_ACCURACY", snapd::Codec::kZfpAccuracy);
+      .value("ZFP_ACCURACY", snapd::Codec::kZfpAccuracy)
+      .value("BITCOMP", snapd::Codec::kBitcomp)
+      .value("BITCOMP_LOSSY", snapd::Codec::kBitcompLossy)
+      .value("ANS", snapd::Codec::kAns);
 
   py::class_<snapd::RunSpec>(m, "RunSpec")
       .def(py::init<>())
