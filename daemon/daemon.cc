@@ -203,6 +203,7 @@ Status Daemon::StartServing() {
   DataPlane::Options dp_options;
   dp_options.connect_timeout = std::chrono::seconds(config.session_connect_timeout);
   dp_options.orphan_grace = std::chrono::seconds(config.orphan_grace);
+  sessions_.set_max_per_uid(config.max_sessions_per_uid);
   SNAPD_ASSIGN_OR_RETURN(data_plane_, DataPlane::Start(dp_options, store_.get(), &sessions_));
 
   SNAPD_RETURN_IF_ERROR(ClaimSocket(config.socket));

@@ -36,6 +36,7 @@ struct Config {
   uint32_t prefetch_depth = 0;
   uint32_t compress_threads = 0;         // 0 = the cores minus one
   uint32_t session_connect_timeout = 0;  // seconds from OpenSession to the client's Hello
+  uint32_t max_sessions_per_uid = 0;     // sessions one uid may hold open at once
   uint32_t orphan_grace = 0;  // seconds a non-keep run outlives its dead clients; 0 = forever
   // Seconds a stop may spend writing host-only steps to disk (SIGTERM, `snapctl shutdown`);
   // the systemd unit's TimeoutStopSec leaves a margin above it.

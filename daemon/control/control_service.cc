@@ -142,9 +142,10 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
   if (req->ucx_address().empty()) {
     // A mapped client: its link is the arena socket's connection (wire.h, "Session socket").
     if (stopping_) return Finish(ctx, Status::Unavailable("snapd is stopping"));
-    Session session = sessions_->Open(req->client_name(), who.uid, /*socket_link=*/true);
-    data_plane_->ExpectSocket(session);
-    answer(session);
+    Result<Session> session = sessions_->Open(req->client_name(), who.uid, /*socket_link=*/true);
+    if (!session.ok()) return Finish(ctx, session.status());
+    data_plane_->ExpectSocket(*session);
+    answer(*session);
     return Finish(ctx, Status::Ok());
   }
   if (opening_.fetch_add(1) >= kMaxOpening) {
@@ -160,13 +161,14 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
        address = req->ucx_address()] {
         Status s = stopping_ ? Status::Unavailable("snapd is stopping")
                              : CheckUcxAddress(address, std::chrono::seconds(10));
+        Result<Session> session = s.ok() ? sessions_->Open(name, uid) : Result<Session>(s);
+        if (s.ok() && !session.ok()) s = session.status();
         if (s.ok()) {
-          Session session = sessions_->Open(name, uid);
-          s = data_plane_->Connect(session, address);
+          s = data_plane_->Connect(*session, address);
           if (!s.ok()) {
-            (void)sessions_->Close(session.id, session.token);
+            (void)sessions_->Close(session->id, session->token);
           } else {
-            answer(session);
+            answer(*session);
           }
         }
         if (RefusalReason(s.code())) {

@@ -31,7 +31,12 @@ struct Session {
 
 class SessionTable {
  public:
-  Session Open(const std::string& client_name, uint32_t uid, bool socket_link = false)
+  // The most sessions one uid may hold open at once (max_sessions_per_uid); 0 = no limit.
+  // Every uid is held to it, root too: one process that leaks sessions, or one user who opens
+  // them in a loop, must not take the fds and memory every other client's session needs.
+  void set_max_per_uid(size_t max) SNAPD_EXCLUDES(mu_);
+  // RESOURCE_EXHAUSTED, naming the limit, when `uid` already holds max_per_uid sessions.
+  Result<Session> Open(const std::string& client_name, uint32_t uid, bool socket_link = false)
       SNAPD_EXCLUDES(mu_);
   // NOT_FOUND unless both id and token match an open session.
   Status Close(uint64_t id, uint64_t token) SNAPD_EXCLUDES(mu_);
@@ -41,7 +46,9 @@ class SessionTable {
  private:
   mutable Mutex mu_;
   uint64_t next_id_ SNAPD_GUARDED_BY(mu_) = 1;
+  size_t max_per_uid_ SNAPD_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, Session> sessions_ SNAPD_GUARDED_BY(mu_);
+  std::map<uint32_t, size_t> per_uid_ SNAPD_GUARDED_BY(mu_);  // open sessions of each uid
 };
 
 }  // namespace snapd

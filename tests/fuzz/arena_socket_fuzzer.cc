@@ -58,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   const uint8_t flags = bytes[0];
   std::vector<char> request(bytes + 1, bytes + 1 + std::min<size_t>(size - 1, 64));
   const uint32_t uid = (flags & 0x02) ? 1000 : geteuid();
-  Session session = node->sessions()->Open("fuzz", uid);
+  Session session = fuzz::Take(node->sessions()->Open("fuzz", uid), "open a session");
   if ((flags & 0x01) && !request.empty()) {
     wire::ArenaRequest r{session.id, session.token};
     std::memcpy(request.data(), &r, std::min(request.size(), sizeof r));

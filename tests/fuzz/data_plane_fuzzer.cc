@@ -345,7 +345,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   }
 
   const bool over_socket = session_flags & 4;
-  Session session = w.node->sessions()->Open("fuzz", uid, over_socket);
+  Session session = Take(w.node->sessions()->Open("fuzz", uid, over_socket), "open a session");
   ucp_ep_h ep = nullptr;
   SocketClient sock;
   if (over_socket) {

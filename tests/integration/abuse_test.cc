@@ -479,6 +479,50 @@ TEST_F(AbuseTest, AnArenaRequestSplitByAStopAndContinueIsStillAnswered) {
   }
 }
 
+// One uid opening sessions in a loop gets max_sessions_per_uid of them, then a named refusal;
+// the sessions it holds keep working, and room comes back as they end.
+TEST_F(AbuseTest, OneUidHoldsAtMostMaxSessionsPerUid) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M", {"--max-sessions-per-uid", "3"})));
+  std::string error;
+  std::vector<std::unique_ptr<RawPeer>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(RawPeer::OpenSocket(stub(), &error));
+    ASSERT_NE(held.back(), nullptr) << i << ": " << error;
+  }
+  auto open_one = [&] {
+    grpc::ClientContext ctx;
+    v1::OpenSessionResponse resp;
+    return stub().OpenSession(&ctx, v1::OpenSessionRequest(), &resp);
+  };
+  for (int i = 0; i < 20; ++i) {  // in a loop, as a leaking or hostile client would
+    grpc::Status refused = open_one();
+    ASSERT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << refused.error_message();
+    EXPECT_NE(refused.error_message().find("max_sessions_per_uid = 3"), std::string::npos)
+        << refused.error_message();
+  }
+  // libsnapd passes the refusal on as it came.
+  auto client = ConnectClient(daemon());
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), Code::kResourceExhausted) << client.status().ToString();
+  EXPECT_NE(client.status().message().find("max_sessions_per_uid"), std::string::npos)
+      << client.status().ToString();
+  EXPECT_EQ(Stats().sessions(), 3u);
+  // The sessions held still answer on their sockets.
+  const uint64_t token = held[0]->session().token();
+  wire::PushRequest bad{wire::MakeHeader(wire::kReserve, token + 1, 9), 1, 0, 4096, 0};
+  held[0]->Send(wire::kReserve, &bad, sizeof bad);
+  auto r = held[0]->WaitReply(9);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, static_cast<int>(Code::kUnauthenticated));
+  // One ends (its socket closes): its room comes back, and a real client gets it.
+  held.pop_back();
+  ASSERT_TRUE(WaitUntil([&] { return Stats().sessions() == 2; }, std::chrono::seconds(10)));
+  GoodClient good(daemon());
+  ExpectGoodClientExact(good);
+  EXPECT_NE(daemon().Log().find("max_sessions_per_uid"), std::string::npos);
+}
+
 TEST_F(AbuseTest, GarbageWorkerAddressesInOpenSessionAreRefused) {
   GoodClient good(daemon());
   std::string error;
