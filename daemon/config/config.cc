@@ -414,14 +414,19 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
         "' needs admin_tls_cert, admin_tls_key and admin_tls_ca: remote administration is "
         "served over mutual TLS only");
   }
-  if (!c.spool_dirs_set && c.state_dir.find(',') != std::string::npos) {
-    // spool_dirs is comma-separated: --print-config could not write this default so that it
-    // reads back as one directory (the config fuzzer found it).
-    return Status::InvalidArgument("state_dir = '" + c.state_dir +
-                                   "' holds a comma, so its default spool directory '" +
-                                   SpoolDirsText(c) +
-                                   "' cannot be written in spool_dirs (comma-separated); set "
-                                   "spool_dirs");
+  if (!c.spool_dirs_set) {
+    // --print-config writes the default spool directory in spool_dirs, which is comma-separated
+    // with each directory trimmed of spaces: it must read back as itself (the config fuzzer
+    // found a state_dir with a comma, then one that began with a space).
+    const std::string dir = SpoolDirsText(c);
+    Config probe;
+    const OptionDoc* spool = FindOption("spool_dirs");
+    if (!spool->set(probe, dir).ok() || probe.spool_dirs != std::vector<std::string>{dir}) {
+      return Status::InvalidArgument(
+          "state_dir = '" + c.state_dir + "' gives the default spool directory '" + dir +
+          "', which spool_dirs cannot hold (a comma, or a space at either end of a directory); "
+          "set spool_dirs");
+    }
   }
   return out;
 }

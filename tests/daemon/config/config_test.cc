@@ -100,14 +100,17 @@ TEST(Config, AValueThatIsNotUtf8IsRefusedNamingItsSource) {
   EXPECT_TRUE(fine.ok()) << fine.status().ToString();
 }
 
-TEST(Config, AStateDirWithACommaNeedsItsOwnSpoolDirs) {
-  auto bare = LoadConfig({"--state-dir", "/tmp/a ,b"}, {});
-  ASSERT_FALSE(bare.ok());
-  EXPECT_EQ(bare.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(bare.status().message().find("state_dir = '/tmp/a ,b' holds a comma, so its default "
-                                         "spool directory '/tmp/a ,b/spool' cannot be written"),
-            std::string::npos)
-      << bare.status().message();
+TEST(Config, AStateDirThatSpoolDirsCannotHoldNeedsItsOwnSpoolDirs) {
+  for (const char* dir : {"/tmp/a ,b", " et/x", "\t/tmp/y"}) {
+    auto bare = LoadConfig({"--state-dir", dir}, {});
+    ASSERT_FALSE(bare.ok()) << dir;
+    EXPECT_EQ(bare.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(bare.status().message().find("state_dir = '" + std::string(dir) +
+                                           "' gives the default spool directory '" + dir +
+                                           "/spool', which spool_dirs cannot hold"),
+              std::string::npos)
+        << bare.status().message();
+  }
   // With spool_dirs given, the state directory may hold a comma, and the file round-trips.
   auto given = LoadConfig({"--state-dir", "/tmp/a ,b", "--spool-dirs", "/tmp/s0, /tmp/s1"}, {});
   ASSERT_TRUE(given.ok()) << given.status().ToString();
