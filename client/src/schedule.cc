@@ -1,6 +1,7 @@
 #include "snapd/schedule.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
@@ -81,7 +82,8 @@ class Table {
       bool tracked = levels[i].slots != kUnlimited && levels[i].slots + 1 < n_;
       radix_[i] = tracked ? levels[i].slots + 1 : 1;
       stride_[i] = combos;
-      combos *= radix_[i];
+      combos *= radix_[i];  // wraps for a table far past the work bound: see combos_estimate_
+      combos_estimate_ *= static_cast<double>(radix_[i]);
     }
     combos_ = combos;
     // Levels by read cost, so a segment's kMove targets are computed before it.
@@ -91,8 +93,10 @@ class Table {
                      [&](int a, int b) { return levels_[a].read < levels_[b].read; });
   }
 
+  // From the slot combinations counted in floating point: the integer count wraps past 2^64
+  // (four levels of 10^5 tracked slots), and a wrapped count could look small enough to fill.
   double EstimatedWork() const {
-    return static_cast<double>(n_) * n_ * combos_ * k_ * k_ / 2.0;
+    return static_cast<double>(n_) * n_ * combos_estimate_ * k_ * k_ / 2.0;
   }
 
   void Fill() {
@@ -233,7 +237,8 @@ class Table {
   const int k_;
   std::vector<uint64_t> radix_;
   std::vector<size_t> stride_;
-  size_t combos_ = 1;
+  size_t combos_ = 1;  // meaningful only when EstimatedWork() is within the bound
+  double combos_estimate_ = 1;
   std::vector<int> order_;
   std::vector<double> cost_;
   std::vector<Choice> choice_;
@@ -258,11 +263,15 @@ Result<Schedule> HRevolve(uint64_t steps, const std::vector<Level>& levels, Step
     return Status::InvalidArgument(std::to_string(steps) + " steps is beyond this planner");
   }
   Table table(steps, levels, costs);
-  if (table.EstimatedWork() > kMaxWork) {
-    return Status::ResourceExhausted(
-        "the exact H-Revolve table for " + std::to_string(steps) + " steps over these levels "
-        "needs ~" + std::to_string(static_cast<uint64_t>(table.EstimatedWork())) +
-        " operations; use fewer steps per segment or fewer tracked slots");
+  if (const double work = table.EstimatedWork(); work > kMaxWork) {
+    // As a double: the work of a table past the bound may be past 2^64 too (plan_fuzzer
+    // found 8.6e20, which no integer type holds).
+    char ops[32];
+    std::snprintf(ops, sizeof ops, "%.2g", work);
+    return Status::ResourceExhausted("the exact H-Revolve table for " + std::to_string(steps) +
+                                     " steps over these levels needs ~" + ops +
+                                     " operations; use fewer steps per segment or fewer "
+                                     "tracked slots");
   }
   table.Fill();
   Schedule s;

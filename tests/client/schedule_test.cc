@@ -220,6 +220,18 @@ TEST(HRevolve, RefusesTablesTooLargeToCompute) {
   EXPECT_EQ(slow.status().code(), Code::kResourceExhausted);
   EXPECT_NE(slow.status().message().find("use fewer steps per segment"), std::string::npos)
       << slow.status().message();
+  // A table whose work is past 2^64 is refused the same way (its work was once converted to an
+  // integer it does not fit).
+  auto huge = HRevolve(uint64_t{1} << 31, {{"a", 1u << 30, 1, 1}, {"b", kUnlimited, 5, 5}}, {1, 2});
+  EXPECT_EQ(huge.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("needs ~"), std::string::npos) << huge.status().message();
+  EXPECT_NE(huge.status().message().find("e+"), std::string::npos) << huge.status().message();
+  // Four levels of 2^16 tracked slots: 2^64 slot combinations, which wrapped to 0 as an integer
+  // count and made the table look empty.
+  const uint64_t s16 = (uint64_t{1} << 16) - 1;
+  auto wrapped = HRevolve(
+      1u << 17, {{"a", s16, 1, 1}, {"b", s16, 2, 2}, {"c", s16, 3, 3}, {"d", s16, 4, 4}}, {1, 2});
+  EXPECT_EQ(wrapped.status().code(), Code::kResourceExhausted) << wrapped.status().ToString();
   // A third of the bound is still planned.
   EXPECT_TRUE(HRevolve(200, {{"a", 60, 1, 1}, {"b", 60, 5, 5}}, {1, 2}).ok());
 }
