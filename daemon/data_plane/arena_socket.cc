@@ -30,19 +30,26 @@ bool SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
 
 // Reads exactly `bytes`, or fewer when the peer closes, errs or lets `limit` pass in all. A
 // signal that interrupts the read (EINTR, or a partial read under MSG_WAITALL) is not the
-// peer's fault: the read goes on, within the same overall limit.
+// peer's fault: the read goes on for what is left of the limit (SO_RCVTIMEO set to it before
+// each try). Time snapd spends stopped (SIGSTOP) counts.
 bool RecvExactly(int fd, void* data, size_t bytes, std::chrono::milliseconds limit) {
+  using std::chrono::duration_cast;
+  using std::chrono::microseconds;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   auto* p = static_cast<char*>(data);
   size_t got = 0;
   while (got < bytes) {
+    auto left = duration_cast<microseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    timeval wait{static_cast<time_t>(left.count() / 1000000),
+                 static_cast<suseconds_t>(left.count() % 1000000)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
     ssize_t n = recv(fd, p + got, bytes - got, MSG_WAITALL);
     if (n > 0) {
       got += static_cast<size_t>(n);
     } else if (n == 0 || errno != EINTR) {
-      return false;  // closed, or SO_RCVTIMEO passed, or a real error
+      return false;  // closed, or the limit passed, or a real error
     }
-    if (got < bytes && std::chrono::steady_clock::now() >= deadline) return false;
   }
   return true;
 }
