@@ -349,6 +349,14 @@ TEST_F(SnapctlTest, PlanStoresAllWhenEverythingFitsAndRejectsBadOptions) {
   EXPECT_NE(err.find("--codec zfp-rate needs --codec-param"), std::string::npos) << err;
   EXPECT_EQ(Snapctl({"plan", "--steps", "0", "--bytes-per-step", "1M"}, &out, &err), 2);
   EXPECT_NE(err.find("--steps must be a positive integer"), std::string::npos) << err;
+  // A step near 2^64 bytes once wrapped a slot's size to 0 and divided by it (SIGFPE).
+  for (const char* huge : {"18446744073709551615", "2000000T"}) {
+    EXPECT_EQ(Snapctl({"plan", "--steps", "2", "--bytes-per-step", huge, "--codec", "ans"}, &out,
+                      &err),
+              2)
+        << huge;
+    EXPECT_NE(err.find("more than any node holds"), std::string::npos) << err;
+  }
 }
 
 // A program whose stdout is read line by line while it runs.

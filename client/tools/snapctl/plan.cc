@@ -113,6 +113,10 @@ bool ParseCompression(const PlanArgs& a, Compression* c) {
   return true;
 }
 
+// The largest step planned: far past any node, and far enough from 2^64 that a slot's size
+// rounds up to 4 KiB, and a chunk count is taken, without wrapping.
+constexpr uint64_t kMaxStepBytes = uint64_t{1} << 50;
+
 // Seconds >= 0 from `text`; false after saying why not.
 bool ParseSeconds(const char* flag, const std::string& text, double* seconds) {
   char* end = nullptr;
@@ -138,6 +142,10 @@ int Plan(const PlanArgs& a, Output& out,
     return UsageError(
         "plan", "--bytes-per-step '" + a.bytes +
                     "': " + (parsed_bytes.ok() ? "must be > 0" : parsed_bytes.status().message()));
+  }
+  if (*parsed_bytes > kMaxStepBytes) {
+    return UsageError("plan", "--bytes-per-step '" + a.bytes + "': over " +
+                                  FormatBytes(kMaxStepBytes) + ", more than any node holds");
   }
   const uint64_t bytes = *parsed_bytes;
   double forward = 0;    // 0 = not given
