@@ -433,7 +433,8 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
 
 Config DefaultConfig() {
   Result<LoadedConfig> loaded = LoadConfig({}, {});
-  // Every default parses (Config.EveryDefaultComesFromTheTable): nothing here can fail.
+  // Every default parses (Config.EveryDefaultComesFromTheTable); what can fail is a default
+  // state_dir under a $HOME that spool_dirs cannot hold (LoadConfig), which tests do not have.
   return loaded.ok() ? loaded->config : Config{};
 }
 
