@@ -204,7 +204,7 @@ Status DataPlane::Connect(const Session& session, const std::string& client_addr
     conn.token = session.token;
     conn.ep = *ep;
     // Pushes and fetches touch only the session's own runs (root and snapd's uid: any run).
-    conn.tenant = Tenant{session.uid, TrustedUid(session.uid)};
+    conn.tenant = Tenant{session.uid, TrustedUid(session.uid), session.id};
     conn.opened = std::chrono::steady_clock::now();
     conns_[*ep] = std::move(conn);
     done->set_value(Status::Ok());
@@ -316,7 +316,7 @@ void DataPlane::AttachSocket(const Session& session, ucx::ScopedFd fd) {
     conn.session_id = session.id;
     conn.token = session.token;
     conn.hello = true;  // the arena socket checked its id, token and uid
-    conn.tenant = Tenant{session.uid, TrustedUid(session.uid)};
+    conn.tenant = Tenant{session.uid, TrustedUid(session.uid), session.id};
     conn.opened = Clock::now();
     conn.socket = std::move(started).value();
     *link_of = conn.socket.get();

@@ -52,6 +52,10 @@ namespace snapd {
 struct Tenant {
   uint32_t uid = 0;
   bool admin = false;
+  // The data-plane session asking (0 on the control plane). A push or fetch attaches it to the
+  // run, as OpenRun does: a client that reconnected after a restart of snapd opens a new
+  // session and does not open its runs again, and its death must still orphan them.
+  uint64_t session_id = 0;
   static Tenant Admin() { return {0, true}; }
   static Tenant User(uint32_t uid) { return {uid, false}; }
 };
@@ -256,6 +260,8 @@ class Store final : private StoreState {
   Usage UsageOf(uint32_t uid) const SNAPD_REQUIRES(ix_.mu);
   // NOT_FOUND for a step the run does not hold, saying whether it was read once and released.
   static Status StepNotFound(const Run& run, uint64_t step);
+  // Counts who.session_id (if any) among the run's clients, as OpenRun does (Tenant).
+  static void Attach(Run& run, const Tenant& who);
   v1::RunInfo Info(const Run& run) const SNAPD_REQUIRES(ix_.mu);
   static Status Refused(Run& run, Status why);
   static v1::SnapshotInfo Info(const Snapshot& snap);

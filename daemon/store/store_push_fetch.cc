@@ -18,6 +18,12 @@
 
 namespace snapd {
 
+void Store::Attach(Run& run, const Tenant& who) {
+  if (who.session_id != 0 && run.sessions.insert(who.session_id).second) {
+    run.orphaned_at.reset();  // a client uses it again
+  }
+}
+
 Status Store::StepNotFound(const Run& run, uint64_t step) {
   if (run.released.count(step)) {
     return Status::NotFound(StepName(run.record, step) +
@@ -85,6 +91,7 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
                                " refused; push it again once snapd is back");
   }
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
+  Attach(*run, who);
   const v1::RunRecord& r = run->record;
   if (r.spec().layers() == v1::LAYERS_NO_LAYERS) {
     return Status::FailedPrecondition("run '" + r.spec().name() +
@@ -231,6 +238,7 @@ Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, u
                                                               const Tenant& who) {
   MutexLock lock(ix_.mu);
   SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
+  Attach(*run, who);
   const v1::RunRecord& r = run->record;
   SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "fetch", "into a buffer of"));
   Checksums::NoteDataPlaneActivity(ix_);

@@ -11,6 +11,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "faulty_spool_io.h"
@@ -82,6 +83,41 @@ TEST_F(StoreTest, AStopSlowerThanTheOrphanGraceRemovesNoRun) {
   store_->EndSession(8, /*died=*/true);
   store_->RemoveOrphans(std::chrono::seconds(0));
   for (const auto& run : store_->ListRuns()) EXPECT_NE(run.spec().name(), "orphan");
+}
+
+// After a restart no session is counted as a run's client: a client that reconnects opens a new
+// session and goes on pushing and fetching without opening its run again. Its push or fetch
+// counts it, so that its death still orphans the run. The soak's disk filled with the runs of
+// clients killed after a restart, which nothing removed.
+TEST_F(StoreTest, APushOrFetchAfterARestartCountsItsSessionAsTheRunsClient) {
+  v1::RunSpec spec;
+  spec.set_bytes_per_step(4096);
+  spec.set_layers(v1::LAYERS_DISK_HOST);
+  bool created = false;
+  for (const char* name : {"pushed", "fetched", "idle"}) {
+    spec.set_name(name);
+    ASSERT_TRUE(store_->OpenRun(spec, 0, &created, 0, /*session_id=*/1).ok());
+    ASSERT_TRUE(Push(store_->RunId(name).value(), 0, 4096).ok());
+  }
+  Open();  // a restart: the runs come back with no session
+  Tenant pusher = Tenant::User(0);
+  pusher.session_id = 21;
+  auto ticket = Reserve(*store_, store_->RunId("pushed").value(), 1, 4096, pusher);
+  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+  ASSERT_TRUE(store_->CommitPush(*ticket).ok());
+  Tenant fetcher = Tenant::User(0);
+  fetcher.session_id = 22;
+  // Its step was in host memory, lost in this restart with no drain: the fetch says so, and
+  // still counts the session.
+  EXPECT_EQ(Fetch(*store_, store_->RunId("fetched").value(), 0, 4096, fetcher).status().code(),
+            Code::kDataLoss);
+  // Both clients die; the run nobody touched is not an orphan of anyone (it stays).
+  store_->EndSession(21, /*died=*/true);
+  store_->EndSession(22, /*died=*/true);
+  store_->RemoveOrphans(std::chrono::seconds(0));
+  std::set<std::string> left;
+  for (const auto& run : store_->ListRuns()) left.insert(run.spec().name());
+  EXPECT_EQ(left, std::set<std::string>{"idle"});
 }
 
 TEST_F(StoreTest, RejectsLayersTheNodeCannotServe) {
