@@ -339,14 +339,15 @@ class Soak:
         p.wait()
         self.event(f"SIGKILL client {os.path.basename(report)} ({job})")
         # Its run is orphaned; alternately removed by name (rm), by job (purge), or left for
-        # the orphan sweep (orphan_grace 20 s).
+        # the orphan sweep (orphan_grace 20 s). The sweep removes only runs that are not kept
+        # (a kept run outlives its clients by design): a kept one is removed by name then too.
         how = self.spawned % 3
         if how == 0:
             self.snapctl("purge", "--job", job)
-        elif how == 1:
+        else:
             runs = json.loads(self.snapctl("--json", "runs").stdout or "{}").get("runs", [])
             for r in runs:
-                if r["spec"].get("job") == job:
+                if r["spec"].get("job") == job and (how == 1 or r["spec"].get("keep")):
                     name = r["spec"]["name"]
                     p2 = self.snapctl("rm", name, ok=False)
                     if p2.returncode != 0 and "does not exist" not in p2.stderr:
