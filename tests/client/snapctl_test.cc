@@ -422,13 +422,15 @@ TEST_F(SnapctlTest, TopPrintsOneJsonLinePerRefreshFollowingAClientsPushes) {
   spec.bytes_per_step = 4096;
   auto run = c->OpenRun(spec);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
+  // A long interval: top's second refresh must come after the pushes below. With 0.2 s and a
+  // SIGSTOP after the first line, a loaded machine (the clang ASan pass beside a soak) let top
+  // take its second Stats before the stop landed, and the line showed 3 pushes.
   Streaming top({SNAPCTL_BINARY, "--socket", daemon().socket(), "top", "--count", "2", "--interval",
-                 "0.2", "--json"});
+                 "5", "--json"});
   ASSERT_GT(top.pid(), 0);
   std::string first, second, more;
   ASSERT_TRUE(top.ReadLine(&first));
-  // top is stopped between its two refreshes while the client pushes, so the second refresh
-  // follows every push however slow the machine is.
+  // Stopped as well while the client pushes, so a slow push cannot outlast the interval.
   ASSERT_EQ(kill(top.pid(), SIGSTOP), 0);
   std::vector<char> buf(4096, 7);
   for (uint64_t t = 0; t < 5; ++t) {
