@@ -96,9 +96,9 @@ void ArenaSocket::Answer(ucx::ScopedFd& conn) {
   const int fd = conn.get();
   // A client that connects and sends nothing, or part of a request, must not stall the others
   // for long: every read and write on the connection gives up after 500 ms.
+  // (RecvExactly sets the read's limit itself, to what is left of it.)
   constexpr std::chrono::milliseconds kLimit{500};
   timeval limit{0, static_cast<suseconds_t>(kLimit.count() * 1000)};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
   wire::ArenaRequest req{};
   // Every refusal is answered (a client that waits learns why) and logged, rate-limited: a

@@ -100,6 +100,14 @@ TEST(Config, AValueThatIsNotUtf8IsRefusedNamingItsSource) {
   EXPECT_TRUE(fine.ok()) << fine.status().ToString();
 }
 
+// Writes `text` to snapd.toml in `dir` and returns its path.
+std::string WriteConfig(const testing::TempDir& dir, const std::string& text) {
+  std::string path = dir.path() + "/snapd.toml";
+  std::ofstream f(path);
+  f << text;
+  return path;
+}
+
 TEST(Config, AStateDirThatSpoolDirsCannotHoldNeedsItsOwnSpoolDirs) {
   for (const char* dir : {"/tmp/a ,b", " et/x", "\t/tmp/y"}) {
     auto bare = LoadConfig({"--state-dir", dir}, {});
@@ -115,12 +123,7 @@ TEST(Config, AStateDirThatSpoolDirsCannotHoldNeedsItsOwnSpoolDirs) {
   auto given = LoadConfig({"--state-dir", "/tmp/a ,b", "--spool-dirs", "/tmp/s0, /tmp/s1"}, {});
   ASSERT_TRUE(given.ok()) << given.status().ToString();
   testing::TempDir tmp;
-  std::string path = tmp.path() + "/snapd.toml";
-  {
-    std::ofstream f(path);
-    f << FormatConfig(given->config);
-  }
-  auto again = LoadConfig({"--config", path}, {});
+  auto again = LoadConfig({"--config", WriteConfig(tmp, FormatConfig(given->config))}, {});
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->config.state_dir, "/tmp/a ,b");
   EXPECT_EQ(again->config.spool_dirs, (std::vector<std::string>{"/tmp/s0", "/tmp/s1"}));
@@ -130,24 +133,12 @@ TEST(Config, PrintConfigRoundTripsThroughTheFileParser) {
   auto c = LoadConfig({"--host-mem", "2G", "--socket", "/tmp/x.sock"}, {});
   ASSERT_TRUE(c.ok());
   testing::TempDir tmp;
-  std::string path = tmp.path() + "/snapd.toml";
-  {
-    std::ofstream f(path);
-    f << FormatConfig(c->config);
-  }
-  auto again = LoadConfig({"--config", path}, {});
+  auto again = LoadConfig({"--config", WriteConfig(tmp, FormatConfig(c->config))}, {});
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->config.host_mem, 2ull << 30);
   EXPECT_EQ(again->config.socket, "/tmp/x.sock");
 }
 
-// Writes `text` to snapd.toml in `dir` and returns its path.
-std::string WriteConfig(const testing::TempDir& dir, const std::string& text) {
-  std::string path = dir.path() + "/snapd.toml";
-  std::ofstream f(path);
-  f << text;
-  return path;
-}
 
 TEST(Config, ABadValueInTheFileNamesFileLineKeyAndValue) {
   testing::TempDir tmp;
