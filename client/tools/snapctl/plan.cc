@@ -28,7 +28,7 @@ struct Compression {
   bool given = false;  // --codec-ratio
   std::string source = "uncompressed";
   // The nvCOMP codecs (compress::IsGpuCodec, in the daemon's codec library).
-  bool in_host() const {
+  bool InHost() const {
     return codec == v1::CODEC_BITCOMP || codec == v1::CODEC_BITCOMP_LOSSY || codec == v1::CODEC_ANS;
   }
 };
@@ -39,7 +39,7 @@ struct Compression {
 uint64_t StoredBytes(uint64_t raw, const Compression& c) {
   auto shrunk = static_cast<uint64_t>(std::ceil(double(raw) / c.ratio));
   uint64_t chunks = (raw + compress::kMaxChunkBytes - 1) / compress::kMaxChunkBytes;
-  uint64_t framing = c.in_host()
+  uint64_t framing = c.InHost()
                          ? sizeof(compress::FrameHeader) +
                                chunks * (sizeof(compress::ChunkEntry) + compress::kChunkAlign)
                          : 0;
@@ -161,7 +161,7 @@ int Plan(const PlanArgs& a, Output& out,
   if (backward < 0) backward = forward;
   v1::StatsResponse r;
   if (!stats(&r)) return kExitFailed;
-  if (comp.in_host() && !comp.given) {
+  if (comp.InHost() && !comp.given) {
     // The ratio of a GPU codec is the solver's data's: snapd cannot measure it for a run
     // that has not been pushed.
     comp.source = "not given (pass --codec-ratio as measured on the run's data; treated as 1)";
@@ -181,7 +181,7 @@ int Plan(const PlanArgs& a, Output& out,
   // A step's size in each tier: smaller on disk when it is compressed on its way there, and in
   // host memory too when it is compressed on the GPU. Its transfers are smaller alike.
   const uint64_t disk_bytes = comp.codec == v1::CODEC_NONE ? bytes : StoredBytes(bytes, comp);
-  const uint64_t host_bytes = comp.in_host() ? disk_bytes : bytes;
+  const uint64_t host_bytes = comp.InHost() ? disk_bytes : bytes;
   for (const auto& t : r.tiers()) {
     schedule::Level l;
     l.name = TierName(t.tier());
@@ -247,7 +247,7 @@ int Plan(const PlanArgs& a, Output& out,
                    {"compression_ratio", comp.ratio},
                    {"compression", comp.source},
                    {"compressed_in", comp.codec == v1::CODEC_NONE ? Json::array()
-                                     : comp.in_host()             ? Json::array({"host", "disk"})
+                                     : comp.InHost()             ? Json::array({"host", "disk"})
                                                                   : Json::array({"disk"})},
                    {"method", p.method},
                    {"forward_steps", p.forward_steps},
@@ -263,7 +263,7 @@ int Plan(const PlanArgs& a, Output& out,
                   FormatBytes(bytes).c_str(), a.codec.c_str()));
   if (comp.codec != v1::CODEC_NONE) {
     out.Line(Format("compression   %.2fx %s (%s)", comp.ratio,
-                    comp.in_host() ? "in host memory and on disk" : "on disk",
+                    comp.InHost() ? "in host memory and on disk" : "on disk",
                     comp.source.c_str()));
   }
   out.Line("schedule      " + p.method + (note.empty() ? "" : "  -- " + note));
