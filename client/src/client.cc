@@ -207,6 +207,8 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
         detail::UnpinHost);
   }
 
+  // Before the link: a link lost at once starts a reconnect on it (Impl::LinkLost).
+  impl->reconnector = std::make_unique<detail::TaskThread>();
   // The session's link: its socket, or an endpoint bound to the session with Hello.
   auto hello = std::make_shared<detail::OpState>();
   Impl* raw = impl.get();
@@ -219,7 +221,6 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
             (impl->mapped ? std::string()
                           : " (the copied path; the mapped one: " + impl->data_path_reason + ")"));
   }
-  impl->reconnector = std::make_unique<detail::TaskThread>();
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 

@@ -278,6 +278,9 @@ struct Client::Impl {
   void StartLink(std::shared_ptr<ucx::ScopedFd> fd, std::shared_ptr<detail::OpState> hello);
   // Best effort, on teardown: snapd also drops the sessions of dead endpoints.
   void CloseSession();
+  void CloseSession(uint64_t id, uint64_t secret);  // one that never became this client's
+  // OpenSessionRequest.run_ids names at most this many of known_runs (snapd's limit).
+  static constexpr int kMaxReattachRuns = 4096;
   Status CreateEndpoint();
   void FailAll(const Status& s);
   // Sends one request on the loop thread; `data` (copied push only) travels as AM data. An

@@ -178,6 +178,15 @@ Status Client::Impl::OpenSession(const std::string& client_name, bool with_ucx,
   v1::OpenSessionRequest req;
   req.set_client_name(client_name);
   if (with_ucx) req.set_ucx_address(loop->address());
+  {
+    // A reconnect: the new session attaches to this client's runs, so that its death orphans
+    // them (control.proto, OpenSessionRequest.run_ids; snapd takes at most 4096).
+    MutexLock lock(runs_mu);
+    for (const auto& [run_id, known] : known_runs) {
+      if (req.run_ids_size() == kMaxReattachRuns) break;
+      req.add_run_ids(run_id);
+    }
+  }
   auto call = [&](grpc::ClientContext* ctx) { return stub->OpenSession(ctx, req, resp); };
   if (deadline_s > 0) {  // a reconnect's one try: it has its own retries
     grpc::ClientContext ctx;
@@ -200,11 +209,13 @@ Status Client::Impl::OpenSession(const std::string& client_name, bool with_ucx,
   return Status::Ok();
 }
 
-void Client::Impl::CloseSession() {
-  if (!stub || session_id == 0) return;
+void Client::Impl::CloseSession() { CloseSession(session_id, token); }
+
+void Client::Impl::CloseSession(uint64_t id, uint64_t secret) {
+  if (!stub || id == 0) return;
   v1::CloseSessionRequest req;
-  req.set_session_id(session_id);
-  req.set_token(token);
+  req.set_session_id(id);
+  req.set_token(secret);
   v1::CloseSessionResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));

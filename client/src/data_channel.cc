@@ -81,6 +81,10 @@ void Client::Impl::LinkLost(const std::string& what) {
                     : Status::Unavailable("data-plane connection to snapd at " + socket_path +
                                           " lost: " + what);
   FailAll(ep_error);
+  // Reconnect now, not at the next push or fetch: the new session attaches to this client's
+  // runs (OpenSession), which a restarted snapd removes as orphans after orphan_grace unless
+  // a client comes back to them. A push or fetch meanwhile waits for this reconnect.
+  if (!ending && reconnect_timeout_s.load() > 0) AfterReconnect(Generation(), [](const Status&) {});
 }
 
 void Client::Impl::OnEndpointError(void* arg, ucp_ep_h failed, ucs_status_t status) {
@@ -396,8 +400,12 @@ Status Client::Impl::ReconnectOnce() {
   uint64_t base_bytes = 0;
   auto socket = std::make_shared<ucx::ScopedFd>();
   if (mapped) {
-    SNAPD_RETURN_IF_ERROR(detail::MapArena(resp.arena_socket(), resp.session_id(), resp.token(),
-                                           &base, &base_bytes, socket.get()));
+    Status s = detail::MapArena(resp.arena_socket(), resp.session_id(), resp.token(), &base,
+                                &base_bytes, socket.get());
+    if (!s.ok()) {
+      CloseSession(resp.session_id(), resp.token());  // the next try opens another
+      return s;
+    }
   }
   // On the loop: the old link and mapping go, the new session's come.
   auto hello = std::make_shared<detail::OpState>();

@@ -131,7 +131,18 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
                            "ucx_address of " + std::to_string(req->ucx_address().size()) +
                            " bytes is over the limit of " + std::to_string(kMaxUcxAddressBytes)));
   }
-  auto answer = [this, resp](const Session& session) {
+  if (static_cast<size_t>(req->run_ids_size()) > kMaxReattachRuns) {
+    return Finish(ctx,
+                  Status::InvalidArgument("run_ids names " + std::to_string(req->run_ids_size()) +
+                                          " runs; at most " + std::to_string(kMaxReattachRuns) +
+                                          " may be attached again"));
+  }
+  std::vector<uint64_t> run_ids(req->run_ids().begin(), req->run_ids().end());
+  auto answer = [this, resp, who, run_ids = std::move(run_ids)](const Session& session) {
+    // A reconnect: the new session counts among the clients of the runs the client opened.
+    Tenant attaching = who;
+    attaching.session_id = session.id;
+    if (!run_ids.empty()) store_->AttachSession(run_ids, attaching);
     resp->set_session_id(session.id);
     resp->set_token(session.token);
     resp->set_data_plane_worker_address(data_plane_->worker_address());

@@ -49,6 +49,9 @@ namespace snapd {
 // changes only the runs it owns; to it, another tenant's run does not exist. An admin (root,
 // snapd's own uid, the admin_group) sees and manages every run. Callers inside the daemon and
 // the tests act as Admin().
+// The most run ids one OpenSession may name to attach again (OpenSessionRequest.run_ids).
+inline constexpr size_t kMaxReattachRuns = 4096;
+
 struct Tenant {
   uint32_t uid = 0;
   bool admin = false;
@@ -121,6 +124,12 @@ class Store final : private StoreState {
   // The session ended: the device steps it held are lost. `died`: its client went away without
   // closing it; a run that is not kept and that no live session opened becomes an orphan.
   void EndSession(uint64_t session_id, bool died = false) SNAPD_EXCLUDES(ix_.mu);
+  // A client that reconnected after a restart names the runs it opened before it (at most
+  // kMaxReattachRuns): who.session_id, its new session, counts among their clients, and a run
+  // waiting for its clients since the start (awaiting_clients) is no longer an orphan. Ids of
+  // runs that are gone or that `who` may not see are skipped. Returns how many it attached.
+  size_t AttachSession(const std::vector<uint64_t>& run_ids, const Tenant& who)
+      SNAPD_EXCLUDES(ix_.mu);
   // Removes the orphans (see EndSession) older than `grace`, logging each.
   void RemoveOrphans(std::chrono::seconds grace) SNAPD_EXCLUDES(ix_.mu);
 
@@ -262,6 +271,9 @@ class Store final : private StoreState {
   static Status StepNotFound(const Run& run, uint64_t step);
   // Counts who.session_id (if any) among the run's clients, as OpenRun does (Tenant).
   static void Attach(Run& run, const Tenant& who);
+  // At the stop: records in each run's catalog record whether it awaits clients at the next
+  // start (RunRecord.awaiting_clients).
+  void MarkAwaitingClients() SNAPD_REQUIRES(ix_.mu);
   v1::RunInfo Info(const Run& run) const SNAPD_REQUIRES(ix_.mu);
   static Status Refused(Run& run, Status why);
   static v1::SnapshotInfo Info(const Snapshot& snap);

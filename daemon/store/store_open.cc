@@ -91,10 +91,23 @@ Status Store::Load() {
   std::vector<v1::SnapshotRecord> snapshots;
   SNAPD_RETURN_IF_ERROR(catalog_->LoadAll(&runs, &snapshots));
   MutexLock lock(ix_.mu);
+  const auto started = std::chrono::steady_clock::now();
+  size_t awaiting = 0;
   for (auto& r : runs) {
     uint64_t id = r.run_id();
     by_name_[{r.owner_uid(), r.spec().name()}] = id;
-    ix_.runs[id].record = std::move(r);
+    Run& run = ix_.runs[id];
+    // Its clients at the last stop have orphan_grace from now to come back (AttachSession);
+    // none does, it goes as an orphan (RemoveOrphans).
+    if (r.awaiting_clients() && !r.spec().keep()) {
+      run.orphaned_at = started;
+      ++awaiting;
+    }
+    run.record = std::move(r);
+  }
+  if (awaiting > 0) {
+    SNAPD_LOG_INFO("%zu run%s had clients at the last stop and await them (orphan_grace)", awaiting,
+                   awaiting == 1 ? "" : "s");
   }
   std::set<std::string> keep;
   // Files of steps found damaged now or lost before: moved aside, never deleted.

@@ -448,6 +448,18 @@ void Store::EndSession(uint64_t session_id, bool died) {
   }
 }
 
+size_t Store::AttachSession(const std::vector<uint64_t>& run_ids, const Tenant& who) {
+  MutexLock lock(ix_.mu);
+  size_t attached = 0;
+  for (uint64_t id : run_ids) {
+    auto run = FindById(id, who);
+    if (!run.ok()) continue;  // deleted while snapd was down, or not the caller's
+    Attach(**run, who);
+    ++attached;
+  }
+  return attached;
+}
+
 void Store::RemoveOrphans(std::chrono::seconds grace) {
   MutexLock lock(ix_.mu);
   // A stop disconnects every client, which then waits to reconnect: a stop slower than the

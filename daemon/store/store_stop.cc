@@ -89,11 +89,33 @@ void Store::BeginStop() {
   {
     MutexLock lock(ix_.mu);
     closing_ = true;
+    MarkAwaitingClients();
     tiering_.AnswerParkedPushes(ix_, Status::Unavailable("snapd is stopping: a push waiting for room was "
                                            "refused; push it again once snapd is back"),
                        deferred);
   }
   for (auto& f : deferred) f();
+}
+
+void Store::MarkAwaitingClients() {
+  size_t failed = 0;
+  for (auto& [id, run] : ix_.runs) {
+    const bool awaiting =
+        !run.record.spec().keep() && (!run.sessions.empty() || run.orphaned_at.has_value());
+    if (awaiting == run.record.awaiting_clients()) continue;
+    v1::RunRecord updated = run.record;
+    updated.set_awaiting_clients(awaiting);
+    if (Status s = catalog_->PutRun(updated); !s.ok()) {
+      if (failed++ == 0) {
+        SNAPD_LOG_WARN(
+            "run '%s': could not record whether it awaits its clients (%s); the next "
+            "start keeps the run until it is removed",
+            run.record.spec().name().c_str(), s.ToString().c_str());
+      }
+      continue;
+    }
+    run.record = std::move(updated);
+  }
 }
 
 uint64_t Store::PushesInFlight() const {

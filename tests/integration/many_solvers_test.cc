@@ -58,17 +58,18 @@ std::string RunSolver(const DaemonProcess& daemon, int id, const Solver& s,
 }
 
 // Starts tests/integration/push_until_killed (RUN of BYTES per step; BYTES "0": connect and
-// idle) and returns its pid once it printed its first line, "pushed 0" (the run exists and a
-// push is under way) or "connected"; that line goes to `first_line`. -1 if it could not start.
+// idle; `mode` its fifth argument, "keep", "block" or "idle", or none) and returns its pid once
+// it printed its first line, "pushed 0" (the run exists and a push is under way), "stored 0"
+// (idle) or "connected"; that line goes to `first_line`. -1 if it could not start.
 pid_t StartPushUntilKilled(const DaemonProcess& daemon, const char* run, const char* bytes,
-                           bool keep, std::string* first_line) {
+                           const char* mode, std::string* first_line) {
   int out[2];
   if (pipe(out) != 0) return -1;
   pid_t pid = fork();
   if (pid == 0) {
     dup2(out[1], STDOUT_FILENO);
     execl(PUSH_UNTIL_KILLED_BINARY, PUSH_UNTIL_KILLED_BINARY, daemon.socket().c_str(), run, bytes,
-          keep ? "keep" : static_cast<char*>(nullptr), static_cast<char*>(nullptr));
+          mode, static_cast<char*>(nullptr));
     _exit(127);
   }
   close(out[1]);
@@ -100,7 +101,7 @@ TEST_F(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackE
   // One more client is killed mid-push, while the others run; its run and session must not
   // hold anyone up.
   std::string line;
-  pid_t victim = StartPushUntilKilled(daemon(), "victim", "7340032", /*keep=*/false, &line);
+  pid_t victim = StartPushUntilKilled(daemon(), "victim", "7340032", /*mode=*/nullptr, &line);
   ASSERT_GT(victim, 0);
   EXPECT_EQ(line, "pushed 0");
   kill(victim, SIGKILL);
@@ -116,7 +117,7 @@ TEST_F(ManySolvers, AKilledIdleClientsSessionCloses) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("32M")));
   auto sessions = [&] { return Stats().sessions(); };
   std::string line;
-  pid_t idle = StartPushUntilKilled(daemon(), "idle", "0", /*keep=*/false, &line);
+  pid_t idle = StartPushUntilKilled(daemon(), "idle", "0", /*mode=*/nullptr, &line);
   ASSERT_GT(idle, 0);
   EXPECT_EQ(line, "connected");
   EXPECT_EQ(sessions(), 1u);
@@ -137,9 +138,9 @@ TEST_F(ManySolvers, AKilledClientsRunIsRemovedAfterTheGraceUnlessKept) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(
       Options("32M", {"--spool-dirs", spool, "--disk-mem", "1G", "--orphan-grace", "2"})));
   std::string line;
-  pid_t orphan = StartPushUntilKilled(daemon(), "orphan", "1048576", /*keep=*/false, &line);
+  pid_t orphan = StartPushUntilKilled(daemon(), "orphan", "1048576", /*mode=*/nullptr, &line);
   EXPECT_EQ(line, "pushed 0");  // the run exists
-  pid_t kept = StartPushUntilKilled(daemon(), "kept", "1048576", /*keep=*/true, &line);
+  pid_t kept = StartPushUntilKilled(daemon(), "kept", "1048576", "keep", &line);
   EXPECT_EQ(line, "pushed 0");
   ASSERT_GT(orphan, 0);
   ASSERT_GT(kept, 0);
@@ -162,6 +163,66 @@ TEST_F(ManySolvers, AKilledClientsRunIsRemovedAfterTheGraceUnlessKept) {
   WaitUntil([&] { return names().count("orphan") == 0; }, std::chrono::seconds(20));
   EXPECT_EQ(names(), (std::set<std::string>{"alive", "kept"})) << daemon().Log();
   EXPECT_NE(daemon().Log().find("run 'orphan' removed"), std::string::npos) << daemon().Log();
+}
+
+// Across a restart, a run goes orphan_grace after its clients died unless one comes back: a
+// client alive at the stop reconnects by itself (without a push or fetch) and attaches its
+// runs again, so that its death still orphans them; one killed while snapd was down never
+// comes back. A run whose client closed cleanly stays. Without this, both runs of killed
+// clients stayed for ever: the soak's disk filled with them.
+TEST_F(ManySolvers, AfterARestartARunGoesWhenItsClientsDieUnlessClosedCleanly) {
+  std::string spool = dir() + "/spool";
+  const DaemonOptions options =
+      Options("32M", {"--spool-dirs", spool, "--disk-mem", "1G", "--orphan-grace", "8"});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(options));
+  std::string line;
+  pid_t back = StartPushUntilKilled(daemon(), "back", "65536", "idle", &line);
+  ASSERT_GT(back, 0);
+  ASSERT_EQ(line, "stored 0");
+  pid_t gone = StartPushUntilKilled(daemon(), "gone", "65536", "idle", &line);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(line, "stored 0");
+  {
+    ClientOptions o;
+    o.socket_path = daemon().socket();
+    auto closed = Client::Connect(o);
+    ASSERT_TRUE(closed.ok()) << closed.status().ToString();
+    RunSpec spec = Spec("closed", 0, 4096);
+    spec.keep = false;
+    auto run = (*closed)->OpenRun(spec);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    std::vector<char> step(4096, 'c');
+    auto pushed = (*closed)->Push(run->run_id, 0, step.data(), step.size());
+    ASSERT_TRUE(pushed.ok() && pushed->WaitStored().ok());
+  }  // closed cleanly: not an orphan
+  StopDaemon();
+  kill(gone, SIGKILL);  // dies while snapd is down
+  waitpid(gone, nullptr, 0);
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(options));
+  EXPECT_NE(daemon().Log().find("2 runs had clients at the last stop"), std::string::npos)
+      << daemon().Log();
+  // `back` reconnects on its own: it neither pushes nor fetches.
+  EXPECT_TRUE(WaitUntil([&] { return Stats().sessions() == 1; }, std::chrono::seconds(20)))
+      << daemon().Log();
+  Client* viewer = Connect();
+  ASSERT_NE(viewer, nullptr);
+  auto names = [&] {
+    std::set<std::string> n;
+    auto runs = viewer->ListRuns();
+    EXPECT_TRUE(runs.ok());
+    if (runs.ok()) {
+      for (const auto& r : *runs) n.insert(r.spec.name);
+    }
+    return n;
+  };
+  EXPECT_TRUE(WaitUntil([&] { return names().count("gone") == 0; }, std::chrono::seconds(30)))
+      << daemon().Log();
+  EXPECT_EQ(names(), (std::set<std::string>{"back", "closed"})) << daemon().Log();
+  kill(back, SIGKILL);
+  waitpid(back, nullptr, 0);
+  EXPECT_TRUE(WaitUntil([&] { return names().count("back") == 0; }, std::chrono::seconds(60)))
+      << daemon().Log();
+  EXPECT_EQ(names(), (std::set<std::string>{"closed"})) << daemon().Log();
 }
 
 }  // namespace

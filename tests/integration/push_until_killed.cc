@@ -3,7 +3,8 @@
 // Before issuing push T it has seen push T-4 stored, so "pushed T" guarantees steps 0..T-4
 // are in the catalog while later ones are still in flight. BYTES 0: connect, print
 // "connected", and stay idle until killed. A fifth argument "keep" opens the run with keep;
-// "block" opens it host-only with block_when_full, so that pushes wait for room.
+// "block" opens it host-only with block_when_full, so that pushes wait for room; "idle" opens
+// it (not kept), pushes step 0, prints "stored 0" once it is stored and stays idle until killed.
 #include <unistd.h>
 
 #include <csignal>
@@ -17,8 +18,8 @@
 
 int main(int argc, char** argv) {
   const std::string mode = argc == 5 ? argv[4] : "";
-  if (argc != 4 && !(argc == 5 && (mode == "keep" || mode == "block"))) {
-    std::fprintf(stderr, "usage: push_until_killed SOCKET RUN BYTES [keep|block]\n");
+  if (argc != 4 && !(argc == 5 && (mode == "keep" || mode == "block" || mode == "idle"))) {
+    std::fprintf(stderr, "usage: push_until_killed SOCKET RUN BYTES [keep|block|idle]\n");
     return 2;
   }
   // A reader that stops reading must not end it: only the test's kill does.
@@ -44,6 +45,14 @@ int main(int argc, char** argv) {
   auto run = (*client)->OpenRun(spec);
   if (!run.ok()) return 1;
   std::vector<std::vector<char>> buf(2, std::vector<char>(bytes));
+  if (mode == "idle") {
+    snapd::testing::FillPattern(buf[0].data(), bytes, 7, 0);
+    auto h = (*client)->Push(run->run_id, 0, buf[0].data(), bytes);
+    if (!h.ok() || !h->WaitStored().ok()) return 1;
+    std::printf("stored 0\n");
+    std::fflush(stdout);
+    for (;;) pause();
+  }
   std::vector<snapd::PushHandle> handles;
   for (uint64_t t = 0;; ++t) {
     auto& b = buf[t % 2];

@@ -120,6 +120,53 @@ TEST_F(StoreTest, APushOrFetchAfterARestartCountsItsSessionAsTheRunsClient) {
   EXPECT_EQ(left, std::set<std::string>{"idle"});
 }
 
+// A clean stop records which runs had clients (alive, or dead within orphan_grace); the next
+// start gives them orphan_grace to come back. A reconnected client's AttachSession takes its
+// runs back; a run none comes back to goes; a run whose client closed cleanly, and a kept run,
+// stay. A crash records nothing: the restart above (Open alone) orphans no run.
+TEST_F(StoreTest, RunsWithClientsAtAStopAwaitThemAtTheNextStart) {
+  v1::RunSpec spec;
+  spec.set_bytes_per_step(4096);
+  spec.set_layers(v1::LAYERS_DISK_HOST);
+  bool created = false;
+  uint64_t session = 0;
+  for (const char* name : {"returns", "never", "died", "closed", "kept"}) {
+    spec.set_name(name);
+    spec.set_keep(std::string(name) == "kept");
+    ASSERT_TRUE(store_->OpenRun(spec, 0, &created, 0, ++session).ok());
+    ASSERT_TRUE(Push(store_->RunId(name).value(), 0, 4096).ok());
+  }
+  store_->EndSession(3, /*died=*/true);   // "died": an orphan within its grace at the stop
+  store_->EndSession(4, /*died=*/false);  // "closed": its client closed its session
+  store_->BeginStop();
+  Open();
+  const uint64_t returns = store_->RunId("returns").value();
+  Tenant stranger = Tenant::User(1000);
+  stranger.session_id = 40;
+  EXPECT_EQ(store_->AttachSession({store_->RunId("never").value()}, stranger), 0u)
+      << "another uid's session attached to a run it cannot see";
+  Tenant back = Tenant::User(0);
+  back.session_id = 41;
+  EXPECT_EQ(store_->AttachSession({returns, 987654321}, back), 1u);  // the unknown id is skipped
+  store_->RemoveOrphans(std::chrono::seconds(0));
+  auto names = [&] {
+    std::set<std::string> left;
+    for (const auto& run : store_->ListRuns()) left.insert(run.spec().name());
+    return left;
+  };
+  EXPECT_EQ(names(), (std::set<std::string>{"returns", "closed", "kept"}));
+  // The client that came back dies: its run goes as any orphan does.
+  store_->EndSession(41, /*died=*/true);
+  store_->RemoveOrphans(std::chrono::seconds(0));
+  EXPECT_EQ(names(), (std::set<std::string>{"closed", "kept"}));
+  // Each stop writes the record again: nothing awaits a client now, so the next start orphans
+  // nothing.
+  store_->BeginStop();
+  Open();
+  store_->RemoveOrphans(std::chrono::seconds(0));
+  EXPECT_EQ(names(), (std::set<std::string>{"closed", "kept"}));
+}
+
 TEST_F(StoreTest, RejectsLayersTheNodeCannotServe) {
   v1::RunSpec spec;
   spec.set_name("gpu");
