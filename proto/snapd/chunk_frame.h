@@ -65,8 +65,11 @@ uint32_t ChunkCount(uint64_t raw_bytes, uint32_t chunk_bytes);
 // Where the first chunk starts: past the header and the table, aligned.
 uint64_t ChunksOffset(uint32_t chunks);
 
-// The largest frame of a step: every chunk stored raw. A push reserves this much in the host
-// tier and gives back the rest when its frame is sealed.
+// The largest frame of a step: every chunk stored raw, plus the header and table, so more than
+// the raw step. The encoder's output buffer (CompressField) needs this much. A frame that comes
+// out at the raw size or more is not worth sending: the data path (being built; see
+// docs/architecture.md, "Compression on the GPU") is to send such a step raw, so that snapd
+// never holds more than a step's raw bytes.
 uint64_t MaxFramedBytes(uint64_t raw_bytes, uint32_t chunk_bytes);
 
 // INVALID_ARGUMENT naming the problem when `raw_bytes` cannot be framed in chunks of
