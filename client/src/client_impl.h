@@ -174,6 +174,7 @@ struct Client::Impl {
   // knows by id are checked by snapd, when stored): its step size, and for a run that checks
   // its values (RunSpec.check_finite) the dtype to scan.
   struct KnownRun {
+    std::string name;  // as OpenRun named it (DeleteRun takes a name)
     uint64_t bytes_per_step = 0;
     std::optional<Dtype> finite_checked;
   };
@@ -242,11 +243,22 @@ struct Client::Impl {
   bool reconnecting SNAPD_GUARDED_BY(conn_mu) = false;
   bool closing SNAPD_GUARDED_BY(conn_mu) = false;  // teardown: no more reconnects
   std::vector<std::function<void(Status)>> after_reconnect SNAPD_GUARDED_BY(conn_mu);
+  // The operations waiting in after_reconnect fail at this time: each that joins pushes it to
+  // reconnect_timeout from its own start.
+  std::chrono::steady_clock::time_point reconnect_deadline SNAPD_GUARDED_BY(conn_mu);
+  // The link went (LinkLost): the episode keeps trying past the deadline (failing only the
+  // operations that wait) until a session is open or the client closes, so that the client's
+  // runs get their new session (OpenSession) even while it is idle.
+  bool reconnect_until_open SNAPD_GUARDED_BY(conn_mu) = false;
   std::unique_ptr<detail::TaskThread> reconnector;
   uint64_t Generation();
   // Runs `then` off the loop thread once a session newer than generation `seen` is open (Ok),
-  // or with the reason none could be opened.
+  // or with the reason none could be opened within reconnect_timeout.
   void AfterReconnect(uint64_t seen, std::function<void(Status)> then);
+  // LinkLost: a reconnect now, kept up until it succeeds (reconnect_until_open).
+  void ReconnectInBackground();
+  // Starts an episode on `reconnector` unless one runs.
+  void StartEpisode() SNAPD_REQUIRES(conn_mu);
   void ReconnectEpisode();
   Status ReconnectOnce();  // one attempt at a new session
   // UNAVAILABLE because snapd went away (the endpoint failed) or said it is stopping, and
@@ -278,7 +290,6 @@ struct Client::Impl {
   void StartLink(std::shared_ptr<ucx::ScopedFd> fd, std::shared_ptr<detail::OpState> hello);
   // Best effort, on teardown: snapd also drops the sessions of dead endpoints.
   void CloseSession();
-  void CloseSession(uint64_t id, uint64_t secret);  // one that never became this client's
   // OpenSessionRequest.run_ids names at most this many of known_runs (snapd's limit).
   static constexpr int kMaxReattachRuns = 4096;
   Status CreateEndpoint();

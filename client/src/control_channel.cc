@@ -182,9 +182,9 @@ Status Client::Impl::OpenSession(const std::string& client_name, bool with_ucx,
     // A reconnect: the new session attaches to this client's runs, so that its death orphans
     // them (control.proto, OpenSessionRequest.run_ids; snapd takes at most 4096).
     MutexLock lock(runs_mu);
-    for (const auto& [run_id, known] : known_runs) {
+    for (auto it = known_runs.rbegin(); it != known_runs.rend(); ++it) {  // the newest first
       if (req.run_ids_size() == kMaxReattachRuns) break;
-      req.add_run_ids(run_id);
+      req.add_run_ids(it->first);
     }
   }
   auto call = [&](grpc::ClientContext* ctx) { return stub->OpenSession(ctx, req, resp); };
@@ -209,13 +209,11 @@ Status Client::Impl::OpenSession(const std::string& client_name, bool with_ucx,
   return Status::Ok();
 }
 
-void Client::Impl::CloseSession() { CloseSession(session_id, token); }
-
-void Client::Impl::CloseSession(uint64_t id, uint64_t secret) {
-  if (!stub || id == 0) return;
+void Client::Impl::CloseSession() {
+  if (!stub || session_id == 0) return;
   v1::CloseSessionRequest req;
-  req.set_session_id(id);
-  req.set_token(secret);
+  req.set_session_id(session_id);
+  req.set_token(token);
   v1::CloseSessionResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -296,6 +294,7 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   {
     MutexLock lock(impl_->runs_mu);  // also when attaching to a run another client opened
     Impl::KnownRun& known = impl_->known_runs[info.run_id];
+    known.name = info.spec.name;
     known.bytes_per_step = info.spec.bytes_per_step;
     if (info.spec.check_finite) known.finite_checked = info.spec.dtype;
   }
@@ -321,6 +320,15 @@ Status Client::DeleteRun(const std::string& name) {
       [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteRun(ctx, req, &resp); }, &resent);
   // Sent again across a restart: NOT_FOUND means the first try deleted it.
   if (!(resent && deleted.code() == Code::kNotFound)) SNAPD_RETURN_IF_ERROR(deleted);
+  {
+    MutexLock lock(impl_->runs_mu);  // a reconnect no longer names it
+    for (auto it = impl_->known_runs.begin(); it != impl_->known_runs.end(); ++it) {
+      if (it->second.name == name) {
+        impl_->known_runs.erase(it);
+        break;
+      }
+    }
+  }
   if (detail::DevicePool* pool = impl_->Pool()) {
     detail::DevicePool::Dropped dropped = pool->DropRun(name);
     for (const auto& busy : dropped.busy) (void)busy->WaitCompleted();
@@ -341,6 +349,15 @@ Status Client::DeleteSnapshot(const std::string& name, uint64_t step) {
       &resent);
   // Sent again across a restart: NOT_FOUND means the first try deleted it.
   if (!(resent && deleted.code() == Code::kNotFound)) SNAPD_RETURN_IF_ERROR(deleted);
+  {
+    MutexLock lock(impl_->runs_mu);  // a reconnect no longer names it
+    for (auto it = impl_->known_runs.begin(); it != impl_->known_runs.end(); ++it) {
+      if (it->second.name == name) {
+        impl_->known_runs.erase(it);
+        break;
+      }
+    }
+  }
   if (detail::DevicePool* pool = impl_->Pool()) {
     if (std::optional<uint64_t> id = pool->RunIdOf(name)) pool->Drop(*id, step, nullptr);
   }

@@ -81,10 +81,11 @@ void Client::Impl::LinkLost(const std::string& what) {
                     : Status::Unavailable("data-plane connection to snapd at " + socket_path +
                                           " lost: " + what);
   FailAll(ep_error);
-  // Reconnect now, not at the next push or fetch: the new session attaches to this client's
-  // runs (OpenSession), which a restarted snapd removes as orphans after orphan_grace unless
-  // a client comes back to them. A push or fetch meanwhile waits for this reconnect.
-  if (!ending && reconnect_timeout_s.load() > 0) AfterReconnect(Generation(), [](const Status&) {});
+  // Reconnect now, not at the next push or fetch, and until it succeeds: the new session
+  // attaches to this client's runs (OpenSession), which a restarted snapd removes as orphans
+  // after orphan_grace unless a client comes back to them. A push or fetch meanwhile waits for
+  // this reconnect, for reconnect_timeout at most.
+  if (!ending && reconnect_timeout_s.load() > 0) ReconnectInBackground();
 }
 
 void Client::Impl::OnEndpointError(void* arg, ucp_ep_h failed, ucs_status_t status) {
@@ -343,23 +344,35 @@ void Client::Impl::AfterReconnect(uint64_t seen, std::function<void(Status)> the
     }
     if (conn_generation <= seen) {
       after_reconnect.push_back(std::move(then));
-      if (!reconnecting) {
-        reconnecting = true;
-        reconnector->Submit([this] { ReconnectEpisode(); });
-      }
+      const auto until =
+          std::chrono::steady_clock::now() +
+          std::chrono::milliseconds(static_cast<int64_t>(reconnect_timeout_s.load() * 1000));
+      if (!reconnecting || until > reconnect_deadline) reconnect_deadline = until;
+      StartEpisode();
       return;
     }
   }
   then(Status::Ok());  // a newer session is open already
 }
 
+void Client::Impl::ReconnectInBackground() {
+  MutexLock lock(conn_mu);
+  if (closing) return;
+  reconnect_until_open = true;
+  if (!reconnecting) reconnect_deadline = std::chrono::steady_clock::now();
+  StartEpisode();
+}
+
+void Client::Impl::StartEpisode() {
+  if (reconnecting) return;
+  reconnecting = true;
+  reconnector->Submit([this] { ReconnectEpisode(); });
+}
+
 void Client::Impl::ReconnectEpisode() {
-  const double timeout = reconnect_timeout_s.load();
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
   auto backoff = std::chrono::milliseconds(50);
   Status result;
+  std::vector<std::function<void(Status)>> waiting;
   for (;;) {
     {
       MutexLock lock(conn_mu);
@@ -370,24 +383,50 @@ void Client::Impl::ReconnectEpisode() {
     }
     result = ReconnectOnce();
     if (result.ok()) break;
-    if (std::chrono::steady_clock::now() + backoff > deadline) {
-      char secs[32];
-      std::snprintf(secs, sizeof secs, "%g", timeout);
-      result = Status::Unavailable("snapd at " + socket_path + " did not come back within " +
-                                   secs + " s (" + result.message() +
-                                   "); start it, or raise SNAPD_RECONNECT_TIMEOUT");
-      break;
-    }
     MutexLock lock(conn_mu);
-    conn_cv.WaitFor(conn_mu, backoff, [&]() SNAPD_REQUIRES(conn_mu) { return closing; });
+    auto now = std::chrono::steady_clock::now();
+    if (now >= reconnect_deadline) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", reconnect_timeout_s.load());
+      Status gave_up = Status::Unavailable(
+          "snapd at " + socket_path + " did not come back within " + secs + " s (" +
+          result.message() + "); start it, or raise SNAPD_RECONNECT_TIMEOUT");
+      if (!reconnect_until_open) {
+        result = gave_up;
+        break;
+      }
+      // The waiting operations fail; the reconnect goes on, once a second at most.
+      waiting.swap(after_reconnect);
+      lock.Unlock();
+      for (auto& f : waiting) f(gave_up);
+      waiting.clear();
+      lock.Lock();
+      now = std::chrono::steady_clock::now();
+    }
+    // The last try falls on the deadline of those waiting, if it comes sooner.
+    auto pause = backoff;
+    if (reconnect_deadline > now) {
+      pause = std::min(
+          pause, std::chrono::duration_cast<std::chrono::milliseconds>(reconnect_deadline - now) +
+                     std::chrono::milliseconds(1));
+    }
+    conn_cv.WaitFor(conn_mu, pause, [&]() SNAPD_REQUIRES(conn_mu) { return closing; });
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
-  std::vector<std::function<void(Status)>> waiting;
   {
     MutexLock lock(conn_mu);
-    if (result.ok()) ++conn_generation;
+    if (result.ok()) {
+      ++conn_generation;
+      reconnect_until_open = false;
+    }
     reconnecting = false;
     waiting.swap(after_reconnect);
+    // The new link went already (LinkLost found this episode running): another one.
+    if (result.ok() && link_lost.load() && !closing) {
+      reconnect_until_open = true;
+      reconnect_deadline = std::chrono::steady_clock::now();
+      StartEpisode();
+    }
   }
   for (auto& f : waiting) f(result);
 }
@@ -402,10 +441,9 @@ Status Client::Impl::ReconnectOnce() {
   if (mapped) {
     Status s = detail::MapArena(resp.arena_socket(), resp.session_id(), resp.token(), &base,
                                 &base_bytes, socket.get());
-    if (!s.ok()) {
-      CloseSession(resp.session_id(), resp.token());  // the next try opens another
-      return s;
-    }
+    // Not closed here: snapd ends a session whose socket never comes within connect_timeout
+    // as a death, which orphans again the runs this session attached to (OpenSession).
+    if (!s.ok()) return s;
   }
   // On the loop: the old link and mapping go, the new session's come.
   auto hello = std::make_shared<detail::OpState>();

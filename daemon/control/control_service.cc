@@ -140,7 +140,9 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
   std::vector<uint64_t> run_ids(req->run_ids().begin(), req->run_ids().end());
   auto answer = [this, resp, who, run_ids = std::move(run_ids)](const Session& session) {
     // A reconnect: the new session counts among the clients of the runs the client opened.
-    Tenant attaching = who;
+    // As the data plane sees the session: the caller's own runs (admin_group does not reach
+    // other users' runs there).
+    Tenant attaching = Tenant::User(who.uid);
     attaching.session_id = session.id;
     if (!run_ids.empty()) store_->AttachSession(run_ids, attaching);
     resp->set_session_id(session.id);

@@ -222,7 +222,9 @@ void DataPlane::Sweep() {
       SNAPD_LOG_INFO("session %llu: closed, its client did not connect within %lld s",
                      static_cast<unsigned long long>(it->second.session_id),
                      static_cast<long long>(options_.connect_timeout.count()));
-      Forget(it++);
+      // Gone, as a killed client is: a reconnect may have attached it to runs (AttachSession),
+      // which it must orphan again.
+      Forget(it++, /*died=*/true);
     } else {
       ++it;
     }
@@ -234,7 +236,7 @@ void DataPlane::Sweep() {
           "%lld s",
           static_cast<unsigned long long>(it->first),
           static_cast<long long>(options_.connect_timeout.count()));
-      store_->EndSession(it->first, /*died=*/false);
+      store_->EndSession(it->first, /*died=*/true);  // gone (see above)
       (void)sessions_->Close(it->first, it->second.token);
       it = awaited_sockets_.erase(it);
     } else {

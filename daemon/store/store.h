@@ -45,19 +45,20 @@
 
 namespace snapd {
 
+// The most run ids one OpenSession may name to attach again (OpenSessionRequest.run_ids).
+inline constexpr size_t kMaxReattachRuns = 4096;
+
 // Who asks. A tenant (a uid, as the kernel reported it for the caller's socket) sees and
 // changes only the runs it owns; to it, another tenant's run does not exist. An admin (root,
 // snapd's own uid, the admin_group) sees and manages every run. Callers inside the daemon and
 // the tests act as Admin().
-// The most run ids one OpenSession may name to attach again (OpenSessionRequest.run_ids).
-inline constexpr size_t kMaxReattachRuns = 4096;
-
 struct Tenant {
   uint32_t uid = 0;
   bool admin = false;
   // The data-plane session asking (0 on the control plane). A push or fetch attaches it to the
-  // run, as OpenRun does: a client that reconnected after a restart of snapd opens a new
-  // session and does not open its runs again, and its death must still orphan them.
+  // run, as OpenRun does: a client that reconnected after a restart of snapd (with a libsnapd
+  // that does not name its runs in OpenSession) opens a new session and does not open its runs
+  // again, and its death must still orphan them.
   uint64_t session_id = 0;
   static Tenant Admin() { return {0, true}; }
   static Tenant User(uint32_t uid) { return {uid, false}; }

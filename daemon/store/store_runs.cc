@@ -441,9 +441,16 @@ void Store::EndSession(uint64_t session_id, bool died) {
     for (auto& [step, held] : run.device) {
       if (held.session_id == session_id) held.lost = true;
     }
-    if (run.sessions.erase(session_id) && run.sessions.empty() && died &&
-        !run.record.spec().keep()) {
+    if (!run.sessions.erase(session_id) || !run.sessions.empty()) continue;
+    if (died && !run.record.spec().keep()) {
       run.orphaned_at = std::chrono::steady_clock::now();
+    } else if (!died && !closing_ && run.record.awaiting_clients()) {
+      // Its last client closed cleanly: a start after a crash must not await it (the record
+      // is otherwise written at a clean stop only). Not while stopping: the stop ends every
+      // session, and has just recorded which runs await their clients.
+      v1::RunRecord updated = run.record;
+      updated.set_awaiting_clients(false);
+      if (catalog_->PutRun(updated).ok()) run.record = std::move(updated);
     }
   }
 }
@@ -476,8 +483,8 @@ void Store::RemoveOrphans(std::chrono::seconds grace) {
     auto freed = DeleteRunLocked(&ix_.runs.at(id));
     if (freed.ok()) {
       SNAPD_LOG_INFO(
-          "run '%s' removed, %s freed: every client that opened it died %lld s ago "
-          "and it is not kept (orphan_grace)",
+          "run '%s' removed, %s freed: every client that opened it died (or did not come "
+          "back after a restart) %lld s ago and it is not kept (orphan_grace)",
           name.c_str(), FormatBytes(*freed).c_str(), static_cast<long long>(grace.count()));
     }
   }

@@ -109,7 +109,7 @@ void Store::MarkAwaitingClients() {
       if (failed++ == 0) {
         SNAPD_LOG_WARN(
             "run '%s': could not record whether it awaits its clients (%s); the next "
-            "start keeps the run until it is removed",
+            "start goes by what an earlier stop recorded",
             run.record.spec().name().c_str(), s.ToString().c_str());
       }
       continue;

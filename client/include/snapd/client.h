@@ -137,10 +137,12 @@ struct ClientOptions {
   // SNAPD_DEVICE_MEM ("0.5" or "8G") overrides both.
   double device_mem_perc = 0.7;
   uint64_t device_mem_bytes = 0;
-  // When snapd goes away (a restart, an upgrade), how long libsnapd keeps reconnecting, with
-  // backoff, before pushes and fetches fail with UNAVAILABLE naming the socket. Meanwhile
-  // they wait and are sent again on the new session: the caller sees a delay. 0 = fail at
-  // once. SNAPD_RECONNECT_TIMEOUT (seconds) overrides it.
+  // When snapd goes away (a restart, an upgrade), how long a push or fetch waits for libsnapd
+  // to reconnect, from when it began waiting, before it fails with UNAVAILABLE naming the
+  // socket. Meanwhile it waits and is sent again on the new session: the caller sees a delay.
+  // libsnapd itself goes on reconnecting, with backoff, until a session is open (its new
+  // session names the client's runs, which snapd would otherwise remove as orphans). 0 = fail
+  // at once, and no reconnect. SNAPD_RECONNECT_TIMEOUT (seconds) overrides it.
   double reconnect_timeout_s = 60;
   // Threads that copy one host push into the mapped tier, or one fetch out of it, when it is
   // 4 MiB or more (the calling library's loop thread included): 0 = min(4, the cores this

@@ -165,6 +165,19 @@ TEST_F(StoreTest, RunsWithClientsAtAStopAwaitThemAtTheNextStart) {
   Open();
   store_->RemoveOrphans(std::chrono::seconds(0));
   EXPECT_EQ(names(), (std::set<std::string>{"closed", "kept"}));
+  // A run awaiting its client at the start, whose client came back and then closed cleanly,
+  // is no longer awaited after a crash (no stop to write the record again).
+  spec.set_name("again");
+  spec.set_keep(false);
+  ASSERT_TRUE(store_->OpenRun(spec, 0, &created, 0, /*session_id=*/50).ok());
+  store_->BeginStop();
+  Open();
+  back.session_id = 51;
+  EXPECT_EQ(store_->AttachSession({store_->RunId("again").value()}, back), 1u);
+  store_->EndSession(51, /*died=*/false);
+  Open();  // a crash
+  store_->RemoveOrphans(std::chrono::seconds(0));
+  EXPECT_EQ(names(), (std::set<std::string>{"again", "closed", "kept"}));
 }
 
 TEST_F(StoreTest, RejectsLayersTheNodeCannotServe) {
