@@ -42,6 +42,9 @@ class FaultySpoolIo final : public SpoolIo {
     op_ = kNone;
     short_ = false;
   }
+  // The fault heals by itself after `failures` more failed calls (a transient error that
+  // clears), whatever the timing of the threads.
+  void HealAfter(uint64_t failures) { heal_at_ = failures_ + failures; }
   uint64_t failures() const { return failures_; }
   // Calls that reached the seam (every kind): a spinning caller shows here.
   uint64_t calls() const { return calls_; }
@@ -109,7 +112,11 @@ class FaultySpoolIo final : public SpoolIo {
     return Matches(path);
   }
   int Failed() {
-    ++failures_;
+    uint64_t n = ++failures_;
+    if (heal_at_ != 0 && n >= heal_at_) {
+      op_ = kNone;
+      heal_at_ = 0;
+    }
     errno = err_;
     return -1;
   }
@@ -119,6 +126,7 @@ class FaultySpoolIo final : public SpoolIo {
   std::atomic<uint64_t> write_budget_{0};
   std::atomic<bool> short_{false};
   std::atomic<uint64_t> failures_{0};
+  std::atomic<uint64_t> heal_at_{0};  // failures_ at which the fault heals; 0: never
   std::atomic<uint64_t> calls_{0};
   std::mutex mu_;
   std::string prefix_;               // guarded by mu_
