@@ -396,10 +396,18 @@ DataPlane::Conn* DataPlane::Admit(Link link, const void* header, size_t header_l
                                           std::to_string(expected_length) + " bytes with op " +
                                           std::to_string(op)));
   }
-  if (h.token != conn.token || !sessions_->Find(conn.session_id, h.token)) {
+  if (h.token != conn.token) {
     return refuse(
         log::Reason::kWrongToken, h.request_id,
         Status::Unauthenticated("token does not match the open session of this endpoint"));
+  }
+  if (!sessions_->Find(conn.session_id, h.token)) {
+    // The right token, on the session's own link, after CloseSession closed the session and
+    // before its DropSession reached this loop: the client's last messages (a lease it
+    // released) were in flight. Not a rejection; the link goes with DropSession.
+    Reply(link, h.request_id,
+          Status::Unavailable("session " + std::to_string(conn.session_id) + " was closed"));
+    return nullptr;
   }
   if (needs_session && !conn.hello) {
     return refuse(log::Reason::kBeforeHello, h.request_id,
