@@ -349,15 +349,6 @@ Status Client::DeleteSnapshot(const std::string& name, uint64_t step) {
       &resent);
   // Sent again across a restart: NOT_FOUND means the first try deleted it.
   if (!(resent && deleted.code() == Code::kNotFound)) SNAPD_RETURN_IF_ERROR(deleted);
-  {
-    MutexLock lock(impl_->runs_mu);  // a reconnect no longer names it
-    for (auto it = impl_->known_runs.begin(); it != impl_->known_runs.end(); ++it) {
-      if (it->second.name == name) {
-        impl_->known_runs.erase(it);
-        break;
-      }
-    }
-  }
   if (detail::DevicePool* pool = impl_->Pool()) {
     if (std::optional<uint64_t> id = pool->RunIdOf(name)) pool->Drop(*id, step, nullptr);
   }
