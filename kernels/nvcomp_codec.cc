@@ -11,37 +11,6 @@
 #endif
 
 namespace snapd::compress {
-namespace {
-
-bool IsFloat(v1::Dtype d) { return d == v1::DTYPE_FLOAT32 || d == v1::DTYPE_FLOAT64; }
-
-Status CheckParameters(const CodecSpec& c, const FieldSpec& f) {
-  std::string name = CodecName(c);
-  if (!IsGpuCodec(c.codec)) return Status::InvalidArgument(name + " is not an nvCOMP codec");
-  if (c.codec != v1::CODEC_BITCOMP_LOSSY) {
-    if (c.param != 0) {
-      return Status::InvalidArgument(name + " is lossless and takes no parameter, got " +
-                                     std::to_string(c.param));
-    }
-    return Status::Ok();
-  }
-  if (!IsFloat(f.dtype)) {
-    return Status::InvalidArgument(name + " is lossy and needs float32 or float64 data, not " +
-                                   v1::Dtype_Name(f.dtype) + "; use bitcomp for it");
-  }
-  double smallest = f.dtype == v1::DTYPE_FLOAT32 ? FLT_MIN : DBL_MIN;
-  double largest = f.dtype == v1::DTYPE_FLOAT32 ? FLT_MAX : DBL_MAX;
-  if (!std::isfinite(c.param) || !(c.param > 0) || BitcompDelta(c.param) < smallest ||
-      BitcompDelta(c.param) > largest) {
-    return Status::InvalidArgument(name + ": the error bound must be finite and > 0, with " +
-                                   "twice it a normal " + v1::Dtype_Name(f.dtype) + " number");
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
-double BitcompDelta(double bound) { return 2 * bound; }
 
 #if SNAPD_WITH_NVCOMP
 namespace {
@@ -83,7 +52,7 @@ std::vector<uint64_t> Scratch(uint64_t bytes) { return std::vector<uint64_t>(byt
 
 bool NvcompBuiltIn() { return true; }
 
-Status ValidateGpuCodec(const CodecSpec& c, const FieldSpec& f) { return CheckParameters(c, f); }
+Status ValidateGpuCodec(const CodecSpec& c, const FieldSpec& f) { return CheckGpuCodec(c, f); }
 
 Result<uint64_t> CompressFrameOnHost(const CodecSpec& c, const FieldSpec& f, const void* raw,
                                      uint32_t chunk_bytes, void* out, uint64_t out_bytes) {
@@ -205,7 +174,7 @@ Status NotBuiltIn(const CodecSpec& c) {
 bool NvcompBuiltIn() { return false; }
 
 Status ValidateGpuCodec(const CodecSpec& c, const FieldSpec& f) {
-  SNAPD_RETURN_IF_ERROR(CheckParameters(c, f));
+  SNAPD_RETURN_IF_ERROR(CheckGpuCodec(c, f));
   return NotBuiltIn(c);
 }
 

@@ -2,6 +2,7 @@
 
 #include <zfp.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -108,6 +109,32 @@ uint64_t HeaderBytes(size_t slabs) { return 8 + 8 * slabs; }
 
 bool IsGpuCodec(v1::Codec codec) {
   return codec == v1::CODEC_BITCOMP || codec == v1::CODEC_BITCOMP_LOSSY || codec == v1::CODEC_ANS;
+}
+
+double BitcompDelta(double bound) { return 2 * bound; }
+
+Status CheckGpuCodec(const CodecSpec& c, const FieldSpec& f) {
+  std::string name = CodecName(c);
+  if (!IsGpuCodec(c.codec)) return Status::InvalidArgument(name + " is not an nvCOMP codec");
+  if (c.codec != v1::CODEC_BITCOMP_LOSSY) {
+    if (c.param != 0) {
+      return Status::InvalidArgument(name + " is lossless and takes no parameter, got " +
+                                     std::to_string(c.param));
+    }
+    return Status::Ok();
+  }
+  if (!IsFloat(f.dtype)) {
+    return Status::InvalidArgument(name + " is lossy and needs float32 or float64 data, not " +
+                                   v1::Dtype_Name(f.dtype) + "; use bitcomp for it");
+  }
+  double smallest = f.dtype == v1::DTYPE_FLOAT32 ? FLT_MIN : DBL_MIN;
+  double largest = f.dtype == v1::DTYPE_FLOAT32 ? FLT_MAX : DBL_MAX;
+  if (!std::isfinite(c.param) || !(c.param > 0) || BitcompDelta(c.param) < smallest ||
+      BitcompDelta(c.param) > largest) {
+    return Status::InvalidArgument(name + ": the error bound must be finite and > 0, with " +
+                                   "twice it a normal " + v1::Dtype_Name(f.dtype) + " number");
+  }
+  return Status::Ok();
 }
 
 std::string CodecName(const CodecSpec& c) {

@@ -177,6 +177,7 @@ struct Client::Impl {
     std::string name;  // as OpenRun named it (DeleteRun takes a name)
     uint64_t bytes_per_step = 0;
     std::optional<Dtype> finite_checked;
+    bool frames = false;  // an nvCOMP codec: a push may carry a chunk frame, fewer bytes
   };
   Mutex runs_mu;
   std::map<uint64_t, KnownRun> known_runs SNAPD_GUARDED_BY(runs_mu);

@@ -297,6 +297,8 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
     known.name = info.spec.name;
     known.bytes_per_step = info.spec.bytes_per_step;
     if (info.spec.check_finite) known.finite_checked = info.spec.dtype;
+    known.frames = info.spec.codec == Codec::kBitcomp || info.spec.codec == Codec::kBitcompLossy ||
+                   info.spec.codec == Codec::kAns;
   }
   return info;
 }

@@ -116,6 +116,18 @@ void Client::Impl::HandleReply(const wire::Reply& reply, void* data, size_t leng
     return;
   }
   if (status.ok() && p.kind == Kind::kFetchMapped) {
+    // A step stored as a chunk frame (an nvCOMP run) is its frame's bytes, fewer than a raw
+    // step: only they are copied out.
+    if (reply.bytes > p.bytes) {
+      PostLeaseRelease(reply.header.request_id, 0);
+      p.state->Complete(Status::Internal("snapd leased " + std::to_string(reply.bytes) +
+                                         " bytes for a fetch of " + std::to_string(p.bytes)));
+      return;
+    }
+    if (reply.bytes != 0 && reply.bytes < p.bytes) {
+      p.bytes = reply.bytes;
+      p.state->frame_bytes = reply.bytes;
+    }
     CopyOut(std::move(p), reply.offset, reply.header.request_id);
     return;
   }
@@ -123,11 +135,12 @@ void Client::Impl::HandleReply(const wire::Reply& reply, void* data, size_t leng
     p.state->Complete(status);
     return;
   }
-  if (length != p.bytes) {
+  if (length > p.bytes || (length == 0 && p.bytes != 0)) {
     p.state->Complete(Status::Internal("snapd sent " + std::to_string(length) +
                                        " bytes for a fetch of " + std::to_string(p.bytes)));
     return;
   }
+  if (length < p.bytes) p.state->frame_bytes = length;  // a chunk frame (an nvCOMP run)
   if (!rndv) {  // eager: data are here already
     std::memcpy(p.buffer, data, length);
     p.state->Complete(Status::Ok());
@@ -294,6 +307,7 @@ void Client::Impl::FetchAttempt(std::shared_ptr<detail::OpState> outer, uint64_t
                         stream] {
     Status s = state->WaitCompleted();
     if (s.ok() || !Retriable(s, generation)) {
+      outer->frame_bytes = state->frame_bytes.load();
       outer->Complete(s);
       return;
     }

@@ -1,12 +1,13 @@
 // Completion state shared by a request's handle (caller threads) and the progress thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <string>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -126,6 +127,9 @@ struct OpState {
 
  public:
   bool released SNAPD_GUARDED_BY(mu) = false;
+  // A fetch of a step stored as a chunk frame: the frame's bytes (set before Complete); 0 for
+  // a raw step (FetchHandle::frame_bytes).
+  std::atomic<uint64_t> frame_bytes{0};
   bool completed SNAPD_GUARDED_BY(mu) = false;
   Status release_status SNAPD_GUARDED_BY(mu);
   Status final_status SNAPD_GUARDED_BY(mu);

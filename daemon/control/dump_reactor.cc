@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "snapd/zfp_codec.h"
+
 namespace snapd {
 namespace {
 
@@ -35,6 +37,7 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
     }
     run_id_ = run.run_id();
     bytes_ = run.spec().bytes_per_step();
+    codec_param_ = run.spec().codec_param();  // a frame's (frames are of the run's codec)
     uint64_t end = req.end_step() ? req.end_step() : UINT64_MAX;
     for (const auto& s : *snaps) {
       if (s.step() >= req.first_step() && s.step() < end) steps_.push_back(s);
@@ -47,7 +50,7 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client stopped reading"));
       return;
     }
-    if (block_ && offset_ < bytes_) {
+    if (block_ && offset_ < step_bytes_) {
       WriteChunk();
       return;
     }
@@ -87,19 +90,27 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
       return;
     }
     block_ = std::move(grant->block);
+    step_bytes_ = grant->bytes;  // a framed step's frame, else the raw step
     offset_ = 0;
     WriteChunk();
   }
 
   void WriteChunk() {
     const v1::SnapshotInfo& info = steps_[index_];
-    uint64_t n = std::min(kChunk, bytes_ - offset_);
+    uint64_t n = std::min(kChunk, step_bytes_ - offset_);
     chunk_.Clear();
     chunk_.set_step(info.step());
     chunk_.set_offset(offset_);
-    chunk_.set_step_bytes(bytes_);
-    // A lossy disk copy decodes to other bytes than were pushed: no checksum to check then.
-    bool lossless = info.codec() == v1::CODEC_NONE || info.codec() == v1::CODEC_ZFP_REVERSIBLE;
+    chunk_.set_step_bytes(step_bytes_);
+    // A frame is sent as stored, and its checksum is the frame's. A lossy disk copy decodes
+    // to other bytes than were pushed: no checksum to check then.
+    bool framed = compress::IsGpuCodec(info.codec());
+    if (framed && offset_ == 0) {
+      chunk_.set_codec(info.codec());
+      chunk_.set_codec_param(codec_param_);
+    }
+    bool lossless =
+        info.codec() == v1::CODEC_NONE || info.codec() == v1::CODEC_ZFP_REVERSIBLE || framed;
     if (offset_ == 0 && lossless && info.checksum_state() == v1::CHECKSUM_RECORDED) {
       chunk_.set_checksum(info.checksum());
       chunk_.set_checksum_recorded(true);
@@ -125,6 +136,8 @@ class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
   std::vector<v1::SnapshotInfo> steps_;
   size_t index_ = 0;
   std::shared_ptr<HostBlock> block_;  // the step being streamed
+  uint64_t step_bytes_ = 0;           // its bytes as sent (FetchGrant::bytes)
+  double codec_param_ = 0;
   uint64_t offset_ = 0;
   v1::DumpChunk chunk_;
 };

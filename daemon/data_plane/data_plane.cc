@@ -457,7 +457,7 @@ void DataPlane::Reply(Link link, uint64_t request_id, const Status& status, Repl
   std::memset(reply.get(), 0, sizeof *reply);
   reply->header = wire::MakeHeader(wire::kReply, 0, request_id);
   reply->code = static_cast<int32_t>(status.code());
-  reply->bytes = body.data ? body.bytes : 0;
+  reply->bytes = body.bytes;
   reply->offset = body.offset;
   size_t n = std::min(status.message().size(), wire::kMaxReplyMessage);
   std::memcpy(reply->message, status.message().data(), n);
@@ -486,8 +486,9 @@ void DataPlane::Reply(Link link, uint64_t request_id, const Status& status, Repl
           }
         });
     // The header must stay valid until the send completes; the callback holds it.
-    ucx::Track(
-        ucp_am_send_nbx(ep, wire::kReply, reply.get(), sizeof *reply, data, reply->bytes, &p), p);
+    ucx::Track(ucp_am_send_nbx(ep, wire::kReply, reply.get(), sizeof *reply, data,
+                               data ? reply->bytes : 0, &p),
+               p);
   });
 }
 

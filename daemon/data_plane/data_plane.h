@@ -163,7 +163,7 @@ class DataPlane {
   // What a Reply carries besides its status.
   struct ReplyBody {
     uint64_t offset = 0;                          // arena offset (kReserve, kFetchMapped)
-    uint64_t bytes = 0;                           // length of `data`
+    uint64_t bytes = 0;  // length of `data`; kFetchMapped: the step's bytes in the block
     const void* data = nullptr;                   // copied fetch: the snapshot bytes
     std::shared_ptr<HostBlock> keep;              // keeps `data` alive until sent
     std::chrono::steady_clock::time_point since;  // copied fetch: when it was requested

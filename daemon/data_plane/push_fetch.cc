@@ -130,13 +130,13 @@ void DataPlane::OnFetched(const Peer& peer, uint64_t id, bool mapped, const wire
     }
   }
   ReplyBody body;
+  body.bytes = g.bytes;  // a raw step's, or a frame's (fewer)
   if (mapped) {
     body.offset = g.block->offset();
-    conn->leases[id] = Conn::Lease{std::move(g.block), req.bytes, std::chrono::steady_clock::now(),
-                                   req.run_id,         req.step,  g.generation};
+    conn->leases[id] = Conn::Lease{std::move(g.block), g.bytes,  std::chrono::steady_clock::now(),
+                                   req.run_id,         req.step, g.generation};
     counters_.fetches.fetch_add(1, std::memory_order_relaxed);
   } else {
-    body.bytes = req.bytes;
     body.data = g.block->data();
     body.keep = std::move(g.block);
     body.since = std::chrono::steady_clock::now();

@@ -6,6 +6,7 @@
 
 #include "log.h"
 #include "snapd/checksum.h"
+#include "snapd/zfp_codec.h"
 
 namespace snapd {
 
@@ -88,6 +89,8 @@ void Checksums::FinishHash(StoreIndex& ix, const CopyKey& key, Hashing& hashing,
     v1::SnapshotRecord updated = snap->record;
     updated.set_checksum(sum);
     updated.set_checksum_state(v1::CHECKSUM_RECORDED);
+    // A frame is hashed as stored (IsFramed): the two checksums are one.
+    if (compress::IsGpuCodec(updated.codec())) updated.set_stored_checksum(sum);
     Status s = record_(updated);
     if (s.ok()) {
       snap->record = std::move(updated);

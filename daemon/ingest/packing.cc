@@ -18,7 +18,14 @@ compress::FieldSpec FieldOf(const v1::RunSpec& spec) {
 }
 
 bool CompressesAtIngest(const v1::RunSpec& spec) {
-  return spec.codec() != v1::CODEC_NONE && spec.compress_when() == v1::COMPRESS_AT_INGEST;
+  return spec.codec() != v1::CODEC_NONE && !compress::IsGpuCodec(spec.codec()) &&
+         spec.compress_when() == v1::COMPRESS_AT_INGEST;
+}
+
+bool IsFramed(const v1::SnapshotRecord& record) { return compress::IsGpuCodec(record.codec()); }
+
+uint64_t ServedBytes(const v1::SnapshotRecord& record) {
+  return IsFramed(record) ? record.stored_bytes() : record.raw_bytes();
 }
 
 Result<PackedSnapshot> PackSnapshot(const compress::CodecSpec& codec,

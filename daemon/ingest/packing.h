@@ -21,6 +21,14 @@ compress::FieldSpec FieldOf(const v1::RunSpec& spec);
 // The run compresses its steps as soon as they are stored.
 bool CompressesAtIngest(const v1::RunSpec& spec);
 
+// A step libsnapd pushed as a chunk frame (an nvCOMP codec, compressed where the solver is;
+// snapd/chunk_frame.h): snapd stores, moves and serves its bytes as they came and never decodes
+// them; its checksum covers those bytes. A step of such a run that came raw is not framed.
+bool IsFramed(const v1::SnapshotRecord& record);
+
+// The bytes a fetch of the step carries: a framed step's frame, else its raw bytes.
+uint64_t ServedBytes(const v1::SnapshotRecord& record);
+
 // A compressed copy of a snapshot, in a page-aligned buffer of its own.
 struct PackedSnapshot {
   std::shared_ptr<char> bytes;  // readable to the next 4 KiB

@@ -283,13 +283,14 @@ class Store final : private StoreState {
   // is asked to serve.
   static Status DeviceStepHere(const Run& run, uint64_t step, const DeviceStep& held);
   // INVALID_ARGUMENT when a push or fetch moves another size than the run's steps;
-  // "push of step 3 of run 'r' carries N bytes ...".
+  // "push of step 3 of run 'r' carries N bytes ...". With `frame_ok` (a push), a run of an
+  // nvCOMP codec also takes fewer bytes, a chunk frame (checked at commit).
   static Status CheckSize(const Run& run, uint64_t step, uint64_t bytes, const char* what,
-                          const char* moves);
+                          const char* moves, bool frame_ok = false);
   // A push (or device copy) of a new step: the run is open, the step in range and not stored,
-  // held on a device or being pushed, and the size right.
+  // held on a device or being pushed, and the size right (CheckSize's `frame_ok`).
   static Status CheckNewStep(const Run& run, uint64_t step, uint64_t bytes, const char* what,
-                             const char* moves);
+                             const char* moves, bool frame_ok = false);
   // Removes a snapshot from the index and the catalog, freeing its tiers.
   // Removes a step: its record (first, waiting: an error changes nothing), its blocks, its
   // file, its waiters.

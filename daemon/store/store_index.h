@@ -55,6 +55,7 @@ struct StoreIndex {
     // A lease (see StoreState::Lease): a concurrent delete cannot free it under a send.
     std::shared_ptr<HostBlock> block;
     uint64_t generation = 0;
+    uint64_t bytes = 0;  // what a fetch carries: ServedBytes (a framed step's frame, else raw)
   };
   using FetchDone = std::function<void(Result<FetchGrant>)>;
   // A push between BeginPush and CommitPush/AbortPush: the step is reserved and `block` holds
@@ -64,6 +65,10 @@ struct StoreIndex {
     uint64_t run_id = 0;
     uint64_t step = 0;
     std::shared_ptr<HostBlock> block;
+    // What the push carries: the run's bytes_per_step, or fewer for a chunk frame (IsFramed).
+    // `block` holds bytes_per_step either way: a frame that fails its check at commit leaves
+    // nothing to undo, and a push never needs more room than its raw step.
+    uint64_t bytes = 0;
   };
   using PushDone = std::function<void(Result<PushTicket>)>;
   struct DrainResult {
@@ -166,6 +171,7 @@ struct StoreIndex {
       PushDone later;
       std::chrono::steady_clock::time_point parked_at;
       std::chrono::steady_clock::time_point warn_at;  // when the wait is next logged
+      uint64_t pushed = 0;  // PushTicket::bytes; `bytes` is the room it waits for
     };
     struct DrainWaiter {
       std::function<void(Result<DrainResult>)> done;

@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "snapd/checksum.h"
+#include "snapd/chunk_frame.h"
 #include "snapd/layers.h"
 #include "snapd/units.h"
 #include "tiering/placement.h"
@@ -34,7 +35,7 @@ Status Store::StepNotFound(const Run& run, uint64_t step) {
 }
 
 Status Store::CheckNewStep(const Run& run, uint64_t step, uint64_t bytes, const char* what,
-                           const char* moves) {
+                           const char* moves, bool frame_ok) {
   const v1::RunRecord& r = run.record;
   if (r.state() == v1::RUN_CLOSED) {
     return Status::FailedPrecondition("run '" + r.spec().name() +
@@ -45,7 +46,7 @@ Status Store::CheckNewStep(const Run& run, uint64_t step, uint64_t bytes, const 
     return Status::OutOfRange(StepName(r, step) + " is outside the declared steps 0.." +
                               std::to_string(r.spec().steps() - 1));
   }
-  SNAPD_RETURN_IF_ERROR(CheckSize(run, step, bytes, what, moves));
+  SNAPD_RETURN_IF_ERROR(CheckSize(run, step, bytes, what, moves, frame_ok));
   if (run.snapshots.count(step) || run.device.count(step)) {
     return Status::AlreadyExists(StepName(r, step) +
                                  " is already stored; each step is pushed once");
@@ -57,9 +58,13 @@ Status Store::CheckNewStep(const Run& run, uint64_t step, uint64_t bytes, const 
 }
 
 Status Store::CheckSize(const Run& run, uint64_t step, uint64_t bytes, const char* what,
-                        const char* moves) {
+                        const char* moves, bool frame_ok) {
   const v1::RunRecord& r = run.record;
   if (bytes == r.spec().bytes_per_step()) return Status::Ok();
+  if (frame_ok && compress::IsGpuCodec(r.spec().codec()) && bytes > 0 &&
+      bytes < r.spec().bytes_per_step()) {
+    return Status::Ok();
+  }
   return Status::InvalidArgument(std::string(what) + " of " + StepName(r, step) + " " + moves +
                                  " " +
                                  std::to_string(bytes) + " bytes but the run stores " +
@@ -103,7 +108,7 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
                                       "of the client that opened it; the daemon stores "
                                       "none");
   }
-  Status fresh = CheckNewStep(*run, step, bytes, "push", "carries");
+  Status fresh = CheckNewStep(*run, step, bytes, "push", "carries", /*frame_ok=*/true);
   if (auto old = run->snapshots.find(step); fresh.code() == Code::kAlreadyExists &&
                                             r.spec().overwrite() && old != run->snapshots.end() &&
                                             !run->in_flight.count(step)) {
@@ -112,7 +117,7 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
     // serves this push.
     SNAPD_RETURN_IF_ERROR(Erase(*run, old));
     Wake();
-    fresh = CheckNewStep(*run, step, bytes, "push", "carries");
+    fresh = CheckNewStep(*run, step, bytes, "push", "carries", /*frame_ok=*/true);
   }
   SNAPD_RETURN_IF_ERROR(fresh);
   Checksums::NoteDataPlaneActivity(ix_);
@@ -159,13 +164,28 @@ void Store::CommitPush(const PushTicket& t, std::function<void(Install)> recorde
                                         " has no reservation to commit");
     }
     Checksums::NoteDataPlaneActivity(ix_);
-    uint64_t raw = run.record.spec().bytes_per_step();
+    const v1::RunSpec& spec = run.record.spec();
+    uint64_t raw = spec.bytes_per_step();
     v1::SnapshotRecord rec;
     rec.set_run_id(t.run_id);
     rec.set_step(t.step);
     rec.set_tier(v1::TIER_HOST);
     rec.set_raw_bytes(raw);
     rec.set_stored_bytes(raw);
+    if (t.bytes != raw) {  // a chunk frame (CheckSize): its header and table must hold
+      auto frame =
+          compress::ReadFrame(t.block->data(), t.bytes, static_cast<uint16_t>(spec.codec()), raw);
+      if (!frame.ok()) {
+        return Status::InvalidArgument(
+            "push of " + StepName(run.record, t.step) + " carries " + std::to_string(t.bytes) +
+            " bytes, fewer than a raw step's " + std::to_string(raw) +
+            ", and they are not a chunk frame of codec " + compress::CodecName(CodecOf(spec)) +
+            ": " + frame.status().message());
+      }
+      rec.set_stored_bytes(t.bytes);
+      rec.set_codec(spec.codec());
+      rec.set_codec_param(spec.codec_param());
+    }
     rec.set_checksum_state(v1::CHECKSUM_PENDING);
     rec.set_daemon_epoch(options_.epoch);
     // Queued under the lock, so the catalog applies it in the store's order: before a delete
@@ -203,17 +223,20 @@ Status Store::InstallCommitted(const PushTicket& t, v1::SnapshotRecord rec, Stat
   std::shared_ptr<HostBlock> block = std::move(reserved->second);
   run.in_flight.erase(reserved);
   if (!recorded.ok()) return recorded;  // the push is abandoned: its block goes with it
-  uint64_t raw = rec.raw_bytes();
+  uint64_t stored = rec.stored_bytes();
+  // A frame's tail comes free. Nobody else reads the block now: the push's copy is done, and
+  // the data plane's lease (`t`) only waits for this install, on this thread.
+  if (IsFramed(rec)) block->ShrinkTo(stored);
   Snapshot& snap = run.snapshots[t.step];
   snap.record = std::move(rec);
   snap.block = std::move(block);
   snap.generation = next_generation_++;
   run.released.erase(t.step);
-  run.stored_bytes += raw;
+  run.stored_bytes += stored;
   if (CompressesAtIngest(run.record.spec())) {
     ingest_.Start(ix_, run, snap);  // asks for the checksum itself, before compressing
   } else {
-    checksums_.Queue(ix_, t.run_id, snap, raw);
+    checksums_.Queue(ix_, t.run_id, snap, stored);  // a frame's checksum covers the frame
   }
   if (tiering_.DemotionWanted(ix_, run, snap)) Wake();
   return Status::Ok();

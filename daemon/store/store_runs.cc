@@ -229,14 +229,17 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
         "start snapd with spool_dirs");
   }
   if (compress::IsGpuCodec(spec.codec())) {
-    // The wire and the tiers do not carry chunk frames yet (docs/architecture.md,
-    // "Compression on the GPU").
-    return Status::FailedPrecondition(
-        "run '" + name + "': codec " + compress::CodecName(CodecOf(spec)) +
-        " compresses on the solver's GPU, and this snapd does not yet store GPU-compressed "
-        "steps; use a zfp codec or none");
-  }
-  if (spec.codec() != v1::CODEC_NONE) {
+    // libsnapd compresses where the solver is and pushes chunk frames, which snapd stores,
+    // moves and serves as they are (docs/architecture.md, "Compression on the GPU").
+    if (spec.compress_when() == v1::COMPRESS_AT_INGEST) {
+      return Status::InvalidArgument("run '" + name + "': codec " +
+                                     compress::CodecName(CodecOf(spec)) +
+                                     " compresses in the solver's process, before the push; "
+                                     "compress_when at_ingest is for the zfp codecs");
+    }
+    Status usable = compress::CheckGpuCodec(CodecOf(spec), FieldOf(spec));
+    if (!usable.ok()) return Status::InvalidArgument("run '" + name + "': " + usable.message());
+  } else if (spec.codec() != v1::CODEC_NONE) {
     if (spec.compress_when() == v1::COMPRESS_ON_DEMOTION && !UsesDisk(spec.layers())) {
       return Status::InvalidArgument("run '" + name + "': codec " +
                                      compress::CodecName(CodecOf(spec)) +

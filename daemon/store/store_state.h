@@ -41,6 +41,7 @@
 #include "host_tier/host_tier.h"
 #include "ingest/checksums.h"
 #include "ingest/ingest.h"
+#include "ingest/packing.h"
 #include "snapd/io_pool.h"
 #include "snapd/status.h"
 #include "snapd/thread_annotations.h"
@@ -145,13 +146,17 @@ class StoreState {
   // checking, or a step lost); later ones leave it as it is.
   static void NoteFailure(Run& run, const std::string& why);
   static uint64_t BlockBytes(const Run& run);
-  // The snapshot's host block holds compressed bytes (compressed at ingest, not yet decoded).
+  // The snapshot's host block holds bytes snapd must decode before serving them (compressed
+  // at ingest by zfp); a framed step's (IsFramed) are served as they are.
   static bool HoldsCompressed(const Snapshot& snap) {
-    return snap.record.tier() == v1::TIER_HOST && snap.record.codec() != v1::CODEC_NONE;
+    return snap.record.tier() == v1::TIER_HOST && snap.record.codec() != v1::CODEC_NONE &&
+           !IsFramed(snap.record);
   }
-  // The snapshot's raw bytes are in host memory: a fetch can be answered from there, with no
-  // disk read and no decode.
-  static bool RawInHost(const Snapshot& snap) { return snap.block && !HoldsCompressed(snap); }
+  // The bytes a fetch returns (raw, or a framed step's frame) are in host memory: a fetch can
+  // be answered from there, with no disk read and no decode.
+  static bool ServableFromHost(const Snapshot& snap) {
+    return snap.block && !HoldsCompressed(snap);
+  }
 
   Catalog* const catalog_;
   HostTier* const host_;

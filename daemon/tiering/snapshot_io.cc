@@ -29,13 +29,13 @@ Result<WrittenSnapshot> WriteSnapshot(DiskTier& disk, const DiskTier::Space& spa
   WrittenSnapshot w;
   const void* src = data;
   PackedSnapshot packed;
-  if (record.codec() != v1::CODEC_NONE) {  // compressed at ingest: as it is
+  if (record.codec() != v1::CODEC_NONE) {  // compressed at ingest, or a frame: as it is
     w.stored_bytes = record.stored_bytes();
     w.codec = record.codec();
     w.stored_checksum = record.stored_checksum();
   } else {
     w.stored_bytes = field.bytes;
-    if (codec.codec != v1::CODEC_NONE) {
+    if (codec.codec != v1::CODEC_NONE && !compress::IsGpuCodec(codec.codec)) {
       auto p = PackSnapshot(codec, field, data, pool, sums);
       if (p.ok()) {
         packed = std::move(p).value();
@@ -58,6 +58,10 @@ Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& r, const compress:
       return sums.Verify(raw, r.raw_bytes(), r.checksum(), "bytes");
     }
     return Status::Ok();
+  }
+  if (IsFramed(r)) {  // served as stored: read into the step's block, checked, never decoded
+    SNAPD_RETURN_IF_ERROR(disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.stored_bytes()));
+    return sums.Verify(raw, r.stored_bytes(), r.stored_checksum(), "framed bytes");
   }
   AlignedPtr packed = Scratch(r.stored_bytes());
   if (!packed) return Status::ResourceExhausted("no memory for a decompression buffer");

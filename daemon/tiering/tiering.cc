@@ -70,14 +70,17 @@ void Tiering::TieringLoop() {
 }
 
 Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(StoreIndex& ix, Run& run,
-                                                              uint64_t step, uint64_t bytes,
+                                                              uint64_t step, uint64_t pushed,
                                                               PushDone& later) {
+  // A raw step's room even for a frame (PushTicket::bytes).
+  const uint64_t bytes = run.record.spec().bytes_per_step();
   auto block = ix.tiering.parked_pushes.empty()
                    ? s_.AllocateHost(run, bytes)
                    : Status::ResourceExhausted("earlier pushes are waiting");
   if (block.ok()) {
     run.in_flight[step] = *block;
-    return std::optional<PushTicket>(PushTicket{run.record.run_id(), step, s_.Lease(*block)});
+    return std::optional<PushTicket>(
+        PushTicket{run.record.run_id(), step, s_.Lease(*block), pushed});
   }
   // Room comes from demotion to disk, from compressions in flight, from compacting the host
   // tier, or (blocking runs) from deletes and consumed steps.
@@ -97,7 +100,7 @@ Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(StoreIndex& ix, Ru
   auto now = std::chrono::steady_clock::now();
   ix.tiering.parked_pushes.push_back(ParkedPush{run.record.run_id(), step, bytes, s_.ArenaOf(run),
                                                 std::move(later), now,
-                                                now + s_.options_.wait_warn_after});
+                                                now + s_.options_.wait_warn_after, pushed});
   s_.Wake();
   return std::optional<PushTicket>();
 }
@@ -117,9 +120,9 @@ std::optional<Tiering::FetchGrant> Tiering::AdmitFetch(StoreIndex& ix, Run& run,
     run.prefetch_from = step;
   }
   std::optional<FetchGrant> grant;
-  if (StoreState::RawInHost(snap)) {
+  if (StoreState::ServableFromHost(snap)) {
     if (snap.record.tier() == v1::TIER_DISK) ++ix.counters.prefetch_hits;
-    grant = FetchGrant{s_.Lease(snap.block), snap.generation};
+    grant = FetchGrant{s_.Lease(snap.block), snap.generation, ServedBytes(snap.record)};
   } else {
     // On disk only, or compressed in host memory: answer once the read (or decode) lands; it
     // goes before any read-ahead.
@@ -254,7 +257,7 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
   HostTier::ArenaId first_read_arena = s_.host_->own_arena();
   for (const auto& key : ix.tiering.parked_reads) {
     auto [run, snap] = ix.FindSnapshot(key);
-    if (snap && !StoreState::RawInHost(*snap) && !snap->reading && !snap->waiters.empty()) {
+    if (snap && !StoreState::ServableFromHost(*snap) && !snap->reading && !snap->waiters.empty()) {
       first_read = snap->record.raw_bytes();
       first_read_arena = s_.ArenaOf(*run);
       break;
@@ -444,7 +447,7 @@ void Tiering::FailPushesWithoutDisk(StoreIndex& ix, Deferred& deferred) {
 void Tiering::ServeParkedReads(StoreIndex& ix) {
   for (auto it = ix.tiering.parked_reads.begin(); it != ix.tiering.parked_reads.end();) {
     auto [run, snap] = ix.FindSnapshot(*it);
-    if (!snap || StoreState::RawInHost(*snap) || snap->reading || snap->waiters.empty()) {
+    if (!snap || StoreState::ServableFromHost(*snap) || snap->reading || snap->waiters.empty()) {
       it = ix.tiering.parked_reads.erase(it);
     } else if (StartRead(ix, *run, *snap, /*urgent=*/true, /*compact=*/true)) {
       it = ix.tiering.parked_reads.erase(it);
@@ -470,7 +473,7 @@ void Tiering::GrantParkedPushes(StoreIndex& ix, Deferred& deferred) {
       block = s_.AllocateHost(run->second, p.bytes);
     if (!block.ok()) return;  // first come, first served
     run->second.in_flight[p.step] = *block;
-    PushTicket ticket{p.run_id, p.step, s_.Lease(*block)};
+    PushTicket ticket{p.run_id, p.step, s_.Lease(*block), p.pushed};
     deferred.push_back([l = std::move(p.later), t = std::move(ticket)] { l(t); });
     ix.tiering.parked_pushes.pop_front();
   }

@@ -64,11 +64,13 @@ class Tiering {
   // Host memory for a validated push of `step`: a ticket now; or nullopt after parking `later`
   // until room comes (demotion to disk, a compression in flight, compacting the host tier, or
   // for a blocking run deletes and consumed steps); or the allocation's error when nothing can
-  // make room. Either way but the error, the step is in run.in_flight.
+  // make room. Either way but the error, the step is in run.in_flight. The room is a raw
+  // step's, whatever the push carries (`pushed`: PushTicket::bytes).
   Result<std::optional<PushTicket>> AdmitPush(StoreIndex& ix, Run& run, uint64_t step,
-                                              uint64_t bytes, PushDone& later)
+                                              uint64_t pushed, PushDone& later)
       SNAPD_REQUIRES(ix.mu);
-  // The bytes of a stored (not lost) step: now if they are raw in host memory, else nullopt
+  // The bytes of a stored (not lost) step: now if they are in host memory as a fetch serves
+  // them (raw, or a framed step's frame), else nullopt
   // after queueing `later` for a disk read or decode. `backward` paces the backward pass and
   // reads ahead of it.
   std::optional<FetchGrant> AdmitFetch(StoreIndex& ix, Run& run, Snapshot& snap, bool backward,

@@ -36,7 +36,9 @@ void Tiering::StartDemotion(StoreIndex& ix, Run& run, Snapshot& snap) {
        block = snap.block]() mutable {
         // A step compressed at ingest has its checksum recorded already; any other is hashed
         // once, by whichever job gets to it first (Checksums::ChecksumOf).
-        uint64_t sum = s_.checksums_.ChecksumOf(ix_, run_id, step, gen, *block, field.bytes);
+        uint64_t sum =
+            s_.checksums_.ChecksumOf(ix_, run_id, step, gen, *block, FileContentBytes(record));
+        if (IsFramed(record)) record.set_stored_checksum(sum);  // the frame's, as hashed
         auto written = WriteSnapshot(*s_.disk_, space, run_id, name, record, codec, field,
                                      block->data(), s_.compress_.get(), s_.checksums_);
         block.reset();  // before FinishDemotion: the host memory is free once it says so
@@ -55,7 +57,8 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
     --ix.tiering.writes_in_flight;
     Snapshot* snap = ix.FindSnapshot(run_id, step, generation);
     Status s = written.status();
-    const bool keep_copy = snap && ix.tiering.keep_host_copies && StoreState::RawInHost(*snap);
+    const bool keep_copy =
+        snap && ix.tiering.keep_host_copies && StoreState::ServableFromHost(*snap);
     if (snap && s.ok()) {
       v1::SnapshotRecord updated = snap->record;
       updated.set_tier(v1::TIER_DISK);
@@ -166,7 +169,7 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
       if (read.ok()) {
         snap->block = std::move(block);
         snap->verified = true;
-        FetchGrant grant{s_.Lease(snap->block), snap->generation};
+        FetchGrant grant{s_.Lease(snap->block), snap->generation, ServedBytes(snap->record)};
         for (auto& w : waiters) deferred.push_back([w = std::move(w), grant] { w(grant); });
       } else {
         Status answer = read;

@@ -97,7 +97,10 @@ struct PushRequest {
   Header header;
   uint64_t run_id;
   uint64_t step;
-  uint64_t bytes;    // must equal the run's bytes_per_step and the AM data length
+  // the AM data length (kPush) or what the client wrote at the reserved offset (kCommit must
+  // repeat kReserve's): the run's bytes_per_step, or, for a run of an nvCOMP codec, fewer
+  // bytes that are a chunk frame (snapd/chunk_frame.h; checked when committed)
+  uint64_t bytes;
   uint64_t copy_ns;  // kCommit: how long the client's copy into the arena took (0 = unknown)
 };
 
@@ -118,7 +121,10 @@ struct Reply {
   Header header;
   int32_t code;       // snapd::Code (gRPC status code numbering)
   uint32_t message_length;
-  uint64_t bytes;     // bytes carried as AM data (copied fetch)
+  // Fetch: the step's bytes, carried as AM data (copied) or in the leased block (kFetchMapped):
+  // the run's bytes_per_step, or fewer for a step stored as a chunk frame (snapd/chunk_frame.h;
+  // the client decodes it). 0 otherwise.
+  uint64_t bytes;
   uint64_t offset;    // arena offset of the block (kReserve, kFetchMapped)
   char message[kMaxReplyMessage];  // not NUL-terminated; message_length bytes are valid
 };

@@ -30,9 +30,10 @@ enum class Dtype { kUnspecified = 0, kFloat32 = 1, kFloat64 = 2, kInt32 = 3, kIn
 // in a moment, or its push fails and says why.
 enum class Tier { kUnspecified = 0, kDevice = 1, kHost = 2, kDisk = 3, kLost = 4, kInFlight = 5 };
 // Compression of a run's steps (values as in the protocol). zfp: on snapd's CPUs, on their way
-// to the disk tier. nvCOMP (bitcomp, bitcomp-lossy, ans): on the solver's GPU before PCIe, in
-// chunk frames; snapd does not yet store such steps, and refuses a run that asks for one when
-// it opens (FAILED_PRECONDITION, naming the codec).
+// to the disk tier. nvCOMP (bitcomp, bitcomp-lossy, ans): where the solver is, before the push,
+// into chunk frames that snapd stores, moves and serves as they are (Push, FetchHandle::
+// frame_bytes). libsnapd does not compress device snapshots on the GPU yet: they go raw
+// (docs/architecture.md, "Compression on the GPU").
 enum class Codec {
   kNone = 0,
   kZfpReversible = 1,  // lossless, bit-exact
@@ -205,6 +206,10 @@ class FetchHandle {
   Status Wait() const;
   Status Wait(std::chrono::milliseconds timeout) const;
   bool done() const;
+  // After Wait() returned OK: 0 when the buffer holds the raw step; for a step of an nvCOMP
+  // run (Codec::kBitcomp, ...) that was pushed as a chunk frame, the frame's size, which the
+  // buffer's first bytes hold (proto/snapd/chunk_frame.h) for the caller to decode.
+  uint64_t frame_bytes() const;
 
  private:
   std::shared_ptr<detail::OpState> state_;
@@ -238,7 +243,10 @@ class Client {
   Result<std::vector<TierInfo>> Tiers();
 
   // Starts a push of `bytes` bytes at `data` as step `step`. `data` must stay untouched until
-  // the handle is released. Host memory crosses with at most one CPU copy.
+  // the handle is released. Host memory crosses with at most one CPU copy. For a run of an
+  // nvCOMP codec, `bytes` may be fewer than bytes_per_step: a chunk frame of the run's codec
+  // (proto/snapd/chunk_frame.h), which snapd checks, stores and serves back as it is
+  // (FetchHandle::frame_bytes); a step that did not shrink is pushed raw.
   Result<PushHandle> Push(uint64_t run_id, uint64_t step, const void* data, size_t bytes);
   // Starts a fetch of step `step` into `data` (exactly bytes_per_step bytes). A step this
   // client is still pushing is fetched once that push is stored: a client reads what it wrote.

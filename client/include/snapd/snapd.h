@@ -33,7 +33,7 @@ typedef struct snapd_run_spec {
   int keep;                /* nonzero: steps stay after being fetched (default: read-once) */
   int block_when_full;     /* nonzero: a push waits when host and disk are full */
   int codec;               /* 0 none, 1 zfp-reversible, 2 zfp-rate, 3 zfp-precision, 4 zfp-accuracy,
-                              5 bitcomp, 6 bitcomp-lossy, 7 ans (refused for now: client.h) */
+                              5 bitcomp, 6 bitcomp-lossy, 7 ans (chunk frames: client.h) */
   double codec_param;      /* rate (bits/value), precision (bits), accuracy (tolerance) or
                               bitcomp-lossy's absolute error bound */
   int compress_at_ingest;  /* nonzero: compress when stored, not when moved to disk */

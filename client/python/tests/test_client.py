@@ -154,12 +154,14 @@ def test_errors_carry_the_daemons_message_and_the_daemon_keeps_serving(client):
 
     with pytest.raises(ValueError, match="unknown codec"):
         client.open_run("bad-codec", like=a, codec="gzip")
-    # The GPU codecs have names, and snapd says why it does not take them yet.
+    # The nvCOMP codecs open (snapd stores their chunk frames as they come); a parameter that
+    # does not fit the codec is refused, naming it.
     for codec, param in (("bitcomp", 0.0), ("bitcomp-lossy", 1e-4), ("ans", 0.0)):
-        with pytest.raises(snapd.FailedPrecondition) as e:
-            client.open_run("gpu-" + codec, like=a, codec=codec, codec_param=param)
-        assert "does not yet store GPU-compressed steps" in str(e.value)
-        assert codec in str(e.value)
+        client.open_run("gpu-" + codec, like=a, codec=codec, codec_param=param).delete()
+    with pytest.raises(snapd.InvalidArgument, match="error bound must be finite and > 0"):
+        client.open_run("gpu-lossy-0", like=a, codec="bitcomp-lossy", codec_param=0.0)
+    with pytest.raises(snapd.InvalidArgument, match="bitcomp is lossless and takes no parameter"):
+        client.open_run("gpu-param", like=a, codec="bitcomp", codec_param=1.0)
     with pytest.raises(snapd.InvalidArgument, match="name"):
         client.open_run("bad name!", like=a)
     np.testing.assert_array_equal(run.fetch(0), a)  # nothing stored was lost

@@ -16,6 +16,7 @@
 
 #include "common.h"
 #include "snapd/checksum.h"
+#include "snapd/nvcomp_codec.h"
 #include "snapd/units.h"
 
 namespace snapd::snapctl {
@@ -124,6 +125,31 @@ int Dump(Session& s, const DumpArgs& args) {
   grpc::Status ls = s.stub().ListSnapshots(ShortContext().get(), lreq, &list);
   if (!ls.ok()) return s.Fail("dump", ls);
   const v1::RunSpec& spec = list.run().spec();
+  // Steps stored as chunk frames (an nvCOMP codec) are decoded here, on the CPU: refused before
+  // anything is written when this snapctl cannot.
+  const compress::CodecSpec frame_codec{spec.codec(), spec.codec_param()};
+  const compress::FieldSpec field{spec.dtype(),
+                                  std::vector<uint64_t>(spec.shape().begin(), spec.shape().end()),
+                                  spec.bytes_per_step()};
+  for (const auto& snap : list.snapshots()) {
+    bool in_range = snap.step() >= d.first && (d.end == 0 || snap.step() < d.end);
+    if (!in_range || !compress::IsGpuCodec(snap.codec()) || snap.tier() == v1::TIER_LOST) continue;
+    Status decodable = compress::ValidateGpuCodec(frame_codec, field);
+    if (decodable.ok() && snap.codec() == v1::CODEC_ANS) {
+      decodable = Status::FailedPrecondition(
+          "nvCOMP has no CPU decoder for ans, and snapctl decodes on the CPU; read the run "
+          "with libsnapd on a GPU node instead");
+    }
+    if (!decodable.ok()) {
+      Error("dump", "step " + std::to_string(snap.step()) + " of run '" + d.run +
+                        "' is stored as a chunk frame of codec " +
+                        compress::CodecName(frame_codec) +
+                        " (compressed where the solver ran) and cannot be decoded here: " +
+                        decodable.message() + "; nothing was written");
+      return kExitFailed;
+    }
+  }
+  std::vector<char> decoded;  // a framed step's raw bytes
   std::error_code ec;
   bool created = std::filesystem::create_directories(d.dir, ec);
   // A directory the dump creates is as private as its files; an existing one is left as it is.
@@ -158,6 +184,7 @@ int Dump(Session& s, const DumpArgs& args) {
     std::string file;
     uint64_t checksum;
     bool lost;
+    bool framed = false;  // its bytes come as a chunk frame, written once decoded
   };
   std::vector<Entry> entries;
   std::FILE* out = nullptr;
@@ -174,7 +201,8 @@ int Dump(Session& s, const DumpArgs& args) {
     if (chunk.offset() == 0) {
       std::string name =
           Format("step-%08llu.%s", (unsigned long long)chunk.step(), d.format.c_str());
-      entries.push_back({chunk.step(), name, chunk.checksum(), false});
+      entries.push_back(
+          {chunk.step(), name, chunk.checksum(), false, compress::IsGpuCodec(chunk.codec())});
       out = CreateDumpFile(d.dir + "/" + name, d.mode, /*exclusive=*/true);
       if (!out) {
         failure = "creating " + d.dir + "/" + name + ": " + std::strerror(errno);
@@ -186,19 +214,31 @@ int Dump(Session& s, const DumpArgs& args) {
       if (!chunk.checksum_recorded()) entries.back().checksum = 0;  // 0: nothing to verify
     }
     step_bytes += chunk.data();
-    if (std::fwrite(chunk.data().data(), 1, chunk.data().size(), out) != chunk.data().size()) {
+    if (!entries.back().framed &&
+        std::fwrite(chunk.data().data(), 1, chunk.data().size(), out) != chunk.data().size()) {
       failure = "writing " + entries.back().file + ": " + std::strerror(errno);
       break;
     }
     total += chunk.data().size();
     if (step_bytes.size() == chunk.step_bytes()) {
-      if (std::fclose(out) != 0) failure = "closing " + entries.back().file;
-      out = nullptr;
       uint64_t sum = Checksum(step_bytes.data(), step_bytes.size());
       if (entries.back().checksum && sum != entries.back().checksum) {
         failure = "step " + std::to_string(chunk.step()) +
                   " arrived with bytes that do not match its recorded checksum";
       }
+      if (failure.empty() && entries.back().framed) {  // checked as stored, then decoded
+        decoded.resize(spec.bytes_per_step());
+        Status s = compress::DecompressFrameOnHost(frame_codec, field, step_bytes.data(),
+                                                   step_bytes.size(), decoded.data());
+        if (!s.ok()) {
+          failure = "step " + std::to_string(chunk.step()) + ": " + s.message();
+        } else if (std::fwrite(decoded.data(), 1, decoded.size(), out) != decoded.size()) {
+          failure = "writing " + entries.back().file + ": " + std::strerror(errno);
+        }
+        sum = Checksum(decoded.data(), decoded.size());  // the manifest's: of the raw bytes
+      }
+      if (std::fclose(out) != 0 && failure.empty()) failure = "closing " + entries.back().file;
+      out = nullptr;
       entries.back().checksum = sum;
       if (progress) {  // stderr: stdout is the result
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -10,6 +10,7 @@
 #include "snapd/kernels.h"
 #include "snapd/layers.h"
 #include "snapd/units.h"
+#include "snapd/zfp_codec.h"
 
 namespace snapd::snapctl {
 namespace {
@@ -112,8 +113,14 @@ int ShowStatus(Session& s) {
 // was asked for and never applied; empty when neither.
 std::string RunProblem(const v1::RunInfo& run) {
   if (!run.failure().empty()) return "failed: " + run.failure();
+  if (compress::IsGpuCodec(run.spec().codec()) && run.compressed_snapshots() == 0 &&
+      run.snapshots() > run.lost_snapshots()) {
+    return "codec " + CodecLabel(run.spec().codec()) +
+           " never applied: every step came raw (an nvCOMP codec compresses where the solver "
+           "is, before the push; libsnapd does not yet compress device snapshots)";
+  }
   // Compressed at ingest, a step stays raw only where the codec did not shrink it.
-  if (run.spec().codec() != v1::CODEC_NONE &&
+  if (run.spec().codec() != v1::CODEC_NONE && !compress::IsGpuCodec(run.spec().codec()) &&
       run.spec().compress_when() == v1::COMPRESS_ON_DEMOTION && run.compressed_snapshots() == 0 &&
       run.snapshots() > run.lost_snapshots()) {
     return "codec " + EnumJson(*v1::Codec_descriptor()->FindValueByNumber(run.spec().codec())) +
@@ -206,10 +213,14 @@ int Ls(Session& s, const std::string& name) {
   }
   const v1::RunInfo& run = r.run();
   std::string codec = CodecLabel(run.spec().codec());
-  if (run.spec().codec() != v1::CODEC_NONE && run.spec().codec() != v1::CODEC_ZFP_REVERSIBLE) {
+  v1::Codec c = run.spec().codec();
+  if (c == v1::CODEC_ZFP_RATE || c == v1::CODEC_ZFP_PRECISION || c == v1::CODEC_ZFP_ACCURACY ||
+      c == v1::CODEC_BITCOMP_LOSSY) {  // the codecs that take a parameter
     codec += Format(" %g", run.spec().codec_param());
   }
-  if (run.spec().codec() != v1::CODEC_NONE) {
+  if (compress::IsGpuCodec(run.spec().codec())) {
+    codec += " before the push";
+  } else if (run.spec().codec() != v1::CODEC_NONE) {
     codec += run.spec().compress_when() == v1::COMPRESS_AT_INGEST ? " at ingest" : " on demotion";
   }
   out.Line(Format("run %s (id %llu, %s, layers %s%s, codec %s): %s, %s stored",

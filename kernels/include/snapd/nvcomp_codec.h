@@ -23,15 +23,8 @@ namespace snapd::compress {
 // True when this build links nvCOMP.
 bool NvcompBuiltIn();
 
-// INVALID_ARGUMENT naming the problem when an nvCOMP codec cannot apply to `field`:
-// bitcomp and ans take no parameter; bitcomp-lossy needs float32 or float64 data and an error
-// bound that is finite, > 0 and whose double is a normal number of the dtype (nvCOMP's delta).
-// FAILED_PRECONDITION when this build has no nvCOMP. Not an nvCOMP codec: INVALID_ARGUMENT.
+// CheckGpuCodec (snapd/zfp_codec.h), then FAILED_PRECONDITION when this build has no nvCOMP.
 Status ValidateGpuCodec(const CodecSpec& codec, const FieldSpec& field);
-
-// Bitcomp's quantization step for an absolute error bound: nvCOMP rounds the step down to a
-// power of two and keeps every error within half of it, so 2 * bound keeps it within bound.
-double BitcompDelta(double bound);
 
 // Frames `field.bytes` bytes at `raw` in chunks of `chunk_bytes`, each compressed on the CPU
 // with Bitcomp (lossless or lossy); a chunk that does not shrink is stored raw. `out` holds at

@@ -61,4 +61,14 @@ std::string CodecName(const CodecSpec& codec);
 // frames (snapd/chunk_frame.h); zfp's functions refuse them.
 bool IsGpuCodec(v1::Codec codec);
 
+// INVALID_ARGUMENT naming the problem when an nvCOMP codec's parameter cannot apply to `field`:
+// bitcomp and ans take none; bitcomp-lossy needs float32 or float64 data and an error bound
+// that is finite, > 0 and whose double is a normal number of the dtype (BitcompDelta). Needs
+// no nvCOMP: snapd checks a run's codec without it (it stores frames, never codes them).
+Status CheckGpuCodec(const CodecSpec& codec, const FieldSpec& field);
+
+// Bitcomp's quantization step for an absolute error bound: nvCOMP rounds the step down to a
+// power of two and keeps every error within half of it, so 2 * bound keeps it within bound.
+double BitcompDelta(double bound);
+
 }  // namespace snapd::compress

@@ -38,29 +38,6 @@ TEST_F(StoreTest, ACodecNeedsADiskLayerAndDataZfpCanCode) {
   EXPECT_NE(s.message().find("needs dtype float32"), std::string::npos) << s.ToString();
 }
 
-// The nvCOMP codecs are in the protocol, and libsnapd's chunk frames are not yet stored: a run
-// asking for one is refused by name, and no run is made.
-TEST_F(StoreTest, AnNvcompCodecIsRefusedByNameAndMakesNoRun) {
-  for (v1::Codec codec : {v1::CODEC_BITCOMP, v1::CODEC_BITCOMP_LOSSY, v1::CODEC_ANS}) {
-    v1::RunSpec spec;
-    spec.set_name("gpu-codec");
-    spec.set_bytes_per_step(4096);
-    spec.set_dtype(v1::DTYPE_FLOAT32);
-    spec.set_codec(codec);
-    spec.set_codec_param(codec == v1::CODEC_BITCOMP_LOSSY ? 1e-4 : 0);
-    spec.set_layers(v1::LAYERS_DISK_HOST);
-    bool created = false;
-    Status s = store_->OpenRun(spec, 0, &created).status();
-    EXPECT_EQ(s.code(), Code::kFailedPrecondition) << v1::Codec_Name(codec);
-    EXPECT_NE(s.message().find(compress::CodecName({codec, spec.codec_param()}) +
-                               " compresses on the solver's GPU"),
-              std::string::npos)
-        << s.ToString();
-    EXPECT_FALSE(created);
-    EXPECT_TRUE(store_->ListRuns().empty());
-  }
-}
-
 // A stop drops every client's session; a stop slower than orphan_grace (a drain on a loaded
 // node) must not then delete the runs of clients that wait to reconnect. The soak saw four runs
 // go during a 21 s stop, and their clients' pushes fail with NOT_FOUND after the restart.
