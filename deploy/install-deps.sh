@@ -16,6 +16,7 @@ packages=(
   python3-dev python3-venv  # the Python package (client/python) and its tests, in a venv
   systemd passwd            # tests: systemd-analyze verify of the unit; useradd for two-uid tests
   slurmctld slurmd slurm-client munge  # tests: a real single-node Slurm runs deploy/slurm
+  openmpi-bin libopenmpi-dev iproute2  # tests/cluster: MPI ranks on a 3-node Slurm in netns
   openssl                   # tests: certificates for snapctl --remote over mutual TLS
   patchelf                  # tests/gpu/pack.sh: the GPU check's pack finds its libraries in itself
   gdb                       # tests: a hung test prints the native stacks of snapd and itself

@@ -6,7 +6,8 @@
 # venv from PyPI: pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and
 # run its tests against the installed snapd); repeats the tests most prone to hangs and races
 # for 2 minutes beside 2 minutes of the soak (tests/load, tests/soak); runs a job through
-# deploy/slurm on a real single-node Slurm; then rebuilds everything with clang, AddressSanitizer +
+# deploy/slurm on a real single-node Slurm, and an MPI job across a 3-node Slurm in network
+# namespaces (tests/cluster); then rebuilds everything with clang, AddressSanitizer +
 # UndefinedBehaviorSanitizer and -Werror=thread-safety (the locking contracts in the code
 # hold), runs every C++ test again, and runs each libFuzzer target (tests/fuzz) for 10 s over
 # its corpus. A hung test fails with the stacks of its threads and of its daemons' (per-test
@@ -99,6 +100,14 @@ if [[ $(id -u) -eq 0 ]]; then
   bash tests/slurm/slurm_test.sh build-tests
 else
   echo "skipped: starting munged and slurmd needs root"
+fi
+
+echo "== Several nodes: an MPI job across a 3-node Slurm on this machine (tests/cluster), each"
+echo "   node's snapd started by the prolog, every rank's steps byte-exact from its own node"
+if [[ $(id -u) -eq 0 ]]; then
+  bash tests/cluster/run.sh build-tests
+else
+  echo "skipped: network namespaces, munged and slurmd need root"
 fi
 if [[ "${SNAPD_SANITIZE_PASS:-1}" != 0 ]]; then
   echo "== snapd tests built by clang with -Werror=thread-safety, under AddressSanitizer +"
