@@ -103,8 +103,8 @@ class FramesTest : public SnapdTest, public ::testing::WithParamInterface<bool> 
       if (!s.ok()) return INFINITY;
       if (uint64_t n = h->frame_bytes(); n != 0) {
         ++*frames;
-        Status decoded = compress::DecompressFrameOnHost(CodecOf(codec, bound), Field(),
-                                                         buf.data(), n, got.data());
+        Status decoded = compress::DecompressFrameOnHost(CodecOf(codec, bound), Field(), buf.data(),
+                                                         n, got.data());
         EXPECT_TRUE(decoded.ok()) << decoded.ToString();
       } else {
         std::memcpy(got.data(), buf.data(), kRaw);
@@ -146,8 +146,7 @@ TEST_P(FramesTest, LosslessFramesComeBackBitExactThroughTheDiskTierAndDumpDecode
 
   // dump: every step decoded to its raw bytes, checked against the frame's checksum first.
   std::string to = dir() + "/dump";
-  ASSERT_EQ(Snapctl({"dump", "lossless", "--to", to, "--format", "raw", "--steps", "0:3"}, &out),
-            0)
+  ASSERT_EQ(Snapctl({"dump", "lossless", "--to", to, "--format", "raw", "--steps", "0:3"}, &out), 0)
       << out;
   for (uint64_t t = 0; t < 3; ++t) {
     char name[64];
@@ -213,8 +212,8 @@ TEST_P(FramesTest, DumpRefusesWhatItCannotDecodeAndWritesNothing) {
   RunInfo run = OpenRun(*client_, spec);
   ASSERT_NE(run.run_id, 0u);
   uint32_t chunks = compress::ChunkCount(kRaw, kChunk);
-  auto layout = compress::LayOut(v1::CODEC_ANS, kRaw, kChunk,
-                                 std::vector<uint64_t>(chunks, kChunk / 8));
+  auto layout =
+      compress::LayOut(v1::CODEC_ANS, kRaw, kChunk, std::vector<uint64_t>(chunks, kChunk / 8));
   ASSERT_TRUE(layout.ok()) << layout.status().ToString();
   std::vector<char> frame(layout->framed_bytes, 'a');
   compress::WriteFrameHead(*layout, frame.data());
@@ -228,7 +227,8 @@ TEST_P(FramesTest, DumpRefusesWhatItCannotDecodeAndWritesNothing) {
 
   std::string out, err, to = dir() + "/ans-dump";
   EXPECT_NE(Snapctl({"dump", "ans-run", "--to", to}, &out, &err), 0);
-  EXPECT_NE(err.find("step 1 of run 'ans-run' is stored as a chunk frame of codec ans"), std::string::npos)
+  EXPECT_NE(err.find("step 1 of run 'ans-run' is stored as a chunk frame of codec ans"),
+            std::string::npos)
       << err;
   EXPECT_NE(err.find("no CPU decoder for ans"), std::string::npos) << err;
   EXPECT_NE(err.find("nothing was written"), std::string::npos) << err;

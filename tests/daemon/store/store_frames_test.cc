@@ -16,7 +16,7 @@
 namespace snapd {
 namespace {
 
-constexpr uint64_t kRaw = 64 << 10;   // one step's raw bytes
+constexpr uint64_t kRaw = 64 << 10;    // one step's raw bytes
 constexpr uint32_t kChunk = 16 << 10;  // four chunks
 
 // A well-formed frame of `codec` for a step of kRaw bytes: each chunk "compressed" to
@@ -191,8 +191,7 @@ TEST_F(FramedStoreTest, AnNvcompRunsParameterIsCheckedWhenItOpensAndNoRunIsMade)
     auto run = OpenNvcomp(c.codec, c.param, v1::LAYERS_DISK_HOST, c.dtype, c.at_ingest);
     ASSERT_FALSE(run.ok()) << v1::Codec_Name(c.codec) << " " << c.param;
     EXPECT_EQ(run.status().code(), Code::kInvalidArgument);
-    EXPECT_NE(run.status().message().find(c.says), std::string::npos)
-        << run.status().ToString();
+    EXPECT_NE(run.status().message().find(c.says), std::string::npos) << run.status().ToString();
     EXPECT_NE(run.status().message().find("run 'gpu'"), std::string::npos);
     EXPECT_TRUE(store_->ListRuns().empty());
   }
