@@ -182,8 +182,12 @@ Status Daemon::OpenTiers() {
   SNAPD_ASSIGN_OR_RETURN(auto host, TakeBackHostTier(env_, kept, budget, host_options));
   host_ = std::move(host.first);
   host_tier_adopted_ = host.second;
-  if (std::vector<std::string> spools = SpoolDirs(config); !spools.empty()) {
-    SNAPD_ASSIGN_OR_RETURN(disk_, DiskTier::Open({spools, config.disk_mem, config.disk_mem_perc}));
+  if (std::vector<std::string> spools = SpoolDirs(config);
+      !spools.empty() || !config.shared_spool_dirs.empty()) {
+    DiskTierOptions disk_options{spools, config.disk_mem, config.disk_mem_perc};
+    disk_options.shared_spools = config.shared_spool_dirs;
+    disk_options.shared_budget_bytes = config.shared_disk_mem;
+    SNAPD_ASSIGN_OR_RETURN(disk_, DiskTier::Open(disk_options));
   }
   StoreOptions store_options = StoreOptions::From(config);
   store_options.epoch = epoch;

@@ -29,6 +29,9 @@ struct Config {
   bool spool_dirs_set = false;          // false: the default, <state_dir>/spool
   uint64_t disk_mem = 0;                // disk-tier budget; 0 = disk_mem_perc of free space
   double disk_mem_perc = 0;
+  // Spools of class shared (a parallel filesystem), which hold the oldest steps; empty: none.
+  std::vector<std::string> shared_spool_dirs;
+  uint64_t shared_disk_mem = 0;        // their budget; 0 = disk_mem_perc of their free space
   uint32_t spool_failure_timeout = 0;  // seconds a push needing disk waits with no spool working
   uint32_t wait_warn_after = 0;  // seconds before a push or fetch still waiting is logged
   uint64_t scrub_rate = 0;       // background scrub, bytes/s; 0 = off

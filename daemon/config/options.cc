@@ -44,6 +44,23 @@ Status SetSpoolDirs(Config& c, const std::string& value) {
 
 std::string GetSpoolDirs(const Config& c) { return Quoted(SpoolDirsText(c)); }
 
+Status SetSharedSpoolDirs(Config& c, const std::string& value) {
+  if (Trim(value).empty() || Trim(value) == "none") {
+    c.shared_spool_dirs.clear();
+    return Status::Ok();
+  }
+  Config parsed;
+  SNAPD_RETURN_IF_ERROR(SetSpoolDirs(parsed, value));  // the same list, the same checks
+  c.shared_spool_dirs = parsed.spool_dirs;
+  return Status::Ok();
+}
+
+std::string GetSharedSpoolDirs(const Config& c) {
+  std::string out;
+  for (const auto& d : c.shared_spool_dirs) out += (out.empty() ? "" : ",") + d;
+  return Quoted(out.empty() ? "none" : out);
+}
+
 }  // namespace
 
 const std::vector<OptionDoc>& ConfigOptions() {
@@ -106,6 +123,17 @@ const std::vector<OptionDoc>& ConfigOptions() {
        .value_name = "FRACTION",
        .help = "disk-tier budget as a fraction of each spool's free space at start",
        .default_text = "0.7", .fraction = &C::disk_mem_perc},
+      {.key = "shared_spool_dirs", .env = "SNAPD_SHARED_SPOOL_DIRS", .kind = K::kText,
+       .value_name = "DIRS",
+       .help = "spool directories on a filesystem the nodes share (Lustre, GPFS, BeeGFS, "
+               "GlusterFS), comma-separated: a third tier, larger and slower than spool_dirs, "
+               "that holds the oldest steps; none = no such tier",
+       .default_text = "none", .set = SetSharedSpoolDirs, .get = GetSharedSpoolDirs},
+      {.key = "shared_disk_mem", .env = "SNAPD_SHARED_DISK_MEM", .kind = K::kSize,
+       .value_name = "SIZE",
+       .help = "budget over the shared spools, e.g. 10T; 0 = use disk_mem_perc of their free "
+               "space",
+       .default_text = "0", .size = &C::shared_disk_mem},
       {.key = "spool_failure_timeout", .env = "SNAPD_SPOOL_FAILURE_TIMEOUT", .kind = K::kInteger,
        .value_name = "SECONDS",
        .help = "seconds a push that needs the disk tier waits while no spool works before it "

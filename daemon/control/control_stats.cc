@@ -20,6 +20,7 @@ void FillSpools(const DiskTier& disk, bool admin,
     v1::SpoolState* s = out->Add();
     s->set_index(index++);
     s->set_state(st.failed ? "failed" : "ok");
+    s->set_spool_class(SpoolClassName(st.spool_class));
     if (st.failed) {
       // Paths name the spool and the runs on it: an admin's business.
       s->set_reason(admin ? st.reason : std::string(std::strerror(st.error)));

@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -82,6 +83,8 @@ DiskTier::DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget,
                    const DiskTierOptions& options)
     : spools_(std::move(spools)),
       budget_(budget),
+      has_shared_(std::any_of(spools_.begin(), spools_.end(),
+                              [](const auto& s) { return s->spool_class == SpoolClass::kShared; })),
       io_(options.io ? options.io : SpoolIo::System()),
       probe_min_(std::max(options.probe_min, std::chrono::milliseconds(1))),
       probe_max_(std::max(options.probe_max, options.probe_min)) {
@@ -144,46 +147,61 @@ Status ProbeWritable(const std::string& dir) {
 }  // namespace
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options) {
-  if (options.spools.empty()) return Status::InvalidArgument("disk tier without spool_dirs");
+  if (options.spools.empty() && options.shared_spools.empty()) {
+    return Status::InvalidArgument("disk tier without spool_dirs");
+  }
   std::vector<std::unique_ptr<Spool>> spools;
   uint64_t total = 0;
-  for (const std::string& dir : options.spools) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    // Snapshot files of every tenant, and run ids in their names: snapd's alone.
-    struct stat st {};
-    if (!ec && (stat(dir.c_str(), &st) != 0 || (st.st_mode & 07777) != 0700) &&
-        chmod(dir.c_str(), 0700) != 0) {
-      ec = std::error_code(errno, std::generic_category());
-    }
-    if (ec) return Status::PermissionDenied("creating spool directory " + dir + ": " + ec.message());
-    SNAPD_RETURN_IF_ERROR(ProbeWritable(dir));
-    struct statvfs vfs{};
-    if (statvfs(dir.c_str(), &vfs) != 0) return IoError("statvfs", dir, errno);
-    auto spool = std::make_unique<Spool>();
-    spool->dir = dir;
-    // What the spool's filesystem can give snapd: its free space plus the files snapd already
-    // keeps there (recovered snapshots), so a restart computes the same budget as the start
-    // before it, not a smaller one each time.
-    double free_bytes = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
-    double room = free_bytes + static_cast<double>(BytesUnder(dir));
-    if (options.budget_bytes) {
-      spool->budget = options.budget_bytes / options.spools.size();
-      if (static_cast<double>(spool->budget) > room) {
-        SNAPD_LOG_WARN(
-            "disk_mem gives spool %s %s, but its filesystem has only %s for snapd "
-            "(free space and snapd's own files): pushes will find the disk full "
-            "before the budget is used",
-            dir.c_str(), FormatBytes(spool->budget).c_str(),
-            FormatBytes(static_cast<uint64_t>(room)).c_str());
+  // One class's spools, numbered after those already opened: local first, then shared, so a
+  // local spool's number (which the catalog records) does not move when shared ones are added.
+  auto open_class = [&](const std::vector<std::string>& dirs, uint64_t budget_bytes, SpoolClass cls,
+                        const char* budget_key) -> Status {
+    for (const std::string& dir : dirs) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      // Snapshot files of every tenant, and run ids in their names: snapd's alone.
+      struct stat st {};
+      if (!ec && (stat(dir.c_str(), &st) != 0 || (st.st_mode & 07777) != 0700) &&
+          chmod(dir.c_str(), 0700) != 0) {
+        ec = std::error_code(errno, std::generic_category());
       }
-    } else {
-      spool->budget = static_cast<uint64_t>(room * options.budget_perc);
+      if (ec) {
+        return Status::PermissionDenied("creating spool directory " + dir + ": " + ec.message());
+      }
+      SNAPD_RETURN_IF_ERROR(ProbeWritable(dir));
+      struct statvfs vfs {};
+      if (statvfs(dir.c_str(), &vfs) != 0) return IoError("statvfs", dir, errno);
+      auto spool = std::make_unique<Spool>();
+      spool->dir = dir;
+      spool->spool_class = cls;
+      // What the spool's filesystem can give snapd: its free space plus the files snapd
+      // already keeps there (recovered snapshots), so a restart computes the same budget as
+      // the start before it, not a smaller one each time.
+      double free_bytes = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
+      double room = free_bytes + static_cast<double>(BytesUnder(dir));
+      if (budget_bytes) {
+        spool->budget = budget_bytes / dirs.size();
+        if (static_cast<double>(spool->budget) > room) {
+          SNAPD_LOG_WARN(
+              "%s gives spool %s %s, but its filesystem has only %s for snapd "
+              "(free space and snapd's own files): pushes will find the disk full "
+              "before the budget is used",
+              budget_key, dir.c_str(), FormatBytes(spool->budget).c_str(),
+              FormatBytes(static_cast<uint64_t>(room)).c_str());
+        }
+      } else {
+        spool->budget = static_cast<uint64_t>(room * options.budget_perc);
+      }
+      spool->budget = spool->budget / kAlignment * kAlignment;
+      total += spool->budget;
+      spools.push_back(std::move(spool));
     }
-    spool->budget = spool->budget / kAlignment * kAlignment;
-    total += spool->budget;
-    spools.push_back(std::move(spool));
-  }
+    return Status::Ok();
+  };
+  SNAPD_RETURN_IF_ERROR(
+      open_class(options.spools, options.budget_bytes, SpoolClass::kLocal, "disk_mem"));
+  SNAPD_RETURN_IF_ERROR(open_class(options.shared_spools, options.shared_budget_bytes,
+                                   SpoolClass::kShared, "shared_disk_mem"));
   if (total == 0) {
     return Status::InvalidArgument("disk tier budget is 0 bytes; set disk_mem or disk_mem_perc, "
                                    "or spool_dirs = none to run without a disk tier");
@@ -204,20 +222,35 @@ std::string DiskTier::Path(uint32_t spool, uint64_t run_id, const std::string& n
   return spools_[spool]->dir + "/run-" + std::to_string(run_id) + "/" + name;
 }
 
-Result<DiskTier::Space> DiskTier::Reserve(uint64_t raw) {
+const char* SpoolClassName(SpoolClass c) { return c == SpoolClass::kShared ? "shared" : "local"; }
+
+uint64_t DiskTier::room(SpoolClass c) const {
+  MutexLock lock(mu_);
+  uint64_t room = 0;
+  for (const auto& s : spools_) {
+    if (s->spool_class == c && !s->failed) room += s->budget - s->used;
+  }
+  return room;
+}
+
+Result<DiskTier::Space> DiskTier::Reserve(uint64_t raw, SpoolClass want) {
   uint64_t bytes = FileBytes(raw);
   MutexLock lock(mu_);
   uint32_t best = 0;
   uint64_t best_room = 0;
   uint64_t used = 0;
   bool any = false;
+  bool fits_wanted = false;  // a spool of class `want` has room: the others are not asked
   for (uint32_t i = 0; i < spools_.size(); ++i) {
     const Spool& s = *spools_[i];
     used += s.used;
     if (s.failed) continue;  // out of the rotation until a probe brings it back
     any = true;
     uint64_t room = s.budget - s.used;
-    if (room > best_room) best = i, best_room = room;
+    bool wanted = s.spool_class == want && room >= bytes;
+    if (fits_wanted && !wanted) continue;
+    if ((wanted && !fits_wanted) || room > best_room) best = i, best_room = room;
+    fits_wanted = fits_wanted || wanted;
   }
   if (!any) {
     std::string failed;
@@ -229,9 +262,16 @@ Result<DiskTier::Space> DiskTier::Reserve(uint64_t raw) {
                                "tries now");
   }
   if (best_room < bytes) {
-    return Status::ResourceExhausted("disk tier full: " + FormatBytes(bytes) + " requested, " +
-                                     FormatBytes(used) + " of " + FormatBytes(budget_) +
-                                     " in use; delete finished runs or raise disk_mem");
+    // The spools out of the rotation are named: their room is what is missing.
+    std::string failed;
+    for (const auto& s : spools_) {
+      if (s->failed) failed += (failed.empty() ? "" : "; ") + s->dir + ": " + s->reason;
+    }
+    return Status::ResourceExhausted(
+        "disk tier full: " + FormatBytes(bytes) + " requested, " + FormatBytes(used) + " of " +
+        FormatBytes(budget_) + " in use" +
+        (failed.empty() ? "" : " (out of the rotation: " + failed + ")") +
+        "; delete finished runs or raise disk_mem");
   }
   spools_[best]->used += bytes;
   return Space{best, bytes};

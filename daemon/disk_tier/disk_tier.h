@@ -42,14 +42,22 @@ namespace snapd {
 
 struct DiskTierOptions {
   std::vector<std::string> spools;  // created if missing
-  uint64_t budget_bytes = 0;        // whole tier, split evenly over spools; 0 = budget_perc
+  uint64_t budget_bytes = 0;        // over `spools`, split evenly; 0 = budget_perc
   double budget_perc = 0.7;         // of each spool filesystem's free space at start
   SpoolIo* io = nullptr;  // the snapshot files' I/O; null = the kernel's (SpoolIo::System)
   // A failed spool is re-probed after probe_min, then after twice as long each time it is
   // still failing, up to probe_max.
   std::chrono::milliseconds probe_min{1000};
   std::chrono::milliseconds probe_max{60000};
+  // Spools of class shared: a site's parallel filesystem, larger and slower than the node's
+  // own disks; they hold a run's oldest steps (Tiering). Numbered after `spools`.
+  std::vector<std::string> shared_spools;
+  uint64_t shared_budget_bytes = 0;  // over `shared_spools`, split evenly; 0 = budget_perc
 };
+
+// Where a spool lies: the node's own disks, or a filesystem shared by the nodes.
+enum class SpoolClass { kLocal, kShared };
+const char* SpoolClassName(SpoolClass c);  // "local", "shared"
 
 // What a spool I/O error means (ClassifySpoolError).
 enum class SpoolError {
@@ -64,6 +72,7 @@ std::string ErrnoName(int err);
 // One spool as Stats reports it.
 struct SpoolStatus {
   std::string dir;
+  SpoolClass spool_class = SpoolClass::kLocal;
   bool failed = false;
   int error = 0;         // the errno that failed it (failed only)
   std::string reason;    // "writing <path>: Read-only file system (EROFS)" (failed only)
@@ -95,13 +104,14 @@ class DiskTier {
     uint32_t spool = 0;
     uint64_t bytes = 0;  // FileBytes of what may be written
   };
-  // Accounts FileBytes(raw) in the working spool with the most room. RESOURCE_EXHAUSTED,
-  // naming use and budget, when no working spool has room; UNAVAILABLE, naming each failed
-  // spool and its errno, when every spool has failed.
+  // Accounts FileBytes(raw) in the working spool of class `want` with the most room, else
+  // (none of that class works or has room) in the other class's: a failed or full class fails
+  // over. RESOURCE_EXHAUSTED, naming use and budget, when no working spool has room;
+  // UNAVAILABLE, naming each failed spool and its errno, when every spool has failed.
   // (Here and below, `raw` is what the file holds before padding: a snapshot's stored bytes.)
   // The tier is the one owner of its accounting: a reservation ends in Write (which keeps what
   // the file takes) and a file in Remove; Adopt accounts a file found at start.
-  Result<Space> Reserve(uint64_t raw) SNAPD_EXCLUDES(mu_);
+  Result<Space> Reserve(uint64_t raw, SpoolClass want = SpoolClass::kLocal) SNAPD_EXCLUDES(mu_);
 
   // Writes FileBytes(raw) bytes from `data` (readable that far, 4 KiB-aligned for O_DIRECT)
   // durably under `name`, in the room `space` reserved (raw may be less than was reserved: a
@@ -154,6 +164,12 @@ class DiskTier {
   // Counts the spools' failures and recoveries: a change says the room may have changed.
   uint64_t changes() const { return changes_.load(std::memory_order_acquire); }
   size_t spools() const { return spools_.size(); }
+  SpoolClass ClassOf(uint32_t spool) const {
+    return spool < spools_.size() ? spools_[spool]->spool_class : SpoolClass::kLocal;
+  }
+  bool has_shared() const { return has_shared_; }
+  // The working spools of `c`: bytes not yet used of their budgets.
+  uint64_t room(SpoolClass c) const SNAPD_EXCLUDES(mu_);
   std::vector<std::string> spool_dirs() const;
   uint64_t budget() const { return budget_; }
   uint64_t used() const SNAPD_EXCLUDES(mu_);
@@ -163,6 +179,7 @@ class DiskTier {
  private:
   struct Spool {
     std::string dir;
+    SpoolClass spool_class = SpoolClass::kLocal;  // set at Open, never changed
     uint64_t budget = 0;
     uint64_t used = 0;
     std::atomic<bool> direct{true};  // cleared the first time O_DIRECT is refused
@@ -205,6 +222,7 @@ class DiskTier {
 
   const std::vector<std::unique_ptr<Spool>> spools_;
   const uint64_t budget_;
+  const bool has_shared_;
   SpoolIo* const io_;
   const std::chrono::milliseconds probe_min_;
   const std::chrono::milliseconds probe_max_;

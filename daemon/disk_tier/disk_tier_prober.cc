@@ -156,6 +156,7 @@ std::vector<SpoolStatus> DiskTier::SpoolStates() const {
   for (const auto& s : spools_) {
     SpoolStatus& st = out.emplace_back();
     st.dir = s->dir;
+    st.spool_class = s->spool_class;
     st.failed = s->failed;
     st.error = s->error;
     st.reason = s->reason;

@@ -190,7 +190,8 @@ struct StoreIndex {
     bool disk_full = false;       // the last demotion found no room
     uint64_t refused_pushes = 0;  // refused for want of room
     uint64_t compactions = 0;     // blocks moved to merge free room
-    double read_ns_per_byte = 0;  // EWMA of disk reads
+    double read_ns_per_byte = 0;  // EWMA of disk reads from local spools
+    double shared_read_ns_per_byte = 0;  // and from shared ones
     uint64_t unavailable_pushes = 0;
     uint64_t unavailable_pushes_fast = 0;  // of those, failed at once
     // A push that needed the disk waited spool_failure_timeout and failed, and no spool has

@@ -175,6 +175,15 @@ void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
       "snapd runs without a disk tier (spool_dirs = none): there is nowhere to drain to"));
 }
 
+std::string Tiering::DiskFullWhy() const {
+  // Full, or what is left working is full: a failed spool (a shared filesystem gone) is named,
+  // since its room is what the push lacks.
+  std::string failed = s_.disk_->FailedSpools();
+  return "the disk tier is full too (" + FormatBytes(s_.disk_->used()) + " of " +
+         FormatBytes(s_.disk_->budget()) + " in use" +
+         (failed.empty() ? "" : "; out of the rotation: " + failed) + ")";
+}
+
 void Tiering::WaitTieringIdle() {
   StoreIndex& ix = ix_;
   MutexLock lock(ix.mu);
@@ -315,8 +324,7 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
     std::string why =
         !s_.disk_  ? "snapd runs without a disk tier"
         : no_spool ? "no spool of the disk tier works (" + s_.disk_->FailedSpools() + ")"
-        : ix.tiering.disk_full ? "the disk tier is full too (" + FormatBytes(s_.disk_->used()) +
-                                     " of " + FormatBytes(s_.disk_->budget()) + " in use)"
+        : ix.tiering.disk_full ? DiskFullWhy()
                                : "every snapshot left in host memory belongs to a run "
                                  "whose layers keep it there, or is in use";
     for (auto it = ix.tiering.parked_pushes.begin(); it != ix.tiering.parked_pushes.end();) {

@@ -15,9 +15,32 @@
 
 namespace snapd {
 
+SpoolClass Tiering::DemotionClass(const Run& run, const Snapshot& snap) const {
+  if (!s_.disk_->has_shared()) return SpoolClass::kLocal;
+  // Reverse order over the disk classes too: the run's disk range [0, bound) puts its newest
+  // steps on the local spools, as many as their room holds, and the older ones on the shared
+  // spools. Demotions come oldest first: a step goes local only if the local room holds it and
+  // every newer step of the range not on disk yet, pushed or still to come. With N unknown (no
+  // range), or above the range (a drain), a step goes local while there is room; Reserve fails
+  // over to the shared class for the rest.
+  const v1::RunSpec& spec = run.record.spec();
+  const uint64_t step = snap.record.step();
+  const uint64_t bound = UsesHost(spec.layers()) ? run.record.host_boundary() : spec.steps();
+  if (spec.steps() == 0 || step >= bound) return SpoolClass::kLocal;
+  uint64_t on_disk = 0;
+  for (auto it = run.snapshots.lower_bound(step); it != run.snapshots.end() && it->first < bound;
+       ++it) {
+    on_disk += it->second.record.tier() == v1::TIER_DISK;
+  }
+  const uint64_t to_come = bound - step - on_disk;
+  const uint64_t file = DiskTier::FileBytes(FileContentBytes(snap.record));
+  return s_.disk_->room(SpoolClass::kLocal) >= to_come * file ? SpoolClass::kLocal
+                                                              : SpoolClass::kShared;
+}
+
 void Tiering::StartDemotion(StoreIndex& ix, Run& run, Snapshot& snap) {
   const v1::SnapshotRecord& r = snap.record;
-  auto space = s_.disk_->Reserve(FileContentBytes(r));
+  auto space = s_.disk_->Reserve(FileContentBytes(r), DemotionClass(run, snap));
   if (!space.ok()) {
     // No spool works (UNAVAILABLE): said once when each failed, and re-tried when one comes
     // back (DiskTier's state listener wakes this thread).
@@ -162,9 +185,11 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
         ++ix.counters.disk_reads;
         double per_byte = static_cast<double>(NowNs() - started_ns) /
                           static_cast<double>(std::max<uint64_t>(snap->record.raw_bytes(), 1));
-        ix.tiering.read_ns_per_byte = ix.tiering.read_ns_per_byte > 0
-                                          ? 0.7 * ix.tiering.read_ns_per_byte + 0.3 * per_byte
-                                          : per_byte;
+        // Each class its own pace: the shared spools' reads are the slow ones to hide.
+        double& pace = s_.disk_->ClassOf(snap->record.spool()) == SpoolClass::kShared
+                           ? ix.tiering.shared_read_ns_per_byte
+                           : ix.tiering.read_ns_per_byte;
+        pace = pace > 0 ? 0.7 * pace + 0.3 * per_byte : per_byte;
       }
       if (read.ok()) {
         snap->block = std::move(block);
@@ -188,17 +213,28 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
 
 void Tiering::SchedulePrefetch(StoreIndex& ix, Run& run) {
   if (!s_.disk_ || run.prefetch_from == 0) return;
-  double read_ns =
-      ix.tiering.read_ns_per_byte * static_cast<double>(run.record.spec().bytes_per_step());
-  uint64_t depth = PrefetchDepth(run.pace_ns, read_ns, s_.options_.max_prefetch);
-  uint64_t lowest = run.prefetch_from > depth ? run.prefetch_from - depth : 0;
-  auto it = run.snapshots.lower_bound(run.prefetch_from);
-  while (it != run.snapshots.begin()) {
-    --it;
-    if (it->first < lowest) break;
-    Snapshot& snap = it->second;
-    if (snap.record.tier() != v1::TIER_DISK || snap.block || snap.reading) continue;
-    if (!StartRead(ix, run, snap, /*urgent=*/false)) break;  // no host room; retried on a free
+  // How far ahead each class is read: its own measured read time (a shared spool's unmeasured
+  // yet counts as a local one's). Shared steps are started first: theirs are the slow reads.
+  const double bytes = static_cast<double>(run.record.spec().bytes_per_step());
+  const double local_ns = ix.tiering.read_ns_per_byte * bytes;
+  const double shared_ns =
+      (ix.tiering.shared_read_ns_per_byte > 0 ? ix.tiering.shared_read_ns_per_byte
+                                              : ix.tiering.read_ns_per_byte) *
+      bytes;
+  for (SpoolClass cls : {SpoolClass::kShared, SpoolClass::kLocal}) {
+    if (cls == SpoolClass::kShared && !s_.disk_->has_shared()) continue;
+    uint64_t depth = PrefetchDepth(run.pace_ns, cls == SpoolClass::kShared ? shared_ns : local_ns,
+                                   s_.options_.max_prefetch);
+    uint64_t lowest = run.prefetch_from > depth ? run.prefetch_from - depth : 0;
+    auto it = run.snapshots.lower_bound(run.prefetch_from);
+    while (it != run.snapshots.begin()) {
+      --it;
+      if (it->first < lowest) break;
+      Snapshot& snap = it->second;
+      if (snap.record.tier() != v1::TIER_DISK || snap.block || snap.reading) continue;
+      if (s_.disk_->has_shared() && s_.disk_->ClassOf(snap.record.spool()) != cls) continue;
+      if (!StartRead(ix, run, snap, /*urgent=*/false)) return;  // no host room; retried on a free
+    }
   }
 }
 

@@ -63,7 +63,11 @@ int UsageError(std::string_view command, std::string_view message) {
 }
 
 void PrintSpools(Output& out, const google::protobuf::RepeatedPtrField<v1::SpoolState>& spools) {
-  Table t({{"SPOOL", 24, true}, {"STATE", 7, true}, {"USED", 12}, {"BUDGET", 12},
+  Table t({{"SPOOL", 24, true},
+           {"CLASS", 6, true},
+           {"STATE", 7, true},
+           {"USED", 12},
+           {"BUDGET", 12},
            {"WHY", 0, true}});
   for (const v1::SpoolState& sp : spools) {
     std::string why;
@@ -72,8 +76,8 @@ void PrintSpools(Output& out, const google::protobuf::RepeatedPtrField<v1::Spool
     } else if (sp.read_errors() > 0) {
       why = Counted(sp.read_errors(), "read error") + " (lost steps)";
     }
-    t.Add({sp.dir().empty() ? "#" + std::to_string(sp.index()) : sp.dir(), sp.state(),
-           FormatBytes(sp.used_bytes()), FormatBytes(sp.budget_bytes()), why});
+    t.Add({sp.dir().empty() ? "#" + std::to_string(sp.index()) : sp.dir(), sp.spool_class(),
+           sp.state(), FormatBytes(sp.used_bytes()), FormatBytes(sp.budget_bytes()), why});
   }
   out.Print(t);
 }

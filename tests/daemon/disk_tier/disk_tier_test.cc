@@ -362,5 +362,60 @@ TEST_F(DiskFaultTest, ATornFileFoundAtRestartIsLostNotAdopted) {
       << s.ToString();
 }
 
+// Spool classes: a reservation goes to the class asked for, and fails over to the other when
+// that class is full or has no working spool; a failed shared filesystem (EIO on its files)
+// leaves its class out of the rotation without taking the local spools with it.
+TEST(SpoolClasses, AReservationTakesItsClassAndFailsOverWhenItIsFullOrFailed) {
+  testing::TempDir tmp;
+  testing::FaultySpoolIo io;
+  DiskTierOptions options{{tmp.path() + "/local"}, 2 * 8192, 0.7, &io};
+  options.shared_spools = {tmp.path() + "/shared"};
+  options.shared_budget_bytes = 4 * 8192;
+  auto opened = DiskTier::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<DiskTier> disk = std::move(opened).value();
+  ASSERT_EQ(disk->spools(), 2u);
+  EXPECT_TRUE(disk->has_shared());
+  EXPECT_EQ(disk->ClassOf(0), SpoolClass::kLocal);  // local spools first: their numbers stay
+  EXPECT_EQ(disk->ClassOf(1), SpoolClass::kShared);
+  std::vector<SpoolStatus> states = disk->SpoolStates();
+  EXPECT_EQ(states[1].spool_class, SpoolClass::kShared);
+  EXPECT_EQ(std::string(SpoolClassName(states[1].spool_class)), "shared");
+  EXPECT_EQ(disk->room(SpoolClass::kShared), 4u * 8192);
+
+  auto shared = disk->Reserve(8192, SpoolClass::kShared);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ(shared->spool, 1u);
+  auto local = disk->Reserve(8192, SpoolClass::kLocal);
+  ASSERT_TRUE(local.ok());
+  EXPECT_EQ(local->spool, 0u);
+  // The local class holds 16 KiB: the next local reservation fails over to the shared spool.
+  auto second = disk->Reserve(8192);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->spool, 0u);
+  auto over = disk->Reserve(8192, SpoolClass::kLocal);
+  ASSERT_TRUE(over.ok());
+  EXPECT_EQ(over->spool, 1u) << "a full local class fails over to the shared one";
+  EXPECT_EQ(disk->room(SpoolClass::kLocal), 0u);
+
+  // The shared filesystem fails (EIO on its files): its writes fail, it leaves the rotation,
+  // and a shared reservation then goes to a local spool with room.
+  AlignedBuffer data(8192);
+  io.Fail(testing::FaultySpoolIo::kWrite, EIO, 0, tmp.path() + "/shared");
+  Status s = disk->Write(*shared, 3, "step-0", data.data.get(), 8192);
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find(tmp.path() + "/shared"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(disk->SpoolStates()[1].failed);
+  EXPECT_TRUE(disk->usable());
+  // Room comes back in the local class (a step written there goes): a shared reservation goes
+  // to it now.
+  ASSERT_TRUE(disk->Write(*local, 3, "step-l", data.data.get(), 8192).ok());
+  disk->Remove(0, 3, "step-l", 8192);
+  auto failed_over = disk->Reserve(8192, SpoolClass::kShared);
+  ASSERT_TRUE(failed_over.ok()) << failed_over.status().ToString();
+  EXPECT_EQ(failed_over->spool, 0u);
+  ASSERT_TRUE(disk->Write(*failed_over, 3, "step-1", data.data.get(), 8192).ok());
+}
+
 }  // namespace
 }  // namespace snapd

@@ -59,7 +59,12 @@ class StoreTest : public ::testing::Test {
     catalog_ = std::move(Catalog::Open(dir_ + "/catalog").value());
     if (!tier_) tier_ = std::move(HostTier::Create(kHostBytes).value());
     if (disk_bytes) {
-      disk_ = std::move(DiskTier::Open({{dir_ + "/spool"}, disk_bytes, 0.7, io}).value());
+      DiskTierOptions disk_options{{dir_ + "/spool"}, disk_bytes, 0.7, io};
+      if (shared_bytes_) {  // a shared spool class beside the local spool
+        disk_options.shared_spools = {dir_ + "/shared"};
+        disk_options.shared_budget_bytes = shared_bytes_;
+      }
+      disk_ = std::move(DiskTier::Open(disk_options).value());
     }
     StoreOptions options = StoreOptions::From(DefaultConfig());
     options.epoch = catalog_->BeginEpoch().value();
@@ -133,6 +138,7 @@ class StoreTest : public ::testing::Test {
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<DiskTier> disk_;
   double host_share_ = 1.0;                             // StoreOptions.tenant_host_share for Open()
+  uint64_t shared_bytes_ = 0;  // for Open(): a shared spool of this budget (0: none)
   std::function<void(const void*, uint64_t)> on_hash_;  // StoreOptions.on_hash for Open()
   // StoreOptions.wait_warn_after for Open(): its deadline also wakes the tiering thread.
   std::chrono::milliseconds wait_warn_after_{10000};

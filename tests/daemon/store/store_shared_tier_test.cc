@@ -1,0 +1,97 @@
+// Three levels of placement: host memory keeps a run's newest steps, the local spools the next
+// ones, a shared spool (a parallel filesystem) the oldest; a failed shared filesystem leaves
+// pushes to fail over to the local spools, byte-exact either way.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "store_fixture.h"
+
+namespace snapd {
+namespace {
+
+constexpr uint64_t kStep = 64 << 10;
+constexpr uint64_t kSteps = 48;  // 3 MiB: three times the 1 MiB host tier
+
+class SharedTierTest : public StoreTest {
+ protected:
+  void SetUp() override {}  // each test opens its store with the spools it needs
+  // The steps whose files lie in `spool` (a spool directory under the test's directory).
+  std::set<uint64_t> StepsIn(const std::string& spool, uint64_t run_id) {
+    std::set<uint64_t> steps;
+    std::string dir = dir_ + "/" + spool + "/run-" + std::to_string(run_id);
+    if (!std::filesystem::exists(dir)) return steps;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      std::string name = e.path().filename();  // step-<step>-e<epoch>-g<generation>
+      if (name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos) {
+        steps.insert(std::stoull(name.substr(5)));
+      }
+    }
+    return steps;
+  }
+  std::set<uint64_t> Range(uint64_t from, uint64_t to) {
+    std::set<uint64_t> r;
+    for (uint64_t t = from; t < to; ++t) r.insert(t);
+    return r;
+  }
+};
+
+TEST_F(SharedTierTest, TheOldestStepsGoToTheSharedSpoolTheNextToTheLocalOnesTheNewestStay) {
+  shared_bytes_ = 8 << 20;
+  Open(/*disk_bytes=*/8 * kStep);  // the local spool holds 8 steps
+  uint64_t id = OpenRun("three", kSteps, kStep, v1::LAYERS_DISK_HOST);
+  for (uint64_t t = 0; t < kSteps; ++t) ASSERT_TRUE(Push(id, t, kStep).ok()) << t;
+  store_->WaitTieringIdle();
+  const uint64_t j = store_->ListRuns()[0].host_boundary();
+  ASSERT_GT(j, 8u);
+  ASSERT_LT(j, kSteps);
+  EXPECT_EQ(StepsIn("spool", id), Range(j - 8, j)) << "the newest of the disk range, local";
+  EXPECT_EQ(StepsIn("shared", id), Range(0, j - 8)) << "the oldest, on the shared spool";
+  for (uint64_t t = j; t < kSteps; ++t) EXPECT_EQ(TierOf("three", t), v1::TIER_HOST) << t;
+  // The backward pass reads every step back exactly, from all three levels.
+  for (uint64_t t = kSteps; t-- > 0;) ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
+}
+
+// The shared filesystem fails (EIO) before the first step reaches it: it leaves the rotation,
+// and the steps meant for it go to the local spool while that has room. Once that is full too
+// a push fails fast, naming the failed spool and its errno; every step stored so far comes back
+// exact. Once the shared spool is writable again and probed, the rest of the run goes in, its
+// oldest remaining steps to the shared spool.
+TEST_F(SharedTierTest, AFailedSharedFilesystemFailsOverThenFailsFastNamingIt) {
+  shared_bytes_ = 8 << 20;
+  Open(/*disk_bytes=*/8 * kStep, &faulty_io_);
+  faulty_io_.Fail(testing::FaultySpoolIo::kWrite, EIO, 0, dir_ + "/shared");
+  // Read-once: the backward pass below frees host memory as it goes, so steps on disk can come
+  // back while the host tier was full.
+  uint64_t id = OpenRun("failover", kSteps, kStep, v1::LAYERS_DISK_HOST, /*keep=*/false);
+  uint64_t t = 0;
+  Status refused;
+  for (; t < kSteps && refused.ok(); ++t) refused = Push(id, t, kStep);
+  ASSERT_FALSE(refused.ok()) << "the host tier and the local spool cannot hold the run";
+  const uint64_t first_refused = t - 1;
+  EXPECT_EQ(refused.code(), Code::kResourceExhausted) << refused.ToString();
+  EXPECT_NE(refused.message().find(dir_ + "/shared"), std::string::npos) << refused.ToString();
+  EXPECT_NE(refused.message().find("Input/output error (EIO)"), std::string::npos)
+      << refused.ToString();
+  EXPECT_TRUE(disk_->SpoolStates()[1].failed);
+  EXPECT_EQ(StepsIn("spool", id), Range(0, 8)) << "the oldest steps, failed over to local";
+  for (uint64_t s = first_refused; s-- > 0;) {
+    Status got = FetchExact(id, s, kStep);
+    ASSERT_TRUE(got.ok()) << s << ": " << got.ToString();
+  }
+
+  faulty_io_.Heal();
+  EXPECT_EQ(disk_->ProbeNow(), 1);
+  for (t = first_refused; t < kSteps; ++t) ASSERT_TRUE(Push(id, t, kStep).ok()) << t;
+  store_->WaitTieringIdle();
+  EXPECT_FALSE(StepsIn("shared", id).empty()) << "the shared spool takes steps again";
+  for (uint64_t s : StepsIn("spool", id)) EXPECT_GE(s, first_refused) << "read once, removed";
+  for (t = kSteps; t-- > first_refused;) ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
+}
+
+}  // namespace
+}  // namespace snapd
