@@ -67,19 +67,29 @@ void ControlService::CollectStats(const Tenant* who, v1::StatsResponse* resp) co
   host->set_read_bytes_per_second(rate(d.read_bytes.load(), d.read_ns.load()));
   d.push_seconds.Fill(resp->mutable_push_seconds());
   if (const DiskTier* disk = store_->disk()) {
-    v1::TierStats* t = resp->add_tiers();
-    t->set_tier(v1::TIER_DISK);
-    t->set_budget_bytes(disk->budget());
-    t->set_used_bytes(disk->used());
-    t->set_snapshots(c.disk_snapshots);
-    t->set_raw_bytes(c.disk_raw_bytes);
-    DiskIoCounters w = disk->writes(), r = disk->reads();
-    t->set_write_bytes_per_second(rate(w.bytes, w.busy_ns));
-    t->set_read_bytes_per_second(rate(r.bytes, r.busy_ns));
-    t->set_write_bytes(w.bytes);
-    t->set_write_busy_ns(w.busy_ns);
-    t->set_read_bytes(r.bytes);
-    t->set_read_busy_ns(r.busy_ns);
+    // One entry per spool class present: local (all of the disk tier on most nodes), then
+    // shared.
+    for (SpoolClass cls : {SpoolClass::kLocal, SpoolClass::kShared}) {
+      const bool shared = cls == SpoolClass::kShared;
+      if (shared && !disk->has_shared()) break;
+      if (!shared && disk->budget(cls) == 0 && disk->has_shared()) continue;  // shared only
+      v1::TierStats* t = resp->add_tiers();
+      t->set_tier(v1::TIER_DISK);
+      t->set_spool_class(SpoolClassName(cls));
+      t->set_budget_bytes(disk->budget(cls));
+      t->set_used_bytes(disk->used(cls));
+      t->set_snapshots(shared ? c.shared_disk_snapshots
+                              : c.disk_snapshots - c.shared_disk_snapshots);
+      t->set_raw_bytes(shared ? c.shared_disk_raw_bytes
+                              : c.disk_raw_bytes - c.shared_disk_raw_bytes);
+      DiskIoCounters w = disk->writes(cls), r = disk->reads(cls);
+      t->set_write_bytes_per_second(rate(w.bytes, w.busy_ns));
+      t->set_read_bytes_per_second(rate(r.bytes, r.busy_ns));
+      t->set_write_bytes(w.bytes);
+      t->set_write_busy_ns(w.busy_ns);
+      t->set_read_bytes(r.bytes);
+      t->set_read_busy_ns(r.busy_ns);
+    }
     if (admin) {
       for (const std::string& dir : disk->spool_dirs()) resp->add_spool_dirs(dir);
     }

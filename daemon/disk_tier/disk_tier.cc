@@ -305,18 +305,47 @@ DiskIoCounters DiskTier::reads() const {
   return reads_.counters;
 }
 
-void DiskTier::BeginIo(bool write) {
-  MutexLock lock(mu_);
-  Busy& b = write ? writes_ : reads_;
-  if (b.in_flight++ == 0) b.since_ns = NowNs();
+uint64_t DiskTier::budget(SpoolClass c) const {
+  uint64_t budget = 0;
+  for (const auto& s : spools_) budget += s->spool_class == c ? s->budget : 0;
+  return budget;
 }
 
-void DiskTier::EndIo(bool write, uint64_t bytes) {
+uint64_t DiskTier::used(SpoolClass c) const {
   MutexLock lock(mu_);
-  Busy& b = write ? writes_ : reads_;
-  b.counters.bytes += bytes;
-  ++b.counters.ops;
-  if (--b.in_flight == 0) b.counters.busy_ns += static_cast<uint64_t>(NowNs() - b.since_ns);
+  uint64_t used = 0;
+  for (const auto& s : spools_) used += s->spool_class == c ? s->used : 0;
+  return used;
+}
+
+DiskIoCounters DiskTier::writes(SpoolClass c) const {
+  MutexLock lock(mu_);
+  return class_writes_[static_cast<int>(c)].counters;
+}
+
+DiskIoCounters DiskTier::reads(SpoolClass c) const {
+  MutexLock lock(mu_);
+  return class_reads_[static_cast<int>(c)].counters;
+}
+
+void DiskTier::BeginIo(bool write, SpoolClass c) {
+  MutexLock lock(mu_);
+  for (Busy* b : {write ? &writes_ : &reads_, write ? &class_writes_[static_cast<int>(c)]
+                                                    : &class_reads_[static_cast<int>(c)]}) {
+    if (b->in_flight++ == 0) b->since_ns = NowNs();
+  }
+}
+
+void DiskTier::EndIo(bool write, SpoolClass c, uint64_t bytes) {
+  MutexLock lock(mu_);
+  for (Busy* b : {write ? &writes_ : &reads_, write ? &class_writes_[static_cast<int>(c)]
+                                                    : &class_reads_[static_cast<int>(c)]}) {
+    b->counters.bytes += bytes;
+    ++b->counters.ops;
+    if (--b->in_flight == 0) {
+      b->counters.busy_ns += static_cast<uint64_t>(NowNs() - b->since_ns);
+    }
+  }
 }
 
 int DiskTier::OpenFile(Spool& spool, const std::string& path, int flags) {
@@ -346,7 +375,7 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
   }
   std::string path = dir + "/" + name;
   std::string tmp = path + ".tmp";
-  BeginIo(/*write=*/true);
+  BeginIo(/*write=*/true, spool.spool_class);
   Status status = [&]() -> Status {
     Fd fd(io_, Retry([&] { return OpenFile(spool, tmp, O_WRONLY | O_CREAT | O_TRUNC); }));
     if (fd.Get() < 0) return WriteError(space.spool, "creating", tmp, errno);
@@ -370,7 +399,7 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
     if (dfd.Get() >= 0) io_->Fsync(dfd.Get());  // the rename survives a power loss
     return Status::Ok();
   }();
-  EndIo(/*write=*/true, status.ok() ? bytes : 0);
+  EndIo(/*write=*/true, spool.spool_class, status.ok() ? bytes : 0);
   if (!status.ok()) {
     io_->Unlink(tmp.c_str());
     io_->Unlink(path.c_str());
@@ -437,7 +466,7 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
     return Status::DataLoss(std::string(what) + " snapshot file " + path + ": " +
                             std::strerror(err) + " (" + ErrnoName(err) + ")");
   };
-  BeginIo(/*write=*/false);
+  BeginIo(/*write=*/false, spool.spool_class);
   Status status = [&]() -> Status {
     Fd fd(io_, Retry([&] { return OpenFile(spool, path, O_RDONLY); }));
     if (fd.Get() < 0) {
@@ -462,7 +491,7 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
     }
     return Status::Ok();
   }();
-  EndIo(/*write=*/false, status.ok() ? bytes : 0);
+  EndIo(/*write=*/false, spool.spool_class, status.ok() ? bytes : 0);
   return status;
 }
 

@@ -51,7 +51,7 @@ struct DiskTierOptions {
   std::chrono::milliseconds probe_max{60000};
   // Spools of class shared: a site's parallel filesystem, larger and slower than the node's
   // own disks; they hold a run's oldest steps (Tiering). Numbered after `spools`.
-  std::vector<std::string> shared_spools;
+  std::vector<std::string> shared_spools = {};
   uint64_t shared_budget_bytes = 0;  // over `shared_spools`, split evenly; 0 = budget_perc
 };
 
@@ -175,6 +175,11 @@ class DiskTier {
   uint64_t used() const SNAPD_EXCLUDES(mu_);
   DiskIoCounters writes() const SNAPD_EXCLUDES(mu_);
   DiskIoCounters reads() const SNAPD_EXCLUDES(mu_);
+  // One spool class's: its budget, use and transfers.
+  uint64_t budget(SpoolClass c) const;
+  uint64_t used(SpoolClass c) const SNAPD_EXCLUDES(mu_);
+  DiskIoCounters writes(SpoolClass c) const SNAPD_EXCLUDES(mu_);
+  DiskIoCounters reads(SpoolClass c) const SNAPD_EXCLUDES(mu_);
 
  private:
   struct Spool {
@@ -215,8 +220,8 @@ class DiskTier {
   // Returns `bytes` of what the spool has accounted to its budget.
   void Unaccount(uint32_t spool, uint64_t bytes) SNAPD_EXCLUDES(mu_);
   std::string Path(uint32_t spool, uint64_t run_id, const std::string& name) const;
-  void BeginIo(bool write) SNAPD_EXCLUDES(mu_);
-  void EndIo(bool write, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  void BeginIo(bool write, SpoolClass c) SNAPD_EXCLUDES(mu_);
+  void EndIo(bool write, SpoolClass c, uint64_t bytes) SNAPD_EXCLUDES(mu_);
   // Opens `path` with O_DIRECT when the spool allows it, falling back once to buffered I/O.
   int OpenFile(Spool& spool, const std::string& path, int flags);
 
@@ -229,6 +234,9 @@ class DiskTier {
   mutable Mutex mu_;  // guards Spool::used, the spools' health and the Busy records
   Busy writes_ SNAPD_GUARDED_BY(mu_);
   Busy reads_ SNAPD_GUARDED_BY(mu_);
+  // The same per spool class (SpoolClass as the index): each class its own rates.
+  Busy class_writes_[2] SNAPD_GUARDED_BY(mu_);
+  Busy class_reads_[2] SNAPD_GUARDED_BY(mu_);
   std::atomic<bool> usable_{true};
   std::atomic<uint64_t> changes_{0};
   std::vector<std::function<void()>> listeners_ SNAPD_GUARDED_BY(mu_);

@@ -90,13 +90,21 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
   e.One("snapd_sessions", "gauge", "Open client sessions.", static_cast<double>(s.sessions()));
   e.One("snapd_runs", "gauge", "Runs in the catalog.", static_cast<double>(s.runs()));
   const v1::TierStats* host = Tier(s, v1::TIER_HOST);
-  const v1::TierStats* disk = Tier(s, v1::TIER_DISK);
-  // One sample per tier snapd has, labelled tier="host" or tier="disk".
+  // The disk tier: one entry, or one per spool class (local, shared).
+  std::vector<const v1::TierStats*> disks;
+  for (const auto& t : s.tiers()) {
+    if (t.tier() == v1::TIER_DISK) disks.push_back(&t);
+  }
+  // One sample per tier snapd has, labelled tier="host", tier="disk" (the local spools) or
+  // tier="shared_disk" (shared_spool_dirs).
   auto per_tier = [&](const char* name, const char* type, const char* help,
                       double (*value)(const v1::TierStats&)) {
     std::vector<std::pair<std::string, double>> samples;
     if (host) samples.push_back({"{tier=\"host\"}", value(*host)});
-    if (disk) samples.push_back({"{tier=\"disk\"}", value(*disk)});
+    for (const v1::TierStats* d : disks) {
+      samples.push_back(
+          {d->spool_class() == "shared" ? "{tier=\"shared_disk\"}" : "{tier=\"disk\"}", value(*d)});
+    }
     e.Family(name, type, help, samples);
   };
   per_tier("snapd_tier_budget_bytes", "gauge", "Bytes the tier may hold.",
@@ -123,14 +131,19 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
           "RAM the host tier holds now, free pages kept for reuse included.",
           static_cast<double>(host->resident_bytes()));
   }
-  if (disk) {
-    c.One("snapd_spill_bytes_total", "counter", "Bytes written to the disk tier.",
-          static_cast<double>(disk->write_bytes()));
-    c.One("snapd_disk_read_bytes_total", "counter", "Bytes read from the disk tier.",
-          static_cast<double>(disk->read_bytes()));
+  if (!disks.empty()) {  // over every spool class
+    double written = 0, read = 0, raw = 0, used = 0;
+    for (const v1::TierStats* d : disks) {
+      written += static_cast<double>(d->write_bytes());
+      read += static_cast<double>(d->read_bytes());
+      raw += static_cast<double>(d->raw_bytes());
+      used += static_cast<double>(d->used_bytes());
+    }
+    c.One("snapd_spill_bytes_total", "counter", "Bytes written to the disk tier.", written);
+    c.One("snapd_disk_read_bytes_total", "counter", "Bytes read from the disk tier.", read);
     c.One("snapd_disk_compression_ratio", "gauge",
           "Raw bytes over stored bytes of the disk tier's snapshots (1 = none compressed).",
-          disk->used_bytes() ? static_cast<double>(disk->raw_bytes()) / disk->used_bytes() : 1);
+          used > 0 ? raw / used : 1);
   }
   c.One("snapd_pushes_total", "counter", "Pushes stored.", static_cast<double>(s.pushes()));
   c.Histogram("snapd_push_seconds",

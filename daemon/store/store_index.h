@@ -32,6 +32,8 @@ struct StoreCounters {
   uint64_t host_snapshots = 0;  // whose bytes are in host memory (only copy or read-ahead)
   uint64_t disk_snapshots = 0;
   uint64_t disk_raw_bytes = 0;  // raw size of the disk-tier snapshots (compressed or not)
+  uint64_t shared_disk_snapshots = 0;  // of those, on shared spools
+  uint64_t shared_disk_raw_bytes = 0;
   uint64_t lost_snapshots = 0;
   uint64_t demotions = 0;
   uint64_t disk_reads = 0;

@@ -119,6 +119,10 @@ StoreCounters Store::Counters() const {
       if (snap.record.tier() == v1::TIER_DISK) {
         ++c.disk_snapshots;
         c.disk_raw_bytes += snap.record.raw_bytes();
+        if (disk_ && disk_->ClassOf(snap.record.spool()) == SpoolClass::kShared) {
+          ++c.shared_disk_snapshots;
+          c.shared_disk_raw_bytes += snap.record.raw_bytes();
+        }
       }
       if (snap.record.tier() == v1::TIER_LOST) ++c.lost_snapshots;
     }

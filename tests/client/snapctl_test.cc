@@ -280,6 +280,34 @@ TEST_F(SnapctlTest, PlanRevolvesWhenTheHostTierCannotHoldEveryStep) {
   EXPECT_NE(out.find("overhead"), std::string::npos) << out;
 }
 
+// A node with shared spools (shared_spool_dirs): status lists each spool with its class, the
+// disk tier comes as one entry per class, and plan makes the shared spools a third level.
+TEST_F(SnapctlTest, SharedSpoolsAreAClassOfTheirOwnAndAThirdLevelOfThePlan) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      Options("64M", {"--spool-dirs", dir() + "/local", "--disk-mem", "32M", "--shared-spool-dirs",
+                      dir() + "/shared", "--shared-disk-mem", "128M"})));
+  std::string out;
+  ASSERT_EQ(Snapctl({"status"}, &out), 0) << out;
+  EXPECT_NE(out.find(dir() + "/shared"), std::string::npos) << out;
+  EXPECT_NE(out.find("shared-disk"), std::string::npos) << out;
+  ASSERT_EQ(Snapctl({"--json", "status"}, &out), 0);
+  nlohmann::json status = nlohmann::json::parse(out);
+  std::map<std::string, uint64_t> budgets;
+  for (const auto& t : status["tiers"]) {
+    if (t["tier"] == "disk") budgets[t["spool_class"]] = t["budget_bytes"];
+  }
+  EXPECT_EQ(budgets["local"], 32u << 20);
+  EXPECT_EQ(budgets["shared"], 128u << 20);
+  ASSERT_EQ(status["spools"].size(), 2u);
+  EXPECT_EQ(status["spools"][1]["spool_class"], "shared");
+  ASSERT_EQ(Snapctl({"--json", "plan", "--steps", "400", "--bytes-per-step", "1M"}, &out), 0)
+      << out;
+  nlohmann::json plan = nlohmann::json::parse(out);
+  std::vector<std::string> levels;
+  for (const auto& t : plan["tiers"]) levels.push_back(t["tier"]);
+  EXPECT_EQ(levels, (std::vector<std::string>{"host", "disk", "shared-disk"})) << out;
+}
+
 TEST_F(SnapctlTest, PlanWithAGpuCodecShrinksHostSlotsByTheGivenRatio) {
   // 64 MiB of host tier, no disk: 64 raw 1 MiB steps fit, 100 do not.
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M", {"--spool-dirs", "none"})));

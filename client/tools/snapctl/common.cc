@@ -82,6 +82,10 @@ void PrintSpools(Output& out, const google::protobuf::RepeatedPtrField<v1::Spool
   out.Print(t);
 }
 
+std::string TierLabel(const v1::TierStats& t) {
+  return t.spool_class() == "shared" ? "shared-disk" : TierName(t.tier());
+}
+
 std::string TierName(v1::Tier tier) {
   switch (tier) {
     case v1::TIER_DEVICE:

@@ -65,6 +65,8 @@ std::unique_ptr<grpc::ClientContext> ShortContext();
 
 // "host", "disk", ... as tables show a tier.
 std::string TierName(v1::Tier tier);
+// A Stats tier entry's name: TierName, or "shared-disk" for the shared spools' entry.
+std::string TierLabel(const v1::TierStats& t);
 // The disk tier's spools as `status` and `spool probe` show them: one row each, with why a
 // failed one failed.
 void PrintSpools(Output& out, const google::protobuf::RepeatedPtrField<v1::SpoolState>& spools);

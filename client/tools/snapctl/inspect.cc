@@ -85,7 +85,7 @@ int ShowStatus(Session& s) {
   for (const auto& tier : r.tiers()) {
     double pct = tier.budget_bytes() ? 100.0 * tier.used_bytes() / tier.budget_bytes() : 0.0;
     double ratio = tier.used_bytes() ? double(tier.raw_bytes()) / tier.used_bytes() : 1.0;
-    t.Add({TierName(tier.tier()), FormatBytes(tier.used_bytes()), FormatBytes(tier.budget_bytes()),
+    t.Add({TierLabel(tier), FormatBytes(tier.used_bytes()), FormatBytes(tier.budget_bytes()),
            Format("%.1f%%", pct), std::to_string(tier.snapshots()), FormatBytes(tier.raw_bytes()),
            Format("%.2fx", ratio), Format("%.2f", tier.write_bytes_per_second() / 1e9),
            Format("%.2f", tier.read_bytes_per_second() / 1e9)});

@@ -184,7 +184,8 @@ int Plan(const PlanArgs& a, Output& out,
   const uint64_t host_bytes = comp.InHost() ? disk_bytes : bytes;
   for (const auto& t : r.tiers()) {
     schedule::Level l;
-    l.name = TierName(t.tier());
+    // A node with shared spools reports them as a disk tier of their own: a third level.
+    l.name = TierLabel(t);
     const uint64_t held = t.tier() == v1::TIER_DISK ? disk_bytes : host_bytes;
     uint64_t free_bytes = t.budget_bytes() > t.used_bytes() ? t.budget_bytes() - t.used_bytes() : 0;
     l.slots = free_bytes / ((held + 4095) / 4096 * 4096);

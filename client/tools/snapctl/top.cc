@@ -78,21 +78,17 @@ struct Sample {
   Clock::time_point at;
 };
 
-const v1::TierStats* FindTier(const v1::StatsResponse& r, v1::Tier tier) {
-  for (const auto& t : r.tiers()) {
-    if (t.tier() == tier) return &t;
-  }
-  return nullptr;
-}
-
+// Over every disk entry (one per spool class).
 uint64_t SpillBytes(const v1::StatsResponse& r) {
-  const v1::TierStats* disk = FindTier(r, v1::TIER_DISK);
-  return disk ? disk->write_bytes() : 0;
+  uint64_t n = 0;
+  for (const auto& t : r.tiers()) n += t.tier() == v1::TIER_DISK ? t.write_bytes() : 0;
+  return n;
 }
 
 uint64_t DiskReadBytes(const v1::StatsResponse& r) {
-  const v1::TierStats* disk = FindTier(r, v1::TIER_DISK);
-  return disk ? disk->read_bytes() : 0;
+  uint64_t n = 0;
+  for (const auto& t : r.tiers()) n += t.tier() == v1::TIER_DISK ? t.read_bytes() : 0;
+  return n;
 }
 
 // Every rejection in `r`, all surfaces and reasons together (the store's refused pushes too).
@@ -221,7 +217,7 @@ std::string Frame(const Sample& now, const std::optional<Rates>& rates, double i
     double pct = t.budget_bytes() ? 100.0 * t.used_bytes() / t.budget_bytes() : 0.0;
     // Only the host tier keeps its peak.
     std::string peak = t.tier() == v1::TIER_HOST ? FormatBytes(t.peak_used_bytes()) : "-";
-    tiers.Add({TierName(t.tier()), FormatBytes(t.used_bytes()), FormatBytes(t.budget_bytes()),
+    tiers.Add({TierLabel(t), FormatBytes(t.used_bytes()), FormatBytes(t.budget_bytes()),
                Format("%.1f%%", pct), peak, std::to_string(t.snapshots())});
   }
   return out + tiers.Render();
