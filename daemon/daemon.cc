@@ -284,13 +284,19 @@ Status Daemon::StartServing() {
     disk_->AddStateListener(update);
   }
 
+  std::string spools = SpoolDirsText(config);
+  if (!config.shared_spool_dirs.empty()) {
+    std::string shared;
+    for (const auto& dir : config.shared_spool_dirs) shared += (shared.empty() ? "" : ",") + dir;
+    spools += "; shared: " + shared;
+  }
   SNAPD_LOG_INFO(
       "snapd %s serving on unix:%s, data plane: %s, host tier %s (%s%s), disk "
       "tier %s (%s), catalog %s",
       SNAPD_VERSION, config.socket.c_str(), data_plane_->Describe().c_str(),
       FormatBytes(host_->budget()).c_str(), host_->pages().c_str(),
       config.host_prefault == "true" ? ", prefaulting" : "",
-      disk_ ? FormatBytes(disk_->budget()).c_str() : "none", SpoolDirsText(config).c_str(),
+      disk_ ? FormatBytes(disk_->budget()).c_str() : "none", spools.c_str(),
       config.state_dir.c_str());
   // systemd (Type=notify): ready now; then watchdog pings while the store answers and the UCX
   // progress thread runs.

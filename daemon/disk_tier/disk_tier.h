@@ -94,6 +94,9 @@ struct DiskIoCounters {
 class DiskTier {
  public:
   static constexpr uint64_t kAlignment = 4096;
+  // Files a probe of a shared spool writes (Probe): names spread over a distributed
+  // filesystem's servers, so a spool comes back only when all of them take writes.
+  static constexpr int kSharedProbeFiles = 16;
   static uint64_t FileBytes(uint64_t raw) { return (raw + kAlignment - 1) / kAlignment * kAlignment; }
 
   static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);

@@ -37,25 +37,33 @@ void DiskTier::AddStateListener(std::function<void()> listener) {
 
 Status DiskTier::Probe(uint32_t index) {
   Spool& spool = *spools_[index];
-  std::string probe = spool.dir + "/.snapd-probe";
+  // A shared filesystem may place files by name (GlusterFS hashes names over its bricks): one
+  // name that lands on a live brick says nothing of a dead one, and a spool brought back on it
+  // fails again at the next file. Several names must all work.
+  const int files = spool.spool_class == SpoolClass::kShared ? kSharedProbeFiles : 1;
   void* block = std::aligned_alloc(kAlignment, kAlignment);
   if (!block) return Status::ResourceExhausted("no memory for a probe");
   std::memset(block, 0, kAlignment);
   int err = 0;
   const char* what = "creating";
-  int fd = OpenFile(spool, probe, O_WRONLY | O_CREAT | O_TRUNC);
-  if (fd < 0) {
-    err = errno;
-  } else {
-    if (io_->Pwrite(fd, block, kAlignment, 0) != static_cast<ssize_t>(kAlignment)) {
-      err = errno ? errno : ENOSPC;
-      what = "writing";
-    } else if (io_->Fdatasync(fd) != 0) {
+  std::string probe;
+  for (int i = 0; i < files && err == 0; ++i) {
+    probe = spool.dir + "/.snapd-probe" + (files > 1 ? "-" + std::to_string(i) : "");
+    int fd = OpenFile(spool, probe, O_WRONLY | O_CREAT | O_TRUNC);
+    if (fd < 0) {
       err = errno;
-      what = "syncing";
+      what = "creating";
+    } else {
+      if (io_->Pwrite(fd, block, kAlignment, 0) != static_cast<ssize_t>(kAlignment)) {
+        err = errno ? errno : ENOSPC;
+        what = "writing";
+      } else if (io_->Fdatasync(fd) != 0) {
+        err = errno;
+        what = "syncing";
+      }
+      io_->Close(fd);
+      io_->Unlink(probe.c_str());
     }
-    io_->Close(fd);
-    io_->Unlink(probe.c_str());
   }
   std::free(block);
   if (err == 0) return Status::Ok();

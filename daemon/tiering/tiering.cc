@@ -178,10 +178,17 @@ void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
 std::string Tiering::DiskFullWhy() const {
   // Full, or what is left working is full: a failed spool (a shared filesystem gone) is named,
   // since its room is what the push lacks.
-  std::string failed = s_.disk_->FailedSpools();
+  // Short, errno first: a data-plane reply carries 232 bytes of message (the log has the
+  // whole reason, the file and the call).
+  std::string failed;
+  for (const SpoolStatus& st : s_.disk_->SpoolStates()) {
+    if (st.failed) failed += (failed.empty() ? "" : ", ") + ErrnoName(st.error) + " on " + st.dir;
+  }
+  if (!failed.empty()) {
+    return "the working spools are full and the others failed (" + failed + ")";
+  }
   return "the disk tier is full too (" + FormatBytes(s_.disk_->used()) + " of " +
-         FormatBytes(s_.disk_->budget()) + " in use" +
-         (failed.empty() ? "" : "; out of the rotation: " + failed) + ")";
+         FormatBytes(s_.disk_->budget()) + " in use)";
 }
 
 void Tiering::WaitTieringIdle() {
