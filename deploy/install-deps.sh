@@ -17,6 +17,7 @@ packages=(
   systemd passwd            # tests: systemd-analyze verify of the unit; useradd for two-uid tests
   slurmctld slurmd slurm-client munge  # tests: a real single-node Slurm runs deploy/slurm
   openmpi-bin libopenmpi-dev iproute2  # tests/cluster: MPI ranks on a 3-node Slurm in netns
+  glusterfs-server glusterfs-client    # tests/cluster/shared_tier.sh: a GlusterFS shared spool
   openssl                   # tests: certificates for snapctl --remote over mutual TLS
   patchelf                  # tests/gpu/pack.sh: the GPU check's pack finds its libraries in itself
   gdb                       # tests: a hung test prints the native stacks of snapd and itself

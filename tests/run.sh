@@ -6,11 +6,11 @@
 # venv from PyPI: pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and
 # run its tests against the installed snapd); repeats the tests most prone to hangs and races
 # for 2 minutes beside 2 minutes of the soak (tests/load, tests/soak); runs a job through
-# deploy/slurm on a real single-node Slurm, and an MPI job across a 3-node Slurm in network
-# namespaces (tests/cluster); then rebuilds everything with clang, AddressSanitizer +
-# UndefinedBehaviorSanitizer and -Werror=thread-safety (the locking contracts in the code
-# hold), runs every C++ test again, and runs each libFuzzer target (tests/fuzz) for 10 s over
-# its corpus. A hung test fails with the stacks of its threads and of its daemons' (per-test
+# deploy/slurm on a real single-node Slurm, an MPI job across a 3-node Slurm in network
+# namespaces (tests/cluster) and the shared spool class on a real GlusterFS volume; then
+# rebuilds everything with clang, AddressSanitizer + UndefinedBehaviorSanitizer and
+# -Werror=thread-safety (the locking contracts in the code hold), runs every C++ test again,
+# and runs each libFuzzer target (tests/fuzz) for 10 s over its corpus. A hung test fails with the stacks of its threads and of its daemons' (per-test
 # timeouts in tests/CMakeLists.txt and client/python/pyproject.toml).
 #   bash tests/run.sh            # both passes
 #   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only (and the naming check)
@@ -111,6 +111,14 @@ if [[ $(id -u) -eq 0 ]]; then
   bash tests/cluster/run.sh build-tests
 else
   echo "skipped: network namespaces, munged and slurmd need root"
+fi
+
+echo "== The shared spool class on a real GlusterFS volume (tests/cluster/shared_tier.sh):"
+echo "   three-level placement, spill rate against the mount's own, a brick killed mid-run"
+if [[ $(id -u) -eq 0 && -e /dev/fuse ]]; then
+  bash tests/cluster/shared_tier.sh build-tests
+else
+  echo "skipped: network and mount namespaces, glusterd and FUSE need root and /dev/fuse"
 fi
 if [[ "${SNAPD_SANITIZE_PASS:-1}" != 0 ]]; then
   echo "== snapd tests built by clang with -Werror=thread-safety, under AddressSanitizer +"
