@@ -130,7 +130,8 @@ class Tiering {
   // "the disk tier is full too (...)", naming the failed spools whose room is missing.
   std::string DiskFullWhy() const;
   // The spool class a step demoted now belongs in (local or shared: three-level placement).
-  SpoolClass DemotionClass(const Run& run, const Snapshot& snap) const SNAPD_REQUIRES(ix_.mu);
+  SpoolClass DemotionClass(StoreIndex& ix, const Run& run, const Snapshot& snap) const
+      SNAPD_REQUIRES(ix.mu);
   void StartDemotion(StoreIndex& ix, Run& run, Snapshot& snap) SNAPD_REQUIRES(ix.mu);
   void FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation,
                       const DiskTier::Space& space, const std::string& name, uint64_t checksum,

@@ -15,7 +15,7 @@
 
 namespace snapd {
 
-SpoolClass Tiering::DemotionClass(const Run& run, const Snapshot& snap) const {
+SpoolClass Tiering::DemotionClass(StoreIndex&, const Run& run, const Snapshot& snap) const {
   if (!s_.disk_->has_shared()) return SpoolClass::kLocal;
   // Reverse order over the disk classes too: the run's disk range [0, bound) puts its newest
   // steps on the local spools, as many as their room holds, and the older ones on the shared
@@ -40,7 +40,7 @@ SpoolClass Tiering::DemotionClass(const Run& run, const Snapshot& snap) const {
 
 void Tiering::StartDemotion(StoreIndex& ix, Run& run, Snapshot& snap) {
   const v1::SnapshotRecord& r = snap.record;
-  auto space = s_.disk_->Reserve(FileContentBytes(r), DemotionClass(run, snap));
+  auto space = s_.disk_->Reserve(FileContentBytes(r), DemotionClass(ix, run, snap));
   if (!space.ok()) {
     // No spool works (UNAVAILABLE): said once when each failed, and re-tried when one comes
     // back (DiskTier's state listener wakes this thread).
