@@ -253,20 +253,13 @@ Result<DiskTier::Space> DiskTier::Reserve(uint64_t raw, SpoolClass want) {
     fits_wanted = fits_wanted || wanted;
   }
   if (!any) {
-    std::string failed;
-    for (const auto& s : spools_) {
-      failed += (failed.empty() ? "" : "; ") + s->dir + ": " + s->reason;
-    }
-    return Status::Unavailable("no spool of the disk tier works (" + failed +
+    return Status::Unavailable("no spool of the disk tier works (" + FailedSpoolsLocked() +
                                "); snapd re-probes them with backoff, `snapctl spool probe` "
                                "tries now");
   }
   if (best_room < bytes) {
     // The spools out of the rotation are named: their room is what is missing.
-    std::string failed;
-    for (const auto& s : spools_) {
-      if (s->failed) failed += (failed.empty() ? "" : "; ") + s->dir + ": " + s->reason;
-    }
+    std::string failed = FailedSpoolsLocked();
     return Status::ResourceExhausted(
         "disk tier full: " + FormatBytes(bytes) + " requested, " + FormatBytes(used) + " of " +
         FormatBytes(budget_) + " in use" +

@@ -211,6 +211,8 @@ class DiskTier {
            const DiskTierOptions& options);
   // The write path's error: RESOURCE_EXHAUSTED when full; otherwise marks the spool failed
   // (logging it once) and returns UNAVAILABLE naming the spool, `what`, `path` and the errno.
+  // FailedSpools with mu_ held (Reserve's refusals name them too).
+  std::string FailedSpoolsLocked() const SNAPD_REQUIRES(mu_);
   Status WriteError(uint32_t spool, const char* what, const std::string& path, int err)
       SNAPD_EXCLUDES(mu_);
   // Writes, syncs and removes a small file in the spool through the seam.

@@ -183,6 +183,10 @@ std::vector<SpoolStatus> DiskTier::SpoolStates() const {
 
 std::string DiskTier::FailedSpools() const {
   MutexLock lock(mu_);
+  return FailedSpoolsLocked();
+}
+
+std::string DiskTier::FailedSpoolsLocked() const {
   std::string failed;
   for (const auto& s : spools_) {
     if (s->failed) failed += (failed.empty() ? "" : "; ") + s->dir + ": " + s->reason;
