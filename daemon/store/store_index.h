@@ -110,6 +110,9 @@ struct StoreIndex {
     uint64_t last_fetch_step = 0;
     double pace_ns = 0;
     uint64_t prefetch_from = 0;   // read ahead below this step (the last backward fetch); 0 = none
+    // Disk reads of its steps on shared spools in flight (Tiering::SchedulePrefetch keeps the
+    // read-ahead there to one at a time, nearest step first).
+    int shared_reads = 0;
     std::set<uint64_t> sessions;  // live sessions that opened or attached to it
     // When the last of them died (its client went away without closing); none: not an orphan.
     std::optional<std::chrono::steady_clock::time_point> orphaned_at;

@@ -20,6 +20,9 @@ namespace snapd {
 // written out, a read ahead of the backward pass) when sizing the host-resident range.
 constexpr uint64_t kStagingBlocks = 2;
 
+// Read-ahead reads of one run in flight at once on the shared spools (Tiering::SchedulePrefetch).
+constexpr int kSharedReads = 2;
+
 bool UsesHost(v1::Layers layers);
 bool UsesDisk(v1::Layers layers);
 bool UsesDevice(v1::Layers layers);
@@ -31,7 +34,8 @@ uint64_t HostBoundary(v1::Layers layers, uint64_t steps, uint64_t block_bytes,
 
 // How many steps below the one just fetched to read ahead: enough that a read started now
 // completes before the backward pass reaches it, given the pace between fetches and the time
-// one disk read takes (both measured), plus one; at least 2, at most `max_depth`.
-uint64_t PrefetchDepth(double pace_ns, double read_ns, uint64_t max_depth);
+// one disk read takes (both measured), plus `margin` steps; at least 2, at most `max_depth`.
+// With no read measured yet, `max_depth`.
+uint64_t PrefetchDepth(double pace_ns, double read_ns, uint64_t max_depth, uint64_t margin = 1);
 
 }  // namespace snapd

@@ -144,7 +144,7 @@ class Tiering {
   bool StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent, bool compact = false)
       SNAPD_REQUIRES(ix.mu);
   void FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
-                  std::shared_ptr<HostBlock> block, Status read, int64_t started_ns)
+                  std::shared_ptr<HostBlock> block, Status read, int64_t started_ns, bool shared)
       SNAPD_EXCLUDES(ix_.mu);
   void SchedulePrefetch(StoreIndex& ix, Run& run) SNAPD_REQUIRES(ix.mu);
   // Moves compressed host copies up the arena until a block of `bytes` fits (variable-size

@@ -141,28 +141,33 @@ bool Tiering::StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent, b
   snap.reading = true;
   ++ix.tiering.reads_in_flight;
   std::shared_ptr<HostBlock> stored = StoreState::HoldsCompressed(snap) ? snap.block : nullptr;
+  const bool shared = !stored && s_.disk_ && s_.disk_->has_shared() &&
+                      s_.disk_->ClassOf(r.spool()) == SpoolClass::kShared;
+  run.shared_reads += shared;
   s_.io_->Submit(
       [this, record = r, gen = snap.generation, field = FieldOf(run.record.spec()),
-       block = std::move(block).value(), stored = std::move(stored)]() mutable {
+       block = std::move(block).value(), stored = std::move(stored), shared]() mutable {
         int64_t started = NowNs();
         Status s = stored ? DecodeSnapshot(record, field, stored->data(), block->data(),
                                            s_.compress_.get(), s_.checksums_)
                           : ReadSnapshot(*s_.disk_, record, field, block->data(),
                                          s_.compress_.get(), s_.checksums_);
         stored.reset();
-        FinishRead(record.run_id(), record.step(), gen, std::move(block), s, started);
+        FinishRead(record.run_id(), record.step(), gen, std::move(block), s, started, shared);
       },
       urgent);
   return true;
 }
 
 void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
-                         std::shared_ptr<HostBlock> block, Status read, int64_t started_ns) {
+                         std::shared_ptr<HostBlock> block, Status read, int64_t started_ns,
+                         bool shared) {
   StoreIndex& ix = ix_;
   Deferred deferred;
   {
     MutexLock lock(ix.mu);
     --ix.tiering.reads_in_flight;
+    if (auto run = ix.runs.find(run_id); shared && run != ix.runs.end()) --run->second.shared_reads;
     Snapshot* snap = ix.FindSnapshot(run_id, step, generation);
     if (snap) {
       snap->reading = false;
@@ -213,18 +218,23 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
 
 void Tiering::SchedulePrefetch(StoreIndex& ix, Run& run) {
   if (!s_.disk_ || run.prefetch_from == 0) return;
-  // How far ahead each class is read: its own measured read time (a shared spool's unmeasured
-  // yet counts as a local one's). Shared steps are started first: theirs are the slow reads.
+  // How far ahead each class is read: its own measured read time (unmeasured yet: as far as
+  // prefetch_depth allows). Shared steps are started first: theirs are the slow reads, and they
+  // vary most (GlusterFS: 8 to 55 ms for the same 8 MiB), so they get one step more of margin.
   const double bytes = static_cast<double>(run.record.spec().bytes_per_step());
-  const double local_ns = ix.tiering.read_ns_per_byte * bytes;
-  const double shared_ns =
-      (ix.tiering.shared_read_ns_per_byte > 0 ? ix.tiering.shared_read_ns_per_byte
-                                              : ix.tiering.read_ns_per_byte) *
-      bytes;
   for (SpoolClass cls : {SpoolClass::kShared, SpoolClass::kLocal}) {
-    if (cls == SpoolClass::kShared && !s_.disk_->has_shared()) continue;
-    uint64_t depth = PrefetchDepth(run.pace_ns, cls == SpoolClass::kShared ? shared_ns : local_ns,
-                                   s_.options_.max_prefetch);
+    const bool shared = cls == SpoolClass::kShared;
+    if (shared && !s_.disk_->has_shared()) continue;
+    // A shared spool's read-ahead keeps kSharedReads reads in flight, nearest step first:
+    // more at once through a network filesystem's client share its bandwidth and finish in
+    // no useful order (on GlusterFS, three at once took 25-55 ms each, the nearest often last,
+    // against 8-15 ms one by one), so the step the backward pass wants next waited behind
+    // farther ones. One alone cannot keep up: each file's open and checksum add to the read.
+    if (shared && run.shared_reads >= kSharedReads) continue;
+    const double read_ns =
+        (shared ? ix.tiering.shared_read_ns_per_byte : ix.tiering.read_ns_per_byte) * bytes;
+    uint64_t depth =
+        PrefetchDepth(run.pace_ns, read_ns, s_.options_.max_prefetch, /*margin=*/shared ? 2 : 1);
     uint64_t lowest = run.prefetch_from > depth ? run.prefetch_from - depth : 0;
     auto it = run.snapshots.lower_bound(run.prefetch_from);
     while (it != run.snapshots.begin()) {
@@ -234,6 +244,7 @@ void Tiering::SchedulePrefetch(StoreIndex& ix, Run& run) {
       if (snap.record.tier() != v1::TIER_DISK || snap.block || snap.reading) continue;
       if (s_.disk_->has_shared() && s_.disk_->ClassOf(snap.record.spool()) != cls) continue;
       if (!StartRead(ix, run, snap, /*urgent=*/false)) return;  // no host room; retried on a free
+      if (shared && run.shared_reads >= kSharedReads) break;
     }
   }
 }

@@ -9,11 +9,15 @@
 #include <errno.h>
 #include <fcntl.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "disk_tier/spool_io.h"
 
@@ -41,6 +45,21 @@ class FaultySpoolIo final : public SpoolIo {
   void Heal() {
     op_ = kNone;
     short_ = false;
+  }
+  // Every read of a file under `prefix` takes `delay` longer (a slow network filesystem). Those
+  // reads are logged: each file's path in the order the reads began, and the most at once.
+  void SlowReads(std::chrono::milliseconds delay, std::string prefix) {
+    std::lock_guard<std::mutex> lock(mu_);
+    slow_prefix_ = std::move(prefix);
+    slow_delay_ = delay;
+  }
+  std::vector<std::string> slow_reads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return slow_reads_;
+  }
+  int most_slow_reads_at_once() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return slow_most_;
   }
   // The fault heals by itself after `failures` more failed calls (a transient error that
   // clears), whatever the timing of the threads.
@@ -80,7 +99,26 @@ class FaultySpoolIo final : public SpoolIo {
   ssize_t Pread(int fd, void* data, size_t bytes, off_t offset) override {
     ++calls_;
     if (op_ == kRead && Matches(fd)) return Failed();
-    return SpoolIo::System()->Pread(fd, data, bytes, offset);
+    std::chrono::milliseconds delay{0};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = paths_.find(fd);
+      if (!slow_prefix_.empty() && it != paths_.end() && it->second.rfind(slow_prefix_, 0) == 0) {
+        delay = slow_delay_;
+        slow_reads_.push_back(it->second);
+        slow_most_ = std::max(slow_most_, ++slow_now_);
+      }
+    }
+    if (delay.count() == 0) return SpoolIo::System()->Pread(fd, data, bytes, offset);
+    std::this_thread::sleep_for(delay);
+    ssize_t n = SpoolIo::System()->Pread(fd, data, bytes, offset);
+    int err = errno;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --slow_now_;
+    }
+    errno = err;
+    return n;
   }
   int Fdatasync(int fd) override {
     ++calls_;
@@ -131,6 +169,11 @@ class FaultySpoolIo final : public SpoolIo {
   std::mutex mu_;
   std::string prefix_;               // guarded by mu_
   std::map<int, std::string> paths_;  // open fds' paths, guarded by mu_
+  std::string slow_prefix_;           // SlowReads, all guarded by mu_
+  std::chrono::milliseconds slow_delay_{0};
+  std::vector<std::string> slow_reads_;
+  int slow_now_ = 0;
+  int slow_most_ = 0;
 };
 
 }  // namespace snapd::testing

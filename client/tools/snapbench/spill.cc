@@ -120,7 +120,7 @@ int Spill(snapd::Client& c, const Args& a) {
         " \"compute_ms\": %.3f, \"read_ms_per_step\": %.3f, \"host_fetch_ms\": %.3f,"
         " \"memcpy_ms\": %.3f, \"stall_ms\": %.3f, \"stall_vs_memcpy_ms\": %.3f,"
         " \"disk_read_ms\": %.3f, \"stall_fraction\": %.4f, \"stall_fraction_vs_memcpy\": %.4f,"
-        " \"prefetch_hits\": %llu, \"demand_reads\": %llu, \"backward_s\": %.3f}\n",
+        " \"prefetch_hits\": %llu, \"demand_reads\": %llu, \"backward_s\": %.3f,\n",
         (unsigned long long)steps, (unsigned long long)a.bytes,
         (unsigned long long)host->budget_bytes(), (unsigned long long)j, gbs(odirect_write),
         gbs(odirect_read), gbs(spill_write), spill_write / odirect_write, gbs(total / forward_s),
@@ -128,6 +128,12 @@ int Spill(snapd::Client& c, const Args& a) {
         stall_vs_copy * 1e3, disk_read_s * 1e3, disk_read_s > 0 ? stall_disk / disk_read_s : 0.0,
         disk_read_s > 0 ? stall_vs_copy / disk_read_s : 0.0, (unsigned long long)hits,
         (unsigned long long)demand, backward_s);
+    // Each backward fetch's time, newest step first (where a stall came from).
+    std::printf(" \"fetch_ms\": [");
+    for (uint64_t t = steps; t-- > 0;) {
+      std::printf("%s%.2f", t + 1 == steps ? "" : ", ", fetch_s[t] * 1e3);
+    }
+    std::printf("]}\n");
     return 0;
   }
   std::printf(

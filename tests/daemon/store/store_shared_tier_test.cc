@@ -8,8 +8,10 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "store_fixture.h"
+#include "tiering/placement.h"
 
 namespace snapd {
 namespace {
@@ -91,6 +93,35 @@ TEST_F(SharedTierTest, AFailedSharedFilesystemFailsOverThenFailsFastNamingIt) {
   EXPECT_FALSE(StepsIn("shared", id).empty()) << "the shared spool takes steps again";
   for (uint64_t s : StepsIn("spool", id)) EXPECT_GE(s, first_refused) << "read once, removed";
   for (t = kSteps; t-- > first_refused;) ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
+}
+
+// The backward pass reads the shared spool's steps ahead of it at most kSharedReads at a time,
+// nearest step first: through a network filesystem's client more reads at once share its
+// bandwidth and finish in no useful order. Reads there are made slow (5 ms against 1 ms of
+// compute per step), so the read-ahead wants several at once; every step comes back exact.
+TEST_F(SharedTierTest, ReadAheadFromTheSharedSpoolGoesNearestFirstAFewAtATime) {
+  shared_bytes_ = 8 << 20;
+  Open(/*disk_bytes=*/8 * kStep, &faulty_io_);
+  uint64_t id = OpenRun("ahead", kSteps, kStep, v1::LAYERS_DISK_HOST, /*keep=*/false);
+  for (uint64_t t = 0; t < kSteps; ++t) ASSERT_TRUE(Push(id, t, kStep).ok()) << t;
+  store_->WaitTieringIdle();
+  const std::set<uint64_t> shared = StepsIn("shared", id);
+  ASSERT_GE(shared.size(), 8u);
+  faulty_io_.SlowReads(std::chrono::milliseconds(5), dir_ + "/shared/");
+  for (uint64_t t = kSteps; t-- > 0;) {
+    ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the adjoint step's compute
+  }
+  std::vector<uint64_t> order;  // the steps whose shared files were read, in the order begun
+  for (const std::string& path : faulty_io_.slow_reads()) {
+    std::string name = std::filesystem::path(path).filename();  // step-<step>-e<e>-g<g>
+    order.push_back(std::stoull(name.substr(5)));
+  }
+  EXPECT_EQ(order, std::vector<uint64_t>(shared.rbegin(), shared.rend()))
+      << "each shared step read once, the newest first";
+  EXPECT_GE(faulty_io_.most_slow_reads_at_once(), 1);
+  EXPECT_LE(faulty_io_.most_slow_reads_at_once(), kSharedReads);
+  EXPECT_GT(store_->Counters().prefetch_hits, 0u) << "read ahead, not only on demand";
 }
 
 }  // namespace

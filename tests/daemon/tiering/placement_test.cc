@@ -21,9 +21,12 @@ TEST(HostBoundary, DependsOnTheLayersAndTheDeclaredCount) {
 }
 
 TEST(PrefetchDepth, ReadsFarEnoughAheadToHideOneDiskRead) {
-  EXPECT_EQ(PrefetchDepth(0, 0, 8), 2u);          // nothing measured yet
+  EXPECT_EQ(PrefetchDepth(0, 0, 8), 8u);          // no read measured yet: as far as allowed
+  EXPECT_EQ(PrefetchDepth(100, 0, 8), 8u);        // the pace known, still no read
+  EXPECT_EQ(PrefetchDepth(0, 50, 8), 2u);         // a read measured, the pace not yet
   EXPECT_EQ(PrefetchDepth(100, 50, 8), 2u);       // compute slower than disk: 2 suffice
   EXPECT_EQ(PrefetchDepth(100, 450, 8), 6u);      // a read spans 4.5 steps
+  EXPECT_EQ(PrefetchDepth(100, 450, 8, 2), 7u);   // a shared spool's step more of margin
   EXPECT_EQ(PrefetchDepth(1, 1000, 8), 8u);       // capped
 }
 
