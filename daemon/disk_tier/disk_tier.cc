@@ -404,10 +404,15 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
 Status DiskTier::WriteError(uint32_t index, const char* what, const std::string& path, int err) {
   SpoolError kind = ClassifySpoolError(err);
   if (kind == SpoolError::kFull) return IoError(what, path, err);
-  Spool& spool = *spools_[index];
-  std::string reason = std::string(what) + " " + path + ": " + std::strerror(err) + " (" +
+  return FailSpool(index,
+                   std::string(what) + " " + path + ": " + std::strerror(err) + " (" +
                        ErrnoName(err) + (kind == SpoolError::kTransient ? ", persistent" : "") +
-                       ")";
+                       ")",
+                   err);
+}
+
+Status DiskTier::FailSpool(uint32_t index, const std::string& reason, int err) {
+  Spool& spool = *spools_[index];
   bool first = false;
   {
     MutexLock lock(mu_);
@@ -446,12 +451,14 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
   std::string path = Path(spool_index, run_id, name);
   uint64_t bytes = FileBytes(raw);
   // A read error is the loss of this file, not of the spool: DATA_LOSS naming the path and the
-  // errno. A transient error that persists is no verdict on the file: UNAVAILABLE.
+  // errno. A transient error that persists is no verdict on the file: UNAVAILABLE; nor is one
+  // that says the filesystem cannot be reached (ReadUnreachable).
   auto lost = [&](const char* what, int err) {
     if (ClassifySpoolError(err) == SpoolError::kTransient) {
       return Status::Unavailable(std::string(what) + " " + path + ": " + std::strerror(err) +
                                  " (" + ErrnoName(err) + ", persistent)");
     }
+    if (auto unreachable = ReadUnreachable(spool_index, what, path, err)) return *unreachable;
     {
       MutexLock lock(mu_);
       ++spool.read_errors;
@@ -463,8 +470,12 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
   Status status = [&]() -> Status {
     Fd fd(io_, Retry([&] { return OpenFile(spool, path, O_RDONLY); }));
     if (fd.Get() < 0) {
-      if (errno == ENOENT) return Status::DataLoss("snapshot file " + path + " is missing");
-      return lost("opening", errno);
+      int err = errno;
+      if (err != ENOENT) return lost("opening", err);
+      if (auto unreachable = ReadUnreachable(spool_index, "opening", path, err)) {
+        return *unreachable;
+      }
+      return Status::DataLoss("snapshot file " + path + " is missing");
     }
     char* p = static_cast<char*>(data);
     for (uint64_t done = 0; done < bytes;) {
@@ -486,6 +497,38 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
   }();
   EndIo(/*write=*/false, spool.spool_class, status.ok() ? bytes : 0);
   return status;
+}
+
+std::optional<Status> DiskTier::ReadUnreachable(uint32_t index, const char* what,
+                                                const std::string& path, int err) {
+  Spool& spool = *spools_[index];
+  const std::string error =
+      std::string(what) + " " + path + ": " + std::strerror(err) + " (" + ErrnoName(err) + ")";
+  const char* kept =
+      "; the step stays recorded and is served once a probe brings the spool "
+      "back (`snapctl spool probe` tries now)";
+  if (ClassifySpoolError(err) == SpoolError::kUnreachable) {
+    Status failed = FailSpool(index, error, err);
+    return Status::Unavailable(failed.message() + ": its filesystem cannot be reached" + kept);
+  }
+  if (err != ENOENT) return std::nullopt;
+  std::string reason;
+  {
+    MutexLock lock(mu_);
+    reason = spool.failed ? spool.reason : "";
+  }
+  if (reason.empty() && spool.spool_class == SpoolClass::kShared) {
+    // A shared filesystem may report the files of an unreachable server as missing: a probe
+    // that writes files of several names over it tells a lost file from a part gone.
+    int probe_err = 0;
+    Status probe = Probe(index, &probe_err);
+    if (probe.ok()) return std::nullopt;
+    reason = "a probe after " + path + " was found missing failed: " + probe.message();
+    (void)FailSpool(index, reason, probe_err ? probe_err : EIO);
+  }
+  if (reason.empty()) return std::nullopt;
+  return Status::Unavailable("snapshot file " + path + " is missing while spool " + spool.dir +
+                             " is out of the rotation (" + reason + ")" + kept);
 }
 
 void DiskTier::Remove(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw) {

@@ -12,12 +12,17 @@
 // Errors (ClassifySpoolError, the one place that tells them apart): a transient error
 // (EINTR, EAGAIN, ENOMEM, ...) is retried a few times with exponential backoff (bounded, well
 // under a second); a full filesystem (ENOSPC, EDQUOT) is RESOURCE_EXHAUSTED, as the budget is;
-// anything else on the write path (EROFS, EIO, ENODEV, a failed fdatasync or rename, a
-// transient error that persists) means the spool's device failed: the spool is marked failed
-// with the errno and the path, leaves the rotation (Reserve picks the others), and a prober
-// thread re-probes it (write, fdatasync and unlink of a small file) with backoff until it is
-// writable again. Reads never fail a spool: a read error or a short read is the loss of that
-// one file (DATA_LOSS naming the path and errno).
+// anything else on the write path (EROFS, EIO, ENODEV, a failed fdatasync, a transient error
+// that persists) means the spool's device failed: the spool is marked failed with the errno
+// and the path, leaves the rotation (Reserve picks the others), and a prober thread re-probes
+// it (write, fdatasync and unlink of a small file) with backoff until it is writable again.
+// A read error or a short read is the loss of that one file (DATA_LOSS naming the path and
+// errno), except where the file may be intact but out of reach: an error saying the
+// filesystem's servers cannot be reached (ENOTCONN, ETIMEDOUT, ESTALE, EHOSTDOWN, ...: a shared
+// filesystem's brick or server gone), or a file missing while its spool is failed, or missing
+// from a shared spool that a probe then finds failing (GlusterFS reports the files of a dead
+// brick as missing). Those fail the spool and are UNAVAILABLE: the step stays recorded and is
+// served once a probe brings the spool back.
 //
 // Thread-safety: every method is thread-safe; Write/Read/Remove block in the kernel and are
 // meant for I/O threads, never for the UCX progress thread or a gRPC reactor. The prober
@@ -29,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -63,6 +69,7 @@ const char* SpoolClassName(SpoolClass c);  // "local", "shared"
 enum class SpoolError {
   kTransient,     // EINTR, EAGAIN, ENOMEM, EMFILE, ENFILE, EBUSY: retry after a pause
   kFull,          // ENOSPC, EDQUOT: the filesystem is full
+  kUnreachable,   // ENOTCONN, ETIMEDOUT, ESTALE, EHOSTDOWN, ...: its servers cannot be reached
   kDeviceFailed,  // anything else: EROFS, EIO, ENODEV, ENXIO, EACCES, ...
 };
 SpoolError ClassifySpoolError(int err);
@@ -215,8 +222,16 @@ class DiskTier {
   std::string FailedSpoolsLocked() const SNAPD_REQUIRES(mu_);
   Status WriteError(uint32_t spool, const char* what, const std::string& path, int err)
       SNAPD_EXCLUDES(mu_);
-  // Writes, syncs and removes a small file in the spool through the seam.
-  Status Probe(uint32_t spool);
+  // Marks the spool failed for `reason` (logging it once) and returns UNAVAILABLE naming the
+  // spool and the reason.
+  Status FailSpool(uint32_t spool, const std::string& reason, int err) SNAPD_EXCLUDES(mu_);
+  // The read path's error for a file that may be intact but cannot be reached now (see the
+  // class comment); nullopt when the error is the file's loss.
+  std::optional<Status> ReadUnreachable(uint32_t spool, const char* what, const std::string& path,
+                                        int err) SNAPD_EXCLUDES(mu_);
+  // Writes, syncs and removes a small file in the spool through the seam (files of several
+  // names on a shared spool); `error`, if given, gets the errno of a failure.
+  Status Probe(uint32_t spool, int* error = nullptr);
   // Marks the spool working again after a probe succeeded.
   void Recovered(uint32_t spool) SNAPD_EXCLUDES(mu_);
   void ProbeLoop() SNAPD_EXCLUDES(mu_);

@@ -22,6 +22,19 @@ SpoolError ClassifySpoolError(int err) {
     case ENOSPC:
     case EDQUOT:
       return SpoolError::kFull;
+    case ENOTCONN:
+    case ETIMEDOUT:
+    case ESTALE:
+    case EHOSTDOWN:
+    case EHOSTUNREACH:
+    case ENETDOWN:
+    case ENETUNREACH:
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ENOLINK:
+    case ESHUTDOWN:
+      return SpoolError::kUnreachable;
     default:
       return SpoolError::kDeviceFailed;
   }
@@ -47,6 +60,26 @@ std::string ErrnoName(int err) {
     case EUCLEAN: return "EUCLEAN";
     case ENOTCONN: return "ENOTCONN";
     case ESTALE: return "ESTALE";
+    case ETIMEDOUT:
+      return "ETIMEDOUT";
+    case EHOSTDOWN:
+      return "EHOSTDOWN";
+    case EHOSTUNREACH:
+      return "EHOSTUNREACH";
+    case ENETDOWN:
+      return "ENETDOWN";
+    case ENETUNREACH:
+      return "ENETUNREACH";
+    case ECONNREFUSED:
+      return "ECONNREFUSED";
+    case ECONNRESET:
+      return "ECONNRESET";
+    case ECONNABORTED:
+      return "ECONNABORTED";
+    case ENOLINK:
+      return "ENOLINK";
+    case ESHUTDOWN:
+      return "ESHUTDOWN";
     default: return "errno " + std::to_string(err);
   }
 }

@@ -35,7 +35,7 @@ void DiskTier::AddStateListener(std::function<void()> listener) {
   listeners_.push_back(std::move(listener));
 }
 
-Status DiskTier::Probe(uint32_t index) {
+Status DiskTier::Probe(uint32_t index, int* error) {
   Spool& spool = *spools_[index];
   // A shared filesystem may place files by name (GlusterFS hashes names over its bricks): one
   // name that lands on a live brick says nothing of a dead one, and a spool brought back on it
@@ -66,6 +66,7 @@ Status DiskTier::Probe(uint32_t index) {
     }
   }
   std::free(block);
+  if (error) *error = err;
   if (err == 0) return Status::Ok();
   return Status::Unavailable(std::string(what) + " " + probe + ": " + std::strerror(err) + " (" +
                              ErrnoName(err) + ")");

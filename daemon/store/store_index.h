@@ -84,6 +84,9 @@ struct StoreIndex {
     uint64_t generation = 0;           // unique per stored copy; also arrival order
     bool writing = false;              // a demotion is writing `block` to disk
     bool reading = false;              // a disk read into host memory is in flight
+    // Its last disk read was UNAVAILABLE (its spool cannot be reached): DiskTier::changes() + 1
+    // then. Read-ahead skips it until a spool's state changes again; 0: none.
+    uint64_t unreachable_at = 0;
     bool verified = true;              // false for a recovered file not yet checksummed
     std::vector<FetchDone> waiters;    // fetches waiting for that read
     // Since when the first of `waiters` waits, and when the wait is next logged (Tiering).

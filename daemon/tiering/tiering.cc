@@ -327,6 +327,9 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
     ix.tiering.disk_down.clear();  // a spool works (again)
   }
   const bool no_spool = s_.disk_ && (!usable_at_start || !s_.disk_->usable());
+  // Full where it works, and a failed spool's room is what is missing (a shared filesystem
+  // gone): reads wait for it as they do when no spool works.
+  const bool spool_down = s_.disk_ && ix.tiering.disk_full && !s_.disk_->FailedSpools().empty();
   if (!ix.tiering.parked_pushes.empty() && stuck) {
     std::string why =
         !s_.disk_  ? "snapd runs without a disk tier"
@@ -370,12 +373,14 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
         continue;
       }
       Status full;
-      if (no_spool) {
-        // No step can leave host memory while no spool works, so none makes room: the read
-        // waits as a push that needs the disk does (spool_failure_timeout), for a spool to come
-        // back or a step to go, then fails UNAVAILABLE.
+      if (no_spool || spool_down) {
+        // No step can leave host memory while no spool works (or the working ones are full and
+        // the others failed), so none makes room: the read waits as a push that needs the disk
+        // does (spool_failure_timeout), for a spool to come back or a step to go, then fails
+        // UNAVAILABLE.
         const auto deadline = snap->waiting_since + s_.options_.spool_failure_timeout;
-        if (s_.disk_->usable()) {  // back during this pass: the prober's wake brings the next
+        // Back during this pass: the prober's wake brings the next.
+        if (no_spool ? s_.disk_->usable() : s_.disk_->FailedSpools().empty()) {
           ++it;
           continue;
         }
@@ -384,13 +389,12 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
           ++it;
           continue;
         }
-        full =
-            Status::Unavailable("no host memory free to read " + StepName(run->record, it->second) +
-                                " back from disk (" + FormatBytes(s_.host_->used()) + " of " +
-                                FormatBytes(s_.host_->budget()) +
-                                " in use), and none can be made while no spool of "
-                                "the disk tier works (" +
-                                s_.disk_->FailedSpools() + ")");
+        full = Status::Unavailable(
+            "no host memory free to read " + StepName(run->record, it->second) +
+            " back from disk (" + FormatBytes(s_.host_->used()) + " of " +
+            FormatBytes(s_.host_->budget()) + " in use), and none can be made while " +
+            (no_spool ? "no spool of the disk tier works (" + s_.disk_->FailedSpools() + ")"
+                      : DiskFullWhy()));
       } else {
         full = Status::ResourceExhausted("no host memory free to read " +
                                          StepName(run->record, it->second) + " back from disk (" +

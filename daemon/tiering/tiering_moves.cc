@@ -196,6 +196,8 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
                            : ix.tiering.read_ns_per_byte;
         pace = pace > 0 ? 0.7 * pace + 0.3 * per_byte : per_byte;
       }
+      snap->unreachable_at =
+          read.code() == Code::kUnavailable && s_.disk_ ? s_.disk_->changes() + 1 : 0;
       if (read.ok()) {
         snap->block = std::move(block);
         snap->verified = true;
@@ -242,6 +244,7 @@ void Tiering::SchedulePrefetch(StoreIndex& ix, Run& run) {
       if (it->first < lowest) break;
       Snapshot& snap = it->second;
       if (snap.record.tier() != v1::TIER_DISK || snap.block || snap.reading) continue;
+      if (snap.unreachable_at == s_.disk_->changes() + 1) continue;  // until a spool changes
       if (s_.disk_->has_shared() && s_.disk_->ClassOf(snap.record.spool()) != cls) continue;
       if (!StartRead(ix, run, snap, /*urgent=*/false)) return;  // no host room; retried on a free
       if (shared && run.shared_reads >= kSharedReads) break;

@@ -39,7 +39,10 @@ Result<std::unique_ptr<Session>> Session::Open(const GlobalOptions& options) {
 
 int Session::Fail(const std::string& what, const grpc::Status& status) const {
   std::string msg = status.error_message();
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+  // UNAVAILABLE is also snapd's own answer (a spool that cannot be reached, a stop in
+  // progress): with the channel connected, its message says what it is.
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
     msg = options_.remote.empty()
               ? "snapd is not reachable at " + options_.socket + " (" + msg +
                     "). Start it with `snapd` (or `systemctl start snapd`), or pass --socket"

@@ -290,7 +290,93 @@ TEST(SpoolErrors, EachErrnoHasOneClass) {
   for (int err : {EROFS, EIO, ENODEV, ENXIO, EACCES, ENOENT}) {
     EXPECT_EQ(ClassifySpoolError(err), SpoolError::kDeviceFailed) << err;
   }
+  for (int err : {ENOTCONN, ETIMEDOUT, ESTALE, EHOSTDOWN, ECONNREFUSED}) {
+    EXPECT_EQ(ClassifySpoolError(err), SpoolError::kUnreachable) << err;
+  }
   EXPECT_EQ(ErrnoName(EROFS), "EROFS");
+  EXPECT_EQ(ErrnoName(ETIMEDOUT), "ETIMEDOUT");
+}
+
+// A shared filesystem whose server or brick is gone: the step's file may be intact, only out
+// of reach. Its read is UNAVAILABLE (never DATA_LOSS: the step stays recorded), the spool
+// leaves the rotation, and once a probe brings it back the same file reads back exact. A file
+// really gone from a working spool is still the loss of that step.
+class UnreachableSpoolTest : public DiskFaultTest {
+ protected:
+  void SetUp() override {
+    DiskTierOptions options{{tmp_.path() + "/spool"}, 1 << 20, 0.7, &io_};
+    options.shared_spools = {tmp_.path() + "/shared"};
+    options.shared_budget_bytes = 1 << 20;
+    auto d = DiskTier::Open(options);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    disk_ = std::move(d).value();
+    for (uint64_t i = 0; i < kRaw; ++i) out_.data.get()[i] = static_cast<char>(i * 7 + 3);
+    auto space = disk_->Reserve(kRaw, SpoolClass::kShared);
+    ASSERT_TRUE(space.ok()) << space.status().ToString();
+    ASSERT_EQ(space->spool, 1u);
+    ASSERT_TRUE(disk_->Write(*space, 7, "step-1", out_.data.get(), kRaw).ok());
+  }
+  Status ReadShared() {
+    AlignedBuffer in(kRaw);
+    Status s = disk_->Read(1, 7, "step-1", in.data.get(), kRaw);
+    if (s.ok() && std::memcmp(out_.data.get(), in.data.get(), kRaw) != 0) {
+      return Status::DataLoss("read back different bytes");
+    }
+    return s;
+  }
+  std::string File() { return tmp_.path() + "/shared/run-7/step-1"; }
+};
+
+TEST_F(UnreachableSpoolTest, ENotConnIsUnavailableNotALossAndTheFileServesOnceTheSpoolIsBack) {
+  io_.Fail(testing::FaultySpoolIo::kRead, ENOTCONN, 0, tmp_.path() + "/shared");
+  Status s = ReadShared();
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("reading " + File() +
+                             ": Transport endpoint is not connected "
+                             "(ENOTCONN)"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("cannot be reached"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("stays recorded"), std::string::npos) << s.ToString();
+  ASSERT_TRUE(disk_->SpoolStates()[1].failed);
+  EXPECT_EQ(disk_->SpoolStates()[1].error, ENOTCONN);
+  EXPECT_FALSE(disk_->SpoolStates()[0].failed) << "the local spool is not touched";
+  io_.Fail(testing::FaultySpoolIo::kOpenForWrite, ENOTCONN, 0, tmp_.path() + "/shared");
+  EXPECT_EQ(disk_->ProbeNow(), 0);  // still unreachable
+  io_.Heal();
+  EXPECT_EQ(disk_->ProbeNow(), 1);
+  EXPECT_TRUE(ReadShared().ok());
+}
+
+TEST_F(UnreachableSpoolTest, AFileMissingWhileAProbeFailsIsUnavailableAndServesOnceItIsBack) {
+  // GlusterFS shows the files of a dead brick as missing (ENOENT), and its other bricks work.
+  std::filesystem::rename(File(), File() + ".on-the-dead-brick");
+  io_.Fail(testing::FaultySpoolIo::kOpenForWrite, ENOTCONN, 0,
+           tmp_.path() + "/shared/.snapd-probe-3");
+  Status s = ReadShared();
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("snapshot file " + File() + " is missing while spool"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find(".snapd-probe-3: Transport endpoint is not connected (ENOTCONN)"),
+            std::string::npos)
+      << s.ToString();
+  ASSERT_TRUE(disk_->SpoolStates()[1].failed);
+  // Missing again while the spool is out of the rotation: the same answer, no probe needed.
+  EXPECT_EQ(ReadShared().code(), Code::kUnavailable);
+  std::filesystem::rename(File() + ".on-the-dead-brick", File());
+  io_.Heal();
+  EXPECT_EQ(disk_->ProbeNow(), 1);
+  EXPECT_TRUE(ReadShared().ok());
+}
+
+TEST_F(UnreachableSpoolTest, AFileMissingFromAWorkingSharedSpoolIsLost) {
+  std::filesystem::remove(File());
+  Status s = ReadShared();
+  EXPECT_EQ(s.code(), Code::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("snapshot file " + File() + " is missing"), std::string::npos)
+      << s.ToString();
+  EXPECT_FALSE(disk_->SpoolStates()[1].failed) << "the probe wrote every name";
 }
 
 TEST_F(DiskFaultTest, ATransientErrorIsRetriedAndTheWriteSucceeds) {

@@ -81,13 +81,14 @@ class SpoolFailureTest : public ::testing::Test {
   }
   // A store over `spools` spools (spool0, spool1, ...) whose I/O goes through io_. Reopening
   // keeps the catalog and the spools: a restart.
-  void Open(int spools = 1, milliseconds timeout = milliseconds(2000), uint64_t scrub_rate = 0) {
+  void Open(int spools = 1, milliseconds timeout = milliseconds(2000), uint64_t scrub_rate = 0,
+            uint64_t budget = 64ull << 20) {
     Close();
     catalog_ = std::move(Catalog::Open(dir_ + "/catalog").value());
     if (!host_) host_ = std::move(HostTier::Create(kHostBytes).value());
     DiskTierOptions d;
     for (int i = 0; i < spools; ++i) d.spools.push_back(Spool(i));
-    d.budget_bytes = 64ull << 20;
+    d.budget_bytes = budget;
     d.io = &io_;
     d.probe_min = milliseconds(100);
     d.probe_max = milliseconds(1000);
@@ -316,6 +317,44 @@ TEST_F(SpoolFailureTest, AFetchThatNeedsRoomWhileNoSpoolWorksWaitsForASpool) {
   EXPECT_TRUE(again.ok()) << again.ToString();
   for (uint64_t k = 0; k < t; ++k) EXPECT_TRUE(FetchExact(id, k).ok()) << k;
   ExpectRoundTrip();
+}
+
+// The same with one spool full and the other failed (a shared filesystem gone while the local
+// disks are full): the room the read needs can only come from the failed spool, so the read
+// waits spool_failure_timeout for it and then fails UNAVAILABLE naming it (it failed
+// RESOURCE_EXHAUSTED at once; the GlusterFS brick-kill test found it); a spool back within the
+// bound serves it.
+TEST_F(SpoolFailureTest, AFetchThatNeedsRoomWhileTheWorkingSpoolsAreFullWaitsForTheFailedOne) {
+  const milliseconds kTimeout(1500);
+  ASSERT_NO_FATAL_FAILURE(Open(2, kTimeout, 0, /*budget=*/16 * (kStep + 4096)));
+  uint64_t id = OpenRun("r", 0, v1::LAYERS_DISK_HOST);
+  io_.Fail(testing::FaultySpoolIo::kOpenForWrite, EROFS, 0, Spool(1));
+  uint64_t t = 0;
+  while (Push(id, t).ok()) ++t;  // host memory, then spool0 fill; spool1 failed
+  ASSERT_TRUE(disk_->usable());
+  ASSERT_TRUE(disk_->SpoolStates()[1].failed);
+  ASSERT_EQ(TierOf("r", 0), v1::TIER_DISK);
+
+  auto fetch = [&](uint64_t step) {
+    return std::async(std::launch::async, [this, id, step] { return FetchExact(id, step); });
+  };
+  const auto started = steady_clock::now();
+  Status s = fetch(0).get();
+  const auto waited = steady_clock::now() - started;
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("the working spools are full and the others failed (EROFS on " +
+                             Spool(1) + ")"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_GE(waited, kTimeout - milliseconds(100));
+  EXPECT_LT(waited, kTimeout + milliseconds(3000));
+
+  auto served = fetch(1);
+  std::this_thread::sleep_for(milliseconds(300));
+  io_.Heal();
+  Status again = served.get();
+  EXPECT_TRUE(again.ok()) << again.ToString();
+  for (uint64_t k = 0; k < t; ++k) EXPECT_TRUE(FetchExact(id, k).ok()) << k;
 }
 
 // Two spools; one's device fails in the middle of a run. The run never notices: the demotion

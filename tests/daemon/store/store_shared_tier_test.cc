@@ -124,5 +124,40 @@ TEST_F(SharedTierTest, ReadAheadFromTheSharedSpoolGoesNearestFirstAFewAtATime) {
   EXPECT_GT(store_->Counters().prefetch_hits, 0u) << "read ahead, not only on demand";
 }
 
+// The shared filesystem's server goes away before the backward pass reaches the steps it holds
+// (a GlusterFS brick killed: ENOTCONN). A fetch of such a step is UNAVAILABLE naming the file
+// and the errno; the step stays recorded, never lost; read-ahead does not spin on it; and once
+// a probe brings the spool back, every step comes back exact.
+TEST_F(SharedTierTest, AStepOnAnUnreachableSharedSpoolIsUnavailableNotLostAndServedOnceBack) {
+  shared_bytes_ = 8 << 20;
+  Open(/*disk_bytes=*/8 * kStep, &faulty_io_);
+  uint64_t id = OpenRun("brick", kSteps, kStep, v1::LAYERS_DISK_HOST, /*keep=*/false);
+  for (uint64_t t = 0; t < kSteps; ++t) ASSERT_TRUE(Push(id, t, kStep).ok()) << t;
+  store_->WaitTieringIdle();
+  const std::set<uint64_t> shared = StepsIn("shared", id);
+  ASSERT_FALSE(shared.empty());
+  const uint64_t newest_shared = *shared.rbegin();
+  faulty_io_.Fail(testing::FaultySpoolIo::kRead, ENOTCONN, 0, dir_ + "/shared/");
+  for (uint64_t t = kSteps; t-- > newest_shared + 1;) {
+    ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
+  }
+  Status s = FetchExact(id, newest_shared, kStep);
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("Transport endpoint is not connected (ENOTCONN)"), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("stays recorded"), std::string::npos) << s.ToString();
+  EXPECT_EQ(TierOf("brick", newest_shared), v1::TIER_DISK);
+  EXPECT_TRUE(disk_->SpoolStates()[1].failed);
+  const uint64_t calls = faulty_io_.calls();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_LT(faulty_io_.calls() - calls, 20u) << "read-ahead retries an unreachable spool";
+
+  faulty_io_.Heal();
+  disk_->ProbeNow();
+  ASSERT_FALSE(disk_->SpoolStates()[1].failed);
+  for (uint64_t t = newest_shared + 1; t-- > 0;) ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
+  EXPECT_EQ(store_->Counters().lost_snapshots, 0u);
+}
+
 }  // namespace
 }  // namespace snapd
