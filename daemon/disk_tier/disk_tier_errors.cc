@@ -2,6 +2,7 @@
 // errno names for messages.
 #include <cerrno>
 #include <string>
+#include <utility>
 
 #include "disk_tier/disk_tier.h"
 
@@ -41,47 +42,40 @@ SpoolError ClassifySpoolError(int err) {
 }
 
 std::string ErrnoName(int err) {
-  switch (err) {
-    case EROFS: return "EROFS";
-    case EIO: return "EIO";
-    case ENODEV: return "ENODEV";
-    case ENXIO: return "ENXIO";
-    case ENOSPC: return "ENOSPC";
-    case EDQUOT: return "EDQUOT";
-    case EACCES: return "EACCES";
-    case EPERM: return "EPERM";
-    case ENOENT: return "ENOENT";
-    case EINTR: return "EINTR";
-    case EAGAIN: return "EAGAIN";
-    case ENOMEM: return "ENOMEM";
-    case EMFILE: return "EMFILE";
-    case ENFILE: return "ENFILE";
-    case EBUSY: return "EBUSY";
-    case EUCLEAN: return "EUCLEAN";
-    case ENOTCONN: return "ENOTCONN";
-    case ESTALE: return "ESTALE";
-    case ETIMEDOUT:
-      return "ETIMEDOUT";
-    case EHOSTDOWN:
-      return "EHOSTDOWN";
-    case EHOSTUNREACH:
-      return "EHOSTUNREACH";
-    case ENETDOWN:
-      return "ENETDOWN";
-    case ENETUNREACH:
-      return "ENETUNREACH";
-    case ECONNREFUSED:
-      return "ECONNREFUSED";
-    case ECONNRESET:
-      return "ECONNRESET";
-    case ECONNABORTED:
-      return "ECONNABORTED";
-    case ENOLINK:
-      return "ENOLINK";
-    case ESHUTDOWN:
-      return "ESHUTDOWN";
-    default: return "errno " + std::to_string(err);
+  static constexpr std::pair<int, const char*> kNames[] = {
+      {EROFS, "EROFS"},
+      {EIO, "EIO"},
+      {ENODEV, "ENODEV"},
+      {ENXIO, "ENXIO"},
+      {ENOSPC, "ENOSPC"},
+      {EDQUOT, "EDQUOT"},
+      {EACCES, "EACCES"},
+      {EPERM, "EPERM"},
+      {ENOENT, "ENOENT"},
+      {EINTR, "EINTR"},
+      {EAGAIN, "EAGAIN"},
+      {ENOMEM, "ENOMEM"},
+      {EMFILE, "EMFILE"},
+      {ENFILE, "ENFILE"},
+      {EBUSY, "EBUSY"},
+      {EUCLEAN, "EUCLEAN"},
+      {ENOTCONN, "ENOTCONN"},
+      {ESTALE, "ESTALE"},
+      {ETIMEDOUT, "ETIMEDOUT"},
+      {EHOSTDOWN, "EHOSTDOWN"},
+      {EHOSTUNREACH, "EHOSTUNREACH"},
+      {ENETDOWN, "ENETDOWN"},
+      {ENETUNREACH, "ENETUNREACH"},
+      {ECONNREFUSED, "ECONNREFUSED"},
+      {ECONNRESET, "ECONNRESET"},
+      {ECONNABORTED, "ECONNABORTED"},
+      {ENOLINK, "ENOLINK"},
+      {ESHUTDOWN, "ESHUTDOWN"},
+  };
+  for (const auto& [e, name] : kNames) {
+    if (e == err) return name;
   }
+  return "errno " + std::to_string(err);
 }
 
 }  // namespace snapd
