@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -174,6 +175,8 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
       auto spool = std::make_unique<Spool>();
       spool->dir = dir;
       spool->spool_class = cls;
+      if (stat(dir.c_str(), &st) != 0) return IoError("stat", dir, errno);
+      spool->dev = st.st_dev;
       // What the spool's filesystem can give snapd: its free space plus the files snapd
       // already keeps there (recovered snapshots), so a restart computes the same budget as
       // the start before it, not a smaller one each time.
@@ -376,6 +379,13 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
   Status status = [&]() -> Status {
     Fd fd(io_, Retry([&] { return OpenFile(spool, path, O_WRONLY | O_CREAT | O_TRUNC); }));
     if (fd.Get() < 0) return WriteError(space.spool, "creating", path, errno);
+    // A mount gone from under the spool (unmounted, a mount namespace without it) leaves a
+    // directory of the same name on another filesystem: writes there would fill it and vanish
+    // when the mount returns. The file's device tells (fstat of a file just created costs no
+    // round trip, even on a network filesystem).
+    if (struct stat st{}; fstat(fd.Get(), &st) == 0 && st.st_dev != spool.dev) {
+      return FailSpool(space.spool, MovedMessage(spool, path, st.st_dev), ENODEV);
+    }
     const char* p = static_cast<const char*>(data);
     for (uint64_t done = 0; done < bytes;) {
       ssize_t n = Retry([&] {
@@ -399,6 +409,13 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
     Unaccount(space.spool, kept);
   }
   return status;
+}
+
+std::string DiskTier::MovedMessage(const Spool& spool, const std::string& path, dev_t now) {
+  return path + " is on device " + std::to_string(major(now)) + ":" + std::to_string(minor(now)) +
+         ", not on the filesystem of " + spool.dir + " at start (" +
+         std::to_string(major(spool.dev)) + ":" + std::to_string(minor(spool.dev)) +
+         "): its mount is gone";
 }
 
 Status DiskTier::WriteError(uint32_t index, const char* what, const std::string& path, int err) {

@@ -29,6 +29,8 @@
 // thread calls the state listener with no lock held.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -195,6 +197,7 @@ class DiskTier {
   struct Spool {
     std::string dir;
     SpoolClass spool_class = SpoolClass::kLocal;  // set at Open, never changed
+    dev_t dev = 0;  // its filesystem's device at Open: a file on another means the mount went
     uint64_t budget = 0;
     uint64_t used = 0;
     std::atomic<bool> direct{true};  // cleared the first time O_DIRECT is refused
@@ -229,6 +232,8 @@ class DiskTier {
   // class comment); nullopt when the error is the file's loss.
   std::optional<Status> ReadUnreachable(uint32_t spool, const char* what, const std::string& path,
                                         int err) SNAPD_EXCLUDES(mu_);
+  // "PATH is on device M:N, not on the filesystem of DIR at start (M:N): its mount is gone".
+  static std::string MovedMessage(const Spool& spool, const std::string& path, dev_t now);
   // Writes, syncs and removes a small file in the spool through the seam (files of several
   // names on a shared spool); `error`, if given, gets the errno of a failure.
   Status Probe(uint32_t spool, int* error = nullptr);

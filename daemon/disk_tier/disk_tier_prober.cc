@@ -2,6 +2,7 @@
 // thread that re-tests a failed spool until it works again (docs/operations.md, "A failing
 // disk").
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -41,6 +42,10 @@ Status DiskTier::Probe(uint32_t index, int* error) {
   // name that lands on a live brick says nothing of a dead one, and a spool brought back on it
   // fails again at the next file. Several names must all work.
   const int files = spool.spool_class == SpoolClass::kShared ? kSharedProbeFiles : 1;
+  if (struct stat st{}; stat(spool.dir.c_str(), &st) == 0 && st.st_dev != spool.dev) {
+    if (error) *error = ENODEV;
+    return Status::Unavailable(MovedMessage(spool, spool.dir, st.st_dev));
+  }
   void* block = std::aligned_alloc(kAlignment, kAlignment);
   if (!block) return Status::ResourceExhausted("no memory for a probe");
   std::memset(block, 0, kAlignment);

@@ -1,9 +1,10 @@
 #include "disk_tier/disk_tier.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -368,6 +369,43 @@ TEST_F(UnreachableSpoolTest, AFileMissingWhileAProbeFailsIsUnavailableAndServesO
   io_.Heal();
   EXPECT_EQ(disk_->ProbeNow(), 1);
   EXPECT_TRUE(ReadShared().ok());
+}
+
+// The mount under a spool goes (unmounted): its path now leads to another filesystem. A write
+// there fails the spool naming both devices and leaves nothing behind, and probes keep it out of
+// the rotation until the mount is back. (A symlink to /dev/shm stands in for the directory the
+// mount leaves uncovered.)
+TEST_F(DiskFaultTest, AMountGoneFromUnderASpoolFailsItAndNothingIsWrittenElsewhere) {
+  ASSERT_TRUE(WriteStep("step-1").ok());
+  const std::string spool = tmp_.path() + "/spool";
+  char other_dir[] = "/dev/shm/snapd-test-XXXXXX";
+  ASSERT_NE(mkdtemp(other_dir), nullptr);
+  const std::string other = other_dir;
+  struct stat a {
+  }, b{};
+  ASSERT_EQ(stat(spool.c_str(), &a), 0);
+  ASSERT_EQ(stat(other.c_str(), &b), 0);
+  if (a.st_dev == b.st_dev) {
+    std::filesystem::remove_all(other);
+    GTEST_SKIP() << "the test directory is on /dev/shm's filesystem";
+  }
+  std::filesystem::rename(spool, spool + ".mounted");
+  std::filesystem::create_directory_symlink(other, spool);
+  Status s = WriteStep("step-2");
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("its mount is gone"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("not on the filesystem of " + spool), std::string::npos)
+      << s.ToString();
+  ASSERT_TRUE(disk_->SpoolStates()[0].failed);
+  EXPECT_EQ(disk_->SpoolStates()[0].error, ENODEV);
+  EXPECT_FALSE(std::filesystem::exists(other + "/run-7/step-2")) << "written to the wrong disk";
+  EXPECT_EQ(disk_->ProbeNow(), 0) << "still on the wrong filesystem";
+  std::filesystem::remove(spool);
+  std::filesystem::rename(spool + ".mounted", spool);
+  std::filesystem::remove_all(other);
+  EXPECT_EQ(disk_->ProbeNow(), 1);
+  ASSERT_TRUE(WriteStep("step-3").ok());
+  ExpectReadsBackExact("step-3");
 }
 
 TEST_F(UnreachableSpoolTest, AFileMissingFromAWorkingSharedSpoolIsLost) {
