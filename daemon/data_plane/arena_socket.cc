@@ -21,7 +21,9 @@ namespace {
 bool SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
   wire::ArenaReply reply{};
   reply.code = static_cast<int32_t>(s.code());
-  reply.message_length = wire::FitReplyMessage(s.message(), reply.message);
+  size_t n = std::min(s.message().size(), wire::kMaxReplyMessage);
+  std::memcpy(reply.message, s.message().data(), n);
+  reply.message_length = static_cast<uint32_t>(n);
   reply.arena_bytes = arena_bytes;
   return SendWithFd(fd, &reply, sizeof reply, pass_fd) >= 0;
 }

@@ -459,7 +459,9 @@ void DataPlane::Reply(Link link, uint64_t request_id, const Status& status, Repl
   reply->code = static_cast<int32_t>(status.code());
   reply->bytes = body.bytes;
   reply->offset = body.offset;
-  reply->message_length = wire::FitReplyMessage(status.message(), reply->message);
+  size_t n = std::min(status.message().size(), wire::kMaxReplyMessage);
+  std::memcpy(reply->message, status.message().data(), n);
+  reply->message_length = static_cast<uint32_t>(n);
   auto conn = conns_.find(link);
   if (conn == conns_.end()) return;  // client went away; nothing to answer
   if (conn->second.socket) {

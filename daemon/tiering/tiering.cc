@@ -178,8 +178,8 @@ void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
 std::string Tiering::DiskFullWhy() const {
   // Full, or what is left working is full: a failed spool (a shared filesystem gone) is named,
   // since its room is what the push lacks.
-  // Short, errno first: a data-plane reply carries 232 bytes of message, its beginning and end
-  // when longer (wire::FitReplyMessage); the log has the whole reason, the file and the call.
+  // Short, errno first: a data-plane reply carries 232 bytes of message (the log has the
+  // whole reason, the file and the call).
   std::string failed;
   for (const SpoolStatus& st : s_.disk_->SpoolStates()) {
     if (st.failed) failed += (failed.empty() ? "" : ", ") + ErrnoName(st.error) + " on " + st.dir;

@@ -50,8 +50,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <string_view>
 #include <type_traits>
 
 namespace snapd::wire {
@@ -169,23 +167,6 @@ static_assert(sizeof(ArenaReply) == 248);
 
 inline Header MakeHeader(AmId op, uint64_t token, uint64_t request_id) {
   return Header{kMagic, kVersion, static_cast<uint16_t>(op), token, request_id};
-}
-
-// Writes `message` into a reply's message field (kMaxReplyMessage bytes) and returns its
-// length. One too long keeps its beginning and its end, joined by " ... ": the end is where
-// an error names its cause ("... (ENOTCONN on /lustre/snapd)").
-inline uint32_t FitReplyMessage(std::string_view message, char (&out)[kMaxReplyMessage]) {
-  if (message.size() <= kMaxReplyMessage) {
-    std::memcpy(out, message.data(), message.size());
-    return static_cast<uint32_t>(message.size());
-  }
-  constexpr std::string_view kJoin = " ... ";
-  constexpr size_t kTail = 96;
-  constexpr size_t kHead = kMaxReplyMessage - kJoin.size() - kTail;
-  std::memcpy(out, message.data(), kHead);
-  std::memcpy(out + kHead, kJoin.data(), kJoin.size());
-  std::memcpy(out + kHead + kJoin.size(), message.data() + message.size() - kTail, kTail);
-  return static_cast<uint32_t>(kMaxReplyMessage);
 }
 
 }  // namespace snapd::wire
