@@ -389,12 +389,14 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
           ++it;
           continue;
         }
+        // The cause before the figures: a data-plane reply keeps 232 bytes of it.
         full = Status::Unavailable(
             "no host memory free to read " + StepName(run->record, it->second) +
-            " back from disk (" + FormatBytes(s_.host_->used()) + " of " +
-            FormatBytes(s_.host_->budget()) + " in use), and none can be made while " +
+            " back from disk, and none can be made while " +
             (no_spool ? "no spool of the disk tier works (" + s_.disk_->FailedSpools() + ")"
-                      : DiskFullWhy()));
+                      : DiskFullWhy()) +
+            " (host tier " + FormatBytes(s_.host_->used()) + " of " +
+            FormatBytes(s_.host_->budget()) + " in use)");
       } else {
         full = Status::ResourceExhausted("no host memory free to read " +
                                          StepName(run->record, it->second) + " back from disk (" +
