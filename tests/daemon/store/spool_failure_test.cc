@@ -104,6 +104,30 @@ class SpoolFailureTest : public ::testing::Test {
     store_ = std::move(store).value();
   }
   std::string Spool(int i) const { return dir_ + "/spool" + std::to_string(i); }
+  // Steps 0 and 1 of run `id` (of `steps`) are on disk and the host tier is full of steps that
+  // can move only to a failed spool (EROFS): a fetch of step 0 waits `timeout` and fails
+  // UNAVAILABLE saying `why` and naming EROFS; a fetch of step 1 is served once the spool comes
+  // back within the bound (io_.Heal); then every step comes back exact.
+  void ExpectReadWaitsForASpool(uint64_t id, uint64_t steps, milliseconds timeout,
+                                const std::string& why) {
+    auto fetch = [&](uint64_t step) {
+      return std::async(std::launch::async, [this, id, step] { return FetchExact(id, step); });
+    };
+    const auto started = steady_clock::now();
+    Status s = fetch(0).get();
+    const auto waited = steady_clock::now() - started;
+    EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+    EXPECT_NE(s.message().find(why), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("EROFS"), std::string::npos) << s.ToString();
+    EXPECT_GE(waited, timeout - milliseconds(100));
+    EXPECT_LT(waited, timeout + milliseconds(3000));
+    auto served = fetch(1);
+    std::this_thread::sleep_for(milliseconds(300));
+    io_.Heal();
+    Status again = served.get();
+    EXPECT_TRUE(again.ok()) << again.ToString();
+    for (uint64_t k = 0; k < steps; ++k) EXPECT_TRUE(FetchExact(id, k).ok()) << k;
+  }
   uint64_t OpenRun(const std::string& name, uint64_t steps, v1::Layers layers) {
     v1::RunSpec spec;
     spec.set_name(name);
@@ -296,26 +320,7 @@ TEST_F(SpoolFailureTest, AFetchThatNeedsRoomWhileNoSpoolWorksWaitsForASpool) {
   while (Push(id, t).ok()) ++t;
   ASSERT_FALSE(disk_->usable());
 
-  auto fetch = [&](uint64_t step) {
-    return std::async(std::launch::async, [this, id, step] { return FetchExact(id, step); });
-  };
-  const auto started = steady_clock::now();
-  Status s = fetch(0).get();
-  const auto waited = steady_clock::now() - started;
-  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
-  EXPECT_NE(s.message().find("no spool of the disk tier works"), std::string::npos)
-      << s.ToString();
-  EXPECT_NE(s.message().find("EROFS"), std::string::npos) << s.ToString();
-  EXPECT_GE(waited, kTimeout - milliseconds(100));
-  EXPECT_LT(waited, kTimeout + milliseconds(3000));
-
-  // Within the bound the spool comes back: a demotion makes room and the read is served.
-  auto served = fetch(1);
-  std::this_thread::sleep_for(milliseconds(300));
-  io_.Heal();
-  Status again = served.get();
-  EXPECT_TRUE(again.ok()) << again.ToString();
-  for (uint64_t k = 0; k < t; ++k) EXPECT_TRUE(FetchExact(id, k).ok()) << k;
+  ExpectReadWaitsForASpool(id, t, kTimeout, "no spool of the disk tier works");
   ExpectRoundTrip();
 }
 
@@ -335,26 +340,8 @@ TEST_F(SpoolFailureTest, AFetchThatNeedsRoomWhileTheWorkingSpoolsAreFullWaitsFor
   ASSERT_TRUE(disk_->SpoolStates()[1].failed);
   ASSERT_EQ(TierOf("r", 0), v1::TIER_DISK);
 
-  auto fetch = [&](uint64_t step) {
-    return std::async(std::launch::async, [this, id, step] { return FetchExact(id, step); });
-  };
-  const auto started = steady_clock::now();
-  Status s = fetch(0).get();
-  const auto waited = steady_clock::now() - started;
-  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
-  EXPECT_NE(s.message().find("the working spools are full and the others failed (EROFS on " +
-                             Spool(1) + ")"),
-            std::string::npos)
-      << s.ToString();
-  EXPECT_GE(waited, kTimeout - milliseconds(100));
-  EXPECT_LT(waited, kTimeout + milliseconds(3000));
-
-  auto served = fetch(1);
-  std::this_thread::sleep_for(milliseconds(300));
-  io_.Heal();
-  Status again = served.get();
-  EXPECT_TRUE(again.ok()) << again.ToString();
-  for (uint64_t k = 0; k < t; ++k) EXPECT_TRUE(FetchExact(id, k).ok()) << k;
+  ExpectReadWaitsForASpool(
+      id, t, kTimeout, "the working spools are full and the others failed (EROFS on " + Spool(1));
 }
 
 // Two spools; one's device fails in the middle of a run. The run never notices: the demotion
