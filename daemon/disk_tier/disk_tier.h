@@ -149,10 +149,10 @@ class DiskTier {
   // or the error (the file then stays where it was).
   Result<std::string> Quarantine(uint32_t spool, uint64_t run_id, const std::string& name,
                                  uint64_t accounted_raw) SNAPD_EXCLUDES(mu_);
-  // Deletes what writes a crash interrupted: `.tmp` files, and complete files no record names
-  // (renamed into place, not yet recorded), with empty run directories. Never a file `keep`
-  // ("<spool>/run-<id>/<name>" relative keys, see Key) names, whatever state its record is in.
-  // Returns the paths removed.
+  // Deletes what writes a crash interrupted: files no record names (half written, or written
+  // and not yet recorded; `.tmp` files of earlier versions), with empty run directories. Never
+  // a file `keep` ("<spool>/run-<id>/<name>" relative keys, see Key) names, whatever state its
+  // record is in. Returns the paths removed.
   std::vector<std::string> RemoveOrphans(const std::set<std::string>& keep);
   static std::string Key(uint32_t spool, uint64_t run_id, const std::string& name);
   // A file name snapd writes: one path component, not "." or "..". The catalog's names are
