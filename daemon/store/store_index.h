@@ -114,7 +114,7 @@ struct StoreIndex {
     double pace_ns = 0;
     uint64_t prefetch_from = 0;   // read ahead below this step (the last backward fetch); 0 = none
     // Disk reads of its steps on shared spools in flight (Tiering::SchedulePrefetch keeps the
-    // read-ahead there to one at a time, nearest step first).
+    // read-ahead there to kSharedReads at a time, nearest step first).
     int shared_reads = 0;
     std::set<uint64_t> sessions;  // live sessions that opened or attached to it
     // When the last of them died (its client went away without closing); none: not an orphan.
