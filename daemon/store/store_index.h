@@ -85,8 +85,10 @@ struct StoreIndex {
     bool writing = false;              // a demotion is writing `block` to disk
     bool reading = false;              // a disk read into host memory is in flight
     // Its last disk read was UNAVAILABLE (its spool cannot be reached): DiskTier::changes() + 1
-    // then. Read-ahead skips it until a spool's state changes again; 0: none.
+    // then, and a second later. Read-ahead skips it until a spool's state changes again or that
+    // second has passed (a spool back before the read ended changes nothing after); 0: none.
     uint64_t unreachable_at = 0;
+    std::chrono::steady_clock::time_point unreachable_until{};
     bool verified = true;              // false for a recovered file not yet checksummed
     std::vector<FetchDone> waiters;    // fetches waiting for that read
     // Since when the first of `waiters` waits, and when the wait is next logged (Tiering).

@@ -198,6 +198,7 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
       }
       snap->unreachable_at =
           read.code() == Code::kUnavailable && s_.disk_ ? s_.disk_->changes() + 1 : 0;
+      snap->unreachable_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       if (read.ok()) {
         snap->block = std::move(block);
         snap->verified = true;
@@ -244,7 +245,10 @@ void Tiering::SchedulePrefetch(StoreIndex& ix, Run& run) {
       if (it->first < lowest) break;
       Snapshot& snap = it->second;
       if (snap.record.tier() != v1::TIER_DISK || snap.block || snap.reading) continue;
-      if (snap.unreachable_at == s_.disk_->changes() + 1) continue;  // until a spool changes
+      if (snap.unreachable_at == s_.disk_->changes() + 1 &&
+          std::chrono::steady_clock::now() < snap.unreachable_until) {
+        continue;  // its spool could not be reached a moment ago, and nothing changed since
+      }
       if (s_.disk_->has_shared() && s_.disk_->ClassOf(snap.record.spool()) != cls) continue;
       if (!StartRead(ix, run, snap, /*urgent=*/false)) return;  // no host room; retried on a free
       if (shared && run.shared_reads >= kSharedReads) break;
