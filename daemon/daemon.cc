@@ -285,11 +285,8 @@ Status Daemon::StartServing() {
   }
 
   std::string spools = SpoolDirsText(config);
-  if (!config.shared_spool_dirs.empty()) {
-    std::string shared;
-    for (const auto& dir : config.shared_spool_dirs) shared += (shared.empty() ? "" : ",") + dir;
-    spools += "; shared: " + shared;
-  }
+  if (!config.shared_spool_dirs.empty())
+    spools += "; shared: " + DirsText(config.shared_spool_dirs);
   SNAPD_LOG_INFO(
       "snapd %s serving on unix:%s, data plane: %s, host tier %s (%s%s), disk "
       "tier %s (%s), catalog %s",

@@ -462,13 +462,14 @@ std::vector<std::string> SpoolDirs(const Config& c) {
   return c.spool_dirs;
 }
 
-std::string SpoolDirsText(const Config& c) {
-  std::vector<std::string> dirs = SpoolDirs(c);
+std::string DirsText(const std::vector<std::string>& dirs) {
   if (dirs.empty()) return "none";
   std::string out;
   for (const auto& d : dirs) out += (out.empty() ? "" : ",") + d;
   return out;
 }
+
+std::string SpoolDirsText(const Config& c) { return DirsText(SpoolDirs(c)); }
 
 uint64_t HostBudget(const Config& c, uint64_t mem_available) {
   if (c.host_mem != 0) return c.host_mem;

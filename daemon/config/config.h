@@ -130,6 +130,8 @@ std::string FormatConfig(const Config& config);
 // The spool directories in effect (empty: no disk tier), and as written in a config file.
 std::vector<std::string> SpoolDirs(const Config& config);
 std::string SpoolDirsText(const Config& config);
+// Directories as one comma-separated list, as the options write them; "none" for none.
+std::string DirsText(const std::vector<std::string>& dirs);
 
 // Host-tier budget in bytes: host_mem, or host_mem_perc of `mem_available`.
 uint64_t HostBudget(const Config& config, uint64_t mem_available);

@@ -55,11 +55,7 @@ Status SetSharedSpoolDirs(Config& c, const std::string& value) {
   return Status::Ok();
 }
 
-std::string GetSharedSpoolDirs(const Config& c) {
-  std::string out;
-  for (const auto& d : c.shared_spool_dirs) out += (out.empty() ? "" : ",") + d;
-  return Quoted(out.empty() ? "none" : out);
-}
+std::string GetSharedSpoolDirs(const Config& c) { return Quoted(DirsText(c.shared_spool_dirs)); }
 
 }  // namespace
 
