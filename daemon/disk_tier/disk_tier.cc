@@ -519,13 +519,14 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
 std::optional<Status> DiskTier::ReadUnreachable(uint32_t index, const char* what,
                                                 const std::string& path, int err) {
   Spool& spool = *spools_[index];
-  const std::string error =
-      std::string(what) + " " + path + ": " + std::strerror(err) + " (" + ErrnoName(err) + ")";
   const char* kept =
       "; the step stays recorded and is served once a probe brings the spool "
       "back (`snapctl spool probe` tries now)";
   if (ClassifySpoolError(err) == SpoolError::kUnreachable) {
-    Status failed = FailSpool(index, error, err);
+    Status failed = FailSpool(
+        index,
+        std::string(what) + " " + path + ": " + std::strerror(err) + " (" + ErrnoName(err) + ")",
+        err);
     return Status::Unavailable(failed.message() + ": its filesystem cannot be reached" + kept);
   }
   if (err != ENOENT) return std::nullopt;

@@ -165,6 +165,8 @@ class DiskTier {
   std::vector<SpoolStatus> SpoolStates() const SNAPD_EXCLUDES(mu_);
   // At least one spool works.
   bool usable() const { return usable_.load(std::memory_order_acquire); }
+  // No spool is failed.
+  bool all_working() const { return all_working_.load(std::memory_order_acquire); }
   // What a refusal says when no spool works: each spool, what failed it and its errno.
   std::string FailedSpools() const SNAPD_EXCLUDES(mu_);
   // Probes every failed spool now (`snapctl spool probe`), on the caller's thread; returns how
@@ -263,6 +265,7 @@ class DiskTier {
   Busy class_writes_[2] SNAPD_GUARDED_BY(mu_);
   Busy class_reads_[2] SNAPD_GUARDED_BY(mu_);
   std::atomic<bool> usable_{true};
+  std::atomic<bool> all_working_{true};
   std::atomic<uint64_t> changes_{0};
   std::vector<std::function<void()>> listeners_ SNAPD_GUARDED_BY(mu_);
   bool stop_ SNAPD_GUARDED_BY(mu_) = false;

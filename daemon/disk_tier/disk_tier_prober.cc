@@ -16,9 +16,13 @@
 namespace snapd {
 
 void DiskTier::UpdateUsable() {
-  bool any = false;
-  for (const auto& s : spools_) any |= !s->failed;
+  bool any = false, all = true;
+  for (const auto& s : spools_) {
+    any |= !s->failed;
+    all &= !s->failed;
+  }
   usable_.store(any, std::memory_order_release);
+  all_working_.store(all, std::memory_order_release);
 }
 
 void DiskTier::NotifyListener() {

@@ -329,7 +329,7 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
   const bool no_spool = s_.disk_ && (!usable_at_start || !s_.disk_->usable());
   // Full where it works, and a failed spool's room is what is missing (a shared filesystem
   // gone): reads wait for it as they do when no spool works.
-  const bool spool_down = s_.disk_ && ix.tiering.disk_full && !s_.disk_->FailedSpools().empty();
+  const bool spool_down = s_.disk_ && ix.tiering.disk_full && !s_.disk_->all_working();
   if (!ix.tiering.parked_pushes.empty() && stuck) {
     std::string why =
         !s_.disk_  ? "snapd runs without a disk tier"
@@ -380,7 +380,7 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
         // UNAVAILABLE.
         const auto deadline = snap->waiting_since + s_.options_.spool_failure_timeout;
         // Back during this pass: the prober's wake brings the next.
-        if (no_spool ? s_.disk_->usable() : s_.disk_->FailedSpools().empty()) {
+        if (no_spool ? s_.disk_->usable() : s_.disk_->all_working()) {
           ++it;
           continue;
         }

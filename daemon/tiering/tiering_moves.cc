@@ -196,9 +196,11 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
                            : ix.tiering.read_ns_per_byte;
         pace = pace > 0 ? 0.7 * pace + 0.3 * per_byte : per_byte;
       }
-      snap->unreachable_at =
-          read.code() == Code::kUnavailable && s_.disk_ ? s_.disk_->changes() + 1 : 0;
-      snap->unreachable_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      snap->unreachable_at = 0;
+      if (read.code() == Code::kUnavailable && s_.disk_) {
+        snap->unreachable_at = s_.disk_->changes() + 1;
+        snap->unreachable_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      }
       if (read.ok()) {
         snap->block = std::move(block);
         snap->verified = true;

@@ -78,16 +78,12 @@ struct Sample {
   Clock::time_point at;
 };
 
-// Over every disk entry (one per spool class).
-uint64_t SpillBytes(const v1::StatsResponse& r) {
+// Bytes written (`written`) or read over every disk entry (one per spool class).
+uint64_t DiskBytes(const v1::StatsResponse& r, bool written) {
   uint64_t n = 0;
-  for (const auto& t : r.tiers()) n += t.tier() == v1::TIER_DISK ? t.write_bytes() : 0;
-  return n;
-}
-
-uint64_t DiskReadBytes(const v1::StatsResponse& r) {
-  uint64_t n = 0;
-  for (const auto& t : r.tiers()) n += t.tier() == v1::TIER_DISK ? t.read_bytes() : 0;
+  for (const auto& t : r.tiers()) {
+    if (t.tier() == v1::TIER_DISK) n += written ? t.write_bytes() : t.read_bytes();
+  }
   return n;
 }
 
@@ -133,8 +129,8 @@ std::optional<Rates> RatesBetween(const std::optional<Sample>& before, const Sam
   };
   r.pushes = per_second(a.pushes(), b.pushes());
   r.fetches = per_second(a.fetches(), b.fetches());
-  r.spill_bytes = per_second(SpillBytes(a), SpillBytes(b));
-  r.disk_read_bytes = per_second(DiskReadBytes(a), DiskReadBytes(b));
+  r.spill_bytes = per_second(DiskBytes(a, /*written=*/true), DiskBytes(b, /*written=*/true));
+  r.disk_read_bytes = per_second(DiskBytes(a, /*written=*/false), DiskBytes(b, /*written=*/false));
   r.prefetch_hits = per_second(a.prefetch_hits(), b.prefetch_hits());
   r.prefetch_misses = per_second(a.demand_reads(), b.demand_reads());
   r.refused_pushes = per_second(a.refused_pushes(), b.refused_pushes());
@@ -183,8 +179,9 @@ std::string Frame(const Sample& now, const std::optional<Rates>& rates, double i
   Table counters({{"", 16, true}, {"TOTAL", 12}, {"PER SECOND", 14}});
   counters.Add({"pushes", std::to_string(r.pushes()), count(&Rates::pushes)});
   counters.Add({"fetches", std::to_string(r.fetches()), count(&Rates::fetches)});
-  counters.Add({"spill", FormatBytes(SpillBytes(r)), bytes(&Rates::spill_bytes)});
-  counters.Add({"disk reads", FormatBytes(DiskReadBytes(r)), bytes(&Rates::disk_read_bytes)});
+  counters.Add({"spill", FormatBytes(DiskBytes(r, /*written=*/true)), bytes(&Rates::spill_bytes)});
+  counters.Add(
+      {"disk reads", FormatBytes(DiskBytes(r, /*written=*/false)), bytes(&Rates::disk_read_bytes)});
   counters.Add({"prefetch hits", std::to_string(r.prefetch_hits()), count(&Rates::prefetch_hits)});
   counters.Add(
       {"prefetch misses", std::to_string(r.demand_reads()), count(&Rates::prefetch_misses)});
