@@ -268,10 +268,16 @@ TEST_F(WireTest, EachRejectionIsCountedUnderItsOwnReason) {
   EXPECT_EQ(count("control_plane", "invalid_argument"), 1);
   EXPECT_EQ(total(), 2u);  // each under its own reason, nowhere else
   EXPECT_EQ(Rejected(), 1u);
+  // The count comes before the log line (RejectionLog::Reject counts, then logs): wait for it.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return daemon().Log().find(
+                   "data plane: rejected (AM id that is not part of the wire format)") !=
+               std::string::npos;
+      },
+      std::chrono::seconds(10)))
+      << daemon().Log();
   const std::string log = daemon().Log();
-  EXPECT_NE(log.find("data plane: rejected (AM id that is not part of the wire format)"),
-            std::string::npos)
-      << log;
   EXPECT_NE(
       log.find("control plane: rejected (invalid argument): uid " + std::to_string(geteuid()) +
                ": INVALID_ARGUMENT: run 'enums': unknown compress_when 99"),
