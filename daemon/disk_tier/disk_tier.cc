@@ -63,21 +63,6 @@ auto Retry(Call call) -> decltype(call()) {
   }
 }
 
-class Fd {
- public:
-  Fd(SpoolIo* io, int fd) : io_(io), fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) io_->Close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int Get() const { return fd_; }
-
- private:
-  SpoolIo* io_;
-  int fd_;
-};
-
 }  // namespace
 
 DiskTier::DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget,
@@ -364,7 +349,8 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
   if (space.bytes > bytes) Unaccount(space.spool, space.bytes - bytes);
   const uint64_t kept = std::min(space.bytes, bytes);
   std::string dir = spool.dir + "/run-" + std::to_string(run_id);
-  if (Retry([&] { return mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST ? -1 : 0; }) != 0) {
+  std::shared_ptr<Fd> dfd = RunDir(space.spool, run_id, dir);
+  if (!dfd) {
     Status failed = WriteError(space.spool, "creating directory", dir, errno);
     Unaccount(space.spool, kept);
     return failed;
@@ -377,7 +363,17 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
   std::string path = dir + "/" + name;
   BeginIo(/*write=*/true, spool.spool_class);
   Status status = [&]() -> Status {
-    Fd fd(io_, Retry([&] { return OpenFile(spool, path, O_WRONLY | O_CREAT | O_TRUNC); }));
+    auto create = [&] { return OpenFile(spool, path, O_WRONLY | O_CREAT | O_TRUNC); };
+    int created = Retry(create);
+    if (created < 0 && errno == ENOENT) {
+      // The run's directory went since snapd made it (removed by hand, a fresh filesystem
+      // mounted there): made again, once.
+      ForgetRunDir(space.spool, run_id);
+      dfd = RunDir(space.spool, run_id, dir);
+      if (!dfd) return WriteError(space.spool, "creating directory", dir, errno);
+      created = Retry(create);
+    }
+    Fd fd(io_, created);
     if (fd.Get() < 0) return WriteError(space.spool, "creating", path, errno);
     // A mount gone from under the spool (unmounted, a mount namespace without it) leaves a
     // directory of the same name on another filesystem: writes there would fill it and vanish
@@ -399,8 +395,7 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
     // A failed fdatasync is never retried: the kernel may have dropped the dirty pages and
     // cleared the error, so a second call could succeed without the bytes being on disk.
     if (io_->Fdatasync(fd.Get()) != 0) return WriteError(space.spool, "syncing", path, errno);
-    Fd dfd(io_, io_->Open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
-    if (dfd.Get() >= 0) io_->Fsync(dfd.Get());  // the new name survives a power loss
+    if (dfd->Get() >= 0) io_->Fsync(dfd->Get());  // the new name survives a power loss
     return Status::Ok();
   }();
   EndIo(/*write=*/true, spool.spool_class, status.ok() ? bytes : 0);
@@ -409,6 +404,40 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
     Unaccount(space.spool, kept);
   }
   return status;
+}
+
+std::shared_ptr<DiskTier::Fd> DiskTier::RunDir(uint32_t index, uint64_t run_id,
+                                               const std::string& dir) {
+  Spool& spool = *spools_[index];
+  {
+    MutexLock lock(mu_);
+    if (auto it = spool.run_dirs.find(run_id); it != spool.run_dirs.end()) return it->second;
+  }
+  if (Retry([&] { return mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST ? -1 : 0; }) != 0) {
+    return nullptr;
+  }
+  // Kept open for the directory syncs of the files created in it. Not opened: no sync, as
+  // before a directory could be opened for one (what the file's own write says stands).
+  auto dfd =
+      std::make_shared<Fd>(io_, io_->Open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
+  if (dfd->Get() < 0) return dfd;
+  std::shared_ptr<Fd> evicted;  // closed after the lock (a close on a network mount may wait)
+  MutexLock lock(mu_);
+  if (spool.run_dirs.size() >= kRunDirsKept) {
+    evicted = std::move(spool.run_dirs.begin()->second);  // the oldest run's
+    spool.run_dirs.erase(spool.run_dirs.begin());
+  }
+  return spool.run_dirs.emplace(run_id, dfd).first->second;
+}
+
+void DiskTier::ForgetRunDir(uint32_t index, uint64_t run_id) {
+  std::shared_ptr<Fd> gone;
+  MutexLock lock(mu_);
+  auto& dirs = spools_[index]->run_dirs;
+  if (auto it = dirs.find(run_id); it != dirs.end()) {
+    gone = std::move(it->second);
+    dirs.erase(it);
+  }
 }
 
 std::string DiskTier::MovedMessage(const Spool& spool, const std::string& path, dev_t now) {
@@ -431,8 +460,11 @@ Status DiskTier::WriteError(uint32_t index, const char* what, const std::string&
 Status DiskTier::FailSpool(uint32_t index, const std::string& reason, int err) {
   Spool& spool = *spools_[index];
   bool first = false;
+  std::map<uint64_t, std::shared_ptr<Fd>> dirs;  // closed after the lock
   {
     MutexLock lock(mu_);
+    // What comes back may be another filesystem: its run directories are made and opened anew.
+    dirs.swap(spool.run_dirs);
     if (!spool.failed) {
       first = true;
       spool.failed = true;

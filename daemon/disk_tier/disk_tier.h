@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -196,6 +197,23 @@ class DiskTier {
   DiskIoCounters reads(SpoolClass c) const SNAPD_EXCLUDES(mu_);
 
  private:
+  // A descriptor closed through the seam when it goes.
+  class Fd {
+   public:
+    Fd(SpoolIo* io, int fd) : io_(io), fd_(fd) {}
+    ~Fd() {
+      if (fd_ >= 0) io_->Close(fd_);
+    }
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+    int Get() const { return fd_; }
+
+   private:
+    SpoolIo* io_;
+    int fd_;
+  };
+  // Run directories kept open per spool (RunDir): those of the newest runs.
+  static constexpr size_t kRunDirsKept = 64;
   struct Spool {
     std::string dir;
     SpoolClass spool_class = SpoolClass::kLocal;  // set at Open, never changed
@@ -212,6 +230,10 @@ class DiskTier {
     std::chrono::milliseconds backoff{0};
     uint64_t failures = 0;
     uint64_t read_errors = 0;
+    // Run directories made in this spool, each open for the syncs of the files created in it:
+    // a spool's write costs no mkdir and no open of its directory after the run's first (on a
+    // network filesystem, a round trip to its servers each). Emptied when the spool fails.
+    std::map<uint64_t, std::shared_ptr<Fd>> run_dirs;
   };
   // Busy-time accounting for one direction.
   struct Busy {
@@ -249,6 +271,11 @@ class DiskTier {
   std::string Path(uint32_t spool, uint64_t run_id, const std::string& name) const;
   void BeginIo(bool write, SpoolClass c) SNAPD_EXCLUDES(mu_);
   void EndIo(bool write, SpoolClass c, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  // The run's directory in the spool, made if it is not (null, errno set, when that fails),
+  // open (Get() < 0 when it cannot be opened; then not kept).
+  std::shared_ptr<Fd> RunDir(uint32_t spool, uint64_t run_id, const std::string& dir)
+      SNAPD_EXCLUDES(mu_);
+  void ForgetRunDir(uint32_t spool, uint64_t run_id) SNAPD_EXCLUDES(mu_);
   // Opens `path` with O_DIRECT when the spool allows it, falling back once to buffered I/O.
   int OpenFile(Spool& spool, const std::string& path, int flags);
 

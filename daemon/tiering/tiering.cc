@@ -134,6 +134,9 @@ std::optional<Tiering::FetchGrant> Tiering::AdmitFetch(StoreIndex& ix, Run& run,
     snap.waiters.push_back(std::move(later));
     // No compaction here (this is the data plane's thread): with no room as it is, the read
     // waits for the tiering thread, which compacts or demotes to make it.
+    SNAPD_LOG_DEBUG("fetch of step %llu of run %llu waits for its read from disk (%s)",
+                    (unsigned long long)step, (unsigned long long)run.record.run_id(),
+                    snap.reading ? "under way" : "starting now");
     if (!snap.reading && !StartRead(ix, run, snap, /*urgent=*/true)) {
       ix.tiering.parked_reads.insert({run.record.run_id(), step});
       s_.Wake();

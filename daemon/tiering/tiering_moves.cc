@@ -187,6 +187,9 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
           snap->record = std::move(updated);
         }
       } else if (read.ok()) {
+        SNAPD_LOG_DEBUG("step %llu of run %llu read from disk in %.2f ms (%zu fetches waited)",
+                        (unsigned long long)step, (unsigned long long)run_id,
+                        static_cast<double>(NowNs() - started_ns) / 1e6, waiters.size());
         ++ix.counters.disk_reads;
         double per_byte = static_cast<double>(NowNs() - started_ns) /
                           static_cast<double>(std::max<uint64_t>(snap->record.raw_bytes(), 1));

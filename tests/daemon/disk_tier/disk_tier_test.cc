@@ -408,6 +408,24 @@ TEST_F(DiskFaultTest, AMountGoneFromUnderASpoolFailsItAndNothingIsWrittenElsewhe
   ExpectReadsBackExact("step-3");
 }
 
+// A run's directory is made and opened once (on a network filesystem each is a round trip to
+// its servers); one removed by hand since is made again by the next write.
+TEST_F(DiskFaultTest, ARunDirectoryIsMadeOnceAndAgainWhenItWasRemoved) {
+  uint64_t c0 = io_.calls();
+  ASSERT_TRUE(WriteStep("step-1").ok());
+  uint64_t c1 = io_.calls();
+  ASSERT_TRUE(WriteStep("step-2").ok());
+  uint64_t c2 = io_.calls();
+  EXPECT_EQ(c2 - c1 + 1, c1 - c0) << "the second write opened the run directory again";
+  std::filesystem::remove_all(tmp_.path() + "/spool/run-7");
+  Status s = WriteStep("step-3");
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(disk_->SpoolStates()[0].failed);
+  ExpectReadsBackExact("step-3");
+  ASSERT_TRUE(WriteStep("step-4").ok());
+  ExpectReadsBackExact("step-4");
+}
+
 TEST_F(UnreachableSpoolTest, AFileMissingFromAWorkingSharedSpoolIsLost) {
   std::filesystem::remove(File());
   Status s = ReadShared();
