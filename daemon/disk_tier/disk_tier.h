@@ -150,6 +150,20 @@ class DiskTier {
   // or the error (the file then stays where it was).
   Result<std::string> Quarantine(uint32_t spool, uint64_t run_id, const std::string& name,
                                  uint64_t accounted_raw) SNAPD_EXCLUDES(mu_);
+  // The file that says a spool directory is the one snapd spooled to, in each spool.
+  static constexpr const char* kMarker = ".snapd-spool";
+  struct RecordedFile {
+    uint32_t spool = 0;
+    uint64_t run_id = 0;
+    std::string name;
+  };
+  // At start, once the catalog is read and before Adopt: each spool gets its marker, unless it
+  // has none and not one of the files recorded in it is there. Such a spool is not the
+  // filesystem snapd wrote them to (a shared filesystem not mounted, a disk not attached; its
+  // directory was made anew on whatever is mounted below): it fails (ENOENT), its steps stay
+  // recorded (UNAVAILABLE when read), and a probe brings it back once its marker is there.
+  // Probes of a claimed spool want its marker.
+  void Claim(const std::vector<RecordedFile>& recorded) SNAPD_EXCLUDES(mu_);
   // Deletes what writes a crash interrupted: files no record names (half written, or written
   // and not yet recorded; `.tmp` files of earlier versions), with empty run directories. Never
   // a file `keep` ("<spool>/run-<id>/<name>" relative keys, see Key) names, whatever state its
@@ -217,7 +231,15 @@ class DiskTier {
   struct Spool {
     std::string dir;
     SpoolClass spool_class = SpoolClass::kLocal;  // set at Open, never changed
-    dev_t dev = 0;  // its filesystem's device at Open: a file on another means the mount went
+    // Its filesystem's device at Open: a file on another means the mount went. A probe that
+    // finds the spool's marker takes the device it is on then (a network filesystem mounted
+    // again gets a new device number).
+    std::atomic<dev_t> dev{0};
+    // Claim found or wrote its marker: probes want it there.
+    std::atomic<bool> claimed{false};
+    // Claim failed it: its marker and every file recorded in it missing at start. Its steps
+    // are accounted unread (Adopt) and its directory left alone (RemoveOrphans).
+    std::atomic<bool> unmounted{false};
     uint64_t budget = 0;
     uint64_t used = 0;
     std::atomic<bool> direct{true};  // cleared the first time O_DIRECT is refused

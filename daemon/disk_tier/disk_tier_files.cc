@@ -25,6 +25,11 @@ Status DiskTier::Adopt(uint32_t spool, uint64_t run_id, const std::string& name,
     return Status::DataLoss("recorded file name '" + name + "' in run-" + std::to_string(run_id) +
                             " is not a plain file name (a damaged catalog record)");
   }
+  if (spools_[spool]->unmounted) {  // not there to look at (Claim): served once it is back
+    MutexLock lock(mu_);
+    spools_[spool]->used += FileBytes(raw);
+    return Status::Ok();
+  }
   std::string path = Path(spool, run_id, name);
   struct stat st{};
   if (stat(path.c_str(), &st) != 0) {
@@ -63,9 +68,63 @@ Result<std::string> DiskTier::Quarantine(uint32_t spool, uint64_t run_id,
   return to;
 }
 
+void DiskTier::Claim(const std::vector<RecordedFile>& recorded) {
+  std::vector<uint64_t> count(spools_.size(), 0), present(spools_.size(), 0);
+  for (const RecordedFile& f : recorded) {
+    if (f.spool >= spools_.size() || !PlainName(f.name)) continue;  // Adopt says why
+    ++count[f.spool];
+    // Until one is found: on a spool that is there, the first file ends the search.
+    struct stat st {};
+    if (present[f.spool] == 0 && stat(Path(f.spool, f.run_id, f.name).c_str(), &st) == 0) {
+      ++present[f.spool];
+    }
+  }
+  for (uint32_t i = 0; i < spools_.size(); ++i) {
+    Spool& spool = *spools_[i];
+    const std::string marker = spool.dir + "/" + kMarker;
+    struct stat st {};
+    if (stat(marker.c_str(), &st) == 0) {
+      spool.claimed = true;
+      continue;
+    }
+    if (count[i] > 0 && present[i] == 0) {
+      spool.claimed = true;
+      spool.unmounted = true;
+      (void)FailSpool(
+          i,
+          "it holds no " + std::string(kMarker) + " and none of the " + std::to_string(count[i]) +
+              " snapshot files recorded in it: it is not the "
+              "filesystem snapd wrote them to (not mounted?); they stay recorded and are "
+              "served once a probe finds the marker",
+          ENOENT);
+      continue;
+    }
+    // A new spool, or one from before markers whose files are there.
+    int fd = io_->Open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    static constexpr char kText[] = "snapd spool directory: snapshot files, see snapd's docs\n";
+    bool ok =
+        fd >= 0 &&
+        io_->Pwrite(fd, kText, sizeof kText - 1, 0) == static_cast<ssize_t>(sizeof kText - 1) &&
+        io_->Fdatasync(fd) == 0;
+    int err = errno;
+    if (fd >= 0) io_->Close(fd);
+    if (!ok) {
+      SNAPD_LOG_WARN("writing %s: %s; the spool is used without its marker", marker.c_str(),
+                     std::strerror(err));
+      continue;
+    }
+    if (int dfd = io_->Open(spool.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0); dfd >= 0) {
+      io_->Fsync(dfd);
+      io_->Close(dfd);
+    }
+    spool.claimed = true;
+  }
+}
+
 std::vector<std::string> DiskTier::RemoveOrphans(const std::set<std::string>& keep) {
   std::vector<std::string> removed;
   for (uint32_t i = 0; i < spools_.size(); ++i) {
+    if (spools_[i]->unmounted) continue;  // not the spool's filesystem (Claim)
     std::error_code ec;
     for (const auto& run_dir : std::filesystem::directory_iterator(spools_[i]->dir, ec)) {
       std::string run = run_dir.path().filename().string();

@@ -46,7 +46,19 @@ Status DiskTier::Probe(uint32_t index, int* error) {
   // name that lands on a live brick says nothing of a dead one, and a spool brought back on it
   // fails again at the next file. Several names must all work.
   const int files = spool.spool_class == SpoolClass::kShared ? kSharedProbeFiles : 1;
-  if (struct stat st{}; stat(spool.dir.c_str(), &st) == 0 && st.st_dev != spool.dev) {
+  if (spool.claimed) {
+    // The marker says it is the spool's filesystem, on whatever device it is mounted now.
+    struct stat st {};
+    if (stat((spool.dir + "/" + kMarker).c_str(), &st) != 0) {
+      int err = errno;
+      if (error) *error = err;
+      return Status::Unavailable(spool.dir + "/" + kMarker + ": " + std::strerror(err) + " (" +
+                                 ErrnoName(err) +
+                                 "): not the filesystem snapd spooled to (not "
+                                 "mounted?)");
+    }
+    if (stat(spool.dir.c_str(), &st) == 0) spool.dev = st.st_dev;
+  } else if (struct stat st{}; stat(spool.dir.c_str(), &st) == 0 && st.st_dev != spool.dev) {
     if (error) *error = ENODEV;
     return Status::Unavailable(MovedMessage(spool, spool.dir, st.st_dev));
   }
@@ -86,6 +98,7 @@ void DiskTier::Recovered(uint32_t index) {
   {
     MutexLock lock(mu_);
     if (!spool.failed) return;
+    spool.unmounted = false;
     spool.failed = false;
     spool.reason.clear();
     spool.error = 0;

@@ -109,6 +109,15 @@ Status Store::Load() {
     SNAPD_LOG_INFO("%zu run%s had clients at the last stop and await them (orphan_grace)", awaiting,
                    awaiting == 1 ? "" : "s");
   }
+  if (disk_) {
+    std::vector<DiskTier::RecordedFile> recorded;
+    for (const auto& rec : snapshots) {
+      if (rec.tier() == v1::TIER_DISK && ix_.runs.count(rec.run_id())) {
+        recorded.push_back({rec.spool(), rec.run_id(), rec.disk_name()});
+      }
+    }
+    disk_->Claim(recorded);
+  }
   std::set<std::string> keep;
   // Files of steps found damaged now or lost before: moved aside, never deleted.
   struct Damaged {

@@ -81,7 +81,7 @@ void Tiering::StartScrub(StoreIndex& ix, uint64_t run_id, uint64_t step,
             } else if (s.code() == Code::kDataLoss) {
               LoseDiskStep(ix, ix.runs.at(record.run_id()), *current,
                            "found by a scrub of its spool file: " + s.message());
-            } else {
+            } else if (s.code() != Code::kUnavailable) {  // its spool's failure said it once
               SNAPD_LOG_WARN("verifying %s: %s", StepLabel(record.run_id(), record.step()).c_str(),
                              s.message().c_str());
             }

@@ -134,6 +134,11 @@ gl_start() {
   done
   ((online == 2)) || fail "$online of 2 bricks online 10 s after volume start:" \
     "$(gl_cli volume status "$gl_vol" 2>&1)"
+  gl_mount
+}
+
+# FUSE-mounts the volume on $gl_root/mnt (in the namespaces) and waits until it works.
+gl_mount() {
   gl_run timeout 30 mount -t glusterfs "$gl_addr:/$gl_vol" "$gl_root/mnt" ||
     fail "the FUSE mount of $gl_vol failed (or took over 30 s)"
   local mounted=""

@@ -426,6 +426,50 @@ TEST_F(DiskFaultTest, ARunDirectoryIsMadeOnceAndAgainWhenItWasRemoved) {
   ExpectReadsBackExact("step-4");
 }
 
+// A restart with a spool's filesystem not mounted: snapd makes the directory anew on what is
+// below. Its recorded steps must not be lost and nothing may be written there; once the
+// filesystem is back, they are served.
+TEST_F(DiskFaultTest, ASpoolNotMountedAtStartFailsKeepsItsStepsAndComesBackWithItsMarker) {
+  disk_->Claim({});
+  const std::string spool = tmp_.path() + "/spool";
+  EXPECT_TRUE(std::filesystem::exists(spool + "/" + DiskTier::kMarker));
+  ASSERT_TRUE(WriteStep("step-1").ok());
+  disk_.reset();
+  std::filesystem::rename(spool, spool + ".mounted");  // "unmounted"
+  auto reopened = DiskTier::Open({{spool}, 1 << 20, 0.7, &io_});
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  disk_ = std::move(reopened).value();
+  disk_->Claim({{0, 7, "step-1"}});
+  auto state = disk_->SpoolStates()[0];
+  ASSERT_TRUE(state.failed);
+  EXPECT_EQ(state.error, ENOENT);
+  EXPECT_NE(state.reason.find("not the filesystem snapd wrote them to"), std::string::npos)
+      << state.reason;
+  EXPECT_FALSE(std::filesystem::exists(spool + "/" + DiskTier::kMarker));
+  ASSERT_TRUE(disk_->Adopt(0, 7, "step-1", kRaw).ok());  // recorded, accounted, not looked at
+  EXPECT_EQ(disk_->used(), DiskTier::FileBytes(kRaw));
+  AlignedBuffer in(kRaw);
+  Status s = disk_->Read(0, 7, "step-1", in.data.get(), kRaw);
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_EQ(disk_->ProbeNow(), 0) << "a probe wrote to the filesystem below the mount";
+  EXPECT_FALSE(WriteStep("step-2").ok());
+  std::filesystem::remove_all(spool);  // "mounted" again
+  std::filesystem::rename(spool + ".mounted", spool);
+  EXPECT_EQ(disk_->ProbeNow(), 1);
+  ExpectReadsBackExact("step-1");
+  ASSERT_TRUE(WriteStep("step-3").ok());
+  ExpectReadsBackExact("step-3");
+}
+
+// A spool from before markers, its files there: claimed as it is, marker written.
+TEST_F(DiskFaultTest, ASpoolWithItsFilesButNoMarkerGetsOne) {
+  ASSERT_TRUE(WriteStep("step-1").ok());
+  disk_->Claim({{0, 7, "step-1"}, {0, 7, "step-9"}});
+  EXPECT_FALSE(disk_->SpoolStates()[0].failed);
+  EXPECT_TRUE(std::filesystem::exists(tmp_.path() + "/spool/" + DiskTier::kMarker));
+  ExpectReadsBackExact("step-1");
+}
+
 TEST_F(UnreachableSpoolTest, AFileMissingFromAWorkingSharedSpoolIsLost) {
   std::filesystem::remove(File());
   Status s = ReadShared();

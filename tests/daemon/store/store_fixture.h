@@ -113,7 +113,7 @@ class StoreTest : public ::testing::Test {
   bool FlipSpoolByte(std::streamoff offset) {
     std::string file;
     for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/spool")) {
-      if (e.is_regular_file()) file = e.path();
+      if (e.is_regular_file() && e.path().filename() != DiskTier::kMarker) file = e.path();
     }
     if (file.empty()) return false;
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
