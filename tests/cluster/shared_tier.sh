@@ -630,6 +630,29 @@ sys.exit(0 if now["exact"] == sorted(now["exact"]) and len(now["exact"]) == len(
          and not now["lost"] and not now["wrong"] and not now["errors"] else 1)
 PY
   fail "with the volume mounted again, not every step read back exact: $(cat "$root/verdict.remounted")"
+
+# The same while snapd runs: the volume unmounted under it (each step on it UNAVAILABLE, none
+# lost), then mounted again (a new FUSE mount, a new device number): a probe that finds the
+# marker puts the spool back, and every step reads back exact.
+gl_run umount "$mnt" || fail "umount $mnt"
+read_back unmounted reverse
+python3 - "$root/dump-unmounted/verdict.json" << 'PY' ||
+import json, sys
+v = json.load(open(sys.argv[1]))
+sys.exit(0 if not v["lost"] and not v["wrong"] and v["errors"] else 1)
+PY
+  fail "with the volume unmounted under snapd, its steps should be UNAVAILABLE, none lost:" \
+    "$(cat "$root/verdict.unmounted")"
+below=$(gl_run find "$mnt" -type f | head -n3)
+[[ -z $below ]] || fail "snapd wrote below the unmounted volume: $below"
+gl_mount
+probe_rc=0
+snapctl spool probe > "$root/probe.out" 2>&1 || probe_rc=$?
+say "volume mounted under snapd again: snapctl spool probe exit $probe_rc:" \
+  "$(head -n1 "$root/probe.out")"
+read_back mounted-again forward
+grep -q " 0 lost \[\], 0 WRONG \[\], 0 other errors" "$root/verdict.mounted-again" ||
+  fail "with the volume mounted under snapd again, not every step read back exact"
 snapctl rm snapbench-restart > /dev/null 2>&1 || true
 stop_snapd
 
@@ -642,4 +665,5 @@ if ((${#problems[@]})); then
 fi
 say "OK ($((SECONDS - t0)) s): every step byte-exact with every brick up; after the brick" \
   "kills snapd stayed up and returned no wrong byte; restarted with the volume unmounted it" \
-  "lost no step and wrote nothing below the mount, and served every step once it was back"
+  "lost no step and wrote nothing below the mount, and served every step once it was back;" \
+  "likewise with the volume unmounted and mounted again under a running snapd"
