@@ -263,6 +263,9 @@ how = "snapbench --spill" if "odirect_write_gbs" in d else "snapbench --fill, no
 print(f"shared-tier: rate: {d['steps']} steps x {d['bytes'] >> 20} MiB through a "
       f"{d['host_budget'] >> 20} MiB host tier, steps 0..{d['disk_steps'] - 1} spilled to the "
       f"Gluster mount ({how}; snapd's rate from its disk-tier counters), {runs} runs")
+# The stall as a share of the whole backward pass (compute and every fetch), beside the
+# stricter share of the time reading the spilled steps from the mount takes.
+pass_stall = lambda d: d["stall_ms"] / (1e3 * d["backward_s"])
 for n, d in enumerate(ds, 1):
     line = f"shared-tier: rate {n}: snapd spill write {d['spill_write_gbs']:.3f} GB/s; "
     if "odirect_write_gbs" in d:
@@ -274,12 +277,15 @@ for n, d in enumerate(ds, 1):
         print(f"shared-tier: rate {n}: backward with {d['compute_ms']:.1f} ms compute per step: "
               f"{d['prefetch_hits']} prefetch hits, {d['demand_reads']} waited on the mount, "
               f"stall {100 * d['stall_fraction']:.1f}% of the mount's read time (O_DIRECT read "
-              f"{d['odirect_read_gbs']:.3f} GB/s); Gluster's processes took "
+              f"{d['odirect_read_gbs']:.3f} GB/s), {100 * pass_stall(d):.1f}% of the backward "
+              f"pass; Gluster's processes took "
               f"{d['gluster_cores']:.2f} of the cores (its FUSE client {d['fuse_cores']:.2f})")
 med = lambda k: statistics.median(d[k] for d in ds)
+pass_med = statistics.median(pass_stall(d) for d in ds if "compute_ms" in d) if "compute_ms" in ds[0] else 0
 if "odirect_write_gbs" in ds[0]:
     print(f"shared-tier: rate: medians of {runs}: spill / O_DIRECT write "
-          f"{med('spill_vs_odirect'):.2f}x, stall {100 * med('stall_fraction'):.1f}%, "
+          f"{med('spill_vs_odirect'):.2f}x, stall {100 * med('stall_fraction'):.1f}% of the "
+          f"mount's read time ({100 * pass_med:.1f}% of the backward pass), "
           f"{med('demand_reads'):.0f} fetches waited on the mount, Gluster "
           f"{med('gluster_cores'):.2f} cores")
 PY
