@@ -8,8 +8,8 @@ namespace snapd {
 StoreOptions StoreOptions::From(const Config& config) {
   StoreOptions o;
   // A network filesystem's writes wait on round trips to its servers: more of them in flight
-  // keep it busy (GlusterFS: the spill at 0.93x of the reference write with 8, 0.89x with 4;
-  // docs/benchmarks.md, "A shared filesystem tier").
+  // keep it busy (GlusterFS: the spill at 0.92-0.94x of the reference write with 8, 0.85-0.91x with
+  // 4; docs/benchmarks.md, "A shared filesystem tier").
   o.io_threads = config.io_threads                  ? static_cast<int>(config.io_threads)
                  : config.shared_spool_dirs.empty() ? 4
                                                     : 8;
