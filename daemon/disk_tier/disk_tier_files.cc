@@ -69,11 +69,17 @@ Result<std::string> DiskTier::Quarantine(uint32_t spool, uint64_t run_id,
 }
 
 void DiskTier::Claim(const std::vector<RecordedFile>& recorded) {
+  std::vector<bool> marked(spools_.size());
+  for (uint32_t i = 0; i < spools_.size(); ++i) {
+    struct stat st {};
+    marked[i] = stat((spools_[i]->dir + "/" + kMarker).c_str(), &st) == 0;
+  }
+  // Of the spools without a marker: how many files are recorded in each, and whether one is
+  // there (the first found ends the search).
   std::vector<uint64_t> count(spools_.size(), 0), present(spools_.size(), 0);
   for (const RecordedFile& f : recorded) {
-    if (f.spool >= spools_.size() || !PlainName(f.name)) continue;  // Adopt says why
+    if (f.spool >= spools_.size() || marked[f.spool] || !PlainName(f.name)) continue;
     ++count[f.spool];
-    // Until one is found: on a spool that is there, the first file ends the search.
     struct stat st {};
     if (present[f.spool] == 0 && stat(Path(f.spool, f.run_id, f.name).c_str(), &st) == 0) {
       ++present[f.spool];
@@ -82,8 +88,7 @@ void DiskTier::Claim(const std::vector<RecordedFile>& recorded) {
   for (uint32_t i = 0; i < spools_.size(); ++i) {
     Spool& spool = *spools_[i];
     const std::string marker = spool.dir + "/" + kMarker;
-    struct stat st {};
-    if (stat(marker.c_str(), &st) == 0) {
+    if (marked[i]) {
       spool.claimed = true;
       continue;
     }
