@@ -420,7 +420,9 @@ std::shared_ptr<DiskTier::Fd> DiskTier::RunDir(uint32_t index, uint64_t run_id,
   // before a directory could be opened for one (what the file's own write says stands).
   auto dfd =
       std::make_shared<Fd>(io_, io_->Open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
-  if (dfd->Get() < 0) return dfd;
+  // Kept for shared spools only: on a local disk the two calls cost microseconds, and a kept
+  // descriptor per run is one more open file for nothing.
+  if (dfd->Get() < 0 || spool.spool_class != SpoolClass::kShared) return dfd;
   std::shared_ptr<Fd> evicted;  // closed after the lock (a close on a network mount may wait)
   MutexLock lock(mu_);
   if (spool.run_dirs.size() >= kRunDirsKept) {
@@ -428,6 +430,10 @@ std::shared_ptr<DiskTier::Fd> DiskTier::RunDir(uint32_t index, uint64_t run_id,
     spool.run_dirs.erase(spool.run_dirs.begin());
   }
   return spool.run_dirs.emplace(run_id, dfd).first->second;
+}
+
+void DiskTier::ForgetRunDirs(uint64_t run_id) {
+  for (uint32_t i = 0; i < spools_.size(); ++i) ForgetRunDir(i, run_id);
 }
 
 void DiskTier::ForgetRunDir(uint32_t index, uint64_t run_id) {

@@ -150,6 +150,8 @@ class DiskTier {
   // or the error (the file then stays where it was).
   Result<std::string> Quarantine(uint32_t spool, uint64_t run_id, const std::string& name,
                                  uint64_t accounted_raw) SNAPD_EXCLUDES(mu_);
+  // Closes what the tier keeps open of a deleted run (its directories in shared spools).
+  void ForgetRunDirs(uint64_t run_id) SNAPD_EXCLUDES(mu_);
   // The file that says a spool directory is the one snapd spooled to, in each spool.
   static constexpr const char* kMarker = ".snapd-spool";
   struct RecordedFile {
@@ -226,7 +228,7 @@ class DiskTier {
     SpoolIo* io_;
     int fd_;
   };
-  // Run directories kept open per spool (RunDir): those of the newest runs.
+  // Run directories kept open per shared spool (RunDir): those of the newest runs.
   static constexpr size_t kRunDirsKept = 64;
   struct Spool {
     std::string dir;
@@ -252,9 +254,10 @@ class DiskTier {
     std::chrono::milliseconds backoff{0};
     uint64_t failures = 0;
     uint64_t read_errors = 0;
-    // Run directories made in this spool, each open for the syncs of the files created in it:
-    // a spool's write costs no mkdir and no open of its directory after the run's first (on a
-    // network filesystem, a round trip to its servers each). Emptied when the spool fails.
+    // Shared spools: run directories made in this spool, each open for the syncs of the files
+    // created in it: a write costs no mkdir and no open of its directory after the run's first
+    // (on a network filesystem, a round trip to its servers each). Emptied when the spool
+    // fails; a run's go when it is deleted (ForgetRunDirs).
     std::map<uint64_t, std::shared_ptr<Fd>> run_dirs;
   };
   // Busy-time accounting for one direction.

@@ -385,6 +385,8 @@ Result<uint64_t> Store::DeleteRunLocked(Run* run) {
   if (!deferred.empty()) {
     io_->Submit([d = std::move(deferred)] { for (auto& f : d) f(); }, /*urgent=*/true);
   }
+  // After its files' removals (queued before it): a close on a network mount may wait.
+  if (disk_) io_->Submit([disk = disk_, id] { disk->ForgetRunDirs(id); }, /*urgent=*/false);
   Wake();
   return freed;
 }

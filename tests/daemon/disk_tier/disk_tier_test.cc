@@ -408,22 +408,38 @@ TEST_F(DiskFaultTest, AMountGoneFromUnderASpoolFailsItAndNothingIsWrittenElsewhe
   ExpectReadsBackExact("step-3");
 }
 
-// A run's directory is made and opened once (on a network filesystem each is a round trip to
-// its servers); one removed by hand since is made again by the next write.
-TEST_F(DiskFaultTest, ARunDirectoryIsMadeOnceAndAgainWhenItWasRemoved) {
+// A shared spool's run directory is made and opened once (on a network filesystem each is a
+// round trip to its servers) until the run is deleted; one removed by hand since is made again
+// by the next write. A local spool keeps nothing open.
+TEST_F(DiskFaultTest, ARunDirectoryIsMadeOnceInASharedSpoolAndAgainWhenItWasRemoved) {
   uint64_t c0 = io_.calls();
   ASSERT_TRUE(WriteStep("step-1").ok());
   uint64_t c1 = io_.calls();
   ASSERT_TRUE(WriteStep("step-2").ok());
+  EXPECT_EQ(io_.calls() - c1, c1 - c0) << "a local spool's run directory was kept open";
+
+  DiskTierOptions options{{}, 0, 0.7, &io_};
+  options.shared_spools = {tmp_.path() + "/shared"};
+  options.shared_budget_bytes = 1 << 20;
+  auto d = DiskTier::Open(options);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  disk_ = std::move(d).value();
+  c0 = io_.calls();
+  ASSERT_TRUE(WriteStep("step-1").ok());
+  c1 = io_.calls();
+  ASSERT_TRUE(WriteStep("step-2").ok());
   uint64_t c2 = io_.calls();
   EXPECT_EQ(c2 - c1 + 1, c1 - c0) << "the second write opened the run directory again";
-  std::filesystem::remove_all(tmp_.path() + "/spool/run-7");
-  Status s = WriteStep("step-3");
+  disk_->ForgetRunDirs(7);  // the run deleted: its directory closed, opened again for a new one
+  ASSERT_TRUE(WriteStep("step-3").ok());
+  EXPECT_EQ(io_.calls() - c2, c1 - c0);
+  std::filesystem::remove_all(tmp_.path() + "/shared/run-7");
+  Status s = WriteStep("step-4");
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_FALSE(disk_->SpoolStates()[0].failed);
-  ExpectReadsBackExact("step-3");
-  ASSERT_TRUE(WriteStep("step-4").ok());
   ExpectReadsBackExact("step-4");
+  ASSERT_TRUE(WriteStep("step-5").ok());
+  ExpectReadsBackExact("step-5");
 }
 
 // A restart with a spool's filesystem not mounted: snapd makes the directory anew on what is
