@@ -294,6 +294,7 @@ class DiskTier {
   // Returns `bytes` of what the spool has accounted to its budget.
   void Unaccount(uint32_t spool, uint64_t bytes) SNAPD_EXCLUDES(mu_);
   std::string Path(uint32_t spool, uint64_t run_id, const std::string& name) const;
+  static std::string MarkerPath(const Spool& spool) { return spool.dir + "/" + kMarker; }
   void BeginIo(bool write, SpoolClass c) SNAPD_EXCLUDES(mu_);
   void EndIo(bool write, SpoolClass c, uint64_t bytes) SNAPD_EXCLUDES(mu_);
   // The run's directory in the spool, made if it is not (null, errno set, when that fails),

@@ -72,7 +72,7 @@ void DiskTier::Claim(const std::vector<RecordedFile>& recorded) {
   std::vector<bool> marked(spools_.size());
   for (uint32_t i = 0; i < spools_.size(); ++i) {
     struct stat st {};
-    marked[i] = stat((spools_[i]->dir + "/" + kMarker).c_str(), &st) == 0;
+    marked[i] = stat(MarkerPath(*spools_[i]).c_str(), &st) == 0;
   }
   // Of the spools without a marker: how many files are recorded in each, and whether one is
   // there (the first found ends the search).
@@ -87,7 +87,7 @@ void DiskTier::Claim(const std::vector<RecordedFile>& recorded) {
   }
   for (uint32_t i = 0; i < spools_.size(); ++i) {
     Spool& spool = *spools_[i];
-    const std::string marker = spool.dir + "/" + kMarker;
+    const std::string marker = MarkerPath(spool);
     if (marked[i]) {
       spool.claimed = true;
       continue;

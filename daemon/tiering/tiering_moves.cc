@@ -187,12 +187,13 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
           snap->record = std::move(updated);
         }
       } else if (read.ok()) {
+        const double took_ns = static_cast<double>(NowNs() - started_ns);
         SNAPD_LOG_DEBUG("step %llu of run %llu read from disk in %.2f ms (%zu fetches waited)",
-                        (unsigned long long)step, (unsigned long long)run_id,
-                        static_cast<double>(NowNs() - started_ns) / 1e6, waiters.size());
+                        (unsigned long long)step, (unsigned long long)run_id, took_ns / 1e6,
+                        waiters.size());
         ++ix.counters.disk_reads;
-        double per_byte = static_cast<double>(NowNs() - started_ns) /
-                          static_cast<double>(std::max<uint64_t>(snap->record.raw_bytes(), 1));
+        double per_byte =
+            took_ns / static_cast<double>(std::max<uint64_t>(snap->record.raw_bytes(), 1));
         // Each class its own pace: the shared spools' reads are the slow ones to hide.
         double& pace = s_.disk_->ClassOf(snap->record.spool()) == SpoolClass::kShared
                            ? ix.tiering.shared_read_ns_per_byte

@@ -605,6 +605,35 @@ serving=$(grep -m1 "serving on" "$root/snapd.main.log" || true)
 # steps must stay recorded and read UNAVAILABLE (not lost, never from the wrong disk), nothing
 # may be written below the mount, and once the volume is mounted again a probe puts the spool
 # back and every step reads back exact.
+# Checks the read-back $1 against the one with every brick up (back-2, the same run): $2 =
+# unavailable: none lost or wrong, some UNAVAILABLE and the rest exact; exact: every step exact.
+expect_read_back() {
+  python3 - "$root/dump-$1/verdict.json" "$root/dump-back-2/verdict.json" "$2" << 'PY'
+import json, sys
+now, before = (json.load(open(f)) for f in sys.argv[1:3])
+ok = not now["lost"] and not now["wrong"] and len(now["exact"]) + len(now["errors"]) == len(before["exact"])
+ok = ok and (bool(now["errors"]) if sys.argv[3] == "unavailable" else not now["errors"])
+sys.exit(0 if ok else 1)
+PY
+}
+# The volume unmounted ($1: what was done): nothing may be written below it, its steps
+# UNAVAILABLE, none lost (read back as $2). Then mounted again: a probe that finds the marker
+# puts the spool back, and every step reads back exact (read back as $3).
+expect_mount_gone_then_back() {
+  read_back "$2" reverse
+  expect_read_back "$2" unavailable ||
+    fail "$1, the host and local steps should be served and the shared ones answered" \
+      "UNAVAILABLE, none lost: $(cat "$root/verdict.$2")"
+  local below probe_rc=0
+  below=$(gl_run find "$mnt" -type f | head -n3)
+  [[ -z $below ]] || fail "$1, snapd wrote below the unmounted volume: $below"
+  gl_mount
+  snapctl spool probe > "$root/probe.out" 2>&1 || probe_rc=$?
+  say "$1, then mounted again: snapctl spool probe exit $probe_rc: $(head -n1 "$root/probe.out")"
+  read_back "$3" forward
+  expect_read_back "$3" exact ||
+    fail "$1, then mounted again: not every step read back exact: $(cat "$root/verdict.$3")"
+}
 stop_snapd
 gl_run umount "$mnt" || fail "umount $mnt"
 # shellcheck disable=SC2046
@@ -613,52 +642,14 @@ spools "mount gone"
 snapctl --json status | python3 -c 'import json, sys
 s = [s for s in json.load(sys.stdin)["spools"] if s["dir"] == sys.argv[1]]
 sys.exit(0 if s and s[0]["state"] == "failed" and "not mounted" in s[0]["reason"] else 1)' "$mnt/spool" ||
-  fail "restarted with the volume unmounted, snapd did not take $mnt/spool out of the rotation"     "as not mounted: $(snapctl status 2>&1 | tr '\n' ' ')"
-read_back gone reverse
-python3 - "$root/dump-gone/verdict.json" "$root/dump-back-2/verdict.json" << 'PY' ||
-import json, sys
-gone, before = (json.load(open(f)) for f in sys.argv[1:])
-sys.exit(0 if not gone["lost"] and not gone["wrong"] and gone["exact"] and gone["errors"] and
-         len(gone["exact"]) + len(gone["errors"]) == len(before["exact"]) else 1)
-PY
-  fail "with the volume unmounted, the restarted snapd should serve the host and local steps"     "and answer the shared ones UNAVAILABLE, losing none: $(cat "$root/verdict.gone")"
-below=$(gl_run find "$mnt" -type f | head -n3)
-[[ -z $below ]] || fail "snapd wrote below the unmounted volume: $below"
-gl_mount
-probe_rc=0
-snapctl spool probe > "$root/probe.out" 2>&1 || probe_rc=$?
-say "volume mounted again: snapctl spool probe exit $probe_rc: $(head -n1 "$root/probe.out")"
-read_back remounted forward
-python3 - "$root/dump-remounted/verdict.json" "$root/dump-back-2/verdict.json" << 'PY' ||
-import json, sys
-now, before = (json.load(open(f)) for f in sys.argv[1:])
-sys.exit(0 if now["exact"] == sorted(now["exact"]) and len(now["exact"]) == len(before["exact"])
-         and not now["lost"] and not now["wrong"] and not now["errors"] else 1)
-PY
-  fail "with the volume mounted again, not every step read back exact: $(cat "$root/verdict.remounted")"
+  fail "restarted with the volume unmounted, snapd did not take $mnt/spool out of the rotation" \
+    "as not mounted: $(snapctl status 2>&1 | tr '\n' ' ')"
+expect_mount_gone_then_back "snapd restarted with the volume unmounted" gone remounted
 
-# The same while snapd runs: the volume unmounted under it (each step on it UNAVAILABLE, none
-# lost), then mounted again (a new FUSE mount, a new device number): a probe that finds the
-# marker puts the spool back, and every step reads back exact.
+# The same while snapd runs: the volume unmounted under it, then mounted again (a new FUSE
+# mount, a new device number).
 gl_run umount "$mnt" || fail "umount $mnt"
-read_back unmounted reverse
-python3 - "$root/dump-unmounted/verdict.json" << 'PY' ||
-import json, sys
-v = json.load(open(sys.argv[1]))
-sys.exit(0 if not v["lost"] and not v["wrong"] and v["errors"] else 1)
-PY
-  fail "with the volume unmounted under snapd, its steps should be UNAVAILABLE, none lost:" \
-    "$(cat "$root/verdict.unmounted")"
-below=$(gl_run find "$mnt" -type f | head -n3)
-[[ -z $below ]] || fail "snapd wrote below the unmounted volume: $below"
-gl_mount
-probe_rc=0
-snapctl spool probe > "$root/probe.out" 2>&1 || probe_rc=$?
-say "volume mounted under snapd again: snapctl spool probe exit $probe_rc:" \
-  "$(head -n1 "$root/probe.out")"
-read_back mounted-again forward
-grep -q " 0 lost \[\], 0 WRONG \[\], 0 other errors" "$root/verdict.mounted-again" ||
-  fail "with the volume mounted under snapd again, not every step read back exact"
+expect_mount_gone_then_back "the volume unmounted under snapd" unmounted mounted-again
 snapctl rm snapbench-restart > /dev/null 2>&1 || true
 stop_snapd
 
