@@ -96,6 +96,7 @@ void ControlService::CollectStats(const Tenant* who, v1::StatsResponse* resp) co
     FillSpools(*disk, admin, resp->mutable_spools());
   }
   resp->set_demotions(c.demotions);
+  resp->set_moves_to_shared(c.moves_to_shared);
   resp->set_disk_reads(c.disk_reads);
   resp->set_prefetch_hits(c.prefetch_hits);
   resp->set_demand_reads(c.demand_reads);

@@ -21,9 +21,6 @@
 namespace snapd {
 namespace {
 
-// Largest single pread/pwrite; the kernel caps one call near 2 GiB anyway.
-constexpr uint64_t kMaxIo = 1ull << 30;
-
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -221,7 +218,7 @@ uint64_t DiskTier::room(SpoolClass c) const {
   return room;
 }
 
-Result<DiskTier::Space> DiskTier::Reserve(uint64_t raw, SpoolClass want) {
+Result<DiskTier::Space> DiskTier::Reserve(uint64_t raw, SpoolClass want, bool fail_over) {
   uint64_t bytes = FileBytes(raw);
   MutexLock lock(mu_);
   uint32_t best = 0;
@@ -232,7 +229,7 @@ Result<DiskTier::Space> DiskTier::Reserve(uint64_t raw, SpoolClass want) {
   for (uint32_t i = 0; i < spools_.size(); ++i) {
     const Spool& s = *spools_[i];
     used += s.used;
-    if (s.failed) continue;  // out of the rotation until a probe brings it back
+    if (s.failed || (!fail_over && s.spool_class != want)) continue;  // failed: until probed
     any = true;
     uint64_t room = s.budget - s.used;
     bool wanted = s.spool_class == want && room >= bytes;
@@ -342,6 +339,67 @@ int DiskTier::OpenFile(Spool& spool, const std::string& path, int flags) {
 
 Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& name,
                        const void* data, uint64_t raw) {
+  const char* p = static_cast<const char*>(data);
+  return WriteFrom(space, run_id, name, raw,
+                   [p](uint64_t offset, uint64_t) -> Result<const char*> { return p + offset; });
+}
+
+Status DiskTier::Copy(uint32_t from, uint64_t run_id, const std::string& name, uint64_t raw,
+                      const Space& to) {
+  if (from >= spools_.size() || !PlainName(name)) {
+    Unaccount(to.spool, to.bytes);
+    return Status::InvalidArgument("snapshot file '" + name + "' in spool " + std::to_string(from) +
+                                   " is not a file of a configured spool");
+  }
+  Spool& source = *spools_[from];
+  const std::string path = Path(from, run_id, name);
+  // One chunk at a time through a buffer of its own (aligned for O_DIRECT): a move between
+  // spools takes no host-tier memory, which the pushes that wait for the room it makes need.
+  const uint64_t chunk = std::min(FileBytes(raw), kCopyChunk);
+  std::unique_ptr<char, decltype(&std::free)> buffer(
+      static_cast<char*>(std::aligned_alloc(kAlignment, std::max<uint64_t>(chunk, kAlignment))),
+      &std::free);
+  if (!buffer) {
+    Unaccount(to.spool, to.bytes);
+    return Status::ResourceExhausted("no memory for a copy buffer of " + FormatBytes(chunk));
+  }
+  Fd fd(io_, Retry([&] { return OpenFile(source, path, O_RDONLY); }));
+  if (fd.Get() < 0) {
+    Unaccount(to.spool, to.bytes);
+    return Status::Unavailable("opening " + path + " to copy it: " + std::strerror(errno) + " (" +
+                               ErrnoName(errno) + ")");
+  }
+  BeginIo(/*write=*/false, source.spool_class);
+  uint64_t copied = 0;
+  // A read error is the source's: it ends the copy without failing the spool written to (and
+  // says nothing of the source's health: the step's own reads tell that).
+  Status status = WriteFrom(
+      to, run_id, name, raw,
+      [&](uint64_t offset, uint64_t len) -> Result<const char*> {
+        for (uint64_t done = 0; done < len;) {
+          ssize_t n = Retry([&] {
+            return io_->Pread(fd.Get(), buffer.get() + done, len - done,
+                              static_cast<off_t>(offset + done));
+          });
+          if (n <= 0) {
+            int err = n < 0 ? errno : ENODATA;
+            return Status::Unavailable(
+                "reading " + path + " to copy it: " +
+                (n < 0 ? std::string(std::strerror(err)) + " (" + ErrnoName(err) + ")"
+                       : "shorter than recorded"));
+          }
+          done += static_cast<uint64_t>(n);
+        }
+        copied += len;
+        return static_cast<const char*>(buffer.get());
+      },
+      chunk);
+  EndIo(/*write=*/false, source.spool_class, copied);
+  return status;
+}
+
+Status DiskTier::WriteFrom(const Space& space, uint64_t run_id, const std::string& name,
+                           uint64_t raw, const Source& source, uint64_t chunk) {
   Spool& spool = *spools_[space.spool];
   uint64_t bytes = FileBytes(raw);
   // The file keeps what it takes of the reservation; the rest returns now, and all of it if
@@ -382,15 +440,19 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
     if (struct stat st{}; fstat(fd.Get(), &st) == 0 && st.st_dev != spool.dev) {
       return FailSpool(space.spool, MovedMessage(spool, path, st.st_dev), ENODEV);
     }
-    const char* p = static_cast<const char*>(data);
     for (uint64_t done = 0; done < bytes;) {
-      ssize_t n = Retry([&] {
-        return io_->Pwrite(fd.Get(), p + done, std::min(bytes - done, kMaxIo),
-                           static_cast<off_t>(done));
-      });
-      if (n < 0) return WriteError(space.spool, "writing", path, errno);
-      if (n == 0) return WriteError(space.spool, "writing", path, ENOSPC);
-      done += static_cast<uint64_t>(n);
+      const uint64_t len = std::min(bytes - done, chunk);
+      Result<const char*> p = source(done, len);
+      if (!p.ok()) return p.status();
+      for (uint64_t off = 0; off < len;) {
+        ssize_t n = Retry([&] {
+          return io_->Pwrite(fd.Get(), *p + off, len - off, static_cast<off_t>(done + off));
+        });
+        if (n < 0) return WriteError(space.spool, "writing", path, errno);
+        if (n == 0) return WriteError(space.spool, "writing", path, ENOSPC);
+        off += static_cast<uint64_t>(n);
+      }
+      done += len;
     }
     // A failed fdatasync is never retried: the kernel may have dropped the dirty pages and
     // cleared the error, so a second call could succeed without the bytes being on disk.

@@ -124,7 +124,10 @@ class DiskTier {
   // (Here and below, `raw` is what the file holds before padding: a snapshot's stored bytes.)
   // The tier is the one owner of its accounting: a reservation ends in Write (which keeps what
   // the file takes) and a file in Remove; Adopt accounts a file found at start.
-  Result<Space> Reserve(uint64_t raw, SpoolClass want = SpoolClass::kLocal) SNAPD_EXCLUDES(mu_);
+  // With `fail_over` false, only a spool of class `want` will do (the errors then speak of that
+  // class's spools alone).
+  Result<Space> Reserve(uint64_t raw, SpoolClass want = SpoolClass::kLocal, bool fail_over = true)
+      SNAPD_EXCLUDES(mu_);
 
   // Writes FileBytes(raw) bytes from `data` (readable that far, 4 KiB-aligned for O_DIRECT)
   // durably under `name`, in the room `space` reserved (raw may be less than was reserved: a
@@ -133,6 +136,12 @@ class DiskTier {
   // RESOURCE_EXHAUSTED, a failed device UNAVAILABLE (the spool is marked failed).
   Status Write(const Space& space, uint64_t run_id, const std::string& name, const void* data,
                uint64_t raw) SNAPD_EXCLUDES(mu_);
+  // Copies the file `name` of `run_id` from spool `from` to the room `to` reserved (of another
+  // spool), under the same name, as Write writes it: durable when this returns OK, nothing left
+  // in `to` otherwise. The source is left as it is; an error reading it (UNAVAILABLE, naming the
+  // path) fails the copy, not either spool.
+  Status Copy(uint32_t from, uint64_t run_id, const std::string& name, uint64_t raw,
+              const Space& to) SNAPD_EXCLUDES(mu_);
   // Reads the file into `data` (writable for FileBytes(raw) bytes). DATA_LOSS, naming the path
   // and the errno, if the file is missing, shorter than recorded or cannot be read (EIO);
   // UNAVAILABLE if a transient error persisted (the file may be fine).
@@ -228,6 +237,10 @@ class DiskTier {
     SpoolIo* io_;
     int fd_;
   };
+  // Largest single pread/pwrite; the kernel caps one call near 2 GiB anyway.
+  static constexpr uint64_t kMaxIo = 1ull << 30;
+  // Copy's buffer.
+  static constexpr uint64_t kCopyChunk = 8ull << 20;
   // Run directories kept open per shared spool (RunDir): those of the newest runs.
   static constexpr size_t kRunDirsKept = 64;
   struct Spool {
@@ -297,6 +310,12 @@ class DiskTier {
   static std::string MarkerPath(const Spool& spool) { return spool.dir + "/" + kMarker; }
   void BeginIo(bool write, SpoolClass c) SNAPD_EXCLUDES(mu_);
   void EndIo(bool write, SpoolClass c, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  // Supplies the bytes [offset, offset + len) of a file being written: a pointer to them, or
+  // the error that ends the write without failing the spool written to.
+  using Source = std::function<Result<const char*>(uint64_t offset, uint64_t len)>;
+  // Write's body, with the bytes from `source` in pieces of at most `chunk`.
+  Status WriteFrom(const Space& space, uint64_t run_id, const std::string& name, uint64_t raw,
+                   const Source& source, uint64_t chunk = kMaxIo) SNAPD_EXCLUDES(mu_);
   // The run's directory in the spool, made if it is not (null, errno set, when that fails),
   // open (Get() < 0 when it cannot be opened; then not kept).
   std::shared_ptr<Fd> RunDir(uint32_t spool, uint64_t run_id, const std::string& dir)

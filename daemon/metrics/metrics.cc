@@ -167,6 +167,9 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
            rejections);
   c.One("snapd_demotions_total", "counter", "Steps written from host memory to disk.",
         static_cast<double>(s.demotions()));
+  c.One("snapd_moves_to_shared_total", "counter",
+        "Disk files moved from a local spool to a shared one to make local room.",
+        static_cast<double>(s.moves_to_shared()));
   c.One("snapd_prefetch_hits_total", "counter",
         "Fetches of a disk-tier step that found it already read ahead.",
         static_cast<double>(s.prefetch_hits()));

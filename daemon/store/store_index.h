@@ -36,6 +36,7 @@ struct StoreCounters {
   uint64_t shared_disk_raw_bytes = 0;
   uint64_t lost_snapshots = 0;
   uint64_t demotions = 0;
+  uint64_t moves_to_shared = 0;  // disk files moved from a local spool to a shared one
   uint64_t disk_reads = 0;
   uint64_t prefetch_hits = 0;
   uint64_t demand_reads = 0;
@@ -84,6 +85,7 @@ struct StoreIndex {
     uint64_t generation = 0;           // unique per stored copy; also arrival order
     bool writing = false;              // a demotion is writing `block` to disk
     bool reading = false;              // a disk read into host memory is in flight
+    bool moving = false;  // its file is being copied to a shared spool (Tiering::StartMove)
     // Its last disk read was UNAVAILABLE (its spool cannot be reached): DiskTier::changes() + 1
     // then, and a second later. Read-ahead skips it until a spool's state changes again or that
     // second has passed (a spool back before the read ended changes nothing after); 0: none.
@@ -194,7 +196,11 @@ struct StoreIndex {
     std::deque<ParkedPush> parked_pushes;
     std::set<Key> parked_reads;  // fetches waiting for host room
     std::vector<DrainWaiter> drains;
-    int writes_in_flight = 0;
+    int writes_in_flight = 0;  // demotions and moves
+    // Moves under way from a local spool to a shared one (Tiering::StartMove), and the local
+    // bytes they will free.
+    int moves_in_flight = 0;
+    uint64_t moving_bytes = 0;
     int reads_in_flight = 0;
     bool keep_host_copies = false;
     bool disk_full = false;       // the last demotion found no room

@@ -133,6 +133,17 @@ class Tiering {
   SpoolClass DemotionClass(StoreIndex& ix, const Run& run, const Snapshot& snap) const
       SNAPD_REQUIRES(ix.mu);
   void StartDemotion(StoreIndex& ix, Run& run, Snapshot& snap) SNAPD_REQUIRES(ix.mu);
+  // A run of unknown N: its steps go to the local spools while they have room, and as that
+  // runs low its oldest local steps move on to the shared spools, so that the newest stay local
+  // as with N declared. Starts the moves that keep room for a few demotions ahead of `snap`'s;
+  // true when `snap`'s demotion waits for the room those under way will make.
+  bool MakeLocalRoom(StoreIndex& ix, Run& run, const Snapshot& snap) SNAPD_REQUIRES(ix.mu);
+  // Copies a local-spool step's file to a shared spool (DiskTier::Copy); false if no shared
+  // spool has room. FinishMove points the record at the copy and removes the local file, or
+  // drops the copy when the step was read, deleted or rewritten meanwhile.
+  bool StartMove(StoreIndex& ix, Snapshot& snap) SNAPD_REQUIRES(ix.mu);
+  void FinishMove(const v1::SnapshotRecord& from, uint64_t generation, const DiskTier::Space& to,
+                  Status copied) SNAPD_EXCLUDES(ix_.mu);
   void FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation,
                       const DiskTier::Space& space, const std::string& name, uint64_t checksum,
                       Result<WrittenSnapshot> written) SNAPD_EXCLUDES(ix_.mu);

@@ -21,8 +21,9 @@ SpoolClass Tiering::DemotionClass(StoreIndex&, const Run& run, const Snapshot& s
   // steps on the local spools, as many as their room holds, and the older ones on the shared
   // spools. Demotions come oldest first: a step goes local only if the local room holds it and
   // every newer step of the range not on disk yet, pushed or still to come. With N unknown (no
-  // range), or above the range (a drain), a step goes local while there is room; Reserve fails
-  // over to the shared class for the rest.
+  // range), a step goes local, and the run's oldest local steps move on to the shared spools
+  // as the local room runs low (MakeLocalRoom); above the range (a drain), a step goes local
+  // while there is room. Reserve fails over to the shared class for the rest.
   const v1::RunSpec& spec = run.record.spec();
   const uint64_t step = snap.record.step();
   const uint64_t bound = UsesHost(spec.layers()) ? run.record.host_boundary() : spec.steps();
@@ -38,9 +39,102 @@ SpoolClass Tiering::DemotionClass(StoreIndex&, const Run& run, const Snapshot& s
                                                               : SpoolClass::kShared;
 }
 
+bool Tiering::MakeLocalRoom(StoreIndex& ix, Run& run, const Snapshot& snap) {
+  const uint64_t file = DiskTier::FileBytes(FileContentBytes(snap.record));
+  // Room for a few demotions is kept free ahead of them, so that moves (each a shared
+  // filesystem's write, which wants several in flight) overlap the demotions they make room
+  // for: a quarter of the local spools, at most one move per I/O thread but one. The local
+  // spools end a run that much short of full.
+  const uint64_t ahead =
+      std::clamp<uint64_t>(s_.disk_->budget(SpoolClass::kLocal) / std::max<uint64_t>(file, 1) / 4,
+                           1, std::max<uint64_t>(s_.options_.io_threads, 2) - 1);
+  const uint64_t room = s_.disk_->room(SpoolClass::kLocal);
+  const uint64_t step = snap.record.step();
+  auto it = run.snapshots.begin();
+  while (room + ix.tiering.moving_bytes < ahead * file &&
+         ix.tiering.writes_in_flight <= s_.options_.io_threads) {
+    // The run's oldest step on a local spool that nothing else is moving or reading.
+    for (; it != run.snapshots.end() && it->first < step; ++it) {
+      const Snapshot& old = it->second;
+      if (old.record.tier() == v1::TIER_DISK && !old.moving && !old.reading && !old.writing &&
+          s_.disk_->ClassOf(old.record.spool()) == SpoolClass::kLocal) {
+        break;
+      }
+    }
+    if (it == run.snapshots.end() || it->first >= step || !StartMove(ix, it->second)) break;
+    ++it;
+  }
+  return room < file && ix.tiering.moves_in_flight > 0;
+}
+
+bool Tiering::StartMove(StoreIndex& ix, Snapshot& snap) {
+  const v1::SnapshotRecord& r = snap.record;
+  auto space = s_.disk_->Reserve(FileContentBytes(r), SpoolClass::kShared, /*fail_over=*/false);
+  if (!space.ok()) return false;  // full or failed: the demotion goes where Reserve finds room
+  snap.moving = true;
+  ++ix.tiering.writes_in_flight;
+  ++ix.tiering.moves_in_flight;
+  ix.tiering.moving_bytes += DiskTier::FileBytes(FileContentBytes(r));
+  s_.io_->Submit(
+      [this, record = r, gen = snap.generation, space = *space] {
+        Status copied = s_.disk_->Copy(record.spool(), record.run_id(), record.disk_name(),
+                                       FileContentBytes(record), space);
+        FinishMove(record, gen, space, std::move(copied));
+      },
+      /*urgent=*/false);
+  return true;
+}
+
+void Tiering::FinishMove(const v1::SnapshotRecord& from, uint64_t generation,
+                         const DiskTier::Space& to, Status copied) {
+  StoreIndex& ix = ix_;
+  MutexLock lock(ix.mu);
+  --ix.tiering.writes_in_flight;
+  --ix.tiering.moves_in_flight;
+  ix.tiering.moving_bytes -= DiskTier::FileBytes(FileContentBytes(from));
+  const uint64_t run_id = from.run_id();
+  const uint64_t raw = FileContentBytes(from);
+  Snapshot* snap = ix.FindSnapshot(run_id, from.step(), generation);
+  if (snap) snap->moving = false;
+  // The copy replaces the file only if the record still names that file, and no read of it
+  // is in flight (it would find the file gone): otherwise the copy goes and the step stays.
+  const bool same = snap && snap->record.tier() == v1::TIER_DISK &&
+                    snap->record.spool() == from.spool() &&
+                    snap->record.disk_name() == from.disk_name() && !snap->reading;
+  Status recorded = copied;
+  if (copied.ok() && same) {
+    v1::SnapshotRecord updated = snap->record;
+    updated.set_spool(to.spool);
+    recorded = s_.catalog_->PutSnapshot(updated);
+    if (recorded.ok()) snap->record = std::move(updated);
+  }
+  // The file no record names now: a local unlink, or the copy just written (a record that
+  // names it was not written).
+  if (copied.ok()) {
+    const bool moved = same && recorded.ok();
+    s_.disk_->Remove(moved ? from.spool() : to.spool, run_id, from.disk_name(), raw);
+    if (moved) {
+      ++ix.counters.moves_to_shared;
+      DiskRoomFreed(ix);
+    }
+  }
+  if (!recorded.ok()) {
+    failed_writes_.Write(
+        log::Level::kWarn, "failed moves",
+        "moving " + StepLabel(run_id, from.step()) +
+            " to a shared spool failed (it stays where it is): " + recorded.message());
+  }
+  s_.Wake();
+}
+
 void Tiering::StartDemotion(StoreIndex& ix, Run& run, Snapshot& snap) {
   const v1::SnapshotRecord& r = snap.record;
-  auto space = s_.disk_->Reserve(FileContentBytes(r), DemotionClass(ix, run, snap));
+  const SpoolClass cls = DemotionClass(ix, run, snap);
+  if (cls == SpoolClass::kLocal && s_.disk_->has_shared() && run.record.spec().steps() == 0 &&
+      MakeLocalRoom(ix, run, snap)) {
+    return;  // the moves under way make its room
+  }
+  auto space = s_.disk_->Reserve(FileContentBytes(r), cls);
   if (!space.ok()) {
     // No spool works (UNAVAILABLE): said once when each failed, and re-tried when one comes
     // back (DiskTier's state listener wakes this thread).

@@ -75,7 +75,8 @@ void Tiering::StartScrub(StoreIndex& ix, uint64_t run_id, uint64_t step,
           MutexLock lock(ix.mu);
           ++ix.tiering.scrubbed;
           Snapshot* current = ix.FindSnapshot(record.run_id(), record.step(), gen);
-          if (current && current->record.tier() == v1::TIER_DISK) {
+          if (current && current->record.tier() == v1::TIER_DISK &&
+              current->record.spool() == record.spool()) {
             if (s.ok()) {
               current->verified = true;
             } else if (s.code() == Code::kDataLoss) {
@@ -86,10 +87,10 @@ void Tiering::StartScrub(StoreIndex& ix, uint64_t run_id, uint64_t step,
                              s.message().c_str());
             }
           } else {
-            // Deleted, consumed or rewritten while it was being verified (its file may be gone
-            // with it): nothing was lost, whatever the read found.
+            // Deleted, consumed, rewritten or moved to another spool while it was being
+            // verified (its file may be gone with it): nothing was lost, whatever the read found.
             s = Status::NotFound(StepLabel(record.run_id(), record.step()) +
-                                 " went while it was being verified");
+                                 " went or moved while it was being verified");
           }
         }
         if (done) done(s);

@@ -20,9 +20,12 @@ std::string Tiering::WhatRoomWaitsFor(StoreIndex& ix, uint64_t bytes, HostTier::
   auto count = [](uint64_t n, const char* one, const char* many) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
   };
-  if (ix.tiering.writes_in_flight) {
-    coming.push_back(count(ix.tiering.writes_in_flight, "demotion to disk", "demotions to disk") +
-                     " being written");
+  if (int demotions = ix.tiering.writes_in_flight - ix.tiering.moves_in_flight) {
+    coming.push_back(count(demotions, "demotion to disk", "demotions to disk") + " being written");
+  }
+  if (ix.tiering.moves_in_flight) {
+    coming.push_back(count(ix.tiering.moves_in_flight, "older step", "older steps") +
+                     " moving from the local spools to a shared one to make room there");
   }
   if (ix.tiering.reads_in_flight) {
     coming.push_back(

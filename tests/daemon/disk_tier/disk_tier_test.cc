@@ -622,5 +622,62 @@ TEST(SpoolClasses, AReservationTakesItsClassAndFailsOverWhenItIsFullOrFailed) {
   ASSERT_TRUE(disk->Write(*failed_over, 3, "step-1", data.data.get(), 8192).ok());
 }
 
+// A file copied from a local spool to a shared one (a run's oldest step moving on): the copy
+// reads back exact and the source stays; a reservation that must not fail over stays in its
+// class; a read error on the source fails the copy alone, leaving nothing in the shared spool
+// and neither spool failed.
+TEST(SpoolClasses, ACopyToASharedSpoolIsExactAndAFailedReadOfItsSourceFailsNeitherSpool) {
+  testing::TempDir tmp;
+  testing::FaultySpoolIo io;
+  constexpr uint64_t kRaw = 3 * DiskTier::kAlignment + 100;
+  const uint64_t file = DiskTier::FileBytes(kRaw);
+  DiskTierOptions options{{tmp.path() + "/local"}, 4 * file, 0.7, &io};
+  options.shared_spools = {tmp.path() + "/shared"};
+  options.shared_budget_bytes = 2 * file;
+  auto opened = DiskTier::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<DiskTier> disk = std::move(opened).value();
+  AlignedBuffer out(kRaw);
+  for (uint64_t i = 0; i < kRaw; ++i) out.data.get()[i] = static_cast<char>(i * 7 + 3);
+  for (const char* name : {"step-0", "step-1"}) {
+    auto local = disk->Reserve(kRaw, SpoolClass::kLocal);
+    ASSERT_TRUE(local.ok());
+    ASSERT_EQ(local->spool, 0u);
+    ASSERT_TRUE(disk->Write(*local, 3, name, out.data.get(), kRaw).ok());
+  }
+
+  auto to = disk->Reserve(kRaw, SpoolClass::kShared, /*fail_over=*/false);
+  ASSERT_TRUE(to.ok()) << to.status().ToString();
+  ASSERT_EQ(to->spool, 1u);
+  ASSERT_TRUE(disk->Copy(0, 3, "step-0", kRaw, *to).ok());
+  AlignedBuffer in(kRaw);
+  ASSERT_TRUE(disk->Read(1, 3, "step-0", in.data.get(), kRaw).ok());
+  EXPECT_EQ(0, std::memcmp(out.data.get(), in.data.get(), kRaw));
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() + "/local/run-3/step-0")) << "the source stays";
+  EXPECT_EQ(disk->used(SpoolClass::kShared), file);
+  EXPECT_EQ(disk->reads(SpoolClass::kLocal).bytes, file) << "the copy's read is the local's";
+
+  io.Fail(testing::FaultySpoolIo::kRead, EIO, 0, tmp.path() + "/local");
+  to = disk->Reserve(kRaw, SpoolClass::kShared, /*fail_over=*/false);
+  ASSERT_TRUE(to.ok());
+  Status s = disk->Copy(0, 3, "step-1", kRaw, *to);
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("reading " + tmp.path() + "/local/run-3/step-1 to copy it"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("(EIO)"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/shared/run-3/step-1"));
+  EXPECT_EQ(disk->used(SpoolClass::kShared), file) << "the failed copy's room went back";
+  for (const SpoolStatus& st : disk->SpoolStates()) EXPECT_FALSE(st.failed) << st.dir;
+  io.Heal();
+
+  // The shared spool holds two files: with one more there, a reservation that must stay in the
+  // shared class is refused while the local spool has room.
+  ASSERT_TRUE(disk->Reserve(kRaw, SpoolClass::kShared, /*fail_over=*/false).ok());
+  auto full = disk->Reserve(kRaw, SpoolClass::kShared, /*fail_over=*/false);
+  EXPECT_EQ(full.status().code(), Code::kResourceExhausted) << full.status().ToString();
+  EXPECT_GT(disk->room(SpoolClass::kLocal), file);
+}
+
 }  // namespace
 }  // namespace snapd

@@ -58,6 +58,33 @@ TEST_F(SharedTierTest, TheOldestStepsGoToTheSharedSpoolTheNextToTheLocalOnesTheN
   for (uint64_t t = kSteps; t-- > 0;) ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
 }
 
+// N unknown: nothing tells which steps are the oldest of the disk range until the local spool
+// fills. As it does, the run's oldest local steps move on to the shared spool, so the layout
+// ends as with N declared: the oldest steps shared, the next local, the newest in host memory;
+// every step reads back exact.
+TEST_F(SharedTierTest, WithNUnknownTheOldestLocalStepsMoveOnToTheSharedSpoolAsLocalRoomRunsOut) {
+  shared_bytes_ = 8 << 20;
+  Open(/*disk_bytes=*/8 * kStep);  // the local spool holds 8 steps
+  uint64_t id = OpenRun("open-ended", /*steps=*/0, kStep, v1::LAYERS_DISK_HOST);
+  for (uint64_t t = 0; t < kSteps; ++t) ASSERT_TRUE(Push(id, t, kStep).ok()) << t;
+  store_->WaitTieringIdle();
+  const std::set<uint64_t> local = StepsIn("spool", id);
+  const std::set<uint64_t> shared = StepsIn("shared", id);
+  std::set<uint64_t> host;
+  for (uint64_t t = 0; t < kSteps; ++t) {
+    if (TierOf("open-ended", t) == v1::TIER_HOST) host.insert(t);
+  }
+  ASSERT_FALSE(shared.empty());
+  ASSERT_FALSE(host.empty());
+  // Room for two demotions is kept free ahead of them (a quarter of the local spool).
+  EXPECT_GE(local.size(), 6u) << "the local spool ends nearly full";
+  EXPECT_LT(*shared.rbegin(), *local.begin()) << "every shared step is older than the local ones";
+  EXPECT_LT(*local.rbegin(), *host.begin()) << "and every local one older than those in memory";
+  EXPECT_EQ(shared.size() + local.size() + host.size(), kSteps) << "each step in one place";
+  EXPECT_GT(store_->Counters().moves_to_shared, 0u);
+  for (uint64_t t = kSteps; t-- > 0;) ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
+}
+
 // The shared filesystem fails (EIO) before the first step reaches it: it leaves the rotation,
 // and the steps meant for it go to the local spool while that has room. Once that is full too
 // a push fails fast, naming the failed spool and its errno; every step stored so far comes back
