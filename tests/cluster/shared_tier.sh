@@ -207,7 +207,7 @@ gl_cpu() {  # prints "TOTAL FUSE" CPU seconds of every gluster process in the na
 }
 # Five runs, each on a fresh snapd and directory: on a machine this small one run's figures
 # move by 10-20 % from one to the next, so each is printed and the medians are what counts.
-runs=5
+runs=${SHARED_TIER_RUNS:-5}
 for n in $(seq "$runs"); do
   # shellcheck disable=SC2046
   start_snapd "bench$n" $(spool_args none "" "$mnt/bench$n" 1G)
@@ -334,24 +334,50 @@ print(", ".join(f"{c} {sum(v for k, v in n.items() if k.split(':')[0] == c)}" +
                 for c in classes))
 PY
 }
+# Waits (30 s at most) until snapd's demotions and moves to the shared spool stop changing: the
+# placement a forward pass leaves is read once what its last pushes started has landed.
+settle() {
+  local last="" now _
+  for _ in $(seq 60); do
+    now=$(snapctl --json status | python3 -c 'import json,sys; d=json.load(sys.stdin)
+print(d["demotions"], d["moves_to_shared"], d["waiting_pushes"])') || fail "snapctl status"
+    [[ $now == "$last" ]] && return
+    last=$now
+    sleep 0.5
+  done
+  fail "snapd's demotions and moves did not settle in 30 s ($now)"
+}
 # First the placement a forward pass leaves: snapbench --fill pushes a kept run of 96 steps of
 # 4 MiB = 384 MiB = 3 x (64 MiB host + 64 MiB local), word i of step t = t * 2^32 + i, and
-# snapbench --verify fetches every step back over the data plane and compares every word.
-in_gl "$snapbench_bin" --socket "$sock" --fill --steps 96 --bytes 4M > "$root/fill0.out" 2>&1 ||
-  fail "snapbench --fill: $(cat "$root/fill0.out")"
-snapctl --json ls snapbench-restart > "$root/placement.json" || fail "snapctl ls"
-placement_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run"]["run_id"])' \
-  "$root/placement.json")
-mapfile -t where < <(placement "$root/placement.json" "$placement_id")
-say "placement after the forward pass (host boundary $(python3 -c 'import json,sys
-print(json.load(open(sys.argv[1]))["run"]["host_boundary"])' "$root/placement.json")): ${where[0]}"
-say "placement: by brick: ${where[1]}"
-say "placement: steps per place: ${where[2]}"
-spools placement
-in_gl "$snapbench_bin" --socket "$sock" --verify --steps 96 --bytes 4M > "$root/verify0.out" 2>&1 ||
-  fail "snapbench --verify: $(cat "$root/verify0.out")"
-say "byte-exact: $(cat "$root/verify0.out") (every word compared, fetched over the data plane)"
-snapctl rm snapbench-restart > /dev/null || fail "snapctl rm snapbench-restart"
+# snapbench --verify fetches every step back over the data plane and compares every word. Twice:
+# with N declared, and with N unknown (--n-unknown: the run's oldest local steps move on to the
+# shared spool as the local one fills). Either way the oldest steps end on the shared spool,
+# the next on the local one and the newest in host memory.
+for n in declared unknown; do
+  n_flag=()
+  [[ $n == unknown ]] && n_flag=(--n-unknown)
+  in_gl "$snapbench_bin" --socket "$sock" --fill --steps 96 --bytes 4M "${n_flag[@]}" \
+    > "$root/fill0.out" 2>&1 ||
+    fail "snapbench --fill (N $n): $(cat "$root/fill0.out")"
+  settle
+  snapctl --json ls snapbench-restart > "$root/placement.json" || fail "snapctl ls"
+  placement_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run"]["run_id"])' \
+    "$root/placement.json")
+  mapfile -t where < <(placement "$root/placement.json" "$placement_id")
+  say "placement after the forward pass, N $n (host boundary $(python3 -c 'import json,sys
+print(json.load(open(sys.argv[1]))["run"]["host_boundary"])' "$root/placement.json"); moves to \
+the shared spool so far: $(snapctl --json status | python3 -c 'import json,sys
+print(json.load(sys.stdin)["moves_to_shared"])')): ${where[0]}"
+  say "placement: by brick: ${where[1]}"
+  say "placement: steps per place: ${where[2]}"
+  [[ ${where[0]} =~ ^0\.\.[0-9]+\ shared\;\ [0-9]+\.\.[0-9]+\ local\;\ [0-9]+\.\.95\ host$ ]] ||
+    fail "N $n: not the oldest steps shared, the next local and the newest in host memory"
+  spools "placement, N $n"
+  in_gl "$snapbench_bin" --socket "$sock" --verify --steps 96 --bytes 4M > "$root/verify0.out" \
+    2>&1 || fail "snapbench --verify (N $n): $(cat "$root/verify0.out")"
+  say "byte-exact: $(cat "$root/verify0.out") (every word compared, fetched over the data plane)"
+  snapctl rm snapbench-restart > /dev/null || fail "snapctl rm snapbench-restart"
+done
 # Then the example solver over the same 384 MiB: each step checked against the checksum it
 # computed before the push, as its backward pass reads it (read-once: each step released).
 in_gl "$acoustic_bin" --socket "$sock" --nx 1024 --ny 1024 --steps 96 --run acoustic \

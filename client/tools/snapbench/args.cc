@@ -122,6 +122,10 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
   CLI::Option* verify = app.add_flag("--verify", a->verify,
                                      "Fetch 'snapbench-restart' back, checking every byte [off]")
                             ->group("Modes");
+  app.add_flag("--n-unknown", a->n_unknown,
+               "--fill: open the run without declaring its number of steps, as a solver that "
+               "does not know it does [off]")
+      ->needs(fill);
   const std::vector<CLI::Option*> modes = {spill, codec, many, device, fill, verify};
   for (CLI::Option* m : modes) {
     for (CLI::Option* other : modes) {

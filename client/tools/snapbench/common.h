@@ -33,6 +33,7 @@ struct Args {
   bool codec = false;
   bool device = false;
   bool fill = false;      // push a kept run for the restart benchmark, then exit
+  bool n_unknown = false;  // --fill: open the run without declaring its number of steps
   bool verify = false;    // fetch that run back and check every byte
   int workers = 0;        // codec: 0 = the daemon's default (cores minus one)
   int many = 0;           // many: solver processes at once

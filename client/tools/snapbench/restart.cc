@@ -31,7 +31,7 @@ int RestartRun(snapd::Client& c, const Args& a) {
   if (a.fill) {
     snapd::RunSpec spec;
     spec.name = name;
-    spec.steps = a.steps;
+    spec.steps = a.n_unknown ? 0 : a.steps;  // 0: N unknown (pushes --steps all the same)
     spec.bytes_per_step = buf.size() * 8;
     spec.keep = true;
     auto run = c.OpenRun(spec);
