@@ -3,7 +3,7 @@
 // compression workers' slabs.
 //
 // Two queues: urgent jobs (a fetch is waiting for the bytes) run before background ones
-// (demotions, prefetch, scrubbing). Thread-safe; the destructor runs the jobs already queued,
+// (demotions, prefetch, moves between spools, scrubbing). Thread-safe; the destructor runs the jobs already queued,
 // then joins.
 #pragma once
 
