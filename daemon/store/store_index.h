@@ -86,6 +86,7 @@ struct StoreIndex {
     bool writing = false;              // a demotion is writing `block` to disk
     bool reading = false;              // a disk read into host memory is in flight
     bool moving = false;  // its file is being copied to a shared spool (Tiering::StartMove)
+    uint64_t move_failed_at = 0;  // DiskTier::changes() + 1 when such a copy last failed; 0: none
     // Its last disk read was UNAVAILABLE (its spool cannot be reached): DiskTier::changes() + 1
     // then, and a second later. Read-ahead skips it until a spool's state changes again or that
     // second has passed (a spool back before the read ended changes nothing after); 0: none.

@@ -57,6 +57,7 @@ bool Tiering::MakeLocalRoom(StoreIndex& ix, Run& run, const Snapshot& snap) {
     for (; it != run.snapshots.end() && it->first < step; ++it) {
       const Snapshot& old = it->second;
       if (old.record.tier() == v1::TIER_DISK && !old.moving && !old.reading && !old.writing &&
+          old.move_failed_at != s_.disk_->changes() + 1 &&
           s_.disk_->ClassOf(old.record.spool()) == SpoolClass::kLocal) {
         break;
       }
@@ -88,35 +89,41 @@ bool Tiering::StartMove(StoreIndex& ix, Snapshot& snap) {
 void Tiering::FinishMove(const v1::SnapshotRecord& from, uint64_t generation,
                          const DiskTier::Space& to, Status copied) {
   StoreIndex& ix = ix_;
-  MutexLock lock(ix.mu);
-  --ix.tiering.writes_in_flight;
-  --ix.tiering.moves_in_flight;
-  ix.tiering.moving_bytes -= DiskTier::FileBytes(FileContentBytes(from));
   const uint64_t run_id = from.run_id();
   const uint64_t raw = FileContentBytes(from);
-  Snapshot* snap = ix.FindSnapshot(run_id, from.step(), generation);
-  if (snap) snap->moving = false;
-  // The copy replaces the file only if the record still names that file, and no read of it
-  // is in flight (it would find the file gone): otherwise the copy goes and the step stays.
-  const bool same = snap && snap->record.tier() == v1::TIER_DISK &&
-                    snap->record.spool() == from.spool() &&
-                    snap->record.disk_name() == from.disk_name() && !snap->reading;
+  bool moved = false;
   Status recorded = copied;
-  if (copied.ok() && same) {
-    v1::SnapshotRecord updated = snap->record;
-    updated.set_spool(to.spool);
-    recorded = s_.catalog_->PutSnapshot(updated);
-    if (recorded.ok()) snap->record = std::move(updated);
-  }
-  // The file no record names now: a local unlink, or the copy just written (a record that
-  // names it was not written).
-  if (copied.ok()) {
-    const bool moved = same && recorded.ok();
-    s_.disk_->Remove(moved ? from.spool() : to.spool, run_id, from.disk_name(), raw);
-    if (moved) {
-      ++ix.counters.moves_to_shared;
-      DiskRoomFreed(ix);
+  {
+    MutexLock lock(ix.mu);
+    Snapshot* snap = ix.FindSnapshot(run_id, from.step(), generation);
+    // The copy replaces the file only if the record still names that file and no read of it
+    // is in flight (it would find the file gone); otherwise the copy goes and the step stays.
+    const bool same = snap && snap->record.tier() == v1::TIER_DISK &&
+                      snap->record.spool() == from.spool() &&
+                      snap->record.disk_name() == from.disk_name() && !snap->reading;
+    if (copied.ok() && same) {
+      v1::SnapshotRecord updated = snap->record;
+      updated.set_spool(to.spool);
+      recorded = s_.catalog_->PutSnapshot(updated);
+      if (recorded.ok()) snap->record = std::move(updated);
+      moved = recorded.ok();
     }
+    // Not tried again until a spool fails or comes back: a source that cannot be read (its
+    // own fetch will say why) is not copied over and over.
+    if (snap && !copied.ok()) snap->move_failed_at = s_.disk_->changes() + 1;
+  }
+  // The file no record names now, the local one or the copy, removed off the store's mutex (an
+  // unlink on a network filesystem waits on its servers). The step stays `moving` until then:
+  // a second move must not write the name this one removes.
+  if (copied.ok()) s_.disk_->Remove(moved ? from.spool() : to.spool, run_id, from.disk_name(), raw);
+  MutexLock lock(ix.mu);
+  if (Snapshot* snap = ix.FindSnapshot(run_id, from.step(), generation)) snap->moving = false;
+  --ix.tiering.writes_in_flight;
+  --ix.tiering.moves_in_flight;
+  ix.tiering.moving_bytes -= DiskTier::FileBytes(raw);
+  if (moved) {
+    ++ix.counters.moves_to_shared;
+    DiskRoomFreed(ix);
   }
   if (!recorded.ok()) {
     failed_writes_.Write(

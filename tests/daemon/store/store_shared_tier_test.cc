@@ -85,6 +85,27 @@ TEST_F(SharedTierTest, WithNUnknownTheOldestLocalStepsMoveOnToTheSharedSpoolAsLo
   for (uint64_t t = kSteps; t-- > 0;) ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
 }
 
+// A local step whose file cannot be read (EIO) cannot move on: it stays where it is, is not
+// copied over and over (one try per step until a spool's state changes), and the newer steps
+// go to the shared spool instead; nothing is lost, and once the disk reads again every step
+// comes back exact.
+TEST_F(SharedTierTest, WithNUnknownALocalStepThatCannotBeReadStaysAndIsTriedOnce) {
+  shared_bytes_ = 8 << 20;
+  Open(/*disk_bytes=*/8 * kStep, &faulty_io_);
+  faulty_io_.Fail(testing::FaultySpoolIo::kRead, EIO, 0, dir_ + "/spool/");
+  uint64_t id = OpenRun("unreadable", /*steps=*/0, kStep, v1::LAYERS_DISK_HOST);
+  for (uint64_t t = 0; t < kSteps; ++t) ASSERT_TRUE(Push(id, t, kStep).ok()) << t;
+  store_->WaitTieringIdle();
+  const std::set<uint64_t> local = StepsIn("spool", id);
+  EXPECT_EQ(local, Range(0, 8)) << "the oldest steps stay local";
+  EXPECT_FALSE(StepsIn("shared", id).empty());
+  EXPECT_LE(faulty_io_.failures(), 8u) << "each unreadable step tried once";
+  EXPECT_EQ(store_->Counters().moves_to_shared, 0u);
+  EXPECT_EQ(store_->Counters().lost_snapshots, 0u) << "a failed move loses nothing";
+  faulty_io_.Heal();
+  for (uint64_t t = kSteps; t-- > 0;) ASSERT_TRUE(FetchExact(id, t, kStep).ok()) << t;
+}
+
 // The shared filesystem fails (EIO) before the first step reaches it: it leaves the rotation,
 // and the steps meant for it go to the local spool while that has room. Once that is full too
 // a push fails fast, naming the failed spool and its errno; every step stored so far comes back
