@@ -336,7 +336,7 @@ PY
 }
 # Waits (30 s at most) until snapd's demotions and moves to the shared spool stop changing: the
 # placement a forward pass leaves is read once what its last pushes started has landed.
-settle() {
+moves_settle() {
   local last="" now _
   for _ in $(seq 60); do
     now=$(snapctl --json status | python3 -c 'import json,sys; d=json.load(sys.stdin)
@@ -356,14 +356,17 @@ print(d["demotions"], d["moves_to_shared"], d["waiting_pushes"])') || fail "snap
 for n in declared unknown; do
   n_flag=()
   [[ $n == unknown ]] && n_flag=(--n-unknown)
+  fill_t0=$(date +%s.%N)
   in_gl "$snapbench_bin" --socket "$sock" --fill --steps 96 --bytes 4M "${n_flag[@]}" \
     > "$root/fill0.out" 2>&1 ||
     fail "snapbench --fill (N $n): $(cat "$root/fill0.out")"
-  settle
+  fill_s=$(python3 -c "import time; print(f'{time.time() - $fill_t0:.1f}')")
+  moves_settle
   snapctl --json ls snapbench-restart > "$root/placement.json" || fail "snapctl ls"
   placement_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run"]["run_id"])' \
     "$root/placement.json")
   mapfile -t where < <(placement "$root/placement.json" "$placement_id")
+  say "forward pass, N $n: 384 MiB pushed in $fill_s s"
   say "placement after the forward pass, N $n (host boundary $(python3 -c 'import json,sys
 print(json.load(open(sys.argv[1]))["run"]["host_boundary"])' "$root/placement.json"); moves to \
 the shared spool so far: $(snapctl --json status | python3 -c 'import json,sys
