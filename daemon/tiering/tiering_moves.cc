@@ -40,6 +40,7 @@ SpoolClass Tiering::DemotionClass(StoreIndex&, const Run& run, const Snapshot& s
 }
 
 bool Tiering::MakeLocalRoom(StoreIndex& ix, Run& run, const Snapshot& snap) {
+  if (s_.disk_->budget(SpoolClass::kLocal) == 0) return false;  // shared spools only
   const uint64_t file = DiskTier::FileBytes(FileContentBytes(snap.record));
   // Room for a few demotions is kept free ahead of them, so that moves (each a shared
   // filesystem's write, which wants several in flight) overlap the demotions they make room
