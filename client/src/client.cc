@@ -155,7 +155,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
                                                  impl.get()));
   SNAPD_RETURN_IF_ERROR(
       ucx::SetAmHandler(impl->loop->worker(), wire::kReply, &Impl::OnReply, impl.get()));
-  impl->loop->Start();
+  impl->loop->Start("snapd-client");
 
   if (const char* mem = std::getenv("SNAPD_DEVICE_MEM"); mem && *mem) {
     impl->device_options = detail::ParseDeviceMem(mem, &impl->device_fraction,
@@ -210,7 +210,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   }
 
   // Before the link: a link lost at once starts a reconnect on it (Impl::LinkLost).
-  impl->reconnector = std::make_unique<detail::TaskThread>();
+  impl->reconnector = std::make_unique<detail::TaskThread>("snapd-reconnect");
   // The session's link: its socket, or an endpoint bound to the session with Hello.
   auto hello = std::make_shared<detail::OpState>();
   Impl* raw = impl.get();

@@ -6,10 +6,16 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "snapd/thread_name.h"
+
 namespace snapd::detail {
 
 CopyPool::CopyPool(int threads, StripeCopy copy) : copy_(copy) {
-  for (int i = 1; i < threads; ++i) helpers_.emplace_back([this] { Helper(); });
+  for (int i = 1; i < threads; ++i)
+    helpers_.emplace_back([this] {
+      NameThisThread("snapd-copy");
+      Helper();
+    });
 }
 
 CopyPool::~CopyPool() {

@@ -41,7 +41,7 @@ Result<detail::DevicePool*> Client::Impl::EnsurePool(const std::string& run_name
   // fetches reach them (HostPinning), never all at once: pinning faults in every page of a
   // chunk, and this client's arena is as large as the whole tier, populated by snapd block by
   // block (pages a client faults in would be charged to its own memory cgroup).
-  recorder = std::make_unique<detail::TaskThread>();
+  recorder = std::make_unique<detail::TaskThread>("snapd-recorder");
   return device_pool.get();
 }
 

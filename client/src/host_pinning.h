@@ -30,6 +30,7 @@
 
 #include "snapd/status.h"
 #include "snapd/thread_annotations.h"
+#include "snapd/thread_name.h"
 
 namespace snapd::detail {
 
@@ -159,7 +160,12 @@ class HostPinning {
   }
 
   void StartThreadLocked() SNAPD_REQUIRES(mu_) {
-    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+    if (!thread_.joinable()) {
+      thread_ = std::thread([this] {
+        NameThisThread("snapd-pin");
+        Run();
+      });
+    }
   }
 
   // Pins chunk i (pinning thread only).

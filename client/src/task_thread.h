@@ -7,15 +7,21 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "snapd/thread_annotations.h"
+#include "snapd/thread_name.h"
 
 namespace snapd::detail {
 
 class TaskThread {
  public:
-  TaskThread() : thread_([this] { Run(); }) {}
+  explicit TaskThread(const std::string& name)
+      : thread_([this, name] {
+          NameThisThread(name);
+          Run();
+        }) {}
   ~TaskThread() {
     {
       MutexLock lock(mu_);

@@ -2,6 +2,8 @@
 
 #include <rocksdb/write_batch.h>
 
+#include "snapd/thread_name.h"
+
 namespace snapd {
 namespace {
 
@@ -82,7 +84,10 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
 }
 
 Catalog::Catalog(std::unique_ptr<rocksdb::DB> db, uint64_t opened_format)
-    : db_(std::move(db)), opened_format_(opened_format), writer_([this] { WriterLoop(); }) {}
+    : db_(std::move(db)), opened_format_(opened_format), writer_([this] {
+        NameThisThread("snapd-catalog");
+        WriterLoop();
+      }) {}
 
 Catalog::~Catalog() {
   {

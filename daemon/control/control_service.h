@@ -127,7 +127,8 @@ class ControlService final : public v1::Control::CallbackService {
   std::atomic<int> opening_{0};
   std::atomic<bool> stopping_{false};
   log::RejectionLog rejections_{log::Surface::kControlPlane};
-  IoPool vetting_{kVettingThreads};  // last: joined before the members its jobs use go
+  IoPool vetting_{kVettingThreads,
+                  "snapd-vetting"};  // last: joined before the members its jobs use go
 };
 
 // The spools' states as Stats and ProbeSpools answer them (control_stats.cc): directories and

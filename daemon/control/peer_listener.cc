@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "log.h"
+#include "snapd/thread_name.h"
 #include "snapd/unix_socket.h"
 
 namespace snapd {
@@ -25,7 +26,10 @@ PeerListener::PeerListener(std::string path, ucx::ScopedFd listen_fd)
     : path_(std::move(path)), listen_fd_(std::move(listen_fd)) {}
 
 void PeerListener::Serve(grpc::Server* server) {
-  thread_ = std::thread([this, server] { Accept(server); });
+  thread_ = std::thread([this, server] {
+    NameThisThread("snapd-control");
+    Accept(server);
+  });
 }
 
 void PeerListener::StopAccepting() {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "log.h"
+#include "snapd/thread_name.h"
 #include "snapd/unix_socket.h"
 #include "snapd/wire.h"
 
@@ -63,7 +64,10 @@ Result<std::unique_ptr<ArenaSocket>> ArenaSocket::Start(const std::string& path,
   SNAPD_ASSIGN_OR_RETURN(ucx::ScopedFd fd, ListenUnix(path, 0666, "arena socket"));
   std::unique_ptr<ArenaSocket> s(
       new ArenaSocket(path, std::move(fd), tier, sessions, std::move(on_linked)));
-  s->thread_ = std::thread([p = s.get()] { p->Serve(); });
+  s->thread_ = std::thread([p = s.get()] {
+    NameThisThread("snapd-arena");
+    p->Serve();
+  });
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include <future>
 
 #include "log.h"
+#include "snapd/thread_name.h"
 
 namespace snapd {
 
@@ -58,9 +59,10 @@ Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Stor
   dp->Register<FetchRequest, wire::kFetchMapped, true, &DataPlane::HandleFetchMapped>();
   dp->Register<wire::LeaseRelease, wire::kReleaseLease, true, &DataPlane::HandleReleaseLease>();
   dp->Register<wire::PushRequest, wire::kAbort, true, &DataPlane::HandleAbort>();
-  dp->loop_->Start();
+  dp->loop_->Start("snapd-dataplane");
   DataPlane* raw = dp.get();
   dp->sweeper_ = std::thread([raw] {
+    NameThisThread("snapd-sweeper");
     MutexLock lock(raw->sweeper_mu_);
     while (!raw->sweeper_cv_.WaitFor(
         raw->sweeper_mu_, std::chrono::seconds(1),

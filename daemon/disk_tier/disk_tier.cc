@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "log.h"
+#include "snapd/thread_name.h"
 #include "snapd/units.h"
 
 namespace snapd {
@@ -71,7 +72,10 @@ DiskTier::DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget,
       io_(options.io ? options.io : SpoolIo::System()),
       probe_min_(std::max(options.probe_min, std::chrono::milliseconds(1))),
       probe_max_(std::max(options.probe_max, options.probe_min)) {
-  prober_ = std::thread([this] { ProbeLoop(); });
+  prober_ = std::thread([this] {
+    NameThisThread("snapd-prober");
+    ProbeLoop();
+  });
 }
 
 DiskTier::~DiskTier() {

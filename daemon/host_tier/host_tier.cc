@@ -1,8 +1,8 @@
 #include "host_tier/host_tier.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -17,6 +17,7 @@
 
 #include "host_tier/backing.h"
 #include "log.h"
+#include "snapd/thread_name.h"
 #include "snapd/units.h"
 
 namespace snapd {
@@ -113,9 +114,16 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
     MutexLock lock(tier->mu_);
     SNAPD_RETURN_IF_ERROR(tier->AddArena(tier->own_, b.fd, /*adopted=*/false));
   }
-  if (options.prefault) tier->prefault_ = std::thread([t = tier.get()] { t->Prefault(); });
+  if (options.prefault)
+    tier->prefault_ = std::thread([t = tier.get()] {
+      NameThisThread("snapd-prefault");
+      t->Prefault();
+    });
   if (options.populate_ahead_bytes > 0) {
-    tier->ahead_ = std::thread([t = tier.get()] { t->PopulateAhead(); });
+    tier->ahead_ = std::thread([t = tier.get()] {
+      NameThisThread("snapd-populate");
+      t->PopulateAhead();
+    });
     MutexLock lock(tier->mu_);
     tier->WantAhead(tier->own_);
   }
@@ -168,7 +176,10 @@ Result<std::unique_ptr<HostTier>> HostTier::AdoptArenas(std::map<ArenaId, int> f
     }
   }
   if (options.populate_ahead_bytes > 0) {
-    tier->ahead_ = std::thread([t = tier.get()] { t->PopulateAhead(); });
+    tier->ahead_ = std::thread([t = tier.get()] {
+      NameThisThread("snapd-populate");
+      t->PopulateAhead();
+    });
   }
   return tier;
 }

@@ -14,6 +14,7 @@
 
 #include "host_tier/host_tier.h"
 #include "log.h"
+#include "snapd/thread_name.h"
 #include "snapd/units.h"
 
 namespace snapd {
@@ -99,6 +100,7 @@ bool HostTier::Populate(const Arena& a, uint64_t first, uint64_t last) const {
     uint64_t from = at + i * per * kUnit, to = std::min(end, from + per * kUnit);
     if (from >= to) break;
     helpers.emplace_back([&, from, to] {
+      NameThisThread("snapd-stripe");
       if (!populate(from, to)) failed = errno;
     });
   }
@@ -290,7 +292,10 @@ void HostTier::StartRelease() {
     last_allocation_ = std::chrono::steady_clock::now();  // idle time counts from now
   }
   if (release_after_.count() > 0) {
-    releaser_ = std::thread([this] { ReleaseWhenIdle(release_after_); });
+    releaser_ = std::thread([this] {
+      NameThisThread("snapd-release");
+      ReleaseWhenIdle(release_after_);
+    });
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "log.h"
 #include "snapd/checksum.h"
+#include "snapd/thread_name.h"
 #include "snapd/zfp_codec.h"
 
 namespace snapd {
@@ -38,7 +39,10 @@ Status Checksums::Verify(const void* data, uint64_t bytes, uint64_t expected,
 }
 
 void Checksums::Start() {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("snapd-checksum");
+    Loop();
+  });
 }
 
 void Checksums::Stop() {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "log.h"
+#include "snapd/thread_name.h"
 
 namespace snapd {
 
@@ -229,6 +230,7 @@ Result<std::unique_ptr<MetricsFile>> MetricsFile::Start(
   SNAPD_RETURN_IF_ERROR(m->WriteOnce());
   MetricsFile* raw = m.get();
   m->thread_ = std::thread([raw] {
+    NameThisThread("snapd-metrics");
     MutexLock lock(raw->mu_);
     while (!raw->cv_.WaitFor(raw->mu_, raw->interval_,
                              [raw]() SNAPD_REQUIRES(raw->mu_) { return raw->stop_; })) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "log.h"
+#include "snapd/thread_name.h"
 #include "snapd/unix_socket.h"
 
 namespace snapd {
@@ -92,7 +93,10 @@ std::unique_ptr<Watchdog> Watchdog::Start(const std::map<std::string, std::strin
 Watchdog::Watchdog(std::map<std::string, std::string> env, std::chrono::microseconds interval,
                    std::function<bool()> healthy)
     : env_(std::move(env)), interval_(interval), healthy_(std::move(healthy)) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("snapd-watchdog");
+    Run();
+  });
 }
 
 Watchdog::~Watchdog() {

@@ -12,6 +12,7 @@
 #include <functional>
 
 #include "log.h"
+#include "snapd/thread_name.h"
 #include "snapd/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
@@ -21,7 +22,10 @@ namespace snapd {
 void Tiering::StartTiering() {
   // A spool that fails or comes back changes what the policy can do.
   if (s_.disk_) s_.disk_->AddStateListener(s_.WakeFromOutside());
-  tiering_thread_ = std::thread([this] { TieringLoop(); });
+  tiering_thread_ = std::thread([this] {
+    NameThisThread("snapd-tiering");
+    TieringLoop();
+  });
 }
 
 void Tiering::StopTiering() {

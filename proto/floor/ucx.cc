@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "snapd/thread_name.h"
+
 namespace snapd::ucx {
 
 Status FromUcs(ucs_status_t s, const std::string& what) {
@@ -198,7 +200,12 @@ WorkerLoop::WorkerLoop(ContextPtr context, WorkerPtr worker, std::string address
 
 WorkerLoop::~WorkerLoop() { Stop(); }
 
-void WorkerLoop::Start() { thread_ = std::thread([this] { Run(); }); }
+void WorkerLoop::Start(const std::string& name) {
+  thread_ = std::thread([this, name] {
+    NameThisThread(name);
+    Run();
+  });
+}
 
 void WorkerLoop::Post(std::function<void()> task) {
   {

@@ -3,23 +3,30 @@
 // compression workers' slabs.
 //
 // Two queues: urgent jobs (a fetch is waiting for the bytes) run before background ones
-// (demotions, prefetch, moves between spools, scrubbing). Thread-safe; the destructor runs the jobs already queued,
-// then joins.
+// (demotions, prefetch, moves between spools, scrubbing). Thread-safe; the destructor runs the
+// jobs already queued, then joins. Its threads are named `name` (thread_name.h).
 #pragma once
 
 #include <deque>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "snapd/thread_annotations.h"
+#include "snapd/thread_name.h"
 
 namespace snapd {
 
 class IoPool {
  public:
-  explicit IoPool(int threads) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  explicit IoPool(int threads, const std::string& name = "snapd-io") {
+    for (int i = 0; i < threads; ++i) {
+      threads_.emplace_back([this, name] {
+        NameThisThread(name);
+        Loop();
+      });
+    }
   }
   ~IoPool() {
     {

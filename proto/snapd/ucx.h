@@ -88,7 +88,7 @@ class WorkerLoop {
   // "UCX_TLS=^tcp (snapd's default)" or "UCX_TLS=... (from the environment)".
   const std::string& transports() const { return transports_; }
 
-  void Start();
+  void Start(const std::string& name);  // its thread is named `name` (thread_name.h)
   void Post(std::function<void()> task) SNAPD_EXCLUDES(mu_);
   void Stop() SNAPD_EXCLUDES(mu_);
   bool InLoopThread() const { return std::this_thread::get_id() == thread_.get_id(); }

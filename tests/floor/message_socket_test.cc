@@ -31,7 +31,7 @@ class MessageSocketTest : public ::testing::Test {
     auto loop = ucx::WorkerLoop::Create("message-socket-test");
     ASSERT_TRUE(loop.ok()) << loop.status().ToString();
     loop_ = std::move(loop).value();
-    loop_->Start();
+    loop_->Start("test-loop");
     int fds[2];
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
     ours_ = ucx::ScopedFd(fds[0]);

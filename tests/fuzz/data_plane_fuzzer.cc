@@ -83,7 +83,7 @@ ucs_status_t OnReply(void* arg, const void* header, size_t header_length, void*,
 void StartClient(Client* c, const char* name) {
   c->loop = Take(ucx::WorkerLoop::Create(name), "client WorkerLoop");
   Check(ucx::SetAmHandler(c->loop->worker(), wire::kReply, &OnReply, c), "SetAmHandler");
-  c->loop->Start();
+  c->loop->Start("fuzz-loop");
 }
 
 void OnClientEpError(void*, ucp_ep_h, ucs_status_t) {}

@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -113,6 +115,27 @@ namespace {
 
 // The metrics file node_exporter's textfile collector reads: written at start, replaced every
 // metrics_interval with the current figures, in the Prometheus text format.
+// Each of snapd's own threads carries its role's name ("snapd-<role>", docs/architecture.md
+// "Threads"), which is what `top -H`, `ps -L`, perf and gdb show an operator.
+TEST_F(ServiceTest, SnapdsThreadsAreNamedForTheirRoles) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
+  ASSERT_NE(Connect(), nullptr);
+  std::multiset<std::string> names;
+  const std::string tasks = "/proc/" + std::to_string(daemon().pid()) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name)) names.insert(name);
+  }
+  std::string all;
+  for (const std::string& n : names) all += n + " ";
+  for (const char* role :
+       {"snapd-dataplane", "snapd-sweeper", "snapd-tiering", "snapd-io", "snapd-checksum",
+        "snapd-catalog", "snapd-arena", "snapd-control", "snapd-vetting"}) {
+    EXPECT_TRUE(names.count(role)) << role << " is not among snapd's threads: " << all;
+  }
+}
+
 TEST_F(ServiceTest, TheMetricsFileFollowsWhatSnapdDoes) {
   std::string prom = dir() + "/snapd.prom";
   ASSERT_NO_FATAL_FAILURE(

@@ -162,7 +162,7 @@ class RawPeer {
              .ok()) {
       return nullptr;
     }
-    peer->loop_->Start();
+    peer->loop_->Start("raw-peer");
     return peer;
   }
   bool ConnectTo(const std::string& address) {

@@ -19,7 +19,8 @@ class CompressPool {
  public:
   // `threads` == 0 runs everything on the calling thread.
   explicit CompressPool(int threads)
-      : threads_(threads), workers_(threads > 0 ? std::make_unique<IoPool>(threads) : nullptr) {}
+      : threads_(threads),
+        workers_(threads > 0 ? std::make_unique<IoPool>(threads, "snapd-zfp") : nullptr) {}
 
   // Runs body(0) ... body(n-1) on the workers and returns when all are done.
   void ParallelFor(size_t n, const std::function<void(size_t)>& body);
