@@ -1,7 +1,8 @@
-// kill -9 while snapd is writing: demotions to the disk tier, and zfp-compressed spills, cut
-// at random moments. After every restart on the same state directory each step reads back
-// byte-exact or is reported lost (DATA_LOSS, TIER_LOST), never with wrong bytes; and the
-// background scrub of recovered spool files finds a corrupted one without any fetch.
+// kill -9 while snapd is writing: demotions to the disk tier, zfp-compressed spills, and moves
+// of a run's oldest local steps to a shared spool, cut at random moments. After every restart
+// on the same state directory each step reads back byte-exact or is reported lost (DATA_LOSS,
+// TIER_LOST), never with wrong bytes, and no file a cut write or move left stays in a spool; and
+// the background scrub of recovered spool files finds a corrupted one without any fetch.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -123,7 +124,30 @@ struct Outcomes {
 
 class KillDuringWrites : public SnapdTest {
  protected:
-  void SetUp() override { ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(kHostMem))); }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(StartDaemon(ThreeLevels())); }
+  // A local spool of 15 steps and a shared one beside it (a directory here): a run's disk range
+  // of 32 steps spans both, and a run without N moves its oldest local steps to the shared one
+  // as the local one fills, so the kills land in moves too.
+  DaemonOptions ThreeLevels() const {
+    return Options(kHostMem,
+                   {"--spool-dirs", dir() + "/local", "--disk-mem", "8M", "--shared-spool-dirs",
+                    dir() + "/shared", "--shared-disk-mem", "256M"});
+  }
+  // Snapshot files left in the spools' run directories (not in quarantine/, where lost steps'
+  // files are kept on purpose).
+  std::vector<std::string> SpoolFiles() const {
+    std::vector<std::string> files;
+    for (const char* spool : {"/local", "/shared"}) {
+      std::error_code ec;
+      for (const auto& run : std::filesystem::directory_iterator(dir() + spool, ec)) {
+        if (run.path().filename().string().rfind("run-", 0) != 0) continue;
+        for (const auto& f : std::filesystem::directory_iterator(run.path(), ec)) {
+          files.push_back(f.path().string());
+        }
+      }
+    }
+    return files;
+  }
 
   // Every step of the run after a restart: exact or lost; a step never acknowledged may also
   // be absent. Wrong bytes, another error code, or an acknowledged step missing fail.
@@ -198,6 +222,21 @@ TEST_F(KillDuringWrites, EveryStepIsExactOrReportedLostNeverWrong) {
         << daemon().Log();
     window[m] = std::chrono::duration_cast<std::chrono::microseconds>(
         std::chrono::steady_clock::now() - t0);
+    if (mode == Mode::kFullHost) {
+      // Without N its first steps went to the local spool and moved on as it filled: step 0's
+      // file ends in the shared one (so the kills below can land in moves).
+      EXPECT_TRUE(WaitUntil(
+          [&] {
+            for (const std::string& f : SpoolFiles()) {
+              if (f.rfind(dir() + "/shared/", 0) == 0 && f.find("/step-0-") != std::string::npos)
+                return true;
+            }
+            return false;
+          },
+          std::chrono::seconds(10)))
+          << "step 0 of a run without N did not move to the shared spool\n"
+          << daemon().Log();
+    }
     std::vector<char> want, got;
     for (uint64_t t = 0; t < kSteps; ++t) {
       Fill(mode, &want, seed, t);
@@ -210,6 +249,16 @@ TEST_F(KillDuringWrites, EveryStepIsExactOrReportedLostNeverWrong) {
                 static_cast<unsigned long long>(kSteps), window[m].count() / 1000.0);
   }
   ReleaseClients();
+  // Deleted, those runs leave nothing behind: no file a move or demotion made stays unnamed.
+  std::vector<std::string> left;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        left = SpoolFiles();
+        return left.empty();
+      },
+      std::chrono::seconds(10)))
+      << left.size() << " files left in the spools after the runs were deleted, the first "
+      << left.front();
 
   Outcomes total;
   for (int k = 0; k < kills; ++k) {
@@ -232,7 +281,7 @@ TEST_F(KillDuringWrites, EveryStepIsExactOrReportedLostNeverWrong) {
     std::vector<bool> acked = PushUntilFailure(*c, mode, run.run_id, run_seed);
     killer.join();
     KillDaemon();
-    ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(kHostMem)));
+    ASSERT_NO_FATAL_FAILURE(StartDaemon(ThreeLevels()));
     Outcomes out;
     ASSERT_NO_FATAL_FAILURE(
         Verify(mode, spec, run.run_id, run.host_boundary, run_seed, acked, &out));
@@ -248,6 +297,15 @@ TEST_F(KillDuringWrites, EveryStepIsExactOrReportedLostNeverWrong) {
     total.disk_cut += out.disk_cut;
   }
   ExpectRoundTrip();
+  // Every run was deleted after its check: what is left in a spool is a file that a cut write
+  // or move left and the restart's recovery did not remove (removals run on the I/O threads).
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        left = SpoolFiles();
+        return left.empty();
+      },
+      std::chrono::seconds(10)))
+      << left.size() << " files left in the spools, the first " << left.front();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf(
