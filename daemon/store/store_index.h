@@ -121,6 +121,10 @@ struct StoreIndex {
     // Disk reads of its steps on shared spools in flight (Tiering::SchedulePrefetch keeps the
     // read-ahead there to kSharedReads at a time, nearest step first).
     int shared_reads = 0;
+    // Where Tiering::MakeLocalRoom looks for the run's oldest local step: every step below it is
+    // on a shared spool, lost, or not on disk yet (a run of unknown N's moved steps are not
+    // walked again at each demotion).
+    uint64_t move_from = 0;
     std::set<uint64_t> sessions;  // live sessions that opened or attached to it
     // When the last of them died (its client went away without closing); none: not an orphan.
     std::optional<std::chrono::steady_clock::time_point> orphaned_at;

@@ -51,7 +51,17 @@ bool Tiering::MakeLocalRoom(StoreIndex& ix, Run& run, const Snapshot& snap) {
                            1, std::max<uint64_t>(s_.options_.io_threads, 2) - 1);
   const uint64_t room = s_.disk_->room(SpoolClass::kLocal);
   const uint64_t step = snap.record.step();
-  auto it = run.snapshots.begin();
+  run.move_from = std::min(run.move_from, step);  // `snap` goes local: a rewrite of an old step
+  auto it = run.snapshots.lower_bound(run.move_from);
+  // Steps on a shared spool (or lost) never move again: the cursor passes them once.
+  for (; it != run.snapshots.end() && it->first < step; ++it) {
+    const v1::SnapshotRecord& r = it->second.record;
+    if (r.tier() != v1::TIER_LOST &&
+        (r.tier() != v1::TIER_DISK || s_.disk_->ClassOf(r.spool()) != SpoolClass::kShared)) {
+      break;
+    }
+    run.move_from = it->first + 1;
+  }
   while (room + ix.tiering.moving_bytes < ahead * file &&
          ix.tiering.writes_in_flight <= s_.options_.io_threads) {
     // The run's oldest step on a local spool that nothing else is moving or reading.
