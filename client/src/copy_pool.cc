@@ -12,10 +12,7 @@ namespace snapd::detail {
 
 CopyPool::CopyPool(int threads, StripeCopy copy) : copy_(copy) {
   for (int i = 1; i < threads; ++i)
-    helpers_.emplace_back([this] {
-      NameThisThread("snapd-copy");
-      Helper();
-    });
+    helpers_.push_back(NamedThread("snapd-copy", [this] { Helper(); }));
 }
 
 CopyPool::~CopyPool() {

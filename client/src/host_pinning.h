@@ -161,10 +161,7 @@ class HostPinning {
 
   void StartThreadLocked() SNAPD_REQUIRES(mu_) {
     if (!thread_.joinable()) {
-      thread_ = std::thread([this] {
-        NameThisThread("snapd-pin");
-        Run();
-      });
+      thread_ = NamedThread("snapd-pin", [this] { Run(); });
     }
   }
 

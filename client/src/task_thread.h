@@ -17,11 +17,7 @@ namespace snapd::detail {
 
 class TaskThread {
  public:
-  explicit TaskThread(const std::string& name)
-      : thread_([this, name] {
-          NameThisThread(name);
-          Run();
-        }) {}
+  explicit TaskThread(const std::string& name) : thread_(NamedThread(name, [this] { Run(); })) {}
   ~TaskThread() {
     {
       MutexLock lock(mu_);

@@ -84,10 +84,9 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
 }
 
 Catalog::Catalog(std::unique_ptr<rocksdb::DB> db, uint64_t opened_format)
-    : db_(std::move(db)), opened_format_(opened_format), writer_([this] {
-        NameThisThread("snapd-catalog");
-        WriterLoop();
-      }) {}
+    : db_(std::move(db)),
+      opened_format_(opened_format),
+      writer_(NamedThread("snapd-catalog", [this] { WriterLoop(); })) {}
 
 Catalog::~Catalog() {
   {

@@ -26,10 +26,7 @@ PeerListener::PeerListener(std::string path, ucx::ScopedFd listen_fd)
     : path_(std::move(path)), listen_fd_(std::move(listen_fd)) {}
 
 void PeerListener::Serve(grpc::Server* server) {
-  thread_ = std::thread([this, server] {
-    NameThisThread("snapd-control");
-    Accept(server);
-  });
+  thread_ = NamedThread("snapd-control", [this, server] { Accept(server); });
 }
 
 void PeerListener::StopAccepting() {

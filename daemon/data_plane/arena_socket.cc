@@ -64,10 +64,7 @@ Result<std::unique_ptr<ArenaSocket>> ArenaSocket::Start(const std::string& path,
   SNAPD_ASSIGN_OR_RETURN(ucx::ScopedFd fd, ListenUnix(path, 0666, "arena socket"));
   std::unique_ptr<ArenaSocket> s(
       new ArenaSocket(path, std::move(fd), tier, sessions, std::move(on_linked)));
-  s->thread_ = std::thread([p = s.get()] {
-    NameThisThread("snapd-arena");
-    p->Serve();
-  });
+  s->thread_ = NamedThread("snapd-arena", [p = s.get()] { p->Serve(); });
   return s;
 }
 

@@ -61,8 +61,7 @@ Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Stor
   dp->Register<wire::PushRequest, wire::kAbort, true, &DataPlane::HandleAbort>();
   dp->loop_->Start("snapd-dataplane");
   DataPlane* raw = dp.get();
-  dp->sweeper_ = std::thread([raw] {
-    NameThisThread("snapd-sweeper");
+  dp->sweeper_ = NamedThread("snapd-sweeper", [raw] {
     MutexLock lock(raw->sweeper_mu_);
     while (!raw->sweeper_cv_.WaitFor(
         raw->sweeper_mu_, std::chrono::seconds(1),

@@ -72,10 +72,7 @@ DiskTier::DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget,
       io_(options.io ? options.io : SpoolIo::System()),
       probe_min_(std::max(options.probe_min, std::chrono::milliseconds(1))),
       probe_max_(std::max(options.probe_max, options.probe_min)) {
-  prober_ = std::thread([this] {
-    NameThisThread("snapd-prober");
-    ProbeLoop();
-  });
+  prober_ = NamedThread("snapd-prober", [this] { ProbeLoop(); });
 }
 
 DiskTier::~DiskTier() {
@@ -350,10 +347,15 @@ Status DiskTier::Write(const Space& space, uint64_t run_id, const std::string& n
 
 Status DiskTier::Copy(uint32_t from, uint64_t run_id, const std::string& name, uint64_t raw,
                       const Space& to) {
-  if (from >= spools_.size() || !PlainName(name)) {
+  // Before the write begins, a failure returns the reservation here (WriteFrom does after).
+  auto refuse = [&](Status why) {
     Unaccount(to.spool, to.bytes);
-    return Status::InvalidArgument("snapshot file '" + name + "' in spool " + std::to_string(from) +
-                                   " is not a file of a configured spool");
+    return why;
+  };
+  if (from >= spools_.size() || !PlainName(name)) {
+    return refuse(Status::InvalidArgument("snapshot file '" + name + "' in spool " +
+                                          std::to_string(from) +
+                                          " is not a file of a configured spool"));
   }
   Spool& source = *spools_[from];
   const std::string path = Path(from, run_id, name);
@@ -364,14 +366,14 @@ Status DiskTier::Copy(uint32_t from, uint64_t run_id, const std::string& name, u
       static_cast<char*>(std::aligned_alloc(kAlignment, std::max<uint64_t>(chunk, kAlignment))),
       &std::free);
   if (!buffer) {
-    Unaccount(to.spool, to.bytes);
-    return Status::ResourceExhausted("no memory for a copy buffer of " + FormatBytes(chunk));
+    return refuse(
+        Status::ResourceExhausted("no memory for a copy buffer of " + FormatBytes(chunk)));
   }
   Fd fd(io_, Retry([&] { return OpenFile(source, path, O_RDONLY); }));
   if (fd.Get() < 0) {
-    Unaccount(to.spool, to.bytes);
-    return Status::Unavailable("opening " + path + " to copy it: " + std::strerror(errno) + " (" +
-                               ErrnoName(errno) + ")");
+    const int err = errno;
+    return refuse(Status::Unavailable("opening " + path + " to copy it: " + std::strerror(err) +
+                                      " (" + ErrnoName(err) + ")"));
   }
   BeginIo(/*write=*/false, source.spool_class);
   uint64_t copied = 0;

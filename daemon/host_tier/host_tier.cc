@@ -115,15 +115,9 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
     SNAPD_RETURN_IF_ERROR(tier->AddArena(tier->own_, b.fd, /*adopted=*/false));
   }
   if (options.prefault)
-    tier->prefault_ = std::thread([t = tier.get()] {
-      NameThisThread("snapd-prefault");
-      t->Prefault();
-    });
+    tier->prefault_ = NamedThread("snapd-prefault", [t = tier.get()] { t->Prefault(); });
   if (options.populate_ahead_bytes > 0) {
-    tier->ahead_ = std::thread([t = tier.get()] {
-      NameThisThread("snapd-populate");
-      t->PopulateAhead();
-    });
+    tier->ahead_ = NamedThread("snapd-populate", [t = tier.get()] { t->PopulateAhead(); });
     MutexLock lock(tier->mu_);
     tier->WantAhead(tier->own_);
   }
@@ -176,10 +170,7 @@ Result<std::unique_ptr<HostTier>> HostTier::AdoptArenas(std::map<ArenaId, int> f
     }
   }
   if (options.populate_ahead_bytes > 0) {
-    tier->ahead_ = std::thread([t = tier.get()] {
-      NameThisThread("snapd-populate");
-      t->PopulateAhead();
-    });
+    tier->ahead_ = NamedThread("snapd-populate", [t = tier.get()] { t->PopulateAhead(); });
   }
   return tier;
 }

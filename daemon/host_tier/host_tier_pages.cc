@@ -99,10 +99,9 @@ bool HostTier::Populate(const Arena& a, uint64_t first, uint64_t last) const {
   for (uint64_t i = 1; i < stripes; ++i) {
     uint64_t from = at + i * per * kUnit, to = std::min(end, from + per * kUnit);
     if (from >= to) break;
-    helpers.emplace_back([&, from, to] {
-      NameThisThread("snapd-stripe");
+    helpers.push_back(NamedThread("snapd-stripe", [&, from, to] {
       if (!populate(from, to)) failed = errno;
-    });
+    }));
   }
   if (!populate(at, std::min(end, at + per * kUnit))) failed = errno;
   for (auto& t : helpers) t.join();
@@ -292,10 +291,7 @@ void HostTier::StartRelease() {
     last_allocation_ = std::chrono::steady_clock::now();  // idle time counts from now
   }
   if (release_after_.count() > 0) {
-    releaser_ = std::thread([this] {
-      NameThisThread("snapd-release");
-      ReleaseWhenIdle(release_after_);
-    });
+    releaser_ = NamedThread("snapd-release", [this] { ReleaseWhenIdle(release_after_); });
   }
 }
 

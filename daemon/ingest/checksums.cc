@@ -39,10 +39,7 @@ Status Checksums::Verify(const void* data, uint64_t bytes, uint64_t expected,
 }
 
 void Checksums::Start() {
-  thread_ = std::thread([this] {
-    NameThisThread("snapd-checksum");
-    Loop();
-  });
+  thread_ = NamedThread("snapd-checksum", [this] { Loop(); });
 }
 
 void Checksums::Stop() {

@@ -229,8 +229,7 @@ Result<std::unique_ptr<MetricsFile>> MetricsFile::Start(
   std::unique_ptr<MetricsFile> m(new MetricsFile(std::move(path), interval, std::move(collect)));
   SNAPD_RETURN_IF_ERROR(m->WriteOnce());
   MetricsFile* raw = m.get();
-  m->thread_ = std::thread([raw] {
-    NameThisThread("snapd-metrics");
+  m->thread_ = NamedThread("snapd-metrics", [raw] {
     MutexLock lock(raw->mu_);
     while (!raw->cv_.WaitFor(raw->mu_, raw->interval_,
                              [raw]() SNAPD_REQUIRES(raw->mu_) { return raw->stop_; })) {

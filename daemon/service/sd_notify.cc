@@ -93,10 +93,7 @@ std::unique_ptr<Watchdog> Watchdog::Start(const std::map<std::string, std::strin
 Watchdog::Watchdog(std::map<std::string, std::string> env, std::chrono::microseconds interval,
                    std::function<bool()> healthy)
     : env_(std::move(env)), interval_(interval), healthy_(std::move(healthy)) {
-  thread_ = std::thread([this] {
-    NameThisThread("snapd-watchdog");
-    Run();
-  });
+  thread_ = NamedThread("snapd-watchdog", [this] { Run(); });
 }
 
 Watchdog::~Watchdog() {

@@ -22,10 +22,7 @@ namespace snapd {
 void Tiering::StartTiering() {
   // A spool that fails or comes back changes what the policy can do.
   if (s_.disk_) s_.disk_->AddStateListener(s_.WakeFromOutside());
-  tiering_thread_ = std::thread([this] {
-    NameThisThread("snapd-tiering");
-    TieringLoop();
-  });
+  tiering_thread_ = NamedThread("snapd-tiering", [this] { TieringLoop(); });
 }
 
 void Tiering::StopTiering() {

@@ -201,10 +201,7 @@ WorkerLoop::WorkerLoop(ContextPtr context, WorkerPtr worker, std::string address
 WorkerLoop::~WorkerLoop() { Stop(); }
 
 void WorkerLoop::Start(const std::string& name) {
-  thread_ = std::thread([this, name] {
-    NameThisThread(name);
-    Run();
-  });
+  thread_ = NamedThread(name, [this] { Run(); });
 }
 
 void WorkerLoop::Post(std::function<void()> task) {

@@ -22,10 +22,7 @@ class IoPool {
  public:
   explicit IoPool(int threads, const std::string& name = "snapd-io") {
     for (int i = 0; i < threads; ++i) {
-      threads_.emplace_back([this, name] {
-        NameThisThread(name);
-        Loop();
-      });
+      threads_.push_back(NamedThread(name, [this] { Loop(); }));
     }
   }
   ~IoPool() {
