@@ -184,17 +184,29 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
       return Status::Internal(std::string("epoll_ctl: ") + std::strerror(errno));
     }
   }
-  return std::unique_ptr<WorkerLoop>(new WorkerLoop(std::move(context), std::move(worker),
-                                                    std::move(address), std::move(transports),
-                                                    std::move(epoll_fd), std::move(wake_fd)));
+  int idle_poll_ms = kDefaultIdlePollMs;
+  if (const char* v = Chosen("SNAPD_LOOP_IDLE_POLL_MS")) {
+    char* end = nullptr;
+    long ms = std::strtol(v, &end, 10);
+    if (*end != '\0' || ms < 1 || ms > 3600000) {
+      return Status::InvalidArgument(std::string("SNAPD_LOOP_IDLE_POLL_MS=") + v +
+                                     ": want a whole number of milliseconds, 1 to 3600000");
+    }
+    idle_poll_ms = static_cast<int>(ms);
+  }
+  return std::unique_ptr<WorkerLoop>(new WorkerLoop(
+      std::move(context), std::move(worker), std::move(address), std::move(transports),
+      std::move(epoll_fd), std::move(wake_fd), idle_poll_ms));
 }
 
 WorkerLoop::WorkerLoop(ContextPtr context, WorkerPtr worker, std::string address,
-                       std::string transports, ScopedFd epoll_fd, ScopedFd wake_fd)
+                       std::string transports, ScopedFd epoll_fd, ScopedFd wake_fd,
+                       int idle_poll_ms)
     : context_(std::move(context)),
       worker_(std::move(worker)),
       address_(std::move(address)),
       transports_(std::move(transports)),
+      idle_poll_ms_(idle_poll_ms),
       epoll_fd_(std::move(epoll_fd)),
       wake_fd_(std::move(wake_fd)) {}
 
@@ -275,8 +287,11 @@ bool WorkerLoop::PollWatched(int timeout_ms) {
   for (int i = 0; i < n; ++i) {
     uint64_t key = events[i].data.u64;
     if (key == 1) {
+      // Draining the wake fd consumes the only signal that Post() queued a task: it counts as
+      // progress, so the loop runs its tasks before it may sleep (Run()).
       uint64_t v;
       [[maybe_unused]] ssize_t r = ::read(wake_fd_.get(), &v, sizeof v);
+      any = true;
     } else if (key > 1) {
       auto w = watched_.find(key);
       if (w == watched_.end()) continue;   // unwatched by an earlier callback of this batch
@@ -299,7 +314,14 @@ void WorkerLoop::Run() {
   // filesystem's client and servers reading for the read-ahead) each yield gives the core away
   // for a time slice, and 2,000 yields kept the loop runnable for milliseconds after every
   // request, taking a core from the work it waited for.
-  // Watched fds (session sockets) are polled on every spin too, without waiting.
+  // Watched fds (session sockets) and the wake fd are polled on every spin too, without waiting.
+  //
+  // The wake-up protocol: Post() queues, then writes the wake fd; the loop reads (drains) the
+  // wake fd only in PollWatched, which reports the drain as progress, and every progress goes
+  // back to RunTasks before the loop may sleep. So a task is either seen by RunTasks or its
+  // write is still pending on the fd the sleep waits on: no posted task waits for the sleep's
+  // timeout. The timeout is only a backstop (tests set it to an hour, SNAPD_LOOP_IDLE_POLL_MS,
+  // so that a lost wake-up hangs instead of costing 100 ms).
   constexpr auto kSpin = std::chrono::microseconds(300);
   auto idle_since = std::chrono::steady_clock::now();
   for (;;) {
@@ -316,7 +338,7 @@ void WorkerLoop::Run() {
       continue;
     }
     if (ucp_worker_arm(worker_.get()) == UCS_ERR_BUSY) continue;
-    PollWatched(100);
+    PollWatched(idle_poll_ms_);
     idle_since = std::chrono::steady_clock::now();
   }
 }

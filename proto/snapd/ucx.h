@@ -75,6 +75,7 @@ void Track(ucs_status_ptr_t request, const ucp_request_param_t& param);
 // `transports()` says what was chosen and by whom.
 class WorkerLoop {
  public:
+  static constexpr int kDefaultIdlePollMs = 100;
   static Result<std::unique_ptr<WorkerLoop>> Create(const std::string& name);
   ~WorkerLoop();
   WorkerLoop(const WorkerLoop&) = delete;
@@ -108,7 +109,7 @@ class WorkerLoop {
 
  private:
   WorkerLoop(ContextPtr context, WorkerPtr worker, std::string address, std::string transports,
-             ScopedFd epoll_fd, ScopedFd wake_fd);
+             ScopedFd epoll_fd, ScopedFd wake_fd, int idle_poll_ms);
   void Run();
   bool RunTasks() SNAPD_EXCLUDES(mu_);
   // Runs the callbacks of the watched fds that `epoll_wait(timeout_ms)` reports ready; true
@@ -119,6 +120,10 @@ class WorkerLoop {
   WorkerPtr worker_;
   const std::string address_;
   const std::string transports_;
+  // How long an idle loop sleeps before it looks again with nothing to wake it: a backstop
+  // only, since every post and every event wakes it (Run()). SNAPD_LOOP_IDLE_POLL_MS sets it
+  // (tests: an hour, so that a lost wake-up hangs the suite instead of costing 100 ms).
+  const int idle_poll_ms_;
   ScopedFd epoll_fd_;
   ScopedFd wake_fd_;
   Mutex mu_;

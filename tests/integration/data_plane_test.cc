@@ -313,6 +313,60 @@ INSTANTIATE_TEST_SUITE_P(Transports, DataPlaneTest,
                                            Transport{"mapped", "", true, "unix/session-socket"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// Every loop (the daemon's data plane, libsnapd's I/O thread) sleeps with a timeout that is only
+// a backstop: a posted task or an event wakes it. Set to an hour, a lost wake-up (a task queued
+// while the loop goes to sleep, seen only when the timeout fires) hangs this test, where at
+// the default 100 ms it only made the backward pass 8-15x slower.
+class WakeUpTest : public DataPlaneTest {
+ protected:
+  void SetUp() override {
+    setenv("SNAPD_LOOP_IDLE_POLL_MS", "3600000", 1);  // the daemon and the clients inherit it
+    DataPlaneTest::SetUp();
+  }
+  void TearDown() override {
+    DataPlaneTest::TearDown();
+    unsetenv("SNAPD_LOOP_IDLE_POLL_MS");
+  }
+};
+
+TEST_P(WakeUpTest, AThousandPushFetchAndReleaseCyclesFinishWithNoTimeoutToWakeTheLoops) {
+  Client* c = ConnectOnTransport();
+  ASSERT_NE(c, nullptr);
+  // Three sizes: eager (4 KiB), rendezvous (256 KiB + 24), and one that the client's copy
+  // threads split (4 MiB); one read-once run each, so every fetch also releases its step.
+  constexpr size_t kSizes[] = {4096, kStepBytes, size_t{4} << 20};
+  constexpr uint64_t kCycles = 1000;
+  uint64_t run_ids[3];
+  for (int i = 0; i < 3; ++i) {
+    auto run = c->OpenRun({.name = "wake-" + std::to_string(i), .steps = kCycles,
+                           .bytes_per_step = kSizes[i]});
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    run_ids[i] = run->run_id;
+  }
+  std::vector<char> src(kSizes[2]), dst(kSizes[2]);
+  for (uint64_t t = 0; t < kCycles; ++t) {
+    const int i = static_cast<int>(t % 3);
+    const size_t bytes = kSizes[i];
+    FillPattern(src.data(), bytes, 11, t);
+    auto h = c->Push(run_ids[i], t, src.data(), bytes);
+    ASSERT_TRUE(h.ok()) << "cycle " << t << ": " << h.status().ToString();
+    ASSERT_TRUE(h->WaitReleased().ok()) << "cycle " << t;
+    Status s = c->Fetch(run_ids[i], t, dst.data(), bytes);  // read-once: releases the step
+    ASSERT_TRUE(s.ok()) << "cycle " << t << ": " << s.ToString();
+    ASSERT_EQ(0, std::memcmp(dst.data(), src.data(), bytes)) << "cycle " << t;
+  }
+  EXPECT_EQ(Stats().pushes(), kCycles);
+  EXPECT_TRUE(
+      WaitUntil([&] { return Stats().tiers(0).used_bytes() == 0; }, std::chrono::seconds(30)))
+      << "every step was read once, so the host tier holds none";
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, WakeUpTest,
+                         ::testing::Values(Transport{"tcp", "tcp", false, "tcp/lo"},
+                                           Transport{"shared_memory", "", false, "sysv/memory"},
+                                           Transport{"mapped", "", true, "unix/session-socket"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 // A solver process maps the host tier afresh for every shot. The client populates the tier
 // pages of a push or fetch in bulk before its copy, so a fresh process takes far fewer page
 // faults than one per 4 KiB page (the kernel faults around 16 pages at a time; huge pages
