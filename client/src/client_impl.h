@@ -315,7 +315,10 @@ struct Client::Impl {
   void CopyOut(Pending p, uint64_t offset, uint64_t lease);
   // Loop thread: ends push `p`'s reservation: kCommit once its bytes are in tier memory
   // (copied in `copy_ns`; stored when the daemon answers), kAbort when they never will be.
-  void EndReservation(wire::AmId op, const Pending& p, uint64_t copy_ns);
+  // kCommit carries `checksum` when the copy computed it (host pushes; a device push's
+  // checksum is left to snapd).
+  void EndReservation(wire::AmId op, const Pending& p, uint64_t copy_ns,
+                      std::optional<uint64_t> checksum = std::nullopt);
   void ReleaseLease(uint64_t lease, uint64_t copy_ns);
   // The same from another thread (a CUDA completion): posted to the loop.
   void PostReservationEnd(wire::AmId op, const Pending& p, uint64_t copy_ns);

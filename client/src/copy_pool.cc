@@ -4,8 +4,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
+#include "snapd/checksum.h"
 #include "snapd/thread_name.h"
 
 namespace snapd::detail {
@@ -53,6 +55,19 @@ void CopyPool::Copy(void* dst, const void* src, size_t bytes) {
   char* to = static_cast<char*>(dst);
   const char* from = static_cast<const char*>(src);
   ForStripes(bytes, [&](size_t begin, size_t n) { copy_(to + begin, from + begin, n); });
+}
+
+uint64_t CopyPool::CopyWithChecksum(void* dst, const void* src, size_t bytes) {
+  static_assert(kStripeAlign % kChecksumBlockBytes == 0, "a stripe starts at a block");
+  char* to = static_cast<char*>(dst);
+  const char* from = static_cast<const char*>(src);
+  std::atomic<uint64_t> sum{0};  // the blocks' terms add up in any order (wrapping)
+  ForStripes(bytes, [&](size_t begin, size_t n) {
+    sum.fetch_add(CopySummingBlocks(to + begin, from + begin, n, begin / kChecksumBlockBytes),
+                  std::memory_order_relaxed);
+    StoreFence();  // this thread's streaming stores are done before the job is
+  });
+  return FinishChecksum(sum.load(), bytes);
 }
 
 void CopyPool::ForStripes(size_t bytes, const std::function<void(size_t, size_t)>& work) {

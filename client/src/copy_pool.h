@@ -48,6 +48,11 @@ class CopyPool {
   void ForStripes(size_t bytes, const std::function<void(size_t, size_t)>& work)
       SNAPD_EXCLUDES(serial_, mu_);
   void Copy(void* dst, const void* src, size_t bytes) SNAPD_EXCLUDES(serial_, mu_);
+  // Copy() that returns Checksum(src, bytes), computed inside the copy (CopySummingBlocks in
+  // snapd/checksum.h: one read of the bytes, stores past the cache, fenced on every thread
+  // before it returns). A push's copy into the host tier: snapd records the checksum with it.
+  uint64_t CopyWithChecksum(void* dst, const void* src, size_t bytes)
+      SNAPD_EXCLUDES(serial_, mu_);
   int threads() const { return static_cast<int>(helpers_.size()) + 1; }
 
   // The thread count libsnapd uses: `requested` (ClientOptions.copy_threads) must be 0 to

@@ -132,12 +132,17 @@ Status Client::Impl::CheckRange(uint64_t offset, size_t bytes) const {
   return Status::Ok();
 }
 
-void Client::Impl::EndReservation(wire::AmId op, const Pending& p, uint64_t ns) {
+void Client::Impl::EndReservation(wire::AmId op, const Pending& p, uint64_t ns,
+                                  std::optional<uint64_t> checksum) {
   wire::PushRequest end{};
   end.run_id = p.run_id;
   end.step = p.step;
   end.bytes = p.bytes;
   end.copy_ns = ns;
+  if (checksum && op == wire::kCommit) {
+    end.checksum = *checksum;
+    end.flags = wire::kPushChecksum;
+  }
   SendHeader(op, end, Pending{Kind::kCommit, op == wire::kCommit ? p.state : nullptr});
 }
 
@@ -182,10 +187,10 @@ void Client::Impl::CopyIn(Pending p, uint64_t offset) {
     }
     auto t0 = std::chrono::steady_clock::now();
     PopulateOnce(offset, p.bytes);
-    copier->Copy(arena + offset, p.buffer, p.bytes);
+    uint64_t sum = copier->CopyWithChecksum(arena + offset, p.buffer, p.bytes);
     uint64_t ns = NanosSince(t0);
     p.state->Release(Status::Ok());
-    EndReservation(wire::kCommit, p, ns);
+    EndReservation(wire::kCommit, p, ns, sum);
   });
 }
 

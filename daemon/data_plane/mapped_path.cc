@@ -94,6 +94,16 @@ ucs_status_t DataPlane::HandleCommit(Conn& conn, Link link, const wire::PushRequ
                                      size_t, const ucp_am_recv_param_t*) {
   std::optional<Conn::Reservation> r = TakeReservation(conn, link, req, "commit");
   if (!r) return UCS_OK;
+  if (req.flags & ~wire::kPushChecksum) {
+    store_->AbortPush(r->ticket);
+    Reply(link, req.header.request_id,
+          Status::InvalidArgument("commit of step " + std::to_string(req.step) +
+                                  " carries unknown flags " + std::to_string(req.flags) +
+                                  " (this snapd knows only kPushChecksum = 1); the push is "
+                                  "abandoned"));
+    return UCS_OK;
+  }
+  if (req.flags & wire::kPushChecksum) r->ticket.checksum = req.checksum;
   // The client's own copy time when reported: reservation-to-commit would also count time
   // the push spent queued behind earlier copies in a pipelining client.
   if (req.copy_ns) {

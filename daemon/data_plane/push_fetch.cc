@@ -6,6 +6,7 @@
 
 #include "data_plane/data_plane.h"
 #include "log.h"
+#include "snapd/checksum.h"
 
 namespace snapd {
 
@@ -51,8 +52,8 @@ ucs_status_t DataPlane::HandlePush(Conn& conn, Link link, const wire::PushReques
 void DataPlane::ReceivePush(const Peer& peer, uint64_t id, Store::PushTicket t, void* data,
                             size_t length, bool rndv, const std::vector<char>* eager,
                             Clock::time_point arrived) {
-  if (!rndv) {
-    std::memcpy(t.block->data(), eager ? eager->data() : data, length);
+  if (!rndv) {  // the one copy snapd makes of a push: it computes the checksum too
+    t.checksum = CopyWithChecksum(t.block->data(), eager ? eager->data() : data, length);
     FinishPush(peer, id, t, arrived);
     return;
   }

@@ -72,6 +72,10 @@ struct StoreIndex {
     // `block` holds bytes_per_step either way: a frame that fails its check at commit leaves
     // nothing to undo, and a push never needs more room than its raw step.
     uint64_t bytes = 0;
+    // The checksum of those bytes when the copy that wrote them computed it (the client's
+    // copy on the mapped path, snapd's own of an eager push): recorded with the commit, and
+    // the checksum thread does not read the step again. Unset: the checksum thread hashes it.
+    std::optional<uint64_t> checksum;
   };
   using PushDone = std::function<void(Result<PushTicket>)>;
   struct DrainResult {

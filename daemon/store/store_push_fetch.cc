@@ -186,7 +186,14 @@ void Store::CommitPush(const PushTicket& t, std::function<void(Install)> recorde
       rec.set_codec(spec.codec());
       rec.set_codec_param(spec.codec_param());
     }
-    rec.set_checksum_state(v1::CHECKSUM_PENDING);
+    if (t.checksum) {  // computed by the copy that wrote the block (PushTicket)
+      rec.set_checksum(*t.checksum);
+      rec.set_checksum_state(v1::CHECKSUM_RECORDED);
+      // A frame is hashed as stored (IsFramed): the two checksums are one (Checksums).
+      if (compress::IsGpuCodec(rec.codec())) rec.set_stored_checksum(*t.checksum);
+    } else {
+      rec.set_checksum_state(v1::CHECKSUM_PENDING);
+    }
     rec.set_daemon_epoch(options_.epoch);
     // Queued under the lock, so the catalog applies it in the store's order: before a delete
     // of this run, which can come while it is written. The step stays reserved until then.
@@ -235,7 +242,7 @@ Status Store::InstallCommitted(const PushTicket& t, v1::SnapshotRecord rec, Stat
   run.stored_bytes += stored;
   if (CompressesAtIngest(run.record.spec())) {
     ingest_.Start(ix_, run, snap);  // asks for the checksum itself, before compressing
-  } else {
+  } else if (snap.record.checksum_state() == v1::CHECKSUM_PENDING) {
     checksums_.Queue(ix_, t.run_id, snap, stored);  // a frame's checksum covers the frame
   }
   if (tiering_.DemotionWanted(ix_, run, snap)) Wake();

@@ -1,4 +1,4 @@
-// snapd data-plane wire format, version 3.
+// snapd data-plane wire format, version 4.
 //
 // A data-plane message is a UCX active message (ucp_am_send_nbx), or, on a session socket
 // (below), the same header after a SocketFrame. Its *header* is one of
@@ -55,10 +55,11 @@
 namespace snapd::wire {
 
 inline constexpr uint32_t kMagic = 0x50414E53;  // "SNAP" in little-endian bytes
+// Version 4: kCommit carries the checksum of the bytes the client copied (PushRequest).
 // Version 3: mapped clients speak over their session socket, with no UCX endpoint.
 // Version 2: endpoints are created from worker addresses exchanged in OpenSession (no
 // listener); version 1 clients connected to an IP:PORT.
-inline constexpr uint16_t kVersion = 3;
+inline constexpr uint16_t kVersion = 4;
 inline constexpr size_t kMaxReplyMessage = 232;
 
 enum AmId : uint16_t {
@@ -102,7 +103,14 @@ struct PushRequest {
   // bytes that are a chunk frame (snapd/chunk_frame.h; checked when committed)
   uint64_t bytes;
   uint64_t copy_ns;  // kCommit: how long the client's copy into the arena took (0 = unknown)
+  // kCommit with flags & kPushChecksum: the checksum (snapd/checksum.h) of the bytes the
+  // client wrote, computed in the copy that wrote them; snapd records it with the step and does
+  // not read the step again to hash it. A client can only misstate its own step's checksum,
+  // which it gets back as it wrote it. 0 otherwise, as are the other flags.
+  uint64_t checksum;
+  uint64_t flags;
 };
+inline constexpr uint64_t kPushChecksum = 1;
 
 struct FetchRequest {
   Header header;
@@ -158,7 +166,7 @@ static_assert(std::is_trivially_copyable_v<Reply>);
 static_assert(sizeof(SocketFrame) == 8);
 static_assert(sizeof(Header) == 24);
 static_assert(sizeof(HelloRequest) == 32);
-static_assert(sizeof(PushRequest) == 56);
+static_assert(sizeof(PushRequest) == 72);
 static_assert(sizeof(FetchRequest) == 48);
 static_assert(sizeof(LeaseRelease) == 40);
 static_assert(sizeof(Reply) == 280);

@@ -2,6 +2,8 @@
 // and the thread count is chosen as ClientOptions.copy_threads says.
 #include "copy_pool.h"
 
+#include "snapd/checksum.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -57,6 +59,26 @@ TEST(CopyPool, EveryByteArrivesWhateverTheStripes) {
     EXPECT_EQ(pool.threads(), threads);
     unsigned seed = 0;
     for (size_t bytes : sizes) CopyAndCheck(pool, bytes, ++seed);
+  }
+}
+
+// The fused copy of a push: every byte arrives, and the checksum its stripes compute on their
+// threads is the buffer's, whatever the stripes.
+TEST(CopyPool, TheChecksummingCopyArrivesExactlyWithTheBuffersChecksum) {
+  const std::vector<size_t> sizes = {0, 1, 65 * 1024 + 7, CopyPool::kMinParallelBytes,
+                                     9 * kMiB + 4097, 33 * kMiB + 3};
+  for (int threads : {1, 2, 3, 4}) {
+    CopyPool pool(threads);
+    unsigned seed = 100;
+    for (size_t bytes : sizes) {
+      std::vector<unsigned char> src = Pattern(bytes, ++seed);
+      std::vector<unsigned char> dst(bytes + 1, 0xAB);
+      uint64_t sum = pool.CopyWithChecksum(dst.data(), src.data(), bytes);
+      EXPECT_EQ(sum, Checksum(src.data(), bytes)) << bytes << " bytes, " << threads;
+      EXPECT_EQ(dst[bytes], 0xAB) << "wrote past the destination, " << bytes;
+      dst.pop_back();
+      EXPECT_TRUE(dst == src) << bytes << " bytes with " << threads << " threads";
+    }
   }
 }
 

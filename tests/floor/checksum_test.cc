@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 namespace snapd {
@@ -42,6 +43,39 @@ TEST(Checksum, EqualsTheCombinationOfItsBlocks) {
     }
     EXPECT_EQ(Checksum(v.data(), n), CombineBlockHashes(blocks.data(), blocks.size(), n)) << n;
   }
+}
+
+// The copy that moves a push's bytes computes its checksum too: the same value as a second
+// read would, byte-exact copies, at any length and misalignment of either buffer.
+TEST(Checksum, TheFusedCopyCopiesExactlyAndComputesTheSameChecksum) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{33}, size_t{4095},
+                   kChecksumBlockBytes - 1, kChecksumBlockBytes, kChecksumBlockBytes + 24,
+                   5 * kChecksumBlockBytes + 17}) {
+    for (size_t src_skew : {size_t{0}, size_t{3}}) {
+      for (size_t dst_skew : {size_t{0}, size_t{5}, size_t{8}}) {
+        auto v = Bytes(n + src_skew);
+        std::vector<unsigned char> out(n + dst_skew + 1, 0xAB);
+        uint64_t sum = CopyWithChecksum(out.data() + dst_skew, v.data() + src_skew, n);
+        EXPECT_EQ(sum, Checksum(v.data() + src_skew, n)) << n << " " << src_skew << dst_skew;
+        EXPECT_EQ(0, std::memcmp(out.data() + dst_skew, v.data() + src_skew, n)) << n;
+        EXPECT_EQ(out[n + dst_skew], 0xAB) << "wrote past the end, n = " << n;
+      }
+    }
+  }
+}
+
+// Pieces copied on several threads (whole blocks each, numbered where they start) add up to
+// the buffer's checksum, in any order.
+TEST(Checksum, FusedCopyPiecesAddUpInAnyOrder) {
+  const size_t n = 7 * kChecksumBlockBytes + 1000;
+  auto v = Bytes(n);
+  std::vector<unsigned char> out(n);
+  const size_t cut = 3 * kChecksumBlockBytes;
+  uint64_t tail = CopySummingBlocks(out.data() + cut, v.data() + cut, n - cut, 3);
+  uint64_t head = CopySummingBlocks(out.data(), v.data(), cut, 0);
+  StoreFence();
+  EXPECT_EQ(FinishChecksum(head + tail, n), Checksum(v.data(), n));
+  EXPECT_EQ(out, v);
 }
 
 TEST(Checksum, DetectsEverySingleBitFlipInAStripe) {

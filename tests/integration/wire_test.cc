@@ -186,6 +186,44 @@ TEST_F(WireTest, AnAbortedReservationFreesTheStepAndItsMemory) {
   ExpectRoundTrip();
 }
 
+// A commit's flags say what else it carries (kPushChecksum); one this snapd does not know is
+// refused by name, and the push is abandoned with nothing left behind.
+TEST_F(WireTest, ACommitWithUnknownFlagsIsRefusedAndLeavesNothingBehind) {
+  Hello(1);
+  grpc::ClientContext ctx;
+  v1::OpenRunRequest open;
+  open.mutable_spec()->set_name("flagged");
+  open.mutable_spec()->set_bytes_per_step(4096);
+  v1::OpenRunResponse run;
+  ASSERT_TRUE(stub().OpenRun(&ctx, open, &run).ok());
+  uint64_t id = run.run().run_id();
+  wire::PushRequest reserve{wire::MakeHeader(wire::kReserve, session_.token(), 60), id, 0, 4096,
+                            0};
+  peer_->Send(wire::kReserve, &reserve, sizeof reserve);
+  auto r = peer_->WaitReply(60);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->code, 0) << Message(*r);
+  wire::PushRequest commit{wire::MakeHeader(wire::kCommit, session_.token(), 61), id, 0, 4096, 0};
+  commit.checksum = 12345;
+  commit.flags = wire::kPushChecksum | 4;
+  peer_->Send(wire::kCommit, &commit, sizeof commit);
+  r = peer_->WaitReply(61);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, static_cast<int>(Code::kInvalidArgument));
+  EXPECT_NE(Message(*r).find("unknown flags 5"), std::string::npos) << Message(*r);
+  grpc::ClientContext sctx;
+  v1::StatsResponse stats;
+  ASSERT_TRUE(stub().Stats(&sctx, v1::StatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.tiers(0).used_bytes(), 0u);
+  grpc::ClientContext lctx;
+  v1::LocateRequest where;
+  where.set_name("flagged");
+  where.set_step(0);
+  v1::LocateResponse located;
+  EXPECT_EQ(stub().Locate(&lctx, where, &located).error_code(), grpc::StatusCode::NOT_FOUND);
+  ExpectRoundTrip();
+}
+
 // Over a session socket, the mapped path's link: closing it ends the session at once.
 TEST_F(WireTest, ReservationsBeyondThePerEndpointCapAreRefused) {
   std::string error;
