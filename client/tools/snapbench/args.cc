@@ -28,6 +28,7 @@ constexpr const char* kFooter =
     "  snapbench [--steps N] [--bytes S] [--socket PATH] [--cold] [--json]\n"
     "  snapbench --spill [--bytes S] [--compute-ms T] [--socket PATH] [--json]\n"
     "  snapbench --codec [--workers N] [--json]\n"
+    "  snapbench --copy [--steps N] [--bytes S] [--json]\n"
     "  snapbench --many N [--uniform --bytes S] [--compute-ms T] [--kill K] [--steps S] [--socket "
     "PATH] [--json]\n"
     "  snapbench --device [--steps N] [--bytes S] [--compute-ms T] [--socket PATH] [--json]\n"
@@ -105,6 +106,10 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
       app.add_flag("--codec", a->codec,
                    "zfp codec on a wavefield against standalone zfp; no daemon [off]")
           ->group("Modes");
+  CLI::Option* copy =
+      app.add_flag("--copy", a->copy,
+                   "The copy that computes a push's checksum against memcpy; no daemon [off]")
+          ->group("Modes");
   CLI::Option* many =
       app.add_option("--many", a->many, "N solver processes of mixed step sizes at once [off]")
           ->type_name("N")
@@ -126,7 +131,7 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
                "--fill: open the run without declaring its number of steps, as a solver that "
                "does not know it does [off]")
       ->needs(fill);
-  const std::vector<CLI::Option*> modes = {spill, codec, many, device, fill, verify};
+  const std::vector<CLI::Option*> modes = {spill, codec, copy, many, device, fill, verify};
   for (CLI::Option* m : modes) {
     for (CLI::Option* other : modes) {
       if (other != m) m->excludes(other);

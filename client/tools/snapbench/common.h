@@ -31,6 +31,7 @@ struct Args {
   bool json = false;
   bool spill = false;
   bool codec = false;
+  bool copy = false;  // the checksumming copy against memcpy; no daemon
   bool device = false;
   bool fill = false;      // push a kept run for the restart benchmark, then exit
   bool n_unknown = false;  // --fill: open the run without declaring its number of steps
@@ -77,6 +78,7 @@ int HostBench(const Args& a);                     // host.cc: the default mode
 int Spill(snapd::Client& c, const Args& a);       // spill.cc: --spill
 int Many(const Args& a);                          // many.cc: --many
 int Codec(const Args& a);                         // codec.cc: --codec
+int CopyBench(const Args& a);                     // copy.cc: --copy
 int RestartRun(snapd::Client& c, const Args& a);  // restart.cc: --fill, --verify
 
 }  // namespace snapbench

@@ -37,6 +37,11 @@
 //
 //   snapbench --codec [--workers N] [--json]
 //
+// Copy mode (--copy): the copy that computes a push's checksum (snapd/checksum.h) against
+// memcpy and against the checksum alone, one thread, same run (copy.cc). No daemon needed.
+//
+//   snapbench --copy [--steps N] [--bytes S] [--json]
+//
 // Device mode (--device, CUDA builds): device pushes and fetches against pinned cudaMemcpy of
 // the same bytes, and the backward stall (device.cc).
 //
@@ -51,6 +56,7 @@ int main(int argc, char** argv) {
   snapbench::Args a;
   if (std::optional<int> exit_code = snapbench::ParseArgs(argc, argv, &a)) return *exit_code;
   if (a.codec) return snapbench::Codec(a);
+  if (a.copy) return snapbench::CopyBench(a);
   if (a.many > 0) return snapbench::Many(a);  // forks its solvers before any client state exists
   if (!a.spill && !a.device && !a.fill && !a.verify) return snapbench::HostBench(a);
   snapd::ClientOptions opts;
