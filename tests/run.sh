@@ -4,8 +4,10 @@
 # background); builds and runs every test; runs the shell lines of the docs as written on the
 # installed tree (tests/docs/run_shell_blocks.sh; python.md's install the Python package in a
 # venv from PyPI: pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and
-# run its tests against the installed snapd); repeats the tests most prone to hangs and races
-# for 2 minutes beside 2 minutes of the soak (tests/load, tests/soak); runs a job through
+# run its tests against the installed snapd); runs the backward pass's guard (peers.py --guard:
+# the adjoint workload on fresh daemons beside memcpy and O_DIRECT); repeats the tests most
+# prone to hangs and races for 2 minutes beside 2 minutes of the soak (tests/load,
+# tests/soak); runs a job through
 # deploy/slurm on a real single-node Slurm, an MPI job across a 3-node Slurm in network
 # namespaces (tests/cluster) and the shared spool class on a real GlusterFS volume; then
 # rebuilds everything with clang, AddressSanitizer + UndefinedBehaviorSanitizer and
@@ -90,6 +92,12 @@ python3 tests/report_skips.py --junit build-tests/pytest-junit.xml --name "pytes
 # The load stage and the benchmarks use that venv.
 rm -rf build-tests/python
 ln -s doc-home/.venvs/snapd build-tests/python
+
+echo "== the backward pass's guard: the adjoint workload at 1 GiB, fits and spills, three times on"
+echo "   fresh daemons, beside memcpy and O_DIRECT in the same run (client/python/bench/peers.py"
+echo "   --guard); fails only on a gross regression (docs/benchmarks.md, \"The guard\")"
+build-tests/python/bin/python client/python/bench/peers.py --snapd build-tests/daemon/snapd \
+  --guard --workdir "$PWD/build-tests"
 
 echo "== under load: the spill and compress-at-ingest Devito tests and the C++ store, tiering,"
 echo "   spill and many-solver tests, run after run for 2 minutes beside 2 minutes of the soak"

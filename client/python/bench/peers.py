@@ -13,6 +13,9 @@ write and reverse read of the same bytes (the disk's limit).
     python client/python/bench/peers.py --snapd build/daemon/snapd --out docs/  # + docs
     python client/python/bench/peers.py --snapd build/daemon/snapd --quick      # smoke, < 30 s
     python client/python/bench/peers.py --snapd build/daemon/snapd --json       # for scripts
+    python client/python/bench/peers.py --snapd build/daemon/snapd --only memcpy snapd odirect \
+        --daemons 3 --repeat 3                  # every repetition on 3 fresh daemons
+    python client/python/bench/peers.py --snapd build/daemon/snapd --guard      # CI's guard
 
 Each contender runs as `peers.py --worker JOB` in its own process and prints one JSON line.
 """
@@ -49,6 +52,16 @@ QUICK_SIZES = {
     "fit": dict(steps=16, bytes=4 * MIB, host_mem="128M", spill=False),
     "spill": dict(steps=48, bytes=2 * MIB, host_mem="32M", spill=True),
 }
+# --guard (CI): 1 GiB each, the spill through an eighth of it, as "8 GiB through 1 GiB" does.
+GUARD_SIZES = {
+    "fit": dict(steps=64, bytes=16 * MIB, host_mem="2G", spill=False),
+    "spill": dict(steps=128, bytes=8 * MIB, host_mem="128M", spill=True),
+}
+# A gross regression of the backward pass, never noise: snapd's backward rate under these
+# shares of the reference measured in the same run (memcpy when it fits, the O_DIRECT read when
+# it spills), in GUARD_FAILING of GUARD_RUNS runs, each on a fresh daemon.
+GUARD_FLOOR = {"fit": ("memcpy", 0.3), "spill": ("odirect", 0.5)}
+GUARD_RUNS, GUARD_FAILING = 3, 2
 CONTENDERS = ["memcpy", "snapd", "snapd-again", "npsave", "h5py", "adios2", "odirect"]
 LABELS = {
     "memcpy": "memcpy into RAM (reference)",
@@ -441,6 +454,13 @@ KINDS = {"memcpy": Memcpy, "snapd": Snapd, "snapd-again": Snapd, "npsave": NpSav
          "h5py": H5py, "adios2": Adios2, "odirect": ODirect}
 
 
+def label(r) -> str:
+    """The contender's name in a table: snapd's repetitions on one daemon are numbered."""
+    if r["kind"] == "snapd" and r.get("reps", 1) > 1:
+        return f"snapd, repetition {r['rep']} of {r['reps']} on one fresh daemon"
+    return LABELS[r["kind"]]
+
+
 def call(obj, name, *args):
     fn = getattr(obj, name, None)
     return fn(*args) if fn else None
@@ -645,8 +665,11 @@ def _versions() -> dict:
 
 
 def main_driver(a) -> dict:
-    sizes = QUICK_SIZES if a.quick else SIZES
+    sizes = GUARD_SIZES if a.guard else QUICK_SIZES if a.quick else SIZES
     chosen = [k for k in CONTENDERS if k in a.only] if a.only else CONTENDERS
+    # --repeat R: snapd's contender runs R times, one fresh process after another, on one daemon.
+    chosen = [(k, rep) for k in chosen
+              for rep in (range(1, a.repeat + 1) if k == "snapd" else [1])]
     if a.workdir:
         os.makedirs(a.workdir, exist_ok=True)
     root = tempfile.mkdtemp(prefix="snapd-peers-", dir=a.workdir)
@@ -658,13 +681,13 @@ def main_driver(a) -> dict:
             spec = sizes[size]
             rows = []
             daemon = probe = None
-            if any(k.startswith("snapd") for k in chosen):
+            if any(k.startswith("snapd") for k, _ in chosen):
                 daemon = Daemon(a.snapd, os.path.join(root, f"snapd-{size}"), spec["host_mem"],
                                 spec["spill"])
-            last_snapd = [k for k in chosen if k.startswith("snapd")][-1:] or [None]
+            last_snapd = [(k, rep) for k, rep in chosen if k.startswith("snapd")][-1:] or [None]
             last_snapd = last_snapd[0]
             try:
-                for kind in chosen:
+                for kind, rep in chosen:
                     if kind == "odirect" and not spec["spill"]:
                         continue
                     os.sync()
@@ -676,17 +699,20 @@ def main_driver(a) -> dict:
                            "dir": tempfile.mkdtemp(prefix=f"{kind}-", dir=root)}
                     if kind.startswith("snapd"):
                         job.update(socket=daemon.socket, daemon_pid=daemon.proc.pid,
-                                   spool=daemon.spool, run=f"peers-{size}-{kind}")
-                    print(f"peers: {size}: {kind} ...", file=sys.stderr, flush=True)
+                                   spool=daemon.spool, run=f"peers-{size}-{kind}-{rep}")
+                    name = kind if a.repeat == 1 or kind != "snapd" else f"{kind} #{rep}"
+                    print(f"peers: {size}: {name} ...", file=sys.stderr, flush=True)
                     r = run_worker(job)
                     shutil.rmtree(job["dir"], ignore_errors=True)
+                    if kind == "snapd":
+                        r.update(rep=rep, reps=a.repeat)
                     rows.append(r)
-                    print(f"peers: {size}: {kind}: forward {r['forward_gbs']:.2f} GB/s, "
+                    print(f"peers: {size}: {name}: forward {r['forward_gbs']:.2f} GB/s, "
                           f"backward {r['backward_gbs']:.2f} GB/s", file=sys.stderr, flush=True)
                     if kind == "snapd-again" and not spec["spill"]:
                         probe = run_worker({"kind": "probe", "size": size, "run": "peers-probe",
                                             "socket": daemon.socket})
-                    if daemon and kind == last_snapd:  # its host tier is not left to the others
+                    if daemon and (kind, rep) == last_snapd:  # the host tier is not left to others
                         daemon.stop()
             finally:
                 if daemon:
@@ -747,7 +773,7 @@ def table(size: str, block: dict) -> str:
     lines = [f"**{head}**", "", "| " + " | ".join(cols) + " |",
              "| --- | " + " | ".join("---:" for _ in cols[1:]) + " |"]
     for r in rows:
-        cells = [LABELS[r["kind"]], f"{r['forward_gbs']:.2f}", f"{r['backward_gbs']:.2f}"]
+        cells = [label(r), f"{r['forward_gbs']:.2f}", f"{r['backward_gbs']:.2f}"]
         if spill:
             cells.append(f"{r['backward_cold_gbs']:.2f}" if "backward_cold_gbs" in r else "–")
         cells.append(fmt_s(r["total_s"]))
@@ -838,8 +864,12 @@ def markdown(results, png_name=None) -> str:
            f"Load average {lb[0]:.2f} before the run, {la[0]:.2f} after "
            f"({m['cores']} cores: above {m['cores']}, other work shared them; compare figures "
            "within one run).", ""]
-    for size, block in results["sizes"].items():
-        out += [table(size, block), ""]
+    runs = [results] + results.get("runs", [])
+    for size in results["sizes"]:
+        for i, run in enumerate(runs, 1):
+            if len(runs) > 1:
+                out += [f"Run {i} of {len(runs)} (fresh daemons):", ""]
+            out += [table(size, run["sizes"][size]), ""]
     line = probe_line(results)
     if line:
         out += [line, ""]
@@ -858,7 +888,8 @@ def plot(results, path):
                              gridspec_kw={"width_ratios": [2, 1]})
     for i, (size, block) in enumerate(sizes):
         rows = block["rows"]
-        names = [SHORT[r["kind"]] for r in rows]
+        names = [SHORT[r["kind"]] + (f" #{r['rep']}" if r.get("reps", 1) > 1 else "")
+                 for r in rows]
         x = np.arange(len(rows))
         title = (f"{fmt_bytes(block['steps'] * block['bytes'])} = {block['steps']} x "
                  f"{block['bytes'] // MIB} MiB")
@@ -913,6 +944,28 @@ def write_docs(results, out_dir):
         f.write(text)
 
 
+def guard_verdict(runs) -> bool:
+    """Prints each run's backward rates against the guard's floors; False when snapd fell under
+    a floor, at either size, in GUARD_FAILING or more of the runs."""
+    ok = True
+    for size, (ref_kind, floor) in GUARD_FLOOR.items():
+        under = 0
+        for i, results in enumerate(runs, 1):
+            rows = results["sizes"][size]["rows"]
+            ref = next(r for r in rows if r["kind"] == ref_kind)["backward_gbs"]
+            got = next(r for r in rows if r["kind"] == "snapd")
+            ratio = got["backward_gbs"] / ref
+            under += ratio < floor
+            print(f"guard: {size} run {i}: snapd forward {got['forward_gbs']:.2f} GB/s, backward "
+                  f"{got['backward_gbs']:.2f} GB/s = {ratio:.2f}x the {ref_kind} read "
+                  f"({ref:.2f} GB/s; floor {floor}x)", flush=True)
+        if under >= GUARD_FAILING:
+            print(f"guard: FAILED: {size}: snapd's backward pass under {floor}x {ref_kind} in "
+                  f"{under} of {len(runs)} runs", flush=True)
+            ok = False
+    return ok
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--snapd", help="the snapd binary to start (one daemon per size)")
@@ -929,8 +982,21 @@ def main():
     p.add_argument("--only", nargs="+", choices=CONTENDERS, help="run only these contenders")
     p.add_argument("--from-json", metavar="FILE",
                    help="no run: print (and with --out write) the table of a saved --json run")
+    p.add_argument("--repeat", type=int, default=1, metavar="R",
+                   help="run snapd's contender R times, each a fresh process, on one daemon")
+    p.add_argument("--daemons", type=int, default=1, metavar="D",
+                   help="the whole run D times, each with fresh daemons; a table per run")
+    p.add_argument("--guard", action="store_true",
+                   help=f"CI's guard: memcpy, snapd and O_DIRECT at 1 GiB, fits and spills, "
+                        f"{GUARD_RUNS} runs on fresh daemons; exit 1 when snapd's backward pass "
+                        f"falls under " + " or ".join(f"{f}x {k} ({s})" for s, (k, f)
+                                                      in GUARD_FLOOR.items())
+                        + f" in {GUARD_FAILING} of them")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.guard:
+        a.only, a.sizes, a.repeat, a.daemons = ["memcpy", "snapd", "odirect"], list(SIZES), 1, \
+            GUARD_RUNS
     if a.worker:
         print(json.dumps(worker(json.loads(a.worker))), flush=True)
         return
@@ -951,7 +1017,12 @@ def main():
             a.argv += [x, "BUILD/daemon/snapd" if x == "--snapd" else "DIR"]
         else:
             a.argv.append(x)
-    results = main_driver(a)
+    runs = [main_driver(a) for _ in range(a.daemons)]
+    if a.guard:
+        sys.exit(0 if guard_verdict(runs) else 1)
+    results = runs[0]
+    if len(runs) > 1:  # one table per run, in order: every repetition is shown
+        results["runs"] = runs[1:]
     if a.json:
         print(json.dumps(results, indent=1))
     else:
