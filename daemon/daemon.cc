@@ -17,11 +17,11 @@
 
 #include "control/request_errors.h"
 #include "log.h"
-#include "snapd/paths.h"
-#include "snapd/units.h"
-#include "snapd/unix_socket.h"
+#include "adjsnap/paths.h"
+#include "adjsnap/units.h"
+#include "adjsnap/unix_socket.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 // Fails when a live daemon already answers on `path`; removes a stale socket file.
@@ -34,7 +34,7 @@ Status ClaimSocket(const std::string& path) {
   auto live = ConnectUnix(path);
   if (live.status().code() == Code::kInvalidArgument) return live.status();
   if (live.ok()) {
-    return Status::AlreadyExists("another snapd is already serving " + path +
+    return Status::AlreadyExists("another adjsnapd is already serving " + path +
                                  "; stop it or pick another socket");
   }
   unlink(path.c_str());
@@ -42,7 +42,7 @@ Status ClaimSocket(const std::string& path) {
 }
 
 // The names the host tier's arenas have in systemd's fd store (FDNAME=, LISTEN_FDNAMES):
-// "hosttier-UID" per arena; "hosttier" is the one arena of an earlier snapd, snapd's own.
+// "hosttier-UID" per arena; "hosttier" is the one arena of an earlier adjsnapd, adjsnapd's own.
 constexpr char kHostTierFdName[] = "hosttier";
 
 std::string ArenaFdName(HostTier::ArenaId arena) {
@@ -66,7 +66,7 @@ std::optional<HostTier::ArenaId> ArenaOfFdName(const std::string& name) {
   return static_cast<HostTier::ArenaId>(uid);
 }
 
-// systemd keeps an fd store for snapd: $FDSTORE (systemd 254 and later, when the unit sets
+// systemd keeps an fd store for adjsnapd: $FDSTORE (systemd 254 and later, when the unit sets
 // FileDescriptorStoreMax=) and a notification socket to send the fd on.
 bool FdStoreKept(const std::map<std::string, std::string>& env) {
   auto fdstore = env.find("FDSTORE");
@@ -89,7 +89,7 @@ Result<std::pair<std::unique_ptr<HostTier>, bool>> TakeBackHostTier(
       // systemd's copy goes: this start holds the memfd now, and a stop stores it again.
       Notify(env, "FDSTOREREMOVE=1\nFDNAME=" + name);
     } else {
-      SNAPD_LOG_WARN("closing fd %d (%s) passed by systemd: snapd uses only '%s-UID', once each",
+      ADJSNAP_LOG_WARN("closing fd %d (%s) passed by systemd: adjsnapd uses only '%s-UID', once each",
                      passed, name.c_str(), kHostTierFdName);
       close(passed);
     }
@@ -99,16 +99,16 @@ Result<std::pair<std::unique_ptr<HostTier>, bool>> TakeBackHostTier(
       const size_t arenas = fds.size();
       auto adopted = HostTier::AdoptArenas(std::move(fds), budget, options);
       if (adopted.ok()) {
-        SNAPD_LOG_INFO(
+        ADJSNAP_LOG_INFO(
             "took back the host tier from systemd's fd store (%zu arenas, %llu steps "
             "kept by start %llu); checking them",
             arenas, static_cast<unsigned long long>(kept->steps()),
             static_cast<unsigned long long>(kept->epoch()));
         return std::make_pair(std::move(adopted).value(), true);
       }
-      SNAPD_LOG_ERROR("taking back the host tier: %s", adopted.status().message().c_str());
+      ADJSNAP_LOG_ERROR("taking back the host tier: %s", adopted.status().message().c_str());
     } else {
-      SNAPD_LOG_WARN(
+      ADJSNAP_LOG_WARN(
           "systemd passed a host tier but the catalog records none kept; "
           "starting with an empty one");
       for (auto& [arena, fd] : fds) close(fd);
@@ -127,8 +127,8 @@ Daemon::Daemon(const Config& config, std::map<std::string, std::string> env)
 Result<std::unique_ptr<Daemon>> Daemon::Start(const Config& config,
                                               std::map<std::string, std::string> env) {
   std::unique_ptr<Daemon> d(new Daemon(config, std::move(env)));
-  SNAPD_RETURN_IF_ERROR(d->OpenTiers());
-  SNAPD_RETURN_IF_ERROR(d->StartServing());
+  ADJSNAP_RETURN_IF_ERROR(d->OpenTiers());
+  ADJSNAP_RETURN_IF_ERROR(d->StartServing());
   return d;
 }
 
@@ -137,15 +137,15 @@ Status Daemon::OpenTiers() {
   const Config& config = config_;
   std::error_code ec;
   std::filesystem::create_directories(config.state_dir, ec);
-  // The catalog names every run and its owner: snapd's alone, whatever the umask.
+  // The catalog names every run and its owner: adjsnapd's alone, whatever the umask.
   if (!ec && chmod(config.state_dir.c_str(), 0700) != 0) {
     ec = std::error_code(errno, std::generic_category());
   }
   if (ec) {
     return Status::PermissionDenied("creating state_dir " + config.state_dir + ": " + ec.message());
   }
-  SNAPD_ASSIGN_OR_RETURN(uint64_t mem, MemInfo("MemAvailable"));
-  SNAPD_ASSIGN_OR_RETURN(uint64_t total, MemInfo("MemTotal"));
+  ADJSNAP_ASSIGN_OR_RETURN(uint64_t mem, MemInfo("MemAvailable"));
+  ADJSNAP_ASSIGN_OR_RETURN(uint64_t total, MemInfo("MemTotal"));
   uint64_t budget = HostBudget(config, mem);
   if (budget > total) {
     return Status::InvalidArgument(
@@ -153,19 +153,19 @@ Status Daemon::OpenTiers() {
         FormatBytes(total) + " MemTotal); lower host_mem, or leave it 0 to use host_mem_perc");
   }
   if (budget > mem) {
-    SNAPD_LOG_WARN(
+    ADJSNAP_LOG_WARN(
         "host_mem %s is more than the memory available now (%s MemAvailable): the "
         "host tier may push other processes into swap or the OOM killer",
         FormatBytes(budget).c_str(), FormatBytes(mem).c_str());
   }
 
-  SNAPD_ASSIGN_OR_RETURN(catalog_, Catalog::Open(config.state_dir + "/catalog"));
+  ADJSNAP_ASSIGN_OR_RETURN(catalog_, Catalog::Open(config.state_dir + "/catalog"));
   if (catalog_->opened_format() < Catalog::kFormatVersion) {
-    SNAPD_LOG_INFO("catalog upgraded from format %llu to %llu",
+    ADJSNAP_LOG_INFO("catalog upgraded from format %llu to %llu",
                    static_cast<unsigned long long>(catalog_->opened_format()),
                    static_cast<unsigned long long>(Catalog::kFormatVersion));
   }
-  SNAPD_ASSIGN_OR_RETURN(uint64_t epoch, catalog_->BeginEpoch());
+  ADJSNAP_ASSIGN_OR_RETURN(uint64_t epoch, catalog_->BeginEpoch());
   HostTierOptions host_options;
   host_options.huge_pages = config.host_huge_pages == "hugetlb" ? HugePages::kHugeTlb
                             : config.host_huge_pages == "thp"   ? HugePages::kThp
@@ -178,8 +178,8 @@ Status Daemon::OpenTiers() {
       config.host_prefault == "background" ? std::min<uint64_t>(budget / 4, 1ull << 30) : 0;
   host_options.per_uid_arenas = config.host_arenas != "shared";
   host_options.release_after = std::chrono::seconds(config.host_release_after);
-  SNAPD_ASSIGN_OR_RETURN(std::optional<v1::HostTierKept> kept, catalog_->TakeHostTierKept());
-  SNAPD_ASSIGN_OR_RETURN(auto host, TakeBackHostTier(env_, kept, budget, host_options));
+  ADJSNAP_ASSIGN_OR_RETURN(std::optional<v1::HostTierKept> kept, catalog_->TakeHostTierKept());
+  ADJSNAP_ASSIGN_OR_RETURN(auto host, TakeBackHostTier(env_, kept, budget, host_options));
   host_ = std::move(host.first);
   host_tier_adopted_ = host.second;
   if (std::vector<std::string> spools = SpoolDirs(config);
@@ -187,13 +187,13 @@ Status Daemon::OpenTiers() {
     DiskTierOptions disk_options{spools, config.disk_mem, config.disk_mem_perc};
     disk_options.shared_spools = config.shared_spool_dirs;
     disk_options.shared_budget_bytes = config.shared_disk_mem;
-    SNAPD_ASSIGN_OR_RETURN(disk_, DiskTier::Open(disk_options));
+    ADJSNAP_ASSIGN_OR_RETURN(disk_, DiskTier::Open(disk_options));
   }
   StoreOptions store_options = StoreOptions::From(config);
   store_options.epoch = epoch;
   store_options.kept_host_tier = kept;
   store_options.host_tier_adopted = host_tier_adopted_;
-  SNAPD_ASSIGN_OR_RETURN(store_,
+  ADJSNAP_ASSIGN_OR_RETURN(store_,
                          Store::Open(catalog_.get(), host_.get(), disk_.get(), store_options));
   // Every kept step is claimed or given up by now: the free ranges of a tier taken back from
   // the fd store hold nothing any more.
@@ -208,11 +208,11 @@ Status Daemon::StartServing() {
   dp_options.connect_timeout = std::chrono::seconds(config.session_connect_timeout);
   dp_options.orphan_grace = std::chrono::seconds(config.orphan_grace);
   sessions_.set_max_per_uid(config.max_sessions_per_uid);
-  SNAPD_ASSIGN_OR_RETURN(data_plane_, DataPlane::Start(dp_options, store_.get(), &sessions_));
+  ADJSNAP_ASSIGN_OR_RETURN(data_plane_, DataPlane::Start(dp_options, store_.get(), &sessions_));
 
-  SNAPD_RETURN_IF_ERROR(ClaimSocket(config.socket));
+  ADJSNAP_RETURN_IF_ERROR(ClaimSocket(config.socket));
   DataPlane* data_plane = data_plane_.get();
-  SNAPD_ASSIGN_OR_RETURN(arena_,
+  ADJSNAP_ASSIGN_OR_RETURN(arena_,
                          ArenaSocket::Start(config.socket + ".arena", host_.get(), &sessions_,
                                             [data_plane](const Session& session, ucx::ScopedFd fd) {
                                               data_plane->AttachSocket(session, std::move(fd));
@@ -221,7 +221,7 @@ Status Daemon::StartServing() {
                                               config.socket, arena_->path());
   if (!config.metrics_textfile.empty()) {
     ControlService* service = service_.get();
-    SNAPD_ASSIGN_OR_RETURN(
+    ADJSNAP_ASSIGN_OR_RETURN(
         metrics_, MetricsFile::Start(config.metrics_textfile,
                                      std::chrono::seconds(config.metrics_interval), [service] {
                                        v1::StatsResponse stats;
@@ -243,7 +243,7 @@ Status Daemon::StartServing() {
     for (auto [path, out] :
          {std::pair{&config.admin_tls_cert, &cert}, std::pair{&config.admin_tls_key, &key},
           std::pair{&config.admin_tls_ca, &tls.pem_root_certs}}) {
-      SNAPD_ASSIGN_OR_RETURN(*out, ReadTextFile(*path));
+      ADJSNAP_ASSIGN_OR_RETURN(*out, ReadTextFile(*path));
     }
     tls.pem_key_cert_pairs.push_back({key, cert});
     builder.AddListeningPort(config.admin_listen, grpc::SslServerCredentials(tls), &admin_port);
@@ -258,9 +258,9 @@ Status Daemon::StartServing() {
   }
   if (!config.admin_listen.empty()) {
     std::string host = config.admin_listen.substr(0, config.admin_listen.rfind(':'));
-    SNAPD_LOG_INFO("remote administration over mutual TLS on %s:%d", host.c_str(), admin_port);
+    ADJSNAP_LOG_INFO("remote administration over mutual TLS on %s:%d", host.c_str(), admin_port);
   }
-  // snapd accepts control connections itself to learn each caller's uid (SO_PEERCRED).
+  // adjsnapd accepts control connections itself to learn each caller's uid (SO_PEERCRED).
   gid_t admin_gid = ControlService::kNoGroup;
   if (!config.admin_group.empty()) {
     group* g = getgrnam(config.admin_group.c_str());
@@ -270,16 +270,16 @@ Status Daemon::StartServing() {
     }
     admin_gid = g->gr_gid;
   }
-  SNAPD_ASSIGN_OR_RETURN(listener_, PeerListener::Listen(config.socket, config.socket_mode));
+  ADJSNAP_ASSIGN_OR_RETURN(listener_, PeerListener::Listen(config.socket, config.socket_mode));
   service_->SetPeers(listener_.get(), admin_gid);
   listener_->Serve(server_.get());
-  server_->GetHealthCheckService()->SetServingStatus("snapd.v1.Control", true);
+  server_->GetHealthCheckService()->SetServingStatus("adjsnap.v1.Control", true);
   if (disk_) {
-    // "snapd.v1.DiskTier": SERVING while at least one spool works (snapctl status and Stats
+    // "adjsnap.v1.DiskTier": SERVING while at least one spool works (adjsnap status and Stats
     // say which failed and why). The disk tier goes before the server (member order).
     grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
     DiskTier* d = disk_.get();
-    auto update = [health, d] { health->SetServingStatus("snapd.v1.DiskTier", d->usable()); };
+    auto update = [health, d] { health->SetServingStatus("adjsnap.v1.DiskTier", d->usable()); };
     update();
     disk_->AddStateListener(update);
   }
@@ -287,10 +287,10 @@ Status Daemon::StartServing() {
   std::string spools = SpoolDirsText(config);
   if (!config.shared_spool_dirs.empty())
     spools += "; shared: " + DirsText(config.shared_spool_dirs);
-  SNAPD_LOG_INFO(
-      "snapd %s serving on unix:%s, data plane: %s, host tier %s (%s%s), disk "
+  ADJSNAP_LOG_INFO(
+      "adjsnapd %s serving on unix:%s, data plane: %s, host tier %s (%s%s), disk "
       "tier %s (%s), catalog %s",
-      SNAPD_VERSION, config.socket.c_str(), data_plane_->Describe().c_str(),
+      ADJSNAP_VERSION, config.socket.c_str(), data_plane_->Describe().c_str(),
       FormatBytes(host_->budget()).c_str(), host_->pages().c_str(),
       config.host_prefault == "true" ? ", prefaulting" : "",
       disk_ ? FormatBytes(disk_->budget()).c_str() : "none", spools.c_str(),
@@ -306,7 +306,7 @@ Status Daemon::StartServing() {
     return dp->Responsive(std::chrono::seconds(1));
   });
   if (watchdog_) {
-    SNAPD_LOG_INFO("systemd watchdog: pinging every %lld ms while healthy",
+    ADJSNAP_LOG_INFO("systemd watchdog: pinging every %lld ms while healthy",
                    static_cast<long long>(watchdog_->interval().count() / 2000));
   }
   return Status::Ok();
@@ -330,7 +330,7 @@ void Daemon::Stop(int sig) {
   const std::string plan = !keep   ? writing
                            : drain ? writing + ", then the host tier goes to systemd's fd store"
                                    : "the host tier goes to systemd's fd store";
-  SNAPD_LOG_INFO("received %s, stopping: %s", strsignal(sig), plan.c_str());
+  ADJSNAP_LOG_INFO("received %s, stopping: %s", strsignal(sig), plan.c_str());
   Notify(env_, "STOPPING=1\nSTATUS=stopping: " + plan);
   store_->BeginStop();
   // Pushes reserved before the stop may still commit (briefly: their bytes are being copied).
@@ -366,13 +366,13 @@ void Daemon::Stop(int sig) {
   if (drain) {
     Store::StopResult drained = store_->DrainForStop(deadline, /*keep_host_copies=*/keep);
     if (!drained.status.ok()) {
-      SNAPD_LOG_ERROR("stopping short of writing every host-only step to disk: %s; %s",
+      ADJSNAP_LOG_ERROR("stopping short of writing every host-only step to disk: %s; %s",
                       drained.status.message().c_str(),
                       keep ? "the rest stays only in the host tier kept by systemd's fd store "
                              "(lost if the store is flushed or the node reboots)"
                            : "the steps left are named below and marked lost");
     } else {
-      SNAPD_LOG_INFO("wrote to disk %llu host-only steps (%s) in %.2f s",
+      ADJSNAP_LOG_INFO("wrote to disk %llu host-only steps (%s) in %.2f s",
                      static_cast<unsigned long long>(drained.steps),
                      FormatBytes(drained.bytes).c_str(), seconds_since(started));
     }
@@ -390,18 +390,18 @@ void Daemon::Stop(int sig) {
       }
     }
     if (stopped.status.ok() && !handed) {
-      SNAPD_LOG_ERROR(
+      ADJSNAP_LOG_ERROR(
           "handing the host tier to systemd's fd store failed (%s): %llu of its "
           "%llu steps are on no disk and will be reported lost at the next start",
           std::strerror(errno), static_cast<unsigned long long>(stopped.host_only),
           static_cast<unsigned long long>(stopped.steps));
     } else if (!stopped.status.ok()) {
-      SNAPD_LOG_ERROR(
+      ADJSNAP_LOG_ERROR(
           "stopping short: %s; the host-only steps left are named below and "
           "marked lost",
           stopped.status.message().c_str());
     } else {
-      SNAPD_LOG_INFO(
+      ADJSNAP_LOG_INFO(
           "kept in systemd's fd store %llu host-tier steps (%s), %llu of them on no "
           "disk, in %.2f s",
           static_cast<unsigned long long>(stopped.steps), FormatBytes(stopped.bytes).c_str(),
@@ -414,11 +414,11 @@ void Daemon::Stop(int sig) {
     }
   }
   Catalog::WriterCounts records = catalog_->writer_counts();
-  SNAPD_LOG_INFO("catalog: %llu record writes in %llu RocksDB batches since the start",
+  ADJSNAP_LOG_INFO("catalog: %llu record writes in %llu RocksDB batches since the start",
                  static_cast<unsigned long long>(records.written),
                  static_cast<unsigned long long>(records.batches));
   // The rest (the data plane, then the store, the tiers and the catalog) goes with the
   // object, in member order.
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,4 +1,4 @@
-// The daemon as one object: every part snapd runs, started in dependency order (catalog, host
+// The daemon as one object: every part adjsnapd runs, started in dependency order (catalog, host
 // tier, disk tier, store, sessions, data plane, arena socket, control plane, listener,
 // metrics, watchdog) and torn down in the reverse order of its members. main() loads the
 // configuration, blocks the stop signals and hands the rest to it.
@@ -23,10 +23,10 @@
 #include "metrics/metrics.h"
 #include "service/sd_notify.h"
 #include "sessions/sessions.h"
-#include "snapd/status.h"
+#include "adjsnap/status.h"
 #include "store/store.h"
 
-namespace snapd {
+namespace adjsnap {
 
 class Daemon {
  public:
@@ -72,4 +72,4 @@ class Daemon {
   std::unique_ptr<Watchdog> watchdog_;
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

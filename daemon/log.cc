@@ -8,7 +8,7 @@
 #include <iterator>
 #include <utility>
 
-namespace snapd::log {
+namespace adjsnap::log {
 namespace {
 std::atomic<int> g_level{static_cast<int>(Level::kInfo)};
 constexpr const char* kNames[] = {"debug", "info", "warn", "error"};
@@ -102,7 +102,7 @@ void Write(Level level, const char* fmt, ...) {
   clock_gettime(CLOCK_REALTIME, &ts);
   tm t{};
   gmtime_r(&ts.tv_sec, &t);
-  std::fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ snapd %s: %s\n", t.tm_year + 1900,
+  std::fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ adjsnapd %s: %s\n", t.tm_year + 1900,
                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, ts.tv_nsec / 1000000,
                kNames[static_cast<int>(level)], msg);
 }
@@ -167,4 +167,4 @@ void RejectionLog::Reject(const char* kind, const std::string& detail) {
              std::string("rejected (") + kind + "): " + detail);
 }
 
-}  // namespace snapd::log
+}  // namespace adjsnap::log

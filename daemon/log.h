@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace snapd::log {
+namespace adjsnap::log {
 
 enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
@@ -18,7 +18,7 @@ void SetLevel(Level level);
 bool ParseLevel(const char* text, Level* out);
 void Write(Level level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// Where a rejection happened: the `surface` label of snapd_rejections_total.
+// Where a rejection happened: the `surface` label of adjsnap_rejections_total.
 enum class Surface { kDataPlane, kArenaSocket, kControlPlane };
 // Why: the `reason` label. A fixed set (docs/operations.md lists it with each surface's reasons),
 // never free text, so the metric has a few series whatever peers send.
@@ -37,21 +37,21 @@ enum class Reason {
   kAnotherUid,       // another_uid: a session that belongs to another uid
   // The control plane: refused requests, by what was wrong with them.
   kUndecodable,        // undecodable_request: a body that is not the method's message
-  kUnknownMethod,      // unknown_method: a method snapd does not serve
-  kInvalidArgument,    // invalid_argument: a request snapd's checks refused (a bad run spec)
-  kUnauthenticated,    // unauthenticated: a caller snapd cannot identify
+  kUnknownMethod,      // unknown_method: a method adjsnapd does not serve
+  kInvalidArgument,    // invalid_argument: a request adjsnapd's checks refused (a bad run spec)
+  kUnauthenticated,    // unauthenticated: a caller adjsnapd cannot identify
   kPermissionDenied,   // permission_denied: another user's session or run, or admin only
   kResourceExhausted,  // resource_exhausted: over a limit (a run larger than the node, a quota,
                        // too many sessions opening at once)
 };
 
-// One (surface, reason) pair and how many rejections it has counted since snapd started.
+// One (surface, reason) pair and how many rejections it has counted since adjsnapd started.
 struct RejectionCount {
   const char* surface;  // "data_plane", "arena_socket", "control_plane"
   const char* reason;   // "unknown_am_id", ...
   uint64_t count;
 };
-// Every pair snapd counts, zeros included, in a fixed order. The counts are the process's
+// Every pair adjsnapd counts, zeros included, in a fixed order. The counts are the process's
 // (one daemon per process); thread-safe.
 std::vector<RejectionCount> RejectionCounts();
 
@@ -102,9 +102,9 @@ class RejectionLog {
   RateLimitedLog log_;
 };
 
-}  // namespace snapd::log
+}  // namespace adjsnap::log
 
-#define SNAPD_LOG_DEBUG(...) ::snapd::log::Write(::snapd::log::Level::kDebug, __VA_ARGS__)
-#define SNAPD_LOG_INFO(...) ::snapd::log::Write(::snapd::log::Level::kInfo, __VA_ARGS__)
-#define SNAPD_LOG_WARN(...) ::snapd::log::Write(::snapd::log::Level::kWarn, __VA_ARGS__)
-#define SNAPD_LOG_ERROR(...) ::snapd::log::Write(::snapd::log::Level::kError, __VA_ARGS__)
+#define ADJSNAP_LOG_DEBUG(...) ::adjsnap::log::Write(::adjsnap::log::Level::kDebug, __VA_ARGS__)
+#define ADJSNAP_LOG_INFO(...) ::adjsnap::log::Write(::adjsnap::log::Level::kInfo, __VA_ARGS__)
+#define ADJSNAP_LOG_WARN(...) ::adjsnap::log::Write(::adjsnap::log::Level::kWarn, __VA_ARGS__)
+#define ADJSNAP_LOG_ERROR(...) ::adjsnap::log::Write(::adjsnap::log::Level::kError, __VA_ARGS__)

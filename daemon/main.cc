@@ -1,4 +1,4 @@
-// snapd: the per-node snapshot storage daemon. main() loads the configuration and blocks the
+// adjsnapd: the per-node snapshot storage daemon. main() loads the configuration and blocks the
 // stop signals; the Daemon (daemon.h) starts every part in dependency order and, on SIGTERM or
 // SIGINT, stops them in reverse.
 #include <malloc.h>
@@ -17,7 +17,7 @@
 
 extern char** environ;
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 int Run(int argc, char** argv) {
@@ -29,7 +29,7 @@ int Run(int argc, char** argv) {
   }
   auto loaded = LoadConfig(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!loaded.ok()) {
-    std::fprintf(stderr, "snapd: %s\n", loaded.status().message().c_str());
+    std::fprintf(stderr, "adjsnap: %s\n", loaded.status().message().c_str());
     return 2;
   }
   if (loaded->help) {
@@ -37,7 +37,7 @@ int Run(int argc, char** argv) {
     return 0;
   }
   if (loaded->version) {
-    std::printf("snapd %s\n", SNAPD_VERSION);
+    std::printf("adjsnapd %s\n", ADJSNAP_VERSION);
     return 0;
   }
   const Config& config = loaded->config;
@@ -58,29 +58,29 @@ int Run(int argc, char** argv) {
 
   auto daemon = Daemon::Start(config, std::move(env));
   if (!daemon.ok()) {
-    SNAPD_LOG_ERROR("%s", daemon.status().ToString().c_str());
+    ADJSNAP_LOG_ERROR("%s", daemon.status().ToString().c_str());
     return 1;
   }
   int sig = 0;
   sigwait(&signals, &sig);
   (*daemon)->Stop(sig);
   daemon->reset();
-  SNAPD_LOG_INFO("stopped cleanly");
+  ADJSNAP_LOG_INFO("stopped cleanly");
   return 0;
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::strcmp(argv[1], snapd::kCheckUcxAddressFlag) == 0) {
-    snapd::RunUcxAddressCheck();
+  if (argc == 2 && std::strcmp(argv[1], adjsnap::kCheckUcxAddressFlag) == 0) {
+    adjsnap::RunUcxAddressCheck();
   }
   // The scratch buffers of compression, decoding and scrubbing (up to a step's size, on the
   // I/O and compression threads) are mapped for each use and unmapped when freed. glibc's
   // adaptive threshold would serve them from per-thread heaps once the first one is freed,
-  // and keep that memory: in the soak (tests/soak), snapd's anonymous memory grew from 70 to
+  // and keep that memory: in the soak (tests/soak), adjsnapd's anonymous memory grew from 70 to
   // 216 MiB within one six-minute life; mapped per use, it stayed under 35 MiB.
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
-  return snapd::Run(argc, argv);
+  return adjsnap::Run(argc, argv);
 }

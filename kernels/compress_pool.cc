@@ -1,11 +1,11 @@
-#include "snapd/compress_pool.h"
+#include "adjsnap/compress_pool.h"
 
 #include <algorithm>
 #include <thread>
 
-#include "snapd/thread_annotations.h"
+#include "adjsnap/thread_annotations.h"
 
-namespace snapd::compress {
+namespace adjsnap::compress {
 
 int DefaultCompressThreads() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
@@ -29,7 +29,7 @@ void CompressPool::ParallelFor(size_t n, const std::function<void(size_t)>& body
         /*urgent=*/false);
   }
   MutexLock lock(done_mu);
-  done_cv.Wait(done_mu, [&]() SNAPD_REQUIRES(done_mu) { return left == 0; });
+  done_cv.Wait(done_mu, [&]() ADJSNAP_REQUIRES(done_mu) { return left == 0; });
 }
 
-}  // namespace snapd::compress
+}  // namespace adjsnap::compress

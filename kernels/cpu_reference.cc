@@ -1,11 +1,11 @@
-// CPU references of the kernels (include/snapd/kernels.h).
+// CPU references of the kernels (include/adjsnap/kernels.h).
 #include <cstring>
 #include <string>
 
 #include "kernel_math.h"
-#include "snapd/kernels.h"
+#include "adjsnap/kernels.h"
 
-namespace snapd::kernels {
+namespace adjsnap::kernels {
 
 Status ValidateBox(const Box& b) {
   if (b.elem_bytes == 0) return Status::InvalidArgument("box: elem_bytes must be > 0");
@@ -29,7 +29,7 @@ namespace {
 
 template <bool kPack>
 Status CopyBox(const void* from, void* to, const Box& b) {
-  SNAPD_RETURN_IF_ERROR(ValidateBox(b));
+  ADJSNAP_RETURN_IF_ERROR(ValidateBox(b));
   const auto* src = static_cast<const unsigned char*>(from);
   auto* dst = static_cast<unsigned char*>(to);
   for (uint64_t p = 0, n = BoxElements(b); p < n; ++p) {
@@ -71,4 +71,4 @@ uint64_t FirstNonFiniteCpu(const void* data, uint64_t count, Real type) {
   return kAllFinite;
 }
 
-}  // namespace snapd::kernels
+}  // namespace adjsnap::kernels

@@ -1,4 +1,4 @@
-// CUDA versions of the kernels (include/snapd/kernels.h). Each computes what its CPU reference
+// CUDA versions of the kernels (include/adjsnap/kernels.h). Each computes what its CPU reference
 // computes, through the same arithmetic (checksum_math.h, kernel_math.h).
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -7,9 +7,9 @@
 #include <string>
 
 #include "kernel_math.h"
-#include "snapd/kernels.h"
+#include "adjsnap/kernels.h"
 
-namespace snapd::kernels {
+namespace adjsnap::kernels {
 namespace {
 
 namespace cm = checksum_math;
@@ -118,7 +118,7 @@ uint32_t Grid(uint64_t work) {
 
 template <bool kPack>
 Status LaunchBox(const void* from, void* to, const Box& box, void* stream, const char* what) {
-  SNAPD_RETURN_IF_ERROR(ValidateBox(box));
+  ADJSNAP_RETURN_IF_ERROR(ValidateBox(box));
   BoxArgs a;
   for (int i = 0; i < 3; ++i) {
     a.dims[i] = box.dims[i];
@@ -151,16 +151,16 @@ Status ChecksumDevice(const void* data, uint64_t bytes, uint64_t* result, void* 
   uint64_t blocks = (bytes + cm::kBlockBytes - 1) / cm::kBlockBytes;
   uint64_t* terms = nullptr;
   if (blocks != 0) {
-    SNAPD_RETURN_IF_ERROR(
+    ADJSNAP_RETURN_IF_ERROR(
         FromCuda(cudaMallocAsync(reinterpret_cast<void**>(&terms), blocks * 8, s),
                  "checksum: cudaMallocAsync"));
     ChecksumBlocks<<<static_cast<uint32_t>(blocks), kThreads, 0, s>>>(
         static_cast<const unsigned char*>(data), bytes, terms);
-    SNAPD_RETURN_IF_ERROR(LaunchStatus("checksum"));
+    ADJSNAP_RETURN_IF_ERROR(LaunchStatus("checksum"));
   }
   ChecksumCombine<<<1, kThreads, 0, s>>>(terms, blocks, bytes, result);
-  SNAPD_RETURN_IF_ERROR(LaunchStatus("checksum combine"));
-  if (terms) SNAPD_RETURN_IF_ERROR(FromCuda(cudaFreeAsync(terms, s), "checksum: cudaFreeAsync"));
+  ADJSNAP_RETURN_IF_ERROR(LaunchStatus("checksum combine"));
+  if (terms) ADJSNAP_RETURN_IF_ERROR(FromCuda(cudaFreeAsync(terms, s), "checksum: cudaFreeAsync"));
   return Status::Ok();
 }
 
@@ -213,4 +213,4 @@ DeviceProbe ProbeDevice() {
   return {true, line};
 }
 
-}  // namespace snapd::kernels
+}  // namespace adjsnap::kernels

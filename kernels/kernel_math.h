@@ -4,14 +4,14 @@
 
 #include <cstdint>
 
-#include "snapd/checksum_math.h"  // SNAPD_HD
-#include "snapd/kernels.h"
+#include "adjsnap/checksum_math.h"  // ADJSNAP_HD
+#include "adjsnap/kernels.h"
 
-namespace snapd::kernels::math {
+namespace adjsnap::kernels::math {
 
 // Offset, in elements of the full array, of the packed box element `p` (row-major, slowest
 // axis first).
-SNAPD_HD inline uint64_t BoxSourceIndex(const uint64_t dims[3], const uint64_t origin[3],
+ADJSNAP_HD inline uint64_t BoxSourceIndex(const uint64_t dims[3], const uint64_t origin[3],
                                         const uint64_t extent[3], uint64_t p) {
   uint64_t x = p % extent[2];
   uint64_t rest = p / extent[2];
@@ -20,21 +20,21 @@ SNAPD_HD inline uint64_t BoxSourceIndex(const uint64_t dims[3], const uint64_t o
   return ((origin[0] + z) * dims[1] + (origin[1] + y)) * dims[2] + (origin[2] + x);
 }
 
-SNAPD_HD inline bool NonFinite32(uint32_t bits) { return (bits & 0x7f800000u) == 0x7f800000u; }
-SNAPD_HD inline bool NonFinite64(uint64_t bits) {
+ADJSNAP_HD inline bool NonFinite32(uint32_t bits) { return (bits & 0x7f800000u) == 0x7f800000u; }
+ADJSNAP_HD inline bool NonFinite64(uint64_t bits) {
   return (bits & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
 }
 
 // The checksum kernel's schedule: a 64 KiB checksum block is read in tiles of this many bytes
 // (zero-padded past its end); the lanes take ceil(tile bytes / 32) stripes of each tile.
 inline constexpr uint32_t kTileBytes = 4096;
-SNAPD_HD inline uint64_t TileStripes(uint64_t tile_bytes) {
+ADJSNAP_HD inline uint64_t TileStripes(uint64_t tile_bytes) {
   return (tile_bytes + checksum_math::kStripeBytes - 1) / checksum_math::kStripeBytes;
 }
 
 // Feeds one tile into the lanes; `tile` holds `tile_bytes` bytes zero-padded to a whole stripe.
-SNAPD_HD inline void ConsumeTile(uint64_t lanes[4], const unsigned char* tile, uint64_t tile_bytes) {
+ADJSNAP_HD inline void ConsumeTile(uint64_t lanes[4], const unsigned char* tile, uint64_t tile_bytes) {
   checksum_math::LaneStripes(lanes, tile, TileStripes(tile_bytes));
 }
 
-}  // namespace snapd::kernels::math
+}  // namespace adjsnap::kernels::math

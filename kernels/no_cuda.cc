@@ -1,12 +1,12 @@
 // The device entry points of a build without CUDA: each says so.
-#include "snapd/kernels.h"
+#include "adjsnap/kernels.h"
 
-namespace snapd::kernels {
+namespace adjsnap::kernels {
 namespace {
 
 Status NoCuda(const char* what) {
   return Status::FailedPrecondition(std::string(what) +
-                                    ": this snapd was built without CUDA (SNAPD_WITH_CUDA=OFF or "
+                                    ": this adjsnapd was built without CUDA (ADJSNAP_WITH_CUDA=OFF or "
                                     "no nvcc); rebuild with the CUDA Toolkit installed");
 }
 
@@ -20,4 +20,4 @@ Status PackBoxDevice(const void*, void*, const Box&, void*) { return NoCuda("pac
 Status UnpackBoxDevice(const void*, void*, const Box&, void*) { return NoCuda("unpack"); }
 DeviceProbe ProbeDevice() { return {false, "none (built without CUDA)"}; }
 
-}  // namespace snapd::kernels
+}  // namespace adjsnap::kernels

@@ -1,4 +1,4 @@
-#include "snapd/nvcomp_codec.h"
+#include "adjsnap/nvcomp_codec.h"
 
 #include <cfloat>
 #include <cmath>
@@ -6,13 +6,13 @@
 #include <memory>
 #include <vector>
 
-#if SNAPD_WITH_NVCOMP
+#if ADJSNAP_WITH_NVCOMP
 #include <nvcomp/native/bitcomp.h>
 #endif
 
-namespace snapd::compress {
+namespace adjsnap::compress {
 
-#if SNAPD_WITH_NVCOMP
+#if ADJSNAP_WITH_NVCOMP
 namespace {
 
 struct PlanDeleter {
@@ -56,9 +56,9 @@ Status ValidateGpuCodec(const CodecSpec& c, const FieldSpec& f) { return CheckGp
 
 Result<uint64_t> CompressFrameOnHost(const CodecSpec& c, const FieldSpec& f, const void* raw,
                                      uint32_t chunk_bytes, void* out, uint64_t out_bytes) {
-  SNAPD_RETURN_IF_ERROR(ValidateGpuCodec(c, f));
-  SNAPD_RETURN_IF_ERROR(HostOnly(c));
-  SNAPD_RETURN_IF_ERROR(CheckChunking(f.bytes, chunk_bytes));
+  ADJSNAP_RETURN_IF_ERROR(ValidateGpuCodec(c, f));
+  ADJSNAP_RETURN_IF_ERROR(HostOnly(c));
+  ADJSNAP_RETURN_IF_ERROR(CheckChunking(f.bytes, chunk_bytes));
   if (out_bytes < MaxFramedBytes(f.bytes, chunk_bytes)) {
     return Status::InvalidArgument(
         "a frame buffer of " + std::to_string(out_bytes) + " bytes, under the " +
@@ -72,7 +72,7 @@ Result<uint64_t> CompressFrameOnHost(const CodecSpec& c, const FieldSpec& f, con
   for (uint32_t i = 0; i < chunks; ++i) {
     uint64_t n = std::min<uint64_t>(chunk_bytes, f.bytes - uint64_t{i} * chunk_bytes);
     bitcompHandle_t h = nullptr;
-    SNAPD_RETURN_IF_ERROR(FromBitcomp(
+    ADJSNAP_RETURN_IF_ERROR(FromBitcomp(
         bitcompCreatePlan(&h, n, BitcompType(c, f.dtype), BitcompMode(c), BITCOMP_DEFAULT_ALGO),
         "bitcompCreatePlan"));
     Plan plan(h);
@@ -89,9 +89,9 @@ Result<uint64_t> CompressFrameOnHost(const CodecSpec& c, const FieldSpec& f, con
       r = bitcompHostCompressLossy_fp64(h, reinterpret_cast<const double*>(input.data()),
                                         compressed.data(), BitcompDelta(c.param));
     }
-    SNAPD_RETURN_IF_ERROR(FromBitcomp(r, "bitcomp compress of chunk " + std::to_string(i)));
+    ADJSNAP_RETURN_IF_ERROR(FromBitcomp(r, "bitcomp compress of chunk " + std::to_string(i)));
     size_t size = 0;
-    SNAPD_RETURN_IF_ERROR(FromBitcomp(bitcompGetCompressedSize(compressed.data(), &size),
+    ADJSNAP_RETURN_IF_ERROR(FromBitcomp(bitcompGetCompressedSize(compressed.data(), &size),
                                       "bitcompGetCompressedSize"));
     stored[i] = size;
     if (size < n) {
@@ -99,7 +99,7 @@ Result<uint64_t> CompressFrameOnHost(const CodecSpec& c, const FieldSpec& f, con
                       reinterpret_cast<const char*>(compressed.data()) + size);
     }
   }
-  SNAPD_ASSIGN_OR_RETURN(FrameLayout layout,
+  ADJSNAP_ASSIGN_OR_RETURN(FrameLayout layout,
                          LayOut(static_cast<uint16_t>(c.codec), f.bytes, chunk_bytes, stored));
   char* frame = static_cast<char*>(out);
   WriteFrameHead(layout, frame);
@@ -114,9 +114,9 @@ Result<uint64_t> CompressFrameOnHost(const CodecSpec& c, const FieldSpec& f, con
 
 Status DecompressFrameOnHost(const CodecSpec& c, const FieldSpec& f, const void* frame,
                              uint64_t bytes, void* raw) {
-  SNAPD_RETURN_IF_ERROR(ValidateGpuCodec(c, f));
-  SNAPD_RETURN_IF_ERROR(HostOnly(c));
-  SNAPD_ASSIGN_OR_RETURN(FrameLayout layout,
+  ADJSNAP_RETURN_IF_ERROR(ValidateGpuCodec(c, f));
+  ADJSNAP_RETURN_IF_ERROR(HostOnly(c));
+  ADJSNAP_ASSIGN_OR_RETURN(FrameLayout layout,
                          ReadFrame(frame, bytes, static_cast<uint16_t>(c.codec), f.bytes));
   const char* in = static_cast<const char*>(frame);
   char* to = static_cast<char*>(raw);
@@ -161,12 +161,12 @@ Status DecompressFrameOnHost(const CodecSpec& c, const FieldSpec& f, const void*
   return Status::Ok();
 }
 
-#else  // !SNAPD_WITH_NVCOMP
+#else  // !ADJSNAP_WITH_NVCOMP
 
 namespace {
 Status NotBuiltIn(const CodecSpec& c) {
   return Status::FailedPrecondition(CodecName(c) +
-                                    " needs nvCOMP, and this snapd was built without it "
+                                    " needs nvCOMP, and this adjsnapd was built without it "
                                     "(docs/install.md, \"nvCOMP\")");
 }
 }  // namespace
@@ -174,7 +174,7 @@ Status NotBuiltIn(const CodecSpec& c) {
 bool NvcompBuiltIn() { return false; }
 
 Status ValidateGpuCodec(const CodecSpec& c, const FieldSpec& f) {
-  SNAPD_RETURN_IF_ERROR(CheckGpuCodec(c, f));
+  ADJSNAP_RETURN_IF_ERROR(CheckGpuCodec(c, f));
   return NotBuiltIn(c);
 }
 
@@ -189,4 +189,4 @@ Status DecompressFrameOnHost(const CodecSpec& c, const FieldSpec&, const void*, 
 
 #endif
 
-}  // namespace snapd::compress
+}  // namespace adjsnap::compress

@@ -1,4 +1,4 @@
-#include "snapd/zfp_codec.h"
+#include "adjsnap/zfp_codec.h"
 
 #include <zfp.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <memory>
 
-namespace snapd::compress {
+namespace adjsnap::compress {
 namespace {
 
 constexpr uint32_t kMagic = 0x31465a53;  // "SZF1"
@@ -187,7 +187,7 @@ Status Validate(const CodecSpec& c, const FieldSpec& f) {
 }
 
 Result<uint64_t> MaxCompressedBytes(const CodecSpec& c, const FieldSpec& f) {
-  SNAPD_RETURN_IF_ERROR(Validate(c, f));
+  ADJSNAP_RETURN_IF_ERROR(Validate(c, f));
   std::vector<size_t> dims = ZfpDims(f);
   std::vector<Slab> slabs = Slabs(f, dims);
   StreamPtr z = OpenStream(c, f, dims.size());
@@ -201,7 +201,7 @@ Result<uint64_t> MaxCompressedBytes(const CodecSpec& c, const FieldSpec& f) {
 
 Result<uint64_t> Compress(const CodecSpec& c, const FieldSpec& f, const void* raw, void* out,
                           uint64_t out_bytes, CompressPool* pool) {
-  SNAPD_RETURN_IF_ERROR(Validate(c, f));
+  ADJSNAP_RETURN_IF_ERROR(Validate(c, f));
   std::vector<size_t> dims = ZfpDims(f);
   std::vector<Slab> slabs = Slabs(f, dims);
   // Each slab is coded into its own worst-case region, then the regions are packed.
@@ -247,7 +247,7 @@ Result<uint64_t> Compress(const CodecSpec& c, const FieldSpec& f, const void* ra
 
 Status Decompress(const CodecSpec& c, const FieldSpec& f, const void* in, uint64_t in_bytes,
                   void* raw, CompressPool* pool) {
-  SNAPD_RETURN_IF_ERROR(Validate(c, f));
+  ADJSNAP_RETURN_IF_ERROR(Validate(c, f));
   std::vector<size_t> dims = ZfpDims(f);
   std::vector<Slab> slabs = Slabs(f, dims);
   const char* p = static_cast<const char*>(in);
@@ -288,4 +288,4 @@ Status Decompress(const CodecSpec& c, const FieldSpec& f, const void* in, uint64
   return Status::Ok();
 }
 
-}  // namespace snapd::compress
+}  // namespace adjsnap::compress

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Prints how many tests of a pass skipped and why, from its JUnit XML (ctest --output-junit or
-pytest --junitxml). With SNAPD_STRICT_SKIPS=1 it fails (exit 1) when a skip hides something the
+pytest --junitxml). With ADJSNAP_STRICT_SKIPS=1 it fails (exit 1) when a skip hides something the
 machine could have tested:
   - a test labelled `gpu` skipped while `nvidia-smi -L` lists a GPU;
-  - nvcc is installed, the build did not turn CUDA off (SNAPD_WITH_CUDA=OFF), and no `gpu`
+  - nvcc is installed, the build did not turn CUDA off (ADJSNAP_WITH_CUDA=OFF), and no `gpu`
     test was built;
   - a test that needs root (its skip reason says "needs root") skipped while running as root.
 
@@ -47,11 +47,11 @@ def base_name(name):
 
 
 def cuda_turned_off(build):
-    """Whether the build directory was configured with SNAPD_WITH_CUDA off."""
+    """Whether the build directory was configured with ADJSNAP_WITH_CUDA off."""
     try:
         with open(os.path.join(build, "CMakeCache.txt")) as f:
             for line in f:
-                if line.startswith("SNAPD_WITH_CUDA:"):
+                if line.startswith("ADJSNAP_WITH_CUDA:"):
                     return line.split("=", 1)[1].strip().upper() in ("OFF", "0", "FALSE", "NO")
     except OSError:
         pass
@@ -105,7 +105,7 @@ def main():
         problems += [f"{n} needs root and skipped though running as root"
                      for n, r in skips if "needs root" in r]
 
-    strict = os.environ.get("SNAPD_STRICT_SKIPS", "0") == "1"
+    strict = os.environ.get("ADJSNAP_STRICT_SKIPS", "0") == "1"
     for p in problems:
         print(f"  {'error' if strict else 'warning'}: {p}")
     return 1 if strict and problems else 0

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs snapd's whole test suite on a fresh machine: installs the Debian dependencies (and
+# Runs adjsnapd's whole test suite on a fresh machine: installs the Debian dependencies (and
 # nvCOMP's wheel from PyPI); checks .clang-tidy's naming rules (tests/lint/naming.sh, in the
 # background); builds and runs every test; runs the shell lines of the docs as written on the
 # installed tree (tests/docs/run_shell_blocks.sh; python.md's install the Python package in a
 # venv from PyPI: pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and
-# run its tests against the installed snapd); runs the backward pass's guard (peers.py --guard:
+# run its tests against the installed adjsnapd); runs the backward pass's guard (peers.py --guard:
 # the adjoint workload on fresh daemons beside memcpy and O_DIRECT); repeats the tests most
 # prone to hangs and races for 2 minutes beside 2 minutes of the soak (tests/load,
 # tests/soak); runs a job through
@@ -15,21 +15,21 @@
 # and runs each libFuzzer target (tests/fuzz) for 10 s over its corpus. A hung test fails with the stacks of its threads and of its daemons' (per-test
 # timeouts in tests/CMakeLists.txt and client/python/pyproject.toml).
 #   bash tests/run.sh            # both passes
-#   SNAPD_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only (and the naming check)
+#   ADJSNAP_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only (and the naming check)
 # After each test pass it prints how many tests skipped and why (tests/report_skips.py).
-# SNAPD_STRICT_SKIPS=1 (set by .ci/run) fails the run when a skip hides what this machine could
+# ADJSNAP_STRICT_SKIPS=1 (set by .ci/run) fails the run when a skip hides what this machine could
 # test: a gpu test skipped where nvidia-smi lists a GPU, nvcc installed but no gpu test built,
 # a test that needs root skipped as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
 # nvCOMP (the bitcomp codecs' tests run its CPU coder), from PyPI into a venv of its own; both
-# trees below find it through SNAPD_NVCOMP_ROOT (docs/install.md, "nvCOMP").
+# trees below find it through ADJSNAP_NVCOMP_ROOT (docs/install.md, "nvCOMP").
 [[ -x build-deps/nvcomp/bin/pip ]] || python3 -m venv build-deps/nvcomp
 build-deps/nvcomp/bin/pip install -q "nvidia-libnvcomp-cu13>=6,<7"
-SNAPD_NVCOMP_ROOT=$(build-deps/nvcomp/bin/python -c \
+ADJSNAP_NVCOMP_ROOT=$(build-deps/nvcomp/bin/python -c \
   "import nvidia.libnvcomp as m; print(m.__path__[0])")
-export SNAPD_NVCOMP_ROOT
+export ADJSNAP_NVCOMP_ROOT
 
 jobs=$(nproc)
 run_pass() {  # run_pass BUILD_DIR [cmake args...]: configures (when given arguments), builds, tests
@@ -55,21 +55,21 @@ run_pass() {  # run_pass BUILD_DIR [cmake args...]: configures (when given argum
 # background at the lowest priority, on the cores the stages below leave idle; the verdict is
 # awaited at the end.
 CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSNAPD_SANITIZE=address,undefined -DSNAPD_FUZZ=ON -DSNAPD_WITH_CUDA=OFF \
+  -DADJSNAP_SANITIZE=address,undefined -DADJSNAP_FUZZ=ON -DADJSNAP_WITH_CUDA=OFF \
   -DCMAKE_CXX_FLAGS=-Werror=thread-safety \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
   > build-clang.configure.log 2>&1 || { cat build-clang.configure.log; exit 1; }
-cmake --build build-clang -j "$jobs" --target snapd_proto_objects > build-clang/proto.log 2>&1 ||
+cmake --build build-clang -j "$jobs" --target adjsnap_proto_objects > build-clang/proto.log 2>&1 ||
   { cat build-clang/proto.log; exit 1; }
 nice -n 19 bash tests/lint/naming.sh build-clang > build-clang/naming.out 2>&1 &
 naming=$!
 
-echo "== snapd tests"
+echo "== adjsnap tests"
 run_pass build-tests
 
 gpu_tests=$(ctest --test-dir build-tests -N -L gpu | sed -n 's/^Total Tests: //p')
 if ((${gpu_tests:-0} > 0)); then
-  echo "== the GPU check's pack, from build-tests: whole without snapd's dependencies (dry run)"
+  echo "== the GPU check's pack, from build-tests: whole without adjsnap's dependencies (dry run)"
   bash tests/gpu/pack.sh --from build-tests --out build-tests/gpu-pack
   # The tarball is what travels: the dry run checks the pack it unpacks to.
   rm -rf build-tests/gpu-unpacked && mkdir build-tests/gpu-unpacked
@@ -79,7 +79,7 @@ fi
 
 echo "== the docs' shell lines as written (install.md, operations.md, schedules.md, python.md),"
 echo "   on the tree build-tests installs: the Python package in python.md's venv, its tests"
-echo "   against the installed snapd"
+echo "   against the installed adjsnapd"
 doc_home=$PWD/build-tests/doc-home
 rm -rf "$doc_home"
 rc=0
@@ -91,19 +91,19 @@ python3 tests/report_skips.py --junit build-tests/pytest-junit.xml --name "pytes
 ((rc == 0)) || exit "$rc"
 # The load stage and the benchmarks use that venv.
 rm -rf build-tests/python
-ln -s doc-home/.venvs/snapd build-tests/python
+ln -s doc-home/.venvs/adjsnap build-tests/python
 
 echo "== the backward pass's guard: the adjoint workload at 1 GiB, fits and spills, three times on"
 echo "   fresh daemons, beside memcpy and O_DIRECT in the same run (client/python/bench/peers.py"
 echo "   --guard); fails only on a gross regression (docs/benchmarks.md, \"The guard\")"
-build-tests/python/bin/python client/python/bench/peers.py --snapd build-tests/daemon/snapd \
+build-tests/python/bin/python client/python/bench/peers.py --adjsnapd build-tests/daemon/adjsnapd \
   --guard --workdir "$PWD/build-tests"
 
 echo "== under load: the spill and compress-at-ingest Devito tests and the C++ store, tiering,"
 echo "   spill and many-solver tests, run after run for 2 minutes beside 2 minutes of the soak"
 echo "   (tests/soak: 16 clients, kills, restarts, a failing spool; every byte checked)"
-SNAPD_LOAD_PYTEST_K="test_devito_gradient and (compress or lossy_zfp or Disk)" \
-  SNAPD_LOAD_BESIDE="bash tests/soak/run.sh --build build-tests --minutes 2 --out build-tests/soak" \
+ADJSNAP_LOAD_PYTEST_K="test_devito_gradient and (compress or lossy_zfp or Disk)" \
+  ADJSNAP_LOAD_BESIDE="bash tests/soak/run.sh --build build-tests --minutes 2 --out build-tests/soak" \
   bash tests/load/repeat_under_load.sh --minutes 2 build-tests
 
 echo "== Slurm: a job through deploy/slurm's prolog and epilog on a real single-node Slurm"
@@ -114,7 +114,7 @@ else
 fi
 
 echo "== Several nodes: an MPI job across a 3-node Slurm on this machine (tests/cluster), each"
-echo "   node's snapd started by the prolog, every rank's steps byte-exact from its own node"
+echo "   node's adjsnapd started by the prolog, every rank's steps byte-exact from its own node"
 if [[ $(id -u) -eq 0 ]]; then
   bash tests/cluster/run.sh build-tests
 else
@@ -128,8 +128,8 @@ if [[ $(id -u) -eq 0 && -e /dev/fuse ]]; then
 else
   echo "skipped: network and mount namespaces, glusterd and FUSE need root and /dev/fuse"
 fi
-if [[ "${SNAPD_SANITIZE_PASS:-1}" != 0 ]]; then
-  echo "== snapd tests built by clang with -Werror=thread-safety, under AddressSanitizer +"
+if [[ "${ADJSNAP_SANITIZE_PASS:-1}" != 0 ]]; then
+  echo "== adjsnap tests built by clang with -Werror=thread-safety, under AddressSanitizer +"
   echo "   UndefinedBehaviorSanitizer; then each libFuzzer target (tests/fuzz) for 10 s"
   # UCX's memory hooks patch malloc/mmap, which the sanitizer runtime owns.
   export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no
@@ -138,7 +138,7 @@ if [[ "${SNAPD_SANITIZE_PASS:-1}" != 0 ]]; then
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # -O1 with line tables only (-g1): compiles in about 60% of the time of -O2 -g, and the
   # sanitizers' stack traces still name file and line. The fuzz targets share the tree: only
-  # their own sources carry the fuzzer's coverage (CMakeLists.txt, SNAPD_FUZZ).
+  # their own sources carry the fuzzer's coverage (CMakeLists.txt, ADJSNAP_FUZZ).
   run_pass build-clang
   unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
   bash tests/fuzz/run.sh build-clang --seconds 10

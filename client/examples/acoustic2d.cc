@@ -1,10 +1,10 @@
 // acoustic2d: a small 2D acoustic reverse-time migration that keeps its forward wavefield in
-// snapd.
+// adjsnapd.
 //
 // Forward pass: second-order finite differences of u_tt = c^2 (u_xx + u_yy) + source, with
-// receivers along a row; every step's wavefield is pushed to snapd and its checksum kept.
+// receivers along a row; every step's wavefield is pushed to adjsnapd and its checksum kept.
 // Backward pass: the adjoint wavefield is propagated backwards in time from the recorded
-// receiver traces; each forward snapshot is fetched from snapd in reverse order, checked
+// receiver traces; each forward snapshot is fetched from adjsnapd in reverse order, checked
 // against its checksum, and cross-correlated into the image (the RTM imaging condition).
 //
 //   acoustic2d [--nx 512] [--ny 512] [--steps 200] [--run NAME] [--socket PATH] [--keep]
@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "acoustic_model.h"
-#include "snapd/checksum.h"
-#include "snapd/client.h"
-#include "snapd/units.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/client.h"
+#include "adjsnap/units.h"
 
 namespace {
 
@@ -60,7 +60,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
   return true;
 }
 
-int Fail(const char* what, const snapd::Status& s) {
+int Fail(const char* what, const adjsnap::Status& s) {
   std::fprintf(stderr, "acoustic2d: %s: %s\n", what, s.ToString().c_str());
   return 1;
 }
@@ -79,49 +79,49 @@ int main(int argc, char** argv) {
   const int src = acoustic::SourceIndex(nx, ny);
   const int rec_row = ny / 8;
 
-  snapd::ClientOptions opts;
+  adjsnap::ClientOptions opts;
   opts.socket_path = a.socket;
   opts.client_name = "acoustic2d";
-  auto client = snapd::Client::Connect(opts);
+  auto client = adjsnap::Client::Connect(opts);
   if (!client.ok()) return Fail("connect", client.status());
-  snapd::Client& c = **client;
+  adjsnap::Client& c = **client;
   (void)c.DeleteRun(a.run);  // a previous run of the example under the same name
-  snapd::RunSpec spec;
+  adjsnap::RunSpec spec;
   spec.name = a.run;
   spec.steps = nt;
   spec.bytes_per_step = bytes;
-  spec.dtype = snapd::Dtype::kFloat32;
+  spec.dtype = adjsnap::Dtype::kFloat32;
   spec.shape = {static_cast<uint64_t>(ny), static_cast<uint64_t>(nx)};
   spec.keep = a.keep;  // otherwise each step is released as the backward pass reads it
   auto run = c.OpenRun(spec);
   if (!run.ok()) return Fail("open run", run.status());
   std::printf("acoustic2d: %dx%d grid, %d steps, %s per snapshot, run '%s' (id %llu)\n", nx, ny,
-              nt, snapd::FormatBytes(bytes).c_str(), a.run.c_str(),
+              nt, adjsnap::FormatBytes(bytes).c_str(), a.run.c_str(),
               (unsigned long long)run->run_id);
 
-  // Forward. Three rotating wavefield buffers; a buffer is overwritten only after snapd has
+  // Forward. Three rotating wavefield buffers; a buffer is overwritten only after adjsnapd has
   // released its previous push.
   std::vector<std::vector<float>> u(3, std::vector<float>(cells, 0.0f));
-  std::vector<snapd::PushHandle> pending(3);
+  std::vector<adjsnap::PushHandle> pending(3);
   std::vector<uint64_t> sums(nt);
   std::vector<float> traces(static_cast<size_t>(nt) * nx);
   auto t0 = std::chrono::steady_clock::now();
   for (int t = 0; t < nt; ++t) {
     int ib = (t + 2) % 3;  // buffer for step t
     if (t >= 3) {
-      snapd::Status s = pending[ib].WaitReleased();
+      adjsnap::Status s = pending[ib].WaitReleased();
       if (!s.ok()) return Fail("push", s);
     }
     Step(nx, ny, vel2.data(), u[(t + 0) % 3].data(), u[(t + 1) % 3].data(), u[ib].data());
     u[ib][src] += acoustic::Ricker(t, acoustic::kDt, acoustic::kF0);
     std::memcpy(&traces[static_cast<size_t>(t) * nx], &u[ib][rec_row * nx], nx * sizeof(float));
-    sums[t] = snapd::Checksum(u[ib].data(), bytes);
+    sums[t] = adjsnap::Checksum(u[ib].data(), bytes);
     auto h = c.Push(run->run_id, t, u[ib].data(), bytes);
     if (!h.ok()) return Fail("push", h.status());
     pending[ib] = *h;
   }
   for (auto& h : pending) {
-    snapd::Status s = h.WaitStored();
+    adjsnap::Status s = h.WaitStored();
     if (!s.ok()) return Fail("push", s);
   }
   double fwd_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   auto where = c.Locate(a.run, nt - 1);
   if (!where.ok()) return Fail("locate", where.status());
   std::printf("forward:  %d snapshots pushed in %.2f s; step %d is on the %s tier\n", nt, fwd_s,
-              nt - 1, snapd::TierName(where->tier));
+              nt - 1, adjsnap::TierName(where->tier));
 
   // Backward: adjoint field driven by the time-reversed receiver traces.
   std::vector<float> fwd(cells), image(cells, 0.0f);
@@ -137,9 +137,9 @@ int main(int argc, char** argv) {
   int verified = 0;
   t0 = std::chrono::steady_clock::now();
   for (int t = nt - 1; t >= 0; --t) {
-    snapd::Status s = c.Fetch(run->run_id, t, fwd.data(), bytes);
+    adjsnap::Status s = c.Fetch(run->run_id, t, fwd.data(), bytes);
     if (!s.ok()) return Fail("fetch", s);
-    if (snapd::Checksum(fwd.data(), bytes) != sums[t]) {
+    if (adjsnap::Checksum(fwd.data(), bytes) != sums[t]) {
       std::fprintf(stderr, "acoustic2d: step %d came back with different bytes\n", t);
       return 1;
     }

@@ -1,10 +1,10 @@
 // acoustic2d_cuda: the example solver on a GPU. The same 2-D acoustic model as acoustic2d
 // (acoustic_model.h), stepped by a CUDA kernel; every forward wavefield is pushed from device
-// memory (PushDevice: the GPU's copy engine writes into snapd's host tier, no CPU copy) and
+// memory (PushDevice: the GPU's copy engine writes into adjsnapd's host tier, no CPU copy) and
 // read back in reverse into device memory (FetchDeviceAsync), the next step's fetch
 // overlapping the current step's imaging. Checksums computed on the GPU at push and after
 // each fetch must match. With --layers HostDevice or DiskHostDevice the newest steps stay in
-// libsnapd's GPU pool (SNAPD_DEVICE_MEM sizes it) and never leave the device.
+// libadjsnap's GPU pool (ADJSNAP_DEVICE_MEM sizes it) and never leave the device.
 //
 //   acoustic2d_cuda [--nx N] [--ny N] [--steps N] [--run NAME] [--socket PATH] [--layers L]
 #include <cuda_runtime.h>
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "acoustic_model.h"
-#include "snapd/client.h"
-#include "snapd/kernels.h"
+#include "adjsnap/client.h"
+#include "adjsnap/kernels.h"
 
 namespace {
 
@@ -30,7 +30,7 @@ namespace {
     }                                                                                      \
   } while (0)
 
-void Die(const char* what, const snapd::Status& s) {
+void Die(const char* what, const adjsnap::Status& s) {
   std::fprintf(stderr, "acoustic2d_cuda: %s: %s\n", what, s.ToString().c_str());
   std::exit(1);
 }
@@ -71,17 +71,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  snapd::kernels::DeviceProbe gpu = snapd::kernels::ProbeDevice();
+  adjsnap::kernels::DeviceProbe gpu = adjsnap::kernels::ProbeDevice();
   if (!gpu.usable) {
     std::fprintf(stderr, "acoustic2d_cuda: no usable GPU: %s\n", gpu.description.c_str());
     return 1;
   }
   const int cells = nx * ny;
   const size_t bytes = static_cast<size_t>(cells) * sizeof(float);
-  auto client = snapd::Client::Connect({.socket_path = socket, .client_name = "acoustic2d_cuda"});
+  auto client = adjsnap::Client::Connect({.socket_path = socket, .client_name = "acoustic2d_cuda"});
   if (!client.ok()) Die("connect", client.status());
   auto run = (*client)->OpenRun({.name = run_name, .steps = static_cast<uint64_t>(steps),
-                                 .bytes_per_step = bytes, .dtype = snapd::Dtype::kFloat32,
+                                 .bytes_per_step = bytes, .dtype = adjsnap::Dtype::kFloat32,
                                  .shape = {static_cast<uint64_t>(ny), static_cast<uint64_t>(nx)},
                                  .layers = layers});
   if (!run.ok()) Die("open run", run.status());
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
 
   dim3 block(32, 8), grid((nx + 31) / 32, (ny + 7) / 8);
   const int src = acoustic::SourceIndex(nx, ny);
-  std::vector<snapd::PushHandle> pending(3);
+  std::vector<adjsnap::PushHandle> pending(3);
   bool in_use[3] = {false, false, false};
   cudaEvent_t t0, t1;
   cudaEventCreate(&t0);
@@ -115,13 +115,13 @@ int main(int argc, char** argv) {
   for (int t = 0; t < steps; ++t) {
     int ib = (t + 2) % 3;
     if (in_use[ib]) {
-      snapd::Status s = pending[ib].WaitReleased();
+      adjsnap::Status s = pending[ib].WaitReleased();
       if (!s.ok()) Die("push", s);
     }
     StepKernel<<<grid, block, 0, stream>>>(nx, ny, d_vel2, d_u[t % 3], d_u[(t + 1) % 3],
                                            d_u[ib], src, acoustic::Ricker(t, acoustic::kDt,
                                                                           acoustic::kF0));
-    snapd::Status s = snapd::kernels::ChecksumDevice(d_u[ib], bytes, &sums[t], stream);
+    adjsnap::Status s = adjsnap::kernels::ChecksumDevice(d_u[ib], bytes, &sums[t], stream);
     if (!s.ok()) Die("checksum", s);
     auto h = (*client)->PushDevice(run->run_id, t, d_u[ib], bytes, stream);
     if (!h.ok()) Die("push", h.status());
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
   }
   for (int i = 0; i < 3; ++i) {
     if (!in_use[i]) continue;
-    if (snapd::Status s = pending[i].WaitStored(); !s.ok()) Die("push", s);
+    if (adjsnap::Status s = pending[i].WaitStored(); !s.ok()) Die("push", s);
   }
   cudaEventRecord(t1, stream);
   CUDA_OR_DIE(cudaStreamSynchronize(stream));
@@ -144,12 +144,12 @@ int main(int argc, char** argv) {
     if (!f.ok()) Die("fetch", f.status());
     return *f;
   };
-  snapd::FetchHandle next = fetch(steps - 1);
+  adjsnap::FetchHandle next = fetch(steps - 1);
   for (int t = steps - 1; t >= 0; --t) {
-    if (snapd::Status s = next.Wait(); !s.ok()) Die("fetch", s);
+    if (adjsnap::Status s = next.Wait(); !s.ok()) Die("fetch", s);
     if (t > 0) next = fetch(t - 1);
     float* u = d_back[t % 2];
-    snapd::Status s = snapd::kernels::ChecksumDevice(u, bytes, &sums[steps + t], stream);
+    adjsnap::Status s = adjsnap::kernels::ChecksumDevice(u, bytes, &sums[steps + t], stream);
     if (!s.ok()) Die("checksum", s);
     ImageKernel<<<(cells + 255) / 256, 256, 0, stream>>>(cells, u, d_image);
   }
@@ -167,11 +167,11 @@ int main(int argc, char** argv) {
   std::printf("gpu:      %s\n", gpu.description.c_str());
   std::printf("forward:  %d device snapshots of %.1f MiB pushed in %.3f s (%s path)\n", steps,
               bytes / 1048576.0, forward_ms / 1e3,
-              (*client)->data_path() == snapd::DataPath::kMappedHostTier ? "mapped" : "ucx");
+              (*client)->data_path() == adjsnap::DataPath::kMappedHostTier ? "mapped" : "ucx");
   std::printf("backward: %d snapshots fetched in reverse in %.3f s, %d/%d checksums match\n",
               steps, backward_ms / 1e3, matches, steps);
   std::printf("image:    L2 norm %e\n", std::sqrt(norm));
-  snapd::Status deleted = (*client)->DeleteRun(run_name);
+  adjsnap::Status deleted = (*client)->DeleteRun(run_name);
   if (!deleted.ok()) std::fprintf(stderr, "acoustic2d_cuda: %s\n", deleted.ToString().c_str());
   return matches == steps ? 0 : 1;
 }

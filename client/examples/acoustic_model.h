@@ -1,5 +1,5 @@
 // The 2-D acoustic model of the example solver: a two-layer velocity model, a Ricker source and
-// a second-order leapfrog stencil. Shared by acoustic2d and by snapbench, which compresses its
+// a second-order leapfrog stencil. Shared by acoustic2d and by adjsnap-bench, which compresses its
 // wavefields (real snapshots, not random data).
 #pragma once
 

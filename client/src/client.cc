@@ -1,4 +1,4 @@
-#include "snapd/client.h"
+#include "adjsnap/client.h"
 
 #include <sys/mman.h>
 
@@ -12,11 +12,11 @@
 #include "client_impl.h"
 #include "device_copy.h"
 #include "op_state.h"
-#include "snapd/kernels.h"
-#include "snapd/paths.h"
+#include "adjsnap/kernels.h"
+#include "adjsnap/paths.h"
 #include "task_thread.h"
 
-namespace snapd {
+namespace adjsnap {
 
 const char* TierName(Tier tier) {
   switch (tier) {
@@ -72,9 +72,9 @@ Client::Impl::~Impl() {
     }
     records.reset();  // sends the device-tier records still queued, while the session lives
   }
-  // A session socket that closes ends its session on snapd's side at once, as a killed
+  // A session socket that closes ends its session on adjsnapd's side at once, as a killed
   // client's does: a mapped client closes its session first, in order (what is pending fails
-  // "client disconnected" when snapd then closes the socket).
+  // "client disconnected" when adjsnapd then closes the socket).
   const bool closed_first = mapped;
   if (closed_first) CloseSession();
   // Order matters: (1) on the loop, close the endpoint so no more replies arrive, and fail
@@ -109,22 +109,22 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   impl->socket_path = options.socket_path.empty() ? ClientSocketPath() : options.socket_path;
   impl->client_name = options.client_name;
   impl->reconnect_timeout_s = options.reconnect_timeout_s;
-  if (const char* t = std::getenv("SNAPD_RECONNECT_TIMEOUT"); t && *t) {
+  if (const char* t = std::getenv("ADJSNAP_RECONNECT_TIMEOUT"); t && *t) {
     char* end = nullptr;
     double seconds = std::strtod(t, &end);
     if (end == t || *end != '\0' || !(seconds >= 0)) {
-      return Status::InvalidArgument(std::string("SNAPD_RECONNECT_TIMEOUT must be a number of "
+      return Status::InvalidArgument(std::string("ADJSNAP_RECONNECT_TIMEOUT must be a number of "
                                                  "seconds (0 = do not reconnect), got '") +
                                      t + "'");
     }
     impl->reconnect_timeout_s = seconds;
   }
   double wait_timeout_s = options.wait_timeout_s;
-  if (const char* t = std::getenv("SNAPD_WAIT_TIMEOUT"); t && *t) {
+  if (const char* t = std::getenv("ADJSNAP_WAIT_TIMEOUT"); t && *t) {
     char* end = nullptr;
     wait_timeout_s = std::strtod(t, &end);
     if (end == t || *end != '\0' || !(wait_timeout_s >= 0)) {
-      return Status::InvalidArgument(std::string("SNAPD_WAIT_TIMEOUT must be a number of "
+      return Status::InvalidArgument(std::string("ADJSNAP_WAIT_TIMEOUT must be a number of "
                                                  "seconds (0 = wait for ever), got '") +
                                      t + "'");
     }
@@ -140,8 +140,8 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   std::string copy_error;
   int copy_threads = detail::CopyPool::Choose(options.copy_threads, &copy_error);
   if (copy_threads == 0) return Status::InvalidArgument(copy_error);
-  SNAPD_RETURN_IF_ERROR(detail::ProbeSocket(impl->socket_path));
-  // Reconnects after a restart of snapd come quickly: gRPC's default backoff grows to 2 min.
+  ADJSNAP_RETURN_IF_ERROR(detail::ProbeSocket(impl->socket_path));
+  // Reconnects after a restart of adjsnapd come quickly: gRPC's default backoff grows to 2 min.
   grpc::ChannelArguments channel_args;
   channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
@@ -149,15 +149,15 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   impl->stub = v1::Control::NewStub(grpc::CreateCustomChannel(
       "unix:" + impl->socket_path, grpc::InsecureChannelCredentials(), channel_args));
 
-  // The worker runs before the session opens: snapd connects to it while answering.
-  SNAPD_ASSIGN_OR_RETURN(impl->loop, ucx::WorkerLoop::Create("libsnapd"));
-  SNAPD_RETURN_IF_ERROR(ucx::SetDefaultAmHandler(impl->loop->worker(), &Impl::OnUnknownId,
+  // The worker runs before the session opens: adjsnapd connects to it while answering.
+  ADJSNAP_ASSIGN_OR_RETURN(impl->loop, ucx::WorkerLoop::Create("libadjsnap"));
+  ADJSNAP_RETURN_IF_ERROR(ucx::SetDefaultAmHandler(impl->loop->worker(), &Impl::OnUnknownId,
                                                  impl.get()));
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       ucx::SetAmHandler(impl->loop->worker(), wire::kReply, &Impl::OnReply, impl.get()));
-  impl->loop->Start("snapd-client");
+  impl->loop->Start("adjsnap-client");
 
-  if (const char* mem = std::getenv("SNAPD_DEVICE_MEM"); mem && *mem) {
+  if (const char* mem = std::getenv("ADJSNAP_DEVICE_MEM"); mem && *mem) {
     impl->device_options = detail::ParseDeviceMem(mem, &impl->device_fraction,
                                                   &impl->device_bytes);
   } else {
@@ -172,10 +172,10 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   // The mapped path first: a session with no UCX endpoint, whose link is the arena socket's
   // connection (wire.h). Where the arena is refused, or mapping is off, a session with a UCX
   // endpoint instead (the copied path).
-  const char* path_env = std::getenv("SNAPD_DATA_PATH");
+  const char* path_env = std::getenv("ADJSNAP_DATA_PATH");
   const bool try_mapped = options.map_host_tier && !(path_env && std::string(path_env) == "ucx");
   v1::OpenSessionResponse resp;
-  SNAPD_RETURN_IF_ERROR(impl->OpenSession(options.client_name, /*with_ucx=*/!try_mapped, &resp));
+  ADJSNAP_RETURN_IF_ERROR(impl->OpenSession(options.client_name, /*with_ucx=*/!try_mapped, &resp));
   impl->session_id = resp.session_id();
   impl->token = resp.token();
   char* base = nullptr;
@@ -210,7 +210,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   }
 
   // Before the link: a link lost at once starts a reconnect on it (Impl::LinkLost).
-  impl->reconnector = std::make_unique<detail::TaskThread>("snapd-reconnect");
+  impl->reconnector = std::make_unique<detail::TaskThread>("adjsnap-reconn");
   // The session's link: its socket, or an endpoint bound to the session with Hello.
   auto hello = std::make_shared<detail::OpState>();
   Impl* raw = impl.get();
@@ -232,7 +232,7 @@ Result<PushHandle> Client::Push(uint64_t run_id, uint64_t step, const void* data
     return Status::InvalidArgument("push of step " + std::to_string(step) +
                                    ": data is null but bytes is " + std::to_string(bytes));
   }
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       impl_->CheckPush(run_id, step, data, bytes, /*device=*/false, nullptr, "push"));
   if (auto pooled = impl_->PushToPool(run_id, step, data, bytes, nullptr)) return *pooled;
   return impl_->StartPush(run_id, step, data, bytes, /*device=*/false, nullptr);
@@ -244,9 +244,9 @@ Result<PushHandle> Client::PushDevice(uint64_t run_id, uint64_t step, const void
     return Status::InvalidArgument("device push of step " + std::to_string(step) +
                                    ": data is null but bytes is " + std::to_string(bytes));
   }
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       impl_->GpuUsable("device push of step " + std::to_string(step) + " needs CUDA"));
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       impl_->CheckPush(run_id, step, device_data, bytes, /*device=*/true, stream, "device push"));
   if (auto pooled = impl_->PushToPool(run_id, step, device_data, bytes, stream)) return *pooled;
   return impl_->PushDeviceToDaemon(run_id, step, device_data, bytes, stream);
@@ -261,7 +261,7 @@ Status Client::Impl::CheckPush(uint64_t run_id, uint64_t step, const void* data,
     if (it == known_runs.end()) return Status::Ok();
     known = it->second;
   }
-  // A chunk frame of an nvCOMP run is shorter (snapd checks it when it stores it); its values
+  // A chunk frame of an nvCOMP run is shorter (adjsnapd checks it when it stores it); its values
   // are coded, so a finite check applies to the raw step only.
   bool frame = known.frames && bytes > 0 && bytes < known.bytes_per_step;
   if (known.bytes_per_step != bytes && !frame) {
@@ -276,7 +276,7 @@ Status Client::Impl::CheckPush(uint64_t run_id, uint64_t step, const void* data,
   uint64_t count = bytes / (f64 ? 8 : 4);
   uint64_t bad = kernels::kAllFinite;
   if (device) {
-    SNAPD_RETURN_IF_ERROR(detail::FirstNonFiniteOnDevice(data, count, f64, stream, &bad));
+    ADJSNAP_RETURN_IF_ERROR(detail::FirstNonFiniteOnDevice(data, count, f64, stream, &bad));
   } else {
     bad = kernels::FirstNonFiniteCpu(data, count, f64 ? kernels::Real::kFloat64
                                                       : kernels::Real::kFloat32);
@@ -303,7 +303,7 @@ Result<FetchHandle> Client::FetchDeviceAsync(uint64_t run_id, uint64_t step, voi
     return Status::InvalidArgument("device fetch of step " + std::to_string(step) +
                                    ": destination is null");
   }
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       impl_->GpuUsable("device fetch of step " + std::to_string(step) + " needs CUDA"));
   if (auto pooled = impl_->FetchFromPool(run_id, step, device_data, bytes, stream)) {
     return *pooled;
@@ -313,16 +313,16 @@ Result<FetchHandle> Client::FetchDeviceAsync(uint64_t run_id, uint64_t step, voi
   }
   // No mapped tier: through host memory, done before returning.
   std::vector<char> staging(bytes);
-  SNAPD_RETURN_IF_ERROR(impl_->StartFetch(run_id, step, staging.data(), bytes, false, nullptr)
+  ADJSNAP_RETURN_IF_ERROR(impl_->StartFetch(run_id, step, staging.data(), bytes, false, nullptr)
                             .Wait());
-  SNAPD_RETURN_IF_ERROR(detail::CopyHostToDevice(device_data, staging.data(), bytes, stream));
+  ADJSNAP_RETURN_IF_ERROR(detail::CopyHostToDevice(device_data, staging.data(), bytes, stream));
   auto done = std::make_shared<detail::OpState>();
   done->Complete(Status::Ok());
   return FetchHandle(done);
 }
 
 Status Client::Fetch(uint64_t run_id, uint64_t step, void* data, size_t bytes) {
-  SNAPD_ASSIGN_OR_RETURN(FetchHandle h, FetchAsync(run_id, step, data, bytes));
+  ADJSNAP_ASSIGN_OR_RETURN(FetchHandle h, FetchAsync(run_id, step, data, bytes));
   return h.Wait();
 }
 
@@ -339,5 +339,5 @@ std::string Client::data_transports() const { return impl_->EndpointTransports()
 
 int Client::copy_threads() const { return impl_->copier->threads(); }
 
-}  // namespace snapd
+}  // namespace adjsnap
 

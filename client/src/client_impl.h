@@ -1,9 +1,9 @@
-// Client::Impl: libsnapd's state behind snapd::Client. Private to the library (not installed).
+// Client::Impl: libadjsnap's state behind adjsnap::Client. Private to the library (not installed).
 //
 // One struct, split by job across four files:
-//   control_channel.cc  gRPC to snapd: Control() and its retry, OpenSession/CloseSession, and
+//   control_channel.cc  gRPC to adjsnapd: Control() and its retry, OpenSession/CloseSession, and
 //                       the run calls (Client::OpenRun ... Client::Tiers).
-//   data_channel.cc     the data-plane link to snapd (a session socket for a mapped client,
+//   data_channel.cc     the data-plane link to adjsnapd (a session socket for a mapped client,
 //                       else a UCX endpoint): Send/SendHeader, OnReply/HandleReply,
 //                       OnEndpointError/LinkLost, StartLink, CreateEndpoint, FailAll;
 //                       StartPush/StartFetch; the mapped host tier
@@ -51,17 +51,17 @@
 #include "device_pool.h"
 #include "host_pinning.h"
 #include "op_state.h"
-#include "snapd/client.h"
-#include "snapd/message_socket.h"
-#include "snapd/status.h"
-#include "snapd/thread_annotations.h"
-#include "snapd/ucx.h"
-#include "snapd/unix_socket.h"
-#include "snapd/v1/control.grpc.pb.h"
-#include "snapd/wire.h"
+#include "adjsnap/client.h"
+#include "adjsnap/message_socket.h"
+#include "adjsnap/status.h"
+#include "adjsnap/thread_annotations.h"
+#include "adjsnap/ucx.h"
+#include "adjsnap/unix_socket.h"
+#include "adjsnap/v1/control.grpc.pb.h"
+#include "adjsnap/wire.h"
 #include "task_thread.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace detail {
 
 // A plain connect() tells "no daemon" apart from other failures, with errno, before gRPC
@@ -69,9 +69,9 @@ namespace detail {
 inline Status ProbeSocket(const std::string& path) {
   auto fd = ConnectUnix(path);
   if (fd.ok() || fd.status().code() != Code::kUnavailable) return fd.status();
-  return Status::Unavailable("snapd is not running at " + path + " (" + fd.status().message() +
-                             "). Start it with `snapd` (or `systemctl start snapd`), or set "
-                             "SNAPD_SOCKET to the socket it listens on");
+  return Status::Unavailable("adjsnapd is not running at " + path + " (" + fd.status().message() +
+                             "). Start it with `adjsnapd` (or `systemctl start adjsnap`), or set "
+                             "ADJSNAP_SOCKET to the socket it listens on");
 }
 
 // Asks the arena socket for the memfd of this uid's arena and maps it. With host_arenas =
@@ -86,23 +86,23 @@ Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, ch
 // Threading: the fields after `loop` belong to the loop thread; everything before is set
 // during Connect and then read-only.
 struct Client::Impl {
-  // What snapd reports a push or fetch of this client waits for (StatsResponse.waits), for a
+  // What adjsnapd reports a push or fetch of this client waits for (StatsResponse.waits), for a
   // wait that passed its limit. Shared with the handles, which may outlive the client: once the
   // client is gone it answers "". Thread-safe; Explain blocks on one control-plane call.
   class WaitExplainer {
    public:
     explicit WaitExplainer(Impl* impl) : impl_(impl) {}
-    void Detach() SNAPD_EXCLUDES(mu_) {
+    void Detach() ADJSNAP_EXCLUDES(mu_) {
       MutexLock lock(mu_);
       impl_ = nullptr;
     }
     // `kind`: "push" or "fetch", as StatsResponse.waits names them.
     std::string Explain(const std::string& kind, uint64_t run_id, uint64_t step)
-        SNAPD_EXCLUDES(mu_);
+        ADJSNAP_EXCLUDES(mu_);
 
    private:
     Mutex mu_;
-    Impl* impl_ SNAPD_GUARDED_BY(mu_);
+    Impl* impl_ ADJSNAP_GUARDED_BY(mu_);
   };
 
   enum class Kind { kHello, kPush, kFetch, kReserve, kCommit, kFetchMapped };
@@ -148,10 +148,10 @@ struct Client::Impl {
   // The session; replaced (on the loop thread) when a reconnect opens a new one.
   std::atomic<uint64_t> session_id{0};
   std::atomic<uint64_t> token{0};
-  std::string data_plane_address;  // snapd's packed UCX worker address
+  std::string data_plane_address;  // adjsnapd's packed UCX worker address
   std::atomic<uint64_t> next_request{1};
   std::unique_ptr<ucx::WorkerLoop> loop;
-  // Loop-thread state. A session's link to snapd: its session socket (mapped clients), or its
+  // Loop-thread state. A session's link to adjsnapd: its session socket (mapped clients), or its
   // UCX endpoint (the copied path).
   std::unique_ptr<MessageSocket> link;
   ucp_ep_h ep = nullptr;
@@ -164,14 +164,14 @@ struct Client::Impl {
   // client always reads what it wrote (released comes before the daemon has the step).
   Mutex unstored_mu;
   std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<detail::OpState>> unstored
-      SNAPD_GUARDED_BY(unstored_mu);
+      ADJSNAP_GUARDED_BY(unstored_mu);
   void TrackPush(uint64_t run_id, uint64_t step, const std::shared_ptr<detail::OpState>& state);
   PushHandle StartPush(uint64_t run_id, uint64_t step, const void* data, size_t bytes,
                        bool device, void* stream);
   FetchHandle StartFetch(uint64_t run_id, uint64_t step, void* data, size_t bytes, bool device,
                          void* stream);
   // What a push must match, for every run this client opened or attached to (runs it only
-  // knows by id are checked by snapd, when stored): its step size, and for a run that checks
+  // knows by id are checked by adjsnapd, when stored): its step size, and for a run that checks
   // its values (RunSpec.check_finite) the dtype to scan.
   struct KnownRun {
     std::string name;  // as OpenRun named it (DeleteRun takes a name)
@@ -180,7 +180,7 @@ struct Client::Impl {
     bool frames = false;  // an nvCOMP codec: a push may carry a chunk frame, fewer bytes
   };
   Mutex runs_mu;
-  std::map<uint64_t, KnownRun> known_runs SNAPD_GUARDED_BY(runs_mu);
+  std::map<uint64_t, KnownRun> known_runs ADJSNAP_GUARDED_BY(runs_mu);
   // INVALID_ARGUMENT when a push to a known run has another size, or (a checked run) holds NaN
   // or Inf, naming the step and element. `what`: "push" or "device push".
   Status CheckPush(uint64_t run_id, uint64_t step, const void* data, size_t bytes, bool device,
@@ -195,13 +195,13 @@ struct Client::Impl {
   Status gpu_status;
   double device_fraction = 0.7;
   uint64_t device_bytes = 0;
-  Status device_options;  // SNAPD_DEVICE_MEM parsed
+  Status device_options;  // ADJSNAP_DEVICE_MEM parsed
   Mutex device_mu;
-  std::unique_ptr<detail::DevicePool> device_pool SNAPD_GUARDED_BY(device_mu);
-  char* device_base SNAPD_GUARDED_BY(device_mu) = nullptr;
+  std::unique_ptr<detail::DevicePool> device_pool ADJSNAP_GUARDED_BY(device_mu);
+  char* device_base ADJSNAP_GUARDED_BY(device_mu) = nullptr;
   // Sends HoldDeviceStep records in push order, off the solver's thread (a device-tier push
   // costs the solver no control-plane round trip). Created with the pool.
-  std::unique_ptr<detail::TaskThread> recorder SNAPD_GUARDED_BY(device_mu);
+  std::unique_ptr<detail::TaskThread> recorder ADJSNAP_GUARDED_BY(device_mu);
   // Waits until the records queued so far reached the daemon (before calls that read or change
   // the run's steps there: close, delete).
   void FlushRecords();
@@ -224,8 +224,8 @@ struct Client::Impl {
   Result<PushHandle> PushDeviceToDaemon(uint64_t run_id, uint64_t step, const void* device_data,
                                         size_t bytes, void* stream);
 
-  // Riding through a restart of snapd. When the data plane fails with UNAVAILABLE (the
-  // endpoint died, or snapd refused a push because it is stopping), a push not yet released
+  // Riding through a restart of adjsnapd. When the data plane fails with UNAVAILABLE (the
+  // endpoint died, or adjsnapd refused a push because it is stopping), a push not yet released
   // or a fetch waits for a new session (AfterReconnect) and is sent again on it; a push
   // already released whose reply was lost is looked up (Locate) and completes if stored.
   // One reconnect runs at a time, on `reconnector`: ProbeSocket + OpenSession + the arena +
@@ -235,22 +235,22 @@ struct Client::Impl {
   // ClientOptions.wait_timeout_s: the handles' wait limit when the caller gives none.
   std::chrono::milliseconds wait_timeout = detail::OpState::kForever;
   const std::shared_ptr<WaitExplainer> explainer = std::make_shared<WaitExplainer>(this);
-  // Names `state` ("push of step S of run id R") and lets its waits say what snapd reports it
+  // Names `state` ("push of step S of run id R") and lets its waits say what adjsnapd reports it
   // waits for, within wait_timeout unless the caller gives a limit.
   void Describe(detail::OpState& state, const std::string& kind, uint64_t run_id, uint64_t step);
   Mutex conn_mu;
   CondVar conn_cv;
-  uint64_t conn_generation SNAPD_GUARDED_BY(conn_mu) = 0;  // sessions opened after the first
-  bool reconnecting SNAPD_GUARDED_BY(conn_mu) = false;
-  bool closing SNAPD_GUARDED_BY(conn_mu) = false;  // teardown: no more reconnects
-  std::vector<std::function<void(Status)>> after_reconnect SNAPD_GUARDED_BY(conn_mu);
+  uint64_t conn_generation ADJSNAP_GUARDED_BY(conn_mu) = 0;  // sessions opened after the first
+  bool reconnecting ADJSNAP_GUARDED_BY(conn_mu) = false;
+  bool closing ADJSNAP_GUARDED_BY(conn_mu) = false;  // teardown: no more reconnects
+  std::vector<std::function<void(Status)>> after_reconnect ADJSNAP_GUARDED_BY(conn_mu);
   // The operations waiting in after_reconnect fail at this time: each that joins pushes it to
   // reconnect_timeout from its own start.
-  std::chrono::steady_clock::time_point reconnect_deadline SNAPD_GUARDED_BY(conn_mu);
+  std::chrono::steady_clock::time_point reconnect_deadline ADJSNAP_GUARDED_BY(conn_mu);
   // The link went (LinkLost): the episode keeps trying past the deadline (failing only the
   // operations that wait) until a session is open or the client closes, so that the client's
   // runs get their new session (OpenSession) even while it is idle.
-  bool reconnect_until_open SNAPD_GUARDED_BY(conn_mu) = false;
+  bool reconnect_until_open ADJSNAP_GUARDED_BY(conn_mu) = false;
   std::unique_ptr<detail::TaskThread> reconnector;
   uint64_t Generation();
   // Runs `then` off the loop thread once a session newer than generation `seen` is open (Ok),
@@ -259,10 +259,10 @@ struct Client::Impl {
   // LinkLost: a reconnect now, kept up until it succeeds (reconnect_until_open).
   void ReconnectInBackground();
   // Starts an episode on `reconnector` unless one runs.
-  void StartEpisode() SNAPD_REQUIRES(conn_mu);
+  void StartEpisode() ADJSNAP_REQUIRES(conn_mu);
   void ReconnectEpisode();
   Status ReconnectOnce();  // one attempt at a new session
-  // UNAVAILABLE because snapd went away (the endpoint failed) or said it is stopping, and
+  // UNAVAILABLE because adjsnapd went away (the endpoint failed) or said it is stopping, and
   // reconnects are on: the operation waits for a reconnect and is sent again. Not another
   // UNAVAILABLE (a push that needed the disk tier when no spool worked): that is the answer.
   // `generation`: the connection the operation was sent on (a reconnect since then also
@@ -275,23 +275,23 @@ struct Client::Impl {
                     void* data, size_t bytes, bool device, void* stream);
 
   ~Impl();
-  // `resent` (if given) is set when the call was sent again after snapd went away or cut it
+  // `resent` (if given) is set when the call was sent again after adjsnapd went away or cut it
   // in a stop: the first try may have run.
   Status Control(const std::function<grpc::Status(grpc::ClientContext*)>& call,
                  bool* resent = nullptr);
   // One call, retried once when only this channel's connection was lost.
   Status ControlOnce(const std::function<grpc::Status(grpc::ClientContext*)>& call);
   // OpenSession for `client_name`, at the loop's UCX address or (`with_ucx` false) for a
-  // session socket; FAILED_PRECONDITION when snapd speaks another data-plane wire version.
+  // session socket; FAILED_PRECONDITION when adjsnapd speaks another data-plane wire version.
   // `deadline_s` > 0: one try within it, else Control's retries.
   Status OpenSession(const std::string& client_name, bool with_ucx, v1::OpenSessionResponse* resp,
                      double deadline_s = 0);
   // A new session's link (loop thread): its session socket `fd` when given, else a UCX
   // endpoint and Hello; `hello` completes once it can carry requests.
   void StartLink(std::shared_ptr<ucx::ScopedFd> fd, std::shared_ptr<detail::OpState> hello);
-  // Best effort, on teardown: snapd also drops the sessions of dead endpoints.
+  // Best effort, on teardown: adjsnapd also drops the sessions of dead endpoints.
   void CloseSession();
-  // OpenSessionRequest.run_ids names at most this many of known_runs (snapd's limit).
+  // OpenSessionRequest.run_ids names at most this many of known_runs (adjsnapd's limit).
   static constexpr int kMaxReattachRuns = 4096;
   Status CreateEndpoint();
   void FailAll(const Status& s);
@@ -316,7 +316,7 @@ struct Client::Impl {
   // Loop thread: ends push `p`'s reservation: kCommit once its bytes are in tier memory
   // (copied in `copy_ns`; stored when the daemon answers), kAbort when they never will be.
   // kCommit carries `checksum` when the copy computed it (host pushes; a device push's
-  // checksum is left to snapd).
+  // checksum is left to adjsnapd).
   void EndReservation(wire::AmId op, const Pending& p, uint64_t copy_ns,
                       std::optional<uint64_t> checksum = std::nullopt);
   void ReleaseLease(uint64_t lease, uint64_t copy_ns);
@@ -327,7 +327,7 @@ struct Client::Impl {
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   // Client::data_transports: the endpoint's lanes, read on the loop thread.
   std::string EndpointTransports();
-  // Drops any message but a Reply (snapd sends nothing else).
+  // Drops any message but a Reply (adjsnapd sends nothing else).
   static ucs_status_t OnUnknownId(void*, const void*, size_t, void*, size_t,
                                   const ucp_am_recv_param_t*) {
     return UCS_OK;
@@ -340,4 +340,4 @@ struct Client::Impl {
   void LinkLost(const std::string& what);
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,4 +1,4 @@
-// Client::Impl's control channel: gRPC to snapd (see client_impl.h), and the public calls
+// Client::Impl's control channel: gRPC to adjsnapd (see client_impl.h), and the public calls
 // that are one control-plane request each.
 #include <algorithm>
 #include <chrono>
@@ -12,9 +12,9 @@
 
 #include "client_impl.h"
 #include "device_pool.h"
-#include "snapd/layers.h"
+#include "adjsnap/layers.h"
 
-namespace snapd {
+namespace adjsnap {
 
 namespace {
 
@@ -76,7 +76,7 @@ RunInfo FromProto(const v1::RunInfo& p) {
 
 Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContext*)>& call,
                              bool* resent) {
-  // Once connected, a call during a restart of snapd waits for it (reconnect_timeout_s), with
+  // Once connected, a call during a restart of adjsnapd waits for it (reconnect_timeout_s), with
   // backoff; Connect itself fails at once.
   const double timeout = session_id != 0 ? reconnect_timeout_s.load() : 0;
   const auto deadline = std::chrono::steady_clock::now() +
@@ -91,8 +91,8 @@ Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContex
   for (;;) {
     Status s = ControlOnce(call);
     if (s.code() == Code::kUnauthenticated && timeout > 0 && !reopened) {
-      // snapd does not know this session: it restarted, and the gRPC channel reached the new
-      // snapd before the data plane noticed the old one go. Open a new session as a lost
+      // adjsnapd does not know this session: it restarted, and the gRPC channel reached the new
+      // adjsnapd before the data plane noticed the old one go. Open a new session as a lost
       // endpoint does, then call again with it (the call reads the session when it runs).
       auto reopen = std::make_shared<std::promise<Status>>();
       std::future<Status> done = reopen->get_future();
@@ -101,13 +101,13 @@ Status Client::Impl::Control(const std::function<grpc::Status(grpc::ClientContex
       reopened = true;
       continue;
     }
-    // CANCELLED: snapd cancelled the call as it stopped (it answers what is in flight for up
-    // to 2 s, then cancels the rest), which a restart does; it is sent again once snapd is back,
+    // CANCELLED: adjsnapd cancelled the call as it stopped (it answers what is in flight for up
+    // to 2 s, then cancels the rest), which a restart does; it is sent again once adjsnapd is back,
     // as a call during the restart is. Either may have run before the stop: `resent` says so.
     const bool cut = s.code() == Code::kUnavailable || s.code() == Code::kCancelled;
     if (!cut || timeout <= 0 || std::chrono::steady_clock::now() + backoff > deadline) {
       if (s.code() == Code::kCancelled) {
-        return Status::Unavailable("snapd at " + socket_path +
+        return Status::Unavailable("adjsnapd at " + socket_path +
                                    " cancelled the call as it stopped (" + s.message() + ")");
       }
       return s;
@@ -131,17 +131,17 @@ std::string Client::Impl::WaitExplainer::Explain(const std::string& kind, uint64
   Status s = impl->ControlOnce([&](grpc::ClientContext* ctx) {
     return impl->stub->Stats(ctx, v1::StatsRequest(), &resp);
   });
-  if (!s.ok()) return "asking snapd what it waits for failed: " + s.ToString();
+  if (!s.ok()) return "asking adjsnapd what it waits for failed: " + s.ToString();
   for (const v1::Wait& w : resp.waits()) {
     if (w.kind() == kind && w.run_id() == run_id && w.step() == step) {
       char waited[32];
       std::snprintf(waited, sizeof waited, "%.1f s", w.seconds());
-      return "snapd reports it has waited " + std::string(waited) + " for " + w.waiting_for();
+      return "adjsnapd reports it has waited " + std::string(waited) + " for " + w.waiting_for();
     }
   }
-  return "snapd reports no " + kind + " of it waiting (" + std::to_string(resp.waiting_pushes()) +
+  return "adjsnapd reports no " + kind + " of it waiting (" + std::to_string(resp.waiting_pushes()) +
          " pushes and " + std::to_string(resp.waiting_fetches()) +
-         " fetches wait there): its answer is on its way, or was lost between snapd and this "
+         " fetches wait there): its answer is on its way, or was lost between adjsnapd and this "
          "client";
 }
 
@@ -164,8 +164,8 @@ Status Client::Impl::ControlOnce(
     ctx.set_wait_for_ready(attempt > 0);
     s = call(&ctx);
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-    SNAPD_RETURN_IF_ERROR(detail::ProbeSocket(socket_path));  // snapd is gone: say so
-    // snapd is there but this channel's connection was lost (for example to a flood of other
+    ADJSNAP_RETURN_IF_ERROR(detail::ProbeSocket(socket_path));  // adjsnapd is gone: say so
+    // adjsnapd is there but this channel's connection was lost (for example to a flood of other
     // connections on the socket). gRPC says "failed to connect" only for a call it never
     // sent, so sending it once more cannot run it twice; anything else is returned as it is.
     if (s.error_message().find("failed to connect") == std::string::npos) break;
@@ -180,7 +180,7 @@ Status Client::Impl::OpenSession(const std::string& client_name, bool with_ucx,
   if (with_ucx) req.set_ucx_address(loop->address());
   {
     // A reconnect: the new session attaches to this client's runs, so that its death orphans
-    // them (control.proto, OpenSessionRequest.run_ids; snapd takes at most 4096).
+    // them (control.proto, OpenSessionRequest.run_ids; adjsnapd takes at most 4096).
     MutexLock lock(runs_mu);
     for (auto it = known_runs.rbegin(); it != known_runs.rend(); ++it) {  // the newest first
       if (req.run_ids_size() == kMaxReattachRuns) break;
@@ -198,12 +198,12 @@ Status Client::Impl::OpenSession(const std::string& client_name, bool with_ucx,
       return Status(static_cast<Code>(opened.error_code()), opened.error_message());
     }
   } else {
-    SNAPD_RETURN_IF_ERROR(Control(call));
+    ADJSNAP_RETURN_IF_ERROR(Control(call));
   }
   if (resp->wire_version() != wire::kVersion) {
-    return Status::FailedPrecondition("snapd speaks data-plane wire version " +
+    return Status::FailedPrecondition("adjsnapd speaks data-plane wire version " +
                                       std::to_string(resp->wire_version()) +
-                                      " but this libsnapd speaks " +
+                                      " but this libadjsnap speaks " +
                                       std::to_string(wire::kVersion) + "; upgrade the older one");
   }
   return Status::Ok();
@@ -259,7 +259,7 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
     return Status::InvalidArgument(why);  // as the daemon would, before any GPU is set up
   }
   if (uses && uses->device) {
-    SNAPD_ASSIGN_OR_RETURN(pool, impl_->EnsurePool(spec.name, layers));
+    ADJSNAP_ASSIGN_OR_RETURN(pool, impl_->EnsurePool(spec.name, layers));
     if (pool->RunIdOf(spec.name)) pool = nullptr;  // reopened here: its slots are reserved
   }
   if (pool) {
@@ -271,7 +271,7 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
           "which has room for " + std::to_string(plan.slots) + " of " +
           (spec.steps ? std::to_string(spec.steps) : std::string("an unknown number of")) +
           " steps of " + std::to_string(spec.bytes_per_step) +
-          " bytes; use HostDevice or DiskHostDevice, or raise SNAPD_DEVICE_MEM");
+          " bytes; use HostDevice or DiskHostDevice, or raise ADJSNAP_DEVICE_MEM");
     }
     req.set_device_steps(plan.slots);
   }
@@ -288,7 +288,7 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
     pool->AddRun(resp.run().run_id(), spec.name, plan, spec.steps, spec.keep,
                  !uses->host && !uses->disk);
   }
-  SNAPD_RETURN_IF_ERROR(opened);
+  ADJSNAP_RETURN_IF_ERROR(opened);
   RunInfo info = FromProto(resp.run());
   info.created = resp.created();
   {
@@ -321,7 +321,7 @@ Status Client::DeleteRun(const std::string& name) {
   Status deleted = impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteRun(ctx, req, &resp); }, &resent);
   // Sent again across a restart: NOT_FOUND means the first try deleted it.
-  if (!(resent && deleted.code() == Code::kNotFound)) SNAPD_RETURN_IF_ERROR(deleted);
+  if (!(resent && deleted.code() == Code::kNotFound)) ADJSNAP_RETURN_IF_ERROR(deleted);
   {
     MutexLock lock(impl_->runs_mu);  // a reconnect no longer names it
     for (auto it = impl_->known_runs.begin(); it != impl_->known_runs.end(); ++it) {
@@ -350,7 +350,7 @@ Status Client::DeleteSnapshot(const std::string& name, uint64_t step) {
       [&](grpc::ClientContext* ctx) { return impl_->stub->DeleteSnapshot(ctx, req, &resp); },
       &resent);
   // Sent again across a restart: NOT_FOUND means the first try deleted it.
-  if (!(resent && deleted.code() == Code::kNotFound)) SNAPD_RETURN_IF_ERROR(deleted);
+  if (!(resent && deleted.code() == Code::kNotFound)) ADJSNAP_RETURN_IF_ERROR(deleted);
   if (detail::DevicePool* pool = impl_->Pool()) {
     if (std::optional<uint64_t> id = pool->RunIdOf(name)) pool->Drop(*id, step, nullptr);
   }
@@ -360,7 +360,7 @@ Status Client::DeleteSnapshot(const std::string& name, uint64_t step) {
 Result<std::vector<RunInfo>> Client::ListRuns() {
   v1::ListRunsRequest req;
   v1::ListRunsResponse resp;
-  SNAPD_RETURN_IF_ERROR(impl_->Control(
+  ADJSNAP_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->ListRuns(ctx, req, &resp); }));
   std::vector<RunInfo> runs;
   for (const auto& r : resp.runs()) runs.push_back(FromProto(r));
@@ -372,7 +372,7 @@ Result<Location> Client::Locate(const std::string& name, uint64_t step) {
   req.set_name(name);
   req.set_step(step);
   v1::LocateResponse resp;
-  SNAPD_RETURN_IF_ERROR(impl_->Control(
+  ADJSNAP_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->Locate(ctx, req, &resp); }));
   return FromProto(resp.snapshot());
 }
@@ -381,7 +381,7 @@ Result<std::vector<Location>> Client::ListSnapshots(const std::string& name) {
   v1::ListSnapshotsRequest req;
   req.set_name(name);
   v1::ListSnapshotsResponse resp;
-  SNAPD_RETURN_IF_ERROR(impl_->Control(
+  ADJSNAP_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->ListSnapshots(ctx, req, &resp); }));
   std::vector<Location> out;
   out.reserve(resp.snapshots_size());
@@ -394,14 +394,14 @@ Result<uint64_t> Client::Prefetch(const std::string& name, const std::vector<uin
   req.set_name(name);
   for (uint64_t s : steps) req.add_steps(s);
   v1::PrefetchResponse resp;
-  SNAPD_RETURN_IF_ERROR(impl_->Control(
+  ADJSNAP_RETURN_IF_ERROR(impl_->Control(
       [&](grpc::ClientContext* ctx) { return impl_->stub->Prefetch(ctx, req, &resp); }));
   return resp.scheduled();
 }
 
 Result<std::vector<TierInfo>> Client::Tiers() {
   v1::StatsResponse resp;
-  SNAPD_RETURN_IF_ERROR(impl_->Control([&](grpc::ClientContext* ctx) {
+  ADJSNAP_RETURN_IF_ERROR(impl_->Control([&](grpc::ClientContext* ctx) {
     return impl_->stub->Stats(ctx, v1::StatsRequest(), &resp);
   }));
   std::vector<TierInfo> out;
@@ -422,4 +422,4 @@ Result<std::vector<TierInfo>> Client::Tiers() {
   return out;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -7,14 +7,14 @@
 #include <atomic>
 #include <cstdlib>
 
-#include "snapd/checksum.h"
-#include "snapd/thread_name.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/thread_name.h"
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 
 CopyPool::CopyPool(int threads, StripeCopy copy) : copy_(copy) {
   for (int i = 1; i < threads; ++i)
-    helpers_.push_back(NamedThread("snapd-copy", [this] { Helper(); }));
+    helpers_.push_back(NamedThread("adjsnap-copy", [this] { Helper(); }));
 }
 
 CopyPool::~CopyPool() {
@@ -32,11 +32,11 @@ int CopyPool::Choose(int requested, std::string* error) {
              " is not in 0 (the default) to " + std::to_string(kMaxThreads);
     return 0;
   }
-  if (const char* env = std::getenv("SNAPD_COPY_THREADS"); env && *env) {
+  if (const char* env = std::getenv("ADJSNAP_COPY_THREADS"); env && *env) {
     char* end = nullptr;
     long n = std::strtol(env, &end, 10);
     if (end == env || *end != '\0' || n < 1 || n > kMaxThreads) {
-      *error = "SNAPD_COPY_THREADS must be a whole number from 1 to " +
+      *error = "ADJSNAP_COPY_THREADS must be a whole number from 1 to " +
                std::to_string(kMaxThreads) + ", got '" + env + "'";
       return 0;
     }
@@ -90,7 +90,7 @@ void CopyPool::ForStripes(size_t bytes, const std::function<void(size_t, size_t)
   work_cv_.NotifyAll();
   TakeStripes();
   MutexLock lock(mu_);
-  done_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) { return done_ == stripes_; });
+  done_cv_.Wait(mu_, [&]() ADJSNAP_REQUIRES(mu_) { return done_ == stripes_; });
   stripes_ = 0;  // helpers that wake now find nothing to take
   work_ = nullptr;
 }
@@ -112,11 +112,11 @@ void CopyPool::Helper() {
   for (;;) {
     {
       MutexLock lock(mu_);
-      work_cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) { return stopping_ || next_ < stripes_; });
+      work_cv_.Wait(mu_, [&]() ADJSNAP_REQUIRES(mu_) { return stopping_ || next_ < stripes_; });
       if (stopping_) return;
     }
     TakeStripes();
   }
 }
 
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

@@ -1,14 +1,14 @@
 // Copies one large buffer with several threads. A single core's memcpy is not the memory
 // system's limit: on this project's 2-core test machine two threads copy 1.1-1.3x as fast as
 // one, and on a 16-core server four copy 3.5x as fast (docs/architecture.md, "Copy threads",
-// has the figures). The kernel's first touch of a page scales the same way. libsnapd copies a host
+// has the figures). The kernel's first touch of a page scales the same way. libadjsnap copies a host
 // push into the mapped tier, and a fetch out of it, on its loop thread while the caller waits;
 // the loop thread takes one stripe and the pool's helpers the others, first to map the tier
 // pages (MADV_POPULATE), then to copy.
 //
 // ForStripes() and Copy() return once every stripe is done, so the buffers only need to
 // outlive the call, as for memcpy. Jobs are serialized: one at a time uses the helpers
-// (libsnapd copies on one thread anyway). Thread-safe; the destructor joins the helpers.
+// (libadjsnap copies on one thread anyway). Thread-safe; the destructor joins the helpers.
 #pragma once
 
 #include <cstddef>
@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "snapd/thread_annotations.h"
+#include "adjsnap/thread_annotations.h"
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 
 class CopyPool {
  public:
@@ -31,7 +31,7 @@ class CopyPool {
   // about equal: the job takes as long as its longest stripe.
   static constexpr size_t kMinStripe = size_t{1} << 20;
   static constexpr size_t kStripeAlign = size_t{64} << 10;
-  // The most threads a pool may have (ClientOptions.copy_threads, SNAPD_COPY_THREADS).
+  // The most threads a pool may have (ClientOptions.copy_threads, ADJSNAP_COPY_THREADS).
   static constexpr int kMaxThreads = 64;
 
   // Copies one stripe: memcpy, or (tests) a function that also records which thread ran it.
@@ -46,38 +46,38 @@ class CopyPool {
 
   // Runs work(begin, n) over [0, bytes) in stripes, on the caller and the helpers.
   void ForStripes(size_t bytes, const std::function<void(size_t, size_t)>& work)
-      SNAPD_EXCLUDES(serial_, mu_);
-  void Copy(void* dst, const void* src, size_t bytes) SNAPD_EXCLUDES(serial_, mu_);
+      ADJSNAP_EXCLUDES(serial_, mu_);
+  void Copy(void* dst, const void* src, size_t bytes) ADJSNAP_EXCLUDES(serial_, mu_);
   // Copy() that returns Checksum(src, bytes), computed inside the copy (CopySummingBlocks in
-  // snapd/checksum.h: one read of the bytes, stores past the cache, fenced on every thread
-  // before it returns). A push's copy into the host tier: snapd records the checksum with it.
+  // adjsnap/checksum.h: one read of the bytes, stores past the cache, fenced on every thread
+  // before it returns). A push's copy into the host tier: adjsnapd records the checksum with it.
   uint64_t CopyWithChecksum(void* dst, const void* src, size_t bytes)
-      SNAPD_EXCLUDES(serial_, mu_);
+      ADJSNAP_EXCLUDES(serial_, mu_);
   int threads() const { return static_cast<int>(helpers_.size()) + 1; }
 
-  // The thread count libsnapd uses: `requested` (ClientOptions.copy_threads) must be 0 to
-  // kMaxThreads; then SNAPD_COPY_THREADS, else `requested` when nonzero, else min(4, the cores
+  // The thread count libadjsnap uses: `requested` (ClientOptions.copy_threads) must be 0 to
+  // kMaxThreads; then ADJSNAP_COPY_THREADS, else `requested` when nonzero, else min(4, the cores
   // this process may run on). An unusable value is an error naming it (*error set, 0 returned).
   static int Choose(int requested, std::string* error);
 
  private:
-  void Helper() SNAPD_EXCLUDES(mu_);
+  void Helper() ADJSNAP_EXCLUDES(mu_);
   // Runs stripes of the current job until none is left.
-  void TakeStripes() SNAPD_EXCLUDES(mu_);
+  void TakeStripes() ADJSNAP_EXCLUDES(mu_);
 
   const StripeCopy copy_;
   Mutex serial_;  // one job at a time
   Mutex mu_;
   CondVar work_cv_;  // helpers: a job has stripes left, or stop
   CondVar done_cv_;  // the caller: every stripe done
-  const std::function<void(size_t, size_t)>* work_ SNAPD_GUARDED_BY(mu_) = nullptr;
-  size_t bytes_ SNAPD_GUARDED_BY(mu_) = 0;
-  size_t stripe_ SNAPD_GUARDED_BY(mu_) = 0;
-  int stripes_ SNAPD_GUARDED_BY(mu_) = 0;
-  int next_ SNAPD_GUARDED_BY(mu_) = 0;  // the next stripe to hand out
-  int done_ SNAPD_GUARDED_BY(mu_) = 0;  // stripes finished
-  bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
+  const std::function<void(size_t, size_t)>* work_ ADJSNAP_GUARDED_BY(mu_) = nullptr;
+  size_t bytes_ ADJSNAP_GUARDED_BY(mu_) = 0;
+  size_t stripe_ ADJSNAP_GUARDED_BY(mu_) = 0;
+  int stripes_ ADJSNAP_GUARDED_BY(mu_) = 0;
+  int next_ ADJSNAP_GUARDED_BY(mu_) = 0;  // the next stripe to hand out
+  int done_ ADJSNAP_GUARDED_BY(mu_) = 0;  // stripes finished
+  bool stopping_ ADJSNAP_GUARDED_BY(mu_) = false;
   std::vector<std::thread> helpers_;  // last: started once the fields above exist
 };
 
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

@@ -1,5 +1,5 @@
-// Client::Impl's data channel (see client_impl.h): the UCX endpoint to snapd, requests and
-// replies, pushes and fetches with their retries, and reconnecting after snapd restarts. The
+// Client::Impl's data channel (see client_impl.h): the UCX endpoint to adjsnapd, requests and
+// replies, pushes and fetches with their retries, and reconnecting after adjsnapd restarts. The
 // mapped host tier's copies are in mapped_arena.cc.
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -18,7 +18,7 @@
 #include "client_impl.h"
 #include "device_copy.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // ucp_ep_print_info names each lane's transport and device as "tl/dev" after "lane[N]:"
 // (e.g. "lane[0]:  1:posix/memory.0 md[1] ..."): the distinct ones, in lane order.
@@ -73,16 +73,16 @@ void Client::Impl::LinkLost(const std::string& what) {
   bool ending;
   {
     MutexLock lock(conn_mu);
-    ending = closing;  // this client closed its session: snapd closed the link after it
+    ending = closing;  // this client closed its session: adjsnapd closed the link after it
   }
-  // UNAVAILABLE: snapd went away (a restart); pushes and fetches wait for a reconnect.
+  // UNAVAILABLE: adjsnapd went away (a restart); pushes and fetches wait for a reconnect.
   link_lost = true;
   ep_error = ending ? Status::Aborted("client disconnected")
-                    : Status::Unavailable("data-plane connection to snapd at " + socket_path +
+                    : Status::Unavailable("data-plane connection to adjsnapd at " + socket_path +
                                           " lost: " + what);
   FailAll(ep_error);
   // Reconnect now, not at the next push or fetch, and until it succeeds: the new session
-  // attaches to this client's runs (OpenSession), which a restarted snapd removes as orphans
+  // attaches to this client's runs (OpenSession), which a restarted adjsnapd removes as orphans
   // after orphan_grace unless a client comes back to them. A push or fetch meanwhile waits for
   // this reconnect, for reconnect_timeout at most.
   if (!ending && reconnect_timeout_s.load() > 0) ReconnectInBackground();
@@ -120,7 +120,7 @@ void Client::Impl::HandleReply(const wire::Reply& reply, void* data, size_t leng
     // step: only they are copied out.
     if (reply.bytes > p.bytes) {
       PostLeaseRelease(reply.header.request_id, 0);
-      p.state->Complete(Status::Internal("snapd leased " + std::to_string(reply.bytes) +
+      p.state->Complete(Status::Internal("adjsnapd leased " + std::to_string(reply.bytes) +
                                          " bytes for a fetch of " + std::to_string(p.bytes)));
       return;
     }
@@ -136,7 +136,7 @@ void Client::Impl::HandleReply(const wire::Reply& reply, void* data, size_t leng
     return;
   }
   if (length > p.bytes || (length == 0 && p.bytes != 0)) {
-    p.state->Complete(Status::Internal("snapd sent " + std::to_string(length) +
+    p.state->Complete(Status::Internal("adjsnapd sent " + std::to_string(length) +
                                        " bytes for a fetch of " + std::to_string(p.bytes)));
     return;
   }
@@ -154,7 +154,7 @@ void Client::Impl::HandleReply(const wire::Reply& reply, void* data, size_t leng
 }
 
 Status Client::Impl::CreateEndpoint() {
-  SNAPD_ASSIGN_OR_RETURN(ep, ucx::ConnectToWorker(loop->worker(), data_plane_address,
+  ADJSNAP_ASSIGN_OR_RETURN(ep, ucx::ConnectToWorker(loop->worker(), data_plane_address,
                                             &Impl::OnEndpointError, this));
   return Status::Ok();
 }
@@ -164,7 +164,7 @@ void Client::Impl::Send(std::shared_ptr<const void> header, size_t header_bytes,
                         size_t data_bytes) {
   auto state = entry.state;
   if (!ep_error.ok() || (ep == nullptr && !link)) {
-    if (state) state->Complete(ep_error.ok() ? Status::Unavailable("not connected to snapd")
+    if (state) state->Complete(ep_error.ok() ? Status::Unavailable("not connected to adjsnapd")
                                              : ep_error);
     return;
   }
@@ -180,7 +180,7 @@ void Client::Impl::Send(std::shared_ptr<const void> header, size_t header_bytes,
       auto it = pending.find(request_id);
       if (it != pending.end()) {
         pending.erase(it);
-        state->Complete(ep_error.ok() ? Status::Unavailable("session socket to snapd ended")
+        state->Complete(ep_error.ok() ? Status::Unavailable("session socket to adjsnapd ended")
                                       : ep_error);
       }
     }
@@ -192,7 +192,7 @@ void Client::Impl::Send(std::shared_ptr<const void> header, size_t header_bytes,
     if (!state) return;
     // A rejected push completes its send with OK; its Reply carries the reason.
     if (is_push) state->Release(ucx::FromUcs(s, "sending the snapshot"));
-    if (s != UCS_OK) state->Complete(ucx::FromUcs(s, "sending to snapd"));
+    if (s != UCS_OK) state->Complete(ucx::FromUcs(s, "sending to adjsnapd"));
   });
   p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY;
@@ -254,11 +254,11 @@ void Client::Impl::PushAttempt(std::shared_ptr<detail::OpState> outer, uint64_t 
       } else if (!released) {
         PushAttempt(outer, run_id, step, data, bytes, device, stream);
       } else {
-        // The bytes left the caller's buffer but snapd stopped before storing them (it lets
+        // The bytes left the caller's buffer but adjsnapd stopped before storing them (it lets
         // reserved pushes commit first, so this is a narrow window): say so.
         outer->Complete(Status::Unavailable(
             "push of step " + std::to_string(step) + " of run id " + std::to_string(run_id) +
-            " was released but snapd at " + socket_path + " stopped before storing it (" +
+            " was released but adjsnapd at " + socket_path + " stopped before storing it (" +
             s.message() + "); push it again"));
       }
     });
@@ -345,7 +345,7 @@ bool Client::Impl::Retriable(const Status& s, uint64_t generation) {
   MutexLock lock(conn_mu);
   if (closing) return false;
   return link_lost.load() || conn_generation != generation ||
-         s.message().rfind("snapd is stopping", 0) == 0;
+         s.message().rfind("adjsnapd is stopping", 0) == 0;
 }
 
 void Client::Impl::AfterReconnect(uint64_t seen, std::function<void(Status)> then) {
@@ -403,8 +403,8 @@ void Client::Impl::ReconnectEpisode() {
       char secs[32];
       std::snprintf(secs, sizeof secs, "%g", reconnect_timeout_s.load());
       Status gave_up = Status::Unavailable(
-          "snapd at " + socket_path + " did not come back within " + secs + " s (" +
-          result.message() + "); start it, or raise SNAPD_RECONNECT_TIMEOUT");
+          "adjsnapd at " + socket_path + " did not come back within " + secs + " s (" +
+          result.message() + "); start it, or raise ADJSNAP_RECONNECT_TIMEOUT");
       if (!reconnect_until_open) {
         result = gave_up;
         break;
@@ -424,7 +424,7 @@ void Client::Impl::ReconnectEpisode() {
           pause, std::chrono::duration_cast<std::chrono::milliseconds>(reconnect_deadline - now) +
                      std::chrono::milliseconds(1));
     }
-    conn_cv.WaitFor(conn_mu, pause, [&]() SNAPD_REQUIRES(conn_mu) { return closing; });
+    conn_cv.WaitFor(conn_mu, pause, [&]() ADJSNAP_REQUIRES(conn_mu) { return closing; });
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
   {
@@ -446,16 +446,16 @@ void Client::Impl::ReconnectEpisode() {
 }
 
 Status Client::Impl::ReconnectOnce() {
-  SNAPD_RETURN_IF_ERROR(detail::ProbeSocket(socket_path));
+  ADJSNAP_RETURN_IF_ERROR(detail::ProbeSocket(socket_path));
   v1::OpenSessionResponse resp;
-  SNAPD_RETURN_IF_ERROR(OpenSession(client_name, /*with_ucx=*/!mapped, &resp, /*deadline_s=*/5));
+  ADJSNAP_RETURN_IF_ERROR(OpenSession(client_name, /*with_ucx=*/!mapped, &resp, /*deadline_s=*/5));
   char* base = nullptr;
   uint64_t base_bytes = 0;
   auto socket = std::make_shared<ucx::ScopedFd>();
   if (mapped) {
     Status s = detail::MapArena(resp.arena_socket(), resp.session_id(), resp.token(), &base,
                                 &base_bytes, socket.get());
-    // Not closed here: snapd ends a session whose socket never comes within connect_timeout
+    // Not closed here: adjsnapd ends a session whose socket never comes within connect_timeout
     // as a death, which orphans again the runs this session attached to (OpenSession).
     if (!s.ok()) return s;
   }
@@ -516,4 +516,4 @@ void Client::Impl::StartLink(std::shared_ptr<ucx::ScopedFd> fd,
   SendHeader(wire::kHello, h, Pending{Kind::kHello, hello});
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

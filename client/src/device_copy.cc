@@ -1,16 +1,16 @@
 #include "device_copy.h"
 
-#include "snapd/kernels.h"
+#include "adjsnap/kernels.h"
 
 #include <string>
 
-#if SNAPD_WITH_CUDA
+#if ADJSNAP_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 
-#if SNAPD_WITH_CUDA
+#if ADJSNAP_WITH_CUDA
 namespace {
 
 Status FromCuda(cudaError_t e, const char* what) {
@@ -51,7 +51,7 @@ Status CopyPiecesAsync(char* host, char* device, const Pieces& pieces, cudaMemcp
     char* d = device + (offset - first);
     cudaError_t e = kind == cudaMemcpyDeviceToHost ? cudaMemcpyAsync(h, d, bytes, kind, s)
                                                    : cudaMemcpyAsync(d, h, bytes, kind, s);
-    SNAPD_RETURN_IF_ERROR(FromCuda(e, "cudaMemcpyAsync"));
+    ADJSNAP_RETURN_IF_ERROR(FromCuda(e, "cudaMemcpyAsync"));
   }
   return ThenDone(s, std::move(done));
 }
@@ -79,14 +79,14 @@ Status CopyHostToDeviceAsync(char* device, const char* host, const Pieces& piece
 Status CopyAnyAsync(void* to, const void* from, size_t bytes, void* stream,
                     std::function<void(Status)> done) {
   auto s = static_cast<cudaStream_t>(stream);
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       FromCuda(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync"));
   return ThenDone(s, std::move(done));
 }
 
 Status DeviceFreeMemory(uint64_t* free_bytes) {
   size_t free = 0, total = 0;
-  SNAPD_RETURN_IF_ERROR(FromCuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo"));
+  ADJSNAP_RETURN_IF_ERROR(FromCuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo"));
   *free_bytes = free;
   return Status::Ok();
 }
@@ -99,14 +99,14 @@ void DeviceRelease(void* device) { cudaFree(device); }
 
 Status CopyDeviceToHost(void* host, const void* device, size_t bytes, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       FromCuda(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync"));
   return FromCuda(cudaStreamSynchronize(s), "device-to-host copy");
 }
 
 Status CopyHostToDevice(void* device, const void* host, size_t bytes, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       FromCuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync"));
   return FromCuda(cudaStreamSynchronize(s), "host-to-device copy");
 }
@@ -114,7 +114,7 @@ Status CopyHostToDevice(void* device, const void* host, size_t bytes, void* stre
 Status FirstNonFiniteOnDevice(const void* device, uint64_t count, bool f64, void* stream,
                               uint64_t* index) {
   uint64_t* result = nullptr;
-  SNAPD_RETURN_IF_ERROR(FromCuda(cudaMallocHost(reinterpret_cast<void**>(&result), 8),
+  ADJSNAP_RETURN_IF_ERROR(FromCuda(cudaMallocHost(reinterpret_cast<void**>(&result), 8),
                                  "cudaMallocHost"));
   Status s = kernels::FirstNonFiniteDevice(
       device, count, f64 ? kernels::Real::kFloat64 : kernels::Real::kFloat32, result, stream);
@@ -124,12 +124,12 @@ Status FirstNonFiniteOnDevice(const void* device, uint64_t count, bool f64, void
   return s;
 }
 
-#else  // !SNAPD_WITH_CUDA
+#else  // !ADJSNAP_WITH_CUDA
 
 namespace {
 Status NoCuda() {
   return Status::FailedPrecondition(
-      "device pushes and fetches need a libsnapd built with CUDA (SNAPD_WITH_CUDA)");
+      "device pushes and fetches need a libadjsnap built with CUDA (ADJSNAP_WITH_CUDA)");
 }
 }  // namespace
 
@@ -155,4 +155,4 @@ Status CopyHostToDevice(void*, const void*, size_t, void*) { return NoCuda(); }
 
 #endif
 
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

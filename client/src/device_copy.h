@@ -1,4 +1,4 @@
-// Copies between GPU memory and host memory on the caller's CUDA stream, for libsnapd's device
+// Copies between GPU memory and host memory on the caller's CUDA stream, for libadjsnap's device
 // pushes and fetches. With the daemon's host tier mapped and pinned (PinHost, chunk by chunk:
 // host_pinning.h), the GPU's copy engine moves the bytes straight to or from tier memory: no CPU copy.
 // A build without CUDA returns FAILED_PRECONDITION from every call.
@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "snapd/status.h"
+#include "adjsnap/status.h"
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 
 // Pins [base, base + bytes) for the GPU (cudaHostRegister, portable: for every device's
 // context, as the solver's stream may belong to any), and unpins a range PinHost pinned.
@@ -50,4 +50,4 @@ Status CopyHostToDevice(void* device, const void* host, size_t bytes, void* stre
 Status FirstNonFiniteOnDevice(const void* device, uint64_t count, bool f64, void* stream,
                               uint64_t* index);
 
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

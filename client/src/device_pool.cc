@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "snapd/units.h"
+#include "adjsnap/units.h"
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 
 uint64_t DevicePoolBudget(double fraction, uint64_t bytes, uint64_t free_bytes) {
   if (bytes != 0) return bytes;
@@ -17,7 +17,7 @@ Status ParseDeviceMem(const std::string& text, double* fraction, uint64_t* bytes
   double f = std::strtod(text.c_str(), &end);
   if (!text.empty() && end && *end == '\0' && text.find('.') != std::string::npos) {
     if (!(f > 0 && f <= 1)) {
-      return Status::InvalidArgument("SNAPD_DEVICE_MEM '" + text +
+      return Status::InvalidArgument("ADJSNAP_DEVICE_MEM '" + text +
                                      "': a fraction of free device memory is in (0, 1]");
     }
     *fraction = f;
@@ -26,7 +26,7 @@ Status ParseDeviceMem(const std::string& text, double* fraction, uint64_t* bytes
   }
   Result<uint64_t> b = ParseBytes(text);
   if (!b.ok() || *b == 0) {
-    return Status::InvalidArgument("SNAPD_DEVICE_MEM '" + text +
+    return Status::InvalidArgument("ADJSNAP_DEVICE_MEM '" + text +
                                    "': give a fraction of free device memory (0.7) or a size "
                                    "(8G)");
   }
@@ -113,7 +113,7 @@ Result<DevicePool::Placement> DevicePool::Place(uint64_t run_id, uint64_t step,
         "step " + std::to_string(step) + " of run '" + run.name +
         "': layers Device keep every step in this client's GPU pool, and its " +
         std::to_string(run.plan.slots) +
-        " slots are taken; use HostDevice or DiskHostDevice, or raise SNAPD_DEVICE_MEM");
+        " slots are taken; use HostDevice or DiskHostDevice, or raise ADJSNAP_DEVICE_MEM");
   }
   return Placement{};  // a slot is still busy with a step pushed out of order: the daemon
 }
@@ -203,4 +203,4 @@ uint64_t DevicePool::held_steps() const {
   return n;
 }
 
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

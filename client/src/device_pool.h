@@ -1,4 +1,4 @@
-// The device tier's bookkeeping: which steps of which runs libsnapd keeps in its pool of the
+// The device tier's bookkeeping: which steps of which runs libadjsnap keeps in its pool of the
 // solver's GPU memory, and where in the pool. No CUDA here (client.cc moves the bytes with
 // device_copy.h), so the placement logic is tested on any machine.
 //
@@ -19,15 +19,15 @@
 #include <vector>
 
 #include "op_state.h"
-#include "snapd/range_allocator.h"
-#include "snapd/status.h"
-#include "snapd/thread_annotations.h"
+#include "adjsnap/range_allocator.h"
+#include "adjsnap/status.h"
+#include "adjsnap/thread_annotations.h"
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 
 // Pool bytes: `bytes` when nonzero, else `fraction` (0, 1] of the device's free memory.
 uint64_t DevicePoolBudget(double fraction, uint64_t bytes, uint64_t free_bytes);
-// Parses SNAPD_DEVICE_MEM: a fraction of free device memory ("0.5") or a size ("8G", "512M").
+// Parses ADJSNAP_DEVICE_MEM: a fraction of free device memory ("0.5") or a size ("8G", "512M").
 Status ParseDeviceMem(const std::string& text, double* fraction, uint64_t* bytes);
 // How many of a run's newest steps fit `room` bytes of pool in slots of `slot_bytes`: all N
 // when they fit, else as many as fit; with N unknown (0), as many as fit.
@@ -47,11 +47,11 @@ class DevicePool {
   };
   // Reserves the slots a run of `steps` steps of `bytes_per_step` gets (none when nothing
   // fits). Undo with FreeRegion when the daemon refuses the run or it already existed.
-  RunPlan ReserveRun(uint64_t steps, uint64_t bytes_per_step) SNAPD_EXCLUDES(mu_);
+  RunPlan ReserveRun(uint64_t steps, uint64_t bytes_per_step) ADJSNAP_EXCLUDES(mu_);
   // The daemon created the run (`steps` declared, 0 = unknown): its pushes of steps
   // >= steps - plan.slots go to the pool.
   void AddRun(uint64_t run_id, const std::string& name, const RunPlan& plan, uint64_t steps,
-              bool keep, bool device_only) SNAPD_EXCLUDES(mu_);
+              bool keep, bool device_only) ADJSNAP_EXCLUDES(mu_);
 
   // Where a push of `step` goes. On the device: `offset` is its slot, which the caller fills
   // once `busy` (the last copy out of the slot) completes, and then Commit()s or Undo()es.
@@ -71,12 +71,12 @@ class DevicePool {
   // INVALID_ARGUMENT for `bytes` other than the run's step size; RESOURCE_EXHAUSTED for a
   // Device-only run whose slots are all taken. A step outside the declared range, or pushed
   // twice, goes to the daemon, which refuses it.
-  Result<Placement> Place(uint64_t run_id, uint64_t step, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  Result<Placement> Place(uint64_t run_id, uint64_t step, uint64_t bytes) ADJSNAP_EXCLUDES(mu_);
   // The copy into the slot is enqueued: the step is held, `filled` completes when it landed.
   void Commit(uint64_t run_id, uint64_t step, uint64_t offset, uint64_t bytes,
-              std::shared_ptr<OpState> filled) SNAPD_EXCLUDES(mu_);
+              std::shared_ptr<OpState> filled) ADJSNAP_EXCLUDES(mu_);
   // The push failed: the slot is free again.
-  void Undo(uint64_t run_id, uint64_t offset) SNAPD_EXCLUDES(mu_);
+  void Undo(uint64_t run_id, uint64_t offset) ADJSNAP_EXCLUDES(mu_);
 
   struct Held {
     uint64_t offset = 0;
@@ -84,9 +84,9 @@ class DevicePool {
     std::shared_ptr<OpState> filled;
     bool keep = false;  // the run's: a fetch leaves the step where it is
   };
-  std::optional<Held> Find(uint64_t run_id, uint64_t step) const SNAPD_EXCLUDES(mu_);
+  std::optional<Held> Find(uint64_t run_id, uint64_t step) const ADJSNAP_EXCLUDES(mu_);
   // Forgets a held step; its slot is reused once `busy` (a copy out of it) completes.
-  bool Drop(uint64_t run_id, uint64_t step, std::shared_ptr<OpState> busy) SNAPD_EXCLUDES(mu_);
+  bool Drop(uint64_t run_id, uint64_t step, std::shared_ptr<OpState> busy) ADJSNAP_EXCLUDES(mu_);
   // Forgets a run by name. Returns the copies still touching its slots: the caller waits for
   // them, then calls FreeRegion (which also undoes a ReserveRun).
   struct Dropped {
@@ -94,15 +94,15 @@ class DevicePool {
     RunPlan plan;
     std::vector<std::shared_ptr<OpState>> busy;
   };
-  Dropped DropRun(const std::string& name) SNAPD_EXCLUDES(mu_);
-  void FreeRegion(const RunPlan& plan) SNAPD_EXCLUDES(mu_);
+  Dropped DropRun(const std::string& name) ADJSNAP_EXCLUDES(mu_);
+  void FreeRegion(const RunPlan& plan) ADJSNAP_EXCLUDES(mu_);
   // Steps held, in step order (tests, diagnostics).
-  std::vector<uint64_t> HeldSteps(uint64_t run_id) const SNAPD_EXCLUDES(mu_);
-  bool HasRun(uint64_t run_id) const SNAPD_EXCLUDES(mu_);
+  std::vector<uint64_t> HeldSteps(uint64_t run_id) const ADJSNAP_EXCLUDES(mu_);
+  bool HasRun(uint64_t run_id) const ADJSNAP_EXCLUDES(mu_);
   // The run id of a run this pool serves, by name.
-  std::optional<uint64_t> RunIdOf(const std::string& name) const SNAPD_EXCLUDES(mu_);
-  uint64_t reserved_bytes() const SNAPD_EXCLUDES(mu_);
-  uint64_t held_steps() const SNAPD_EXCLUDES(mu_);
+  std::optional<uint64_t> RunIdOf(const std::string& name) const ADJSNAP_EXCLUDES(mu_);
+  uint64_t reserved_bytes() const ADJSNAP_EXCLUDES(mu_);
+  uint64_t held_steps() const ADJSNAP_EXCLUDES(mu_);
 
  private:
   struct Slot {
@@ -122,8 +122,8 @@ class DevicePool {
   };
   const uint64_t capacity_;
   mutable Mutex mu_;
-  RangeAllocator ranges_ SNAPD_GUARDED_BY(mu_);
-  std::map<uint64_t, Run> runs_ SNAPD_GUARDED_BY(mu_);
+  RangeAllocator ranges_ ADJSNAP_GUARDED_BY(mu_);
+  std::map<uint64_t, Run> runs_ ADJSNAP_GUARDED_BY(mu_);
 };
 
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

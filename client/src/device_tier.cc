@@ -1,5 +1,5 @@
 // Client::Impl's device tier: the pool of the solver's GPU memory (device_pool.h) and the
-// records that tell snapd which steps it holds (see client_impl.h).
+// records that tell adjsnapd which steps it holds (see client_impl.h).
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -9,11 +9,11 @@
 #include "client_impl.h"
 #include "device_copy.h"
 #include "device_pool.h"
-#include "snapd/kernels.h"
-#include "snapd/layers.h"
+#include "adjsnap/kernels.h"
+#include "adjsnap/layers.h"
 #include "task_thread.h"
 
-namespace snapd {
+namespace adjsnap {
 
 Result<detail::DevicePool*> Client::Impl::EnsurePool(const std::string& run_name,
                                                      v1::Layers layers) {
@@ -27,21 +27,21 @@ Result<detail::DevicePool*> Client::Impl::EnsurePool(const std::string& run_name
   if (!device_options.ok()) return Status(device_options.code(), what + ": " +
                                           device_options.message());
   uint64_t free_bytes = 0;
-  SNAPD_RETURN_IF_ERROR(detail::DeviceFreeMemory(&free_bytes));
+  ADJSNAP_RETURN_IF_ERROR(detail::DeviceFreeMemory(&free_bytes));
   uint64_t budget = detail::DevicePoolBudget(device_fraction, device_bytes, free_bytes);
   void* base = nullptr;
   if (Status s = detail::DeviceAllocate(budget, &base); !s.ok()) {
     return Status::ResourceExhausted(what + ": allocating its pool of " +
                                      std::to_string(budget) + " bytes failed (" + s.message() +
-                                     "); lower SNAPD_DEVICE_MEM");
+                                     "); lower ADJSNAP_DEVICE_MEM");
   }
   device_base = static_cast<char*>(base);
   device_pool = std::make_unique<detail::DevicePool>(budget);
   // Steps leave the pool for the daemon's host tier, whose chunks are pinned as pushes and
   // fetches reach them (HostPinning), never all at once: pinning faults in every page of a
-  // chunk, and this client's arena is as large as the whole tier, populated by snapd block by
+  // chunk, and this client's arena is as large as the whole tier, populated by adjsnapd block by
   // block (pages a client faults in would be charged to its own memory cgroup).
-  recorder = std::make_unique<detail::TaskThread>("snapd-recorder");
+  recorder = std::make_unique<detail::TaskThread>("adjsnap-record");
   return device_pool.get();
 }
 
@@ -130,12 +130,12 @@ Status Client::Impl::Evict(uint64_t run_id, const detail::DevicePool::Evict& evi
   // Completes once the step's copy landed and its record was answered; a step the daemon
   // refused was never stored, and its slot is simply reused.
   if (!evict.filled->WaitCompleted().ok()) return Status::Ok();
-  SNAPD_RETURN_IF_ERROR(HoldOnDaemon(run_id, evict.step, evict.bytes, false));
+  ADJSNAP_RETURN_IF_ERROR(HoldOnDaemon(run_id, evict.step, evict.bytes, false));
   Result<PushHandle> moved = PushDeviceToDaemon(run_id, evict.step, slot, evict.bytes, nullptr);
   Status s = moved.ok() ? moved->WaitReleased() : moved.status();
   if (!s.ok()) {
     return Status(s.code(), "step " + std::to_string(evict.step) +
-                                " left the GPU pool to make room and did not reach snapd, so "
+                                " left the GPU pool to make room and did not reach adjsnapd, so "
                                 "it is lost: " + s.message());
   }
   return Status::Ok();
@@ -179,10 +179,10 @@ Result<PushHandle> Client::Impl::PushDeviceToDaemon(uint64_t run_id, uint64_t st
   }
   // No mapped tier: through host memory, and released before returning.
   std::vector<char> staging(bytes);
-  SNAPD_RETURN_IF_ERROR(detail::CopyDeviceToHost(staging.data(), device_data, bytes, stream));
+  ADJSNAP_RETURN_IF_ERROR(detail::CopyDeviceToHost(staging.data(), device_data, bytes, stream));
   PushHandle h = StartPush(run_id, step, staging.data(), bytes, false, nullptr);
-  SNAPD_RETURN_IF_ERROR(h.WaitReleased());
+  ADJSNAP_RETURN_IF_ERROR(h.WaitReleased());
   return h;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

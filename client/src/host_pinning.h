@@ -2,7 +2,7 @@
 // fetch waits only for the chunks its own block lies in, never for the whole tier: pinning
 // (cudaHostRegister) costs about 0.2-0.5 s per GiB, and pinning a 48 GiB tier in one call held
 // the first device push for 15 s. PinAllInBackground can pin the rest of the tier in address
-// order behind any chunk a push or fetch is waiting for; libsnapd does not call it (pinning
+// order behind any chunk a push or fetch is waiting for; libadjsnap does not call it (pinning
 // faults in every page, and a client's arena is as large as the whole tier: see
 // docs/architecture.md, "GPU path").
 //
@@ -28,11 +28,11 @@
 #include <utility>
 #include <vector>
 
-#include "snapd/status.h"
-#include "snapd/thread_annotations.h"
-#include "snapd/thread_name.h"
+#include "adjsnap/status.h"
+#include "adjsnap/thread_annotations.h"
+#include "adjsnap/thread_name.h"
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 
 class HostPinning {
  public:
@@ -65,7 +65,7 @@ class HostPinning {
       MutexLock lock(mu_);
       left.swap(requests_);
     }
-    for (Request& r : left) r.then(Status::Aborted("the client closed before the GPU could use snapd's host tier"));
+    for (Request& r : left) r.then(Status::Aborted("the client closed before the GPU could use adjsnapd's host tier"));
     for (size_t i = 0; i < state_.size(); ++i) {
       if (state_[i].load(std::memory_order_acquire) == kPinned) unpin_(base_ + i * chunk_);
     }
@@ -148,7 +148,7 @@ class HostPinning {
     return {static_cast<size_t>(offset / chunk_), static_cast<size_t>((end + chunk_ - 1) / chunk_)};
   }
 
-  Status Failed(uint64_t offset, uint64_t bytes) SNAPD_EXCLUDES(mu_) {
+  Status Failed(uint64_t offset, uint64_t bytes) ADJSNAP_EXCLUDES(mu_) {
     auto [first, last] = Span(offset, bytes);
     for (size_t i = first; i < last; ++i) {
       if (state_[i].load(std::memory_order_acquire) == kFailed) {
@@ -159,14 +159,14 @@ class HostPinning {
     return Status::Ok();
   }
 
-  void StartThreadLocked() SNAPD_REQUIRES(mu_) {
+  void StartThreadLocked() ADJSNAP_REQUIRES(mu_) {
     if (!thread_.joinable()) {
-      thread_ = NamedThread("snapd-pin", [this] { Run(); });
+      thread_ = NamedThread("adjsnap-pin", [this] { Run(); });
     }
   }
 
   // Pins chunk i (pinning thread only).
-  void PinChunk(size_t i) SNAPD_EXCLUDES(mu_) {
+  void PinChunk(size_t i) ADJSNAP_EXCLUDES(mu_) {
     if (state_[i].load(std::memory_order_acquire) != kUnpinned) return;
     uint64_t at = i * chunk_;
     Status s = pin_(base_ + at, std::min(chunk_, bytes_ - at));
@@ -178,18 +178,18 @@ class HostPinning {
     if (failure_.ok()) {
       failure_ = Status(s.code(), "pinning bytes " + std::to_string(at) + ".." +
                                       std::to_string(at + std::min(chunk_, bytes_ - at)) +
-                                      " of snapd's host tier for the GPU: " + s.message());
+                                      " of adjsnapd's host tier for the GPU: " + s.message());
     }
     state_[i].store(kFailed, std::memory_order_release);
   }
 
-  void Run() SNAPD_EXCLUDES(mu_) {
+  void Run() ADJSNAP_EXCLUDES(mu_) {
     for (;;) {
       std::optional<Request> request;
       size_t sweep_chunk = 0;
       {
         MutexLock lock(mu_);
-        cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) {
+        cv_.Wait(mu_, [&]() ADJSNAP_REQUIRES(mu_) {
           return stop_ || !requests_.empty() || (sweep_ && cursor_ < state_.size());
         });
         if (stop_) return;
@@ -221,12 +221,12 @@ class HostPinning {
 
   Mutex mu_;
   CondVar cv_;
-  std::deque<Request> requests_ SNAPD_GUARDED_BY(mu_);
-  bool sweep_ SNAPD_GUARDED_BY(mu_) = false;
-  size_t cursor_ SNAPD_GUARDED_BY(mu_) = 0;  // the sweep's next chunk
-  bool stop_ SNAPD_GUARDED_BY(mu_) = false;
-  Status failure_ SNAPD_GUARDED_BY(mu_);  // the first chunk that failed, named
+  std::deque<Request> requests_ ADJSNAP_GUARDED_BY(mu_);
+  bool sweep_ ADJSNAP_GUARDED_BY(mu_) = false;
+  size_t cursor_ ADJSNAP_GUARDED_BY(mu_) = 0;  // the sweep's next chunk
+  bool stop_ ADJSNAP_GUARDED_BY(mu_) = false;
+  Status failure_ ADJSNAP_GUARDED_BY(mu_);  // the first chunk that failed, named
   std::thread thread_;                     // started by the first request or the sweep
 };
 
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

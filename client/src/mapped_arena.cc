@@ -1,4 +1,4 @@
-// Client::Impl's mapped host tier (see client_impl.h): the arena mapped from snapd's memfd, its
+// Client::Impl's mapped host tier (see client_impl.h): the arena mapped from adjsnapd's memfd, its
 // pages populated once, and the copies into and out of it (host memory by the copy pool, device
 // memory by the GPU's copy engine) between a reservation or lease and its end.
 #include <sys/mman.h>
@@ -18,7 +18,7 @@
 #include "client_impl.h"
 #include "device_copy.h"
 
-namespace snapd {
+namespace adjsnap {
 
 namespace {
 
@@ -57,7 +57,7 @@ namespace detail {
 
 Status MapArena(const std::string& path, uint64_t session_id, uint64_t token, char** base,
                 uint64_t* bytes, ucx::ScopedFd* link) {
-  if (path.empty()) return Status::Unavailable("snapd offers no arena socket");
+  if (path.empty()) return Status::Unavailable("adjsnapd offers no arena socket");
   auto connected = ConnectUnix(path);
   if (!connected.ok()) {
     return Status::Unavailable("arena socket " + path + ": " + connected.status().message());
@@ -126,7 +126,7 @@ void Client::Impl::PopulateOnce(uint64_t offset, uint64_t bytes) {
 
 Status Client::Impl::CheckRange(uint64_t offset, size_t bytes) const {
   if (offset > arena_bytes || bytes > arena_bytes - offset) {
-    return Status::Internal("snapd named arena offset " + std::to_string(offset) +
+    return Status::Internal("adjsnapd named arena offset " + std::to_string(offset) +
                             " outside its " + std::to_string(arena_bytes) + "-byte host tier");
   }
   return Status::Ok();
@@ -251,4 +251,4 @@ void Client::Impl::CopyOut(Pending p, uint64_t offset, uint64_t lease) {
   });
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

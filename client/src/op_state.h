@@ -11,15 +11,15 @@
 #include <utility>
 #include <vector>
 
-#include "snapd/status.h"
-#include "snapd/thread_annotations.h"
+#include "adjsnap/status.h"
+#include "adjsnap/thread_annotations.h"
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 
 // Two phases: released (the caller's buffer is free) and completed (the final outcome).
 // Completion implies release. Thread-safe.
 struct OpState {
-  void Release(const Status& s) SNAPD_EXCLUDES(mu) {
+  void Release(const Status& s) ADJSNAP_EXCLUDES(mu) {
     std::vector<std::function<void()>> callbacks;
     {
       MutexLock lock(mu);
@@ -33,7 +33,7 @@ struct OpState {
   }
   // Runs `f` once the operation is released (or completes without a release first): now if
   // it has, else on the thread that releases it.
-  void WhenReleased(std::function<void()> f) SNAPD_EXCLUDES(mu) {
+  void WhenReleased(std::function<void()> f) ADJSNAP_EXCLUDES(mu) {
     {
       MutexLock lock(mu);
       if (!released) {
@@ -43,11 +43,11 @@ struct OpState {
     }
     f();
   }
-  bool IsReleased() SNAPD_EXCLUDES(mu) {
+  bool IsReleased() ADJSNAP_EXCLUDES(mu) {
     MutexLock lock(mu);
     return released;
   }
-  void Complete(const Status& s) SNAPD_EXCLUDES(mu) {
+  void Complete(const Status& s) ADJSNAP_EXCLUDES(mu) {
     std::vector<std::function<void()>> callbacks;
     {
       MutexLock lock(mu);
@@ -67,7 +67,7 @@ struct OpState {
   }
   // Runs `f` once the operation completes: now, on this thread, if it already has; otherwise
   // on the thread that completes it.
-  void WhenCompleted(std::function<void()> f) SNAPD_EXCLUDES(mu) {
+  void WhenCompleted(std::function<void()> f) ADJSNAP_EXCLUDES(mu) {
     {
       MutexLock lock(mu);
       if (!completed) {
@@ -77,19 +77,19 @@ struct OpState {
     }
     f();
   }
-  Status WaitReleased() SNAPD_EXCLUDES(mu) { return WaitReleasedFor(kForever); }
-  Status WaitCompleted() SNAPD_EXCLUDES(mu) { return WaitCompletedFor(kForever); }
+  Status WaitReleased() ADJSNAP_EXCLUDES(mu) { return WaitReleasedFor(kForever); }
+  Status WaitCompleted() ADJSNAP_EXCLUDES(mu) { return WaitCompletedFor(kForever); }
   // The same, for at most `timeout` (kForever: no limit): then DEADLINE_EXCEEDED, naming the
   // operation (`what`) and, from `explain`, what the daemon reports it waits for. The operation
   // goes on: its buffer stays in use until a wait returns something else.
-  Status WaitReleasedFor(std::chrono::milliseconds timeout) SNAPD_EXCLUDES(mu) {
-    return WaitFor(timeout, "released", [&]() SNAPD_REQUIRES(mu) { return released; },
-                   [&]() SNAPD_REQUIRES(mu) { return release_status; });
+  Status WaitReleasedFor(std::chrono::milliseconds timeout) ADJSNAP_EXCLUDES(mu) {
+    return WaitFor(timeout, "released", [&]() ADJSNAP_REQUIRES(mu) { return released; },
+                   [&]() ADJSNAP_REQUIRES(mu) { return release_status; });
   }
-  Status WaitCompletedFor(std::chrono::milliseconds timeout) SNAPD_EXCLUDES(mu) {
+  Status WaitCompletedFor(std::chrono::milliseconds timeout) ADJSNAP_EXCLUDES(mu) {
     return WaitFor(
-        timeout, "done", [&]() SNAPD_REQUIRES(mu) { return completed && released; },
-        [&]() SNAPD_REQUIRES(mu) { return final_status; });
+        timeout, "done", [&]() ADJSNAP_REQUIRES(mu) { return completed && released; },
+        [&]() ADJSNAP_REQUIRES(mu) { return final_status; });
   }
   static constexpr std::chrono::milliseconds kForever = std::chrono::milliseconds::max();
 
@@ -106,7 +106,7 @@ struct OpState {
  private:
   template <typename Done, typename Outcome>
   Status WaitFor(std::chrono::milliseconds timeout, const char* phase, Done done,
-                 Outcome outcome) SNAPD_EXCLUDES(mu) {
+                 Outcome outcome) ADJSNAP_EXCLUDES(mu) {
     {
       MutexLock lock(mu);
       if (timeout == kForever) {
@@ -126,15 +126,15 @@ struct OpState {
   }
 
  public:
-  bool released SNAPD_GUARDED_BY(mu) = false;
+  bool released ADJSNAP_GUARDED_BY(mu) = false;
   // A fetch of a step stored as a chunk frame: the frame's bytes (set before Complete); 0 for
   // a raw step (FetchHandle::frame_bytes).
   std::atomic<uint64_t> frame_bytes{0};
-  bool completed SNAPD_GUARDED_BY(mu) = false;
-  Status release_status SNAPD_GUARDED_BY(mu);
-  Status final_status SNAPD_GUARDED_BY(mu);
-  std::vector<std::function<void()>> on_complete SNAPD_GUARDED_BY(mu);
-  std::vector<std::function<void()>> on_release SNAPD_GUARDED_BY(mu);
+  bool completed ADJSNAP_GUARDED_BY(mu) = false;
+  Status release_status ADJSNAP_GUARDED_BY(mu);
+  Status final_status ADJSNAP_GUARDED_BY(mu);
+  std::vector<std::function<void()>> on_complete ADJSNAP_GUARDED_BY(mu);
+  std::vector<std::function<void()>> on_release ADJSNAP_GUARDED_BY(mu);
 };
 
 // Completes `state` once `parts` operations have reported: with the first error, else OK. A
@@ -143,7 +143,7 @@ class JoinedCompletion {
  public:
   JoinedCompletion(std::shared_ptr<OpState> state, int parts)
       : state_(std::move(state)), left_(parts) {}
-  void Done(const Status& s) SNAPD_EXCLUDES(mu_) {
+  void Done(const Status& s) ADJSNAP_EXCLUDES(mu_) {
     Status outcome;
     {
       MutexLock lock(mu_);
@@ -157,8 +157,8 @@ class JoinedCompletion {
  private:
   std::shared_ptr<OpState> state_;
   Mutex mu_;
-  int left_ SNAPD_GUARDED_BY(mu_);
-  Status first_error_ SNAPD_GUARDED_BY(mu_);
+  int left_ ADJSNAP_GUARDED_BY(mu_);
+  Status first_error_ ADJSNAP_GUARDED_BY(mu_);
 };
 
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

@@ -1,4 +1,4 @@
-#include "snapd/schedule.h"
+#include "adjsnap/schedule.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-namespace snapd::schedule {
+namespace adjsnap::schedule {
 
 double Schedule::RecomputationFactor() const {
   // Over steps - 1, not steps: forward_steps counts only the advances the reverse pass needs
@@ -292,7 +292,7 @@ Result<Schedule> HRevolve(uint64_t steps, const std::vector<Level>& levels, Step
     s.actions.push_back({ActionKind::kFree, 0, 0, where});
   }
   Schedule measured;
-  SNAPD_RETURN_IF_ERROR(Replay(s, levels, costs, &measured));
+  ADJSNAP_RETURN_IF_ERROR(Replay(s, levels, costs, &measured));
   s.forward_steps = measured.forward_steps;
   s.writes = measured.writes;
   s.reads = measured.reads;
@@ -301,14 +301,14 @@ Result<Schedule> HRevolve(uint64_t steps, const std::vector<Level>& levels, Step
 }
 
 Result<Schedule> Revolve(uint64_t steps, uint64_t slots) {
-  SNAPD_ASSIGN_OR_RETURN(Schedule s, HRevolve(steps, {Level{"memory", slots, 0, 0}}, {1, 0}));
+  ADJSNAP_ASSIGN_OR_RETURN(Schedule s, HRevolve(steps, {Level{"memory", slots, 0, 0}}, {1, 0}));
   s.method = "revolve";
   return s;
 }
 
 Result<Schedule> DiskRevolve(uint64_t steps, uint64_t memory_slots, double disk_write,
                              double disk_read, StepCosts costs) {
-  SNAPD_ASSIGN_OR_RETURN(
+  ADJSNAP_ASSIGN_OR_RETURN(
       Schedule s, HRevolve(steps,
                            {Level{"memory", memory_slots, 0, 0},
                             Level{"disk", kUnlimited, disk_write, disk_read}},
@@ -422,4 +422,4 @@ Status Replay(const Schedule& schedule, const std::vector<Level>& levels, StepCo
   return Status::Ok();
 }
 
-}  // namespace snapd::schedule
+}  // namespace adjsnap::schedule

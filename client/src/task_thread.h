@@ -1,4 +1,4 @@
-// One thread that runs tasks in submission order: libsnapd's device recorder tells the daemon
+// One thread that runs tasks in submission order: libadjsnap's device recorder tells the daemon
 // which steps the device tier holds, in order, off the solver's thread.
 // Thread-safe: Submit() from any thread. The destructor runs the tasks already submitted, then
 // joins.
@@ -10,10 +10,10 @@
 #include <string>
 #include <thread>
 
-#include "snapd/thread_annotations.h"
-#include "snapd/thread_name.h"
+#include "adjsnap/thread_annotations.h"
+#include "adjsnap/thread_name.h"
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 
 class TaskThread {
  public:
@@ -29,7 +29,7 @@ class TaskThread {
   TaskThread(const TaskThread&) = delete;
   TaskThread& operator=(const TaskThread&) = delete;
 
-  void Submit(std::function<void()> task) SNAPD_EXCLUDES(mu_) {
+  void Submit(std::function<void()> task) ADJSNAP_EXCLUDES(mu_) {
     {
       MutexLock lock(mu_);
       tasks_.push_back(std::move(task));
@@ -38,10 +38,10 @@ class TaskThread {
   }
 
  private:
-  void Run() SNAPD_EXCLUDES(mu_) {
+  void Run() ADJSNAP_EXCLUDES(mu_) {
     MutexLock lock(mu_);
     for (;;) {
-      cv_.Wait(mu_, [&]() SNAPD_REQUIRES(mu_) { return stopping_ || !tasks_.empty(); });
+      cv_.Wait(mu_, [&]() ADJSNAP_REQUIRES(mu_) { return stopping_ || !tasks_.empty(); });
       if (tasks_.empty()) return;  // stopping, and drained
       auto task = std::move(tasks_.front());
       tasks_.pop_front();
@@ -53,9 +53,9 @@ class TaskThread {
 
   Mutex mu_;
   CondVar cv_;
-  std::deque<std::function<void()>> tasks_ SNAPD_GUARDED_BY(mu_);
-  bool stopping_ SNAPD_GUARDED_BY(mu_) = false;
+  std::deque<std::function<void()>> tasks_ ADJSNAP_GUARDED_BY(mu_);
+  bool stopping_ ADJSNAP_GUARDED_BY(mu_) = false;
   std::thread thread_;  // declared last: starts once the members above exist
 };
 
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The restart benchmark: how long snapd takes to stop and start again with a full host tier,
+# The restart benchmark: how long adjsnapd takes to stop and start again with a full host tier,
 # on the drain path (SIGTERM writes the host tier to the spool) and on the two fd-store paths
 # (the memfd handed over with FDSTORE=1 and given back as LISTEN_FDS, as systemd does; here a
 # small Python stand-in for systemd's notification socket keeps it), with and without the
 # drain before it (fdstore auto, only), next to the spool's
 # O_DIRECT sequential write rate measured in the same run. Every step is verified after each
-# restart (snapbench --verify).
+# restart (adjsnap-bench --verify).
 #
 #   client/tools/restart_bench.sh BUILD_DIR [GIB] [SPOOL_PARENT]
 #
@@ -15,13 +15,13 @@ set -euo pipefail
 build=${1:?usage: restart_bench.sh BUILD_DIR [GIB] [SPOOL_PARENT]}
 gib=${2:-1}
 parent=${3:-/var/tmp}
-snapd=$build/daemon/snapd
-snapbench=$build/client/tools/snapbench
-snapctl=$build/client/tools/snapctl
-dir=$(mktemp -d "$parent/snapd-restart-bench.XXXXXX")
+adjsnapd=$build/daemon/adjsnapd
+adjsnap_bench=$build/client/tools/adjsnap-bench
+adjsnap=$build/client/tools/adjsnap
+dir=$(mktemp -d "$parent/adjsnap-restart-bench.XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-sock=$dir/snapd.sock
+sock=$dir/adjsnap.sock
 steps=$((gib * 16))  # 64 MiB steps
 host_mem=$((gib * 1024 + 256))M
 args=(--socket "$sock" --state-dir "$dir/state" --host-mem "$host_mem" --log-level info)
@@ -35,7 +35,7 @@ s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
 PY
     sleep 0.05
   done
-  echo "snapd did not start" >&2; exit 1
+  echo "adjsnapd did not start" >&2; exit 1
 }
 
 # O_DIRECT reference on the spool's filesystem.
@@ -47,17 +47,17 @@ rm -f "$dir/state/spool/odirect"
 odirect=$(python3 -c "print(f'{$gib * 1024**3 / ($t1 - $t0) / 1e9:.2f}')")
 
 # Drain path.
-"$snapd" "${args[@]}" --fdstore off 2>>"$dir/drain.log" & pid=$!
+"$adjsnapd" "${args[@]}" --fdstore off 2>>"$dir/drain.log" & pid=$!
 wait_ready
-"$snapbench" --socket "$sock" --fill --steps $steps --bytes 64M >/dev/null
+"$adjsnap_bench" --socket "$sock" --fill --steps $steps --bytes 64M >/dev/null
 t0=$(now); kill -TERM $pid; wait $pid; t1=$(now)
 stop_drain=$(secs "$t0" "$t1")
 t0=$(now)
-"$snapd" "${args[@]}" --fdstore off 2>>"$dir/drain.log" & pid=$!
+"$adjsnapd" "${args[@]}" --fdstore off 2>>"$dir/drain.log" & pid=$!
 wait_ready; t1=$(now)
 start_drain=$(secs "$t0" "$t1")
-"$snapbench" --socket "$sock" --verify --steps $steps --bytes 64M
-"$snapctl" --socket "$sock" rm snapbench-restart >/dev/null
+"$adjsnap_bench" --socket "$sock" --verify --steps $steps --bytes 64M
+"$adjsnap" --socket "$sock" rm adjsnap-bench-restart >/dev/null
 kill -TERM $pid; wait $pid
 
 # fd-store path: a stand-in for systemd keeps the memfd sent with FDSTORE=1 and passes it
@@ -85,21 +85,21 @@ import time
 time.sleep(3600)
 PY
   sleep 0.2
-  env NOTIFY_SOCKET="$dir/notify.sock" FDSTORE=4 "$snapd" "${args[@]}" --fdstore "$mode" \
+  env NOTIFY_SOCKET="$dir/notify.sock" FDSTORE=4 "$adjsnapd" "${args[@]}" --fdstore "$mode" \
     2>>"$dir/fdstore-$mode.log" & pid=$!
   wait_ready
-  "$snapbench" --socket "$sock" --fill --steps $steps --bytes 64M >/dev/null
+  "$adjsnap_bench" --socket "$sock" --fill --steps $steps --bytes 64M >/dev/null
   t0=$(now); kill -TERM $pid; wait $pid; t1=$(now)
   stop_s=$(secs "$t0" "$t1")
   for _ in $(seq 100); do [ -e "$dir/hosttier" ] && break; sleep 0.05; done
   t0=$(now)
   sh -c 'export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=hosttier; exec "$@" 3<>"$0"' \
-    "$dir/hosttier" "$snapd" "${args[@]}" --fdstore "$mode" 2>>"$dir/fdstore-$mode.log" & pid=$!
+    "$dir/hosttier" "$adjsnapd" "${args[@]}" --fdstore "$mode" 2>>"$dir/fdstore-$mode.log" & pid=$!
   wait_ready; t1=$(now)
   start_s=$(secs "$t0" "$t1")
   kill $keeper 2>/dev/null || true
-  "$snapbench" --socket "$sock" --verify --steps $steps --bytes 64M
-  "$snapctl" --socket "$sock" rm snapbench-restart >/dev/null
+  "$adjsnap_bench" --socket "$sock" --verify --steps $steps --bytes 64M
+  "$adjsnap" --socket "$sock" rm adjsnap-bench-restart >/dev/null
   kill -TERM $pid; wait $pid
 }
 fdstore_path auto

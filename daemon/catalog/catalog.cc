@@ -2,9 +2,9 @@
 
 #include <rocksdb/write_batch.h>
 
-#include "snapd/thread_name.h"
+#include "adjsnap/thread_name.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 void AppendBe64(std::string* s, uint64_t v) {
@@ -50,7 +50,7 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
   if (!s.ok()) {
     return Status::Unavailable("opening catalog at '" + dir + "' failed: " + s.ToString() +
-                               " (is another snapd using this state_dir?)");
+                               " (is another adjsnapd using this state_dir?)");
   }
   std::unique_ptr<rocksdb::DB> db(raw);
   std::string value;
@@ -60,17 +60,17 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
   if (s.ok()) {
     format = ReadBe64(value);
   } else {
-    // No marker: new, or written by a snapd from before format versions (format 1).
+    // No marker: new, or written by an adjsnapd from before format versions (format 1).
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
     it->SeekToFirst();
     if (it->Valid()) format = 1;
-    SNAPD_RETURN_IF_ERROR(FromRocks(it->status(), "scan"));
+    ADJSNAP_RETURN_IF_ERROR(FromRocks(it->status(), "scan"));
   }
   if (format > kFormatVersion) {
     return Status::FailedPrecondition(
         "catalog at '" + dir + "' has format version " + std::to_string(format) +
-        ", newer than this snapd's " + std::to_string(kFormatVersion) +
-        " (a newer snapd wrote it): run that snapd or a newer one, or move the state_dir aside "
+        ", newer than this adjsnapd's " + std::to_string(kFormatVersion) +
+        " (a newer adjsnapd wrote it): run that adjsnapd or a newer one, or move the state_dir aside "
         "to start empty");
   }
   if (format != kFormatVersion || !s.ok()) {
@@ -78,7 +78,7 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
     AppendBe64(&encoded, kFormatVersion);
     rocksdb::WriteOptions w;
     w.sync = true;
-    SNAPD_RETURN_IF_ERROR(FromRocks(db->Put(w, "m:format", encoded), "write of m:format"));
+    ADJSNAP_RETURN_IF_ERROR(FromRocks(db->Put(w, "m:format", encoded), "write of m:format"));
   }
   return std::unique_ptr<Catalog>(new Catalog(std::move(db), format));
 }
@@ -86,7 +86,7 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
 Catalog::Catalog(std::unique_ptr<rocksdb::DB> db, uint64_t opened_format)
     : db_(std::move(db)),
       opened_format_(opened_format),
-      writer_(NamedThread("snapd-catalog", [this] { WriterLoop(); })) {}
+      writer_(NamedThread("adjsnap-catalog", [this] { WriterLoop(); })) {}
 
 Catalog::~Catalog() {
   {
@@ -160,14 +160,14 @@ Status Catalog::Apply(std::vector<Op> ops, bool sync, std::string what) {
                   cv.NotifyAll();
                 }});
   MutexLock lock(mu);
-  cv.Wait(mu, [&]() SNAPD_REQUIRES(mu) { return answered; });
+  cv.Wait(mu, [&]() ADJSNAP_REQUIRES(mu) { return answered; });
   return result;
 }
 
 void Catalog::WriterLoop() {
   MutexLock lock(writer_mu_);
   for (;;) {
-    writer_cv_.Wait(writer_mu_, [&]() SNAPD_REQUIRES(writer_mu_) {
+    writer_cv_.Wait(writer_mu_, [&]() ADJSNAP_REQUIRES(writer_mu_) {
       return !writing_ && (stopping_ || !queue_.empty());
     });
     if (queue_.empty()) return;  // stopping, and everything queued is written
@@ -195,7 +195,7 @@ void Catalog::Flush() {
   MutexLock lock(writer_mu_);
   uint64_t target = counts_.queued;
   writer_cv_.Wait(writer_mu_,
-                  [&]() SNAPD_REQUIRES(writer_mu_) { return counts_.written >= target; });
+                  [&]() ADJSNAP_REQUIRES(writer_mu_) { return counts_.written >= target; });
 }
 
 Catalog::WriterCounts Catalog::writer_counts() {
@@ -217,14 +217,14 @@ Result<std::optional<v1::HostTierKept>> Catalog::TakeHostTierKept() {
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), "m:host_tier", &value);
   if (s.IsNotFound()) return std::optional<v1::HostTierKept>();
-  SNAPD_RETURN_IF_ERROR(FromRocks(s, "read of m:host_tier"));
+  ADJSNAP_RETURN_IF_ERROR(FromRocks(s, "read of m:host_tier"));
   v1::HostTierKept kept;
   if (!kept.ParseFromString(value)) {
     return Status::DataLoss("catalog key m:host_tier does not parse");
   }
   rocksdb::WriteOptions w;
   w.sync = true;
-  SNAPD_RETURN_IF_ERROR(FromRocks(db_->Delete(w, "m:host_tier"), "delete of m:host_tier"));
+  ADJSNAP_RETURN_IF_ERROR(FromRocks(db_->Delete(w, "m:host_tier"), "delete of m:host_tier"));
   return std::optional<v1::HostTierKept>(std::move(kept));
 }
 
@@ -238,7 +238,7 @@ Result<uint64_t> Catalog::Increment(const std::string& key) {
   AppendBe64(&encoded, next);
   rocksdb::WriteOptions w;
   w.sync = true;  // ids and epochs must never repeat after a crash
-  SNAPD_RETURN_IF_ERROR(FromRocks(db_->Put(w, key, encoded), "write of " + key));
+  ADJSNAP_RETURN_IF_ERROR(FromRocks(db_->Put(w, key, encoded), "write of " + key));
   return next;
 }
 
@@ -311,4 +311,4 @@ Status Catalog::LoadAll(std::vector<v1::RunRecord>* runs,
   return FromRocks(it->status(), "scan");
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,14 +1,14 @@
-// The catalog: snapd's durable record of runs and snapshots, in RocksDB.
+// The catalog: adjsnapd's durable record of runs and snapshots, in RocksDB.
 //
 // Keys (big-endian integers so RocksDB's order is numeric order):
 //   "m:next_run_id"            -> uint64 next run id to hand out
 //   "m:format"                 -> uint64 format version (absent: format 1, see catalog.proto)
 //   "m:epoch"                  -> uint64 number of daemon starts; a snapshot's record carries
 //                                 the epoch that stored it
-//   "m:host_tier"              -> snapd.v1.HostTierKept: the host tier was handed to systemd's
+//   "m:host_tier"              -> adjsnap.v1.HostTierKept: the host tier was handed to systemd's
 //                                 fd store at the last stop
-//   "r:" run_id                -> snapd.v1.RunRecord
-//   "s:" run_id step           -> snapd.v1.SnapshotRecord
+//   "r:" run_id                -> adjsnap.v1.RunRecord
+//   "s:" run_id step           -> adjsnap.v1.SnapshotRecord
 // Deleting a run removes its run key and every "s:" key under it in one atomic write batch.
 //
 // Record writes (runs, snapshots, the kept host tier) are applied in the order they are made,
@@ -33,26 +33,26 @@
 #include <thread>
 #include <vector>
 
-#include "snapd/status.h"
-#include "snapd/thread_annotations.h"
-#include "snapd/v1/catalog.pb.h"
+#include "adjsnap/status.h"
+#include "adjsnap/thread_annotations.h"
+#include "adjsnap/v1/catalog.pb.h"
 
-namespace snapd {
+namespace adjsnap {
 
 class Catalog {
  public:
-  // The format this snapd writes; it reads every older one (catalog.proto lists them).
+  // The format this adjsnapd writes; it reads every older one (catalog.proto lists them).
   static constexpr uint64_t kFormatVersion = 2;
 
   // Opens (or creates) the catalog and marks it kFormatVersion. FAILED_PRECONDITION, naming
-  // both versions, for a catalog of a newer format (written by a newer snapd).
+  // both versions, for a catalog of a newer format (written by a newer adjsnapd).
   static Result<std::unique_ptr<Catalog>> Open(const std::string& dir);
   // The format the catalog had when opened (1 for one written before formats were recorded).
   uint64_t opened_format() const { return opened_format_; }
 
   // Increments and returns the start counter.
   Result<uint64_t> BeginEpoch();
-  Result<uint64_t> AllocateRunId() SNAPD_EXCLUDES(mu_);
+  Result<uint64_t> AllocateRunId() ADJSNAP_EXCLUDES(mu_);
 
   ~Catalog();
   Catalog(const Catalog&) = delete;
@@ -80,7 +80,7 @@ class Catalog {
     uint64_t written = 0;
     uint64_t batches = 0;
   };
-  WriterCounts writer_counts() SNAPD_EXCLUDES(writer_mu_);
+  WriterCounts writer_counts() ADJSNAP_EXCLUDES(writer_mu_);
 
   Status LoadAll(std::vector<v1::RunRecord>* runs, std::vector<v1::SnapshotRecord>* snapshots);
 
@@ -103,20 +103,20 @@ class Catalog {
     std::string what;
     Done done;
   };
-  void Enqueue(Write w) SNAPD_EXCLUDES(writer_mu_);
-  Status Apply(std::vector<Op> ops, bool sync, std::string what) SNAPD_EXCLUDES(writer_mu_);
-  void WriterLoop() SNAPD_EXCLUDES(writer_mu_);
+  void Enqueue(Write w) ADJSNAP_EXCLUDES(writer_mu_);
+  Status Apply(std::vector<Op> ops, bool sync, std::string what) ADJSNAP_EXCLUDES(writer_mu_);
+  void WriterLoop() ADJSNAP_EXCLUDES(writer_mu_);
 
   std::unique_ptr<rocksdb::DB> db_;
   const uint64_t opened_format_;
   Mutex mu_;  // serialises read-modify-write of counters
   Mutex writer_mu_;
   CondVar writer_cv_;
-  std::deque<Write> queue_ SNAPD_GUARDED_BY(writer_mu_);
-  WriterCounts counts_ SNAPD_GUARDED_BY(writer_mu_);  // `written`: and answered
-  bool writing_ SNAPD_GUARDED_BY(writer_mu_) = false;  // a batch, or a waiting form's own write
-  bool stopping_ SNAPD_GUARDED_BY(writer_mu_) = false;
+  std::deque<Write> queue_ ADJSNAP_GUARDED_BY(writer_mu_);
+  WriterCounts counts_ ADJSNAP_GUARDED_BY(writer_mu_);  // `written`: and answered
+  bool writing_ ADJSNAP_GUARDED_BY(writer_mu_) = false;  // a batch, or a waiting form's own write
+  bool stopping_ ADJSNAP_GUARDED_BY(writer_mu_) = false;
   std::thread writer_;  // last: started once the queue exists
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -14,10 +14,10 @@
 #include <string_view>
 
 #include "config/config_text.h"
-#include "snapd/paths.h"
-#include "snapd/units.h"
+#include "adjsnap/paths.h"
+#include "adjsnap/units.h"
 
-namespace snapd {
+namespace adjsnap {
 
 using config_text::Quoted;
 using config_text::Trim;
@@ -47,7 +47,7 @@ const OptionDoc* FindOption(std::string_view key) {
 
 Status UnknownOption(const std::string& source, const std::string& key) {
   return Status::InvalidArgument(source + ": unknown option '" + key +
-                                 "' (see `snapd --help` for the list)");
+                                 "' (see `adjsnapd --help` for the list)");
 }
 
 // A whole decimal integer in [lo, hi].
@@ -214,7 +214,7 @@ Result<std::string> ValueText(const OptionDoc& o, const toml::node& value) {
   }
   if (o.set) {  // spool_dirs
     return Status::InvalidArgument(
-        "expected one string of comma-separated directories like \"/nvme0/snapd,/nvme1/snapd\"");
+        "expected one string of comma-separated directories like \"/nvme0/adjsnap,/nvme1/adjsnap\"");
   }
   if (o.reads_toml_bool) {
     return Status::InvalidArgument("expected " + Choices(o.choices, /*toml=*/true));
@@ -223,7 +223,7 @@ Result<std::string> ValueText(const OptionDoc& o, const toml::node& value) {
                                                              : "expected a number or a string");
 }
 
-// A config file: TOML with the options at the top level or in a [snapd] table.
+// A config file: TOML with the options at the top level or in a [adjsnapd] table.
 Status LoadFile(Config& c, const std::string& path) {
   std::ifstream in(path);
   if (!in) return Status::NotFound("config file '" + path + "' cannot be opened");
@@ -245,10 +245,10 @@ Status LoadFile(Config& c, const std::string& path) {
   std::vector<Entry> entries;
   for (const auto& [key, node] : root) {
     if (const toml::table* table = node.as_table()) {
-      if (key.str() != "snapd") {
+      if (key.str() != "adjsnapd") {
         return Status::InvalidArgument(path + ":" + std::to_string(node.source().begin.line) +
                                        ": unknown table [" + std::string(key.str()) +
-                                       "]; options go at the top level or in [snapd]");
+                                       "]; options go at the top level or in [adjsnapd]");
       }
       for (const auto& [inner_key, inner] : *table) {
         entries.push_back({inner.source().begin.line, std::string(inner_key.str()), &inner});
@@ -276,7 +276,7 @@ Status LoadFile(Config& c, const std::string& path) {
                                      Printed(*e.value));
     }
     std::string shown = e.value->is_string() ? Quoted(*value) : Printed(*e.value);
-    SNAPD_RETURN_IF_ERROR(Set(c, *o, *value, prefix, shown));
+    ADJSNAP_RETURN_IF_ERROR(Set(c, *o, *value, prefix, shown));
   }
   return Status::Ok();
 }
@@ -300,11 +300,11 @@ void DefineFlags(CLI::App& app, Flags& flags) {
   app.get_formatter()->column_width(38);
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.allow_extras();  // reported by LoadConfig, which names the first one
-  app.add_option("--config", flags.config_file, "config file (TOML)\nenv SNAPD_CONFIG")
+  app.add_option("--config", flags.config_file, "config file (TOML)\nenv ADJSNAP_CONFIG")
       ->type_name("FILE");
   app.add_flag("--print-config", flags.print_config,
                "print the effective configuration in the config file format and exit");
-  app.add_flag("--version", flags.version, "print snapd's version and exit");
+  app.add_flag("--version", flags.version, "print adjsnapd's version and exit");
   const std::vector<OptionDoc>& options = ConfigOptions();
   for (size_t i = 0; i < options.size(); ++i) {
     const OptionDoc& o = options[i];
@@ -314,7 +314,7 @@ void DefineFlags(CLI::App& app, Flags& flags) {
   }
 }
 
-// CLI11 names flags with dashes; snapd also takes underscores (--host_mem) as before.
+// CLI11 names flags with dashes; adjsnapd also takes underscores (--host_mem) as before.
 std::vector<std::string> DashedFlags(const std::vector<std::string>& args) {
   std::vector<std::string> out;
   bool options_end = false;
@@ -337,7 +337,7 @@ std::vector<std::string> DashedFlags(const std::vector<std::string>& args) {
 }  // namespace
 
 std::string CommandLineHelp() {
-  CLI::App app("", "snapd");
+  CLI::App app("", "adjsnapd");
   Flags flags;
   DefineFlags(app, flags);
   return app.help();
@@ -358,7 +358,7 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
     }
   }
 
-  CLI::App app("", "snapd");
+  CLI::App app("", "adjsnapd");
   Flags flags;
   DefineFlags(app, flags);
   std::vector<std::string> reversed = DashedFlags(args);
@@ -372,9 +372,9 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
     // CLI11 says "--flag: 1 required TYPE missing".
     std::string what = e.what();
     return Status::InvalidArgument("flag " + what.substr(0, what.find(':')) +
-                                   " needs a value (see `snapd --help`)");
+                                   " needs a value (see `adjsnapd --help`)");
   } catch (const CLI::ParseError& e) {
-    return Status::InvalidArgument(std::string(e.what()) + " (see `snapd --help`)");
+    return Status::InvalidArgument(std::string(e.what()) + " (see `adjsnapd --help`)");
   }
   if (std::vector<std::string> extra = app.remaining(); !extra.empty()) {
     const std::string& a = extra.front();
@@ -382,7 +382,7 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
       std::string flag = a.substr(0, a.find('='));
       return UnknownOption("flag " + flag, FlagKey(flag.substr(2)));
     }
-    return Status::InvalidArgument("unexpected argument '" + a + "' (see `snapd --help`)");
+    return Status::InvalidArgument("unexpected argument '" + a + "' (see `adjsnapd --help`)");
   }
   out.print_config = flags.print_config;
   if (flags.version) {  // before the config file: --version answers whatever the config says
@@ -392,19 +392,19 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
 
   std::string config_file = flags.config_file;
   if (app.get_option("--config")->count() == 0) {
-    if (auto it = env.find("SNAPD_CONFIG"); it != env.end()) config_file = it->second;
+    if (auto it = env.find("ADJSNAP_CONFIG"); it != env.end()) config_file = it->second;
   }
-  if (!config_file.empty()) SNAPD_RETURN_IF_ERROR(LoadFile(c, config_file));
+  if (!config_file.empty()) ADJSNAP_RETURN_IF_ERROR(LoadFile(c, config_file));
   for (const OptionDoc& o : ConfigOptions()) {
     if (auto it = env.find(o.env); it != env.end()) {
-      SNAPD_RETURN_IF_ERROR(
+      ADJSNAP_RETURN_IF_ERROR(
           Set(c, o, it->second, std::string("environment ") + o.env, Quoted(it->second)));
     }
   }
   const std::vector<OptionDoc>& options = ConfigOptions();
   for (size_t i = 0; i < options.size(); ++i) {
     if (flags.options[i]->count() == 0) continue;
-    SNAPD_RETURN_IF_ERROR(Set(c, options[i], flags.values[i], "flag " + FlagName(options[i]),
+    ADJSNAP_RETURN_IF_ERROR(Set(c, options[i], flags.values[i], "flag " + FlagName(options[i]),
                               Quoted(flags.values[i])));
   }
   if (!c.admin_listen.empty() &&
@@ -487,4 +487,4 @@ Result<uint64_t> MemInfo(const std::string& field) {
   return Status::Internal(field + " not found in /proc/meminfo");
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,4 +1,4 @@
-// snapd's configuration: embedded defaults, overridden by a config file, then by SNAPD_*
+// adjsnapd's configuration: embedded defaults, overridden by a config file, then by ADJSNAP_*
 // environment variables, then by command-line flags (each layer wins over the one before).
 #pragma once
 
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "snapd/status.h"
+#include "adjsnap/status.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // The effective configuration. LoadConfig fills every member: the embedded defaults are
 // ConfigOptions()' `default_text`s, not initializers here.
@@ -21,7 +21,7 @@ struct Config {
   std::string host_huge_pages;  // auto, hugetlb, thp or off (host_tier.h, HugePages)
   std::string host_tmpfs;       // a huge=always tmpfs for the tier; "" = a private one
   std::string host_arenas;      // per-uid or shared (host_tier.h, HostTierOptions)
-  // background (populate each arena ahead of its pushes), true (all of snapd's own arena at
+  // background (populate each arena ahead of its pushes), true (all of adjsnapd's own arena at
   // start) or false (host_tier.h, HostTierOptions)
   std::string host_prefault;
   uint32_t host_release_after = 0;  // seconds idle before free host memory goes back; 0 = keep
@@ -41,7 +41,7 @@ struct Config {
   uint32_t session_connect_timeout = 0;  // seconds from OpenSession to the client's Hello
   uint32_t max_sessions_per_uid = 0;     // sessions one uid may hold open at once
   uint32_t orphan_grace = 0;  // seconds a non-keep run outlives its dead clients; 0 = forever
-  // Seconds a stop may spend writing host-only steps to disk (SIGTERM, `snapctl shutdown`);
+  // Seconds a stop may spend writing host-only steps to disk (SIGTERM, `adjsnap shutdown`);
   // the systemd unit's TimeoutStopSec leaves a margin above it.
   uint32_t stop_timeout = 0;
   // auto, only or off: whether a stop hands the host tier to systemd's fd store ($FDSTORE)
@@ -54,7 +54,7 @@ struct Config {
   std::string admin_group;      // members see and manage every tenant's runs (root always does)
   uint64_t tenant_quota = 0;    // bytes one uid may store (host + disk); 0 = no limit
   double tenant_host_share = 0;  // of the host tier, one uid's steps that cannot move to disk
-  // Remote administration (snapctl --remote): gRPC over mutual TLS on this address; empty =
+  // Remote administration (adjsnap --remote): gRPC over mutual TLS on this address; empty =
   // off. Every peer whose client certificate admin_tls_ca signed is an admin.
   std::string admin_listen;
   std::string admin_tls_cert;   // PEM server certificate (chain)
@@ -71,18 +71,18 @@ enum class OptionKind {
   kMode,      // octal permissions: "0660", 0o660 or 660
 };
 
-// One option: everything about it, once. Its config-file key, its SNAPD_* variable and its
+// One option: everything about it, once. Its config-file key, its ADJSNAP_* variable and its
 // --flag (the key with dashes); its type and range; its embedded default; its help; the
 // member of Config it sets and reads. The file parser, the environment, the command line,
-// `snapd --help`, `--print-config` and the defaults all come from this table, and a test
+// `adjsnapd --help`, `--print-config` and the defaults all come from this table, and a test
 // checks docs/configuration.md's table against it.
 struct OptionDoc {
   const char* key;
   const char* env;
   OptionKind kind;
-  const char* value_name;  // placeholder in `snapd --help`, e.g. SIZE
-  const char* help;        // `snapd --help` adds the range and the default
-  // The embedded default as --print-config writes it (unquoted); nullptr where snapd computes
+  const char* value_name;  // placeholder in `adjsnapd --help`, e.g. SIZE
+  const char* help;        // `adjsnapd --help` adds the range and the default
+  // The embedded default as --print-config writes it (unquoted); nullptr where adjsnapd computes
   // it at start, which `help` then says (socket, state_dir, spool_dirs).
   const char* default_text;
   uint32_t min = 0, max = 0;               // kInteger: the range
@@ -102,7 +102,7 @@ struct OptionDoc {
 };
 const std::vector<OptionDoc>& ConfigOptions();
 
-// `snapd --help`'s description of `o`: its help, range and default.
+// `adjsnapd --help`'s description of `o`: its help, range and default.
 std::string OptionHelp(const OptionDoc& o);
 
 struct LoadedConfig {
@@ -121,7 +121,7 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args,
 // The embedded defaults (what LoadConfig gives with no file, environment or flag).
 Config DefaultConfig();
 
-// `snapd --help`: every flag of ConfigOptions() with its variable and description.
+// `adjsnapd --help`: every flag of ConfigOptions() with its variable and description.
 std::string CommandLineHelp();
 
 // `key = value` lines (TOML-compatible) with every effective value.
@@ -139,4 +139,4 @@ uint64_t HostBudget(const Config& config, uint64_t mem_available);
 // A field of /proc/meminfo ("MemAvailable", "MemTotal"), in bytes.
 Result<uint64_t> MemInfo(const std::string& field);
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -3,11 +3,11 @@
 
 #include <string>
 
-namespace snapd::config_text {
+namespace adjsnap::config_text {
 
 // `s` without leading and trailing blanks (spaces, tabs, CR).
 std::string Trim(const std::string& s);
 // `s` as a TOML basic string, quotes included.
 std::string Quoted(const std::string& s);
 
-}  // namespace snapd::config_text
+}  // namespace adjsnap::config_text

@@ -15,9 +15,9 @@
 #include "control/dump_reactor.h"
 #include "data_plane/address_check.h"
 #include "log.h"
-#include "snapd/wire.h"
+#include "adjsnap/wire.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 grpc::Status ToGrpc(const Status& s) {
@@ -26,7 +26,7 @@ grpc::Status ToGrpc(const Status& s) {
 
 // The answers counted as rejections of the request: it was malformed, or its caller may not
 // make it, or it asks for more than a limit allows. Other failures (NOT_FOUND, ALREADY_EXISTS,
-// FAILED_PRECONDITION, UNAVAILABLE, ...) answer about the state of snapd and its runs.
+// FAILED_PRECONDITION, UNAVAILABLE, ...) answer about the state of adjsnapd and its runs.
 std::optional<log::Reason> RefusalReason(Code code) {
   switch (code) {
     case Code::kInvalidArgument:
@@ -61,7 +61,7 @@ bool InGroup(uid_t uid, gid_t gid, gid_t group) {
   return false;
 }
 
-#define SNAPD_CALLER_OR_FINISH(who, ctx)            \
+#define ADJSNAP_CALLER_OR_FINISH(who, ctx)            \
   Result<Tenant> who##_or = Caller(ctx);            \
   if (!who##_or.ok()) return Finish(ctx, who##_or.status()); \
   const Tenant who = *who##_or
@@ -92,8 +92,8 @@ Result<Tenant> ControlService::Caller(grpc::CallbackServerContext* ctx) const {
   std::optional<Peer> p = peers_ ? peers_->Find(ctx->peer()) : std::nullopt;
   if (!p && RemoteAdmin(ctx)) return Tenant::Admin();
   if (!p) {
-    return Status::Unauthenticated("snapd cannot tell who is calling (peer " + ctx->peer() +
-                                   "): connect through snapd's control socket");
+    return Status::Unauthenticated("adjsnapd cannot tell who is calling (peer " + ctx->peer() +
+                                   "): connect through adjsnapd's control socket");
   }
   bool admin =
       TrustedUid(p->uid) || (admin_gid_ != kNoGroup && InGroup(p->uid, p->gid, admin_gid_));
@@ -120,10 +120,10 @@ ControlService::ControlService(Store* store, SessionTable* sessions, DataPlane* 
 grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContext* ctx,
                                                       const v1::OpenSessionRequest* req,
                                                       v1::OpenSessionResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   if (RemoteAdmin(ctx)) {
     return Finish(ctx, Status::PermissionDenied(
-                           "the admin address serves snapctl; solvers open sessions on snapd's "
+                           "the admin address serves adjsnap; solvers open sessions on adjsnapd's "
                            "unix socket, on the node"));
   }
   if (req->ucx_address().size() > kMaxUcxAddressBytes) {
@@ -154,7 +154,7 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
   };
   if (req->ucx_address().empty()) {
     // A mapped client: its link is the arena socket's connection (wire.h, "Session socket").
-    if (stopping_) return Finish(ctx, Status::Unavailable("snapd is stopping"));
+    if (stopping_) return Finish(ctx, Status::Unavailable("adjsnapd is stopping"));
     Result<Session> session = sessions_->Open(req->client_name(), who.uid, /*socket_link=*/true);
     if (!session.ok()) return Finish(ctx, session.status());
     data_plane_->ExpectSocket(*session);
@@ -164,7 +164,7 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
   if (opening_.fetch_add(1) >= kMaxOpening) {
     opening_.fetch_sub(1);
     return Finish(
-        ctx, Status::ResourceExhausted("snapd is already opening " + std::to_string(kMaxOpening) +
+        ctx, Status::ResourceExhausted("adjsnapd is already opening " + std::to_string(kMaxOpening) +
                                        " sessions; retry in a moment"));
   }
   // Vetting the address takes a child process: off the reactor, on the vetting threads.
@@ -172,7 +172,7 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
   vetting_.Submit(
       [this, reactor, answer, uid = who.uid, name = req->client_name(),
        address = req->ucx_address()] {
-        Status s = stopping_ ? Status::Unavailable("snapd is stopping")
+        Status s = stopping_ ? Status::Unavailable("adjsnapd is stopping")
                              : CheckUcxAddress(address, std::chrono::seconds(10));
         Result<Session> session = s.ok() ? sessions_->Open(name, uid) : Result<Session>(s);
         if (s.ok() && !session.ok()) s = session.status();
@@ -186,7 +186,7 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
         }
         if (RefusalReason(s.code())) {
           Refused("uid " + std::to_string(uid), s);
-        } else if (!s.ok()) {  // not the caller's fault (snapd is stopping, or slow): logged only
+        } else if (!s.ok()) {  // not the caller's fault (adjsnapd is stopping, or slow): logged only
           rejections_.Reject("OpenSession failed",
                              "uid " + std::to_string(uid) + ": " + s.ToString());
         }
@@ -200,10 +200,10 @@ grpc::ServerUnaryReactor* ControlService::OpenSession(grpc::CallbackServerContex
 Result<Session> ControlService::OwnSession(const Tenant& who, uint64_t id, uint64_t token) const {
   std::optional<Session> session = sessions_->Find(id, token);
   if (!session) {
-    // UNAUTHENTICATED, not NOT_FOUND: libsnapd takes it as "this snapd does not know my
+    // UNAUTHENTICATED, not NOT_FOUND: libadjsnap takes it as "this adjsnapd does not know my
     // session" (it restarted before the data plane noticed) and opens a new one.
     return Status::Unauthenticated("session " + std::to_string(id) +
-                                   " is not open on this snapd (closed, or opened before it "
+                                   " is not open on this adjsnapd (closed, or opened before it "
                                    "restarted), or the token is wrong");
   }
   // A token is a secret, but not a bearer one: it works only for the uid that opened it.
@@ -216,12 +216,12 @@ Result<Session> ControlService::OwnSession(const Tenant& who, uint64_t id, uint6
 grpc::ServerUnaryReactor* ControlService::CloseSession(grpc::CallbackServerContext* ctx,
                                                        const v1::CloseSessionRequest* req,
                                                        v1::CloseSessionResponse*) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   Result<Session> own = OwnSession(who, req->session_id(), req->token());
   if (!own.ok()) return Finish(ctx, own.status());
   Status s = sessions_->Close(req->session_id(), req->token());
   if (s.ok()) {
-    SNAPD_LOG_INFO("session %llu: closed by its client",
+    ADJSNAP_LOG_INFO("session %llu: closed by its client",
                    static_cast<unsigned long long>(req->session_id()));
     data_plane_->DropSession(req->session_id());
     store_->EndSession(req->session_id());
@@ -232,7 +232,7 @@ grpc::ServerUnaryReactor* ControlService::CloseSession(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* ControlService::HoldDeviceStep(grpc::CallbackServerContext* ctx,
                                                          const v1::HoldDeviceStepRequest* req,
                                                          v1::HoldDeviceStepResponse*) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   Result<Session> session = OwnSession(who, req->session_id(), req->token());
   if (!session.ok()) return Finish(ctx, session.status());
   return Finish(ctx, store_->HoldDeviceStep(req->run_id(), req->step(), req->bytes(),
@@ -243,7 +243,7 @@ grpc::ServerUnaryReactor* ControlService::OpenRun(grpc::CallbackServerContext* c
                                                   const v1::OpenRunRequest* req,
                                                   v1::OpenRunResponse* resp) {
   bool created = false;
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   uint64_t session_id = 0;
   if (req->session_id() != 0) {  // only the caller's own session, proven by its token
     Result<Session> own = OwnSession(who, req->session_id(), req->token());
@@ -261,7 +261,7 @@ grpc::ServerUnaryReactor* ControlService::OpenRun(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* ControlService::CloseRun(grpc::CallbackServerContext* ctx,
                                                    const v1::CloseRunRequest* req,
                                                    v1::CloseRunResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   auto run = store_->CloseRun(req->name(), who);
   if (run.ok()) *resp->mutable_run() = std::move(run).value();
   return Finish(ctx, run.status());
@@ -270,7 +270,7 @@ grpc::ServerUnaryReactor* ControlService::CloseRun(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* ControlService::DeleteRun(grpc::CallbackServerContext* ctx,
                                                     const v1::DeleteRunRequest* req,
                                                     v1::DeleteRunResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   auto freed = store_->DeleteRun(req->name(), who);
   if (freed.ok()) resp->set_freed_bytes(*freed);
   return Finish(ctx, freed.status());
@@ -279,7 +279,7 @@ grpc::ServerUnaryReactor* ControlService::DeleteRun(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* ControlService::DeleteSnapshot(grpc::CallbackServerContext* ctx,
                                                          const v1::DeleteSnapshotRequest* req,
                                                          v1::DeleteSnapshotResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   auto freed = store_->DeleteSnapshot(req->name(), req->step(), who);
   if (freed.ok()) resp->set_freed_bytes(*freed);
   return Finish(ctx, freed.status());
@@ -288,7 +288,7 @@ grpc::ServerUnaryReactor* ControlService::DeleteSnapshot(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* ControlService::Locate(grpc::CallbackServerContext* ctx,
                                                  const v1::LocateRequest* req,
                                                  v1::LocateResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   auto snap = store_->Locate(req->name(), req->step(), who);
   if (snap.ok()) *resp->mutable_snapshot() = std::move(snap).value();
   return Finish(ctx, snap.status());
@@ -297,7 +297,7 @@ grpc::ServerUnaryReactor* ControlService::Locate(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* ControlService::ListRuns(grpc::CallbackServerContext* ctx,
                                                    const v1::ListRunsRequest*,
                                                    v1::ListRunsResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   for (auto& run : store_->ListRuns(who)) *resp->add_runs() = std::move(run);
   return Finish(ctx, Status::Ok());
 }
@@ -305,7 +305,7 @@ grpc::ServerUnaryReactor* ControlService::ListRuns(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* ControlService::ListSnapshots(grpc::CallbackServerContext* ctx,
                                                         const v1::ListSnapshotsRequest* req,
                                                         v1::ListSnapshotsResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   auto snaps = store_->ListSnapshots(req->name(), resp->mutable_run(), who);
   if (snaps.ok()) {
     for (auto& s : *snaps) *resp->add_snapshots() = std::move(s);
@@ -316,7 +316,7 @@ grpc::ServerUnaryReactor* ControlService::ListSnapshots(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx,
                                                 const v1::StatsRequest*,
                                                 v1::StatsResponse* resp) {
-  // Where snapd keeps every tenant's files is an admin's business.
+  // Where adjsnapd keeps every tenant's files is an admin's business.
   Result<Tenant> who = Caller(ctx);
   CollectStats(who.ok() ? &*who : nullptr, resp);
   return Finish(ctx, Status::Ok());
@@ -325,7 +325,7 @@ grpc::ServerUnaryReactor* ControlService::Stats(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* ControlService::Prefetch(grpc::CallbackServerContext* ctx,
                                                    const v1::PrefetchRequest* req,
                                                    v1::PrefetchResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   auto started = store_->Prefetch(
       req->name(), std::vector<uint64_t>(req->steps().begin(), req->steps().end()), who);
   if (started.ok()) resp->set_scheduled(*started);
@@ -336,15 +336,15 @@ grpc::ServerUnaryReactor* ControlService::Prefetch(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* ControlService::ProbeSpools(grpc::CallbackServerContext* ctx,
                                                       const v1::ProbeSpoolsRequest*,
                                                       v1::ProbeSpoolsResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   if (!who.admin) {
-    return Finish(ctx, Status::PermissionDenied("probing spools is for root, snapd's own uid or "
+    return Finish(ctx, Status::PermissionDenied("probing spools is for root, adjsnapd's own uid or "
                                                 "the admin_group (uid " +
                                                 std::to_string(who.uid) + " may not)"));
   }
   if (!store_->disk()) {
     return Finish(ctx, Status::FailedPrecondition(
-                           "snapd runs without a disk tier (spool_dirs = none): no spool to probe"));
+                           "adjsnapd runs without a disk tier (spool_dirs = none): no spool to probe"));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   store_->ProbeSpools([this, reactor, resp](int recovered) {
@@ -358,10 +358,10 @@ grpc::ServerUnaryReactor* ControlService::ProbeSpools(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* ControlService::ScrubRun(grpc::CallbackServerContext* ctx,
                                                    const v1::ScrubRunRequest* req,
                                                    v1::ScrubRunResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   if (!who.admin) {
     return Finish(ctx, Status::PermissionDenied("a scrub reads the disk at full speed: only "
-                                                "root, snapd's own uid or the admin_group may "
+                                                "root, adjsnapd's own uid or the admin_group may "
                                                 "start one (uid " +
                                                 std::to_string(who.uid) + " may not)"));
   }
@@ -388,13 +388,13 @@ grpc::ServerUnaryReactor* ControlService::ScrubRun(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* ControlService::Shutdown(grpc::CallbackServerContext* ctx,
                                                    const v1::ShutdownRequest*,
                                                    v1::ShutdownResponse*) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   if (!who.admin) {
     return Finish(ctx, Status::PermissionDenied(
-                           "shutdown stops snapd for everyone: only root, snapd's own uid or "
+                           "shutdown stops adjsnapd for everyone: only root, adjsnapd's own uid or "
                            "the admin_group may (uid " + std::to_string(who.uid) + " may not)"));
   }
-  SNAPD_LOG_INFO("shutdown asked by uid %u", who.uid);
+  ADJSNAP_LOG_INFO("shutdown asked by uid %u", who.uid);
   kill(getpid(), SIGTERM);  // main's sigwait takes it; this answer goes out first
   return Finish(ctx, Status::Ok());
 }
@@ -402,10 +402,10 @@ grpc::ServerUnaryReactor* ControlService::Shutdown(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* ControlService::Drain(grpc::CallbackServerContext* ctx,
                                                 const v1::DrainRequest*,
                                                 v1::DrainResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   if (!who.admin) {
     return Finish(ctx, Status::PermissionDenied(
-                           "drain moves every user's snapshots: only root, snapd's own uid or "
+                           "drain moves every user's snapshots: only root, adjsnapd's own uid or "
                            "the admin_group may (uid " + std::to_string(who.uid) + " may not)"));
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -428,17 +428,17 @@ grpc::ServerWriteReactor<v1::DumpChunk>* ControlService::Dump(grpc::CallbackServ
 grpc::ServerUnaryReactor* ControlService::Quota(grpc::CallbackServerContext* ctx,
                                                 const v1::QuotaRequest* req,
                                                 v1::QuotaResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   uint32_t uid = req->has_uid() ? req->uid() : who.uid;
   if (!who.admin && (uid != who.uid || req->set())) {
     return Finish(ctx, Status::PermissionDenied(
-                           req->set() ? "only root, snapd's own uid or the admin_group set quotas"
+                           req->set() ? "only root, adjsnapd's own uid or the admin_group set quotas"
                                       : "uid " + std::to_string(who.uid) +
                                             " may read only its own quota"));
   }
   if (req->set()) {
     store_->SetQuota(uid, req->quota_bytes());
-    SNAPD_LOG_INFO("uid %u set the quota of uid %u to %llu bytes", who.uid, uid,
+    ADJSNAP_LOG_INFO("uid %u set the quota of uid %u to %llu bytes", who.uid, uid,
                    static_cast<unsigned long long>(req->quota_bytes()));
   }
   Store::Usage u = store_->TenantUsage(uid);
@@ -452,7 +452,7 @@ grpc::ServerUnaryReactor* ControlService::Quota(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* ControlService::PurgeRuns(grpc::CallbackServerContext* ctx,
                                                     const v1::PurgeRunsRequest* req,
                                                     v1::PurgeRunsResponse* resp) {
-  SNAPD_CALLER_OR_FINISH(who, ctx);
+  ADJSNAP_CALLER_OR_FINISH(who, ctx);
   uint32_t uid = req->has_uid() ? req->uid() : who.uid;
   if (!who.admin && uid != who.uid) {
     return Finish(ctx, Status::PermissionDenied("uid " + std::to_string(who.uid) +
@@ -466,7 +466,7 @@ grpc::ServerUnaryReactor* ControlService::PurgeRuns(grpc::CallbackServerContext*
     ++runs;
     freed += *f;
   }
-  SNAPD_LOG_INFO("uid %u purged %llu run%s of uid %u%s%s", who.uid,
+  ADJSNAP_LOG_INFO("uid %u purged %llu run%s of uid %u%s%s", who.uid,
                  static_cast<unsigned long long>(runs), runs == 1 ? "" : "s", uid,
                  req->job().empty() ? "" : ", job ", req->job().c_str());
   resp->set_runs(runs);
@@ -474,4 +474,4 @@ grpc::ServerUnaryReactor* ControlService::PurgeRuns(grpc::CallbackServerContext*
   return Finish(ctx, Status::Ok());
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

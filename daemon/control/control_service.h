@@ -1,4 +1,4 @@
-// The gRPC control plane (snapd.v1.Control), served with the callback API. Each RPC is a thin
+// The gRPC control plane (adjsnap.v1.Control), served with the callback API. Each RPC is a thin
 // translation between protobuf and the Store/SessionTable; grpc::Status appears only here.
 // Reactions never wait on the data plane or the disk: they take the store's mutex briefly and,
 // for changes, write one catalog record; Drain and Dump finish from store callbacks.
@@ -10,20 +10,20 @@
 
 #include "control/peer_listener.h"
 #include "data_plane/data_plane.h"
-#include "snapd/io_pool.h"
+#include "adjsnap/io_pool.h"
 #include "log.h"
 #include "sessions/sessions.h"
-#include "snapd/v1/control.grpc.pb.h"
+#include "adjsnap/v1/control.grpc.pb.h"
 #include "store/store.h"
 
-namespace snapd {
+namespace adjsnap {
 
 class ControlService final : public v1::Control::CallbackService {
  public:
   ControlService(Store* store, SessionTable* sessions, DataPlane* data_plane,
                  std::string control_socket, std::string arena_socket);
   // Who is calling: set once, before the first connection is accepted. Members of
-  // `admin_gid` (and root, and snapd's own uid) are admins; kNoGroup: no admin group.
+  // `admin_gid` (and root, and adjsnapd's own uid) are admins; kNoGroup: no admin group.
   static constexpr gid_t kNoGroup = static_cast<gid_t>(-1);
   // Before the server shuts down: sessions still waiting to open are refused (UNAVAILABLE).
   void Stop() { stopping_ = true; }
@@ -72,14 +72,14 @@ class ControlService final : public v1::Control::CallbackService {
   grpc::ServerUnaryReactor* PurgeRuns(grpc::CallbackServerContext* ctx,
                                       const v1::PurgeRunsRequest* req,
                                       v1::PurgeRunsResponse* resp) override;
-  // Raises SIGTERM in snapd itself: the stop runs on the main thread, as for a signal.
+  // Raises SIGTERM in adjsnapd itself: the stop runs on the main thread, as for a signal.
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx,
                                      const v1::ShutdownRequest* req,
                                      v1::ShutdownResponse* resp) override;
   grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* ctx,
                                      const v1::PrefetchRequest* req,
                                      v1::PrefetchResponse* resp) override;
-  // Probes every failed spool now (`snapctl spool probe`) and answers with each spool's state.
+  // Probes every failed spool now (`adjsnap spool probe`) and answers with each spool's state.
   grpc::ServerUnaryReactor* ProbeSpools(grpc::CallbackServerContext* ctx,
                                         const v1::ProbeSpoolsRequest* req,
                                         v1::ProbeSpoolsResponse* resp) override;
@@ -106,7 +106,7 @@ class ControlService final : public v1::Control::CallbackService {
   grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status& s);
   // Counts and logs `s` under its reason (rejections_) when it refuses the request as
   // malformed, unauthenticated, not permitted or over a limit; other failures are answers about
-  // snapd's state, not rejections. `caller`: who asked ("uid 1000"), for the log line.
+  // adjsnapd's state, not rejections. `caller`: who asked ("uid 1000"), for the log line.
   void Refused(grpc::CallbackServerContext* ctx, const Status& s);
   void Refused(const std::string& caller, const Status& s);
 
@@ -120,7 +120,7 @@ class ControlService final : public v1::Control::CallbackService {
   gid_t admin_gid_ = kNoGroup;
   // OpenSession vets each client's worker address in a child process (data_plane/
   // address_check.h): a few threads do it, at most kMaxOpening sessions wait for them, and
-  // more are refused at once, so a flood of OpenSession calls costs snapd neither a thread nor a
+  // more are refused at once, so a flood of OpenSession calls costs adjsnapd neither a thread nor a
   // process each.
   static constexpr int kVettingThreads = 4;
   static constexpr int kMaxOpening = 256;
@@ -128,7 +128,7 @@ class ControlService final : public v1::Control::CallbackService {
   std::atomic<bool> stopping_{false};
   log::RejectionLog rejections_{log::Surface::kControlPlane};
   IoPool vetting_{kVettingThreads,
-                  "snapd-vetting"};  // last: joined before the members its jobs use go
+                  "adjsnap-vetting"};  // last: joined before the members its jobs use go
 };
 
 // The spools' states as Stats and ProbeSpools answer them (control_stats.cc): directories and
@@ -136,4 +136,4 @@ class ControlService final : public v1::Control::CallbackService {
 void FillSpools(const DiskTier& disk, bool admin,
                 google::protobuf::RepeatedPtrField<v1::SpoolState>* out);
 
-}  // namespace snapd
+}  // namespace adjsnap

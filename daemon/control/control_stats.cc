@@ -7,7 +7,7 @@
 
 #include "control/control_service.h"
 
-namespace snapd {
+namespace adjsnap {
 
 namespace {
 constexpr size_t kMaxWaitsListed = 64;  // StatsResponse.waits
@@ -40,7 +40,7 @@ void FillSpools(const DiskTier& disk, bool admin,
 void ControlService::CollectStats(const Tenant* who, v1::StatsResponse* resp) const {
   const bool admin = who && who->admin;
   StoreCounters c = store_->Counters();
-  resp->set_version(SNAPD_VERSION);
+  resp->set_version(ADJSNAP_VERSION);
   resp->set_wire_version(wire::kVersion);
   resp->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::steady_clock::now() - started_)
@@ -128,4 +128,4 @@ void ControlService::CollectStats(const Tenant* who, v1::StatsResponse* resp) co
   resp->set_oldest_wait_seconds(waits.oldest_seconds);
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "snapd/zfp_codec.h"
+#include "adjsnap/zfp_codec.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 class DumpReactor final : public grpc::ServerWriteReactor<v1::DumpChunk> {
@@ -150,4 +150,4 @@ grpc::ServerWriteReactor<v1::DumpChunk>* StartDump(
   return new DumpReactor(store, req, who, refused);
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -3,11 +3,11 @@
 
 #include <functional>
 
-#include "snapd/status.h"
-#include "snapd/v1/control.grpc.pb.h"
+#include "adjsnap/status.h"
+#include "adjsnap/v1/control.grpc.pb.h"
 #include "store/store.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // A reactor that sends the steps [req.first_step, req.end_step) of run req.name that `who` may
 // read, and deletes itself when done. `refused` hears of a request refused up front (before
@@ -16,4 +16,4 @@ grpc::ServerWriteReactor<v1::DumpChunk>* StartDump(
     Store* store, const v1::DumpRequest& req, const Result<Tenant>& who,
     const std::function<void(const Status&)>& refused);
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -12,13 +12,13 @@
 #include <cstring>
 
 #include "log.h"
-#include "snapd/thread_name.h"
-#include "snapd/unix_socket.h"
+#include "adjsnap/thread_name.h"
+#include "adjsnap/unix_socket.h"
 
-namespace snapd {
+namespace adjsnap {
 
 Result<std::unique_ptr<PeerListener>> PeerListener::Listen(const std::string& path, mode_t mode) {
-  SNAPD_ASSIGN_OR_RETURN(ucx::ScopedFd fd, ListenUnix(path, mode, "control socket"));
+  ADJSNAP_ASSIGN_OR_RETURN(ucx::ScopedFd fd, ListenUnix(path, mode, "control socket"));
   return std::unique_ptr<PeerListener>(new PeerListener(path, std::move(fd)));
 }
 
@@ -26,7 +26,7 @@ PeerListener::PeerListener(std::string path, ucx::ScopedFd listen_fd)
     : path_(std::move(path)), listen_fd_(std::move(listen_fd)) {}
 
 void PeerListener::Serve(grpc::Server* server) {
-  thread_ = NamedThread("snapd-control", [this, server] { Accept(server); });
+  thread_ = NamedThread("adjsnap-control", [this, server] { Accept(server); });
 }
 
 void PeerListener::StopAccepting() {
@@ -43,13 +43,13 @@ void PeerListener::Accept(grpc::Server* server) {
   for (;;) {
     // Non-blocking: gRPC's event engine takes the descriptor as it is.
     int fd = AcceptConnection(listen_fd_.get(), SOCK_CLOEXEC | SOCK_NONBLOCK, [](int err) {
-      SNAPD_LOG_WARN("control socket: accept failed (%s); retrying", std::strerror(err));
+      ADJSNAP_LOG_WARN("control socket: accept failed (%s); retrying", std::strerror(err));
     });
     if (fd < 0) return;  // listening socket shut down
     ucred cred{};
     socklen_t len = sizeof cred;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      SNAPD_LOG_WARN("control socket: SO_PEERCRED failed (%s); connection dropped",
+      ADJSNAP_LOG_WARN("control socket: SO_PEERCRED failed (%s); connection dropped",
                      std::strerror(errno));
       close(fd);
       continue;
@@ -76,4 +76,4 @@ std::optional<Peer> PeerListener::Find(std::string_view grpc_peer) const {
   return it->second;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

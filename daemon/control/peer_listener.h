@@ -1,4 +1,4 @@
-// The control socket, accepted by snapd itself so that every connection's identity comes from
+// The control socket, accepted by adjsnapd itself so that every connection's identity comes from
 // the kernel: each accepted connection's uid/gid/pid (SO_PEERCRED) is recorded, then the
 // connection is handed to gRPC (AddInsecureChannelFromFd). A handler finds its caller from
 // the call's peer string ("fd:N"). Nothing a client sends decides who it is.
@@ -19,15 +19,15 @@
 #include <string_view>
 #include <thread>
 
-#include "snapd/status.h"
-#include "snapd/thread_annotations.h"
-#include "snapd/ucx.h"
+#include "adjsnap/status.h"
+#include "adjsnap/thread_annotations.h"
+#include "adjsnap/ucx.h"
 
 namespace grpc {
 class Server;
 }
 
-namespace snapd {
+namespace adjsnap {
 
 struct Peer {
   uid_t uid = 0;
@@ -49,7 +49,7 @@ class PeerListener {
   ~PeerListener();  // StopAccepting
 
   // The caller of a gRPC call whose ServerContext::peer() is `grpc_peer`.
-  std::optional<Peer> Find(std::string_view grpc_peer) const SNAPD_EXCLUDES(mu_);
+  std::optional<Peer> Find(std::string_view grpc_peer) const ADJSNAP_EXCLUDES(mu_);
 
  private:
   PeerListener(std::string path, ucx::ScopedFd listen_fd);
@@ -58,9 +58,9 @@ class PeerListener {
   const std::string path_;
   ucx::ScopedFd listen_fd_;
   mutable Mutex mu_;
-  std::map<int, Peer> peers_ SNAPD_GUARDED_BY(mu_);
+  std::map<int, Peer> peers_ ADJSNAP_GUARDED_BY(mu_);
   bool stopped_ = false;  // StopAccepting ran (it and the destructor run on one thread)
   std::thread thread_;    // declared last: starts after the members it uses exist
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

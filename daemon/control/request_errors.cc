@@ -6,7 +6,7 @@
 
 #include "log.h"
 
-namespace snapd {
+namespace adjsnap {
 
 namespace {
 
@@ -23,7 +23,7 @@ class RequestErrors final : public grpc::experimental::Interceptor {
     using Hook = grpc::experimental::InterceptionHookPoints;
     if (batch->QueryInterceptionHookPoint(Hook::PRE_SEND_STATUS)) {
       grpc::Status s = batch->GetSendStatus();
-      // snapd implements every method it serves, and its own errors always carry a message:
+      // adjsnapd implements every method it serves, and its own errors always carry a message:
       // an empty UNIMPLEMENTED comes from gRPC itself.
       if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && s.error_message().empty()) {
         grpc::Status named = Explain();
@@ -39,7 +39,7 @@ class RequestErrors final : public grpc::experimental::Interceptor {
 
  private:
   grpc::Status Explain() const {
-    // "/snapd.v1.Control/OpenRun" → service "snapd.v1.Control", method "OpenRun".
+    // "/adjsnap.v1.Control/OpenRun" → service "adjsnap.v1.Control", method "OpenRun".
     size_t slash = method_.rfind('/');
     const google::protobuf::MethodDescriptor* method = nullptr;
     if (slash != std::string::npos && slash > 0) {
@@ -49,7 +49,7 @@ class RequestErrors final : public grpc::experimental::Interceptor {
     }
     if (method == nullptr) {
       return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                          "snapd serves no method '" + method_ + "'");
+                          "adjsnapd serves no method '" + method_ + "'");
     }
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the request body of " + method_ + " does not decode as a " +
@@ -84,4 +84,4 @@ std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NameReque
   return std::make_unique<Factory>(calls_in_flight);
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

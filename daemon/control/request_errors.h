@@ -11,11 +11,11 @@
 #include <cstdint>
 #include <memory>
 
-namespace snapd {
+namespace adjsnap {
 
 // For grpc::ServerBuilder::experimental().SetInterceptorCreators. `calls_in_flight` counts the
 // calls begun and not yet done; it must outlive the server.
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NameRequestErrors(
     std::atomic<int64_t>* calls_in_flight);
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -10,11 +10,11 @@
 #include <cstring>
 #include <thread>
 
-#include "snapd/ucx.h"
+#include "adjsnap/ucx.h"
 
 extern char** environ;
 
-namespace snapd {
+namespace adjsnap {
 
 namespace {
 
@@ -53,7 +53,7 @@ Status CheckUcxAddress(const std::string& address, std::chrono::milliseconds tim
   posix_spawn_file_actions_adddup2(&actions, read_end.get(), STDIN_FILENO);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  char arg0[] = "snapd";
+  char arg0[] = "adjsnapd";
   std::string flag = kCheckUcxAddressFlag;
   char* argv[] = {arg0, flag.data(), nullptr};
   pid_t pid = -1;
@@ -91,7 +91,7 @@ Status CheckUcxAddress(const std::string& address, std::chrono::milliseconds tim
                                    std::to_string(WTERMSIG(status)) + ")");
   }
   return Status::InvalidArgument(
-      "ucx_address is not a UCX worker address this snapd can reach (UCX refused it)");
+      "ucx_address is not a UCX worker address this adjsnapd can reach (UCX refused it)");
 }
 
 void RunUcxAddressCheck() {
@@ -104,15 +104,15 @@ void RunUcxAddressCheck() {
     address.append(buf, static_cast<size_t>(n));
     if (address.size() > kMaxUcxAddressBytes) _exit(1);
   }
-  auto loop = ucx::WorkerLoop::Create("snapd-address-check");
+  auto loop = ucx::WorkerLoop::Create("adjsnap-addrchk");
   if (!loop.ok()) _exit(2);
   auto ep = ucx::ConnectToWorker((*loop)->worker(), address, &IgnoreError, nullptr);
   if (!ep.ok()) _exit(1);
-  // Wire-up continues in progress; run it a little so a bad address fails here, not in snapd.
+  // Wire-up continues in progress; run it a little so a bad address fails here, not in adjsnapd.
   for (int i = 0; i < 64; ++i) ucp_worker_progress((*loop)->worker());
   ucx::CloseEndpoint(**loop, *ep, /*force=*/true);
   // _exit: no destructors or leak checks in a process whose only output is its exit code.
   _exit(0);
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -2,7 +2,7 @@
 //
 // UCX unpacks a worker address without bounds checks: a crafted or corrupted address can
 // crash the process that unpacks it (UCX 1.13 asserts or segfaults on many one-byte
-// mutations). snapd therefore unpacks every client address first in a throwaway process (this
+// mutations). adjsnapd therefore unpacks every client address first in a throwaway process (this
 // binary, re-executed with kCheckUcxAddressFlag), which creates an endpoint to it with the
 // daemon's UCX configuration; only an address that survives is unpacked by the daemon.
 #pragma once
@@ -10,9 +10,9 @@
 #include <chrono>
 #include <string>
 
-#include "snapd/status.h"
+#include "adjsnap/status.h"
 
-namespace snapd {
+namespace adjsnap {
 
 inline constexpr const char* kCheckUcxAddressFlag = "--check-ucx-address";
 inline constexpr size_t kMaxUcxAddressBytes = 64 * 1024;
@@ -27,4 +27,4 @@ Status CheckUcxAddress(const std::string& address, std::chrono::milliseconds tim
 // created, 1 when UCX refused it. Called from main() when argv[1] is kCheckUcxAddressFlag.
 [[noreturn]] void RunUcxAddressCheck();
 
-}  // namespace snapd
+}  // namespace adjsnap

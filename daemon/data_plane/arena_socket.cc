@@ -11,11 +11,11 @@
 #include <cstring>
 
 #include "log.h"
-#include "snapd/thread_name.h"
-#include "snapd/unix_socket.h"
-#include "snapd/wire.h"
+#include "adjsnap/thread_name.h"
+#include "adjsnap/unix_socket.h"
+#include "adjsnap/wire.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 // False when the peer is gone (it left before the answer).
@@ -32,7 +32,7 @@ bool SendReply(int fd, const Status& s, uint64_t arena_bytes, int pass_fd) {
 // Reads exactly `bytes`, or fewer when the peer closes, errs or lets `limit` pass in all. A
 // signal that interrupts the read (EINTR, or a partial read under MSG_WAITALL) is not the
 // peer's fault: the read goes on for what is left of the limit (SO_RCVTIMEO set to it before
-// each try). Time snapd spends stopped (SIGSTOP) counts.
+// each try). Time adjsnapd spends stopped (SIGSTOP) counts.
 bool RecvExactly(int fd, void* data, size_t bytes, std::chrono::milliseconds limit) {
   using std::chrono::duration_cast;
   using std::chrono::microseconds;
@@ -61,10 +61,10 @@ Result<std::unique_ptr<ArenaSocket>> ArenaSocket::Start(const std::string& path,
                                                         SessionTable* sessions,
                                                         OnLinked on_linked) {
   // 0666: the uid check happens per connection.
-  SNAPD_ASSIGN_OR_RETURN(ucx::ScopedFd fd, ListenUnix(path, 0666, "arena socket"));
+  ADJSNAP_ASSIGN_OR_RETURN(ucx::ScopedFd fd, ListenUnix(path, 0666, "arena socket"));
   std::unique_ptr<ArenaSocket> s(
       new ArenaSocket(path, std::move(fd), tier, sessions, std::move(on_linked)));
-  s->thread_ = NamedThread("snapd-arena", [p = s.get()] { p->Serve(); });
+  s->thread_ = NamedThread("adjsnap-arena", [p = s.get()] { p->Serve(); });
   return s;
 }
 
@@ -85,7 +85,7 @@ ArenaSocket::~ArenaSocket() {
 void ArenaSocket::Serve() {
   for (;;) {
     int fd = AcceptConnection(listen_fd_.get(), SOCK_CLOEXEC, [](int err) {
-      SNAPD_LOG_WARN("arena socket: accept failed (%s); retrying", std::strerror(err));
+      ADJSNAP_LOG_WARN("arena socket: accept failed (%s); retrying", std::strerror(err));
     });
     if (fd < 0) return;  // listening socket shut down
     ucx::ScopedFd conn(fd);
@@ -150,7 +150,7 @@ void ArenaSocket::Answer(ucx::ScopedFd& conn) {
     return;
   }
   if (!SendReply(fd, Status::Ok(), arena->second, arena->first)) {
-    SNAPD_LOG_INFO("arena socket: session %llu left before the host tier was handed over",
+    ADJSNAP_LOG_INFO("arena socket: session %llu left before the host tier was handed over",
                    static_cast<unsigned long long>(req.session_id));
     return;
   }
@@ -160,4 +160,4 @@ void ArenaSocket::Answer(ucx::ScopedFd& conn) {
   }
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -22,10 +22,10 @@
 #include "host_tier/host_tier.h"
 #include "log.h"
 #include "sessions/sessions.h"
-#include "snapd/status.h"
-#include "snapd/ucx.h"
+#include "adjsnap/status.h"
+#include "adjsnap/ucx.h"
 
-namespace snapd {
+namespace adjsnap {
 
 class ArenaSocket {
  public:
@@ -56,4 +56,4 @@ class ArenaSocket {
   std::thread thread_;  // declared last: starts after the members it uses exist
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -7,9 +7,9 @@
 #include <future>
 
 #include "log.h"
-#include "snapd/thread_name.h"
+#include "adjsnap/thread_name.h"
 
-namespace snapd {
+namespace adjsnap {
 
 namespace {
 
@@ -45,10 +45,10 @@ DataPlane::DataPlane(const Options& options, Store* store, SessionTable* session
 
 Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Store* store,
                                                     SessionTable* sessions) {
-  SNAPD_ASSIGN_OR_RETURN(auto loop, ucx::WorkerLoop::Create("snapd"));
+  ADJSNAP_ASSIGN_OR_RETURN(auto loop, ucx::WorkerLoop::Create("adjsnapd"));
   std::unique_ptr<DataPlane> dp(new DataPlane(options, store, sessions, std::move(loop)));
   // Every id first, then the wire format's own over them.
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       ucx::SetDefaultAmHandler(dp->loop_->worker(), &DataPlane::OnUnknownId, dp.get()));
   using wire::FetchRequest, wire::PushRequest;
   dp->Register<wire::HelloRequest, wire::kHello, false, &DataPlane::HandleHello>();
@@ -59,13 +59,13 @@ Result<std::unique_ptr<DataPlane>> DataPlane::Start(const Options& options, Stor
   dp->Register<FetchRequest, wire::kFetchMapped, true, &DataPlane::HandleFetchMapped>();
   dp->Register<wire::LeaseRelease, wire::kReleaseLease, true, &DataPlane::HandleReleaseLease>();
   dp->Register<wire::PushRequest, wire::kAbort, true, &DataPlane::HandleAbort>();
-  dp->loop_->Start("snapd-dataplane");
+  dp->loop_->Start("adjsnap-dplane");
   DataPlane* raw = dp.get();
-  dp->sweeper_ = NamedThread("snapd-sweeper", [raw] {
+  dp->sweeper_ = NamedThread("adjsnap-sweeper", [raw] {
     MutexLock lock(raw->sweeper_mu_);
     while (!raw->sweeper_cv_.WaitFor(
         raw->sweeper_mu_, std::chrono::seconds(1),
-        [raw]() SNAPD_REQUIRES(raw->sweeper_mu_) { return raw->sweeper_stop_; })) {
+        [raw]() ADJSNAP_REQUIRES(raw->sweeper_mu_) { return raw->sweeper_stop_; })) {
       raw->loop_->Post([raw] { raw->Sweep(); });
     }
   });
@@ -204,7 +204,7 @@ Status DataPlane::Connect(const Session& session, const std::string& client_addr
     conn.session_id = session.id;
     conn.token = session.token;
     conn.ep = *ep;
-    // Pushes and fetches touch only the session's own runs (root and snapd's uid: any run).
+    // Pushes and fetches touch only the session's own runs (root and adjsnapd's uid: any run).
     conn.tenant = Tenant{session.uid, TrustedUid(session.uid), session.id};
     conn.opened = std::chrono::steady_clock::now();
     conns_[*ep] = std::move(conn);
@@ -220,7 +220,7 @@ void DataPlane::Sweep() {
   auto now = std::chrono::steady_clock::now();
   for (auto it = conns_.begin(); it != conns_.end();) {
     if (!it->second.hello && now - it->second.opened > options_.connect_timeout) {
-      SNAPD_LOG_INFO("session %llu: closed, its client did not connect within %lld s",
+      ADJSNAP_LOG_INFO("session %llu: closed, its client did not connect within %lld s",
                      static_cast<unsigned long long>(it->second.session_id),
                      static_cast<long long>(options_.connect_timeout.count()));
       // Gone, as a killed client is: a reconnect may have attached it to runs (AttachSession),
@@ -232,7 +232,7 @@ void DataPlane::Sweep() {
   }
   for (auto it = awaited_sockets_.begin(); it != awaited_sockets_.end();) {
     if (now - it->second.since > options_.connect_timeout) {
-      SNAPD_LOG_INFO(
+      ADJSNAP_LOG_INFO(
           "session %llu: closed, its client did not bring its session socket within "
           "%lld s",
           static_cast<unsigned long long>(it->first),
@@ -252,8 +252,8 @@ void DataPlane::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto it = self->conns_.find(ep);
   if (it == self->conns_.end()) return;
   // A client that ends (or dies) shows up here as a reset or timed-out endpoint: that is
-  // how sessions end, not an error of snapd's.
-  SNAPD_LOG_INFO("session %llu: client disconnected (UCX: %s)",
+  // how sessions end, not an error of adjsnapd's.
+  ADJSNAP_LOG_INFO("session %llu: client disconnected (UCX: %s)",
                  static_cast<unsigned long long>(it->second.session_id), ucs_status_string(status));
   self->Forget(it, /*died=*/true);
 }
@@ -299,15 +299,15 @@ void DataPlane::AttachSocket(const Session& session, ucx::ScopedFd fd) {
           loop_->Post([this, link = *link_of, serial, why] {
             auto it = conns_.find(link);
             if (it == conns_.end() || it->second.serial != serial) return;
-            // How sessions end when their client ends or dies, not an error of snapd's.
-            SNAPD_LOG_INFO("session %llu: client disconnected (%s)",
+            // How sessions end when their client ends or dies, not an error of adjsnapd's.
+            ADJSNAP_LOG_INFO("session %llu: client disconnected (%s)",
                            static_cast<unsigned long long>(it->second.session_id),
                            why.ToString().c_str());
             Forget(it, /*died=*/true);
           });
         });
     if (!started.ok()) {
-      SNAPD_LOG_WARN("session %llu: cannot serve its session socket: %s",
+      ADJSNAP_LOG_WARN("session %llu: cannot serve its session socket: %s",
                      static_cast<unsigned long long>(session.id),
                      started.status().ToString().c_str());
       store_->EndSession(session.id, /*died=*/false);
@@ -363,7 +363,7 @@ DataPlane::Conn* DataPlane::Admit(Link link, const void* header, size_t header_l
   std::string op_name = "AM id " + std::to_string(op);
   auto it = conns_.find(link);
   if (it == conns_.end()) {
-    // Not answered: an endpoint snapd did not create is UCX's to free at any time.
+    // Not answered: an endpoint adjsnapd did not create is UCX's to free at any time.
     Reject(log::Reason::kUnknownEndpoint, op_name + " (open a session first)");
     return nullptr;
   }
@@ -387,7 +387,7 @@ DataPlane::Conn* DataPlane::Admit(Link link, const void* header, size_t header_l
         log::Reason::kWireVersion, h.request_id,
         Status::InvalidArgument("unsupported wire format (magic " + std::to_string(h.magic) +
                                 ", version " + std::to_string(h.version) +
-                                "); this snapd speaks version " + std::to_string(wire::kVersion)));
+                                "); this adjsnapd speaks version " + std::to_string(wire::kVersion)));
   }
   if (header_length != expected_length || h.op != op) {
     return refuse(log::Reason::kMalformed, h.request_id,
@@ -493,4 +493,4 @@ void DataPlane::Reply(Link link, uint64_t request_id, const Status& status, Repl
   });
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,5 +1,5 @@
-// The UCX data plane of snapd: one UCX worker and the active-message handlers that move
-// snapshot bytes between solver processes and the tiers (wire format: proto/snapd/wire.h).
+// The UCX data plane of adjsnapd: one UCX worker and the active-message handlers that move
+// snapshot bytes between solver processes and the tiers (wire format: proto/adjsnap/wire.h).
 //
 // Links: a session reaches the data plane over one link, a UCX endpoint or a session socket.
 // - Endpoints: there is no listener. OpenSession (control plane, SO_PEERCRED) hands the
@@ -14,7 +14,7 @@
 // past its table). Rejections are counted and logged, at most a few lines a second.
 //
 // Mapped path (same node, the default there): the client holds its own uid's host-tier arena
-// mapped (with host_arenas = "shared": root and snapd's uid only) and copies bytes itself;
+// mapped (with host_arenas = "shared": root and adjsnapd's uid only) and copies bytes itself;
 // these handlers only reserve/commit steps and lease blocks
 // (kReserve, kCommit, kAbort, kFetchMapped, kReleaseLease).
 // Copied path (any client, e.g. over tcp): kPush carries the snapshot as AM data; the handler
@@ -50,12 +50,12 @@
 #include "log.h"
 #include "metrics/latency_histogram.h"
 #include "sessions/sessions.h"
-#include "snapd/message_socket.h"
-#include "snapd/ucx.h"
-#include "snapd/wire.h"
+#include "adjsnap/message_socket.h"
+#include "adjsnap/ucx.h"
+#include "adjsnap/wire.h"
 #include "store/store.h"
 
-namespace snapd {
+namespace adjsnap {
 
 struct DataPlaneCounters {
   std::atomic<uint64_t> pushes{0};
@@ -100,7 +100,7 @@ class DataPlane {
 
   // The worker's packed UCX address, for OpenSession's reply.
   const std::string& worker_address() const { return loop_->address(); }
-  // A line for logs and `snapctl status`.
+  // A line for logs and `adjsnap status`.
   std::string Describe() const;
   // Creates the session's endpoint to the client worker at `client_address` (vetted by
   // CheckUcxAddress). Blocks until the loop thread has done it: not for reactors.
@@ -136,7 +136,7 @@ class DataPlane {
     struct Reservation {
       Store::PushTicket ticket;
       std::chrono::steady_clock::time_point since;    // granted: the client's copy starts
-      std::chrono::steady_clock::time_point arrived;  // the Reserve reached snapd
+      std::chrono::steady_clock::time_point arrived;  // the Reserve reached adjsnapd
     };
     struct Lease {
       std::shared_ptr<HostBlock> block;
@@ -173,7 +173,7 @@ class DataPlane {
   // I/O threads, find no data plane to post to and are dropped.
   struct Liveness {
     Mutex mu;
-    bool alive SNAPD_GUARDED_BY(mu) = true;
+    bool alive ADJSNAP_GUARDED_BY(mu) = true;
   };
   // Wraps a store callback so it runs on the loop thread, if the data plane still exists.
   template <typename T>
@@ -247,7 +247,7 @@ class DataPlane {
   // On failure counts the message as rejected, answers it when it can, and returns null.
   Conn* Admit(Link link, const void* header, size_t header_length, size_t expected_length,
               wire::AmId op, bool needs_session);
-  // `arrived`: when the push's first message reached snapd (its latency is observed here).
+  // `arrived`: when the push's first message reached adjsnapd (its latency is observed here).
   // Commits the push, and answers it if its endpoint is still connected.
   void FinishPush(const Peer& peer, uint64_t request_id, const Store::PushTicket& ticket,
                   Clock::time_point arrived);
@@ -286,7 +286,7 @@ class DataPlane {
   // Posts Sweep() to the loop once a second; stopped before the loop.
   Mutex sweeper_mu_;
   CondVar sweeper_cv_;
-  bool sweeper_stop_ SNAPD_GUARDED_BY(sweeper_mu_) = false;
+  bool sweeper_stop_ ADJSNAP_GUARDED_BY(sweeper_mu_) = false;
   std::thread sweeper_;
 };
 
@@ -303,4 +303,4 @@ std::function<void(T)> DataPlane::OnLoop(std::function<void(T)> f) {
   };
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

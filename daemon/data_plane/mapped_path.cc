@@ -6,7 +6,7 @@
 #include "data_plane/data_plane.h"
 #include "log.h"
 
-namespace snapd {
+namespace adjsnap {
 
 Status DataPlane::MappedByEndpoint(const Conn& conn, const HostBlock& block, uint64_t run_id,
                                    uint64_t step) const {
@@ -99,7 +99,7 @@ ucs_status_t DataPlane::HandleCommit(Conn& conn, Link link, const wire::PushRequ
     Reply(link, req.header.request_id,
           Status::InvalidArgument("commit of step " + std::to_string(req.step) +
                                   " carries unknown flags " + std::to_string(req.flags) +
-                                  " (this snapd knows only kPushChecksum = 1); the push is "
+                                  " (this adjsnapd knows only kPushChecksum = 1); the push is "
                                   "abandoned"));
     return UCS_OK;
   }
@@ -140,4 +140,4 @@ ucs_status_t DataPlane::HandleReleaseLease(Conn& conn, Link, const wire::LeaseRe
   return UCS_OK;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

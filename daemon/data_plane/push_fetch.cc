@@ -6,9 +6,9 @@
 
 #include "data_plane/data_plane.h"
 #include "log.h"
-#include "snapd/checksum.h"
+#include "adjsnap/checksum.h"
 
-namespace snapd {
+namespace adjsnap {
 
 ucs_status_t DataPlane::HandlePush(Conn& conn, Link link, const wire::PushRequest& req, void* data,
                                    size_t length, const ucp_am_recv_param_t* param) {
@@ -52,7 +52,7 @@ ucs_status_t DataPlane::HandlePush(Conn& conn, Link link, const wire::PushReques
 void DataPlane::ReceivePush(const Peer& peer, uint64_t id, Store::PushTicket t, void* data,
                             size_t length, bool rndv, const std::vector<char>* eager,
                             Clock::time_point arrived) {
-  if (!rndv) {  // the one copy snapd makes of a push: it computes the checksum too
+  if (!rndv) {  // the one copy adjsnapd makes of a push: it computes the checksum too
     t.checksum = CopyWithChecksum(t.block->data(), eager ? eager->data() : data, length);
     FinishPush(peer, id, t, arrived);
     return;
@@ -66,7 +66,7 @@ void DataPlane::ReceivePush(const Peer& peer, uint64_t id, Store::PushTicket t, 
           FinishPush(peer, id, t, arrived);
         } else {
           store_->AbortPush(t);
-          SNAPD_LOG_WARN("push of run %llu step %llu abandoned: %s",
+          ADJSNAP_LOG_WARN("push of run %llu step %llu abandoned: %s",
                          static_cast<unsigned long long>(t.run_id),
                          static_cast<unsigned long long>(t.step), ucs_status_string(s));
           if (Find(peer)) Reply(peer.link, id, ucx::FromUcs(s, "receiving the snapshot"));
@@ -148,4 +148,4 @@ void DataPlane::OnFetched(const Peer& peer, uint64_t id, bool mapped, const wire
   Reply(link, id, Status::Ok(), std::move(body));
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

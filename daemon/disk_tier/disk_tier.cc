@@ -16,10 +16,10 @@
 #include <thread>
 
 #include "log.h"
-#include "snapd/thread_name.h"
-#include "snapd/units.h"
+#include "adjsnap/thread_name.h"
+#include "adjsnap/units.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 int64_t NowNs() {
@@ -72,7 +72,7 @@ DiskTier::DiskTier(std::vector<std::unique_ptr<Spool>> spools, uint64_t budget,
       io_(options.io ? options.io : SpoolIo::System()),
       probe_min_(std::max(options.probe_min, std::chrono::milliseconds(1))),
       probe_max_(std::max(options.probe_max, options.probe_min)) {
-  prober_ = NamedThread("snapd-prober", [this] { ProbeLoop(); });
+  prober_ = NamedThread("adjsnap-prober", [this] { ProbeLoop(); });
 }
 
 DiskTier::~DiskTier() {
@@ -100,11 +100,11 @@ uint64_t BytesUnder(const std::string& dir) {
   return total;
 }
 
-// A spool snapd cannot write (read-only filesystem, wrong owner, failing device) is refused at
+// A spool adjsnapd cannot write (read-only filesystem, wrong owner, failing device) is refused at
 // start, naming it, instead of failing every demotion later: one small file is written,
 // synced and removed.
 Status ProbeWritable(const std::string& dir) {
-  std::string probe = dir + "/.snapd-probe";
+  std::string probe = dir + "/.adjsnap-probe";
   auto refuse = [&](const char* what) {
     int err = errno;
     ::unlink(probe.c_str());
@@ -143,7 +143,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
     for (const std::string& dir : dirs) {
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);
-      // Snapshot files of every tenant, and run ids in their names: snapd's alone.
+      // Snapshot files of every tenant, and run ids in their names: adjsnapd's alone.
       struct stat st {};
       if (!ec && (stat(dir.c_str(), &st) != 0 || (st.st_mode & 07777) != 0700) &&
           chmod(dir.c_str(), 0700) != 0) {
@@ -152,7 +152,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
       if (ec) {
         return Status::PermissionDenied("creating spool directory " + dir + ": " + ec.message());
       }
-      SNAPD_RETURN_IF_ERROR(ProbeWritable(dir));
+      ADJSNAP_RETURN_IF_ERROR(ProbeWritable(dir));
       struct statvfs vfs {};
       if (statvfs(dir.c_str(), &vfs) != 0) return IoError("statvfs", dir, errno);
       auto spool = std::make_unique<Spool>();
@@ -160,7 +160,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
       spool->spool_class = cls;
       if (stat(dir.c_str(), &st) != 0) return IoError("stat", dir, errno);
       spool->dev = st.st_dev;
-      // What the spool's filesystem can give snapd: its free space plus the files snapd
+      // What the spool's filesystem can give adjsnapd: its free space plus the files adjsnapd
       // already keeps there (recovered snapshots), so a restart computes the same budget as
       // the start before it, not a smaller one each time.
       double free_bytes = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
@@ -168,9 +168,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
       if (budget_bytes) {
         spool->budget = budget_bytes / dirs.size();
         if (static_cast<double>(spool->budget) > room) {
-          SNAPD_LOG_WARN(
-              "%s gives spool %s %s, but its filesystem has only %s for snapd "
-              "(free space and snapd's own files): pushes will find the disk full "
+          ADJSNAP_LOG_WARN(
+              "%s gives spool %s %s, but its filesystem has only %s for adjsnapd "
+              "(free space and adjsnapd's own files): pushes will find the disk full "
               "before the budget is used",
               budget_key, dir.c_str(), FormatBytes(spool->budget).c_str(),
               FormatBytes(static_cast<uint64_t>(room)).c_str());
@@ -184,9 +184,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options)
     }
     return Status::Ok();
   };
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       open_class(options.spools, options.budget_bytes, SpoolClass::kLocal, "disk_mem"));
-  SNAPD_RETURN_IF_ERROR(open_class(options.shared_spools, options.shared_budget_bytes,
+  ADJSNAP_RETURN_IF_ERROR(open_class(options.shared_spools, options.shared_budget_bytes,
                                    SpoolClass::kShared, "shared_disk_mem"));
   if (total == 0) {
     return Status::InvalidArgument("disk tier budget is 0 bytes; set disk_mem or disk_mem_perc, "
@@ -240,7 +240,7 @@ Result<DiskTier::Space> DiskTier::Reserve(uint64_t raw, SpoolClass want, bool fa
   }
   if (!any) {
     return Status::Unavailable("no spool of the disk tier works (" + FailedSpoolsLocked() +
-                               "); snapd re-probes them with backoff, `snapctl spool probe` "
+                               "); adjsnapd re-probes them with backoff, `adjsnap spool probe` "
                                "tries now");
   }
   if (best_room < bytes) {
@@ -332,7 +332,7 @@ int DiskTier::OpenFile(Spool& spool, const std::string& path, int flags) {
     int fd = io_->Open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0600);
     if (fd >= 0 || errno != EINVAL) return fd;
     spool.direct.store(false, std::memory_order_relaxed);
-    SNAPD_LOG_INFO("spool %s does not support O_DIRECT; using buffered I/O there",
+    ADJSNAP_LOG_INFO("spool %s does not support O_DIRECT; using buffered I/O there",
                    spool.dir.c_str());
   }
   return io_->Open(path.c_str(), flags | O_CLOEXEC, 0600);
@@ -430,7 +430,7 @@ Status DiskTier::WriteFrom(const Space& space, uint64_t run_id, const std::strin
     auto create = [&] { return OpenFile(spool, path, O_WRONLY | O_CREAT | O_TRUNC); };
     int created = Retry(create);
     if (created < 0 && errno == ENOENT) {
-      // The run's directory went since snapd made it (removed by hand, a fresh filesystem
+      // The run's directory went since adjsnapd made it (removed by hand, a fresh filesystem
       // mounted there): made again, once.
       ForgetRunDir(space.spool, run_id);
       dfd = RunDir(space.spool, run_id, dir);
@@ -554,8 +554,8 @@ Status DiskTier::FailSpool(uint32_t index, const std::string& reason, int err) {
   if (first) {
     // Once per failure: the writes that fail after it, on a spool already out of the rotation,
     // say nothing more (their callers count them).
-    SNAPD_LOG_ERROR("spool %s failed and is out of the rotation: %s; snapd re-probes it with "
-                    "backoff (first in %lld ms), `snapctl spool probe` tries now",
+    ADJSNAP_LOG_ERROR("spool %s failed and is out of the rotation: %s; adjsnapd re-probes it with "
+                    "backoff (first in %lld ms), `adjsnap spool probe` tries now",
                     spool.dir.c_str(), reason.c_str(),
                     static_cast<long long>(probe_min_.count()));
     probe_cv_.NotifyAll();
@@ -627,7 +627,7 @@ std::optional<Status> DiskTier::ReadUnreachable(uint32_t index, const char* what
   Spool& spool = *spools_[index];
   const char* kept =
       "; the step stays recorded and is served once a probe brings the spool "
-      "back (`snapctl spool probe` tries now)";
+      "back (`adjsnap spool probe` tries now)";
   if (ClassifySpoolError(err) == SpoolError::kUnreachable) {
     Status failed = FailSpool(
         index,
@@ -659,9 +659,9 @@ void DiskTier::Remove(uint32_t spool, uint64_t run_id, const std::string& name, 
   if (spool >= spools_.size() || !PlainName(name)) return;  // Adopt refused it: not accounted
   std::string path = Path(spool, run_id, name);
   if (io_->Unlink(path.c_str()) != 0 && errno != ENOENT) {
-    SNAPD_LOG_WARN("removing %s: %s", path.c_str(), std::strerror(errno));
+    ADJSNAP_LOG_WARN("removing %s: %s", path.c_str(), std::strerror(errno));
   }
   Unaccount(spool, FileBytes(raw));
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -44,10 +44,10 @@
 #include <vector>
 
 #include "disk_tier/spool_io.h"
-#include "snapd/status.h"
-#include "snapd/thread_annotations.h"
+#include "adjsnap/status.h"
+#include "adjsnap/thread_annotations.h"
 
-namespace snapd {
+namespace adjsnap {
 
 struct DiskTierOptions {
   std::vector<std::string> spools;  // created if missing
@@ -127,7 +127,7 @@ class DiskTier {
   // With `fail_over` false, only a spool of class `want` will do (the errors then speak of that
   // class's spools alone).
   Result<Space> Reserve(uint64_t raw, SpoolClass want = SpoolClass::kLocal, bool fail_over = true)
-      SNAPD_EXCLUDES(mu_);
+      ADJSNAP_EXCLUDES(mu_);
 
   // Writes FileBytes(raw) bytes from `data` (readable that far, 4 KiB-aligned for O_DIRECT)
   // durably under `name`, in the room `space` reserved (raw may be less than was reserved: a
@@ -135,34 +135,34 @@ class DiskTier {
   // or `name.tmp` and all of `space` returns to the budget; a full filesystem is
   // RESOURCE_EXHAUSTED, a failed device UNAVAILABLE (the spool is marked failed).
   Status Write(const Space& space, uint64_t run_id, const std::string& name, const void* data,
-               uint64_t raw) SNAPD_EXCLUDES(mu_);
+               uint64_t raw) ADJSNAP_EXCLUDES(mu_);
   // Copies the file `name` of `run_id` from spool `from` to the room `to` reserved (of another
   // spool), under the same name, as Write writes it: durable when this returns OK, nothing left
   // in `to` otherwise. The source is left as it is; an error reading it (UNAVAILABLE, naming the
   // path) fails the copy, not either spool.
   Status Copy(uint32_t from, uint64_t run_id, const std::string& name, uint64_t raw,
-              const Space& to) SNAPD_EXCLUDES(mu_);
+              const Space& to) ADJSNAP_EXCLUDES(mu_);
   // Reads the file into `data` (writable for FileBytes(raw) bytes). DATA_LOSS, naming the path
   // and the errno, if the file is missing, shorter than recorded or cannot be read (EIO);
   // UNAVAILABLE if a transient error persisted (the file may be fine).
   Status Read(uint32_t spool, uint64_t run_id, const std::string& name, void* data, uint64_t raw);
   // Unlinks the file and returns its bytes to the budget.
   void Remove(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw)
-      SNAPD_EXCLUDES(mu_);
+      ADJSNAP_EXCLUDES(mu_);
 
   // Recovery. Adopt: the file a catalog record names is present and complete; accounts it.
   Status Adopt(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw)
-      SNAPD_EXCLUDES(mu_);
+      ADJSNAP_EXCLUDES(mu_);
   // Moves a damaged file aside, out of the budget, to `<spool>/quarantine/run-<id>/<name>`, where
   // an operator can look at it: evidence is never deleted. `accounted_raw`: what the file holds
   // as the budget counts it (0: not accounted, e.g. a file Adopt refused). Returns the new path,
   // or the error (the file then stays where it was).
   Result<std::string> Quarantine(uint32_t spool, uint64_t run_id, const std::string& name,
-                                 uint64_t accounted_raw) SNAPD_EXCLUDES(mu_);
+                                 uint64_t accounted_raw) ADJSNAP_EXCLUDES(mu_);
   // Closes what the tier keeps open of a deleted run (its directories in shared spools).
-  void ForgetRunDirs(uint64_t run_id) SNAPD_EXCLUDES(mu_);
-  // The file that says a spool directory is the one snapd spooled to, in each spool.
-  static constexpr const char* kMarker = ".snapd-spool";
+  void ForgetRunDirs(uint64_t run_id) ADJSNAP_EXCLUDES(mu_);
+  // The file that says a spool directory is the one adjsnapd spooled to, in each spool.
+  static constexpr const char* kMarker = ".adjsnap-spool";
   struct RecordedFile {
     uint32_t spool = 0;
     uint64_t run_id = 0;
@@ -170,37 +170,37 @@ class DiskTier {
   };
   // At start, once the catalog is read and before Adopt: each spool gets its marker, unless it
   // has none and not one of the files recorded in it is there. Such a spool is not the
-  // filesystem snapd wrote them to (a shared filesystem not mounted, a disk not attached; its
+  // filesystem adjsnapd wrote them to (a shared filesystem not mounted, a disk not attached; its
   // directory was made anew on whatever is mounted below): it fails (ENOENT), its steps stay
   // recorded (UNAVAILABLE when read), and a probe brings it back once its marker is there.
   // Probes of a claimed spool want its marker.
-  void Claim(const std::vector<RecordedFile>& recorded) SNAPD_EXCLUDES(mu_);
+  void Claim(const std::vector<RecordedFile>& recorded) ADJSNAP_EXCLUDES(mu_);
   // Deletes what writes a crash interrupted: files no record names (half written, or written
   // and not yet recorded; `.tmp` files of earlier versions), with empty run directories. Never
   // a file `keep` ("<spool>/run-<id>/<name>" relative keys, see Key) names, whatever state its
   // record is in. Returns the paths removed.
   std::vector<std::string> RemoveOrphans(const std::set<std::string>& keep);
   static std::string Key(uint32_t spool, uint64_t run_id, const std::string& name);
-  // A file name snapd writes: one path component, not "." or "..". The catalog's names are
-  // checked against it before any of them becomes a path: a damaged record must not make snapd
+  // A file name adjsnapd writes: one path component, not "." or "..". The catalog's names are
+  // checked against it before any of them becomes a path: a damaged record must not make adjsnapd
   // read, move or delete a file outside the run's spool directory.
   static bool PlainName(const std::string& name);
 
   // Spool health. A spool is marked failed by the write path (see the class comment) and
   // comes back when a probe succeeds.
-  std::vector<SpoolStatus> SpoolStates() const SNAPD_EXCLUDES(mu_);
+  std::vector<SpoolStatus> SpoolStates() const ADJSNAP_EXCLUDES(mu_);
   // At least one spool works.
   bool usable() const { return usable_.load(std::memory_order_acquire); }
   // No spool is failed.
   bool all_working() const { return all_working_.load(std::memory_order_acquire); }
   // What a refusal says when no spool works: each spool, what failed it and its errno.
-  std::string FailedSpools() const SNAPD_EXCLUDES(mu_);
-  // Probes every failed spool now (`snapctl spool probe`), on the caller's thread; returns how
+  std::string FailedSpools() const ADJSNAP_EXCLUDES(mu_);
+  // Probes every failed spool now (`adjsnap spool probe`), on the caller's thread; returns how
   // many came back.
-  int ProbeNow() SNAPD_EXCLUDES(mu_);
+  int ProbeNow() ADJSNAP_EXCLUDES(mu_);
   // `listener` is called (with no lock held, on whichever thread saw it) whenever a spool fails
   // or comes back. It must stay callable as long as the tier lives.
-  void AddStateListener(std::function<void()> listener) SNAPD_EXCLUDES(mu_);
+  void AddStateListener(std::function<void()> listener) ADJSNAP_EXCLUDES(mu_);
   // Counts the spools' failures and recoveries: a change says the room may have changed.
   uint64_t changes() const { return changes_.load(std::memory_order_acquire); }
   size_t spools() const { return spools_.size(); }
@@ -209,17 +209,17 @@ class DiskTier {
   }
   bool has_shared() const { return has_shared_; }
   // The working spools of `c`: bytes not yet used of their budgets.
-  uint64_t room(SpoolClass c) const SNAPD_EXCLUDES(mu_);
+  uint64_t room(SpoolClass c) const ADJSNAP_EXCLUDES(mu_);
   std::vector<std::string> spool_dirs() const;
   uint64_t budget() const { return budget_; }
-  uint64_t used() const SNAPD_EXCLUDES(mu_);
-  DiskIoCounters writes() const SNAPD_EXCLUDES(mu_);
-  DiskIoCounters reads() const SNAPD_EXCLUDES(mu_);
+  uint64_t used() const ADJSNAP_EXCLUDES(mu_);
+  DiskIoCounters writes() const ADJSNAP_EXCLUDES(mu_);
+  DiskIoCounters reads() const ADJSNAP_EXCLUDES(mu_);
   // One spool class's: its budget, use and transfers.
   uint64_t budget(SpoolClass c) const;
-  uint64_t used(SpoolClass c) const SNAPD_EXCLUDES(mu_);
-  DiskIoCounters writes(SpoolClass c) const SNAPD_EXCLUDES(mu_);
-  DiskIoCounters reads(SpoolClass c) const SNAPD_EXCLUDES(mu_);
+  uint64_t used(SpoolClass c) const ADJSNAP_EXCLUDES(mu_);
+  DiskIoCounters writes(SpoolClass c) const ADJSNAP_EXCLUDES(mu_);
+  DiskIoCounters reads(SpoolClass c) const ADJSNAP_EXCLUDES(mu_);
 
  private:
   // A descriptor closed through the seam when it goes.
@@ -284,43 +284,43 @@ class DiskTier {
   // The write path's error: RESOURCE_EXHAUSTED when full; otherwise marks the spool failed
   // (logging it once) and returns UNAVAILABLE naming the spool, `what`, `path` and the errno.
   // FailedSpools with mu_ held (Reserve's refusals name them too).
-  std::string FailedSpoolsLocked() const SNAPD_REQUIRES(mu_);
+  std::string FailedSpoolsLocked() const ADJSNAP_REQUIRES(mu_);
   Status WriteError(uint32_t spool, const char* what, const std::string& path, int err)
-      SNAPD_EXCLUDES(mu_);
+      ADJSNAP_EXCLUDES(mu_);
   // Marks the spool failed for `reason` (logging it once) and returns UNAVAILABLE naming the
   // spool and the reason.
-  Status FailSpool(uint32_t spool, const std::string& reason, int err) SNAPD_EXCLUDES(mu_);
+  Status FailSpool(uint32_t spool, const std::string& reason, int err) ADJSNAP_EXCLUDES(mu_);
   // The read path's error for a file that may be intact but cannot be reached now (see the
   // class comment); nullopt when the error is the file's loss.
   std::optional<Status> ReadUnreachable(uint32_t spool, const char* what, const std::string& path,
-                                        int err) SNAPD_EXCLUDES(mu_);
+                                        int err) ADJSNAP_EXCLUDES(mu_);
   // "PATH is on device M:N, not on the filesystem of DIR at start (M:N): its mount is gone".
   static std::string MovedMessage(const Spool& spool, const std::string& path, dev_t now);
   // Writes, syncs and removes a small file in the spool through the seam (files of several
   // names on a shared spool); `error`, if given, gets the errno of a failure.
   Status Probe(uint32_t spool, int* error = nullptr);
   // Marks the spool working again after a probe succeeded.
-  void Recovered(uint32_t spool) SNAPD_EXCLUDES(mu_);
-  void ProbeLoop() SNAPD_EXCLUDES(mu_);
-  void NotifyListener() SNAPD_EXCLUDES(mu_);
-  void UpdateUsable() SNAPD_REQUIRES(mu_);
+  void Recovered(uint32_t spool) ADJSNAP_EXCLUDES(mu_);
+  void ProbeLoop() ADJSNAP_EXCLUDES(mu_);
+  void NotifyListener() ADJSNAP_EXCLUDES(mu_);
+  void UpdateUsable() ADJSNAP_REQUIRES(mu_);
   // Returns `bytes` of what the spool has accounted to its budget.
-  void Unaccount(uint32_t spool, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  void Unaccount(uint32_t spool, uint64_t bytes) ADJSNAP_EXCLUDES(mu_);
   std::string Path(uint32_t spool, uint64_t run_id, const std::string& name) const;
   static std::string MarkerPath(const Spool& spool) { return spool.dir + "/" + kMarker; }
-  void BeginIo(bool write, SpoolClass c) SNAPD_EXCLUDES(mu_);
-  void EndIo(bool write, SpoolClass c, uint64_t bytes) SNAPD_EXCLUDES(mu_);
+  void BeginIo(bool write, SpoolClass c) ADJSNAP_EXCLUDES(mu_);
+  void EndIo(bool write, SpoolClass c, uint64_t bytes) ADJSNAP_EXCLUDES(mu_);
   // Supplies the bytes [offset, offset + len) of a file being written: a pointer to them, or
   // the error that ends the write without failing the spool written to.
   using Source = std::function<Result<const char*>(uint64_t offset, uint64_t len)>;
   // Write's body, with the bytes from `source` in pieces of at most `chunk`.
   Status WriteFrom(const Space& space, uint64_t run_id, const std::string& name, uint64_t raw,
-                   const Source& source, uint64_t chunk = kMaxIo) SNAPD_EXCLUDES(mu_);
+                   const Source& source, uint64_t chunk = kMaxIo) ADJSNAP_EXCLUDES(mu_);
   // The run's directory in the spool, made if it is not (null, errno set, when that fails),
   // open (Get() < 0 when it cannot be opened; then not kept).
   std::shared_ptr<Fd> RunDir(uint32_t spool, uint64_t run_id, const std::string& dir)
-      SNAPD_EXCLUDES(mu_);
-  void ForgetRunDir(uint32_t spool, uint64_t run_id) SNAPD_EXCLUDES(mu_);
+      ADJSNAP_EXCLUDES(mu_);
+  void ForgetRunDir(uint32_t spool, uint64_t run_id) ADJSNAP_EXCLUDES(mu_);
   // Opens `path` with O_DIRECT when the spool allows it, falling back once to buffered I/O.
   int OpenFile(Spool& spool, const std::string& path, int flags);
 
@@ -331,18 +331,18 @@ class DiskTier {
   const std::chrono::milliseconds probe_min_;
   const std::chrono::milliseconds probe_max_;
   mutable Mutex mu_;  // guards Spool::used, the spools' health and the Busy records
-  Busy writes_ SNAPD_GUARDED_BY(mu_);
-  Busy reads_ SNAPD_GUARDED_BY(mu_);
+  Busy writes_ ADJSNAP_GUARDED_BY(mu_);
+  Busy reads_ ADJSNAP_GUARDED_BY(mu_);
   // The same per spool class (SpoolClass as the index): each class its own rates.
-  Busy class_writes_[2] SNAPD_GUARDED_BY(mu_);
-  Busy class_reads_[2] SNAPD_GUARDED_BY(mu_);
+  Busy class_writes_[2] ADJSNAP_GUARDED_BY(mu_);
+  Busy class_reads_[2] ADJSNAP_GUARDED_BY(mu_);
   std::atomic<bool> usable_{true};
   std::atomic<bool> all_working_{true};
   std::atomic<uint64_t> changes_{0};
-  std::vector<std::function<void()>> listeners_ SNAPD_GUARDED_BY(mu_);
-  bool stop_ SNAPD_GUARDED_BY(mu_) = false;
+  std::vector<std::function<void()>> listeners_ ADJSNAP_GUARDED_BY(mu_);
+  bool stop_ ADJSNAP_GUARDED_BY(mu_) = false;
   CondVar probe_cv_;  // a spool failed, or stop_
   std::thread prober_;  // last: started once the rest is built
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -6,7 +6,7 @@
 
 #include "disk_tier/disk_tier.h"
 
-namespace snapd {
+namespace adjsnap {
 
 SpoolError ClassifySpoolError(int err) {
   switch (err) {
@@ -78,4 +78,4 @@ std::string ErrnoName(int err) {
   return "errno " + std::to_string(err);
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

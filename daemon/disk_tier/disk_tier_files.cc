@@ -14,7 +14,7 @@
 #include "disk_tier/disk_tier.h"
 #include "log.h"
 
-namespace snapd {
+namespace adjsnap {
 
 Status DiskTier::Adopt(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw) {
   if (spool >= spools_.size()) {
@@ -62,7 +62,7 @@ Result<std::string> DiskTier::Quarantine(uint32_t spool, uint64_t run_id,
                           : Status::Unavailable("moving " + from + " to " + to + ": " +
                                                 std::strerror(err) + " (" + ErrnoName(err) + ")");
   }
-  // Out of the budget either way: the step is lost, its room is not snapd's to count.
+  // Out of the budget either way: the step is lost, its room is not adjsnapd's to count.
   if (accounted_raw) Unaccount(spool, FileBytes(accounted_raw));
   if (!moved.ok()) return moved;
   return to;
@@ -99,14 +99,14 @@ void DiskTier::Claim(const std::vector<RecordedFile>& recorded) {
           i,
           "it holds no " + std::string(kMarker) + " and none of the " + std::to_string(count[i]) +
               " snapshot files recorded in it: it is not the "
-              "filesystem snapd wrote them to (not mounted?); they stay recorded and are "
+              "filesystem adjsnapd wrote them to (not mounted?); they stay recorded and are "
               "served once a probe finds the marker",
           ENOENT);
       continue;
     }
     // A new spool, or one from before markers whose files are there.
     int fd = io_->Open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    static constexpr char kText[] = "snapd spool directory: snapshot files, see snapd's docs\n";
+    static constexpr char kText[] = "adjsnapd spool directory: snapshot files, see adjsnap's docs\n";
     bool ok =
         fd >= 0 &&
         io_->Pwrite(fd, kText, sizeof kText - 1, 0) == static_cast<ssize_t>(sizeof kText - 1) &&
@@ -114,7 +114,7 @@ void DiskTier::Claim(const std::vector<RecordedFile>& recorded) {
     int err = errno;
     if (fd >= 0) io_->Close(fd);
     if (!ok) {
-      SNAPD_LOG_WARN("writing %s: %s; the spool is used without its marker", marker.c_str(),
+      ADJSNAP_LOG_WARN("writing %s: %s; the spool is used without its marker", marker.c_str(),
                      std::strerror(err));
       continue;
     }
@@ -147,4 +147,4 @@ std::vector<std::string> DiskTier::RemoveOrphans(const std::set<std::string>& ke
   return removed;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

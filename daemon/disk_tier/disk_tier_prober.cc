@@ -13,7 +13,7 @@
 #include "disk_tier/disk_tier.h"
 #include "log.h"
 
-namespace snapd {
+namespace adjsnap {
 
 void DiskTier::UpdateUsable() {
   bool any = false, all = true;
@@ -53,7 +53,7 @@ Status DiskTier::Probe(uint32_t index, int* error) {
       int err = errno;
       if (error) *error = err;
       return Status::Unavailable(marker + ": " + std::strerror(err) + " (" + ErrnoName(err) +
-                                 "): not the filesystem snapd spooled to (not mounted?)");
+                                 "): not the filesystem adjsnapd spooled to (not mounted?)");
     }
     if (stat(spool.dir.c_str(), &st) == 0) spool.dev = st.st_dev;
   } else if (struct stat st{}; stat(spool.dir.c_str(), &st) == 0 && st.st_dev != spool.dev) {
@@ -67,7 +67,7 @@ Status DiskTier::Probe(uint32_t index, int* error) {
   const char* what = "creating";
   std::string probe;
   for (int i = 0; i < files && err == 0; ++i) {
-    probe = spool.dir + "/.snapd-probe" + (files > 1 ? "-" + std::to_string(i) : "");
+    probe = spool.dir + "/.adjsnap-probe" + (files > 1 ? "-" + std::to_string(i) : "");
     int fd = OpenFile(spool, probe, O_WRONLY | O_CREAT | O_TRUNC);
     if (fd < 0) {
       err = errno;
@@ -102,7 +102,7 @@ void DiskTier::Recovered(uint32_t index) {
     spool.error = 0;
     UpdateUsable();
   }
-  SNAPD_LOG_INFO("spool %s is writable again (a probe wrote, synced and removed a file): back "
+  ADJSNAP_LOG_INFO("spool %s is writable again (a probe wrote, synced and removed a file): back "
                  "in the rotation",
                  spool.dir.c_str());
   NotifyListener();
@@ -120,7 +120,7 @@ int DiskTier::ProbeNow() {
       Recovered(i);
       ++back;
     } else {
-      SNAPD_LOG_WARN("spool %s still fails: %s", spools_[i]->dir.c_str(), s.message().c_str());
+      ADJSNAP_LOG_WARN("spool %s still fails: %s", spools_[i]->dir.c_str(), s.message().c_str());
     }
   }
   return back;
@@ -145,7 +145,7 @@ void DiskTier::ProbeLoop() {
       }
     }
     if (due.empty()) {
-      auto woken = [&]() SNAPD_REQUIRES(mu_) {
+      auto woken = [&]() ADJSNAP_REQUIRES(mu_) {
         if (stop_) return true;
         for (const auto& s : spools_) {
           if (s->failed && s->next_probe < next) return true;  // newly failed
@@ -215,4 +215,4 @@ std::string DiskTier::FailedSpoolsLocked() const {
   return failed;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-namespace snapd {
+namespace adjsnap {
 
 namespace {
 
@@ -31,4 +31,4 @@ SpoolIo* SpoolIo::System() {
   return &io;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

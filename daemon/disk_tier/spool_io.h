@@ -8,7 +8,7 @@
 
 #include <cstddef>
 
-namespace snapd {
+namespace adjsnap {
 
 class SpoolIo {
  public:
@@ -26,4 +26,4 @@ class SpoolIo {
   static SpoolIo* System();
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

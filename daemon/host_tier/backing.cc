@@ -24,10 +24,10 @@
 #include <string>
 
 #include "log.h"
-#include "snapd/unix_socket.h"
-#include "snapd/units.h"
+#include "adjsnap/unix_socket.h"
+#include "adjsnap/units.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // A number from /proc/meminfo ("HugePages_Free", "Hugepagesize" in kB); 0 if absent.
 static uint64_t MemInfoNumber(const char* key) {
@@ -71,7 +71,7 @@ Result<Backing> HugeTlbBacking(uint64_t budget) {
         "the hugetlb pool has " + FormatBytes(free_pages * page) + " free of the " +
         FormatBytes(rounded) + " the host tier needs (vm.nr_hugepages; docs/operations.md)");
   }
-  int fd = memfd_create("snapd-host-tier", MFD_CLOEXEC | MFD_HUGETLB);
+  int fd = memfd_create("adjsnap-host-tier", MFD_CLOEXEC | MFD_HUGETLB);
   if (fd < 0) return Status::Unavailable(std::string("memfd_create(MFD_HUGETLB): ") +
                                          std::strerror(errno));
   return Backing{fd, rounded, "hugetlb " + FormatBytes(page)};
@@ -123,7 +123,7 @@ static bool WriteProcFile(const char* path, const char* text) {
   // for a memfd (the tier's budget is the limit, and a kept tier may grow on restart).
   const char* dirs[] = {"/tmp", "/run", "/dev/shm", "/mnt", "/"};
   for (const char* dir : dirs) {
-    if (mount("snapd-host-tier", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+    if (mount("adjsnap-host-tier", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               "huge=always,size=0,mode=0700") != 0) {
       continue;
     }
@@ -239,4 +239,4 @@ Status SizeArena(int fd, uint64_t bytes) {
   return Status::Ok();
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
-#include "snapd/status.h"
+#include "adjsnap/status.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // A memfd for an arena: its fd, the bytes it holds, and its pages in words (for the log).
 struct Backing {
@@ -39,4 +39,4 @@ Result<Backing> TmpfsDirBacking(const std::string& dir, uint64_t budget);
 // Sizes `fd` to `bytes` (closing it on error).
 Status SizeArena(int fd, uint64_t bytes);
 
-}  // namespace snapd
+}  // namespace adjsnap

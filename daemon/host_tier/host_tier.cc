@@ -17,10 +17,10 @@
 
 #include "host_tier/backing.h"
 #include "log.h"
-#include "snapd/thread_name.h"
-#include "snapd/units.h"
+#include "adjsnap/thread_name.h"
+#include "adjsnap/units.h"
 
-namespace snapd {
+namespace adjsnap {
 
 HostBlock::~HostBlock() { tier_->Free(arena_, offset_, size_); }
 
@@ -77,7 +77,7 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
       if (options.huge_pages == HugePages::kThp) {
         return Status::InvalidArgument("host_huge_pages = \"thp\": " + why);
       }
-      SNAPD_LOG_WARN("host tier: %s; mounting a tmpfs of its own instead", why.c_str());
+      ADJSNAP_LOG_WARN("host tier: %s; mounting a tmpfs of its own instead", why.c_str());
       not_huge += "; " + why;
     }
   }
@@ -95,29 +95,29 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(uint64_t budget_bytes,
   }
   if (b.fd < 0) {
     // A sparse memfd: the budget is a ceiling, not an up-front commitment.
-    b.fd = memfd_create("snapd-host-tier", MFD_CLOEXEC);
+    b.fd = memfd_create("adjsnap-host-tier", MFD_CLOEXEC);
     if (b.fd < 0) return Status::Internal(std::string("memfd_create: ") + std::strerror(errno));
     b.budget = budget;
     b.pages = "4 KiB pages";
     if (options.huge_pages == HugePages::kAuto) {
       // Shmem THP advice on a memfd: effective when the kernel's shmem_enabled policy allows
-      // it. The advice is set on snapd's mapping, which populates every page (Populate).
+      // it. The advice is set on adjsnapd's mapping, which populates every page (Populate).
       std::string policy = ShmemThpPolicy();
       bool thp = policy != "never" && policy != "deny";
       b.pages = thp ? "shmem THP (" + policy + ")"
                     : "4 KiB pages (" + not_huge + "; shmem THP: " + policy + ")";
     }
   }
-  SNAPD_RETURN_IF_ERROR(SizeArena(b.fd, b.budget));
+  ADJSNAP_RETURN_IF_ERROR(SizeArena(b.fd, b.budget));
   std::unique_ptr<HostTier> tier(new HostTier(b.budget, b.pages, kind, geteuid(), options));
   {
     MutexLock lock(tier->mu_);
-    SNAPD_RETURN_IF_ERROR(tier->AddArena(tier->own_, b.fd, /*adopted=*/false));
+    ADJSNAP_RETURN_IF_ERROR(tier->AddArena(tier->own_, b.fd, /*adopted=*/false));
   }
   if (options.prefault)
-    tier->prefault_ = NamedThread("snapd-prefault", [t = tier.get()] { t->Prefault(); });
+    tier->prefault_ = NamedThread("adjsnap-prefill", [t = tier.get()] { t->Prefault(); });
   if (options.populate_ahead_bytes > 0) {
-    tier->ahead_ = NamedThread("snapd-populate", [t = tier.get()] { t->PopulateAhead(); });
+    tier->ahead_ = NamedThread("adjsnap-ahead", [t = tier.get()] { t->PopulateAhead(); });
     MutexLock lock(tier->mu_);
     tier->WantAhead(tier->own_);
   }
@@ -170,7 +170,7 @@ Result<std::unique_ptr<HostTier>> HostTier::AdoptArenas(std::map<ArenaId, int> f
     }
   }
   if (options.populate_ahead_bytes > 0) {
-    tier->ahead_ = NamedThread("snapd-populate", [t = tier.get()] { t->PopulateAhead(); });
+    tier->ahead_ = NamedThread("adjsnap-ahead", [t = tier.get()] { t->PopulateAhead(); });
   }
   return tier;
 }
@@ -184,31 +184,31 @@ Result<int> HostTier::NewBacking() const {
   int fd = -1;
   switch (kind_) {
     case Kind::kHugeTlb:
-      fd = memfd_create("snapd-host-tier", MFD_CLOEXEC | MFD_HUGETLB);
+      fd = memfd_create("adjsnap-host-tier", MFD_CLOEXEC | MFD_HUGETLB);
       break;
     case Kind::kTmpfsDir: {
-      SNAPD_ASSIGN_OR_RETURN(Backing b, TmpfsDirBacking(options_.tmpfs_dir, budget_));
+      ADJSNAP_ASSIGN_OR_RETURN(Backing b, TmpfsDirBacking(options_.tmpfs_dir, budget_));
       fd = b.fd;
       break;
     }
     case Kind::kPrivateTmpfs: {
-      SNAPD_ASSIGN_OR_RETURN(Backing b, HugeTmpfsBacking(budget_));
+      ADJSNAP_ASSIGN_OR_RETURN(Backing b, HugeTmpfsBacking(budget_));
       fd = b.fd;
       break;
     }
     case Kind::kMemfd:
-      fd = memfd_create("snapd-host-tier", MFD_CLOEXEC);
+      fd = memfd_create("adjsnap-host-tier", MFD_CLOEXEC);
       break;
   }
   if (fd < 0) {
     return Status::Unavailable(std::string("a new host-tier arena: ") + std::strerror(errno));
   }
-  SNAPD_RETURN_IF_ERROR(SizeArena(fd, budget_));
+  ADJSNAP_RETURN_IF_ERROR(SizeArena(fd, budget_));
   return fd;
 }
 
 Status HostTier::AddArena(ArenaId id, int fd, bool adopted) {
-  // hugetlb: no reservation of the whole budget per arena; snapd populates each block's pages
+  // hugetlb: no reservation of the whole budget per arena; adjsnapd populates each block's pages
   // before handing it out, and fails the allocation cleanly when the pool has none left.
   int flags = MAP_SHARED | (kind_ == Kind::kHugeTlb ? MAP_NORESERVE : 0);
   void* base = mmap(nullptr, budget_, PROT_READ | PROT_WRITE, flags, fd, 0);
@@ -249,9 +249,9 @@ Status HostTier::AddArena(ArenaId id, int fd, bool adopted) {
 Result<HostTier::Arena*> HostTier::ArenaLocked(ArenaId id) {
   if (auto it = arenas_.find(id); it != arenas_.end()) return it->second.get();
   if (stopping_) return Status::Unavailable("the host tier is stopping");
-  SNAPD_ASSIGN_OR_RETURN(int fd, NewBacking());
-  SNAPD_RETURN_IF_ERROR(AddArena(id, fd, /*adopted=*/false));
-  SNAPD_LOG_INFO("host tier: a new arena for uid %u (%s)", id, pages_.c_str());
+  ADJSNAP_ASSIGN_OR_RETURN(int fd, NewBacking());
+  ADJSNAP_RETURN_IF_ERROR(AddArena(id, fd, /*adopted=*/false));
+  ADJSNAP_LOG_INFO("host tier: a new arena for uid %u (%s)", id, pages_.c_str());
   WantAhead(id);  // its solver connects now and pushes soon
   return arenas_.at(id).get();
 }
@@ -297,7 +297,7 @@ Result<std::unique_ptr<HostBlock>> HostTier::AllocateIn(ArenaId arena, uint64_t 
     // No room in the budget: refused before an arena is made for it.
     Arena* found = nullptr;
     if (used_ + size <= budget_) {
-      SNAPD_ASSIGN_OR_RETURN(found, ArenaLocked(arena));
+      ADJSNAP_ASSIGN_OR_RETURN(found, ArenaLocked(arena));
     }
     std::optional<uint64_t> offset;
     if (found != nullptr) offset = found->ranges.Allocate(size, from_top);
@@ -372,7 +372,7 @@ uint64_t HostTier::peak_used() const {
 
 Result<std::pair<int, uint64_t>> HostTier::ArenaFd(ArenaId arena) {
   MutexLock lock(mu_);
-  SNAPD_ASSIGN_OR_RETURN(Arena * a, ArenaLocked(arena));
+  ADJSNAP_ASSIGN_OR_RETURN(Arena * a, ArenaLocked(arena));
   return std::make_pair(a->fd, budget_);
 }
 
@@ -389,4 +389,4 @@ std::map<HostTier::ArenaId, int> HostTier::arena_fds() const {
   return fds;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -6,7 +6,7 @@
 // the blocks of all arenas together never exceed the budget.
 //
 // Memory: the daemon populates (fallocate) every page of a block before handing the block out,
-// so a page is charged to snapd's memory cgroup and never to a client's (a client maps pages
+// so a page is charged to adjsnapd's memory cgroup and never to a client's (a client maps pages
 // that exist). Pages are kept after a block is freed, for the next block of the same arena;
 // they come and go in 2 MiB units: when a block needs fresh units and the resident units of
 // all arenas would pass the budget, free units of other arenas (then of its own) are given back
@@ -25,11 +25,11 @@
 #include <thread>
 #include <vector>
 
-#include "snapd/range_allocator.h"
-#include "snapd/status.h"
-#include "snapd/thread_annotations.h"
+#include "adjsnap/range_allocator.h"
+#include "adjsnap/status.h"
+#include "adjsnap/thread_annotations.h"
 
-namespace snapd {
+namespace adjsnap {
 
 class HostTier;
 
@@ -75,7 +75,7 @@ enum class HugePages {
 
 struct HostTierOptions {
   HugePages huge_pages = HugePages::kOff;
-  // Populate every page of snapd's own arena in the background after start, so no push pays
+  // Populate every page of adjsnapd's own arena in the background after start, so no push pays
   // the kernel's allocate-and-zero of a page first touched. Commits the whole budget of RAM.
   bool prefault = false;
   // Populate ahead (config host_prefault = "background"): a background thread populates the
@@ -94,7 +94,7 @@ struct HostTierOptions {
   // them, hence the unit's TemporaryFileSystem= and this).
   std::string tmpfs_dir{};
   // One arena per uid (the default), or one arena for every tenant (config host_arenas =
-  // "shared"), which only root and snapd's own uid may map; the others then use the copied path.
+  // "shared"), which only root and adjsnapd's own uid may map; the others then use the copied path.
   bool per_uid_arenas = true;
 };
 
@@ -108,13 +108,13 @@ class HostTier {
   static constexpr uint64_t kUnit = 2ull << 20;
   using ArenaId = uint32_t;
 
-  // The tier, with the arena of snapd's own uid (whose creation checks the huge-page options).
+  // The tier, with the arena of adjsnapd's own uid (whose creation checks the huge-page options).
   static Result<std::unique_ptr<HostTier>> Create(uint64_t budget_bytes,
                                                   const HostTierOptions& options = {});
   // The tier over memfds kept through a restart (systemd's fd store), one per arena, each
   // sized to the budget: grown if smaller; if larger, what lies beyond is cut off (Claim
   // refuses blocks there). Takes ownership of every fd, also on error. Adopt(fd) keeps one
-  // arena, snapd's own.
+  // arena, adjsnapd's own.
   static Result<std::unique_ptr<HostTier>> AdoptArenas(std::map<ArenaId, int> fds,
                                                        uint64_t budget_bytes,
                                                        const HostTierOptions& options = {});
@@ -122,16 +122,16 @@ class HostTier {
                                                  const HostTierOptions& options = {});
   ~HostTier();
 
-  // The arena that holds the steps of `uid`'s runs: its own with per-uid arenas, else snapd's.
+  // The arena that holds the steps of `uid`'s runs: its own with per-uid arenas, else adjsnapd's.
   ArenaId ArenaFor(uint32_t uid) const { return per_uid_ ? uid : own_; }
-  // snapd's own arena (its uid's): Allocate, Claim and fd without an arena use it.
+  // adjsnapd's own arena (its uid's): Allocate, Claim and fd without an arena use it.
   ArenaId own_arena() const { return own_; }
   bool per_uid_arenas() const { return per_uid_; }
 
   // The block at [offset, offset + bytes) of an adopted arena, holding a step kept through the
   // restart; INVALID_ARGUMENT if that range is not free and inside the budget.
   Result<std::unique_ptr<HostBlock>> Claim(ArenaId arena, uint64_t offset, uint64_t bytes)
-      SNAPD_EXCLUDES(mu_);
+      ADJSNAP_EXCLUDES(mu_);
   Result<std::unique_ptr<HostBlock>> Claim(uint64_t offset, uint64_t bytes) {
     return Claim(own_, offset, bytes);
   }
@@ -142,46 +142,46 @@ class HostTier {
   // Bytes the background prefault, and the populate-ahead, have populated so far.
   uint64_t prefaulted() const { return prefaulted_.load(std::memory_order_relaxed); }
 
-  // A block of `arena` (created on first use), its pages populated by snapd.
+  // A block of `arena` (created on first use), its pages populated by adjsnapd.
   // RESOURCE_EXHAUSTED, naming the request, the use and the budget, when it does not fit.
   // `from_top`: take the highest free range that fits instead of the lowest. Compressed copies
   // are placed from the top so the raw blocks they replace leave whole holes at the bottom,
   // where the next raw push fits.
   Result<std::unique_ptr<HostBlock>> AllocateIn(ArenaId arena, uint64_t bytes,
-                                                bool from_top = false) SNAPD_EXCLUDES(mu_);
+                                                bool from_top = false) ADJSNAP_EXCLUDES(mu_);
   Result<std::unique_ptr<HostBlock>> Allocate(uint64_t bytes, bool from_top = false) {
     return AllocateIn(own_, bytes, from_top);
   }
 
   uint64_t budget() const { return budget_; }
   // Bytes in blocks, of every arena.
-  uint64_t used() const SNAPD_EXCLUDES(mu_);
+  uint64_t used() const ADJSNAP_EXCLUDES(mu_);
   // The most `used()` has been since start.
-  uint64_t peak_used() const SNAPD_EXCLUDES(mu_);
+  uint64_t peak_used() const ADJSNAP_EXCLUDES(mu_);
   // The largest block AllocateIn(arena) could hand out now (no larger than the budget's room).
-  uint64_t largest_free(ArenaId arena) const SNAPD_EXCLUDES(mu_);
+  uint64_t largest_free(ArenaId arena) const ADJSNAP_EXCLUDES(mu_);
   uint64_t largest_free() const { return largest_free(own_); }
 
   // `uid`'s arena's memfd (created on first use; owned by the tier) and its size in bytes, for
   // the arena socket.
-  Result<std::pair<int, uint64_t>> ArenaFd(ArenaId arena) SNAPD_EXCLUDES(mu_);
-  int fd() const;  // snapd's own arena's memfd
+  Result<std::pair<int, uint64_t>> ArenaFd(ArenaId arena) ADJSNAP_EXCLUDES(mu_);
+  int fd() const;  // adjsnapd's own arena's memfd
   // Every arena and its memfd, for systemd's fd store at a stop.
-  std::map<ArenaId, int> arena_fds() const SNAPD_EXCLUDES(mu_);
+  std::map<ArenaId, int> arena_fds() const ADJSNAP_EXCLUDES(mu_);
 
   // Gives the pages of every free unit of every arena back to the OS (punches holes in the
   // memfds: clients' mappings of them read zeros after) and returns the bytes released.
   // Allocation goes on meanwhile: the tier's lock is held for one piece at a time, and a unit
   // allocated in between is left alone.
-  uint64_t ReleaseFree() SNAPD_EXCLUDES(mu_);
+  uint64_t ReleaseFree() ADJSNAP_EXCLUDES(mu_);
   // Bytes of RAM the memfds hold now (their allocated pages, whoever touched them).
-  uint64_t resident_bytes() const SNAPD_EXCLUDES(mu_);
+  uint64_t resident_bytes() const ADJSNAP_EXCLUDES(mu_);
   // Starts giving idle free memory back (options.release_after) on an adopted tier, once every
   // kept step it holds was claimed; a created tier starts at once. Call once.
-  void StartRelease() SNAPD_EXCLUDES(mu_);
+  void StartRelease() ADJSNAP_EXCLUDES(mu_);
   // Stops the prefault and the release for good (a stop: freed blocks may still hold steps
   // kept for the next start). The destructor calls it too.
-  void StopBackgroundWork() SNAPD_EXCLUDES(mu_);
+  void StopBackgroundWork() ADJSNAP_EXCLUDES(mu_);
 
  private:
   friend class HostBlock;
@@ -192,12 +192,12 @@ class HostTier {
     int fd = -1;
     void* base = nullptr;
     RangeAllocator ranges;
-    // Per 2 MiB unit: bytes of blocks in it, and whether snapd populated its pages (or, for an
+    // Per 2 MiB unit: bytes of blocks in it, and whether adjsnapd populated its pages (or, for an
     // adopted arena, whether the memfd held pages there).
     std::vector<uint32_t> unit_used;
     std::vector<bool> resident;
     // Units the populate-ahead thread is populating now, outside the lock: an allocation that
-    // takes one populates it itself (both are snapd's threads: the pages are snapd's either
+    // takes one populates it itself (both are adjsnapd's threads: the pages are adjsnapd's either
     // way), so no client touches a page before it exists.
     std::vector<bool> populating;
     explicit Arena(uint64_t bytes) : ranges(bytes) {}
@@ -207,35 +207,35 @@ class HostTier {
   // A new memfd of `kind_`, sized to the budget.
   Result<int> NewBacking() const;
   // Maps `fd` as arena `id` (closing it on error); `adopted`: count the pages it holds.
-  Status AddArena(ArenaId id, int fd, bool adopted) SNAPD_REQUIRES(mu_);
-  Result<Arena*> ArenaLocked(ArenaId id) SNAPD_REQUIRES(mu_);
+  Status AddArena(ArenaId id, int fd, bool adopted) ADJSNAP_REQUIRES(mu_);
+  Result<Arena*> ArenaLocked(ArenaId id) ADJSNAP_REQUIRES(mu_);
   // Counts the bytes of [offset, offset + size) in (add) or out of its units; on add, widens
   // [fresh_first, fresh_last) over the units that were not resident (now counted resident).
   void CountUnits(Arena& a, uint64_t offset, uint64_t size, bool add, uint64_t* fresh_first,
-                  uint64_t* fresh_last) SNAPD_REQUIRES(mu_);
+                  uint64_t* fresh_last) ADJSNAP_REQUIRES(mu_);
   // Gives back free resident units, other arenas' first, until the resident units fit in the
   // budget again (nothing before StartRelease).
-  void MakeResidentRoom(const Arena& keep) SNAPD_REQUIRES(mu_);
-  bool PunchUnit(Arena& a, uint64_t unit) SNAPD_REQUIRES(mu_);
-  // Populates [first, last) units of `a` from snapd (outside the lock: the units are in use).
+  void MakeResidentRoom(const Arena& keep) ADJSNAP_REQUIRES(mu_);
+  bool PunchUnit(Arena& a, uint64_t unit) ADJSNAP_REQUIRES(mu_);
+  // Populates [first, last) units of `a` from adjsnapd (outside the lock: the units are in use).
   bool Populate(const Arena& a, uint64_t first, uint64_t last) const;
   std::unique_ptr<HostBlock> NewBlock(Arena& a, uint64_t offset, uint64_t size)
-      SNAPD_REQUIRES(mu_);
-  void Free(ArenaId arena, uint64_t offset, uint64_t size) SNAPD_EXCLUDES(mu_);
+      ADJSNAP_REQUIRES(mu_);
+  void Free(ArenaId arena, uint64_t offset, uint64_t size) ADJSNAP_EXCLUDES(mu_);
   // Takes unit `u` of `a` to be populated outside the lock (FillUnit): counted resident and
   // marked populating, so an allocation that takes it meanwhile populates it itself and no
   // release gives it back. False if it is resident already or the budget's worth of units is.
-  bool ClaimUnit(Arena& a, uint64_t u) SNAPD_REQUIRES(mu_);
+  bool ClaimUnit(Arena& a, uint64_t u) ADJSNAP_REQUIRES(mu_);
   // Populates a unit ClaimUnit took, then ends the claim. False (errno set) if the kernel could
   // not; the unit is then not resident, unless a block took it meanwhile.
-  bool FillUnit(Arena& a, uint64_t u) SNAPD_EXCLUDES(mu_);
+  bool FillUnit(Arena& a, uint64_t u) ADJSNAP_EXCLUDES(mu_);
   void Prefault();
   // Asks the populate-ahead thread to look at `arena` (made, or grown into fresh units).
-  void WantAhead(ArenaId arena) SNAPD_REQUIRES(mu_);
+  void WantAhead(ArenaId arena) ADJSNAP_REQUIRES(mu_);
   // The populate-ahead thread (options_.populate_ahead_bytes).
-  void PopulateAhead() SNAPD_EXCLUDES(mu_);
+  void PopulateAhead() ADJSNAP_EXCLUDES(mu_);
   // The release thread: ReleaseFree once no allocation happened for `release_after`.
-  void ReleaseWhenIdle(std::chrono::seconds release_after) SNAPD_EXCLUDES(mu_);
+  void ReleaseWhenIdle(std::chrono::seconds release_after) ADJSNAP_EXCLUDES(mu_);
 
   const uint64_t budget_;
   const uint64_t units_;  // per arena: the budget in units, rounded up
@@ -248,24 +248,24 @@ class HostTier {
   std::atomic<bool> stopping_{false};
   std::thread prefault_;
   std::thread ahead_;
-  std::vector<ArenaId> want_ahead_ SNAPD_GUARDED_BY(mu_);  // arenas to populate ahead in
+  std::vector<ArenaId> want_ahead_ ADJSNAP_GUARDED_BY(mu_);  // arenas to populate ahead in
   CondVar ahead_cv_;
   std::thread releaser_;
   std::chrono::seconds release_after_{0};
   mutable Mutex mu_;
   CondVar stop_cv_;  // wakes the release thread at destruction
   // Arenas live as long as the tier: a client's mapping of one must stay the arena.
-  std::map<ArenaId, std::unique_ptr<Arena>> arenas_ SNAPD_GUARDED_BY(mu_);
-  uint64_t resident_units_ SNAPD_GUARDED_BY(mu_) = 0;
+  std::map<ArenaId, std::unique_ptr<Arena>> arenas_ ADJSNAP_GUARDED_BY(mu_);
+  uint64_t resident_units_ ADJSNAP_GUARDED_BY(mu_) = 0;
   // Since the last release: whether a block was freed (its pages may be resident), and when
   // the last allocation was.
-  bool freed_since_release_ SNAPD_GUARDED_BY(mu_) = false;
+  bool freed_since_release_ ADJSNAP_GUARDED_BY(mu_) = false;
   // StartRelease was called: free units may be given back (an adopted tier's kept steps are
   // claimed by then).
-  bool releasing_ SNAPD_GUARDED_BY(mu_) = false;
-  std::chrono::steady_clock::time_point last_allocation_ SNAPD_GUARDED_BY(mu_);
-  uint64_t used_ SNAPD_GUARDED_BY(mu_) = 0;
-  uint64_t peak_used_ SNAPD_GUARDED_BY(mu_) = 0;
+  bool releasing_ ADJSNAP_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point last_allocation_ ADJSNAP_GUARDED_BY(mu_);
+  uint64_t used_ ADJSNAP_GUARDED_BY(mu_) = 0;
+  uint64_t peak_used_ ADJSNAP_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -14,10 +14,10 @@
 
 #include "host_tier/host_tier.h"
 #include "log.h"
-#include "snapd/thread_name.h"
-#include "snapd/units.h"
+#include "adjsnap/thread_name.h"
+#include "adjsnap/units.h"
 
-namespace snapd {
+namespace adjsnap {
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14
@@ -76,7 +76,7 @@ void HostTier::MakeResidentRoom(const Arena& keep) {
 bool HostTier::Populate(const Arena& a, uint64_t first, uint64_t last) const {
   uint64_t at = first * kUnit, end = std::min(last * kUnit, budget_);
   if (at >= end) return true;
-  // A write populate from snapd's own mapping: the pages are charged to snapd, and on shmem
+  // A write populate from adjsnapd's own mapping: the pages are charged to adjsnapd, and on shmem
   // with THP advice they are allocated as the mapping's advice says.
   auto populate = [&a](uint64_t from, uint64_t to) {
     char* p = static_cast<char*>(a.base) + from;
@@ -99,7 +99,7 @@ bool HostTier::Populate(const Arena& a, uint64_t first, uint64_t last) const {
   for (uint64_t i = 1; i < stripes; ++i) {
     uint64_t from = at + i * per * kUnit, to = std::min(end, from + per * kUnit);
     if (from >= to) break;
-    helpers.push_back(NamedThread("snapd-stripe", [&, from, to] {
+    helpers.push_back(NamedThread("adjsnap-stripe", [&, from, to] {
       if (!populate(from, to)) failed = errno;
     }));
   }
@@ -110,7 +110,7 @@ bool HostTier::Populate(const Arena& a, uint64_t first, uint64_t last) const {
 }
 
 
-// Populates snapd's own arena unit by unit, as AllocateIn would, up to the budget's worth of
+// Populates adjsnapd's own arena unit by unit, as AllocateIn would, up to the budget's worth of
 // resident units: a unit not yet populated is allocated and zeroed now instead of in a push.
 // Each unit is populated outside the lock, as the populate-ahead does (ClaimUnit, FillUnit).
 void HostTier::Prefault() {
@@ -124,7 +124,7 @@ void HostTier::Prefault() {
       claimed = ClaimUnit(*own, u);
     }
     if (claimed && !FillUnit(*own, u)) {
-      SNAPD_LOG_WARN("host-tier prefault stopped at %s of %s: %s (pages will be populated as "
+      ADJSNAP_LOG_WARN("host-tier prefault stopped at %s of %s: %s (pages will be populated as "
                      "blocks are handed out)",
                      FormatBytes(u * kUnit).c_str(), FormatBytes(budget_).c_str(),
                      std::strerror(errno));
@@ -133,7 +133,7 @@ void HostTier::Prefault() {
     prefaulted_.store(std::min(budget_, (u + 1) * kUnit), std::memory_order_relaxed);
   }
   if (!stopping_) {
-    SNAPD_LOG_INFO("host tier prefaulted: %s of %s", FormatBytes(prefaulted()).c_str(),
+    ADJSNAP_LOG_INFO("host tier prefaulted: %s of %s", FormatBytes(prefaulted()).c_str(),
                    pages_.c_str());
   }
 }
@@ -181,7 +181,7 @@ void HostTier::PopulateAhead() {
       // The next unit to populate: above the highest unit in use of an arena that asked, up
       // to `ahead` units, while all arenas' resident units stay within the budget.
       while (a == nullptr) {
-        ahead_cv_.Wait(mu_, [this]() SNAPD_REQUIRES(mu_) {
+        ahead_cv_.Wait(mu_, [this]() ADJSNAP_REQUIRES(mu_) {
           return stopping_ || !want_ahead_.empty();
         });
         if (stopping_) return;
@@ -209,7 +209,7 @@ void HostTier::PopulateAhead() {
     int err = errno;
     MutexLock lock(mu_);
     want_ahead_.clear();
-    SNAPD_LOG_WARN("host tier: populating ahead in the arena of uid %u failed: %s (pages are "
+    ADJSNAP_LOG_WARN("host tier: populating ahead in the arena of uid %u failed: %s (pages are "
                    "populated as blocks are handed out)",
                    a->id, std::strerror(err));
   }
@@ -231,7 +231,7 @@ uint64_t HostTier::ReleaseFree() {
       for (uint64_t i = u; i < std::min(units_, u + kPiece); ++i) {
         if (a.unit_used[i] != 0 || a.populating[i]) continue;  // in use: its pages stay
         if (!PunchUnit(a, i)) {
-          SNAPD_LOG_WARN("giving free host-tier memory back to the OS failed: %s (it stays "
+          ADJSNAP_LOG_WARN("giving free host-tier memory back to the OS failed: %s (it stays "
                          "resident, and is reused)",
                          std::strerror(errno));
           return released;
@@ -262,7 +262,7 @@ void HostTier::ReleaseWhenIdle(std::chrono::seconds release_after) {
     ReleaseFree();
     uint64_t after = resident_bytes();
     if (before > after) {
-      SNAPD_LOG_INFO("host tier idle for %lld s: gave %s of free memory back to the OS (%s "
+      ADJSNAP_LOG_INFO("host tier idle for %lld s: gave %s of free memory back to the OS (%s "
                      "resident, %s in use)",
                      static_cast<long long>(release_after.count()),
                      FormatBytes(before - after).c_str(), FormatBytes(after).c_str(),
@@ -291,8 +291,8 @@ void HostTier::StartRelease() {
     last_allocation_ = std::chrono::steady_clock::now();  // idle time counts from now
   }
   if (release_after_.count() > 0) {
-    releaser_ = NamedThread("snapd-release", [this] { ReleaseWhenIdle(release_after_); });
+    releaser_ = NamedThread("adjsnap-release", [this] { ReleaseWhenIdle(release_after_); });
   }
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

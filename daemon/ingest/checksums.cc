@@ -5,11 +5,11 @@
 #include <utility>
 
 #include "log.h"
-#include "snapd/checksum.h"
-#include "snapd/thread_name.h"
-#include "snapd/zfp_codec.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/thread_name.h"
+#include "adjsnap/zfp_codec.h"
 
-namespace snapd {
+namespace adjsnap {
 
 Checksums::Checksums(StoreIndex& ix, Record record,
                      std::function<void(const void*, uint64_t)> on_hash,
@@ -39,7 +39,7 @@ Status Checksums::Verify(const void* data, uint64_t bytes, uint64_t expected,
 }
 
 void Checksums::Start() {
-  thread_ = NamedThread("snapd-checksum", [this] { Loop(); });
+  thread_ = NamedThread("adjsnap-cksum", [this] { Loop(); });
 }
 
 void Checksums::Stop() {
@@ -69,7 +69,7 @@ bool Checksums::Moot(StoreIndex& ix, const Job& job) {
 
 void Checksums::Prune(StoreIndex& ix) {
   size_t dropped = std::erase_if(
-      ix.checksums.jobs, [&](const Job& job) SNAPD_REQUIRES(ix.mu) { return Moot(ix, job); });
+      ix.checksums.jobs, [&](const Job& job) ADJSNAP_REQUIRES(ix.mu) { return Moot(ix, job); });
   if (dropped) cv_.NotifyAll();  // WaitIdle may be waiting on an empty queue
 }
 
@@ -96,7 +96,7 @@ void Checksums::FinishHash(StoreIndex& ix, const CopyKey& key, Hashing& hashing,
     if (s.ok()) {
       snap->record = std::move(updated);
     } else {
-      SNAPD_LOG_ERROR("recording checksum: %s", s.ToString().c_str());
+      ADJSNAP_LOG_ERROR("recording checksum: %s", s.ToString().c_str());
     }
   }
   cv_.NotifyAll();
@@ -132,7 +132,7 @@ void Checksums::WaitIdle(StoreIndex& ix) {
   MutexLock lock(ix.mu);
   ++ix.checksums.idle_waiters;
   cv_.NotifyAll();  // the checksum thread stops holding off
-  cv_.Wait(ix.mu, [&]() SNAPD_REQUIRES(ix.mu) {
+  cv_.Wait(ix.mu, [&]() ADJSNAP_REQUIRES(ix.mu) {
     return ix.checksums.jobs.empty() && !ix.checksums.busy;
   });
   --ix.checksums.idle_waiters;
@@ -141,7 +141,7 @@ void Checksums::WaitIdle(StoreIndex& ix) {
 void Checksums::Loop() {
   MutexLock lock(ix_.mu);
   for (;;) {
-    cv_.Wait(ix_.mu, [&]() SNAPD_REQUIRES(ix_.mu) {
+    cv_.Wait(ix_.mu, [&]() ADJSNAP_REQUIRES(ix_.mu) {
       return ix_.stopping || !ix_.checksums.jobs.empty();
     });
     if (ix_.stopping) return;
@@ -152,7 +152,7 @@ void Checksums::Loop() {
       auto start = std::min(pushing ? now + kQuiet : ix_.checksums.last_data_activity + kQuiet,
                             ix_.checksums.jobs.front().queued + kMaxDelay);
       if (now < start) {
-        cv_.WaitUntil(ix_.mu, start, [&]() SNAPD_REQUIRES(ix_.mu) {
+        cv_.WaitUntil(ix_.mu, start, [&]() ADJSNAP_REQUIRES(ix_.mu) {
           return ix_.stopping || ix_.checksums.idle_waiters > 0 || ix_.checksums.jobs.empty();
         });
         continue;  // look again: more activity may have come meanwhile
@@ -179,4 +179,4 @@ void Checksums::Loop() {
   }
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -23,7 +23,7 @@
 
 #include "store/store_index.h"
 
-namespace snapd {
+namespace adjsnap {
 
 class Checksums {
  public:
@@ -53,27 +53,27 @@ class Checksums {
   void Stop();
   // Queues the checksum of this just-stored copy of the step (`snap.block` holds its raw bytes).
   void Queue(StoreIndex& ix, uint64_t run_id, const StoreIndex::Snapshot& snap, uint64_t bytes)
-      SNAPD_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES(ix.mu);
   // The checksum of the raw bytes of this copy of the step, which `block` holds, for a job
   // about to write or compress them (on an I/O thread): the recorded one; or the result of
   // the hash another thread is computing now; or else it is computed here, once (a queued job
   // for it is dropped), and recorded. 0 if the step is gone (nothing needs it).
   uint64_t ChecksumOf(StoreIndex& ix, uint64_t run_id, uint64_t step, uint64_t generation,
-                      const HostBlock& block, uint64_t bytes) SNAPD_EXCLUDES(ix.mu);
+                      const HostBlock& block, uint64_t bytes) ADJSNAP_EXCLUDES(ix.mu);
   // Drops queued checksums of steps that were deleted or whose checksum is recorded, so their
   // blocks go back to the host tier now instead of when the checksum thread gets to them.
-  void Prune(StoreIndex& ix) SNAPD_REQUIRES(ix.mu);
+  void Prune(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
   // Host bytes the checksum thread holds that the store has let go of (freed when it is done).
-  static uint64_t HeldBytes(StoreIndex& ix) SNAPD_REQUIRES(ix.mu);
+  static uint64_t HeldBytes(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
   // Waits until every queued checksum is recorded (the quiet gate below is lifted meanwhile).
-  void WaitIdle(StoreIndex& ix) SNAPD_EXCLUDES(ix.mu);
+  void WaitIdle(StoreIndex& ix) ADJSNAP_EXCLUDES(ix.mu);
   // A push or fetch began or ended. The checksum thread holds off while a push is in flight
   // and until the data plane has been quiet for kQuiet, so its reads do not compete with a
   // solver's copies for memory bandwidth (on a 2-core node they cost a burst of pushes a
   // fifth of its rate). A job waits at most kMaxDelay, so a node that never pauses still
   // gets its checksums. Nothing needs one sooner: a demotion or compression asks for it
   // (ChecksumOf), a stop waits for all.
-  static void NoteDataPlaneActivity(StoreIndex& ix) SNAPD_REQUIRES(ix.mu) {
+  static void NoteDataPlaneActivity(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu) {
     ix.checksums.last_data_activity = std::chrono::steady_clock::now();
   }
   static constexpr std::chrono::milliseconds kQuiet{20};
@@ -84,17 +84,17 @@ class Checksums {
   using CopyKey = StoreIndex::CopyKey;
   using Hashing = StoreIndex::Hashing;
 
-  void Loop() SNAPD_EXCLUDES(ix_.mu);
+  void Loop() ADJSNAP_EXCLUDES(ix_.mu);
   // The job's step was deleted, its checksum is recorded, or another thread is hashing it:
   // nothing to hash.
-  static bool Moot(StoreIndex& ix, const Job& job) SNAPD_REQUIRES(ix.mu);
+  static bool Moot(StoreIndex& ix, const Job& job) ADJSNAP_REQUIRES(ix.mu);
   // Marks the copy as being hashed by the calling thread.
   static std::shared_ptr<Hashing> BeginHash(StoreIndex& ix, const CopyKey& key)
-      SNAPD_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES(ix.mu);
   // Publishes the result to whoever waits for it and records it, if this copy of the step is
   // still stored and its checksum still unrecorded.
   void FinishHash(StoreIndex& ix, const CopyKey& key, Hashing& hashing, uint64_t sum)
-      SNAPD_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES(ix.mu);
 
   StoreIndex& ix_;  // the checksum thread's (Loop)
   const Record record_;
@@ -106,4 +106,4 @@ class Checksums {
   std::thread thread_;
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -5,7 +5,7 @@
 
 #include "log.h"
 
-namespace snapd {
+namespace adjsnap {
 
 Ingest::Ingest(StoreIndex& ix, Checksums& checksums, Deps deps)
     : ix_(ix), checksums_(checksums), deps_(std::move(deps)) {}
@@ -65,7 +65,7 @@ bool Ingest::Apply(StoreIndex&, StoreIndex::Run& run, StoreIndex::Snapshot& snap
   updated.set_codec_param(run.record.spec().codec_param());
   updated.set_stored_checksum(packed.checksum);
   if (Status s = deps_.record(updated); !s.ok()) {
-    SNAPD_LOG_ERROR("recording a compressed step: %s", s.ToString().c_str());
+    ADJSNAP_LOG_ERROR("recording a compressed step: %s", s.ToString().c_str());
     return true;  // stays raw
   }
   std::memcpy(block->data(), packed.bytes.get(), packed.size);
@@ -90,4 +90,4 @@ void Ingest::RetryPending(StoreIndex& ix) {
   }
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -21,7 +21,7 @@
 #include "ingest/packing.h"
 #include "store/store_index.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // A compressed copy made at ingest that could not replace the raw block yet.
 struct PendingPack {
@@ -54,27 +54,27 @@ class Ingest {
   // Compresses the committed step (its raw bytes in snap.block) on an I/O thread, then swaps
   // its host block for the smaller one.
   void Start(StoreIndex& ix, StoreIndex::Run& run, StoreIndex::Snapshot& snap)
-      SNAPD_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES(ix.mu);
   // Swaps in the compressed copies that had to wait for room or for a holder of the raw bytes.
-  void RetryPending(StoreIndex& ix) SNAPD_REQUIRES(ix.mu);
+  void RetryPending(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
   // Compressions in flight, and compressed copies waiting to be swapped in: host room is coming.
-  static int InFlight(const StoreIndex& ix) SNAPD_REQUIRES(ix.mu) { return ix.ingest.in_flight; }
-  static size_t Pending(const StoreIndex& ix) SNAPD_REQUIRES(ix.mu) {
+  static int InFlight(const StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu) { return ix.ingest.in_flight; }
+  static size_t Pending(const StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu) {
     return ix.ingest.pending_packs.size();
   }
 
  private:
   void Finish(uint64_t run_id, uint64_t step, uint64_t generation, uint64_t checksum,
-              Result<PackedSnapshot> packed) SNAPD_EXCLUDES(ix_.mu);
+              Result<PackedSnapshot> packed) ADJSNAP_EXCLUDES(ix_.mu);
   static bool StillApplies(const StoreIndex::Snapshot& snap);
   // Swaps the snapshot's raw host block for its compressed copy; false if that must wait (no
   // room beside, and someone still holds the raw block).
   bool Apply(StoreIndex& ix, StoreIndex::Run& run, StoreIndex::Snapshot& snap,
-             const PendingPack& pending) SNAPD_REQUIRES(ix.mu);
+             const PendingPack& pending) ADJSNAP_REQUIRES(ix.mu);
 
   StoreIndex& ix_;  // the I/O jobs' (Finish)
   Checksums& checksums_;
   const Deps deps_;
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -5,7 +5,7 @@
 
 #include "disk_tier/disk_tier.h"
 
-namespace snapd {
+namespace adjsnap {
 
 compress::CodecSpec CodecOf(const v1::RunSpec& spec) {
   return compress::CodecSpec{spec.codec(), spec.codec_param()};
@@ -31,13 +31,13 @@ uint64_t ServedBytes(const v1::SnapshotRecord& record) {
 Result<PackedSnapshot> PackSnapshot(const compress::CodecSpec& codec,
                                     const compress::FieldSpec& field, const void* data,
                                     compress::CompressPool* pool, const Checksums& sums) {
-  SNAPD_ASSIGN_OR_RETURN(uint64_t max, compress::MaxCompressedBytes(codec, field));
+  ADJSNAP_ASSIGN_OR_RETURN(uint64_t max, compress::MaxCompressedBytes(codec, field));
   // Page-aligned and padded to the disk tier's alignment: the copy may be written as it is.
   std::unique_ptr<char, void (*)(void*)> buf(
       static_cast<char*>(std::aligned_alloc(DiskTier::kAlignment, DiskTier::FileBytes(max))),
       std::free);
   if (!buf) return Status::ResourceExhausted("no memory for a compression buffer");
-  SNAPD_ASSIGN_OR_RETURN(uint64_t n, compress::Compress(codec, field, data, buf.get(), max, pool));
+  ADJSNAP_ASSIGN_OR_RETURN(uint64_t n, compress::Compress(codec, field, data, buf.get(), max, pool));
   // Compression that does not shrink the snapshot is not worth a decode on the way back.
   if (n >= field.bytes) return Status::FailedPrecondition("compression does not shrink it");
   std::memset(buf.get() + n, 0, DiskTier::FileBytes(n) - n);
@@ -52,9 +52,9 @@ Result<PackedSnapshot> PackSnapshot(const compress::CodecSpec& codec,
 Status DecodeSnapshot(const v1::SnapshotRecord& r, const compress::FieldSpec& field,
                       const void* stored, void* raw, compress::CompressPool* pool,
                       const Checksums& sums) {
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       sums.Verify(stored, r.stored_bytes(), r.stored_checksum(), "compressed bytes"));
-  SNAPD_RETURN_IF_ERROR(compress::Decompress({r.codec(), r.codec_param()}, field, stored,
+  ADJSNAP_RETURN_IF_ERROR(compress::Decompress({r.codec(), r.codec_param()}, field, stored,
                                              r.stored_bytes(), raw, pool));
   if (r.codec() == v1::CODEC_ZFP_REVERSIBLE && r.checksum_state() == v1::CHECKSUM_RECORDED) {
     return sums.Verify(raw, r.raw_bytes(), r.checksum(), "bytes");
@@ -62,4 +62,4 @@ Status DecodeSnapshot(const v1::SnapshotRecord& r, const compress::FieldSpec& fi
   return Status::Ok();
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -8,11 +8,11 @@
 #include <memory>
 
 #include "ingest/checksums.h"
-#include "snapd/status.h"
-#include "snapd/v1/catalog.pb.h"
-#include "snapd/zfp_codec.h"
+#include "adjsnap/status.h"
+#include "adjsnap/v1/catalog.pb.h"
+#include "adjsnap/zfp_codec.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // The codec and field a run's snapshots are compressed with.
 compress::CodecSpec CodecOf(const v1::RunSpec& spec);
@@ -21,8 +21,8 @@ compress::FieldSpec FieldOf(const v1::RunSpec& spec);
 // The run compresses its steps as soon as they are stored.
 bool CompressesAtIngest(const v1::RunSpec& spec);
 
-// A step libsnapd pushed as a chunk frame (an nvCOMP codec, compressed where the solver is;
-// snapd/chunk_frame.h): snapd stores, moves and serves its bytes as they came and never decodes
+// A step libadjsnap pushed as a chunk frame (an nvCOMP codec, compressed where the solver is;
+// adjsnap/chunk_frame.h): adjsnapd stores, moves and serves its bytes as they came and never decodes
 // them; its checksum covers those bytes. A step of such a run that came raw is not framed.
 bool IsFramed(const v1::SnapshotRecord& record);
 
@@ -50,4 +50,4 @@ Status DecodeSnapshot(const v1::SnapshotRecord& record, const compress::FieldSpe
                       const void* stored, void* raw, compress::CompressPool* pool,
                       const Checksums& sums);
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -7,9 +7,9 @@
 #include <atomic>
 #include <cstdint>
 
-#include "snapd/v1/control.pb.h"
+#include "adjsnap/v1/control.pb.h"
 
-namespace snapd {
+namespace adjsnap {
 
 class LatencyHistogram {
  public:
@@ -44,4 +44,4 @@ class LatencyHistogram {
   std::atomic<uint64_t> sum_ns_{0};
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "log.h"
-#include "snapd/thread_name.h"
+#include "adjsnap/thread_name.h"
 
-namespace snapd {
+namespace adjsnap {
 
 namespace {
 
@@ -55,7 +55,7 @@ class Exposition {
   std::string out_;
 };
 
-// A label value in the text format: backslash, double quote and newline escaped. (snapd's
+// A label value in the text format: backslash, double quote and newline escaped. (adjsnapd's
 // labels are fixed names; this keeps the file well-formed whatever Stats holds.)
 std::string LabelValue(const std::string& value) {
   std::string out;
@@ -83,20 +83,20 @@ const v1::TierStats* Tier(const v1::StatsResponse& s, v1::Tier tier) {
 
 std::string RenderMetrics(const v1::StatsResponse& s) {
   Exposition e;
-  e.Family("snapd_info", "gauge", "snapd's version and data-plane wire version.",
+  e.Family("adjsnap_info", "gauge", "adjsnapd's version and data-plane wire version.",
            {{"{version=\"" + s.version() + "\",wire=\"" + std::to_string(s.wire_version()) +
                  "\"}",
              1}});
-  e.One("snapd_uptime_seconds", "gauge", "Seconds since snapd started.", s.uptime_ms() / 1e3);
-  e.One("snapd_sessions", "gauge", "Open client sessions.", static_cast<double>(s.sessions()));
-  e.One("snapd_runs", "gauge", "Runs in the catalog.", static_cast<double>(s.runs()));
+  e.One("adjsnap_uptime_seconds", "gauge", "Seconds since adjsnapd started.", s.uptime_ms() / 1e3);
+  e.One("adjsnap_sessions", "gauge", "Open client sessions.", static_cast<double>(s.sessions()));
+  e.One("adjsnap_runs", "gauge", "Runs in the catalog.", static_cast<double>(s.runs()));
   const v1::TierStats* host = Tier(s, v1::TIER_HOST);
   // The disk tier: one entry, or one per spool class (local, shared).
   std::vector<const v1::TierStats*> disks;
   for (const auto& t : s.tiers()) {
     if (t.tier() == v1::TIER_DISK) disks.push_back(&t);
   }
-  // One sample per tier snapd has, labelled tier="host", tier="disk" (the local spools) or
+  // One sample per tier adjsnapd has, labelled tier="host", tier="disk" (the local spools) or
   // tier="shared_disk" (shared_spool_dirs).
   auto per_tier = [&](const char* name, const char* type, const char* help,
                       double (*value)(const v1::TierStats&)) {
@@ -108,27 +108,27 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
     }
     e.Family(name, type, help, samples);
   };
-  per_tier("snapd_tier_budget_bytes", "gauge", "Bytes the tier may hold.",
+  per_tier("adjsnap_tier_budget_bytes", "gauge", "Bytes the tier may hold.",
            [](const v1::TierStats& t) { return static_cast<double>(t.budget_bytes()); });
-  per_tier("snapd_tier_used_bytes", "gauge", "Bytes the tier holds now.",
+  per_tier("adjsnap_tier_used_bytes", "gauge", "Bytes the tier holds now.",
            [](const v1::TierStats& t) { return static_cast<double>(t.used_bytes()); });
-  per_tier("snapd_tier_raw_bytes", "gauge",
+  per_tier("adjsnap_tier_raw_bytes", "gauge",
            "Raw (uncompressed) size of the snapshots the tier holds.",
            [](const v1::TierStats& t) { return static_cast<double>(t.raw_bytes()); });
-  per_tier("snapd_tier_snapshots", "gauge", "Snapshots whose bytes are in the tier.",
+  per_tier("adjsnap_tier_snapshots", "gauge", "Snapshots whose bytes are in the tier.",
            [](const v1::TierStats& t) { return static_cast<double>(t.snapshots()); });
-  per_tier("snapd_tier_write_bytes_per_second", "gauge",
+  per_tier("adjsnap_tier_write_bytes_per_second", "gauge",
            "Measured write bandwidth into the tier since start.",
            [](const v1::TierStats& t) { return t.write_bytes_per_second(); });
-  per_tier("snapd_tier_read_bytes_per_second", "gauge",
+  per_tier("adjsnap_tier_read_bytes_per_second", "gauge",
            "Measured read bandwidth out of the tier since start.",
            [](const v1::TierStats& t) { return t.read_bytes_per_second(); });
   std::string out = e.Take();
   Exposition c;
   if (host) {
-    c.One("snapd_host_peak_used_bytes", "gauge", "The most the host tier has held since start.",
+    c.One("adjsnap_host_peak_used_bytes", "gauge", "The most the host tier has held since start.",
           static_cast<double>(host->peak_used_bytes()));
-    c.One("snapd_host_resident_bytes", "gauge",
+    c.One("adjsnap_host_resident_bytes", "gauge",
           "RAM the host tier holds now, free pages kept for reuse included.",
           static_cast<double>(host->resident_bytes()));
   }
@@ -140,21 +140,21 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
       raw += static_cast<double>(d->raw_bytes());
       used += static_cast<double>(d->used_bytes());
     }
-    c.One("snapd_spill_bytes_total", "counter", "Bytes written to the disk tier.", written);
-    c.One("snapd_disk_read_bytes_total", "counter", "Bytes read from the disk tier.", read);
-    c.One("snapd_disk_compression_ratio", "gauge",
+    c.One("adjsnap_spill_bytes_total", "counter", "Bytes written to the disk tier.", written);
+    c.One("adjsnap_disk_read_bytes_total", "counter", "Bytes read from the disk tier.", read);
+    c.One("adjsnap_disk_compression_ratio", "gauge",
           "Raw bytes over stored bytes of the disk tier's snapshots (1 = none compressed).",
           used > 0 ? raw / used : 1);
   }
-  c.One("snapd_pushes_total", "counter", "Pushes stored.", static_cast<double>(s.pushes()));
-  c.Histogram("snapd_push_seconds",
-              "Seconds from a push reaching snapd to its reply that it is stored.",
+  c.One("adjsnap_pushes_total", "counter", "Pushes stored.", static_cast<double>(s.pushes()));
+  c.Histogram("adjsnap_push_seconds",
+              "Seconds from a push reaching adjsnapd to its reply that it is stored.",
               s.push_seconds());
-  c.One("snapd_fetches_total", "counter", "Fetches served.", static_cast<double>(s.fetches()));
-  c.One("snapd_refused_pushes_total", "counter",
+  c.One("adjsnap_fetches_total", "counter", "Fetches served.", static_cast<double>(s.fetches()));
+  c.One("adjsnap_refused_pushes_total", "counter",
         "Pushes refused because host and disk together had no room.",
         static_cast<double>(s.refused_pushes()));
-  c.One("snapd_rejected_messages_total", "counter",
+  c.One("adjsnap_rejected_messages_total", "counter",
         "Data-plane messages rejected as malformed or unauthenticated.",
         static_cast<double>(s.rejected_messages()));
   std::vector<std::pair<std::string, double>> rejections;
@@ -163,25 +163,25 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
         {"{surface=\"" + LabelValue(r.surface()) + "\",reason=\"" + LabelValue(r.reason()) + "\"}",
          static_cast<double>(r.count())});
   }
-  c.Family("snapd_rejections_total", "counter",
+  c.Family("adjsnap_rejections_total", "counter",
            "Requests and messages refused for what a peer sent or asked, by where and why.",
            rejections);
-  c.One("snapd_demotions_total", "counter", "Steps written from host memory to disk.",
+  c.One("adjsnap_demotions_total", "counter", "Steps written from host memory to disk.",
         static_cast<double>(s.demotions()));
-  c.One("snapd_moves_to_shared_total", "counter",
+  c.One("adjsnap_moves_to_shared_total", "counter",
         "Disk files moved from a local spool to a shared one to make local room.",
         static_cast<double>(s.moves_to_shared()));
-  c.One("snapd_prefetch_hits_total", "counter",
+  c.One("adjsnap_prefetch_hits_total", "counter",
         "Fetches of a disk-tier step that found it already read ahead.",
         static_cast<double>(s.prefetch_hits()));
-  c.One("snapd_prefetch_misses_total", "counter", "Fetches that had to wait for a disk read.",
+  c.One("adjsnap_prefetch_misses_total", "counter", "Fetches that had to wait for a disk read.",
         static_cast<double>(s.demand_reads()));
-  c.One("snapd_compactions_total", "counter",
+  c.One("adjsnap_compactions_total", "counter",
         "Host-tier blocks moved to merge free room (mixed step sizes).",
         static_cast<double>(s.compactions()));
-  c.One("snapd_released_total", "counter", "Read-once steps released after their fetch.",
+  c.One("adjsnap_released_total", "counter", "Read-once steps released after their fetch.",
         static_cast<double>(s.released()));
-  c.One("snapd_lost_snapshots", "gauge",
+  c.One("adjsnap_lost_snapshots", "gauge",
         "Snapshots lost to a restart, a failed checksum or a failed read (fetches answer "
         "DATA_LOSS).",
         static_cast<double>(s.lost_snapshots()));
@@ -193,32 +193,32 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
       failures.push_back({label, static_cast<double>(sp.failures())});
       read_errors.push_back({label, static_cast<double>(sp.read_errors())});
     }
-    c.Family("snapd_spool_failed", "gauge",
+    c.Family("adjsnap_spool_failed", "gauge",
              "1 while the spool (by its place in spool_dirs) is out of the rotation because its "
-             "device failed; snapctl status says why.",
+             "device failed; adjsnap status says why.",
              failed);
-    c.Family("snapd_spool_failures_total", "counter", "Times the spool was marked failed.",
+    c.Family("adjsnap_spool_failures_total", "counter", "Times the spool was marked failed.",
              failures);
-    c.Family("snapd_spool_read_errors_total", "counter",
+    c.Family("adjsnap_spool_read_errors_total", "counter",
              "Reads of the spool's files that failed, each a lost step.", read_errors);
   }
-  c.One("snapd_unavailable_pushes_total", "counter",
+  c.One("adjsnap_unavailable_pushes_total", "counter",
         "Pushes that needed the disk tier and failed (UNAVAILABLE) because no spool worked.",
         static_cast<double>(s.unavailable_pushes()));
-  c.One("snapd_unavailable_pushes_fast_total", "counter",
+  c.One("adjsnap_unavailable_pushes_fast_total", "counter",
         "Of those, pushes failed at once: an earlier push had already waited "
         "spool_failure_timeout and no spool has worked since.",
         static_cast<double>(s.unavailable_pushes_fast()));
-  c.One("snapd_waiting_pushes", "gauge",
-        "Pushes parked now for host room (snapctl status lists each, with what it waits for).",
+  c.One("adjsnap_waiting_pushes", "gauge",
+        "Pushes parked now for host room (adjsnap status lists each, with what it waits for).",
         static_cast<double>(s.waiting_pushes()));
-  c.One("snapd_waiting_fetches", "gauge",
+  c.One("adjsnap_waiting_fetches", "gauge",
         "Fetches waiting now for a disk read or decode of their step.",
         static_cast<double>(s.waiting_fetches()));
-  c.One("snapd_oldest_wait_seconds", "gauge",
+  c.One("adjsnap_oldest_wait_seconds", "gauge",
         "How long the oldest push or fetch that waits now has waited; 0 when none waits.",
         s.oldest_wait_seconds());
-  c.One("snapd_scrubbed_files_total", "counter",
+  c.One("adjsnap_scrubbed_files_total", "counter",
         "Spool files re-verified against their checksums (recovery, background, on demand).",
         static_cast<double>(s.scrubbed_files()));
   return out + c.Take();
@@ -227,15 +227,15 @@ std::string RenderMetrics(const v1::StatsResponse& s) {
 Result<std::unique_ptr<MetricsFile>> MetricsFile::Start(
     std::string path, std::chrono::seconds interval, std::function<v1::StatsResponse()> collect) {
   std::unique_ptr<MetricsFile> m(new MetricsFile(std::move(path), interval, std::move(collect)));
-  SNAPD_RETURN_IF_ERROR(m->WriteOnce());
+  ADJSNAP_RETURN_IF_ERROR(m->WriteOnce());
   MetricsFile* raw = m.get();
-  m->thread_ = NamedThread("snapd-metrics", [raw] {
+  m->thread_ = NamedThread("adjsnap-metrics", [raw] {
     MutexLock lock(raw->mu_);
     while (!raw->cv_.WaitFor(raw->mu_, raw->interval_,
-                             [raw]() SNAPD_REQUIRES(raw->mu_) { return raw->stop_; })) {
+                             [raw]() ADJSNAP_REQUIRES(raw->mu_) { return raw->stop_; })) {
       lock.Unlock();
       Status s = raw->WriteOnce();
-      if (!s.ok()) SNAPD_LOG_WARN("metrics_textfile: %s", s.ToString().c_str());
+      if (!s.ok()) ADJSNAP_LOG_WARN("metrics_textfile: %s", s.ToString().c_str());
       lock.Lock();
     }
   });
@@ -276,4 +276,4 @@ Status MetricsFile::WriteOnce() {
   return Status::Ok();
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,4 +1,4 @@
-// Metrics for the monitoring an HPC site already runs: snapd's counters (what Stats answers) in
+// Metrics for the monitoring an HPC site already runs: adjsnapd's counters (what Stats answers) in
 // the Prometheus text format, written every `interval` to a file that node_exporter's textfile
 // collector reads (docs/operations.md says why a file and not an HTTP port). The file is
 // replaced atomically (written beside it, then renamed) and holds only node-wide numbers: no
@@ -11,18 +11,18 @@
 #include <string>
 #include <thread>
 
-#include "snapd/status.h"
-#include "snapd/v1/control.pb.h"
-#include "snapd/thread_annotations.h"
+#include "adjsnap/status.h"
+#include "adjsnap/v1/control.pb.h"
+#include "adjsnap/thread_annotations.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // The Prometheus text exposition of `stats`.
 std::string RenderMetrics(const v1::StatsResponse& stats);
 
 class MetricsFile {
  public:
-  // Writes once (so a path snapd cannot write fails here, at start), then every `interval`.
+  // Writes once (so a path adjsnapd cannot write fails here, at start), then every `interval`.
   static Result<std::unique_ptr<MetricsFile>> Start(std::string path,
                                                     std::chrono::seconds interval,
                                                     std::function<v1::StatsResponse()> collect);
@@ -38,8 +38,8 @@ class MetricsFile {
   const std::function<v1::StatsResponse()> collect_;
   Mutex mu_;
   CondVar cv_;
-  bool stop_ SNAPD_GUARDED_BY(mu_) = false;
+  bool stop_ ADJSNAP_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts once the members it uses exist
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

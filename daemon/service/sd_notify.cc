@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "log.h"
-#include "snapd/thread_name.h"
-#include "snapd/unix_socket.h"
+#include "adjsnap/thread_name.h"
+#include "adjsnap/unix_socket.h"
 
-namespace snapd {
+namespace adjsnap {
 
 bool Notify(const std::map<std::string, std::string>& env, const std::string& state) {
   return NotifyWithFd(env, state, -1);
@@ -27,7 +27,7 @@ bool NotifyWithFd(const std::map<std::string, std::string>& env, const std::stri
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof addr.sun_path || (path[0] != '/' && path[0] != '@')) {
-    SNAPD_LOG_WARN("NOTIFY_SOCKET '%s' is not a socket path; not notifying systemd", path.c_str());
+    ADJSNAP_LOG_WARN("NOTIFY_SOCKET '%s' is not a socket path; not notifying systemd", path.c_str());
     return false;
   }
   std::memcpy(addr.sun_path, path.data(), path.size());
@@ -93,7 +93,7 @@ std::unique_ptr<Watchdog> Watchdog::Start(const std::map<std::string, std::strin
 Watchdog::Watchdog(std::map<std::string, std::string> env, std::chrono::microseconds interval,
                    std::function<bool()> healthy)
     : env_(std::move(env)), interval_(interval), healthy_(std::move(healthy)) {
-  thread_ = NamedThread("snapd-watchdog", [this] { Run(); });
+  thread_ = NamedThread("adjsnap-wdog", [this] { Run(); });
 }
 
 Watchdog::~Watchdog() {
@@ -113,10 +113,10 @@ void Watchdog::Run() {
     if (ok) {
       Notify(env_, "WATCHDOG=1");
     } else {
-      SNAPD_LOG_ERROR("health check failed: not pinging the systemd watchdog");
+      ADJSNAP_LOG_ERROR("health check failed: not pinging the systemd watchdog");
     }
     lock.lock();
   }
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-namespace snapd {
+namespace adjsnap {
 
 // Sends `state` (e.g. "READY=1\nSTATUS=serving") to $NOTIFY_SOCKET from `env`; false when
 // there is no socket or the send failed.
@@ -57,4 +57,4 @@ class Watchdog {
   std::thread thread_;  // declared last
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

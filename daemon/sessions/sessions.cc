@@ -3,7 +3,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-namespace snapd {
+namespace adjsnap {
 
 bool TrustedUid(uint32_t uid) { return uid == 0 || uid == geteuid(); }
 
@@ -66,4 +66,4 @@ size_t SessionTable::size() const {
   return sessions_.size();
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

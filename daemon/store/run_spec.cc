@@ -8,13 +8,13 @@
 #include <thread>
 
 #include "log.h"
-#include "snapd/checksum.h"
-#include "snapd/layers.h"
-#include "snapd/units.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/layers.h"
+#include "adjsnap/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
 
-namespace snapd {
+namespace adjsnap {
 
 namespace {
 
@@ -49,7 +49,7 @@ Status ValidateRunSpec(const v1::RunSpec& spec) {
                                      std::to_string(static_cast<unsigned char>(c)) + ")");
     }
   }
-  // Names become file names (dump) and command-line arguments (snapctl rm NAME): '.', '..',
+  // Names become file names (dump) and command-line arguments (adjsnap rm NAME): '.', '..',
   // hidden names and option-like names such as "-rf" are refused.
   if (name[0] == '.' || name[0] == '-') {
     return Status::InvalidArgument("run name '" + name +
@@ -118,4 +118,4 @@ Status ValidateRunSpec(const v1::RunSpec& spec) {
   return Status::Ok();
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,4 +1,4 @@
-// The store: snapd's front door to its runs and snapshots, and their bookkeeping. It keeps the
+// The store: adjsnapd's front door to its runs and snapshots, and their bookkeeping. It keeps the
 // index of runs and snapshots in memory over the catalog (RocksDB) and is the single place
 // where every request is validated, tenancy is enforced and quotas are counted; it is the only
 // writer of run records, and of a snapshot's record when it is stored or deleted. The jobs
@@ -37,26 +37,26 @@
 #include "catalog/catalog.h"
 #include "disk_tier/disk_tier.h"
 #include "host_tier/host_tier.h"
-#include "snapd/status.h"
-#include "snapd/thread_annotations.h"
-#include "snapd/v1/control.pb.h"
+#include "adjsnap/status.h"
+#include "adjsnap/thread_annotations.h"
+#include "adjsnap/v1/control.pb.h"
 #include "store/store_state.h"
 #include "tiering/tiering.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // The most run ids one OpenSession may name to attach again (OpenSessionRequest.run_ids).
 inline constexpr size_t kMaxReattachRuns = 4096;
 
 // Who asks. A tenant (a uid, as the kernel reported it for the caller's socket) sees and
 // changes only the runs it owns; to it, another tenant's run does not exist. An admin (root,
-// snapd's own uid, the admin_group) sees and manages every run. Callers inside the daemon and
+// adjsnapd's own uid, the admin_group) sees and manages every run. Callers inside the daemon and
 // the tests act as Admin().
 struct Tenant {
   uint32_t uid = 0;
   bool admin = false;
   // The data-plane session asking (0 on the control plane). A push or fetch attaches it to the
-  // run, as OpenRun does: a client that reconnected after a restart of snapd (with a libsnapd
+  // run, as OpenRun does: a client that reconnected after a restart of adjsnapd (with a libadjsnap
   // that does not name its runs in OpenSession) opens a new session and does not open its runs
   // again, and its death must still orphan them.
   uint64_t session_id = 0;
@@ -87,52 +87,52 @@ class Store final : private StoreState {
   // `session_id` (0: none): the session opening or attaching; see RemoveOrphans.
   Result<v1::RunInfo> OpenRun(const v1::RunSpec& spec, uint32_t owner_uid, bool* created,
                               uint64_t device_steps = 0, uint64_t session_id = 0)
-      SNAPD_EXCLUDES(ix_.mu);
+      ADJSNAP_EXCLUDES(ix_.mu);
   Result<v1::RunInfo> CloseRun(const std::string& name, const Tenant& who = Tenant::Admin())
-      SNAPD_EXCLUDES(ix_.mu);
+      ADJSNAP_EXCLUDES(ix_.mu);
   // Returns the tier bytes released.
   Result<uint64_t> DeleteRun(const std::string& name, const Tenant& who = Tenant::Admin())
-      SNAPD_EXCLUDES(ix_.mu);
+      ADJSNAP_EXCLUDES(ix_.mu);
   Result<uint64_t> DeleteSnapshot(const std::string& name, uint64_t step,
-                                  const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
+                                  const Tenant& who = Tenant::Admin()) ADJSNAP_EXCLUDES(ix_.mu);
   // The runs `who` may see.
   std::vector<v1::RunInfo> ListRuns(const Tenant& who = Tenant::Admin()) const
-      SNAPD_EXCLUDES(ix_.mu);
+      ADJSNAP_EXCLUDES(ix_.mu);
   Result<std::vector<v1::SnapshotInfo>> ListSnapshots(const std::string& name, v1::RunInfo* run,
                                                       const Tenant& who = Tenant::Admin()) const
-      SNAPD_EXCLUDES(ix_.mu);
+      ADJSNAP_EXCLUDES(ix_.mu);
   Result<v1::SnapshotInfo> Locate(const std::string& name, uint64_t step,
-                                  const Tenant& who = Tenant::Admin()) const SNAPD_EXCLUDES(ix_.mu);
+                                  const Tenant& who = Tenant::Admin()) const ADJSNAP_EXCLUDES(ix_.mu);
   Result<uint64_t> RunId(const std::string& name, const Tenant& who = Tenant::Admin()) const
-      SNAPD_EXCLUDES(ix_.mu);
+      ADJSNAP_EXCLUDES(ix_.mu);
   // A tenant's byte quota (0 = no limit), replacing StoreOptions.tenant_quota for that uid
   // until the daemon restarts; and what the tenant stores now.
-  void SetQuota(uint32_t uid, uint64_t bytes) SNAPD_EXCLUDES(ix_.mu);
+  void SetQuota(uint32_t uid, uint64_t bytes) ADJSNAP_EXCLUDES(ix_.mu);
   struct Usage {
     uint64_t quota = 0;
     uint64_t stored_bytes = 0;
     uint64_t in_flight_bytes = 0;  // pushes reserved, not yet stored (they count to the quota)
     uint64_t runs = 0;
   };
-  Usage TenantUsage(uint32_t uid) const SNAPD_EXCLUDES(ix_.mu);
+  Usage TenantUsage(uint32_t uid) const ADJSNAP_EXCLUDES(ix_.mu);
 
   // The device tier: steps a client keeps in its own GPU memory (device layers). The store
   // only records them, for Locate and List and so that nobody pushes the step again; the
   // bytes never reach the daemon. The records are kept in memory, not in the catalog: when
   // `session_id` ends (EndSession) they become TIER_LOST. held = false forgets one.
   Status HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes, uint64_t session_id,
-                        bool held, const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
+                        bool held, const Tenant& who = Tenant::Admin()) ADJSNAP_EXCLUDES(ix_.mu);
   // The session ended: the device steps it held are lost. `died`: its client went away without
   // closing it; a run that is not kept and that no live session opened becomes an orphan.
-  void EndSession(uint64_t session_id, bool died = false) SNAPD_EXCLUDES(ix_.mu);
+  void EndSession(uint64_t session_id, bool died = false) ADJSNAP_EXCLUDES(ix_.mu);
   // A client that reconnected after a restart names the runs it opened before it (at most
   // kMaxReattachRuns): who.session_id, its new session, counts among their clients, and a run
   // waiting for its clients since the start (awaiting_clients) is no longer an orphan. Ids of
   // runs that are gone or that `who` may not see are skipped. Returns how many it attached.
   size_t AttachSession(const std::vector<uint64_t>& run_ids, const Tenant& who)
-      SNAPD_EXCLUDES(ix_.mu);
+      ADJSNAP_EXCLUDES(ix_.mu);
   // Removes the orphans (see EndSession) older than `grace`, logging each.
-  void RemoveOrphans(std::chrono::seconds grace) SNAPD_EXCLUDES(ix_.mu);
+  void RemoveOrphans(std::chrono::seconds grace) ADJSNAP_EXCLUDES(ix_.mu);
 
   // A push between BeginPush and CommitPush/AbortPush: see PushTicket (store/store_state.h).
   // Validates and reserves host memory. `done` gets the ticket or the error, exactly once: on
@@ -143,7 +143,7 @@ class Store final : private StoreState {
   // `who`: the pushing session's tenant; the run must be its own, and the push must fit the
   // tenant's quota.
   bool BeginPush(uint64_t run_id, uint64_t step, uint64_t bytes, PushDone done,
-                 const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
+                 const Tenant& who = Tenant::Admin()) ADJSNAP_EXCLUDES(ix_.mu);
   // The pushed bytes are in the ticket's block. A commit has two halves, so that no thread
   // waits for the catalog under the store's lock: CommitPush queues the step's record for the
   // catalog's writer and returns; once it is written, `recorded` gets the second half (on the
@@ -155,10 +155,10 @@ class Store final : private StoreState {
   // stays reserved (TIER_IN_FLIGHT).
   using Install = std::function<Status()>;
   void CommitPush(const PushTicket& ticket, std::function<void(Install)> recorded)
-      SNAPD_EXCLUDES(ix_.mu);
+      ADJSNAP_EXCLUDES(ix_.mu);
   // Both halves, waiting for the record on this thread (tests and tools).
-  Status CommitPush(const PushTicket& ticket) SNAPD_EXCLUDES(ix_.mu);
-  void AbortPush(const PushTicket& ticket) SNAPD_EXCLUDES(ix_.mu);
+  Status CommitPush(const PushTicket& ticket) ADJSNAP_EXCLUDES(ix_.mu);
+  void AbortPush(const PushTicket& ticket) ADJSNAP_EXCLUDES(ix_.mu);
 
   // The step's bytes in host memory: see FetchGrant (store/store_state.h).
   // `done` gets the bytes or an error, exactly once: before BeginFetch returns when they are
@@ -166,18 +166,18 @@ class Store final : private StoreState {
   // read from disk; true in that second case. `backward`: the fetch is the backward pass (it
   // paces and triggers prefetch); false for a dump.
   bool BeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes, bool backward, FetchDone done,
-                  const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
+                  const Tenant& who = Tenant::Admin()) ADJSNAP_EXCLUDES(ix_.mu);
   // The solver has the bytes of a fetched step: unless the run keeps steps, the step is
   // released (read-once).
-  void Consumed(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_EXCLUDES(ix_.mu);
+  void Consumed(uint64_t run_id, uint64_t step, uint64_t generation) ADJSNAP_EXCLUDES(ix_.mu);
 
   // Starts disk reads of these steps into host memory; returns how many started.
   Result<uint64_t> Prefetch(const std::string& name, const std::vector<uint64_t>& steps,
-                            const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
+                            const Tenant& who = Tenant::Admin()) ADJSNAP_EXCLUDES(ix_.mu);
   // Writes every host-only snapshot to disk; `done` runs once they all are (or one failed).
-  void Drain(std::function<void(Result<DrainResult>)> done) SNAPD_EXCLUDES(ix_.mu);
+  void Drain(std::function<void(Result<DrainResult>)> done) ADJSNAP_EXCLUDES(ix_.mu);
 
-  // Re-verifies every disk-tier file of the run now (`snapctl scrub`): each is read and checked
+  // Re-verifies every disk-tier file of the run now (`adjsnap scrub`): each is read and checked
   // against its checksums; a damaged one is marked lost and its file quarantined. `done` gets
   // the tally once all are checked, on an I/O thread, never under the store's lock.
   struct ScrubResult {
@@ -186,17 +186,17 @@ class Store final : private StoreState {
     std::vector<std::pair<uint64_t, std::string>> lost;  // step, why
   };
   void ScrubRun(const std::string& name, std::function<void(Result<ScrubResult>)> done,
-                const Tenant& who = Tenant::Admin()) SNAPD_EXCLUDES(ix_.mu);
-  // Probes every failed spool now (`snapctl spool probe`) on an I/O thread; `done` gets how
+                const Tenant& who = Tenant::Admin()) ADJSNAP_EXCLUDES(ix_.mu);
+  // Probes every failed spool now (`adjsnap spool probe`) on an I/O thread; `done` gets how
   // many came back.
   void ProbeSpools(std::function<void(int)> done);
-  // A stop (SIGTERM, `snapctl shutdown`), in the order main calls these; see
+  // A stop (SIGTERM, `adjsnap shutdown`), in the order main calls these; see
   // docs/operations.md, "Restart, upgrade and drain".
-  // From now on pushes are refused with UNAVAILABLE ("snapd is stopping"), those waiting for
+  // From now on pushes are refused with UNAVAILABLE ("adjsnapd is stopping"), those waiting for
   // room too; fetches, and commits of pushes already reserved, go on.
-  void BeginStop() SNAPD_EXCLUDES(ix_.mu);
+  void BeginStop() ADJSNAP_EXCLUDES(ix_.mu);
   // Pushes reserved (or waiting for room), not yet committed or aborted.
-  uint64_t PushesInFlight() const SNAPD_EXCLUDES(ix_.mu);
+  uint64_t PushesInFlight() const ADJSNAP_EXCLUDES(ix_.mu);
   struct StopResult {
     uint64_t steps = 0;      // host-only steps written to disk, or host blocks in the kept tier
     uint64_t host_only = 0;  // KeepHostTier: of `steps`, those with no disk copy
@@ -209,7 +209,7 @@ class Store final : private StoreState {
   // `keep_host_copies`: KeepHostTier follows, so each step written keeps its raw block as a host
   // copy of the disk step.
   StopResult DrainForStop(std::chrono::steady_clock::time_point deadline,
-                          bool keep_host_copies = false) SNAPD_EXCLUDES(ix_.mu);
+                          bool keep_host_copies = false) ADJSNAP_EXCLUDES(ix_.mu);
   // The host tier is handed to systemd's fd store (after a drain, or instead of one): once the
   // checksums, compressions and disk I/O in flight are done (by `deadline`), records where each
   // step with a host block lies in it and its checksum (Catalog::PutHostTierKept), for the next
@@ -217,9 +217,9 @@ class Store final : private StoreState {
   // as a read-ahead copy, its file staying the durable one. Nothing may move blocks any more:
   // the data plane is stopped. On success nothing is marked lost at destruction (also after a
   // drain that fell short); on error nothing is recorded, and host-only steps are marked lost.
-  StopResult KeepHostTier(std::chrono::steady_clock::time_point deadline) SNAPD_EXCLUDES(ix_.mu);
+  StopResult KeepHostTier(std::chrono::steady_clock::time_point deadline) ADJSNAP_EXCLUDES(ix_.mu);
 
-  StoreCounters Counters() const SNAPD_EXCLUDES(ix_.mu);
+  StoreCounters Counters() const ADJSNAP_EXCLUDES(ix_.mu);
   // Every request that waits now, oldest first, with what it waits for: `who`'s own unless an
   // admin asks (StatsResponse.waits).
   struct Waits {
@@ -228,7 +228,7 @@ class Store final : private StoreState {
     uint64_t fetches = 0;
     double oldest_seconds = 0;
   };
-  Waits Waiting(const Tenant& who, size_t limit) SNAPD_EXCLUDES(ix_.mu);
+  Waits Waiting(const Tenant& who, size_t limit) ADJSNAP_EXCLUDES(ix_.mu);
   uint64_t host_budget() const { return host_->budget(); }
   // The host-tier arena a client of `uid` maps, which holds the steps of its runs.
   HostTier::ArenaId HostArenaFor(uint32_t uid) const { return host_->ArenaFor(uid); }
@@ -242,8 +242,8 @@ class Store final : private StoreState {
 
   // Blocks until every checksum queued so far is recorded and the tiering thread has nothing
   // in flight (tests, orderly shutdown).
-  void WaitChecksumsIdle() SNAPD_EXCLUDES(ix_.mu) { checksums_.WaitIdle(ix_); }
-  void WaitTieringIdle() SNAPD_EXCLUDES(ix_.mu) { tiering_.WaitTieringIdle(); }
+  void WaitChecksumsIdle() ADJSNAP_EXCLUDES(ix_.mu) { checksums_.WaitIdle(ix_); }
+  void WaitTieringIdle() ADJSNAP_EXCLUDES(ix_.mu) { tiering_.WaitTieringIdle(); }
   // Checksums of stored bytes computed since the store opened (tests: each block is hashed
   // once, see Checksums).
   uint64_t hashes() const { return checksums_.hashes(); }
@@ -254,28 +254,28 @@ class Store final : private StoreState {
   // A host-tier record of the start whose stop kept the host tier (options_.kept_host_tier):
   // its block claimed at the recorded offset and its checksum checked; DATA_LOSS saying why
   // not (an empty message: it was not kept).
-  Status TakeBack(const Run& run, Snapshot& snap) SNAPD_REQUIRES(ix_.mu);
+  Status TakeBack(const Run& run, Snapshot& snap) ADJSNAP_REQUIRES(ix_.mu);
   // BeginPush and BeginFetch under the lock: the answer now, or nullopt after parking `done`.
   Result<std::optional<PushTicket>> TryBeginPush(uint64_t run_id, uint64_t step, uint64_t bytes,
                                                  PushDone& done, const Tenant& who)
-      SNAPD_EXCLUDES(ix_.mu);
+      ADJSNAP_EXCLUDES(ix_.mu);
   Result<std::optional<FetchGrant>> TryBeginFetch(uint64_t run_id, uint64_t step, uint64_t bytes,
                                                   bool backward, FetchDone& done, const Tenant& who)
-      SNAPD_EXCLUDES(ix_.mu);
+      ADJSNAP_EXCLUDES(ix_.mu);
   Result<const Run*> FindByName(const std::string& name, const Tenant& who) const
-      SNAPD_REQUIRES(ix_.mu);
-  Result<Run*> FindByName(const std::string& name, const Tenant& who) SNAPD_REQUIRES(ix_.mu);
-  Result<Run*> FindById(uint64_t run_id, const Tenant& who) SNAPD_REQUIRES(ix_.mu);
-  uint64_t QuotaOf(uint32_t uid) const SNAPD_REQUIRES(ix_.mu);
-  Usage UsageOf(uint32_t uid) const SNAPD_REQUIRES(ix_.mu);
+      ADJSNAP_REQUIRES(ix_.mu);
+  Result<Run*> FindByName(const std::string& name, const Tenant& who) ADJSNAP_REQUIRES(ix_.mu);
+  Result<Run*> FindById(uint64_t run_id, const Tenant& who) ADJSNAP_REQUIRES(ix_.mu);
+  uint64_t QuotaOf(uint32_t uid) const ADJSNAP_REQUIRES(ix_.mu);
+  Usage UsageOf(uint32_t uid) const ADJSNAP_REQUIRES(ix_.mu);
   // NOT_FOUND for a step the run does not hold, saying whether it was read once and released.
   static Status StepNotFound(const Run& run, uint64_t step);
   // Counts who.session_id (if any) among the run's clients, as OpenRun does (Tenant).
   static void Attach(Run& run, const Tenant& who);
   // At the stop: records in each run's catalog record whether it awaits clients at the next
   // start (RunRecord.awaiting_clients).
-  void MarkAwaitingClients() SNAPD_REQUIRES(ix_.mu);
-  v1::RunInfo Info(const Run& run) const SNAPD_REQUIRES(ix_.mu);
+  void MarkAwaitingClients() ADJSNAP_REQUIRES(ix_.mu);
+  v1::RunInfo Info(const Run& run) const ADJSNAP_REQUIRES(ix_.mu);
   static Status Refused(Run& run, Status why);
   static v1::SnapshotInfo Info(const Snapshot& snap);
   static v1::SnapshotInfo Info(const Run& run, uint64_t step, const DeviceStep& held);
@@ -294,37 +294,37 @@ class Store final : private StoreState {
   // Removes a snapshot from the index and the catalog, freeing its tiers.
   // Removes a step: its record (first, waiting: an error changes nothing), its blocks, its
   // file, its waiters.
-  Status Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) SNAPD_REQUIRES(ix_.mu);
+  Status Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) ADJSNAP_REQUIRES(ix_.mu);
   // The same for a consumed step, with no wait on the catalog: the step leaves the index now,
   // its record through the catalog's writer, and its file once the record is gone (a failed
   // delete leaves both, and the next start finds the step again).
-  void EraseConsumed(Run& run, std::map<uint64_t, Snapshot>::iterator it) SNAPD_REQUIRES(ix_.mu);
+  void EraseConsumed(Run& run, std::map<uint64_t, Snapshot>::iterator it) ADJSNAP_REQUIRES(ix_.mu);
   // What both share once the record is dealt with: the step leaves the index, its waiters are
   // answered, its file is removed when `disk` is given.
   void Forget(Run& run, std::map<uint64_t, Snapshot>::iterator it, DiskTier* disk)
-      SNAPD_REQUIRES(ix_.mu);
+      ADJSNAP_REQUIRES(ix_.mu);
   // The second half of CommitPush, once the record is written (or failed).
   Status InstallCommitted(const PushTicket& ticket, v1::SnapshotRecord rec, Status recorded)
-      SNAPD_EXCLUDES(ix_.mu);
+      ADJSNAP_EXCLUDES(ix_.mu);
   // The host memory a new declared run may plan its resident steps in: the budget less what
   // every other run holds there or has planned to keep there (an open declared run's range
   // [host_boundary, N)), so runs sharing the tier get boundaries computed against each other.
-  uint64_t HostRoomForNewRun() const SNAPD_REQUIRES(ix_.mu);
+  uint64_t HostRoomForNewRun() const ADJSNAP_REQUIRES(ix_.mu);
   // Host-tier bytes of `uid`'s steps in runs that cannot move them to disk.
-  uint64_t PinnedHostBytesOf(uint32_t uid) const SNAPD_REQUIRES(ix_.mu);
-  Result<uint64_t> DeleteRunLocked(Run* run) SNAPD_REQUIRES(ix_.mu);
+  uint64_t PinnedHostBytesOf(uint32_t uid) const ADJSNAP_REQUIRES(ix_.mu);
+  Result<uint64_t> DeleteRunLocked(Run* run) ADJSNAP_REQUIRES(ix_.mu);
   // A run whose declared steps cannot fit in the tiers it may use (host and disk budgets
   // together) is refused when it opens, naming the node's limit, unless it compresses (its
   // stored size is unknown) or waits for room (block_when_full: the backward pass frees it).
   Status CheckFitsTheNode(const v1::RunSpec& spec, uint64_t device_steps) const;
 
   // Run names are per owner uid: two users may each have "shot-17".
-  std::map<std::pair<uint32_t, std::string>, uint64_t> by_name_ SNAPD_GUARDED_BY(ix_.mu);
-  std::map<uint32_t, uint64_t> quotas_ SNAPD_GUARDED_BY(ix_.mu);  // per-uid, from SetQuota
-  bool closing_ SNAPD_GUARDED_BY(ix_.mu) = false;                 // BeginStop: pushes are refused
+  std::map<std::pair<uint32_t, std::string>, uint64_t> by_name_ ADJSNAP_GUARDED_BY(ix_.mu);
+  std::map<uint32_t, uint64_t> quotas_ ADJSNAP_GUARDED_BY(ix_.mu);  // per-uid, from SetQuota
+  bool closing_ ADJSNAP_GUARDED_BY(ix_.mu) = false;                 // BeginStop: pushes are refused
   // Set by a stop whose drain fell short: why; the destructor marks what is left lost.
-  std::string unsaved_why_ SNAPD_GUARDED_BY(ix_.mu);
-  uint64_t next_generation_ SNAPD_GUARDED_BY(ix_.mu) = 1;
+  std::string unsaved_why_ ADJSNAP_GUARDED_BY(ix_.mu);
+  uint64_t next_generation_ ADJSNAP_GUARDED_BY(ix_.mu) = 1;
 
   // The tiering policy and its thread, a component over this store's plumbing and index; a
   // member, so it is destroyed before them (its thread is joined by then: StopTiering).
@@ -336,4 +336,4 @@ Status ValidateRunSpec(const v1::RunSpec& spec);
 // Bytes of one element of `dtype`; 1 for DTYPE_UNSPECIFIED (opaque bytes).
 uint64_t DtypeBytes(v1::Dtype dtype);
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,6 +1,6 @@
 #include "store/store_index.h"
 
-namespace snapd {
+namespace adjsnap {
 
 StoreIndex::Snapshot* StoreIndex::FindSnapshot(uint64_t run_id, uint64_t step,
                                                uint64_t generation) {
@@ -21,4 +21,4 @@ std::pair<StoreIndex::Run*, StoreIndex::Snapshot*> StoreIndex::FindSnapshot(cons
   return {&run->second, &snap->second};
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

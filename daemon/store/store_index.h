@@ -2,7 +2,7 @@
 // catalog and the tiers, the counters, and the state of the components the store is made of
 // (the checksum owner's queue, the at-ingest compressor's and the tiering policy's). A component
 // keeps no guarded member of its own: its methods take the index and are annotated
-// SNAPD_REQUIRES(ix.mu), which clang's thread-safety analysis checks against the argument at every
+// ADJSNAP_REQUIRES(ix.mu), which clang's thread-safety analysis checks against the argument at every
 // call, so one index held by the store is one capability however many components use it.
 #pragma once
 
@@ -20,12 +20,12 @@
 #include <vector>
 
 #include "host_tier/host_tier.h"
-#include "snapd/status.h"
-#include "snapd/thread_annotations.h"
-#include "snapd/v1/catalog.pb.h"
-#include "snapd/v1/control.pb.h"
+#include "adjsnap/status.h"
+#include "adjsnap/thread_annotations.h"
+#include "adjsnap/v1/catalog.pb.h"
+#include "adjsnap/v1/control.pb.h"
 
-namespace snapd {
+namespace adjsnap {
 
 struct StoreCounters {
   uint64_t runs = 0;
@@ -73,7 +73,7 @@ struct StoreIndex {
     // nothing to undo, and a push never needs more room than its raw step.
     uint64_t bytes = 0;
     // The checksum of those bytes when the copy that wrote them computed it (the client's
-    // copy on the mapped path, snapd's own of an eager push): recorded with the commit, and
+    // copy on the mapped path, adjsnapd's own of an eager push): recorded with the commit, and
     // the checksum thread does not read the step again. Unset: the checksum thread hashes it.
     std::optional<uint64_t> checksum;
   };
@@ -133,7 +133,7 @@ struct StoreIndex {
     // When the last of them died (its client went away without closing); none: not an orphan.
     std::optional<std::chrono::steady_clock::time_point> orphaned_at;
     // Why the run is no longer whole (RunInfo.failure): the first refused push or lost step
-    // since snapd started; empty while it is whole.
+    // since adjsnapd started; empty while it is whole.
     std::string failure;
   };
   using Key = std::pair<uint64_t, uint64_t>;  // (run_id, step)
@@ -170,16 +170,16 @@ struct StoreIndex {
   };
 
   // This copy of the step (its generation), or null if it is gone.
-  Snapshot* FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) SNAPD_REQUIRES(mu);
+  Snapshot* FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) ADJSNAP_REQUIRES(mu);
   // The snapshot at `key` (any generation), with its run; both null if gone.
-  std::pair<Run*, Snapshot*> FindSnapshot(const Key& key) SNAPD_REQUIRES(mu);
+  std::pair<Run*, Snapshot*> FindSnapshot(const Key& key) ADJSNAP_REQUIRES(mu);
 
   mutable Mutex mu;
-  std::map<uint64_t, Run> runs SNAPD_GUARDED_BY(mu);
-  StoreCounters counters SNAPD_GUARDED_BY(mu);  // demotions, reads, hits, releases
-  bool stopping SNAPD_GUARDED_BY(mu) = false;
-  ChecksumQueue checksums SNAPD_GUARDED_BY(mu);
-  IngestState ingest SNAPD_GUARDED_BY(mu);
+  std::map<uint64_t, Run> runs ADJSNAP_GUARDED_BY(mu);
+  StoreCounters counters ADJSNAP_GUARDED_BY(mu);  // demotions, reads, hits, releases
+  bool stopping ADJSNAP_GUARDED_BY(mu) = false;
+  ChecksumQueue checksums ADJSNAP_GUARDED_BY(mu);
+  IngestState ingest ADJSNAP_GUARDED_BY(mu);
 
   // The tiering policy's state (tiering/tiering.h): what waits for host room or for the disk,
   // the moves in flight, and the policy's counters and clocks.
@@ -231,7 +231,7 @@ struct StoreIndex {
     Key scrub_cursor{0, 0};  // the last step the background scrub read
     std::chrono::steady_clock::time_point next_scrub;
   };
-  TieringState tiering SNAPD_GUARDED_BY(mu);
+  TieringState tiering ADJSNAP_GUARDED_BY(mu);
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -9,13 +9,13 @@
 #include <thread>
 
 #include "log.h"
-#include "snapd/checksum.h"
-#include "snapd/layers.h"
-#include "snapd/units.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/layers.h"
+#include "adjsnap/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
 
-namespace snapd {
+namespace adjsnap {
 
 Store::Store(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOptions& options)
     : StoreState(catalog, host, disk, options) {}
@@ -23,7 +23,7 @@ Store::Store(Catalog* catalog, HostTier* host, DiskTier* disk, const StoreOption
 Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, DiskTier* disk,
                                            const StoreOptions& options) {
   std::unique_ptr<Store> store(new Store(catalog, host, disk, options));
-  SNAPD_RETURN_IF_ERROR(store->Load());
+  ADJSNAP_RETURN_IF_ERROR(store->Load());
   Store* s = store.get();
   s->compress_ = std::make_unique<compress::CompressPool>(options.compress_threads);
   s->io_ = std::make_unique<IoPool>(std::max(1, options.io_threads));
@@ -59,13 +59,13 @@ Store::~Store() {
       for (auto& [id, run] : ix_.runs) {
         for (auto& [step, snap] : run.snapshots) {
           if (snap.record.tier() != v1::TIER_HOST || !snap.block) continue;
-          MarkLost(ix_, run, snap, "it was still only in host memory when snapd stopped (" +
+          MarkLost(ix_, run, snap, "it was still only in host memory when adjsnapd stopped (" +
                                   unsaved_why_ + ")");
           ++lost;
         }
       }
       if (lost) {
-        SNAPD_LOG_ERROR("%llu host-tier steps were not written to disk before snapd stopped",
+        ADJSNAP_LOG_ERROR("%llu host-tier steps were not written to disk before adjsnapd stopped",
                         static_cast<unsigned long long>(lost));
       }
     }
@@ -74,7 +74,7 @@ Store::~Store() {
   Deferred deferred;
   {
     MutexLock lock(ix_.mu);
-    Status down = Status::Unavailable("snapd is shutting down");
+    Status down = Status::Unavailable("adjsnapd is shutting down");
     tiering_.AnswerWaiting(ix_, down, deferred);
     for (auto& [id, run] : ix_.runs) {
       for (auto& [step, snap] : run.snapshots) {
@@ -89,7 +89,7 @@ Store::~Store() {
 Status Store::Load() {
   std::vector<v1::RunRecord> runs;
   std::vector<v1::SnapshotRecord> snapshots;
-  SNAPD_RETURN_IF_ERROR(catalog_->LoadAll(&runs, &snapshots));
+  ADJSNAP_RETURN_IF_ERROR(catalog_->LoadAll(&runs, &snapshots));
   MutexLock lock(ix_.mu);
   const auto started = std::chrono::steady_clock::now();
   size_t awaiting = 0;
@@ -106,7 +106,7 @@ Status Store::Load() {
     run.record = std::move(r);
   }
   if (awaiting > 0) {
-    SNAPD_LOG_INFO("%zu run%s had clients at the last stop and await them (orphan_grace)", awaiting,
+    ADJSNAP_LOG_INFO("%zu run%s had clients at the last stop and await them (orphan_grace)", awaiting,
                    awaiting == 1 ? "" : "s");
   }
   if (disk_) {
@@ -150,7 +150,7 @@ Status Store::Load() {
         ++lost_host;
         if (kept.message().empty()) {
           NoteFailure(run, StepName(run.record, r.step()) +
-                               " is lost: it was in host memory when snapd last stopped "
+                               " is lost: it was in host memory when adjsnapd last stopped "
                                "without writing it to disk (kill -9 or a crash)");
         }
         MarkLost(ix_, run, snap, kept.message());
@@ -158,7 +158,7 @@ Status Store::Load() {
     } else if (r.tier() == v1::TIER_DISK) {
       Status adopted = disk_ ? disk_->Adopt(r.spool(), r.run_id(), r.disk_name(),
                                             FileContentBytes(r))
-                             : Status::FailedPrecondition("snapd now runs without a disk tier");
+                             : Status::FailedPrecondition("adjsnapd now runs without a disk tier");
       if (adopted.ok()) {
         keep.insert(DiskTier::Key(r.spool(), r.run_id(), r.disk_name()));
         snap.verified = false;  // checked by a background scrub (StartScrub) and on every read
@@ -169,7 +169,7 @@ Status Store::Load() {
           if (Status kept = TakeBack(run, snap); kept.ok()) {
             ++taken_back;
           } else {
-            SNAPD_LOG_INFO("%s is served from its spool file, not from its host copy (%s)",
+            ADJSNAP_LOG_INFO("%s is served from its spool file, not from its host copy (%s)",
                            StepName(run.record, r.step()).c_str(),
                            kept.message().empty() ? "not kept" : kept.message().c_str());
             r.clear_host_copy();
@@ -177,7 +177,7 @@ Status Store::Load() {
           }
         }
       } else {
-        SNAPD_LOG_WARN("%s is lost: %s", StepName(run.record, r.step()).c_str(),
+        ADJSNAP_LOG_WARN("%s is lost: %s", StepName(run.record, r.step()).c_str(),
                        adopted.message().c_str());
         if (disk_) damaged.push_back({StepName(run.record, r.step()), r, adopted.message()});
         MarkLost(ix_, run, snap, "");
@@ -189,39 +189,39 @@ Status Store::Load() {
       auto moved = disk_->Quarantine(d.record.spool(), d.record.run_id(), d.record.disk_name(),
                                      /*accounted_raw=*/0);
       if (moved.ok()) {
-        SNAPD_LOG_WARN("quarantined the spool file of lost %s (%s, %s recorded) as %s: %s",
+        ADJSNAP_LOG_WARN("quarantined the spool file of lost %s (%s, %s recorded) as %s: %s",
                        d.step.c_str(), d.record.disk_name().c_str(),
                        FormatBytes(FileContentBytes(d.record)).c_str(), moved->c_str(),
                        d.why.c_str());
       } else if (moved.status().code() != Code::kNotFound) {
-        SNAPD_LOG_WARN("quarantining the spool file of lost %s: %s", d.step.c_str(),
+        ADJSNAP_LOG_WARN("quarantining the spool file of lost %s: %s", d.step.c_str(),
                        moved.status().message().c_str());
       }
     }
-    // Until files of recorded steps were kept (above), a file cut short behind snapd's back
+    // Until files of recorded steps were kept (above), a file cut short behind adjsnapd's back
     // (Adopt refused it) was counted here too and deleted as an "interrupted write"; now only
     // `.tmp` files and files renamed into place whose record was never written are.
     std::vector<std::string> orphans = disk_->RemoveOrphans(keep);
     if (!orphans.empty()) {
       std::string some;
       for (size_t i = 0; i < orphans.size() && i < 3; ++i) some += (i ? ", " : "") + orphans[i];
-      SNAPD_LOG_INFO("removed %zu spool file%s that no snapshot record names (writes a stop "
+      ADJSNAP_LOG_INFO("removed %zu spool file%s that no snapshot record names (writes a stop "
                      "interrupted): %s%s",
                      orphans.size(), orphans.size() == 1 ? "" : "s", some.c_str(),
                      orphans.size() > 3 ? ", ..." : "");
     }
   }
   if (lost_host) {
-    SNAPD_LOG_WARN("%llu host-tier snapshots from an earlier start are lost",
+    ADJSNAP_LOG_WARN("%llu host-tier snapshots from an earlier start are lost",
                    static_cast<unsigned long long>(lost_host));
   }
   if (taken_back) {
-    SNAPD_LOG_INFO("took back %llu host-tier snapshots kept through the restart (checksums "
+    ADJSNAP_LOG_INFO("took back %llu host-tier snapshots kept through the restart (checksums "
                    "verified)",
                    static_cast<unsigned long long>(taken_back));
   }
   if (recovered) {
-    SNAPD_LOG_INFO("recovered %llu disk-tier snapshots; verifying their checksums",
+    ADJSNAP_LOG_INFO("recovered %llu disk-tier snapshots; verifying their checksums",
                    static_cast<unsigned long long>(recovered));
   }
   return Status::Ok();
@@ -254,4 +254,4 @@ Status Store::TakeBack(const Run& run, Snapshot& snap) {
   return catalog_->PutSnapshot(r);
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

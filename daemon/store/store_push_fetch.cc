@@ -10,14 +10,14 @@
 #include <thread>
 
 #include "log.h"
-#include "snapd/checksum.h"
-#include "snapd/chunk_frame.h"
-#include "snapd/layers.h"
-#include "snapd/units.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/chunk_frame.h"
+#include "adjsnap/layers.h"
+#include "adjsnap/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
 
-namespace snapd {
+namespace adjsnap {
 
 void Store::Attach(Run& run, const Tenant& who) {
   if (who.session_id != 0 && run.sessions.insert(who.session_id).second) {
@@ -46,7 +46,7 @@ Status Store::CheckNewStep(const Run& run, uint64_t step, uint64_t bytes, const 
     return Status::OutOfRange(StepName(r, step) + " is outside the declared steps 0.." +
                               std::to_string(r.spec().steps() - 1));
   }
-  SNAPD_RETURN_IF_ERROR(CheckSize(run, step, bytes, what, moves, frame_ok));
+  ADJSNAP_RETURN_IF_ERROR(CheckSize(run, step, bytes, what, moves, frame_ok));
   if (run.snapshots.count(step) || run.device.count(step)) {
     return Status::AlreadyExists(StepName(r, step) +
                                  " is already stored; each step is pushed once");
@@ -91,11 +91,11 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
                                                              const Tenant& who) {
   MutexLock lock(ix_.mu);
   if (closing_) {
-    return Status::Unavailable("snapd is stopping: push of step " + std::to_string(step) +
+    return Status::Unavailable("adjsnapd is stopping: push of step " + std::to_string(step) +
                                " of run id " + std::to_string(run_id) +
-                               " refused; push it again once snapd is back");
+                               " refused; push it again once adjsnapd is back");
   }
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
+  ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   Attach(*run, who);
   const v1::RunRecord& r = run->record;
   if (r.spec().layers() == v1::LAYERS_NO_LAYERS) {
@@ -115,11 +115,11 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
     // Valid but for the stored copy, which it replaces: that copy goes now, as a
     // DeleteSnapshot would (a fetch of it in flight keeps its block until done), and its room
     // serves this push.
-    SNAPD_RETURN_IF_ERROR(Erase(*run, old));
+    ADJSNAP_RETURN_IF_ERROR(Erase(*run, old));
     Wake();
     fresh = CheckNewStep(*run, step, bytes, "push", "carries", /*frame_ok=*/true);
   }
-  SNAPD_RETURN_IF_ERROR(fresh);
+  ADJSNAP_RETURN_IF_ERROR(fresh);
   Checksums::NoteDataPlaneActivity(ix_);
   if (Usage u = UsageOf(r.owner_uid()); u.quota != 0 && !who.admin) {
     uint64_t held = u.stored_bytes + u.in_flight_bytes;
@@ -267,10 +267,10 @@ Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, u
                                                               FetchDone& later,
                                                               const Tenant& who) {
   MutexLock lock(ix_.mu);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
+  ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   Attach(*run, who);
   const v1::RunRecord& r = run->record;
-  SNAPD_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "fetch", "into a buffer of"));
+  ADJSNAP_RETURN_IF_ERROR(CheckSize(*run, step, bytes, "fetch", "into a buffer of"));
   Checksums::NoteDataPlaneActivity(ix_);
   if (auto d = run->device.find(step); d != run->device.end()) {
     return DeviceStepHere(*run, step, d->second);
@@ -280,7 +280,7 @@ Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, u
   Snapshot& snap = it->second;
   if (snap.record.tier() == v1::TIER_LOST) {
     return Status::DataLoss(StepName(r, step) +
-                            " was lost: it was in host memory when snapd restarted, or its "
+                            " was lost: it was in host memory when adjsnapd restarted, or its "
                             "disk copy failed verification");
   }
   return tiering_.AdmitFetch(ix_, *run, snap, backward, later);
@@ -301,8 +301,8 @@ void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
 Result<uint64_t> Store::Prefetch(const std::string& name, const std::vector<uint64_t>& steps,
                                  const Tenant& who) {
   MutexLock lock(ix_.mu);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+  ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   return tiering_.PrefetchSteps(ix_, *run, steps);
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

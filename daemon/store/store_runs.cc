@@ -10,13 +10,13 @@
 #include <thread>
 
 #include "log.h"
-#include "snapd/checksum.h"
-#include "snapd/layers.h"
-#include "snapd/units.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/layers.h"
+#include "adjsnap/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
 
-namespace snapd {
+namespace adjsnap {
 
 namespace {
 
@@ -60,7 +60,7 @@ std::string SpecDifference(const v1::RunSpec& a, const v1::RunSpec& b) {
 }  // namespace
 
 static Status RunNotFound(const std::string& name) {
-  return Status::NotFound("run '" + name + "' does not exist (list runs with `snapctl runs`)");
+  return Status::NotFound("run '" + name + "' does not exist (list runs with `adjsnap runs`)");
 }
 
 static bool Sees(const Tenant& who, const v1::RunRecord& r) {
@@ -99,7 +99,7 @@ Result<const Store::Run*> Store::FindByName(const std::string& name, const Tenan
 }
 
 Result<Store::Run*> Store::FindByName(const std::string& name, const Tenant& who) {
-  SNAPD_ASSIGN_OR_RETURN(const Run* run, static_cast<const Store*>(this)->FindByName(name, who));
+  ADJSNAP_ASSIGN_OR_RETURN(const Run* run, static_cast<const Store*>(this)->FindByName(name, who));
   return const_cast<Run*>(run);  // *this is not const: neither is the run
 }
 
@@ -141,7 +141,7 @@ Store::Usage Store::TenantUsage(uint32_t uid) const {
 
 Result<uint64_t> Store::RunId(const std::string& name, const Tenant& who) const {
   MutexLock lock(ix_.mu);
-  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
+  ADJSNAP_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   return run->record.run_id();
 }
 
@@ -149,7 +149,7 @@ Status Store::DeviceStepHere(const Run& run, uint64_t step, const DeviceStep& he
   std::string where = StepName(run.record, step) + " was kept in the GPU memory of session " +
                       std::to_string(held.session_id);
   if (held.lost) return Status::DataLoss(where + ", which ended: the bytes ended with it");
-  return Status::FailedPrecondition(where + "; that client serves it (libsnapd reads its own "
+  return Status::FailedPrecondition(where + "; that client serves it (libadjsnap reads its own "
                                     "device steps), the daemon never had its bytes");
 }
 
@@ -206,7 +206,7 @@ uint64_t Store::PinnedHostBytesOf(uint32_t uid) const {
 
 Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_uid, bool* created,
                                    uint64_t device_steps, uint64_t session_id) {
-  SNAPD_RETURN_IF_ERROR(ValidateRunSpec(requested));
+  ADJSNAP_RETURN_IF_ERROR(ValidateRunSpec(requested));
   v1::RunSpec spec = requested;
   const std::string& name = spec.name();
   if (spec.layers() == v1::LAYERS_DEFAULT) {
@@ -225,11 +225,11 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
   if (UsesDisk(spec.layers()) && !disk_) {
     return Status::FailedPrecondition(
         "run '" + name + "': layers " + LayersName(spec.layers()) +
-        " need a disk tier, and this snapd runs without one (spool_dirs = none); use Host, or "
-        "start snapd with spool_dirs");
+        " need a disk tier, and this adjsnapd runs without one (spool_dirs = none); use Host, or "
+        "start adjsnapd with spool_dirs");
   }
   if (compress::IsGpuCodec(spec.codec())) {
-    // libsnapd compresses where the solver is and pushes chunk frames, which snapd stores,
+    // libadjsnap compresses where the solver is and pushes chunk frames, which adjsnapd stores,
     // moves and serves as they are (docs/architecture.md, "Compression on the GPU").
     if (spec.compress_when() == v1::COMPRESS_AT_INGEST) {
       return Status::InvalidArgument("run '" + name + "': codec " +
@@ -256,14 +256,14 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
         " exceeds the whole host tier (" + FormatBytes(host_->budget()) +
         "); raise host_mem or split the snapshot");
   }
-  SNAPD_RETURN_IF_ERROR(CheckFitsTheNode(spec, device_steps));
+  ADJSNAP_RETURN_IF_ERROR(CheckFitsTheNode(spec, device_steps));
   MutexLock lock(ix_.mu);
   if (auto it = by_name_.find({owner_uid, name}); it != by_name_.end()) {
     Run& run = ix_.runs.at(it->second);
     std::string diff = SpecDifference(run.record.spec(), requested);
     if (!diff.empty()) {
       return Status::AlreadyExists("run '" + name + "' exists with a different " + diff +
-                                   "; pick another name or delete it (`snapctl rm " + name +
+                                   "; pick another name or delete it (`adjsnap rm " + name +
                                    "`)");
     }
     *created = false;
@@ -273,7 +273,7 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
     }
     return Info(run);
   }
-  SNAPD_ASSIGN_OR_RETURN(uint64_t id, catalog_->AllocateRunId());
+  ADJSNAP_ASSIGN_OR_RETURN(uint64_t id, catalog_->AllocateRunId());
   Run run;
   run.record.set_run_id(id);
   *run.record.mutable_spec() = spec;
@@ -286,7 +286,7 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
     run.record.set_host_boundary(HostBoundary(spec.layers(), spec.steps() - device_steps,
                                               BlockBytes(run), HostRoomForNewRun()));
   }
-  SNAPD_RETURN_IF_ERROR(catalog_->PutRun(run.record));
+  ADJSNAP_RETURN_IF_ERROR(catalog_->PutRun(run.record));
   by_name_[{owner_uid, name}] = id;
   *created = true;
   if (session_id != 0) run.sessions.insert(session_id);
@@ -295,11 +295,11 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
 
 Result<v1::RunInfo> Store::CloseRun(const std::string& name, const Tenant& who) {
   MutexLock lock(ix_.mu);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+  ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   if (run->record.state() != v1::RUN_CLOSED) {
     v1::RunRecord updated = run->record;
     updated.set_state(v1::RUN_CLOSED);
-    SNAPD_RETURN_IF_ERROR(catalog_->PutRun(updated));
+    ADJSNAP_RETURN_IF_ERROR(catalog_->PutRun(updated));
     run->record = std::move(updated);
   }
   return Info(*run);
@@ -320,7 +320,7 @@ static void ReleaseSnapshotResources(DiskTier* disk, IoPool* io, uint64_t run_id
 }
 
 Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
-  SNAPD_RETURN_IF_ERROR(catalog_->DeleteSnapshot(run.record.run_id(), it->first));
+  ADJSNAP_RETURN_IF_ERROR(catalog_->DeleteSnapshot(run.record.run_id(), it->first));
   Forget(run, it, disk_);
   return Status::Ok();
 }
@@ -336,7 +336,7 @@ void Store::EraseConsumed(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
           ReleaseSnapshotResources(disk, io, id, rec, {}, Status::Ok(), none);
           return;
         }
-        SNAPD_LOG_ERROR(
+        ADJSNAP_LOG_ERROR(
             "releasing consumed step %llu of run %llu: %s; its record%s stay%s "
             "until the next start finds the step again",
             static_cast<unsigned long long>(rec.step()), static_cast<unsigned long long>(id),
@@ -364,14 +364,14 @@ void Store::Forget(Run& run, std::map<uint64_t, Snapshot>::iterator it, DiskTier
 
 Result<uint64_t> Store::DeleteRun(const std::string& name, const Tenant& who) {
   MutexLock lock(ix_.mu);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+  ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   return DeleteRunLocked(run);
 }
 
 Result<uint64_t> Store::DeleteRunLocked(Run* run) {
   const std::string name = run->record.spec().name();
   uint64_t id = run->record.run_id();
-  SNAPD_RETURN_IF_ERROR(catalog_->DeleteRun(id));
+  ADJSNAP_RETURN_IF_ERROR(catalog_->DeleteRun(id));
   uint64_t freed = run->stored_bytes;
   Deferred deferred;
   Status why = Status::NotFound("run '" + name + "' was deleted while a step was being read");
@@ -394,14 +394,14 @@ Result<uint64_t> Store::DeleteRunLocked(Run* run) {
 Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step,
                                        const Tenant& who) {
   MutexLock lock(ix_.mu);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+  ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   if (run->device.erase(step)) return uint64_t{0};  // its client frees the GPU memory
   auto it = run->snapshots.find(step);
   if (it == run->snapshots.end()) {
     return Status::NotFound(StepName(run->record, step) + " was never stored");
   }
   uint64_t freed = it->second.record.stored_bytes();
-  SNAPD_RETURN_IF_ERROR(Erase(*run, it));
+  ADJSNAP_RETURN_IF_ERROR(Erase(*run, it));
   Wake();
   return freed;
 }
@@ -418,7 +418,7 @@ std::vector<v1::RunInfo> Store::ListRuns(const Tenant& who) const {
 Status Store::HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes,
                              uint64_t session_id, bool held, const Tenant& who) {
   MutexLock lock(ix_.mu);
-  SNAPD_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
+  ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;
   auto d = run->device.find(step);
   if (!held) {
@@ -434,7 +434,7 @@ Status Store::HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes,
                                       LayersName(r.spec().layers()) +
                                       ", without a device tier: push the step instead");
   }
-  SNAPD_RETURN_IF_ERROR(CheckNewStep(*run, step, bytes, "device copy", "holds"));
+  ADJSNAP_RETURN_IF_ERROR(CheckNewStep(*run, step, bytes, "device copy", "holds"));
   run->device[step] = DeviceStep{session_id, false};
   run->released.erase(step);
   return Status::Ok();
@@ -465,7 +465,7 @@ size_t Store::AttachSession(const std::vector<uint64_t>& run_ids, const Tenant& 
   size_t attached = 0;
   for (uint64_t id : run_ids) {
     auto run = FindById(id, who);
-    if (!run.ok()) continue;  // deleted while snapd was down, or not the caller's
+    if (!run.ok()) continue;  // deleted while adjsnapd was down, or not the caller's
     Attach(**run, who);
     ++attached;
   }
@@ -487,11 +487,11 @@ void Store::RemoveOrphans(std::chrono::seconds grace) {
     std::string name = ix_.runs.at(id).record.spec().name();
     auto freed = DeleteRunLocked(&ix_.runs.at(id));
     if (freed.ok()) {
-      SNAPD_LOG_INFO(
+      ADJSNAP_LOG_INFO(
           "run '%s' removed, %s freed: every client that opened it died (or did not come "
           "back after a restart) %lld s ago and it is not kept (orphan_grace)",
           name.c_str(), FormatBytes(*freed).c_str(), static_cast<long long>(grace.count()));
     }
   }
 }
-}  // namespace snapd
+}  // namespace adjsnap

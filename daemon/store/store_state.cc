@@ -1,9 +1,9 @@
 #include "store/store_state.h"
 
 #include "log.h"
-#include "snapd/compress_pool.h"
+#include "adjsnap/compress_pool.h"
 
-namespace snapd {
+namespace adjsnap {
 
 StoreOptions StoreOptions::From(const Config& config) {
   StoreOptions o;
@@ -61,14 +61,14 @@ StoreState::~StoreState() { DetachWaker(); }
 
 Result<std::shared_ptr<HostBlock>> StoreState::AllocateHost(const Run& run, uint64_t bytes,
                                                             bool from_top) {
-  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block,
+  ADJSNAP_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block,
                          host_->AllocateIn(ArenaOf(run), bytes, from_top));
   return Wrap(std::move(block));
 }
 
 Result<std::shared_ptr<HostBlock>> StoreState::ClaimHost(const Run& run, uint64_t offset,
                                                          uint64_t bytes) {
-  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block,
+  ADJSNAP_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block,
                          host_->Claim(ArenaOf(run), offset, bytes));
   return Wrap(std::move(block));
 }
@@ -126,7 +126,7 @@ void StoreState::Wake() {
 
 bool StoreState::WaitForWake(std::chrono::steady_clock::time_point until) {
   MutexLock lock(wake_mu_);
-  auto woken = [&]() SNAPD_REQUIRES(wake_mu_) { return wake_ || wake_stop_; };
+  auto woken = [&]() ADJSNAP_REQUIRES(wake_mu_) { return wake_ || wake_stop_; };
   if (until == std::chrono::steady_clock::time_point::max()) {
     wake_cv_.Wait(wake_mu_, woken);
   } else {
@@ -148,7 +148,7 @@ void StoreState::StopWaking() {
 void StoreState::MarkLost(StoreIndex&, Run& run, Snapshot& snap, const std::string& why) {
   v1::SnapshotRecord& r = snap.record;
   if (!why.empty()) {
-    SNAPD_LOG_ERROR("%s is lost: %s", StepName(run.record, r.step()).c_str(), why.c_str());
+    ADJSNAP_LOG_ERROR("%s is lost: %s", StepName(run.record, r.step()).c_str(), why.c_str());
   }
   NoteFailure(run, StepName(run.record, r.step()) + " is lost" + (why.empty() ? "" : ": " + why));
   run.stored_bytes -= r.stored_bytes();
@@ -156,7 +156,7 @@ void StoreState::MarkLost(StoreIndex&, Run& run, Snapshot& snap, const std::stri
   r.set_stored_bytes(0);
   snap.block.reset();
   Status s = catalog_->PutSnapshot(r);
-  if (!s.ok()) SNAPD_LOG_ERROR("recording a lost snapshot: %s", s.ToString().c_str());
+  if (!s.ok()) ADJSNAP_LOG_ERROR("recording a lost snapshot: %s", s.ToString().c_str());
 }
 
 void StoreState::NoteFailure(Run& run, const std::string& why) {
@@ -168,4 +168,4 @@ uint64_t StoreState::BlockBytes(const Run& run) {
   return (b + HostTier::kAlignment - 1) / HostTier::kAlignment * HostTier::kAlignment;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -16,7 +16,7 @@
 //   Store      (store/store.h)        the front door and the catalog bookkeeping; it holds the
 //                                     Tiering component as a member, StoreState the others
 // A component keeps no guarded member: its methods take the index and are annotated
-// SNAPD_REQUIRES(ix.mu), which clang checks against the argument, so every SNAPD_REQUIRES of
+// ADJSNAP_REQUIRES(ix.mu), which clang checks against the argument, so every ADJSNAP_REQUIRES of
 // the store is checked at every call. Each component is tested alone, without a Store.
 //
 // Threading: ix_.mu guards the index and every owner's state; wake_mu_ is taken after ix_.mu
@@ -42,16 +42,16 @@
 #include "ingest/checksums.h"
 #include "ingest/ingest.h"
 #include "ingest/packing.h"
-#include "snapd/io_pool.h"
-#include "snapd/status.h"
-#include "snapd/thread_annotations.h"
-#include "snapd/v1/control.pb.h"
-#include "snapd/zfp_codec.h"
+#include "adjsnap/io_pool.h"
+#include "adjsnap/status.h"
+#include "adjsnap/thread_annotations.h"
+#include "adjsnap/v1/control.pb.h"
+#include "adjsnap/zfp_codec.h"
 #include "store/store_index.h"
 
-namespace snapd {
+namespace adjsnap {
 
-// What a Store is told at Open. The settings an operator chooses come from snapd's
+// What a Store is told at Open. The settings an operator chooses come from adjsnapd's
 // configuration through From(), so their defaults are the option table's (config/config.h):
 // a Store made for a test starts from StoreOptions::From(DefaultConfig()).
 struct StoreOptions {
@@ -124,29 +124,29 @@ class StoreState {
   // The blocks leased out now (each once, however many leases it has).
   std::unordered_set<const HostBlock*> LeasedBlocks() const;
   // Something changed that the tiering policy may act on: wakes the tiering thread.
-  void Wake() SNAPD_EXCLUDES(wake_mu_);
+  void Wake() ADJSNAP_EXCLUDES(wake_mu_);
   // The tiering thread's wait for Wake, or for `until` to pass; false once StopWaking was
   // called.
   bool WaitForWake(std::chrono::steady_clock::time_point until =
-                       std::chrono::steady_clock::time_point::max()) SNAPD_EXCLUDES(wake_mu_);
+                       std::chrono::steady_clock::time_point::max()) ADJSNAP_EXCLUDES(wake_mu_);
   // Wake, as a callable that is safe to call from outside the store even after it is gone
   // (the disk tier's state listener).
   std::function<void()> WakeFromOutside() const {
     return [w = waker_] { w->Wake(); };
   }
-  void StopWaking() SNAPD_EXCLUDES(wake_mu_);
+  void StopWaking() ADJSNAP_EXCLUDES(wake_mu_);
   // Blocks released from now on wake nobody (the store is being destroyed).
   void DetachWaker();
 
   // Marks the step lost (the catalog is told), logging `why` unless it is empty. `ix` is ix_
   // (named so that a component's caller, holding the index it was given, is checked too).
   void MarkLost(StoreIndex& ix, Run& run, Snapshot& snap, const std::string& why)
-      SNAPD_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES(ix.mu);
   // Records the first thing that broke `run` (a push refused after it was accepted for
   // checking, or a step lost); later ones leave it as it is.
   static void NoteFailure(Run& run, const std::string& why);
   static uint64_t BlockBytes(const Run& run);
-  // The snapshot's host block holds bytes snapd must decode before serving them (compressed
+  // The snapshot's host block holds bytes adjsnapd must decode before serving them (compressed
   // at ingest by zfp); a framed step's (IsFramed) are served as they are.
   static bool HoldsCompressed(const Snapshot& snap) {
     return snap.record.tier() == v1::TIER_HOST && snap.record.codec() != v1::CODEC_NONE &&
@@ -178,21 +178,21 @@ class StoreState {
   // outlive it in a lease the data plane still holds), then nothing.
   struct Waker {
     Mutex mu;
-    StoreState* state SNAPD_GUARDED_BY(mu) = nullptr;
+    StoreState* state ADJSNAP_GUARDED_BY(mu) = nullptr;
     // Leases out per block (Lease); a block in it is alive, held by its leases.
-    std::unordered_map<const HostBlock*, int> leases SNAPD_GUARDED_BY(mu);
-    void Wake() SNAPD_EXCLUDES(mu);
+    std::unordered_map<const HostBlock*, int> leases ADJSNAP_GUARDED_BY(mu);
+    void Wake() ADJSNAP_EXCLUDES(mu);
   };
   const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
   std::shared_ptr<HostBlock> Wrap(std::unique_ptr<HostBlock> block);
 
   Mutex wake_mu_;  // taken after ix_.mu when both are held; never the other way round
-  bool wake_ SNAPD_GUARDED_BY(wake_mu_) = false;
-  bool wake_stop_ SNAPD_GUARDED_BY(wake_mu_) = false;
+  bool wake_ ADJSNAP_GUARDED_BY(wake_mu_) = false;
+  bool wake_stop_ ADJSNAP_GUARDED_BY(wake_mu_) = false;
   CondVar wake_cv_;
 };
 
 // "step S of run 'NAME'", for messages.
 std::string StepName(const v1::RunRecord& run, uint64_t step);
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -9,13 +9,13 @@
 #include <thread>
 
 #include "log.h"
-#include "snapd/checksum.h"
-#include "snapd/layers.h"
-#include "snapd/units.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/layers.h"
+#include "adjsnap/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
 
-namespace snapd {
+namespace adjsnap {
 
 void Store::Drain(std::function<void(Result<DrainResult>)> done) { tiering_.StartDrain(std::move(done)); }
 
@@ -38,7 +38,7 @@ void Store::ScrubRun(const std::string& name, std::function<void(Result<ScrubRes
     }
     if (!disk_) {
       lock.Unlock();
-      done(Status::FailedPrecondition("snapd runs without a disk tier: nothing to scrub"));
+      done(Status::FailedPrecondition("adjsnapd runs without a disk tier: nothing to scrub"));
       return;
     }
     std::vector<uint64_t> steps;
@@ -90,8 +90,8 @@ void Store::BeginStop() {
     MutexLock lock(ix_.mu);
     closing_ = true;
     MarkAwaitingClients();
-    tiering_.AnswerParkedPushes(ix_, Status::Unavailable("snapd is stopping: a push waiting for room was "
-                                           "refused; push it again once snapd is back"),
+    tiering_.AnswerParkedPushes(ix_, Status::Unavailable("adjsnapd is stopping: a push waiting for room was "
+                                           "refused; push it again once adjsnapd is back"),
                        deferred);
   }
   for (auto& f : deferred) f();
@@ -107,7 +107,7 @@ void Store::MarkAwaitingClients() {
     updated.set_awaiting_clients(awaiting);
     if (Status s = catalog_->PutRun(updated); !s.ok()) {
       if (failed++ == 0) {
-        SNAPD_LOG_WARN(
+        ADJSNAP_LOG_WARN(
             "run '%s': could not record whether it awaits its clients (%s); the next "
             "start goes by what an earlier stop recorded",
             run.record.spec().name().c_str(), s.ToString().c_str());
@@ -222,4 +222,4 @@ Store::StopResult Store::KeepHostTier(std::chrono::steady_clock::time_point dead
   return result;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,10 +1,10 @@
-// What the store reports: a run's and a step's info (snapctl ls, Locate), the requests that
+// What the store reports: a run's and a step's info (adjsnap ls, Locate), the requests that
 // wait and for what, and the counters behind Stats.
 #include "store/store.h"
 
 #include <algorithm>
 
-namespace snapd {
+namespace adjsnap {
 
 v1::RunInfo Store::Info(const Run& run) const {
   v1::RunInfo info;
@@ -76,7 +76,7 @@ Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& na
                                                            v1::RunInfo* info,
                                                            const Tenant& who) const {
   MutexLock lock(ix_.mu);
-  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
+  ADJSNAP_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   *info = Info(*run);
   std::vector<v1::SnapshotInfo> out;
   out.reserve(run->snapshots.size() + run->device.size());
@@ -91,7 +91,7 @@ Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& na
 Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step,
                                        const Tenant& who) const {
   MutexLock lock(ix_.mu);
-  SNAPD_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
+  ADJSNAP_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   if (auto d = run->device.find(step); d != run->device.end()) return Info(*run, step, d->second);
   auto it = run->snapshots.find(step);
   if (it == run->snapshots.end()) {
@@ -130,4 +130,4 @@ StoreCounters Store::Counters() const {
   return c;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace snapd {
+namespace adjsnap {
 bool UsesHost(v1::Layers layers) {
   const LayersEntry* e = FindLayers(layers);
   return e && e->host;
@@ -42,4 +42,4 @@ uint64_t PrefetchDepth(double pace_ns, double read_ns, uint64_t max_depth, uint6
   return std::clamp<uint64_t>(depth, 2, std::max<uint64_t>(max_depth, 2));
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <string>
 
-#include "snapd/layers.h"
-#include "snapd/v1/control.pb.h"
+#include "adjsnap/layers.h"
+#include "adjsnap/v1/control.pb.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // Host blocks kept free for traffic in flight (a push being copied while the previous one is
 // written out, a read ahead of the backward pass) when sizing the host-resident range.
@@ -38,4 +38,4 @@ uint64_t HostBoundary(v1::Layers layers, uint64_t steps, uint64_t block_bytes,
 // With no read measured yet, `max_depth`.
 uint64_t PrefetchDepth(double pace_ns, double read_ns, uint64_t max_depth, uint64_t margin = 1);
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <memory>
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 using AlignedPtr = std::unique_ptr<char, void (*)(void*)>;
@@ -46,26 +46,26 @@ Result<WrittenSnapshot> WriteSnapshot(DiskTier& disk, const DiskTier::Space& spa
       }
     }
   }
-  SNAPD_RETURN_IF_ERROR(disk.Write(space, run_id, name, src, w.stored_bytes));
+  ADJSNAP_RETURN_IF_ERROR(disk.Write(space, run_id, name, src, w.stored_bytes));
   return w;
 }
 
 Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& r, const compress::FieldSpec& field,
                     void* raw, compress::CompressPool* pool, const Checksums& sums) {
   if (r.codec() == v1::CODEC_NONE) {
-    SNAPD_RETURN_IF_ERROR(disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.raw_bytes()));
+    ADJSNAP_RETURN_IF_ERROR(disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.raw_bytes()));
     if (r.checksum_state() == v1::CHECKSUM_RECORDED) {
       return sums.Verify(raw, r.raw_bytes(), r.checksum(), "bytes");
     }
     return Status::Ok();
   }
   if (IsFramed(r)) {  // served as stored: read into the step's block, checked, never decoded
-    SNAPD_RETURN_IF_ERROR(disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.stored_bytes()));
+    ADJSNAP_RETURN_IF_ERROR(disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.stored_bytes()));
     return sums.Verify(raw, r.stored_bytes(), r.stored_checksum(), "framed bytes");
   }
   AlignedPtr packed = Scratch(r.stored_bytes());
   if (!packed) return Status::ResourceExhausted("no memory for a decompression buffer");
-  SNAPD_RETURN_IF_ERROR(
+  ADJSNAP_RETURN_IF_ERROR(
       disk.Read(r.spool(), r.run_id(), r.disk_name(), packed.get(), r.stored_bytes()));
   return DecodeSnapshot(r, field, packed.get(), raw, pool, sums);
 }
@@ -77,4 +77,4 @@ Status VerifySnapshot(DiskTier& disk, const v1::SnapshotRecord& r, const compres
   return ReadSnapshot(disk, r, field, raw.get(), pool, sums);
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

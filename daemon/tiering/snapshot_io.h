@@ -9,11 +9,11 @@
 #include "disk_tier/disk_tier.h"
 #include "ingest/checksums.h"
 #include "ingest/packing.h"
-#include "snapd/status.h"
-#include "snapd/v1/catalog.pb.h"
-#include "snapd/zfp_codec.h"
+#include "adjsnap/status.h"
+#include "adjsnap/v1/catalog.pb.h"
+#include "adjsnap/zfp_codec.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // Bytes the snapshot's file holds before padding: the compressed size, or the raw size.
 uint64_t FileContentBytes(const v1::SnapshotRecord& record);
@@ -46,4 +46,4 @@ Status VerifySnapshot(DiskTier& disk, const v1::SnapshotRecord& record,
                       const compress::FieldSpec& field, compress::CompressPool* pool,
                       const Checksums& sums);
 
-}  // namespace snapd
+}  // namespace adjsnap

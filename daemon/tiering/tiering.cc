@@ -12,17 +12,17 @@
 #include <functional>
 
 #include "log.h"
-#include "snapd/thread_name.h"
-#include "snapd/units.h"
+#include "adjsnap/thread_name.h"
+#include "adjsnap/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
 
-namespace snapd {
+namespace adjsnap {
 
 void Tiering::StartTiering() {
   // A spool that fails or comes back changes what the policy can do.
   if (s_.disk_) s_.disk_->AddStateListener(s_.WakeFromOutside());
-  tiering_thread_ = NamedThread("snapd-tiering", [this] { TieringLoop(); });
+  tiering_thread_ = NamedThread("adjsnap-tiering", [this] { TieringLoop(); });
 }
 
 void Tiering::StopTiering() {
@@ -135,7 +135,7 @@ std::optional<Tiering::FetchGrant> Tiering::AdmitFetch(StoreIndex& ix, Run& run,
     snap.waiters.push_back(std::move(later));
     // No compaction here (this is the data plane's thread): with no room as it is, the read
     // waits for the tiering thread, which compacts or demotes to make it.
-    SNAPD_LOG_DEBUG("fetch of step %llu of run %llu waits for its read from disk (%s)",
+    ADJSNAP_LOG_DEBUG("fetch of step %llu of run %llu waits for its read from disk (%s)",
                     (unsigned long long)step, (unsigned long long)run.record.run_id(),
                     snap.reading ? "under way" : "starting now");
     if (!snap.reading && !StartRead(ix, run, snap, /*urgent=*/true)) {
@@ -176,7 +176,7 @@ void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
     }
   }
   done(Status::FailedPrecondition(
-      "snapd runs without a disk tier (spool_dirs = none): there is nowhere to drain to"));
+      "adjsnapd runs without a disk tier (spool_dirs = none): there is nowhere to drain to"));
 }
 
 std::string Tiering::DiskFullWhy() const {
@@ -198,7 +198,7 @@ std::string Tiering::DiskFullWhy() const {
 void Tiering::WaitTieringIdle() {
   StoreIndex& ix = ix_;
   MutexLock lock(ix.mu);
-  idle_cv_.Wait(ix.mu, [&]() SNAPD_REQUIRES(ix.mu) {
+  idle_cv_.Wait(ix.mu, [&]() ADJSNAP_REQUIRES(ix.mu) {
     if (ix.tiering.writes_in_flight || ix.tiering.reads_in_flight || Ingest::InFlight(ix) ||
         !ix.tiering.parked_pushes.empty()) {
       return false;
@@ -287,7 +287,7 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
   // but no piece the first waiting push or read fits in, even after compacting
   // (GrantParkedPushes and ServeParkedReads tried): then write out more, counting what is being
   // written as if it joined that piece.
-  auto short_of_room = [&]() SNAPD_REQUIRES(ix.mu) {
+  auto short_of_room = [&]() ADJSNAP_REQUIRES(ix.mu) {
     if (s_.host_->budget() - s_.host_->used() + writing < need) return true;
     if (!ix.tiering.parked_pushes.empty() &&
         s_.host_->largest_free(ix.tiering.parked_pushes.front().arena) + writing <
@@ -336,7 +336,7 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
   const bool spool_down = s_.disk_ && ix.tiering.disk_full && !s_.disk_->all_working();
   if (!ix.tiering.parked_pushes.empty() && stuck) {
     std::string why =
-        !s_.disk_  ? "snapd runs without a disk tier"
+        !s_.disk_  ? "adjsnapd runs without a disk tier"
         : no_spool ? "no spool of the disk tier works (" + s_.disk_->FailedSpools() + ")"
         : ix.tiering.disk_full ? DiskFullWhy()
                                : "every snapshot left in host memory belongs to a run "
@@ -454,14 +454,14 @@ void Tiering::FailPushesWithoutDisk(StoreIndex& ix, Deferred& deferred) {
         "(host tier " + FormatBytes(s_.host_->used()) + " of " + FormatBytes(s_.host_->budget()) +
             " in use) and no spool works: " + failed + ". Waited " +
             std::to_string(timeout.count()) +
-            " ms (spool_failure_timeout); snapd re-probes failed spools with backoff and "
-            "`snapctl spool probe` tries now; steps already stored can still be fetched",
+            " ms (spool_failure_timeout); adjsnapd re-probes failed spools with backoff and "
+            "`adjsnap spool probe` tries now; steps already stored can still be fetched",
         /*at_once=*/false);
     // What the pushes after it are told at once, until a spool works again.
     ix.tiering.disk_down =
         "no spool works: " + failed + ". Failed at once: a push already waited " +
         std::to_string(timeout.count()) +
-        " ms (spool_failure_timeout) and no spool has worked since; `snapctl spool "
+        " ms (spool_failure_timeout) and no spool has worked since; `adjsnap spool "
         "probe` tries now; steps already stored can still be fetched";
     run->second.in_flight.erase(it->step);
     deferred.push_back([l = std::move(it->later), down] { l(down); });
@@ -529,7 +529,7 @@ void Tiering::FinishDrainsIfDone(StoreIndex& ix, Deferred& deferred) {
   const Status full = Status::ResourceExhausted(
       "the disk tier filled up while draining; what was moved stays on disk and the rest is "
       "still in host memory");
-  std::erase_if(ix.tiering.drains, [&](DrainWaiter& d) SNAPD_REQUIRES(ix.mu) {
+  std::erase_if(ix.tiering.drains, [&](DrainWaiter& d) ADJSNAP_REQUIRES(ix.mu) {
     if (oldest_host > d.upto) {
       deferred.push_back([l = std::move(d.done), r = d.result] { l(r); });
       return true;
@@ -542,4 +542,4 @@ void Tiering::FinishDrainsIfDone(StoreIndex& ix, Deferred& deferred) {
   });
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

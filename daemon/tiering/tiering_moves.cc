@@ -8,12 +8,12 @@
 #include <functional>
 
 #include "log.h"
-#include "snapd/units.h"
+#include "adjsnap/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
 #include "tiering/tiering.h"
 
-namespace snapd {
+namespace adjsnap {
 
 SpoolClass Tiering::DemotionClass(StoreIndex&, const Run& run, const Snapshot& snap) const {
   if (!s_.disk_->has_shared()) return SpoolClass::kLocal;
@@ -157,7 +157,7 @@ void Tiering::StartDemotion(StoreIndex& ix, Run& run, Snapshot& snap) {
     // No spool works (UNAVAILABLE): said once when each failed, and re-tried when one comes
     // back (DiskTier's state listener wakes this thread).
     if (space.status().code() != Code::kResourceExhausted) return;
-    if (!ix.tiering.disk_full) SNAPD_LOG_WARN("%s", space.status().message().c_str());
+    if (!ix.tiering.disk_full) ADJSNAP_LOG_WARN("%s", space.status().message().c_str());
     ix.tiering.disk_full = true;
     return;
   }
@@ -300,7 +300,7 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
         }
       } else if (read.ok()) {
         const double took_ns = static_cast<double>(NowNs() - started_ns);
-        SNAPD_LOG_DEBUG("step %llu of run %llu read from disk in %.2f ms (%zu fetches waited)",
+        ADJSNAP_LOG_DEBUG("step %llu of run %llu read from disk in %.2f ms (%zu fetches waited)",
                         (unsigned long long)step, (unsigned long long)run_id, took_ns / 1e6,
                         waiters.size());
         ++ix.counters.disk_reads;
@@ -374,4 +374,4 @@ void Tiering::SchedulePrefetch(StoreIndex& ix, Run& run) {
   }
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "log.h"
-#include "snapd/units.h"
+#include "adjsnap/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
 
-namespace snapd {
+namespace adjsnap {
 
 bool Tiering::CompactHost(StoreIndex& ix, uint64_t bytes, HostTier::ArenaId arena) {
   if (s_.host_->budget() - s_.host_->used() < bytes) return false;  // not fragmentation: too full
@@ -140,4 +140,4 @@ bool Tiering::FreeHostRoom(StoreIndex& ix) {
   return best->writing;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -8,12 +8,12 @@
 #include <functional>
 
 #include "log.h"
-#include "snapd/units.h"
+#include "adjsnap/units.h"
 #include "tiering/placement.h"
 #include "tiering/snapshot_io.h"
 #include "tiering/tiering.h"
 
-namespace snapd {
+namespace adjsnap {
 
 void Tiering::ScrubNext(StoreIndex& ix) {
   auto now = std::chrono::steady_clock::now();
@@ -23,7 +23,7 @@ void Tiering::ScrubNext(StoreIndex& ix) {
     return;
   }
   // The next disk-tier step after the cursor, in (run id, step) order, wrapping once.
-  auto next_after = [&](const Key& from) SNAPD_REQUIRES(ix.mu) -> std::pair<Run*, Snapshot*> {
+  auto next_after = [&](const Key& from) ADJSNAP_REQUIRES(ix.mu) -> std::pair<Run*, Snapshot*> {
     for (auto r = ix.runs.lower_bound(from.first); r != ix.runs.end(); ++r) {
       auto it = r->first == from.first ? r->second.snapshots.upper_bound(from.second)
                                        : r->second.snapshots.begin();
@@ -83,7 +83,7 @@ void Tiering::StartScrub(StoreIndex& ix, uint64_t run_id, uint64_t step,
               LoseDiskStep(ix, ix.runs.at(record.run_id()), *current,
                            "found by a scrub of its spool file: " + s.message());
             } else if (s.code() != Code::kUnavailable) {  // its spool's failure said it once
-              SNAPD_LOG_WARN("verifying %s: %s", StepLabel(record.run_id(), record.step()).c_str(),
+              ADJSNAP_LOG_WARN("verifying %s: %s", StepLabel(record.run_id(), record.step()).c_str(),
                              s.message().c_str());
             }
           } else {
@@ -111,11 +111,11 @@ void Tiering::LoseDiskStep(StoreIndex& ix, Run& run, Snapshot& snap, const std::
         auto moved =
             s_.disk_->Quarantine(r.spool(), r.run_id(), r.disk_name(), FileContentBytes(r));
         if (!moved.ok() && moved.status().code() != Code::kNotFound) {
-          SNAPD_LOG_WARN("quarantining the file of lost %s: %s",
+          ADJSNAP_LOG_WARN("quarantining the file of lost %s: %s",
                          StepLabel(r.run_id(), r.step()).c_str(), moved.status().message().c_str());
         }
       },
       /*urgent=*/false);
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

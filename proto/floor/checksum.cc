@@ -1,4 +1,4 @@
-#include "snapd/checksum.h"
+#include "adjsnap/checksum.h"
 
 #include <atomic>
 #include <bit>
@@ -9,9 +9,9 @@
 #include <immintrin.h>
 #endif
 
-#include "snapd/checksum_math.h"
+#include "adjsnap/checksum_math.h"
 
-namespace snapd {
+namespace adjsnap {
 
 using checksum_math::BlockHash;
 using checksum_math::BlockTerm;
@@ -175,4 +175,4 @@ uint64_t Checksum(const void* data, size_t bytes) {
                 bytes);
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,8 +1,8 @@
-#include "snapd/chunk_frame.h"
+#include "adjsnap/chunk_frame.h"
 
 #include <cstring>
 
-namespace snapd::compress {
+namespace adjsnap::compress {
 namespace {
 
 uint64_t AlignUp(uint64_t n) { return (n + kChunkAlign - 1) / kChunkAlign * kChunkAlign; }
@@ -53,7 +53,7 @@ Status CheckChunking(uint64_t raw_bytes, uint32_t chunk_bytes) {
 
 Result<FrameLayout> LayOut(uint16_t codec, uint64_t raw_bytes, uint32_t chunk_bytes,
                            const std::vector<uint64_t>& stored) {
-  SNAPD_RETURN_IF_ERROR(CheckChunking(raw_bytes, chunk_bytes));
+  ADJSNAP_RETURN_IF_ERROR(CheckChunking(raw_bytes, chunk_bytes));
   uint32_t chunks = ChunkCount(raw_bytes, chunk_bytes);
   if (stored.size() != chunks) {
     return Status::InvalidArgument(std::to_string(stored.size()) + " chunk sizes for " +
@@ -159,4 +159,4 @@ Result<FrameLayout> ReadFrame(const void* frame, uint64_t bytes, uint16_t codec,
   return l;
 }
 
-}  // namespace snapd::compress
+}  // namespace adjsnap::compress

@@ -1,4 +1,4 @@
-#include "snapd/message_socket.h"
+#include "adjsnap/message_socket.h"
 
 #include <fcntl.h>
 #include <sys/epoll.h>
@@ -7,9 +7,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "snapd/wire.h"
+#include "adjsnap/wire.h"
 
-namespace snapd {
+namespace adjsnap {
 
 Result<std::unique_ptr<MessageSocket>> MessageSocket::Start(ucx::WorkerLoop* loop, ucx::ScopedFd fd,
                                                             Limits limits, OnMessage on_message,
@@ -21,7 +21,7 @@ Result<std::unique_ptr<MessageSocket>> MessageSocket::Start(ucx::WorkerLoop* loo
   std::unique_ptr<MessageSocket> s(
       new MessageSocket(loop, std::move(fd), limits, std::move(on_message), std::move(on_closed)));
   MessageSocket* raw = s.get();
-  SNAPD_RETURN_IF_ERROR(loop->Watch(raw->fd(), EPOLLIN | EPOLLRDHUP,
+  ADJSNAP_RETURN_IF_ERROR(loop->Watch(raw->fd(), EPOLLIN | EPOLLRDHUP,
                                     [raw](uint32_t events) { raw->OnReady(events); }));
   return s;
 }
@@ -148,4 +148,4 @@ void MessageSocket::OnReady(uint32_t events) {
   if (events & EPOLLOUT) Flush();
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,4 +1,4 @@
-#include "snapd/paths.h"
+#include "adjsnap/paths.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 std::string Env(const char* name) {
@@ -17,22 +17,22 @@ std::string Env(const char* name) {
 }  // namespace
 
 std::string DefaultSocketPath() {
-  if (auto s = Env("SNAPD_SOCKET"); !s.empty()) return s;
+  if (auto s = Env("ADJSNAP_SOCKET"); !s.empty()) return s;
   if (geteuid() == 0) return kSystemSocket;
-  if (auto x = Env("XDG_RUNTIME_DIR"); !x.empty()) return x + "/snapd/snapd.sock";
-  return "/tmp/snapd-" + std::to_string(geteuid()) + "/snapd.sock";
+  if (auto x = Env("XDG_RUNTIME_DIR"); !x.empty()) return x + "/adjsnap/adjsnap.sock";
+  return "/tmp/adjsnap-" + std::to_string(geteuid()) + "/adjsnap.sock";
 }
 
 std::string ClientSocketPath() {
-  if (auto s = Env("SNAPD_SOCKET"); !s.empty()) return s;
+  if (auto s = Env("ADJSNAP_SOCKET"); !s.empty()) return s;
   if (access(kSystemSocket, F_OK) == 0) return kSystemSocket;
   return DefaultSocketPath();
 }
 
 std::string DefaultStateDir() {
-  if (geteuid() == 0) return "/var/lib/snapd";
-  if (auto x = Env("XDG_STATE_HOME"); !x.empty()) return x + "/snapd";
-  return Env("HOME") + "/.local/state/snapd";
+  if (geteuid() == 0) return "/var/lib/adjsnap";
+  if (auto x = Env("XDG_STATE_HOME"); !x.empty()) return x + "/adjsnap";
+  return Env("HOME") + "/.local/state/adjsnap";
 }
 
 Result<std::string> ReadTextFile(const std::string& path) {
@@ -43,4 +43,4 @@ Result<std::string> ReadTextFile(const std::string& path) {
   return text.str();
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

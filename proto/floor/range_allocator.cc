@@ -1,9 +1,9 @@
-#include "snapd/range_allocator.h"
+#include "adjsnap/range_allocator.h"
 
 #include <algorithm>
 #include <iterator>
 
-namespace snapd {
+namespace adjsnap {
 
 RangeAllocator::RangeAllocator(uint64_t capacity) {
   if (capacity) free_[0] = capacity;
@@ -85,4 +85,4 @@ uint64_t RangeAllocator::free_bytes() const {
   return sum;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

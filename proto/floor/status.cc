@@ -1,6 +1,6 @@
-#include "snapd/status.h"
+#include "adjsnap/status.h"
 
-namespace snapd {
+namespace adjsnap {
 
 const char* CodeName(Code code) {
   switch (code) {
@@ -30,4 +30,4 @@ std::string Status::ToString() const {
   return std::string(CodeName(code_)) + ": " + message_;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,4 +1,4 @@
-#include "snapd/ucx.h"
+#include "adjsnap/ucx.h"
 
 #include <sched.h>
 #include <sys/epoll.h>
@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "snapd/thread_name.h"
+#include "adjsnap/thread_name.h"
 
-namespace snapd::ucx {
+namespace adjsnap::ucx {
 
 Status FromUcs(ucs_status_t s, const std::string& what) {
   if (s == UCS_OK) return Status::Ok();
@@ -118,7 +118,7 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
   // Both peers are on one node (sessions are opened on a unix socket). Unless the operator
   // chose otherwise: every transport but tcp (shared memory, loopback, CUDA's), so no TCP port
   // opens (UCX's tcp transport aborts the process on 13 bytes from any local user, UCX 1.13
-  // to master); shared memory with peer-failure detection, which snapd's endpoints ask for
+  // to master); shared memory with peer-failure detection, which adjsnapd's endpoints ask for
   // (without it UCX picks tcp for them); and network transports, if chosen, on loopback.
   std::string transports;
   struct Default {
@@ -139,7 +139,7 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
     if (std::string(d.name) == "TLS") {
       transports = env + "=" +
                    (chosen ? std::string(chosen) + " (from the environment)"
-                           : std::string(d.value) + " (snapd's default)");
+                           : std::string(d.value) + " (adjsnapd's default)");
     }
   }
   ucp_params_t params{};
@@ -185,11 +185,11 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
     }
   }
   int idle_poll_ms = kDefaultIdlePollMs;
-  if (const char* v = Chosen("SNAPD_LOOP_IDLE_POLL_MS")) {
+  if (const char* v = Chosen("ADJSNAP_LOOP_IDLE_POLL_MS")) {
     char* end = nullptr;
     long ms = std::strtol(v, &end, 10);
     if (*end != '\0' || ms < 1 || ms > 3600000) {
-      return Status::InvalidArgument(std::string("SNAPD_LOOP_IDLE_POLL_MS=") + v +
+      return Status::InvalidArgument(std::string("ADJSNAP_LOOP_IDLE_POLL_MS=") + v +
                                      ": want a whole number of milliseconds, 1 to 3600000");
     }
     idle_poll_ms = static_cast<int>(ms);
@@ -320,7 +320,7 @@ void WorkerLoop::Run() {
   // wake fd only in PollWatched, which reports the drain as progress, and every progress goes
   // back to RunTasks before the loop may sleep. So a task is either seen by RunTasks or its
   // write is still pending on the fd the sleep waits on: no posted task waits for the sleep's
-  // timeout. The timeout is only a backstop (tests set it to an hour, SNAPD_LOOP_IDLE_POLL_MS,
+  // timeout. The timeout is only a backstop (tests set it to an hour, ADJSNAP_LOOP_IDLE_POLL_MS,
   // so that a lost wake-up hangs instead of costing 100 ms).
   constexpr auto kSpin = std::chrono::microseconds(300);
   auto idle_since = std::chrono::steady_clock::now();
@@ -380,7 +380,7 @@ Result<ucp_ep_h> ConnectToWorker(ucp_worker_h worker, const std::string& address
   p.err_handler.cb = on_error;
   p.err_handler.arg = arg;
   ucp_ep_h ep = nullptr;
-  SNAPD_RETURN_IF_ERROR(FromUcs(ucp_ep_create(worker, &p, &ep),
+  ADJSNAP_RETURN_IF_ERROR(FromUcs(ucp_ep_create(worker, &p, &ep),
                                 "connecting to a UCX worker (" + std::to_string(address.size()) +
                                     "-byte address)"));
   return ep;
@@ -396,4 +396,4 @@ void CloseEndpoint(WorkerLoop& loop, ucp_ep_h ep, bool force) {
   ucp_request_free(req);
 }
 
-}  // namespace snapd::ucx
+}  // namespace adjsnap::ucx

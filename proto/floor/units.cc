@@ -1,10 +1,10 @@
-#include "snapd/units.h"
+#include "adjsnap/units.h"
 
 #include <cctype>
 #include <charconv>
 #include <cstdio>
 
-namespace snapd {
+namespace adjsnap {
 
 Result<uint64_t> ParseBytes(const std::string& text) {
   size_t i = 0;
@@ -69,4 +69,4 @@ bool ParseCount(std::string_view text, uint64_t* value) {
   return true;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

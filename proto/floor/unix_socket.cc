@@ -1,4 +1,4 @@
-#include "snapd/unix_socket.h"
+#include "adjsnap/unix_socket.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <thread>
 
-namespace snapd {
+namespace adjsnap {
 
 Status UnixAddress(const std::string& path, sockaddr_un* out) {
   *out = sockaddr_un{};
@@ -24,7 +24,7 @@ Status UnixAddress(const std::string& path, sockaddr_un* out) {
 
 Result<ucx::ScopedFd> ConnectUnix(const std::string& path) {
   sockaddr_un addr;
-  SNAPD_RETURN_IF_ERROR(UnixAddress(path, &addr));
+  ADJSNAP_RETURN_IF_ERROR(UnixAddress(path, &addr));
   ucx::ScopedFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return Status::Internal(std::string("socket(): ") + std::strerror(errno));
   if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
@@ -35,7 +35,7 @@ Result<ucx::ScopedFd> ConnectUnix(const std::string& path) {
 
 Result<ucx::ScopedFd> ListenUnix(const std::string& path, unsigned mode, const char* what) {
   sockaddr_un addr;
-  SNAPD_RETURN_IF_ERROR(UnixAddress(path, &addr));
+  ADJSNAP_RETURN_IF_ERROR(UnixAddress(path, &addr));
   ucx::ScopedFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return Status::Internal(std::string("socket(): ") + std::strerror(errno));
   unlink(path.c_str());
@@ -107,4 +107,4 @@ ssize_t RecvWithFd(int fd, void* data, size_t bytes, int flags, int* pass_fd) {
   return n;
 }
 
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,16 +1,16 @@
 // A model solver driven through checkpoint schedules with levels in local memory and in a real
-// snapd: every reverse step must see exactly x_{step-1}, every advance must start from the
+// adjsnapd: every reverse step must see exactly x_{step-1}, every advance must start from the
 // state it names, and the forward steps counted must be the schedule's.
-#include "snapd/adjoint.h"
+#include "adjsnap/adjoint.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "snapd_fixture.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 class ModelSolver {
@@ -56,7 +56,7 @@ void ExpectReversedInOrder(const std::vector<uint64_t>& reversed, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) EXPECT_EQ(reversed[i], n - i);
 }
 
-class AdjointTest : public SnapdTest {
+class AdjointTest : public AdjsnapTest {
  protected:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
@@ -66,13 +66,13 @@ class AdjointTest : public SnapdTest {
   Client* client_ = nullptr;  // the fixture's
 };
 
-TEST_F(AdjointTest, RevolveWithCheckpointsInSnapd) {
+TEST_F(AdjointTest, RevolveWithCheckpointsInAdjsnap) {
   const uint64_t n = 40, slots = 4;
   auto plan = schedule::Revolve(n, slots);
   ASSERT_TRUE(plan.ok());
   ModelSolver solver(64 * 1024);
   AdjointSolver cb = solver.Callbacks();
-  Status s = RunAdjoint(*plan, {Storage::kSnapd}, client_, "revolve", cb);
+  Status s = RunAdjoint(*plan, {Storage::kAdjsnap}, client_, "revolve", cb);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(solver.forward_steps, *schedule::RevolveForwardSteps(n, slots));
   ExpectReversedInOrder(solver.reversed, n);
@@ -81,14 +81,14 @@ TEST_F(AdjointTest, RevolveWithCheckpointsInSnapd) {
   EXPECT_TRUE(runs->empty());  // the checkpoint run is gone afterwards
 }
 
-TEST_F(AdjointTest, DiskRevolveWithMemoryLocalAndDiskInSnapd) {
+TEST_F(AdjointTest, DiskRevolveWithMemoryLocalAndDiskInAdjsnap) {
   const uint64_t n = 30;
   auto plan = schedule::DiskRevolve(n, 2, /*disk_write=*/3, /*disk_read=*/2, {1, 2});
   ASSERT_TRUE(plan.ok());
-  ASSERT_GT(plan->writes[1], 0u);  // the plan does use snapd
+  ASSERT_GT(plan->writes[1], 0u);  // the plan does use adjsnap
   ModelSolver solver(16 * 1024);
   AdjointSolver cb = solver.Callbacks();
-  Status s = RunAdjoint(*plan, {Storage::kLocalMemory, Storage::kSnapd}, client_, "disk", cb);
+  Status s = RunAdjoint(*plan, {Storage::kLocalMemory, Storage::kAdjsnap}, client_, "disk", cb);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(solver.forward_steps, plan->forward_steps);
   ExpectReversedInOrder(solver.reversed, n);
@@ -102,10 +102,10 @@ TEST_F(AdjointTest, SolverErrorsStopTheRunAndAreReturned) {
   cb.reverse = [](uint64_t step) {
     return step == 7 ? Status::Aborted("adjoint blew up at 7") : Status::Ok();
   };
-  Status s = RunAdjoint(*plan, {Storage::kSnapd}, client_, "fails", cb);
+  Status s = RunAdjoint(*plan, {Storage::kAdjsnap}, client_, "fails", cb);
   EXPECT_EQ(s.code(), Code::kAborted);
   EXPECT_TRUE(client_->ListRuns()->empty());
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

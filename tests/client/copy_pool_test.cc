@@ -2,7 +2,7 @@
 // and the thread count is chosen as ClientOptions.copy_threads says.
 #include "copy_pool.h"
 
-#include "snapd/checksum.h"
+#include "adjsnap/checksum.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
@@ -162,32 +162,32 @@ TEST(CopyPool, CopiesFromSeveralThreadsTakeTurns) {
 
 TEST(CopyPool, ChooseHonoursTheEnvironmentThenTheOptionThenTheCores) {
   std::string error;
-  unsetenv("SNAPD_COPY_THREADS");
+  unsetenv("ADJSNAP_COPY_THREADS");
   for (int bad : {-1, CopyPool::kMaxThreads + 1}) {  // named before the environment is read
-    setenv("SNAPD_COPY_THREADS", "2", 1);
+    setenv("ADJSNAP_COPY_THREADS", "2", 1);
     error.clear();
     EXPECT_EQ(CopyPool::Choose(bad, &error), 0) << bad;
     EXPECT_NE(error.find("ClientOptions.copy_threads " + std::to_string(bad)), std::string::npos)
         << error;
   }
-  unsetenv("SNAPD_COPY_THREADS");
+  unsetenv("ADJSNAP_COPY_THREADS");
   EXPECT_EQ(CopyPool::Choose(3, &error), 3);
   int chosen = CopyPool::Choose(0, &error);
   EXPECT_GE(chosen, 1);
   EXPECT_LE(chosen, 4);
   EXPECT_LE(chosen, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 
-  setenv("SNAPD_COPY_THREADS", "2", 1);
+  setenv("ADJSNAP_COPY_THREADS", "2", 1);
   EXPECT_EQ(CopyPool::Choose(5, &error), 2);
   for (const char* bad : {"0", "-1", "four", "3x", "65"}) {
-    setenv("SNAPD_COPY_THREADS", bad, 1);
+    setenv("ADJSNAP_COPY_THREADS", bad, 1);
     error.clear();
     EXPECT_EQ(CopyPool::Choose(0, &error), 0) << bad;
-    EXPECT_NE(error.find("SNAPD_COPY_THREADS"), std::string::npos) << error;
+    EXPECT_NE(error.find("ADJSNAP_COPY_THREADS"), std::string::npos) << error;
     EXPECT_NE(error.find(bad), std::string::npos) << error;
   }
-  unsetenv("SNAPD_COPY_THREADS");
+  unsetenv("ADJSNAP_COPY_THREADS");
 }
 
 }  // namespace
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

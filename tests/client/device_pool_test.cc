@@ -6,7 +6,7 @@
 
 #include <set>
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 namespace {
 
 std::shared_ptr<OpState> Done() {
@@ -28,7 +28,7 @@ TEST(DevicePoolBudget, BytesWinOverTheFraction) {
   EXPECT_EQ(ParseDeviceMem("1.5", &f, &b).code(), Code::kInvalidArgument);
   Status bad = ParseDeviceMem("lots", &f, &b);
   EXPECT_EQ(bad.code(), Code::kInvalidArgument);
-  EXPECT_NE(bad.message().find("SNAPD_DEVICE_MEM 'lots'"), std::string::npos) << bad.ToString();
+  EXPECT_NE(bad.message().find("ADJSNAP_DEVICE_MEM 'lots'"), std::string::npos) << bad.ToString();
 }
 
 TEST(DevicePool, ADeclaredRunKeepsItsNewestStepsAndSendsTheOldestToTheDaemon) {
@@ -164,4 +164,4 @@ TEST(JoinedCompletion, CompletesOnceEveryPartReportedWithTheFirstError) {
 }
 
 }  // namespace
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

@@ -1,12 +1,12 @@
 // The example solver runs a full forward and backward pass against a real daemon.
 #include <gtest/gtest.h>
 
-#include "snapd_fixture.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
-class Acoustic2d : public SnapdTest {};
+class Acoustic2d : public AdjsnapTest {};
 
 TEST_F(Acoustic2d, ForwardAndBackwardPassVerifyEveryStep) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("256M")));
@@ -20,4 +20,4 @@ TEST_F(Acoustic2d, ForwardAndBackwardPassVerifyEveryStep) {
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

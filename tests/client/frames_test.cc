@@ -1,7 +1,7 @@
 // Chunk frames end to end, on the CPU: a solver's steps compressed with nvCOMP's Bitcomp host
-// coder (the bitstream the GPU coder makes), pushed through libsnapd to a real snapd, spilled
+// coder (the bitstream the GPU coder makes), pushed through libadjsnap to a real adjsnapd, spilled
 // to its disk tier, fetched back in reverse order and decoded, bit-exact or within the bound;
-// `snapctl ls` says what each step is, `snapctl dump` decodes the frames it writes.
+// `adjsnap ls` says what each step is, `adjsnap dump` decodes the frames it writes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,12 +11,12 @@
 #include <fstream>
 #include <vector>
 
-#include "snapd/chunk_frame.h"
-#include "snapd/client.h"
-#include "snapd/nvcomp_codec.h"
-#include "snapd_fixture.h"
+#include "adjsnap/chunk_frame.h"
+#include "adjsnap/client.h"
+#include "adjsnap/nvcomp_codec.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 constexpr uint64_t kNy = 256, kNx = 512;  // 512 KiB of float32 per step
@@ -38,7 +38,7 @@ std::vector<float> Wave(uint64_t step) {
   return v;
 }
 
-class FramesTest : public SnapdTest, public ::testing::WithParamInterface<bool> {
+class FramesTest : public AdjsnapTest, public ::testing::WithParamInterface<bool> {
  protected:
   void SetUp() override {
     if (!compress::NvcompBuiltIn()) {
@@ -62,8 +62,8 @@ class FramesTest : public SnapdTest, public ::testing::WithParamInterface<bool> 
     return {static_cast<v1::Codec>(codec), bound};
   }
   compress::FieldSpec Field() const { return {v1::DTYPE_FLOAT32, {kNy, kNx}, kRaw}; }
-  int Snapctl(std::vector<std::string> args, std::string* out, std::string* err = nullptr) {
-    args.insert(args.begin(), {SNAPCTL_BINARY, "--socket", daemon().socket()});
+  int AdjsnapCli(std::vector<std::string> args, std::string* out, std::string* err = nullptr) {
+    args.insert(args.begin(), {ADJSNAP_BINARY, "--socket", daemon().socket()});
     return RunProgram(args, out, err);
   }
   // Pushes every step as its frame (raw where the frame would not be smaller); the frames'
@@ -140,13 +140,13 @@ TEST_P(FramesTest, LosslessFramesComeBackBitExactThroughTheDiskTierAndDumpDecode
   EXPECT_EQ(stored, framed);  // accounted as stored, not raw
 
   std::string out;
-  ASSERT_EQ(Snapctl({"ls", "lossless"}, &out), 0) << out;
+  ASSERT_EQ(AdjsnapCli({"ls", "lossless"}, &out), 0) << out;
   EXPECT_NE(out.find("codec bitcomp before the push"), std::string::npos) << out;
   EXPECT_NE(out.find("bitcomp"), out.rfind("bitcomp")) << "each step names its codec: " << out;
 
   // dump: every step decoded to its raw bytes, checked against the frame's checksum first.
   std::string to = dir() + "/dump";
-  ASSERT_EQ(Snapctl({"dump", "lossless", "--to", to, "--format", "raw", "--steps", "0:3"}, &out), 0)
+  ASSERT_EQ(AdjsnapCli({"dump", "lossless", "--to", to, "--format", "raw", "--steps", "0:3"}, &out), 0)
       << out;
   for (uint64_t t = 0; t < 3; ++t) {
     char name[64];
@@ -185,7 +185,7 @@ TEST_P(FramesTest, BytesThatAreNotAFrameAreRefusedByNameAndTheDaemonServesOn) {
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.message().find("not a chunk frame of codec bitcomp"), std::string::npos)
       << s.ToString();
-  // More than a raw step, to a framed run: refused by libsnapd, naming the sizes.
+  // More than a raw step, to a framed run: refused by libadjsnap, naming the sizes.
   std::vector<char> big(kRaw + 8);
   EXPECT_EQ(client_->Push(run.run_id, 0, big.data(), big.size()).status().code(),
             Code::kInvalidArgument);
@@ -202,7 +202,7 @@ TEST_P(FramesTest, BytesThatAreNotAFrameAreRefusedByNameAndTheDaemonServesOn) {
 }
 
 // An ans frame has no CPU decoder: dump refuses it by name before it writes a file. The frame
-// is made by hand (ans codes on a GPU only); snapd takes it, since it never decodes a frame.
+// is made by hand (ans codes on a GPU only); adjsnapd takes it, since it never decodes a frame.
 TEST_P(FramesTest, DumpRefusesWhatItCannotDecodeAndWritesNothing) {
   RunSpec spec = Spec("ans-run", 2, kRaw);
   spec.dtype = Dtype::kUint8;
@@ -226,7 +226,7 @@ TEST_P(FramesTest, DumpRefusesWhatItCannotDecodeAndWritesNothing) {
   ASSERT_TRUE(h.ok() && h->WaitStored().ok());
 
   std::string out, err, to = dir() + "/ans-dump";
-  EXPECT_NE(Snapctl({"dump", "ans-run", "--to", to}, &out, &err), 0);
+  EXPECT_NE(AdjsnapCli({"dump", "ans-run", "--to", to}, &out, &err), 0);
   EXPECT_NE(err.find("step 1 of run 'ans-run' is stored as a chunk frame of codec ans"),
             std::string::npos)
       << err;
@@ -235,7 +235,7 @@ TEST_P(FramesTest, DumpRefusesWhatItCannotDecodeAndWritesNothing) {
   EXPECT_FALSE(std::filesystem::exists(to + "/manifest.json"));
   EXPECT_FALSE(std::filesystem::exists(to + "/step-00000000.npy"));
   // The raw step alone dumps.
-  EXPECT_EQ(Snapctl({"dump", "ans-run", "--to", to, "--steps", "0:1"}, &out, &err), 0) << err;
+  EXPECT_EQ(AdjsnapCli({"dump", "ans-run", "--to", to, "--steps", "0:1"}, &out, &err), 0) << err;
   // And the frame comes back to a client as it went.
   std::vector<char> back(kRaw);
   auto f = client_->FetchAsync(run.run_id, 1, back.data(), kRaw);
@@ -248,4 +248,4 @@ INSTANTIATE_TEST_SUITE_P(Paths, FramesTest, ::testing::Values(true, false),
                          [](const auto& p) { return p.param ? "mapped" : "copied"; });
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-namespace snapd::detail {
+namespace adjsnap::detail {
 namespace {
 
 constexpr uint64_t kChunk = 1 << 20;
@@ -148,7 +148,7 @@ TEST(HostPinning, AChunkThatCannotBePinnedFailsThePushesThatNeedItNamingTheRange
   HostPinning pinning(tier.data(), tier.size(), kChunk, rec.Pin(), rec.Unpin());
   Status s = Pin(pinning, kChunk + 10, 2 * kChunk);  // chunks 1, 2 and 3
   EXPECT_EQ(s.code(), Code::kResourceExhausted);
-  EXPECT_NE(s.message().find("bytes 2097152..3145728 of snapd's host tier"), std::string::npos)
+  EXPECT_NE(s.message().find("bytes 2097152..3145728 of adjsnapd's host tier"), std::string::npos)
       << s.ToString();
   EXPECT_NE(s.message().find("locked-memory limit"), std::string::npos) << s.ToString();
   // Asked again: the same answer at once, without another try.
@@ -196,4 +196,4 @@ TEST(HostPinning, TeardownAnswersWaitingPushesAndUnpinsExactlyWhatWasPinned) {
 }
 
 }  // namespace
-}  // namespace snapd::detail
+}  // namespace adjsnap::detail

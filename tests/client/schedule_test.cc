@@ -1,4 +1,4 @@
-#include "snapd/schedule.h"
+#include "adjsnap/schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <queue>
 #include <random>
 
-namespace snapd::schedule {
+namespace adjsnap::schedule {
 namespace {
 
 TEST(Revolve, ForwardStepCountsMatchPublishedValues) {
@@ -237,4 +237,4 @@ TEST(HRevolve, RefusesTablesTooLargeToCompute) {
 }
 
 }  // namespace
-}  // namespace snapd::schedule
+}  // namespace adjsnap::schedule

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # GlusterFS on this one machine, for tests: glusterd, the brick processes and the FUSE client
-# in a network namespace of their own (snapd-gl) and a mount namespace of their own, so that
+# in a network namespace of their own (adjsnap-gl) and a mount namespace of their own, so that
 #   - nothing listens on the machine's interfaces and no traffic leaves it: Gluster refuses
 #     127.0.0.1 and localhost as a brick's host ("Please provide a valid hostname/ip other than
 #     localhost"), so the namespace has a veth pair whose one end holds a private address
@@ -9,7 +9,7 @@
 #     pid files (/run/gluster) are directories of the test's own, bind-mounted or a tmpfs in
 #     that mount namespace: the machine's own stay as the package left them, and a second run
 #     finds nothing of the first;
-#   - the FUSE mount exists in that mount namespace only: whatever uses it (snapd and its
+#   - the FUSE mount exists in that mount namespace only: whatever uses it (adjsnapd and its
 #     clients) runs there, through gl_run.
 # The mount namespace lives as long as one process holds it: a `sleep` started by gl_start,
 # in the network namespace too, so that `ip netns pids` finds it with everything else.
@@ -21,10 +21,10 @@
 
 # Fixed names, so that what a run killed half-way left behind is found by the next.
 # shellcheck disable=SC2034  # the caller's too
-gl_ns=snapd-gl
+gl_ns=adjsnap-gl
 gl_addr=10.231.8.1
-gl_vol=snapd-shared
-gl_tmp_prefix=/tmp/snapd-gluster.  # + a mktemp suffix
+gl_vol=adjsnap-shared
+gl_tmp_prefix=/tmp/adjsnap-gluster.  # + a mktemp suffix
 
 # What is missing to run Gluster here, one word each; nothing when all is there.
 gl_missing() {
@@ -40,14 +40,14 @@ gl_missing() {
 # shellcheck disable=SC2154  # gl_root: the caller's
 gl_holder() { cat "$gl_root/holder.pid" 2> /dev/null || true; }
 
-# Runs a command where Gluster's mount is: in snapd-gl's network and mount namespaces.
+# Runs a command where Gluster's mount is: in adjsnap-gl's network and mount namespaces.
 gl_run() { nsenter -t "$(gl_holder)" --net --mount "$@"; }
 
 gl_cli() { gl_run gluster --mode=script "$@"; }
 
 # Takes Gluster down by its fixed names, whatever state a run left it in: unmounts, stops the
 # volume (bricks first, cleanly), then ends every process left in the namespace (the FUSE
-# client, glusterd, snapd, the holder), TERM first, bounded, then KILL; deletes the namespace
+# client, glusterd, adjsnapd, the holder), TERM first, bounded, then KILL; deletes the namespace
 # and with it the veth pair; the mount namespace goes with its last process. $1: the temp dir
 # of the run being torn down (empty: none known, e.g. at start).
 gl_remove() {
@@ -108,7 +108,7 @@ gl_start() {
   setsid nsenter --net="/run/netns/$gl_ns" unshare --mount --propagation private sh -c '
     mount --bind "$1/lib" /var/lib/glusterd &&
     mount --bind "$1/log" /var/log/glusterfs &&
-    mount -t tmpfs -o mode=755,size=64m snapd-gl-run /run &&
+    mount -t tmpfs -o mode=755,size=64m adjsnap-gl-run /run &&
     echo $$ > "$1/holder.pid.tmp" && mv "$1/holder.pid.tmp" "$1/holder.pid" &&
     exec sleep infinity' sh "$gl_root" < /dev/null > "$gl_root/holder.log" 2>&1 &
   for _ in $(seq 50); do [[ -s $gl_root/holder.pid ]] && break; sleep 0.1; done

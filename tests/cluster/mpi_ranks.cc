@@ -1,12 +1,12 @@
-// mpi_ranks: an MPI solver's forward and backward pass through each node's snapd, for
+// mpi_ranks: an MPI solver's forward and backward pass through each node's adjsnapd, for
 // tests/cluster/run.sh.
 //
 // A global ny x nx float32 field is split over the ranks on a 2D process grid; each rank owns
 // one block (its subdomain). Forward: every step the rank writes its block (content that
-// depends only on rank, step and the cell) and pushes it to the snapd of its own node
-// ($SNAPD_SOCKET, which deploy/slurm's task prolog exports). Backward: it fetches every step in
+// depends only on rank, step and the cell) and pushes it to the adjsnapd of its own node
+// ($ADJSNAP_SOCKET, which deploy/slurm's task prolog exports). Backward: it fetches every step in
 // reverse and compares each byte with the content regenerated for that step. The run is named
-// after the job and the rank, labelled with $SLURM_JOB_ID by libsnapd, and kept: the Slurm
+// after the job and the rank, labelled with $SLURM_JOB_ID by libadjsnap, and kept: the Slurm
 // epilog's purge is what removes it.
 //
 // Rank 0 prints one line per rank and then the summary:
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "snapd/client.h"
+#include "adjsnap/client.h"
 
 namespace {
 
@@ -116,7 +116,7 @@ void Copy(const std::string& from, char* to, size_t size) {
 
 // One rank's forward and backward pass; fills `r` (error empty on success).
 void RunRank(const Args& a, int rank, int size, Report* r) {
-  auto fail = [&](const std::string& what, const snapd::Status& s) {
+  auto fail = [&](const std::string& what, const adjsnap::Status& s) {
     Copy(what + ": " + s.ToString(), r->error, sizeof(r->error));
   };
   const Block b = BlockOf(rank, size, a.nx, a.ny);
@@ -127,28 +127,28 @@ void RunRank(const Args& a, int rank, int size, Report* r) {
       std::string("cluster-") + (job ? job : "nojob") + "-rank" + std::to_string(rank);
   Copy(name, r->run, sizeof(r->run));
 
-  snapd::ClientOptions opts;  // socket: $SNAPD_SOCKET, from the task prolog
+  adjsnap::ClientOptions opts;  // socket: $ADJSNAP_SOCKET, from the task prolog
   opts.client_name = "mpi_ranks/" + std::to_string(rank);
-  auto client = snapd::Client::Connect(opts);
+  auto client = adjsnap::Client::Connect(opts);
   if (!client.ok()) return fail("connect", client.status());
-  snapd::Client& c = **client;
+  adjsnap::Client& c = **client;
   Copy(c.socket_path(), r->socket, sizeof(r->socket));
-  Copy(c.data_path() == snapd::DataPath::kMappedHostTier ? "mapped" : "ucx", r->data_path,
+  Copy(c.data_path() == adjsnap::DataPath::kMappedHostTier ? "mapped" : "ucx", r->data_path,
        sizeof(r->data_path));
 
-  snapd::RunSpec spec;
+  adjsnap::RunSpec spec;
   spec.name = name;
   spec.steps = static_cast<uint64_t>(a.steps);
   spec.bytes_per_step = bytes;
-  spec.dtype = snapd::Dtype::kFloat32;
+  spec.dtype = adjsnap::Dtype::kFloat32;
   spec.shape = {static_cast<uint64_t>(b.ny), static_cast<uint64_t>(b.nx)};
   spec.keep = true;  // left for the epilog's purge (spec.job: $SLURM_JOB_ID)
   auto run = c.OpenRun(spec);
   if (!run.ok()) return fail("open run " + name, run.status());
 
-  // Forward: two buffers in turn; one is rewritten only once snapd released its last push.
+  // Forward: two buffers in turn; one is rewritten only once adjsnapd released its last push.
   std::vector<std::vector<float>> u(2, std::vector<float>(cells));
-  std::vector<snapd::PushHandle> pending(2);
+  std::vector<adjsnap::PushHandle> pending(2);
   for (int t = 0; t < a.steps; ++t) {
     const int ib = t % 2;
     if (t >= 2) {

@@ -1,30 +1,30 @@
 #!/usr/bin/env bash
 # A real Slurm cluster of three nodes on this one machine, with an MPI job that has ranks on
 # every node and deploy/slurm's prolog, task prolog and epilog on each:
-#   - each node is a network namespace with a UTS namespace of its own (hostname snapd-n1 ...)
-#     and an address on a bridge in a fourth (snapd-ctl), where slurmctld and munged live.
+#   - each node is a network namespace with a UTS namespace of its own (hostname adjsnap-n1 ...)
+#     and an address on a bridge in a fourth (adjsnap-ctl), where slurmctld and munged live.
 #     Nothing of the cluster is in the root namespace: nothing listens outside these
 #     namespaces, no traffic leaves them, and the host's firewall does not see the bridge.
-#   - each node runs Debian's slurmd; no snapd runs anywhere until the job's prolog starts the
-#     node's own (SNAPD_START in the one snapd-slurm.conf, whose paths depend on the node's
+#   - each node runs Debian's slurmd; no adjsnapd runs anywhere until the job's prolog starts the
+#     node's own (ADJSNAP_START in the one adjsnap-slurm.conf, whose paths depend on the node's
 #     hostname).
 #   - the job, submitted as an unprivileged user, runs mpi_ranks with `srun --mpi=pmix`: every
-#     rank pushes its subdomain's steps to its node's snapd, reads them back in reverse and
+#     rank pushes its subdomain's steps to its node's adjsnapd, reads them back in reverse and
 #     compares every byte; then one task per node lists the job's runs on that node.
-#   - after the job, every node's snapd must have purged the job's runs (the epilog), and
+#   - after the job, every node's adjsnapd must have purged the job's runs (the epilog), and
 #     logged it.
 #   bash tests/cluster/run.sh BUILD_DIR     (as root; CI runs it from tests/run.sh)
-# SNAPD_BIN, SNAPCTL_BIN and MPI_RANKS_BIN override the binaries taken from BUILD_DIR.
+# ADJSNAPD_BIN, ADJSNAP_BIN and MPI_RANKS_BIN override the binaries taken from BUILD_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$(realpath -m "${1:-build-tests}")
 repo=$PWD
-snapd_bin=$(realpath -m "${SNAPD_BIN:-$build/daemon/snapd}")
-snapctl_bin=$(realpath -m "${SNAPCTL_BIN:-$build/client/tools/snapctl}")
+adjsnapd_bin=$(realpath -m "${ADJSNAPD_BIN:-$build/daemon/adjsnapd}")
+adjsnap_bin=$(realpath -m "${ADJSNAP_BIN:-$build/client/tools/adjsnap}")
 ranks_bin=$(realpath -m "${MPI_RANKS_BIN:-$build/tests/cluster/mpi_ranks}")
 say() { echo "cluster: $*"; }
 [[ $(id -u) -eq 0 ]] || { say "needs root (network namespaces, munged, slurmd)"; exit 1; }
-for f in "$snapd_bin" "$snapctl_bin"; do
+for f in "$adjsnapd_bin" "$adjsnap_bin"; do
   [[ -x $f ]] || { say "$f is missing (build it first)"; exit 1; }
 done
 [[ -x $ranks_bin ]] ||
@@ -33,21 +33,21 @@ for c in ip nsenter unshare setsid flock runuser munged slurmctld slurmd sbatch 
   command -v "$c" > /dev/null || [[ -x /usr/sbin/$c ]] || { say "needs $c"; exit 1; }
 done
 
-user=snapd-tenant-a
+user=adjsnap-tenant-a
 id "$user" > /dev/null 2>&1 ||
   useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
 uid=$(id -u "$user")
 
 # The names are fixed, so that a run killed half-way is cleaned up by the next one.
-nodes=(snapd-n1 snapd-n2 snapd-n3)
+nodes=(adjsnap-n1 adjsnap-n2 adjsnap-n3)
 ranks_per_node=2
 steps=24
-ctl=snapd-ctl
-bridge=snapd-br0
+ctl=adjsnap-ctl
+bridge=adjsnap-br0
 net=10.231.7  # a /24 that exists only inside the namespaces, so it cannot clash with the host's
-declare -A addr=([snapd-ctl]=$net.10 [snapd-n1]=$net.11 [snapd-n2]=$net.12 [snapd-n3]=$net.13)
+declare -A addr=([adjsnap-ctl]=$net.10 [adjsnap-n1]=$net.11 [adjsnap-n2]=$net.12 [adjsnap-n3]=$net.13)
 
-# Ends every process in our namespaces (daemonized slurmd, slurmctld, munged, the snapds the
+# Ends every process in our namespaces (daemonized slurmd, slurmctld, munged, the adjsnapds the
 # prologs started, any job step left), TERM first, then waits; then removes the namespaces,
 # and with them the bridge and the veths.
 remove_cluster() {
@@ -71,13 +71,13 @@ remove_cluster() {
 }
 
 # A run killed before its clean-up left these behind.
-if ip netns list | grep -qE "^($ctl|snapd-n[0-9]+)( |$)"; then
+if ip netns list | grep -qE "^($ctl|adjsnap-n[0-9]+)( |$)"; then
   say "removing what an earlier run left (its namespaces and their processes)"
   remove_cluster
 fi
-rm -rf /tmp/snapd-cluster.*
+rm -rf /tmp/adjsnap-cluster.*
 
-root=$(mktemp -d /tmp/snapd-cluster.XXXXXX)
+root=$(mktemp -d /tmp/adjsnap-cluster.XXXXXX)
 chmod 755 "$root"
 t0=$SECONDS
 cleanup() {
@@ -89,8 +89,8 @@ trap 'exit 130' INT TERM
 fail() {
   say "FAIL: $*"
   local f
-  for f in "$root"/munge/munged.log "$root"/slurmctld.log "$root"/snapd-n*/slurmd.log \
-    "$root"/snapd-n*/snapd.log "$root"/job.out; do
+  for f in "$root"/munge/munged.log "$root"/slurmctld.log "$root"/adjsnap-n*/slurmd.log \
+    "$root"/adjsnap-n*/adjsnapd.log "$root"/job.out; do
     [[ -f $f ]] && { echo "--- $f"; tail -n 40 "$f"; }
   done
   exit 1
@@ -107,7 +107,7 @@ in_node() {
     'mount --bind "$1" /etc/hosts && hostname "$0" && shift && exec "$@"' "$ns" "$root/hosts" "$@"
 }
 
-# The network: a bridge in snapd-ctl, which is also the controller's interface; each node's
+# The network: a bridge in adjsnap-ctl, which is also the controller's interface; each node's
 # eth0 is a veth whose other end is on the bridge.
 ip netns add "$ctl"
 ip -n "$ctl" link set lo up
@@ -137,34 +137,34 @@ in_node "$ctl" runuser -u munge -- /usr/sbin/munged --socket="$root/munge/munge.
   --seed-file="$root/munge/seed" || fail "munged did not start"
 
 # deploy/slurm as a site installs it: one config for every node. Its paths depend on the
-# node's hostname (each node's socket, state and log), and SNAPD_START starts the node's snapd
-# when none answers. UCX_NET_DEVICES=lo: snapd's clients are all on its node, and snapd's
+# node's hostname (each node's socket, state and log), and ADJSNAP_START starts the node's adjsnapd
+# when none answers. UCX_NET_DEVICES=lo: adjsnapd's clients are all on its node, and adjsnapd's
 # default transports leave UCX's tcp out; should a UCX_TLS bring it back, it stays on loopback.
 for n in "${nodes[@]}"; do
   mkdir -p "$root/$n/spool" "$root/$n/tmp"
   chmod 1777 "$root/$n/tmp"
 done
-cat > "$root/snapd-slurm.conf" << CONF
+cat > "$root/adjsnap-slurm.conf" << CONF
 node=\$(hostname -s)
-SNAPD_SOCKET=$root/\$node/snapd.sock
-SNAPCTL=$snapctl_bin
-SNAPD_JOB_QUOTA=64M
-SNAPD_START="env UCX_NET_DEVICES=lo $snapd_bin --socket $root/\$node/snapd.sock \\
+ADJSNAP_SOCKET=$root/\$node/adjsnap.sock
+ADJSNAP=$adjsnap_bin
+ADJSNAP_JOB_QUOTA=64M
+ADJSNAP_START="env UCX_NET_DEVICES=lo $adjsnapd_bin --socket $root/\$node/adjsnap.sock \\
   --state-dir $root/\$node/state --host-mem 256M"
-SNAPD_START_LOG=$root/\$node/snapd.log
-SNAPD_START_WAIT=10
+ADJSNAP_START_LOG=$root/\$node/adjsnapd.log
+ADJSNAP_START_WAIT=10
 CONF
 for s in prolog epilog task_prolog; do
-  printf '#!/bin/sh\nSNAPD_SLURM_CONF=%s exec %s "$@"\n' "$root/snapd-slurm.conf" \
+  printf '#!/bin/sh\nADJSNAP_SLURM_CONF=%s exec %s "$@"\n' "$root/adjsnap-slurm.conf" \
     "$repo/deploy/slurm/$s.sh" > "$root/$s"
   chmod 755 "$root/$s"
 done
 
-# Slurm: the controller in snapd-ctl, a slurmd per node; each in its own namespace, so the
+# Slurm: the controller in adjsnap-ctl, a slurmd per node; each in its own namespace, so the
 # default ports do not clash. %n: each slurmd's own spool, pid file and log.
 mkdir -p "$root/ctld"
 cat > "$root/slurm.conf" << CONF
-ClusterName=snapdcluster
+ClusterName=adjsnapdcluster
 MailProg=/bin/true
 SlurmctldHost=$ctl(${addr[$ctl]})
 SlurmUser=root
@@ -191,7 +191,7 @@ PrologFlags=Alloc
 Prolog=$root/prolog
 Epilog=$root/epilog
 TaskProlog=$root/task_prolog
-NodeName=snapd-n[1-${#nodes[@]}] NodeAddr=$net.[11-$((10 + ${#nodes[@]}))] \
+NodeName=adjsnap-n[1-${#nodes[@]}] NodeAddr=$net.[11-$((10 + ${#nodes[@]}))] \
   CPUs=$ranks_per_node State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=5 State=UP
 CONF
@@ -217,8 +217,8 @@ done
 say "${#nodes[@]} nodes idle after $((SECONDS - t0)) s:" \
   "$(ctl_run sinfo -h -N -o '%N(%o)' | tr '\n' ' ')"
 for n in "${nodes[@]}"; do
-  "$snapctl_bin" --socket "$root/$n/snapd.sock" status > /dev/null 2>&1 &&
-    fail "a snapd answers on $n before any job"
+  "$adjsnap_bin" --socket "$root/$n/adjsnap.sock" status > /dev/null 2>&1 &&
+    fail "an adjsnapd answers on $n before any job"
 done
 
 # The job. OpenMPI: ob1 over TCP on the bridge only (its UCX and verbs components would probe
@@ -228,11 +228,11 @@ cat > "$root/job.sh" << JOB
 #!/bin/sh
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_osc=^ucx
 export OMPI_MCA_btl_tcp_if_include=$net.0/24 OMPI_MCA_oob_tcp_if_include=$net.0/24
-export UCX_NET_DEVICES=lo  # libsnapd's UCX, as snapd's
+export UCX_NET_DEVICES=lo  # libadjsnap's UCX, as adjsnapd's
 srun --mpi=pmix $ranks_bin --steps $steps || exit 1
 # Each node's runs of this job, before the epilog removes them.
 srun --ntasks=${#nodes[@]} --ntasks-per-node=1 sh -c \
-  'echo "node \$(hostname -s): \$($snapctl_bin runs | grep -c "^cluster-\$SLURM_JOB_ID-") runs"'
+  'echo "node \$(hostname -s): \$($adjsnap_bin runs | grep -c "^cluster-\$SLURM_JOB_ID-") runs"'
 JOB
 chmod 755 "$root/job.sh"
 touch "$root/job.out"
@@ -245,37 +245,37 @@ job=$(ctl_run runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" timeout 120 \
 say "job $job ran in $((SECONDS - t_job)) s"
 cat "$root/job.out"
 
-# Ranks on every node, each on its own node's snapd, every step byte-exact.
+# Ranks on every node, each on its own node's adjsnapd, every step byte-exact.
 hosts=$(IFS=,; echo "${nodes[*]}")
 summary="cluster: $nranks ranks on ${#nodes[@]} nodes ($hosts),"
 summary+=" $((nranks * steps)) snapshots byte-exact"
 grep -qxF "$summary" "$root/job.out" || fail "no line '$summary' in the job's output"
 for n in "${nodes[@]}"; do
-  c=$(grep -c "^rank [0-9]* on $n: .* $steps/$steps steps byte-exact (.*, $root/$n/snapd.sock)$" \
+  c=$(grep -c "^rank [0-9]* on $n: .* $steps/$steps steps byte-exact (.*, $root/$n/adjsnap.sock)$" \
     "$root/job.out" || true)
-  ((c == ranks_per_node)) || fail "$c ranks (not $ranks_per_node) used $n's own snapd"
+  ((c == ranks_per_node)) || fail "$c ranks (not $ranks_per_node) used $n's own adjsnapd"
   grep -qx "node $n: $ranks_per_node runs" "$root/job.out" ||
     fail "$n did not hold the job's $ranks_per_node runs during the job"
-  # SNAPD_START_LOG holds what the prolog started, and nothing answered there before the job.
-  grep -q "snapd info: snapd .* serving on unix:$root/$n/snapd.sock" "$root/$n/snapd.log" ||
-    fail "the prolog did not start $n's snapd"
-  grep -q "set the quota of uid $uid to 67108864 bytes" "$root/$n/snapd.log" ||
+  # ADJSNAP_START_LOG holds what the prolog started, and nothing answered there before the job.
+  grep -q "adjsnapd info: adjsnapd .* serving on unix:$root/$n/adjsnap.sock" "$root/$n/adjsnapd.log" ||
+    fail "the prolog did not start $n's adjsnapd"
+  grep -q "set the quota of uid $uid to 67108864 bytes" "$root/$n/adjsnapd.log" ||
     fail "the prolog did not set the job's quota on $n"
 done
 
-# After the job: every node's epilog purged the job's runs, and its snapd logged it.
+# After the job: every node's epilog purged the job's runs, and its adjsnapd logged it.
 for n in "${nodes[@]}"; do
   left=""
   for _ in $(seq 60); do
-    runs=$("$snapctl_bin" --socket "$root/$n/snapd.sock" runs 2>&1) ||
-      fail "$n's snapd does not answer after the job: $runs"
+    runs=$("$adjsnap_bin" --socket "$root/$n/adjsnap.sock" runs 2>&1) ||
+      fail "$n's adjsnapd does not answer after the job: $runs"
     left=$(grep "^cluster-$job-" <<< "$runs" || true)
     [[ -z $left ]] && break
     sleep 0.25
   done
-  [[ -z $left ]] || fail "15 s after the job, $n's snapd still holds: $left"
-  grep -q "purged $ranks_per_node runs of uid $uid, job $job$" "$root/$n/snapd.log" ||
-    fail "$n's snapd did not log the epilog's purge of job $job"
+  [[ -z $left ]] || fail "15 s after the job, $n's adjsnapd still holds: $left"
+  grep -q "purged $ranks_per_node runs of uid $uid, job $job$" "$root/$n/adjsnapd.log" ||
+    fail "$n's adjsnapd did not log the epilog's purge of job $job"
 done
 say "OK: job $job, $nranks ranks on ${#nodes[@]} nodes, every snapshot byte-exact," \
   "every node's runs purged by its epilog ($((SECONDS - t0)) s)"

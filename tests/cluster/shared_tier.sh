@@ -1,40 +1,40 @@
 #!/usr/bin/env bash
-# snapd's shared spool class on a real GlusterFS volume, on this one machine:
+# adjsnapd's shared spool class on a real GlusterFS volume, on this one machine:
 #   - Gluster (Debian's glusterd, two bricks of a plain distribute volume, the FUSE client) runs
 #     in a network namespace and a mount namespace of its own (tests/cluster/gluster.sh): it
 #     listens on nothing outside them, keeps its state and logs in this test's temp dir, and the
-#     mount is seen only there, so snapd and its clients run there too.
-#   - O_DIRECT: whether the FUSE mount takes it (dd), and whether snapd's spool writes there
-#     open with it (snapd falls back to buffered I/O, and logs it, where O_DIRECT is refused).
-#   - placement: snapd with a 64 MiB host tier, a 64 MiB local spool and the Gluster mount as
-#     its shared spool takes a forward pass of 3x host + local (snapbench --fill), which must
-#     come back byte-exact (snapbench --verify), and where each step was stored is listed (host,
+#     mount is seen only there, so adjsnapd and its clients run there too.
+#   - O_DIRECT: whether the FUSE mount takes it (dd), and whether adjsnapd's spool writes there
+#     open with it (adjsnapd falls back to buffered I/O, and logs it, where O_DIRECT is refused).
+#   - placement: adjsnapd with a 64 MiB host tier, a 64 MiB local spool and the Gluster mount as
+#     its shared spool takes a forward pass of 3x host + local (adjsnap-bench --fill), which must
+#     come back byte-exact (adjsnap-bench --verify), and where each step was stored is listed (host,
 #     local, shared and which brick); then the example solver over as much, which checks every
 #     step against its checksum.
-#   - rate: snapd's spill to the Gluster mount (snapbench --spill, from snapd's disk-tier
-#     counters, with a snapd whose only spool is the mount) against an O_DIRECT write of the same
-#     bytes to the same mount (snapbench's own, and dd's).
-#   - a brick killed during a forward pass that spills to the shared class: snapd must stay up;
+#   - rate: adjsnapd's spill to the Gluster mount (adjsnap-bench --spill, from adjsnapd's disk-tier
+#     counters, with an adjsnapd whose only spool is the mount) against an O_DIRECT write of the same
+#     bytes to the same mount (adjsnap-bench's own, and dd's).
+#   - a brick killed during a forward pass that spills to the shared class: adjsnapd must stay up;
 #     each push is stored or fails with an error naming the spool; every step read back is
 #     byte-exact or, while its brick is down, UNAVAILABLE, never lost and never wrong; once the
-#     brick is back every step reads back exact. What happens is printed, with snapd's log
+#     brick is back every step reads back exact. What happens is printed, with adjsnapd's log
 #     lines about its spools.
 #   bash tests/cluster/shared_tier.sh BUILD_DIR     (as root)
-# SNAPD_BIN, SNAPCTL_BIN, SNAPBENCH_BIN and ACOUSTIC2D_BIN override the binaries taken from
-# BUILD_DIR. SNAPD_GLUSTER_AS=shared puts the mount in --shared-spool-dirs (the default where
-# snapd has that option), =spool in --spool-dirs beside the local spool (snapds without the
+# ADJSNAPD_BIN, ADJSNAP_BIN, ADJSNAP_BENCH_BIN and ACOUSTIC2D_BIN override the binaries taken from
+# BUILD_DIR. ADJSNAP_GLUSTER_AS=shared puts the mount in --shared-spool-dirs (the default where
+# adjsnapd has that option), =spool in --spool-dirs beside the local spool (adjsnapds without the
 # shared class). SHARED_TIER_KEEP=1 keeps the temp dir (logs, bricks) for a look after the
 # run; the next run removes it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$(realpath -m "${1:-build-tests}")
-snapd_bin=$(realpath -m "${SNAPD_BIN:-$build/daemon/snapd}")
-snapctl_bin=$(realpath -m "${SNAPCTL_BIN:-$build/client/tools/snapctl}")
-snapbench_bin=$(realpath -m "${SNAPBENCH_BIN:-$build/client/tools/snapbench}")
+adjsnapd_bin=$(realpath -m "${ADJSNAPD_BIN:-$build/daemon/adjsnapd}")
+adjsnap_bin=$(realpath -m "${ADJSNAP_BIN:-$build/client/tools/adjsnap}")
+adjsnap_bench_bin=$(realpath -m "${ADJSNAP_BENCH_BIN:-$build/client/tools/adjsnap-bench}")
 acoustic_bin=$(realpath -m "${ACOUSTIC2D_BIN:-$build/client/examples/acoustic2d}")
 say() { echo "shared-tier: $*"; }
 [[ $(id -u) -eq 0 ]] || { say "needs root (network and mount namespaces, glusterd, FUSE)"; exit 1; }
-for f in "$snapd_bin" "$snapctl_bin" "$snapbench_bin" "$acoustic_bin"; do
+for f in "$adjsnapd_bin" "$adjsnap_bin" "$adjsnap_bench_bin" "$acoustic_bin"; do
   [[ -x $f ]] || { say "$f is missing (build it first)"; exit 1; }
 done
 source tests/cluster/gluster.sh
@@ -44,12 +44,12 @@ missing=$(gl_missing | tr '\n' ' ')
     "needs the fuse module and, in a container, the device passed in)"
   exit 1
 }
-if [[ -z ${SNAPD_GLUSTER_AS:-} ]]; then
-  SNAPD_GLUSTER_AS=spool
-  [[ $("$snapd_bin" --help 2> /dev/null) == *--shared-spool-dirs* ]] && SNAPD_GLUSTER_AS=shared
+if [[ -z ${ADJSNAP_GLUSTER_AS:-} ]]; then
+  ADJSNAP_GLUSTER_AS=spool
+  [[ $("$adjsnapd_bin" --help 2> /dev/null) == *--shared-spool-dirs* ]] && ADJSNAP_GLUSTER_AS=shared
 fi
-[[ $SNAPD_GLUSTER_AS == shared || $SNAPD_GLUSTER_AS == spool ]] ||
-  { say "SNAPD_GLUSTER_AS is shared or spool, not '$SNAPD_GLUSTER_AS'"; exit 2; }
+[[ $ADJSNAP_GLUSTER_AS == shared || $ADJSNAP_GLUSTER_AS == spool ]] ||
+  { say "ADJSNAP_GLUSTER_AS is shared or spool, not '$ADJSNAP_GLUSTER_AS'"; exit 2; }
 
 # A run killed half-way left Gluster's namespaces, processes and temp dirs behind: the fixed
 # names find them.
@@ -62,9 +62,9 @@ rm -rf "$gl_tmp_prefix"*
 gl_root=$(mktemp -d "${gl_tmp_prefix}XXXXXX")
 root=$gl_root
 mnt=$gl_root/mnt
-sock=$root/snapd.sock
+sock=$root/adjsnap.sock
 t0=$SECONDS
-snapd_pid=""
+adjsnapd_pid=""
 cleanup() {
   local rc=$?
   gl_remove "$([[ -n ${SHARED_TIER_KEEP:-} ]] || echo "$root")"
@@ -76,13 +76,13 @@ trap 'exit 130' INT TERM
 fail() {
   say "FAIL: $*"
   local f
-  for f in "$root"/snapd.*.log "$root"/log/glusterd.log "$root"/log/*mnt.log; do
-    [[ -f $f ]] && { echo "--- $f"; tail -n "$([[ $f == */snapd.* ]] && echo 30 || echo 10)" "$f"; }
+  for f in "$root"/adjsnapd.*.log "$root"/log/glusterd.log "$root"/log/*mnt.log; do
+    [[ -f $f ]] && { echo "--- $f"; tail -n "$([[ $f == */adjsnapd.* ]] && echo 30 || echo 10)" "$f"; }
   done
   exit 1
 }
 
-# What snapd does that the issue does not want, but that is no wrong byte and no dead daemon:
+# What adjsnapd does that the issue does not want, but that is no wrong byte and no dead daemon:
 # listed at the end; SHARED_TIER_STRICT=1 makes them fail the test.
 problems=()
 problem() {
@@ -90,47 +90,47 @@ problem() {
   say "PROBLEM: $*"
 }
 
-# snapd and its clients run where the mount is. UCX_NET_DEVICES=lo: the clients are all here.
+# adjsnapd and its clients run where the mount is. UCX_NET_DEVICES=lo: the clients are all here.
 in_gl() { gl_run env UCX_NET_DEVICES=lo "$@"; }
-snapctl() { in_gl "$snapctl_bin" --socket "$sock" "$@"; }
+adjsnap() { in_gl "$adjsnap_bin" --socket "$sock" "$@"; }
 
-# Starts snapd (its log: $root/snapd.$1.log, its state: $root/state-$1, or state-$state) with the
+# Starts adjsnapd (its log: $root/adjsnapd.$1.log, its state: $root/state-$1, or state-$state) with the
 # rest of the arguments, and waits until it answers.
-start_snapd() {
+start_adjsnap() {
   local name=$1
   shift
   rm -f "$sock"
-  in_gl setsid "$snapd_bin" --socket "$sock" --state-dir "$root/state-${state:-$name}" --host-mem 64M \
+  in_gl setsid "$adjsnapd_bin" --socket "$sock" --state-dir "$root/state-${state:-$name}" --host-mem 64M \
     --log-level info --stop-timeout 5 --spool-failure-timeout 1 "$@" \
-    < /dev/null > "$root/snapd.$name.log" 2>&1 &
-  snapd_pid=""
+    < /dev/null > "$root/adjsnapd.$name.log" 2>&1 &
+  adjsnapd_pid=""
   for _ in $(seq 100); do
-    snapctl status > /dev/null 2>&1 && break
+    adjsnap status > /dev/null 2>&1 && break
     sleep 0.1
   done
-  snapctl status > /dev/null 2>&1 || fail "snapd ($name) did not answer in 10 s"
-  # Ours: the one snapd in Gluster's network namespace.
-  snapd_pid=$(pgrep -x snapd --ns "$(gl_holder)" --nslist net | head -n1)
-  [[ -n $snapd_pid ]] || fail "no snapd process in namespace $gl_ns"
+  adjsnap status > /dev/null 2>&1 || fail "adjsnapd ($name) did not answer in 10 s"
+  # Ours: the one adjsnapd in Gluster's network namespace.
+  adjsnapd_pid=$(pgrep -x adjsnapd --ns "$(gl_holder)" --nslist net | head -n1)
+  [[ -n $adjsnapd_pid ]] || fail "no adjsnapd process in namespace $gl_ns"
 }
 
-# Stops snapd with SIGTERM and waits for it, 15 s at most.
-stop_snapd() {
-  [[ -n $snapd_pid ]] || return 0
-  kill -TERM "$snapd_pid" 2> /dev/null || true
+# Stops adjsnapd with SIGTERM and waits for it, 15 s at most.
+stop_adjsnap() {
+  [[ -n $adjsnapd_pid ]] || return 0
+  kill -TERM "$adjsnapd_pid" 2> /dev/null || true
   for _ in $(seq 150); do
-    kill -0 "$snapd_pid" 2> /dev/null || break
+    kill -0 "$adjsnapd_pid" 2> /dev/null || break
     sleep 0.1
   done
-  kill -0 "$snapd_pid" 2> /dev/null && fail "snapd (pid $snapd_pid) did not stop in 15 s"
-  snapd_pid=""
+  kill -0 "$adjsnapd_pid" 2> /dev/null && fail "adjsnapd (pid $adjsnapd_pid) did not stop in 15 s"
+  adjsnapd_pid=""
 }
 
-# The mount as snapd's spool: a shared spool, or (SNAPD_GLUSTER_AS=spool) one of spool_dirs.
+# The mount as adjsnapd's spool: a shared spool, or (ADJSNAP_GLUSTER_AS=spool) one of spool_dirs.
 # $1: the local spool ("none": none), $2: its budget, $3: the directory on the mount, $4: its
 # budget.
 spool_args() {
-  if [[ $SNAPD_GLUSTER_AS == shared ]]; then
+  if [[ $ADJSNAP_GLUSTER_AS == shared ]]; then
     echo --spool-dirs "$1" ${2:+--disk-mem "$2"} --shared-spool-dirs "$3" --shared-disk-mem "$4"
   elif [[ $1 == none ]]; then
     echo --spool-dirs "$3" --disk-mem "$4"
@@ -139,23 +139,23 @@ spool_args() {
   fi
 }
 
-# Waits until nothing waits in snapd (pushes, fetches), 10 s at most.
+# Waits until nothing waits in adjsnapd (pushes, fetches), 10 s at most.
 settle() {
   local w=""
   for _ in $(seq 100); do
-    w=$(snapctl --json status 2> /dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin);
+    w=$(adjsnap --json status 2> /dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin);
 print(d["waiting_pushes"] + d["waiting_fetches"])' || true)
     [[ $w == 0 ]] && return 0
     sleep 0.1
   done
-  say "note: requests still wait in snapd 10 s later ($w)"
+  say "note: requests still wait in adjsnapd 10 s later ($w)"
 }
 alive() {
-  kill -0 "$snapd_pid" 2> /dev/null || fail "snapd died $1"
-  snapctl status > /dev/null 2>&1 || fail "snapd does not answer $1"
+  kill -0 "$adjsnapd_pid" 2> /dev/null || fail "adjsnapd died $1"
+  adjsnap status > /dev/null 2>&1 || fail "adjsnapd does not answer $1"
 }
 spools() {  # $1: a label
-  snapctl status > "$root/status.out" || fail "snapctl status: $(cat "$root/status.out")"
+  adjsnap status > "$root/status.out" || fail "adjsnap status: $(cat "$root/status.out")"
   sed -n "/^SPOOL/,/^waiting/{/^waiting/d;s/^/shared-tier: $1: /p}" "$root/status.out"
 }
 
@@ -184,16 +184,16 @@ say "O_DIRECT on the Gluster FUSE mount: $odirect$([[ $odirect == yes ]] ||
   "$(gl_cli volume get "$gl_vol" performance.strict-o-direct | awk 'NR==3 {print $2}')," \
   "network.remote-dio $(gl_cli volume get "$gl_vol" network.remote-dio | awk 'NR==3 {print $2}'))"
 
-# --- Rate: snapd's spill to the mount against O_DIRECT to the mount ---------------------------
-# A snapd whose only spool is the mount, so that its disk-tier counters (bytes written, time
-# with a write in flight) are the mount's alone. snapbench --spill runs 3x the host tier
+# --- Rate: adjsnapd's spill to the mount against O_DIRECT to the mount ---------------------------
+# An adjsnapd whose only spool is the mount, so that its disk-tier counters (bytes written, time
+# with a write in flight) are the mount's alone. adjsnap-bench --spill runs 3x the host tier
 # through it and first writes the same bytes with O_DIRECT to the same directory
-# (spool_dirs(0)); its spill rate is snapd's, from those counters. dd writes the bytes once
-# more, as a second reference. Where the mount refuses O_DIRECT, snapbench's reference cannot
-# run: then a forward pass of the same bytes (snapbench --fill) and snapd's counters before
-# and after give snapd's rate, and dd writes buffered with an fsync.
+# (spool_dirs(0)); its spill rate is adjsnapd's, from those counters. dd writes the bytes once
+# more, as a second reference. Where the mount refuses O_DIRECT, adjsnap-bench's reference cannot
+# run: then a forward pass of the same bytes (adjsnap-bench --fill) and adjsnapd's counters before
+# and after give adjsnapd's rate, and dd writes buffered with an fsync.
 # Gluster's processes (glusterd, the bricks, the FUSE client) share this machine's cores with
-# snapd and the solver: their CPU seconds, for the cores they took during a run.
+# adjsnapd and the solver: their CPU seconds, for the cores they took during a run.
 gl_cpu() {  # prints "TOTAL FUSE" CPU seconds of every gluster process in the namespace
   local pid total=0 fuse=0 t
   for pid in $(pgrep gluster --ns "$(gl_holder)" --nslist net); do
@@ -205,30 +205,30 @@ gl_cpu() {  # prints "TOTAL FUSE" CPU seconds of every gluster process in the na
   done
   echo "$total $fuse"
 }
-# Five runs, each on a fresh snapd and directory: on a machine this small one run's figures
+# Five runs, each on a fresh adjsnapd and directory: on a machine this small one run's figures
 # move by 10-20 % from one to the next, so each is printed and the medians are what counts.
 runs=${SHARED_TIER_RUNS:-5}
 for n in $(seq "$runs"); do
   # shellcheck disable=SC2046
-  start_snapd "bench$n" $(spool_args none "" "$mnt/bench$n" 1G)
+  start_adjsnap "bench$n" $(spool_args none "" "$mnt/bench$n" 1G)
   read -r cpu0 fuse0 < <(gl_cpu)
   w0=$(date +%s.%N)
   if [[ $odirect == yes ]]; then
-    in_gl "$snapbench_bin" --socket "$sock" --spill --bytes 8M --json > "$root/spill.$n.json" \
-      2> "$root/spill.err" || fail "snapbench --spill: $(cat "$root/spill.err")"
+    in_gl "$adjsnap_bench_bin" --socket "$sock" --spill --bytes 8M --json > "$root/spill.$n.json" \
+      2> "$root/spill.err" || fail "adjsnap-bench --spill: $(cat "$root/spill.err")"
     dd_flags=(oflag=direct conv=fsync)
   else
     disk_io() {
-      snapctl --json status | python3 -c 'import json, sys
+      adjsnap --json status | python3 -c 'import json, sys
 t = [t for t in json.load(sys.stdin)["tiers"] if t["tier"] == "disk"][0]
 print(t["write_bytes"], t["write_busy_ns"])'
     }
     read -r b0 ns0 < <(disk_io)
-    in_gl "$snapbench_bin" --socket "$sock" --fill --steps 25 --bytes 8M > "$root/spill.err" \
-      2>&1 || fail "snapbench --fill: $(cat "$root/spill.err")"
+    in_gl "$adjsnap_bench_bin" --socket "$sock" --fill --steps 25 --bytes 8M > "$root/spill.err" \
+      2>&1 || fail "adjsnap-bench --fill: $(cat "$root/spill.err")"
     read -r b1 ns1 < <(disk_io)
-    snapctl rm snapbench-restart > /dev/null || fail "snapctl rm snapbench-restart"
-    # The fields snapbench --spill reports, those that apply.
+    adjsnap rm adjsnap-bench-restart > /dev/null || fail "adjsnap rm adjsnap-bench-restart"
+    # The fields adjsnap-bench --spill reports, those that apply.
     printf '{"steps": 25, "bytes": %d, "host_budget": %d, "disk_steps": %d, "spill_write_gbs": %s}\n' \
       $((8 << 20)) $((64 << 20)) $(((b1 - b0) / (8 << 20))) \
       "$(python3 -c "print(($b1 - $b0) / max($ns1 - $ns0, 1))")" > "$root/spill.$n.json"
@@ -236,7 +236,7 @@ print(t["write_bytes"], t["write_busy_ns"])'
   fi
   read -r cpu1 fuse1 < <(gl_cpu)
   w1=$(date +%s.%N)
-  stop_snapd
+  stop_adjsnap
   steps=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["steps"])' \
     "$root/spill.$n.json")
   dd_t0=$(date +%s.%N)
@@ -259,18 +259,18 @@ import json, statistics, sys
 root, runs, dd_how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 ds = [json.load(open(f"{root}/spill.{n}.json")) for n in range(1, runs + 1)]
 d = ds[0]
-how = "snapbench --spill" if "odirect_write_gbs" in d else "snapbench --fill, no O_DIRECT"
+how = "adjsnap-bench --spill" if "odirect_write_gbs" in d else "adjsnap-bench --fill, no O_DIRECT"
 print(f"shared-tier: rate: {d['steps']} steps x {d['bytes'] >> 20} MiB through a "
       f"{d['host_budget'] >> 20} MiB host tier, steps 0..{d['disk_steps'] - 1} spilled to the "
-      f"Gluster mount ({how}; snapd's rate from its disk-tier counters), {runs} runs")
+      f"Gluster mount ({how}; adjsnapd's rate from its disk-tier counters), {runs} runs")
 # The stall as a share of the whole backward pass (compute and every fetch), beside the
 # stricter share of the time reading the spilled steps from the mount takes.
 pass_stall = lambda d: d["stall_ms"] / (1e3 * d["backward_s"])
 for n, d in enumerate(ds, 1):
-    line = f"shared-tier: rate {n}: snapd spill write {d['spill_write_gbs']:.3f} GB/s; "
+    line = f"shared-tier: rate {n}: adjsnapd spill write {d['spill_write_gbs']:.3f} GB/s; "
     if "odirect_write_gbs" in d:
         line += (f"O_DIRECT write of the same bytes {d['odirect_write_gbs']:.3f} GB/s "
-                 f"(snapbench) = {d['spill_vs_odirect']:.2f}x; ")
+                 f"(adjsnap-bench) = {d['spill_vs_odirect']:.2f}x; ")
     line += f"dd {dd_how} {d['dd_gbs']:.3f} GB/s = {d['spill_write_gbs'] / d['dd_gbs']:.2f}x"
     print(line)
     if "compute_ms" in d:
@@ -292,8 +292,8 @@ PY
 
 # --- Placement, byte-exact: 3x host + local ------------------------------------------------
 # shellcheck disable=SC2046
-start_snapd main $(spool_args "$root/local" 64M "$mnt/spool" 1G)
-# Where each step is: snapd's record (host, disk, lost), and for a step on disk the spool that
+start_adjsnap main $(spool_args "$root/local" 64M "$mnt/spool" 1G)
+# Where each step is: adjsnapd's record (host, disk, lost), and for a step on disk the spool that
 # holds its file; on the mount, the brick that holds its bytes (a DHT link file, empty with the
 # sticky bit, only points to it). Prints the steps by place, then by place and brick, then the
 # count per place.
@@ -334,22 +334,22 @@ print(", ".join(f"{c} {sum(v for k, v in n.items() if k.split(':')[0] == c)}" +
                 for c in classes))
 PY
 }
-# Waits (30 s at most) until snapd's demotions and moves to the shared spool stop changing: the
+# Waits (30 s at most) until adjsnapd's demotions and moves to the shared spool stop changing: the
 # placement a forward pass leaves is read once what its last pushes started has landed.
 moves_settle() {
   local last="" now _
   for _ in $(seq 60); do
-    now=$(snapctl --json status | python3 -c 'import json,sys; d=json.load(sys.stdin)
-print(d["demotions"], d["moves_to_shared"], d["waiting_pushes"])') || fail "snapctl status"
+    now=$(adjsnap --json status | python3 -c 'import json,sys; d=json.load(sys.stdin)
+print(d["demotions"], d["moves_to_shared"], d["waiting_pushes"])') || fail "adjsnap status"
     [[ $now == "$last" ]] && return
     last=$now
     sleep 0.5
   done
-  fail "snapd's demotions and moves did not settle in 30 s ($now)"
+  fail "adjsnapd's demotions and moves did not settle in 30 s ($now)"
 }
-# First the placement a forward pass leaves: snapbench --fill pushes a kept run of 96 steps of
+# First the placement a forward pass leaves: adjsnap-bench --fill pushes a kept run of 96 steps of
 # 4 MiB = 384 MiB = 3 x (64 MiB host + 64 MiB local), word i of step t = t * 2^32 + i, and
-# snapbench --verify fetches every step back over the data plane and compares every word. Twice:
+# adjsnap-bench --verify fetches every step back over the data plane and compares every word. Twice:
 # with N declared, and with N unknown (--n-unknown: the run's oldest local steps move on to the
 # shared spool as the local one fills). Either way the oldest steps end on the shared spool,
 # the next on the local one and the newest in host memory.
@@ -357,29 +357,29 @@ for n in declared unknown; do
   n_flag=()
   [[ $n == unknown ]] && n_flag=(--n-unknown)
   fill_t0=$(date +%s.%N)
-  in_gl "$snapbench_bin" --socket "$sock" --fill --steps 96 --bytes 4M "${n_flag[@]}" \
+  in_gl "$adjsnap_bench_bin" --socket "$sock" --fill --steps 96 --bytes 4M "${n_flag[@]}" \
     > "$root/fill0.out" 2>&1 ||
-    fail "snapbench --fill (N $n): $(cat "$root/fill0.out")"
+    fail "adjsnap-bench --fill (N $n): $(cat "$root/fill0.out")"
   fill_s=$(python3 -c "import time; print(f'{time.time() - $fill_t0:.1f}')")
   moves_settle
-  snapctl --json ls snapbench-restart > "$root/placement.json" || fail "snapctl ls"
+  adjsnap --json ls adjsnap-bench-restart > "$root/placement.json" || fail "adjsnap ls"
   placement_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run"]["run_id"])' \
     "$root/placement.json")
   mapfile -t where < <(placement "$root/placement.json" "$placement_id")
   say "forward pass, N $n: 384 MiB pushed in $fill_s s"
   say "placement after the forward pass, N $n (host boundary $(python3 -c 'import json,sys
 print(json.load(open(sys.argv[1]))["run"]["host_boundary"])' "$root/placement.json"); moves to \
-the shared spool so far: $(snapctl --json status | python3 -c 'import json,sys
+the shared spool so far: $(adjsnap --json status | python3 -c 'import json,sys
 print(json.load(sys.stdin)["moves_to_shared"])')): ${where[0]}"
   say "placement: by brick: ${where[1]}"
   say "placement: steps per place: ${where[2]}"
   [[ ${where[0]} =~ ^0\.\.[0-9]+\ shared\;\ [0-9]+\.\.[0-9]+\ local\;\ [0-9]+\.\.95\ host$ ]] ||
     fail "N $n: not the oldest steps shared, the next local and the newest in host memory"
   spools "placement, N $n"
-  in_gl "$snapbench_bin" --socket "$sock" --verify --steps 96 --bytes 4M > "$root/verify0.out" \
-    2>&1 || fail "snapbench --verify (N $n): $(cat "$root/verify0.out")"
+  in_gl "$adjsnap_bench_bin" --socket "$sock" --verify --steps 96 --bytes 4M > "$root/verify0.out" \
+    2>&1 || fail "adjsnap-bench --verify (N $n): $(cat "$root/verify0.out")"
   say "byte-exact: $(cat "$root/verify0.out") (every word compared, fetched over the data plane)"
-  snapctl rm snapbench-restart > /dev/null || fail "snapctl rm snapbench-restart"
+  adjsnap rm adjsnap-bench-restart > /dev/null || fail "adjsnap rm adjsnap-bench-restart"
 done
 # Then the example solver over the same 384 MiB: each step checked against the checksum it
 # computed before the push, as its backward pass reads it (read-once: each step released).
@@ -387,30 +387,30 @@ in_gl "$acoustic_bin" --socket "$sock" --nx 1024 --ny 1024 --steps 96 --run acou
   > "$root/acoustic.out" 2>&1 || fail "acoustic2d: $(cat "$root/acoustic.out")"
 sed 's/^/shared-tier: /' "$root/acoustic.out"
 grep -q "96/96 checksums match" "$root/acoustic.out" || fail "not every step came back exact"
-# snapd opens every spool file with O_DIRECT, and falls back to buffered I/O on a spool that
+# adjsnapd opens every spool file with O_DIRECT, and falls back to buffered I/O on a spool that
 # refuses it (EINVAL), with one log line saying so.
-if grep -q "spool $mnt/.* does not support O_DIRECT" "$root"/snapd.*.log; then
-  say "O_DIRECT: snapd's spool I/O on the mount is buffered:" \
-    "$(grep -h "does not support O_DIRECT" "$root"/snapd.*.log | sort -u)"
+if grep -q "spool $mnt/.* does not support O_DIRECT" "$root"/adjsnapd.*.log; then
+  say "O_DIRECT: adjsnapd's spool I/O on the mount is buffered:" \
+    "$(grep -h "does not support O_DIRECT" "$root"/adjsnapd.*.log | sort -u)"
 else
-  say "O_DIRECT: snapd's spool files on the mount are opened with O_DIRECT (its log has no" \
+  say "O_DIRECT: adjsnapd's spool files on the mount are opened with O_DIRECT (its log has no" \
     "'does not support O_DIRECT' line for them)"
 fi
 
-# Reads every step of the fill's run back, one snapctl dump each (snapd reads the step from its
+# Reads every step of the fill's run back, one adjsnap dump each (adjsnapd reads the step from its
 # tier and checks it against its recorded checksum; a lost step is listed as lost), in the
 # order $2 (forward: step 0 first; reverse: the newest first), and compares the bytes with what
 # was pushed. Prints the verdict, to $root/verdict.$1 too.
 read_back() {
   local label=$1 order=$2 t rc steps
-  snapctl --json ls snapbench-restart > "$root/ls.$label.json" || fail "snapctl ls ($label)"
+  adjsnap --json ls adjsnap-bench-restart > "$root/ls.$label.json" || fail "adjsnap ls ($label)"
   steps=$(python3 -c 'import json,sys; s=[x["step"] for x in json.load(open(sys.argv[1]))["snapshots"]]
 print(" ".join(map(str, s if sys.argv[2] == "forward" else s[::-1])))' "$root/ls.$label.json" "$order")
   mkdir -p "$root/dump-$label"
   for t in $steps; do
     rc=0
-    timeout 60 nsenter -t "$(gl_holder)" --net --mount "$snapctl_bin" --socket "$sock" \
-      dump snapbench-restart --to "$root/dump-$label/$t" --format raw --steps "$t:$((t + 1))" \
+    timeout 60 nsenter -t "$(gl_holder)" --net --mount "$adjsnap_bin" --socket "$sock" \
+      dump adjsnap-bench-restart --to "$root/dump-$label/$t" --format raw --steps "$t:$((t + 1))" \
       > "$root/dump-$label/$t.out" 2>&1 || rc=$?
     echo "(exit $rc)" >> "$root/dump-$label/$t.out"
   done
@@ -462,16 +462,16 @@ brick_back() {
   local probe_rc=1
   for _ in $(seq 50); do
     probe_rc=0
-    snapctl spool probe > "$root/probe.out" 2>&1 || probe_rc=$?
+    adjsnap spool probe > "$root/probe.out" 2>&1 || probe_rc=$?
     ((probe_rc == 0)) && break
     sleep 0.2
   done
-  say "brick back: snapctl spool probe exit $probe_rc: $(head -n1 "$root/probe.out")"
+  say "brick back: adjsnap spool probe exit $probe_rc: $(head -n1 "$root/probe.out")"
   settle
 }
 
 # --- A brick killed during a forward pass that spills to the shared class ---------------------
-# snapbench --fill: a kept run whose word i of step t is t * 2^32 + i, pushed step by step
+# adjsnap-bench --fill: a kept run whose word i of step t is t * 2^32 + i, pushed step by step
 # (each waited until stored); it stops at the first push that fails. 160 steps of 4 MiB: the
 # host boundary is 146, steps 130..145 fit the local spool and 0..129 (520 MiB, a second or
 # two of writes) go to the mount. Once 8 step files are on the bricks, the brick that holds
@@ -487,7 +487,7 @@ declare -A brick_pid
 while read -r pid path; do brick_pid[${path##*/}]=$pid; done < <(gl_brick_pids)
 ((${#brick_pid[@]} == 2)) || fail "${#brick_pid[@]} of 2 bricks online before the brick kill"
 runs_before=$(find "$root/brick1/spool" -mindepth 1 -maxdepth 1 -name 'run-*' -printf '%f\n')
-in_gl "$snapbench_bin" --socket "$sock" --fill --steps "$fill_steps" --bytes 4M \
+in_gl "$adjsnap_bench_bin" --socket "$sock" --fill --steps "$fill_steps" --bytes 4M \
   > "$root/fill.out" 2>&1 &
 fill_pid=$!
 killed=""
@@ -530,7 +530,7 @@ fi
 settle
 alive "after the brick was killed"
 spools "brick kill"
-snapctl --json ls snapbench-restart > "$root/fill.json" || fail "snapctl ls snapbench-restart"
+adjsnap --json ls adjsnap-bench-restart > "$root/fill.json" || fail "adjsnap ls adjsnap-bench-restart"
 mapfile -t where < <(placement "$root/fill.json" "$run_id")
 say "brick kill: placement: ${where[0]}"
 say "brick kill: by brick: ${where[1]}"
@@ -538,31 +538,31 @@ say "brick kill: steps per place: ${where[2]}"
 stored=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["snapshots"]))' \
   "$root/fill.json")
 
-# Read back with the brick still down: first as a solver does (snapbench --verify fetches
+# Read back with the brick still down: first as a solver does (adjsnap-bench --verify fetches
 # every step over the data plane from step 0 up, and stops at the first error), then each step
-# on its own, newest first (snapctl dump: an error on one step does not hide the others).
+# on its own, newest first (adjsnap dump: an error on one step does not hide the others).
 t_verify=$SECONDS
 verify_rc=0
-in_gl timeout 60 "$snapbench_bin" --socket "$sock" --verify --steps "$stored" --bytes 4M \
+in_gl timeout 60 "$adjsnap_bench_bin" --socket "$sock" --verify --steps "$stored" --bytes 4M \
   > "$root/verify.out" 2>&1 || verify_rc=$?
-say "brick down: data-plane fetch of the $stored steps from step 0 (snapbench --verify): exit" \
+say "brick down: data-plane fetch of the $stored steps from step 0 (adjsnap-bench --verify): exit" \
   "$verify_rc after $((SECONDS - t_verify)) s: $(tr '\n' ' ' < "$root/verify.out")"
 read_back down-1 reverse
 alive "while the run was read back with the brick down"
 
-# The brick back: gluster restarts it, and the next probe (here snapctl spool probe, at once)
+# The brick back: gluster restarts it, and the next probe (here adjsnap spool probe, at once)
 # puts the spool back; then every step is read again.
 brick_back
 verify_rc=0
-in_gl timeout 60 "$snapbench_bin" --socket "$sock" --verify --steps "$stored" --bytes 4M \
+in_gl timeout 60 "$adjsnap_bench_bin" --socket "$sock" --verify --steps "$stored" --bytes 4M \
   > "$root/verify-back.out" 2>&1 || verify_rc=$?
-say "brick back: data-plane fetch of the $stored steps from step 0 (snapbench --verify): exit" \
+say "brick back: data-plane fetch of the $stored steps from step 0 (adjsnap-bench --verify): exit" \
   "$verify_rc: $(tr '\n' ' ' < "$root/verify-back.out")"
 read_back back-1 forward
 
-# Once more with host memory empty (snapctl drain writes the host steps out): the brick killed
+# Once more with host memory empty (adjsnap drain writes the host steps out): the brick killed
 # again, every step read with room to read into, so that each step on the dead brick is tried.
-snapctl drain > "$root/drain.out" 2>&1 || say "snapctl drain: $(tr '\n' ' ' < "$root/drain.out")"
+adjsnap drain > "$root/drain.out" 2>&1 || say "adjsnap drain: $(tr '\n' ' ' < "$root/drain.out")"
 settle
 while read -r pid path; do brick_pid[${path##*/}]=$pid; done < <(gl_brick_pids)
 kill -KILL "${brick_pid[$victim]}"
@@ -573,16 +573,16 @@ brick_back
 read_back back-2 forward
 spools "end"
 
-say "snapd's log about its spools and steps (first 40 lines):"
-grep -E "spool|lost|quarantin|DATA_LOSS|UNAVAILABLE|no room|rejected" "$root/snapd.main.log" |
+say "adjsnapd's log about its spools and steps (first 40 lines):"
+grep -E "spool|lost|quarantin|DATA_LOSS|UNAVAILABLE|no room|rejected" "$root/adjsnapd.main.log" |
   grep -v "serving on" | sed -n '1,40p' | sed 's/^/  /'
 
 # What the log and the bricks say about the outages.
-flaps=$(grep -c "spool $mnt/spool is writable again" "$root/snapd.main.log" || true)
-fails=$(grep -c "spool $mnt/spool failed and is out of the rotation" "$root/snapd.main.log" || true)
+flaps=$(grep -c "spool $mnt/spool is writable again" "$root/adjsnapd.main.log" || true)
+fails=$(grep -c "spool $mnt/spool failed and is out of the rotation" "$root/adjsnapd.main.log" || true)
 ((fails <= 2)) || problem "the Gluster spool flapped: marked failed $fails times and put back" \
   "$flaps times while a brick was down (each first probe in 1000 ms): the probe's one file" \
-  "(.snapd-probe) lands on a live brick, as DHT places it by name, while files that hash to" \
+  "(.adjsnap-probe) lands on a live brick, as DHT places it by name, while files that hash to" \
   "the dead brick still fail with ENOTCONN"
 # Steps reported lost while the brick was down, whose files are intact on it now it is back.
 intact=$(python3 - "$root" "$run_id" << 'PY'
@@ -622,15 +622,15 @@ grep -q "no host memory free to read" "$root/verify-back.out" "$root/dump-back-1
   "failover left there, and a read does not write one of them out to make room:" \
   "$(grep -h -m1 "no host memory free to read" "$root/verify-back.out" \
     "$root/dump-back-1"/*.out | head -n1)"
-serving=$(grep -m1 "serving on" "$root/snapd.main.log" || true)
+serving=$(grep -m1 "serving on" "$root/adjsnapd.main.log" || true)
 [[ $serving == *"$mnt/spool"* ]] ||
-  problem "snapd's start line names the disk tier's spools without the shared one:" \
+  problem "adjsnapd's start line names the disk tier's spools without the shared one:" \
   "$(grep -o 'disk tier [^,]*([^)]*)' <<< "$serving")"
 
 # --- A restart with the mount gone ------------------------------------------------------------
-# snapd stopped, the volume unmounted (the mount point stays, an empty directory on the disk
-# below), snapd started again on the same state: the shared spool's directory is made anew on
-# that disk, and holds neither snapd's marker (.snapd-spool) nor any file recorded in it. Its
+# adjsnapd stopped, the volume unmounted (the mount point stays, an empty directory on the disk
+# below), adjsnapd started again on the same state: the shared spool's directory is made anew on
+# that disk, and holds neither adjsnapd's marker (.adjsnap-spool) nor any file recorded in it. Its
 # steps must stay recorded and read UNAVAILABLE (not lost, never from the wrong disk), nothing
 # may be written below the mount, and once the volume is mounted again a probe puts the spool
 # back and every step reads back exact.
@@ -655,32 +655,32 @@ expect_mount_gone_then_back() {
       "UNAVAILABLE, none lost: $(cat "$root/verdict.$2")"
   local below probe_rc=0
   below=$(gl_run find "$mnt" -type f | head -n3)
-  [[ -z $below ]] || fail "$1, snapd wrote below the unmounted volume: $below"
+  [[ -z $below ]] || fail "$1, adjsnapd wrote below the unmounted volume: $below"
   gl_mount
-  snapctl spool probe > "$root/probe.out" 2>&1 || probe_rc=$?
-  say "$1, then mounted again: snapctl spool probe exit $probe_rc: $(head -n1 "$root/probe.out")"
+  adjsnap spool probe > "$root/probe.out" 2>&1 || probe_rc=$?
+  say "$1, then mounted again: adjsnap spool probe exit $probe_rc: $(head -n1 "$root/probe.out")"
   read_back "$3" forward
   expect_read_back "$3" exact ||
     fail "$1, then mounted again: not every step read back exact: $(cat "$root/verdict.$3")"
 }
-stop_snapd
+stop_adjsnap
 gl_run umount "$mnt" || fail "umount $mnt"
 # shellcheck disable=SC2046
-state=main start_snapd restart $(spool_args "$root/local" 64M "$mnt/spool" 1G)
+state=main start_adjsnap restart $(spool_args "$root/local" 64M "$mnt/spool" 1G)
 spools "mount gone"
-snapctl --json status | python3 -c 'import json, sys
+adjsnap --json status | python3 -c 'import json, sys
 s = [s for s in json.load(sys.stdin)["spools"] if s["dir"] == sys.argv[1]]
 sys.exit(0 if s and s[0]["state"] == "failed" and "not mounted" in s[0]["reason"] else 1)' "$mnt/spool" ||
-  fail "restarted with the volume unmounted, snapd did not take $mnt/spool out of the rotation" \
-    "as not mounted: $(snapctl status 2>&1 | tr '\n' ' ')"
-expect_mount_gone_then_back "snapd restarted with the volume unmounted" gone remounted
+  fail "restarted with the volume unmounted, adjsnapd did not take $mnt/spool out of the rotation" \
+    "as not mounted: $(adjsnap status 2>&1 | tr '\n' ' ')"
+expect_mount_gone_then_back "adjsnapd restarted with the volume unmounted" gone remounted
 
-# The same while snapd runs: the volume unmounted under it, then mounted again (a new FUSE
+# The same while adjsnapd runs: the volume unmounted under it, then mounted again (a new FUSE
 # mount, a new device number).
 gl_run umount "$mnt" || fail "umount $mnt"
-expect_mount_gone_then_back "the volume unmounted under snapd" unmounted mounted-again
-snapctl rm snapbench-restart > /dev/null 2>&1 || true
-stop_snapd
+expect_mount_gone_then_back "the volume unmounted under adjsnapd" unmounted mounted-again
+adjsnap rm adjsnap-bench-restart > /dev/null 2>&1 || true
+stop_adjsnap
 
 wrong=$(cat "$root"/verdict.* | grep -c "WRONG:" || true)
 ((wrong == 0)) || fail "steps came back with wrong bytes (above)"
@@ -690,6 +690,6 @@ if ((${#problems[@]})); then
   [[ -z ${SHARED_TIER_STRICT:-} ]] || fail "${#problems[@]} problems (SHARED_TIER_STRICT)"
 fi
 say "OK ($((SECONDS - t0)) s): every step byte-exact with every brick up; after the brick" \
-  "kills snapd stayed up and returned no wrong byte; restarted with the volume unmounted it" \
+  "kills adjsnapd stayed up and returned no wrong byte; restarted with the volume unmounted it" \
   "lost no step and wrote nothing below the mount, and served every step once it was back;" \
-  "likewise with the volume unmounted and mounted again under a running snapd"
+  "likewise with the volume unmounted and mounted again under a running adjsnapd"

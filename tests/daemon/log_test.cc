@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-namespace snapd::log {
+namespace adjsnap::log {
 namespace {
 
 uint64_t Count(const char* surface, const char* reason) {
@@ -83,4 +83,4 @@ TEST(RejectionLog, EveryCountedPairIsListedOnceWithPrometheusNames) {
 }
 
 }  // namespace
-}  // namespace snapd::log
+}  // namespace adjsnap::log

@@ -2,7 +2,7 @@
 # Compiles every ```cpp (and ```c) block of README.md and docs/*.md, each as a translation unit
 # of its own, against exactly the headers `cmake --install` installs, with -Wall -Wextra
 # -Werror: a snippet a reader copies compiles warning-free. Given a Fortran compiler, every
-# ```fortran block too, against the `snapd` module compiled from client/fortran.
+# ```fortran block too, against the `adjsnap` module compiled from client/fortran.
 #
 #   compile_snippets.sh SOURCE_DIR [FORTRAN_COMPILER]
 set -euo pipefail
@@ -10,8 +10,8 @@ src=$1
 fortran=${2:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/include/snapd"
-cp "$src"/client/include/snapd/*.h "$src/proto/snapd/status.h" "$work/include/snapd/"
+mkdir -p "$work/include/adjsnap"
+cp "$src"/client/include/adjsnap/*.h "$src/proto/adjsnap/status.h" "$work/include/adjsnap/"
 
 count=0
 failed=0
@@ -28,7 +28,7 @@ for doc in "$src/README.md" "$src"/docs/*.md; do
 done
 if [[ -n $fortran ]]; then
   mkdir -p "$work/fortran"
-  "$fortran" -c "$src/client/fortran/snapd.f90" -J"$work/fortran" -o "$work/fortran/snapd.o"
+  "$fortran" -c "$src/client/fortran/adjsnap.f90" -J"$work/fortran" -o "$work/fortran/adjsnap.o"
 fi
 for f in "$work"/*.cc "$work"/*.c "$work"/*.f90; do
   [[ -e $f ]] || continue

@@ -8,16 +8,16 @@
 # Where the docs stand:
 # - the working directory is a checkout of this repository in which `build` is BUILD_DIR, a
 #   tree the test pass has already built (so `cmake --install build` installs it);
-# - HOME is HOME_DIR, so `~/.venvs/snapd` and `$HOME/sw/snapd` land there;
-# - PREFIX is $HOME/sw/snapd, the prefix install.md installs to, and its bin/ and sbin/ lead
-#   PATH: `snapctl` is the installed one;
-# - once the prefix holds sbin/snapd, an installed snapd runs with its embedded defaults on a
-#   private socket ($SNAPD_SOCKET, which snapctl and libsnapd read), as `systemctl enable --now
-#   snapd` would start one; SNAPD_BINARY names it for the Python tests;
+# - HOME is HOME_DIR, so `~/.venvs/adjsnap` and `$HOME/sw/adjsnap` land there;
+# - PREFIX is $HOME/sw/adjsnap, the prefix install.md installs to, and its bin/ and sbin/ lead
+#   PATH: `adjsnap` is the installed one;
+# - once the prefix holds sbin/adjsnapd, an installed adjsnapd runs with its embedded defaults on a
+#   private socket ($ADJSNAP_SOCKET, which adjsnap and libadjsnap read), as `systemctl enable --now
+#   adjsnap` would start one; ADJSNAPD_BINARY names it for the Python tests;
 # - solver.cc, solver.c and solver.f90 are the consumer solvers of tests/install and the
 #   Fortran program of install.md.
 # - as root, each DOC runs in a mount namespace of its own with overlays on /etc, /usr, /var
-#   and /run: its `sudo` lines (the install to /usr/local, the snapd user, the unit, the
+#   and /run: its `sudo` lines (the install to /usr/local, the adjsnap user, the unit, the
 #   config, the Slurm scripts) run as written and leave this host as it was (where there is no
 #   sudo, root's `sudo` runs the command).
 # A line that cannot run here is printed with the reason and not run; the reasons are the
@@ -50,7 +50,7 @@ cleanup() {
 trap cleanup EXIT
 
 # The checkout: this repository's entries, and `build` as the built tree.
-checkout=$work/snapd
+checkout=$work/adjsnap
 mkdir -p "$checkout"
 for entry in "$src"/* "$src"/.[!.]*; do
   [[ -e $entry && $(basename "$entry") != build ]] && ln -s "$entry" "$checkout/"
@@ -61,9 +61,9 @@ cp "$src/tests/install/consumer/main.c" "$checkout/solver.c"
 awk '/^```fortran$/ { p = 1; next } /^```/ { p = 0 } p' "$src/docs/install.md" > "$checkout/solver.f90"
 
 export HOME=$home
-export PREFIX=$HOME/sw/snapd
+export PREFIX=$HOME/sw/adjsnap
 export PATH=$PREFIX/bin:$PREFIX/sbin:$PATH
-export SNAPD_SOCKET=$work/run/snapd.sock
+export ADJSNAP_SOCKET=$work/run/adjsnap.sock
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 
 # As root, a doc's changes to the system stay in a mount namespace of its own.
@@ -87,26 +87,26 @@ skip_reason() {
     *libucx-cu13*|*build-ucx*|UCX_PC=*)
       echo "a second build against PyPI's UCX, outside CI's time (docs/operations.md says which tests passed against it)" ;;
     *--remote\ node*)
-      echo "another node: RemoteAdminTest (tests/integration) runs snapctl --remote over mutual TLS on loopback" ;;
+      echo "another node: RemoteAdminTest (tests/integration) runs adjsnap --remote over mutual TLS on loopback" ;;
     *bench/*)
       echo "a benchmark of minutes: docs/benchmarks.md" ;;
   esac
 }
 
-start_snapd() {  # the installed snapd, embedded defaults, a private socket and state
-  [[ -z $daemon_pid && -x $PREFIX/sbin/snapd ]] || return 0
+start_adjsnap() {  # the installed adjsnapd, embedded defaults, a private socket and state
+  [[ -z $daemon_pid && -x $PREFIX/sbin/adjsnapd ]] || return 0
   mkdir -p "$work/run" "$work/state"
-  "$PREFIX/sbin/snapd" --socket "$SNAPD_SOCKET" --state-dir "$work/state" \
-    > "$work/snapd.log" 2>&1 &
+  "$PREFIX/sbin/adjsnapd" --socket "$ADJSNAP_SOCKET" --state-dir "$work/state" \
+    > "$work/adjsnapd.log" 2>&1 &
   daemon_pid=$!
-  export SNAPD_BINARY=$PREFIX/sbin/snapd
+  export ADJSNAPD_BINARY=$PREFIX/sbin/adjsnapd
   for _ in $(seq 300); do
-    [[ -S $SNAPD_SOCKET ]] && return 0
+    [[ -S $ADJSNAP_SOCKET ]] && return 0
     kill -0 "$daemon_pid" 2>/dev/null || break
     sleep 0.1
   done
-  cat "$work/snapd.log" >&2
-  echo "FAILED: the installed snapd did not start" >&2
+  cat "$work/adjsnapd.log" >&2
+  echo "FAILED: the installed adjsnapd did not start" >&2
   return 1
 }
 
@@ -114,7 +114,7 @@ failed=0
 ran=0
 skipped=0
 for doc in "${docs[@]}"; do
-  start_snapd
+  start_adjsnap
   name=${doc#"$src"/}
   script=$work/$(basename "$doc" .md).sh
   {

@@ -1,11 +1,11 @@
-#include "snapd/checksum.h"
+#include "adjsnap/checksum.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 std::vector<unsigned char> Bytes(size_t n) {
@@ -98,4 +98,4 @@ TEST(Checksum, DependsOnBlockOrderAndLength) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

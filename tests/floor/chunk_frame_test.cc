@@ -1,4 +1,4 @@
-#include "snapd/chunk_frame.h"
+#include "adjsnap/chunk_frame.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-namespace snapd::compress {
+namespace adjsnap::compress {
 namespace {
 
 constexpr uint16_t kCodec = 5;  // bitcomp; the frame reads the number only
@@ -173,4 +173,4 @@ TEST(ChunkFrame, AnyFrameThatReadsHasItsChunksInsideIt) {
 }
 
 }  // namespace
-}  // namespace snapd::compress
+}  // namespace adjsnap::compress

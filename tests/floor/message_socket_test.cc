@@ -1,7 +1,7 @@
-// MessageSocket (proto/snapd/message_socket.h) over a real socketpair, driven by a real
+// MessageSocket (proto/adjsnap/message_socket.h) over a real socketpair, driven by a real
 // WorkerLoop: framing across partial writes, every way a session socket ends, and a callback
 // that destroys its own socket.
-#include "snapd/message_socket.h"
+#include "adjsnap/message_socket.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "snapd/wire.h"
+#include "adjsnap/wire.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 using namespace std::chrono_literals;
@@ -187,4 +187,4 @@ TEST_F(MessageSocketTest, ACallbackMayDestroyItsOwnSocket) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,8 +1,8 @@
-#include "snapd/range_allocator.h"
+#include "adjsnap/range_allocator.h"
 
 #include <gtest/gtest.h>
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 TEST(RangeAllocator, ReusesAndMergesFreedRanges) {
@@ -51,4 +51,4 @@ TEST(RangeAllocator, FromTopTakesTheHighestRangeThatFits) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

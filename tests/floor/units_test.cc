@@ -1,8 +1,8 @@
-#include "snapd/units.h"
+#include "adjsnap/units.h"
 
 #include <gtest/gtest.h>
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 TEST(ParseBytes, AcceptsBinarySuffixes) {
@@ -42,4 +42,4 @@ TEST(FormatBytes, UsesBinaryUnits) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

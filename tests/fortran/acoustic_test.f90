@@ -1,12 +1,12 @@
-! The acoustic example's forward and backward passes in Fortran, through the snapd module: a
-! 2D acoustic wave propagates forward, every wavefield pushed to snapd; the backward pass
+! The acoustic example's forward and backward passes in Fortran, through the adjsnapd module: a
+! 2D acoustic wave propagates forward, every wavefield pushed to adjsnapd; the backward pass
 ! fetches them in reverse order, checks each is bit for bit the one pushed, and sums their
 ! energy into an image (where reverse-time migration would correlate them with a receiver field).
 !
 !   acoustic_test SOCKET      exit status 0 when every step came back byte-exact
 program acoustic_test
   use, intrinsic :: iso_c_binding
-  use snapd
+  use adjsnap
   implicit none
   integer, parameter :: nx = 96, ny = 64, nt = 40
   integer(c_int64_t), parameter :: nbytes = int(nx, c_int64_t) * ny * 4
@@ -19,9 +19,9 @@ program acoustic_test
   integer :: rc, ix, iy, bad
 
   call get_command_argument(1, socket)
-  rc = snapd_connect(client, socket)
+  rc = adjsnap_connect(client, socket)
   call check(rc, "connect")
-  rc = snapd_open_run(client, "fortran-acoustic", int(nt, c_int64_t), nbytes, snapd_float32, run)
+  rc = adjsnap_open_run(client, "fortran-acoustic", int(nt, c_int64_t), nbytes, adjsnap_float32, run)
   call check(rc, "open run")
 
   allocate (u0(nx, ny), u1(nx, ny), u2(nx, ny), fwd(nx, ny), image(nx, ny), sent(nx, ny, nt))
@@ -38,9 +38,9 @@ program acoustic_test
     end do
     sent(:, :, t + 1) = u2
     if (mod(t, 2_c_int64_t) == 0) then
-      rc = snapd_push(client, run, t, u2, nbytes, snapd_wait_released)
+      rc = adjsnap_push(client, run, t, u2, nbytes, adjsnap_wait_released)
     else  ! with a wait limit of its own, in seconds
-      rc = snapd_push(client, run, t, u2, nbytes, snapd_wait_released, timeout=60.0_c_double)
+      rc = adjsnap_push(client, run, t, u2, nbytes, adjsnap_wait_released, timeout=60.0_c_double)
     end if
     call check(rc, "push")
     u0 = u1
@@ -49,7 +49,7 @@ program acoustic_test
 
   bad = 0
   do t = nt - 1, 0, -1  ! backward: read-once fetches in reverse order
-    rc = snapd_fetch(client, run, t, fwd, nbytes)
+    rc = adjsnap_fetch(client, run, t, fwd, nbytes)
     call check(rc, "fetch")
     if (any(transfer(fwd, 1_c_int32_t, nx * ny) /= transfer(sent(:, :, t + 1), 1_c_int32_t, &
                                                              nx * ny))) then
@@ -58,9 +58,9 @@ program acoustic_test
     end if
     image = image + fwd * fwd
   end do
-  rc = snapd_delete_run(client, "fortran-acoustic")
+  rc = adjsnap_delete_run(client, "fortran-acoustic")
   call check(rc, "delete run")
-  call snapd_disconnect(client)
+  call adjsnap_disconnect(client)
   if (bad /= 0) error stop 1
   print '(a, i0, a, es10.3)', "fortran: ", nt, " steps pushed and fetched byte-exact; image norm ", &
     sqrt(sum(real(image, c_double)**2))
@@ -71,8 +71,8 @@ contains
   subroutine check(rc, what)
     integer, intent(in) :: rc
     character(*), intent(in) :: what
-    if (rc /= snapd_ok) then
-      print '(a, a, a, a)', what, ": ", snapd_last_error()
+    if (rc /= adjsnap_ok) then
+      print '(a, a, a, a)', what, ": ", adjsnap_last_error()
       error stop 1
     end if
   end subroutine check

@@ -19,12 +19,12 @@
 
 #include "fuzz_node.h"
 #include "seeds.h"
-#include "snapd/unix_socket.h"
-#include "snapd/wire.h"
+#include "adjsnap/unix_socket.h"
+#include "adjsnap/wire.h"
 
 namespace {
 
-using namespace snapd;
+using namespace adjsnap;
 
 fuzz::Node* node = nullptr;
 

@@ -1,4 +1,4 @@
-// Fuzzes what a start of snapd reads from its catalog: the format version ("m:format"), the
+// Fuzzes what a start of adjsnapd reads from its catalog: the format version ("m:format"), the
 // counters, the kept-host-tier marker and every run and snapshot record, through the real
 // start-up (fuzz::StartFrom: Catalog::Open, TakeHostTierKept, Store::Open's Load, then a scrub
 // of every run and a fetch of every step). The catalog is a real RocksDB written here, key by
@@ -20,7 +20,7 @@
 
 namespace {
 
-using namespace snapd;
+using namespace adjsnap;
 
 std::string Span(const uint8_t* p, size_t n) { return std::string(reinterpret_cast<const char*>(p), n); }
 

@@ -1,11 +1,11 @@
-// Fuzzes snapd's configuration: the TOML config file (toml++ and every option's check, through
-// LoadConfig as `snapd --config FILE` reads it), with environment variables and flags beside
-// it. Whatever it accepts must print (FormatConfig, `snapd --print-config`) as a file that
+// Fuzzes adjsnapd's configuration: the TOML config file (toml++ and every option's check, through
+// LoadConfig as `adjsnapd --config FILE` reads it), with environment variables and flags beside
+// it. Whatever it accepts must print (FormatConfig, `adjsnapd --print-config`) as a file that
 // loads back to the same configuration; anything else it refuses with an error that names its
 // source (the file, a variable or a flag) -- both are checked, and a failure aborts.
 //
 // Input: parts separated by NUL bytes. The first is the config file's text; each later part
-// that starts with SNAPD_ and holds '=' is an environment variable, any other is one argument
+// that starts with ADJSNAP_ and holds '=' is an environment variable, any other is one argument
 // of the command line after `--config FILE`.
 #include <unistd.h>
 
@@ -21,7 +21,7 @@
 
 namespace {
 
-using namespace snapd;
+using namespace adjsnap;
 
 std::string scratch;  // a private directory for the config files
 
@@ -38,10 +38,10 @@ void WriteFile(const std::string& path, const std::string& text) {
 void WriteSeeds() {
   using fuzz::WriteSeed;
   WriteSeed("defaults", FormatConfig(DefaultConfig()));
-  WriteSeed("table", std::string("[snapd]\nhost_mem = \"8G\"\nspool_dirs = \"/nvme0/snapd,/nvme1/snapd\"\n"
+  WriteSeed("table", std::string("[adjsnapd]\nhost_mem = \"8G\"\nspool_dirs = \"/nvme0/adjsnap,/nvme1/adjsnap\"\n"
                                  "socket_mode = 0o660\nio_threads = 8\n"));
   WriteSeed("bools", std::string("host_prefault = true\nfdstore = \"only\"\nhost_mem_perc = 0.5\n"));
-  WriteSeed("env-and-flags", std::string("disk_mem = 100G\n") + '\0' + "SNAPD_HOST_MEM=64M" + '\0' +
+  WriteSeed("env-and-flags", std::string("disk_mem = 100G\n") + '\0' + "ADJSNAP_HOST_MEM=64M" + '\0' +
                                  "--io-threads" + '\0' + "4" + '\0' + "--log-level" + '\0' +
                                  "debug");
   WriteSeed("bad", std::string("host_mem = -3\n[other]\nx = 1\n"));
@@ -54,9 +54,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     WriteSeeds();
     std::exit(0);
   }
-  char tmpl[] = "/tmp/snapd-config-fuzz.XXXXXX";
+  char tmpl[] = "/tmp/adjsnap-config-fuzz.XXXXXX";
   const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base && *base ? base : "/tmp") + "/snapd-config-fuzz.XXXXXX";
+  std::string pattern = std::string(base && *base ? base : "/tmp") + "/adjsnap-config-fuzz.XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   const char* made = mkdtemp(buf.data());
@@ -74,14 +74,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       parts.back().push_back(static_cast<char>(data[i]));
     }
   }
-  const std::string file = scratch + "/snapd.toml";
+  const std::string file = scratch + "/adjsnap.toml";
   WriteFile(file, parts[0]);
   std::vector<std::string> args = {"--config", file};
   std::map<std::string, std::string> env;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
     size_t eq = p.find('=');
-    if (p.rfind("SNAPD_", 0) == 0 && eq != std::string::npos) {
+    if (p.rfind("ADJSNAP_", 0) == 0 && eq != std::string::npos) {
       env[p.substr(0, eq)] = p.substr(eq + 1);
     } else {
       args.push_back(p);

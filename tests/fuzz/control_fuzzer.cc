@@ -1,9 +1,9 @@
-// Fuzzes the gRPC control plane after the transport: request bodies of every snapd.v1.Control
+// Fuzzes the gRPC control plane after the transport: request bodies of every adjsnap.v1.Control
 // method, sent as raw bytes over the unix control socket to the real ControlService (with the
 // interceptor that names undecodable requests, daemon/control/request_errors.cc), so each is
 // decoded by protobuf and then validated by the service and the Store: run names and specs
 // (ValidateRunSpec), shapes, sizes, enums, "UID:name" references, session ids and tokens, step
-// lists. The caller is this process's uid (SO_PEERCRED through PeerListener), as for snapctl.
+// lists. The caller is this process's uid (SO_PEERCRED through PeerListener), as for adjsnap.
 //
 // Input: calls, each u8 method, u16 length, that many bytes of request body. Method (mod 18)
 // indexes kMethods; Shutdown is left out (it stops the process, as SIGTERM does). Dump is a
@@ -19,12 +19,12 @@
 #include "data_plane/address_check.h"
 #include "fuzz_node.h"
 #include "seeds.h"
-#include "snapd/ucx.h"
-#include "snapd/v1/control.grpc.pb.h"
+#include "adjsnap/ucx.h"
+#include "adjsnap/v1/control.grpc.pb.h"
 
 namespace {
 
-using namespace snapd;
+using namespace adjsnap;
 
 constexpr const char* kMethods[] = {
     "OpenSession", "CloseSession", "OpenRun",   "CloseRun",    "DeleteRun",     "DeleteSnapshot",
@@ -58,7 +58,7 @@ void CallUnary(const std::string& method, const uint8_t* body, size_t length) {
   grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   std::promise<grpc::Status> done;
-  world->generic->UnaryCall(&ctx, "/snapd.v1.Control/" + method, grpc::StubOptions(), &request,
+  world->generic->UnaryCall(&ctx, "/adjsnap.v1.Control/" + method, grpc::StubOptions(), &request,
                             &response, [&done](grpc::Status s) { done.set_value(s); });
   grpc::Status s = done.get_future().get();
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) Wedged(method);
@@ -146,7 +146,7 @@ void WriteSeeds() {
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   // OpenSession vets the client's address by running this binary again with this flag, as
-  // snapd's main() does.
+  // adjsnapd's main() does.
   if (*argc == 2 && std::strcmp((*argv)[1], kCheckUcxAddressFlag) == 0) RunUcxAddressCheck();
   if (fuzz::SeedDir()) {
     WriteSeeds();

@@ -37,14 +37,14 @@
 
 #include "fuzz_node.h"
 #include "seeds.h"
-#include "snapd/ucx.h"
-#include "snapd/wire.h"
+#include "adjsnap/ucx.h"
+#include "adjsnap/wire.h"
 
 namespace {
 
-using namespace snapd;
-using snapd::fuzz::Check;
-using snapd::fuzz::Take;
+using namespace adjsnap;
+using adjsnap::fuzz::Check;
+using adjsnap::fuzz::Take;
 
 constexpr auto kWedged = std::chrono::seconds(10);
 
@@ -168,8 +168,8 @@ struct Cursor {
 struct SocketClient {
   int fd = -1;
   std::string in;  // bytes read that are not yet a whole frame
-  // What was sent past the last whole frame, framed as snapd reads it; and whether a frame
-  // snapd ends the socket on was sent.
+  // What was sent past the last whole frame, framed as adjsnapd reads it; and whether a frame
+  // adjsnapd ends the socket on was sent.
   std::string unframed;
   bool ends = false;
   void Write(const std::vector<char>& bytes) {
@@ -177,7 +177,7 @@ struct SocketClient {
     size_t at = 0;
     while (at < bytes.size()) {
       ssize_t n = ::send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
-      if (n <= 0) return;  // snapd ended the socket: what is left is not delivered
+      if (n <= 0) return;  // adjsnapd ended the socket: what is left is not delivered
       at += static_cast<size_t>(n);
     }
   }
@@ -195,7 +195,7 @@ struct SocketClient {
       unframed.erase(0, sizeof frame + frame.bytes);
     }
   }
-  // Raw bytes may leave a frame partly sent, which snapd rightly waits for the rest of: zeros
+  // Raw bytes may leave a frame partly sent, which adjsnapd rightly waits for the rest of: zeros
   // complete it, so that what is sent next is read as a message of its own.
   void CompleteFrame() {
     wire::SocketFrame frame;
@@ -208,7 +208,7 @@ struct SocketClient {
       Write(std::vector<char>(need, '\0'));
     }
   }
-  // True once a Reply to `request_id` came, or snapd closed the socket; false after kWedged.
+  // True once a Reply to `request_id` came, or adjsnapd closed the socket; false after kWedged.
   bool WaitReplyOrClose(uint64_t request_id) {
     auto deadline = std::chrono::steady_clock::now() + kWedged;
     char buf[4096];
@@ -230,7 +230,7 @@ struct SocketClient {
       pollfd p{fd, POLLIN, 0};
       if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
       ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) return true;  // closed by snapd: it answered by ending the session
+      if (n <= 0) return true;  // closed by adjsnapd: it answered by ending the session
       in.append(buf, static_cast<size_t>(n));
     }
   }
@@ -292,7 +292,7 @@ void WriteSeeds() {
                                                      Message(all, wire::kAbort, abort));
   fuzz::WriteSeed("socket_push", "\x04" + Message(all, wire::kPush, push));
   fuzz::WriteSeed("socket_raw", "\x04" + Message(all | 0x10, wire::kReserve, reserve));
-  // A frame that announces 56 bytes and brings 10: snapd waits for the rest (the first 1 h
+  // A frame that announces 56 bytes and brings 10: adjsnapd waits for the rest (the first 1 h
   // run's only finding, the harness's: its probe went into that frame).
   struct PartialFrame {
     wire::SocketFrame frame;
@@ -427,7 +427,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   // Alive and answering: a Hello after the input's messages (on the same endpoint, so after
   // them) is answered; with the session's token, unless the session already said Hello, it
   // is a valid one.
-  // Over a session socket a Hello is refused, with a Reply, unless snapd ended the socket.
+  // Over a session socket a Hello is refused, with a Reply, unless adjsnapd ended the socket.
   uint64_t probe = w.next_request++;
   if (over_socket) {
     sock.CompleteFrame();

@@ -15,7 +15,7 @@
 #include "control/request_errors.h"
 #include "log.h"
 
-namespace snapd::fuzz {
+namespace adjsnap::fuzz {
 
 void Check(const Status& s, const char* what) {
   if (s.ok()) return;
@@ -25,7 +25,7 @@ void Check(const Status& s, const char* what) {
 
 std::string MakeTempDir(const char* tag) {
   const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base && *base ? base : "/tmp") + "/snapd-fuzz-" + tag + "-XXXXXX";
+  std::string pattern = std::string(base && *base ? base : "/tmp") + "/adjsnap-fuzz-" + tag + "-XXXXXX";
   if (mkdtemp(pattern.data()) == nullptr) {
     std::perror("fuzz harness: mkdtemp");
     std::abort();
@@ -39,7 +39,7 @@ void RemoveTree(const std::string& dir) {
 }
 
 void QuietLogs() {
-  const char* verbose = std::getenv("SNAPD_FUZZ_VERBOSE");
+  const char* verbose = std::getenv("ADJSNAP_FUZZ_VERBOSE");
   if (verbose && *verbose == '1') return;
   log::SetLevel(log::Level::kWarn);
   setenv("UCX_LOG_LEVEL", "error", 0);
@@ -97,12 +97,12 @@ std::unique_ptr<Node> Node::Start(const NodeOptions& options) {
     n->data_plane_ = Take(DataPlane::Start(dp, n->store_.get(), &n->sessions_), "DataPlane::Start");
   }
   if (options.arena_socket || options.control) {
-    n->arena_ = Take(ArenaSocket::Start(n->dir_ + "/snapd.sock.arena", n->host_.get(),
+    n->arena_ = Take(ArenaSocket::Start(n->dir_ + "/adjsnap.sock.arena", n->host_.get(),
                                         &n->sessions_),
                      "ArenaSocket::Start");
   }
   if (options.control) {
-    n->control_socket_ = n->dir_ + "/snapd.sock";
+    n->control_socket_ = n->dir_ + "/adjsnap.sock";
     n->service_ = std::make_unique<ControlService>(n->store_.get(), &n->sessions_,
                                                    n->data_plane_.get(), n->control_socket_,
                                                    n->arena_->path());
@@ -135,25 +135,25 @@ Node::~Node() {
   if (own_dir_) RemoveTree(dir_);
 }
 
-}  // namespace snapd::fuzz
+}  // namespace adjsnap::fuzz
 
-namespace snapd::fuzz {
+namespace adjsnap::fuzz {
 
 Status StartFrom(const std::string& dir, bool host_adopted) {
-  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, Catalog::Open(dir + "/catalog"));
-  SNAPD_ASSIGN_OR_RETURN(uint64_t epoch, catalog->BeginEpoch());
-  SNAPD_ASSIGN_OR_RETURN(std::optional<v1::HostTierKept> kept, catalog->TakeHostTierKept());
-  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostTier> host, HostTier::Create(8ull << 20));
+  ADJSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, Catalog::Open(dir + "/catalog"));
+  ADJSNAP_ASSIGN_OR_RETURN(uint64_t epoch, catalog->BeginEpoch());
+  ADJSNAP_ASSIGN_OR_RETURN(std::optional<v1::HostTierKept> kept, catalog->TakeHostTierKept());
+  ADJSNAP_ASSIGN_OR_RETURN(std::unique_ptr<HostTier> host, HostTier::Create(8ull << 20));
   DiskTierOptions d;
   d.spools = {dir + "/spool"};
   d.budget_bytes = 8ull << 20;
-  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> disk, DiskTier::Open(d));
+  ADJSNAP_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> disk, DiskTier::Open(d));
   StoreOptions so;
   so.epoch = epoch;
   so.io_threads = 1;
   so.kept_host_tier = kept;
   so.host_tier_adopted = host_adopted && kept.has_value();
-  SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
+  ADJSNAP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
                          Store::Open(catalog.get(), host.get(), disk.get(), so));
   auto wait = [](std::future<void>& f, const char* what) {
     if (f.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
@@ -181,9 +181,9 @@ Status StartFrom(const std::string& dir, bool host_adopted) {
   return Status::Ok();
 }
 
-}  // namespace snapd::fuzz
+}  // namespace adjsnap::fuzz
 
-namespace snapd::fuzz {
+namespace adjsnap::fuzz {
 
 std::string Field(v1::Dtype dtype, uint64_t ny, uint64_t nx, uint64_t step) {
   std::string out;
@@ -226,4 +226,4 @@ void WaitOnDisk(Store* store, const std::string& name, uint64_t steps) {
   }
 }
 
-}  // namespace snapd::fuzz
+}  // namespace adjsnap::fuzz

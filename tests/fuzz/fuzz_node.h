@@ -1,8 +1,8 @@
-// The parts of one snapd, in the fuzzing process: the same objects daemon/main.cc builds
+// The parts of one adjsnapd, in the fuzzing process: the same objects daemon/main.cc builds
 // (catalog, host tier, optional disk tier, store, session table, and on request the data
 // plane, the arena socket and the gRPC control service on a unix socket), over a private
 // temporary directory. The fuzz targets feed them bytes through the same entry points a
-// client reaches; no snapd process is started.
+// client reaches; no adjsnapd process is started.
 //
 // Threading: built and torn down on the fuzzing thread; the parts run their own threads as
 // they do in the daemon.
@@ -25,7 +25,7 @@
 #include "sessions/sessions.h"
 #include "store/store.h"
 
-namespace snapd::fuzz {
+namespace adjsnap::fuzz {
 
 // Prints `what` and aborts when `s` is not OK: set-up failures are the harness's, and must not
 // read as findings about the input.
@@ -41,7 +41,7 @@ std::string MakeTempDir(const char* tag);
 void RemoveTree(const std::string& dir);
 
 // Logs below WARN are dropped (a fuzzer's millions of refusals would fill the terminal), and
-// UCX's own warnings are silenced; set SNAPD_FUZZ_VERBOSE=1 to see everything.
+// UCX's own warnings are silenced; set ADJSNAP_FUZZ_VERBOSE=1 to see everything.
 void QuietLogs();
 
 struct NodeOptions {
@@ -50,7 +50,7 @@ struct NodeOptions {
   uint64_t disk_bytes = 64ull << 20;
   bool data_plane = false;
   bool arena_socket = false;
-  bool control = false;            // the gRPC service on dir/snapd.sock, accepted by PeerListener
+  bool control = false;            // the gRPC service on dir/adjsnap.sock, accepted by PeerListener
   std::string dir;                 // empty: a new temporary directory
 };
 
@@ -87,11 +87,11 @@ class Node {
   std::unique_ptr<PeerListener> listener_;
 };
 
-}  // namespace snapd::fuzz
+}  // namespace adjsnap::fuzz
 
-namespace snapd::fuzz {
+namespace adjsnap::fuzz {
 
-// A start of snapd over the state in `dir` (catalog in dir/catalog, one spool in dir/spool),
+// A start of adjsnapd over the state in `dir` (catalog in dir/catalog, one spool in dir/spool),
 // by the calls daemon/main.cc makes in its order: Catalog::Open, BeginEpoch, TakeHostTierKept,
 // a host tier (a fresh one: `host_adopted` says whether the start "took back" the kept tier,
 // so the catalog's host copies are claimed and checked against it), DiskTier::Open and
@@ -110,4 +110,4 @@ void PushStep(Store* store, uint64_t run_id, uint64_t step, const std::string& b
 // disk: written, synced and recorded TIER_DISK.
 void WaitOnDisk(Store* store, const std::string& name, uint64_t steps);
 
-}  // namespace snapd::fuzz
+}  // namespace adjsnap::fuzz

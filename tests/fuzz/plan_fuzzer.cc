@@ -1,14 +1,14 @@
-// Fuzzes `snapctl plan`'s inputs: its command-line values (--steps, --bytes-per-step,
+// Fuzzes `adjsnap plan`'s inputs: its command-line values (--steps, --bytes-per-step,
 // --compute-time, --backward-time, --codec, --codec-param, --dtype, --codec-ratio) and the Stats
-// answer whose tiers become the schedule's levels, through snapctl's own Plan
-// (client/tools/snapctl/plan.cc) and the schedule library it calls (client/src/schedule.cc:
+// answer whose tiers become the schedule's levels, through adjsnap's own Plan
+// (client/tools/adjsnap/plan.cc) and the schedule library it calls (client/src/schedule.cc:
 // StoreAll, HRevolve, Revolve's closed form). Its output and errors go to /dev/null; --json is
 // chosen by the input.
 //
 // Input: u16 text length, then that much text, one value a line: the first seven values in the
 // order above (missing ones are empty, --codec defaults to none, --dtype to float32), a line that
 // asks for --json when it is not empty, then --codec-ratio; the rest is a
-// snapd.v1.StatsResponse (an input whose rest does not parse is skipped). Steps are capped at
+// adjsnap.v1.StatsResponse (an input whose rest does not parse is skipped). Steps are capped at
 // 10^6 and each tier's budget at 2^40 so that one input stays a fraction of a second: larger
 // values only make the same tables longer.
 #include <fcntl.h>
@@ -22,18 +22,18 @@
 #include "fuzz_node.h"
 #include "plan.h"
 #include "seeds.h"
-#include "snapd/units.h"
-#include "snapd/v1/control.grpc.pb.h"
+#include "adjsnap/units.h"
+#include "adjsnap/v1/control.grpc.pb.h"
 
 namespace {
 
-using namespace snapd;
+using namespace adjsnap;
 
 int real_stderr = -1;  // fd 2 as the fuzzer started, for libFuzzer and the sanitizers
 int null_fd = -1;      // /dev/null, fd 2 while Plan runs
 
 // The Stats answer of a real node (host and disk tier, the control plane on its unix socket),
-// asked for over gRPC as snapctl asks. With `zfp`, a zfp-rate run has two steps on disk first,
+// asked for over gRPC as adjsnap asks. With `zfp`, a zfp-rate run has two steps on disk first,
 // so the disk tier reports a measured compression ratio.
 v1::StatsResponse RealStats(bool zfp) {
   fuzz::NodeOptions o;
@@ -69,12 +69,12 @@ v1::StatsResponse RealStats(bool zfp) {
   v1::StatsResponse stats;
   grpc::Status s = stub->Stats(&ctx, v1::StatsRequest(), &stats);
   if (!s.ok()) fuzz::Check(Status::Internal(s.error_message()), "Stats");
-  // The node's temporary paths, which plan does not read, as a root snapd's defaults: a seed
+  // The node's temporary paths, which plan does not read, as a root adjsnapd's defaults: a seed
   // must not depend on where it was made.
   stats.clear_spool_dirs();
-  stats.add_spool_dirs("/var/lib/snapd/spool");
-  stats.set_control_socket("/run/snapd/snapd.sock");
-  for (v1::SpoolState& spool : *stats.mutable_spools()) spool.set_dir("/var/lib/snapd/spool");
+  stats.add_spool_dirs("/var/lib/adjsnap/spool");
+  stats.set_control_socket("/run/adjsnap/adjsnap.sock");
+  for (v1::SpoolState& spool : *stats.mutable_spools()) spool.set_dir("/var/lib/adjsnap/spool");
   return stats;
 }
 
@@ -85,7 +85,7 @@ std::string PlanInput(std::initializer_list<const char*> lines, const v1::StatsR
   return fuzz::U16(text.size()) + text + stats.SerializeAsString();
 }
 
-// Seeds: the command lines of snapctl plan's tests and its documentation, against the Stats
+// Seeds: the command lines of adjsnap plan's tests and its documentation, against the Stats
 // answers of a fresh node and of one with zfp steps on disk.
 void WriteSeeds() {
   const v1::StatsResponse fresh = RealStats(false);
@@ -118,8 +118,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::exit(0);
   }
   if (!std::freopen("/dev/null", "w", stdout)) return 1;
-  if (!std::getenv("SNAPD_FUZZ_VERBOSE")) {
-    // snapctl's errors go to fd 2, and so do libFuzzer's and the sanitizers' reports: fd 2 is
+  if (!std::getenv("ADJSNAP_FUZZ_VERBOSE")) {
+    // adjsnap's errors go to fd 2, and so do libFuzzer's and the sanitizers' reports: fd 2 is
     // /dev/null only while Plan runs, and the sanitizers report to the real stderr always.
     real_stderr = dup(STDERR_FILENO);
     null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -133,7 +133,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   if (size < 2) return 0;
   size_t text = std::min<size_t>(bytes[0] | (size_t{bytes[1]} << 8), size - 2);
   std::istringstream lines(std::string(reinterpret_cast<const char*>(bytes + 2), text));
-  snapctl::PlanArgs a;
+  cli::PlanArgs a;
   std::string json;
   for (std::string* field : {&a.steps, &a.bytes, &a.forward, &a.backward, &a.codec, &a.codec_param,
                              &a.dtype, &json, &a.codec_ratio}) {
@@ -151,9 +151,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   for (const auto& t : stats.tiers()) {
     if (t.budget_bytes() > (1ull << 40)) return 0;
   }
-  snapctl::Output out(!json.empty());
+  cli::Output out(!json.empty());
   if (null_fd >= 0) dup2(null_fd, STDERR_FILENO);
-  (void)snapctl::Plan(a, out, [&stats](v1::StatsResponse* r) {
+  (void)cli::Plan(a, out, [&stats](v1::StatsResponse* r) {
     *r = stats;
     return true;
   });

@@ -6,7 +6,7 @@
 #
 #   tests/fuzz/run.sh BUILD_DIR [--seconds N] [--only TARGET]
 #
-# BUILD_DIR: a tree configured with -DSNAPD_FUZZ=ON (clang) where `--target snapd_fuzzers`
+# BUILD_DIR: a tree configured with -DADJSNAP_FUZZ=ON (clang) where `--target adjsnap_fuzzers`
 # was built. Reproduce a finding with: BUILD_DIR/tests/fuzz/TARGET REPRODUCER
 set -euo pipefail
 
@@ -28,7 +28,7 @@ done
 targets="data_plane_fuzzer:4096 arena_socket_fuzzer:128 control_fuzzer:4096
 catalog_fuzzer:8192 spool_fuzzer:16384 plan_fuzzer:2048 config_fuzzer:4096"
 
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/snapd-fuzz-run.XXXXXX")
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/adjsnap-fuzz-run.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 # The targets make their own temporary directories; on tmpfs when there is one.
 if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
@@ -44,7 +44,7 @@ for entry in $targets; do
   [ -n "$only" ] && [ "$only" != "$name" ] && continue
   binary="$build/tests/fuzz/$name"
   if [ ! -x "$binary" ]; then
-    echo "run.sh: $binary is not built (cmake --build $build --target snapd_fuzzers)" >&2
+    echo "run.sh: $binary is not built (cmake --build $build --target adjsnap_fuzzers)" >&2
     exit 2
   fi
   work="$scratch/$name"

@@ -1,5 +1,5 @@
-// Seed corpora: each target writes its seeds, made with snapd's own encoders (wire structs,
-// protobuf serialization, the Catalog), when SNAPD_FUZZ_MAKE_CORPUS names a directory, then
+// Seed corpora: each target writes its seeds, made with adjsnapd's own encoders (wire structs,
+// protobuf serialization, the Catalog), when ADJSNAP_FUZZ_MAKE_CORPUS names a directory, then
 // exits; tests/fuzz/make_corpus.sh runs them into tests/fuzz/corpus/<target>/.
 #pragma once
 
@@ -9,11 +9,11 @@
 #include <fstream>
 #include <string>
 
-namespace snapd::fuzz {
+namespace adjsnap::fuzz {
 
 // The directory to write seeds to, or null when fuzzing.
 inline const char* SeedDir() {
-  const char* d = std::getenv("SNAPD_FUZZ_MAKE_CORPUS");
+  const char* d = std::getenv("ADJSNAP_FUZZ_MAKE_CORPUS");
   return d && *d ? d : nullptr;
 }
 
@@ -33,4 +33,4 @@ std::string Raw(const T& v) {
 
 inline std::string U16(size_t v) { return std::string{char(v & 0xff), char((v >> 8) & 0xff)}; }
 
-}  // namespace snapd::fuzz
+}  // namespace adjsnap::fuzz

@@ -1,4 +1,4 @@
-// Fuzzes the spool files a start of snapd adopts: their names (in the records and in the spool
+// Fuzzes the spool files a start of adjsnapd adopts: their names (in the records and in the spool
 // directories) and their contents, which are read back and checked, and for compressed runs
 // decoded (zfp streams), by the real start-up (fuzz::StartFrom: Store::Open's Load with
 // DiskTier::Adopt, Quarantine and RemoveOrphans, then a scrub of the run and a fetch of every
@@ -12,7 +12,7 @@
 // checksum; raw bytes: the run's, with the checksum of the content when it does not); 1 a
 // directory <name> in the spool with the content as a file in it; 2 a file run-1/<name> no
 // record names. A name that is not one plain path component (empty, ".", "..", or with '/')
-// is recorded as it is but nothing is created under it: snapd only ever writes plain names,
+// is recorded as it is but nothing is created under it: adjsnapd only ever writes plain names,
 // and the harness must not touch files outside its directory.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -25,11 +25,11 @@
 
 #include "fuzz_node.h"
 #include "seeds.h"
-#include "snapd/checksum.h"
+#include "adjsnap/checksum.h"
 
 namespace {
 
-using namespace snapd;
+using namespace adjsnap;
 
 bool PlainName(const std::string& n) {
   return !n.empty() && n != "." && n != ".." && n.find('/') == std::string::npos &&

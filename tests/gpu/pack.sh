@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs what the GPU check runs into one folder that runs on a machine with none of snapd's
+# Packs what the GPU check runs into one folder that runs on a machine with none of adjsnapd's
 # dependencies (the borrowed GPU machine has CUDA's driver and runtime, but no gRPC, protobuf,
 # abseil, RocksDB, UCX or zfp): the binaries, every shared library they load, UCX's transport
 # modules, and the scripts that run the check (tests/gpu/run.sh, report.py).
@@ -7,16 +7,16 @@
 #   bash tests/gpu/pack.sh --from build-tests   # pack a build that exists (CI's), build nothing
 #   bash tests/gpu/pack.sh [--from DIR] [--out PACK_DIR] [--jobs N]
 # PACK_DIR (default BUILD_DIR/pack) gets:
-#   bin/      snapd, snapctl, snapbench, acoustic2d_cuda, every gtest binary labelled `gpu` in
+#   bin/      adjsnapd, adjsnap, adjsnap-bench, acoustic2d_cuda, every gtest binary labelled `gpu` in
 #             CTest, and every program those tests start by its path in the build (compiled in
-#             as SNAPD_BINARY etc.); stripped, RUNPATH $ORIGIN/../lib
+#             as ADJSNAPD_BINARY etc.); stripped, RUNPATH $ORIGIN/../lib
 #   lib/      every library they need but glibc, the loader and the NVIDIA driver (libcuda),
 #             found with ldd; stripped, RUNPATH $ORIGIN
 #   lib/ucx/  UCX's transport modules (UCX dlopens them from the folder beside libucs), RUNPATH
 #             $ORIGIN/..:$ORIGIN
 #   manifest.tsv  what is packed and from where: run.sh reads it
 #   run.sh, report.py
-# Without --from the build is configured with SNAPD_CUDA_ARCHITECTURES="90-real;90-virtual"
+# Without --from the build is configured with ADJSNAP_CUDA_ARCHITECTURES="90-real;90-virtual"
 # (sm_90 machine code for the H100 and H200, and PTX) and only the packed targets are built.
 # PACK_DIR.tar.gz: the same, as one file, what a device call carries (tar -xzf it there).
 # Needs patchelf (Debian's `patchelf`). Prints the sizes; fails where the tarball is over
@@ -43,7 +43,7 @@ command -v patchelf > /dev/null ||
   { echo "pack.sh: needs patchelf (apt-get install patchelf)" >&2; exit 2; }
 start=$(date +%s.%N)
 
-# What tests/CMakeLists.txt says of the tests: "gpu_test NAME" for each snapd_add_test(NAME ...
+# What tests/CMakeLists.txt says of the tests: "gpu_test NAME" for each adjsnap_add_test(NAME ...
 # LABELS ... gpu ...), "needs NAME TARGET" for each add_dependencies(NAME TARGET...), the
 # programs a test starts.
 cmake_facts() {
@@ -51,7 +51,7 @@ cmake_facts() {
 import re, sys
 text = re.sub(r"#[^\n]*", "", open(sys.argv[1]).read())
 keywords = {"SOURCES", "LIBS", "LABELS", "TIMEOUT"}
-for m in re.finditer(r"snapd_add_test\(\s*(\w+)([^)]*)\)", text):
+for m in re.finditer(r"adjsnap_add_test\(\s*(\w+)([^)]*)\)", text):
     words = m.group(2).split()
     labels = []
     for w in words[words.index("LABELS") + 1:] if "LABELS" in words else []:
@@ -69,16 +69,16 @@ EOF
 if [[ -z $from ]]; then
   build=$repo/build-gpu
   echo "== configure $build (Release, CUDA, sm_90 + PTX)"
-  # The CUDA targets take their architectures from SNAPD_CUDA_ARCHITECTURES (kernels/,
+  # The CUDA targets take their architectures from ADJSNAP_CUDA_ARCHITECTURES (kernels/,
   # client/examples/); CMAKE_CUDA_ARCHITECTURES does not reach them.
   mkdir -p "$build"  # the log inside it, which .gitignore covers
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSNAPD_WITH_CUDA=ON \
-    -DSNAPD_CUDA_ARCHITECTURES="90-real;90-virtual" > "$build/configure.log" 2>&1 ||
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DADJSNAP_WITH_CUDA=ON \
+    -DADJSNAP_CUDA_ARCHITECTURES="90-real;90-virtual" > "$build/configure.log" 2>&1 ||
     { cat "$build/configure.log"; exit 1; }
   mapfile -t gpu_targets < <(cmake_facts | sed -n 's/^gpu_test //p')
   ((${#gpu_targets[@]})) ||
     { echo "pack.sh: no gpu-labelled test in tests/CMakeLists.txt" >&2; exit 1; }
-  targets=(snapd snapctl snapbench acoustic2d_cuda "${gpu_targets[@]}")
+  targets=(adjsnapd adjsnap adjsnap-bench acoustic2d_cuda "${gpu_targets[@]}")
   echo "== build ${targets[*]} (-j $jobs)"
   cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 else
@@ -107,7 +107,7 @@ for t in json.load(sys.stdin)["tests"]:
         seen.append(exe)
 print("\n".join(seen))')
 if ((${#gpu_tests[@]} == 0)); then
-  echo "pack.sh: $build has no gpu-labelled test: build it with CUDA (SNAPD_WITH_CUDA=ON)" >&2
+  echo "pack.sh: $build has no gpu-labelled test: build it with CUDA (ADJSNAP_WITH_CUDA=ON)" >&2
   exit 1
 fi
 
@@ -121,12 +121,12 @@ find_exe() {
 }
 
 declare -A exes=()  # pack name -> path in the build
-for name in snapd snapctl snapbench acoustic2d_cuda; do exes[$name]=$(find_exe "$name"); done
+for name in adjsnapd adjsnap adjsnap-bench acoustic2d_cuda; do exes[$name]=$(find_exe "$name"); done
 for t in "${gpu_tests[@]}"; do
   [[ -x $t ]] || { echo "pack.sh: $t is listed by ctest but not built" >&2; exit 1; }
   exes[$(basename "$t")]=$t
 done
-# Programs the tests start by their path in this build (SNAPD_BINARY, ACOUSTIC2D_CUDA_BINARY,
+# Programs the tests start by their path in this build (ADJSNAPD_BINARY, ACOUSTIC2D_CUDA_BINARY,
 # ...): the targets a test depends on (add_dependencies), and any other executable of the build
 # whose absolute path is a string in a test binary (an optimised build may inline a path).
 declare -A helpers=()  # path in the build -> pack name
@@ -215,7 +215,7 @@ install -m 644 tests/gpu/report.py "$out/report.py"
   printf 'packed\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   printf 'build\t%s\n' "$build"
   printf 'build_type\t%s\n' "$(cache CMAKE_BUILD_TYPE)"
-  printf 'cuda_architectures\t%s\n' "$(cache SNAPD_CUDA_ARCHITECTURES)"
+  printf 'cuda_architectures\t%s\n' "$(cache ADJSNAP_CUDA_ARCHITECTURES)"
   printf 'nvcc\t%s\n' "$("$(cache CMAKE_CUDA_COMPILER)" --version 2> /dev/null |
     sed -n 's/.*release \([0-9.]*\).*/\1/p')"
   printf 'packed_on\t%s, glibc %s\n' "$(. /etc/os-release && echo "$PRETTY_NAME")" \

@@ -57,7 +57,7 @@ def gtest_summary(path):
     return out
 
 
-def parse_snapbench(output):
+def parse_adjsnap_bench(output):
     start, end = output.find("{"), output.rfind("}")
     if start < 0 or end < start:
         return None
@@ -122,8 +122,8 @@ def load_part(folder):
             p["status"], p["ok"] = f"skipped: {len(g['skipped'])} of {g['tests']} tests", False
         elif p["ok"]:
             p["status"] = f"passed: {g['tests']} tests"
-    if p["id"] == "snapbench":
-        p["figures"] = parse_snapbench(output)
+    if p["id"] == "adjsnap-bench":
+        p["figures"] = parse_adjsnap_bench(output)
     elif p["id"].startswith("acoustic"):
         p["figures"] = parse_acoustic(output)
     return p
@@ -138,22 +138,22 @@ def tail_lines(text, n):
     return "\n".join(lines[-n:])
 
 
-def snapbench_md(f):
-    """The figures of snapbench --device --json against the targets of docs/benchmarks.md."""
+def adjsnap_bench_md(f):
+    """The figures of adjsnap-bench --device --json against the targets of docs/benchmarks.md."""
     push, fetch = f.get("push_vs_d2h", 0), f.get("fetch_vs_h2d", 0)
     first = f.get("first_vs_steady", 0)
     over_all = "0.9x (stated over 16 steps; this is over all)"
-    lines = ["", "## snapbench --device", "",
+    lines = ["", "## adjsnap-bench --device", "",
              f"{f.get('steps')} steps x {f.get('bytes', 0) / 2**20:.0f} MiB, data path "
              f"{f.get('data_path')}, host tier {f.get('host_tier_bytes', 0) / 2**30:.1f} GiB, "
              f"{f.get('gpu')}", "",
              "| measure | value | target (docs/benchmarks.md) | met |",
              "| --- | ---: | --- | --- |",
              f"| pinned cudaMemcpy D2H | {f.get('d2h_gbs', 0):.2f} GB/s | | |",
-             f"| snapd device push (until stored) | {f.get('push_gbs', 0):.2f} GB/s = "
+             f"| adjsnapd device push (until stored) | {f.get('push_gbs', 0):.2f} GB/s = "
              f"{push:.2f}x D2H | {over_all} | {met(push >= 0.9)} |",
              f"| pinned cudaMemcpy H2D | {f.get('h2d_gbs', 0):.2f} GB/s | | |",
-             f"| snapd device fetch | {f.get('fetch_gbs', 0):.2f} GB/s = {fetch:.2f}x H2D | "
+             f"| adjsnapd device fetch | {f.get('fetch_gbs', 0):.2f} GB/s = {fetch:.2f}x H2D | "
              f"{over_all} | {met(fetch >= 0.9)} |",
              f"| first push / a steady push | {f.get('first_push_ms', 0):.2f} / "
              f"{f.get('steady_push_ms', 0):.2f} ms = {first:.2f}x | at most 2x | "
@@ -168,7 +168,7 @@ def snapbench_md(f):
 
 def write_md(path, r):
     m, parts = r["pack"], r["parts"]
-    lines = ["# snapd GPU check", "",
+    lines = ["# adjsnapd GPU check", "",
              f"- started {r['started']}; the parts took {r['wall_s']:.0f} s of a {r['budget_s']} s "
              "budget" + ("" if r["final"] else " (the run had not finished when this was written)")]
     if r.get("gpu"):
@@ -188,8 +188,8 @@ def write_md(path, r):
                      f"{p.get('wall_s', '')} | {p.get('timeout_s') or ''} |")
     for p in parts:
         f = p.get("figures")
-        if p["id"] == "snapbench" and f:
-            lines += snapbench_md(f)
+        if p["id"] == "adjsnap-bench" and f:
+            lines += adjsnap_bench_md(f)
         elif p["id"].startswith("acoustic") and f:
             if "## acoustic2d_cuda" not in lines:  # one table for the solver's runs
                 lines += ["", "## acoustic2d_cuda", "",
@@ -209,7 +209,7 @@ def write_md(path, r):
         if "command" in p:
             lines += [f"`{p['command']}`", "", "```",
                       tail_lines(p.get("output_tail", ""), TAIL_LINES_MD), "```", ""]
-    lines.append("Every part's whole output, snapd's log and `nvidia-smi -q` are in logs.tar.gz "
+    lines.append("Every part's whole output, adjsnapd's log and `nvidia-smi -q` are in logs.tar.gz "
                  "beside this file.")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")

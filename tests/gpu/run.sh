@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check, from a pack made by tests/gpu/pack.sh: everything snapd has that needs a GPU,
-# in one run of at most 6 minutes on a borrowed GPU machine that has none of snapd's
+# The GPU check, from a pack made by tests/gpu/pack.sh: everything adjsnapd has that needs a GPU,
+# in one run of at most 6 minutes on a borrowed GPU machine that has none of adjsnapd's
 # dependencies.
 #   bash tests/gpu/run.sh PACK OUTDIR       # on the GPU machine: writes OUTDIR/report.md, .json
 #   bash tests/gpu/run.sh --dry-run [PACK]  # anywhere, no GPU needed: the pack is whole
@@ -9,28 +9,28 @@
 #
 # The check runs these parts in turn, each under its own time limit, going on after a failure:
 # the machine (uname, glibc, libcuda), nvidia-smi, the pack's libraries as that machine resolves
-# them, every gpu-labelled gtest binary (--gtest_output=xml into OUTDIR), a snapd from the pack
-# (UCX_NET_DEVICES=lo, socket and state in a folder of its own under /tmp), snapbench --device
+# them, every gpu-labelled gtest binary (--gtest_output=xml into OUTDIR), an adjsnapd from the pack
+# (UCX_NET_DEVICES=lo, socket and state in a folder of its own under /tmp), adjsnap-bench --device
 # against it (272 steps of 64 MiB, 17 GiB, on a 24 GiB host tier: every step in host memory),
 # the CUDA example solver against it three ways (mapped host tier, UCX data path, device tier),
 # the UCX GPU-direct round trip (reported "not built" until the pack has bin/ucx_gpu_direct_test),
-# snapctl status, and the daemon's stop. The parts share a budget of SNAPD_GPU_CHECK_BUDGET_S
+# adjsnap status, and the daemon's stop. The parts share a budget of ADJSNAP_GPU_CHECK_BUDGET_S
 # seconds (300): a part gets what is left of it where that is less than its own limit, and is
 # not run where under 5 s is left; the daemon's stop may take 40 s past it, so the whole check
-# ends within 6 minutes. SNAPD_GPU_CHECK_HOST_MEM sets the daemon's host tier (24G).
+# ends within 6 minutes. ADJSNAP_GPU_CHECK_HOST_MEM sets the daemon's host tier (24G).
 # OUTDIR gets at most 5 files (a device call brings 8 back): report.md, report.json, one gtest
-# XML per test binary and logs.tar.gz (every part's whole output, snapd's log, nvidia-smi -q).
+# XML per test binary and logs.tar.gz (every part's whole output, adjsnapd's log, nvidia-smi -q).
 # The report is rewritten after every part, so a run cut short leaves one of what ran.
 #
 # The dry run proves the pack whole without a GPU: every library of bin/*, lib/* and lib/ucx/*
 # resolves into lib/ (ldd with LD_LIBRARY_PATH unset; only glibc, the loader and the NVIDIA
 # driver's libcuda may come from the system), every program starts (--version, --help or
-# --gtest_list_tests), and a snapd started from the pack answers snapctl with every shared
+# --gtest_list_tests), and an adjsnapd started from the pack answers adjsnap with every shared
 # object it mapped (/proc/PID/maps) from the pack, UCX's transport modules from lib/ucx among
 # them. It exits non-zero naming what is missing.
 #
-# The gtest binaries start snapd and the example solver by their paths in the build they were
-# packed from (SNAPD_BINARY and ACOUSTIC2D_CUDA_BINARY, compiled in). Where such a path does not
+# The gtest binaries start adjsnapd and the example solver by their paths in the build they were
+# packed from (ADJSNAPD_BINARY and ACOUSTIC2D_CUDA_BINARY, compiled in). Where such a path does not
 # exist on this machine the check links it to the pack's program for the run, and removes the
 # link afterwards; it also exports NAME_BINARY=PACK/bin/NAME for every packed program.
 set -uo pipefail
@@ -104,11 +104,11 @@ check_maps() {
     elif [[ $path == "$pack"/* ]]; then
       :
     elif ! system_lib "${path##*/}"; then
-      echo "FAULT: snapd (pid $pid) mapped $path, outside the pack"
+      echo "FAULT: adjsnapd (pid $pid) mapped $path, outside the pack"
       faults=$((faults + 1))
     fi
   done < <(awk '$6 ~ /\.so(\.[0-9.]+)?$/ {print $6}' "/proc/$pid/maps" | sort -u)
-  echo "snapd mapped UCX modules from the pack: ${modules[*]:-none}"
+  echo "adjsnapd mapped UCX modules from the pack: ${modules[*]:-none}"
   ((faults == 0))
 }
 
@@ -132,39 +132,39 @@ probe() {
   return 1
 }
 
-# start_snapd PACK DIR HOST_MEM [ARGS...]: starts snapd from the pack with its socket and state
-# in DIR, its log DIR/snapd.log; sets snapd_pid and socket.
-start_snapd() {
+# start_adjsnap PACK DIR HOST_MEM [ARGS...]: starts adjsnapd from the pack with its socket and state
+# in DIR, its log DIR/adjsnapd.log; sets adjsnapd_pid and socket.
+start_adjsnap() {
   local pack=$1 dir=$2 mem=$3
   shift 3
-  socket=$dir/snapd.sock
+  socket=$dir/adjsnap.sock
   mkdir -p "$dir"
-  UCX_NET_DEVICES=lo "$pack/bin/snapd" --socket "$socket" --state-dir "$dir/state" \
-    --host-mem "$mem" --fdstore off --log-level info "$@" > "$dir/snapd.log" 2>&1 &
-  snapd_pid=$!
+  UCX_NET_DEVICES=lo "$pack/bin/adjsnapd" --socket "$socket" --state-dir "$dir/state" \
+    --host-mem "$mem" --fdstore off --log-level info "$@" > "$dir/adjsnapd.log" 2>&1 &
+  adjsnapd_pid=$!
 }
 
-# wait_ready PACK SOCKET PID SECONDS: snapctl status answers; snapd's mapped libraries checked.
+# wait_ready PACK SOCKET PID SECONDS: adjsnap status answers; adjsnapd's mapped libraries checked.
 wait_ready() {
   local pack=$1 socket=$2 pid=$3 t
   for ((t = 0; t < $4 * 10; t++)); do
     [[ -d /proc/$pid && $(awk '{print $3}' "/proc/$pid/stat" 2> /dev/null) != Z ]] ||
-      { echo "FAULT: snapd exited during start-up"; return 1; }
-    if [[ -S $socket ]] && "$pack/bin/snapctl" --socket "$socket" status > /dev/null 2>&1; then
-      echo "snapd answers after $(awk -v t=$t 'BEGIN {print t / 10}') s"
-      "$pack/bin/snapctl" --socket "$socket" status
+      { echo "FAULT: adjsnapd exited during start-up"; return 1; }
+    if [[ -S $socket ]] && "$pack/bin/adjsnap" --socket "$socket" status > /dev/null 2>&1; then
+      echo "adjsnapd answers after $(awk -v t=$t 'BEGIN {print t / 10}') s"
+      "$pack/bin/adjsnap" --socket "$socket" status
       check_maps "$pid" "$pack"
       return
     fi
     sleep 0.1
   done
-  echo "FAULT: snapd did not answer snapctl within $4 s"
+  echo "FAULT: adjsnapd did not answer adjsnap within $4 s"
   return 1
 }
 
-# stop_snapd PID SECONDS: SIGTERM, wait, SIGKILL past the bound; prints and returns snapd's exit
+# stop_adjsnap PID SECONDS: SIGTERM, wait, SIGKILL past the bound; prints and returns adjsnapd's exit
 # status (the caller's child, so the caller reaps it).
-stop_snapd() {
+stop_adjsnap() {
   local pid=$1 t rc
   kill -TERM "$pid" 2> /dev/null
   for ((t = 0; t < $2 * 10; t++)); do
@@ -172,11 +172,11 @@ stop_snapd() {
     sleep 0.1
   done
   if [[ -d /proc/$pid && $(awk '{print $3}' "/proc/$pid/stat" 2> /dev/null) != Z ]]; then
-    echo "snapd did not stop within $2 s of SIGTERM: SIGKILL"
+    echo "adjsnapd did not stop within $2 s of SIGTERM: SIGKILL"
     kill -KILL "$pid"
   fi
   wait "$pid"; rc=$?
-  echo "snapd exited with status $rc after $(awk -v t=$t 'BEGIN {print t / 10}') s"
+  echo "adjsnapd exited with status $rc after $(awk -v t=$t 'BEGIN {print t / 10}') s"
   return "$rc"
 }
 
@@ -195,17 +195,17 @@ dry_run() {
   check_libs "$pack" || faults=$((faults + 1))
   echo "== every program starts"
   for name in "$pack"/bin/*; do probe "$pack" "${name##*/}" || faults=$((faults + 1)); done
-  echo "== a snapd from the pack answers snapctl, every shared object it maps from the pack"
-  dir=$(mktemp -d /tmp/snapd-dry-run.XXXXXX)
+  echo "== an adjsnapd from the pack answers adjsnap, every shared object it maps from the pack"
+  dir=$(mktemp -d /tmp/adjsnap-dry-run.XXXXXX)
   export UCX_MODULE_DIR=$pack/lib/ucx
-  start_snapd "$pack" "$dir" 64M
+  start_adjsnap "$pack" "$dir" 64M
   local ready
-  ready=$(wait_ready "$pack" "$socket" "$snapd_pid" 30 2>&1) || faults=$((faults + 1))
-  grep -E '^(snapd |FAULT)' <<< "$ready"  # the check's lines, not snapctl's table
+  ready=$(wait_ready "$pack" "$socket" "$adjsnapd_pid" 30 2>&1) || faults=$((faults + 1))
+  grep -E '^(adjsnapd |FAULT)' <<< "$ready"  # the check's lines, not adjsnap's table
   [[ $ready == *"UCX modules from the pack: none"* ]] &&
-    { echo "FAULT: snapd loaded no UCX transport module from lib/ucx"; faults=$((faults + 1)); }
-  if ! stop_snapd "$snapd_pid" 30 > /dev/null; then
-    echo "FAULT: snapd's stop failed: $(tail -5 "$dir/snapd.log")"
+    { echo "FAULT: adjsnapd loaded no UCX transport module from lib/ucx"; faults=$((faults + 1)); }
+  if ! stop_adjsnap "$adjsnapd_pid" 30 > /dev/null; then
+    echo "FAULT: adjsnapd's stop failed: $(tail -5 "$dir/adjsnapd.log")"
     faults=$((faults + 1))
   fi
   rm -rf "$dir"
@@ -274,7 +274,7 @@ gtest_part() {
   echo "$pack/bin/$1 --gtest_output=xml:$outdir/$1.xml" > "$part_dir/command"
   echo "$outdir/$1.xml" > "$part_dir/xml"
   # The test's watchdog prints the stacks of a hung test and its daemons before the limit.
-  SNAPD_TEST_WATCHDOG_S=$((part_limit > 30 ? part_limit - 15 : part_limit)) \
+  ADJSNAP_TEST_WATCHDOG_S=$((part_limit > 30 ? part_limit - 15 : part_limit)) \
     timeout -k 5 "$part_limit" "$pack/bin/$1" --gtest_output="xml:$outdir/$1.xml" \
     > "$part_dir/output" 2>&1
   part_end $?
@@ -332,21 +332,21 @@ link_helpers() {
 }
 
 cleanup() {
-  [[ -n ${snapd_pid:-} && -d /proc/$snapd_pid ]] && kill -KILL "$snapd_pid" 2> /dev/null
+  [[ -n ${adjsnapd_pid:-} && -d /proc/$adjsnapd_pid ]] && kill -KILL "$adjsnapd_pid" 2> /dev/null
   [[ -f $work/created ]] && while read -r p; do rm -rf -- "$p"; done < "$work/created"
   rm -f "$work/created"
 }
 
 gpu_check() {
-  budget=${SNAPD_GPU_CHECK_BUDGET_S:-300}
+  budget=${ADJSNAP_GPU_CHECK_BUDGET_S:-300}
   started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   deadline=$(($(date +%s) + budget))
   mkdir -p "$outdir"
   outdir=$(cd "$outdir" && pwd)
-  work=$(mktemp -d /tmp/snapd-gpu-check.XXXXXX)
+  work=$(mktemp -d /tmp/adjsnap-gpu-check.XXXXXX)
   parts=$work/parts
   mkdir -p "$parts" "$work/logs"
-  part_n=0 socket="" snapd_pid=""
+  part_n=0 socket="" adjsnapd_pid=""
   trap cleanup EXIT
   trap 'exit 130' INT TERM
   export UCX_NET_DEVICES=lo UCX_MODULE_DIR=$pack/lib/ucx
@@ -375,27 +375,27 @@ gpu_check() {
     fi
   done < "$pack/manifest.tsv"
 
-  local dir=$work/snapd
-  local mem=${SNAPD_GPU_CHECK_HOST_MEM:-24G}
-  if part_begin snapd-start "start snapd from the pack ($mem host tier)" 40; then
-    start_snapd "$pack" "$dir" "$mem" --spool-dirs "$dir/spool" --disk-mem 8G
-    echo "$pack/bin/snapd --socket $socket --state-dir $dir/state --host-mem $mem" \
+  local dir=$work/adjsnap
+  local mem=${ADJSNAP_GPU_CHECK_HOST_MEM:-24G}
+  if part_begin adjsnap-start "start adjsnapd from the pack ($mem host tier)" 40; then
+    start_adjsnap "$pack" "$dir" "$mem" --spool-dirs "$dir/spool" --disk-mem 8G
+    echo "$pack/bin/adjsnapd --socket $socket --state-dir $dir/state --host-mem $mem" \
       "--fdstore off --log-level info --spool-dirs $dir/spool --disk-mem 8G" > "$part_dir/command"
-    wait_ready "$pack" "$socket" "$snapd_pid" "$part_limit" > "$part_dir/output" 2>&1
+    wait_ready "$pack" "$socket" "$adjsnapd_pid" "$part_limit" > "$part_dir/output" 2>&1
     part_end $?
   else
     report
   fi
   local -a runs=(
-    snapbench "snapbench --device, 272 x 64 MiB" 120
-    "$pack/bin/snapbench" --device --steps 272 --bytes 64M --socket "$socket" --json --
+    adjsnap-bench "adjsnap-bench --device, 272 x 64 MiB" 120
+    "$pack/bin/adjsnap-bench" --device --steps 272 --bytes 64M --socket "$socket" --json --
     acoustic-mapped "acoustic2d_cuda, mapped host tier, 2048 x 2048 x 200 steps" 60
     "$pack/bin/acoustic2d_cuda" --nx 2048 --ny 2048 --steps 200 --socket "$socket" --
     acoustic-ucx "acoustic2d_cuda, UCX data path, 1024 x 1024 x 100 steps" 45
-    env SNAPD_DATA_PATH=ucx "$pack/bin/acoustic2d_cuda" --nx 1024 --ny 1024 --steps 100
+    env ADJSNAP_DATA_PATH=ucx "$pack/bin/acoustic2d_cuda" --nx 1024 --ny 1024 --steps 100
     --socket "$socket" --run acoustic2d-cuda-ucx --
     acoustic-device-tier "acoustic2d_cuda, 1 GiB device tier, 2048 x 2048 x 200 steps" 60
-    env SNAPD_DEVICE_MEM=1G "$pack/bin/acoustic2d_cuda" --nx 2048 --ny 2048 --steps 200
+    env ADJSNAP_DEVICE_MEM=1G "$pack/bin/acoustic2d_cuda" --nx 2048 --ny 2048 --steps 200
     --socket "$socket" --run acoustic2d-cuda-pool --layers HostDevice --
   )
   local i=0
@@ -407,10 +407,10 @@ gpu_check() {
       command+=("${runs[i]}")
     done
     i=$((i + 1))
-    if [[ -n ${snapd_pid:-} && -S $socket ]] && kill -0 "$snapd_pid" 2> /dev/null; then
+    if [[ -n ${adjsnapd_pid:-} && -S $socket ]] && kill -0 "$adjsnapd_pid" 2> /dev/null; then
       part "$id" "$title" "$limit" "${command[@]}"
     else
-      part_skip "$id" "$title" "not run: no snapd from the pack is running"
+      part_skip "$id" "$title" "not run: no adjsnapd from the pack is running"
     fi
   done
   if [[ -x $pack/bin/ucx_gpu_direct_test ]]; then
@@ -419,18 +419,18 @@ gpu_check() {
     part_skip ucx-gpu-direct "UCX GPU-direct round trip" \
       "not built: the pack has no bin/ucx_gpu_direct_test"
   fi
-  if [[ -n ${snapd_pid:-} ]]; then
-    [[ -S $socket ]] && part snapctl-status "snapctl status after the runs" 15 \
-      "$pack/bin/snapctl" --socket "$socket" status
+  if [[ -n ${adjsnapd_pid:-} ]]; then
+    [[ -S $socket ]] && part adjsnap-status "adjsnap status after the runs" 15 \
+      "$pack/bin/adjsnap" --socket "$socket" status
     # The stop is given 40 s past the budget, so the daemon is always stopped.
     ((deadline - $(date +%s) >= 40)) || deadline=$(($(date +%s) + 40))
-    part_begin snapd-stop "stop snapd (SIGTERM)" 40
-    echo "kill -TERM $snapd_pid" > "$part_dir/command"
-    stop_snapd "$snapd_pid" 35 > "$part_dir/output" 2>&1
+    part_begin adjsnap-stop "stop adjsnapd (SIGTERM)" 40
+    echo "kill -TERM $adjsnapd_pid" > "$part_dir/command"
+    stop_adjsnap "$adjsnapd_pid" 35 > "$part_dir/output" 2>&1
     local rc=$?
-    snapd_pid=""
-    { echo "--- the end of snapd's log:"; tail -40 "$dir/snapd.log"; } >> "$part_dir/output"
-    cp "$dir/snapd.log" "$work/logs/snapd.log" 2> /dev/null
+    adjsnapd_pid=""
+    { echo "--- the end of adjsnapd's log:"; tail -40 "$dir/adjsnapd.log"; } >> "$part_dir/output"
+    cp "$dir/adjsnapd.log" "$work/logs/adjsnapd.log" 2> /dev/null
     part_end "$rc"
   fi
   cleanup

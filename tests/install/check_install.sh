@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build into a scratch prefix, checks that it installs one shared library whose
-# dependents find it by RUNPATH, starts the installed snapd, and builds and runs solver
+# dependents find it by RUNPATH, starts the installed adjsnapd, and builds and runs solver
 # projects against the prefix: CMake (find_package, C++ and C), pkg-config (C++), a plain
-# `cc ... -lsnapd` (C) and, when the build has the Fortran module, gfortran. Every installed
+# `cc ... -ladjsnap` (C) and, when the build has the Fortran module, gfortran. Every installed
 # program runs with an empty environment but for UCX_NET_DEVICES=lo: no LD_LIBRARY_PATH, no
 # ldconfig.
 #
@@ -29,19 +29,19 @@ bare() { env -i PATH=/usr/bin:/bin UCX_NET_DEVICES=lo "$@"; }
 
 prefix=$work/prefix
 cmake --install "$build_dir" --prefix "$prefix" > "$work/install.log"
-pc_file=$(find "$prefix" -name snapd.pc)
-[[ -n $pc_file ]] || fail "no snapd.pc installed"
+pc_file=$(find "$prefix" -name adjsnap.pc)
+[[ -n $pc_file ]] || fail "no adjsnap.pc installed"
 libdir=$(dirname "$(dirname "$pc_file")")
 
 echo "== one shared library, found by RUNPATH"
-libs=$(cd "$libdir" && ls libsnapd*.so*)
+libs=$(cd "$libdir" && ls libadjsnap*.so*)
 echo "$libs"
-[[ $(echo "$libs" | grep -c '^libsnapd\.so\.[0-9]*$') == 1 ]] || fail "no libsnapd.so.N"
-[[ -z $(echo "$libs" | grep -v '^libsnapd\.so') ]] || fail "more libraries than libsnapd"
-soname=$(readelf -d "$libdir/libsnapd.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[[ $(echo "$libs" | grep -c '^libadjsnap\.so\.[0-9]*$') == 1 ]] || fail "no libadjsnap.so.N"
+[[ -z $(echo "$libs" | grep -v '^libadjsnap\.so') ]] || fail "more libraries than libadjsnap"
+soname=$(readelf -d "$libdir/libadjsnap.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 echo "SONAME $soname"
-[[ $soname =~ ^libsnapd\.so\.[0-9]+$ ]] || fail "SONAME '$soname'"
-for exe in "$prefix"/sbin/snapd "$prefix"/bin/snapctl "$prefix"/bin/snapbench; do
+[[ $soname =~ ^libadjsnap\.so\.[0-9]+$ ]] || fail "SONAME '$soname'"
+for exe in "$prefix"/sbin/adjsnapd "$prefix"/bin/adjsnap "$prefix"/bin/adjsnap-bench; do
   runpath=$(readelf -d "$exe" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
   echo "$(basename "$exe"): RUNPATH $runpath"
   [[ $runpath == *'$ORIGIN/'* ]] || fail "$exe has no \$ORIGIN-relative RUNPATH"
@@ -53,41 +53,41 @@ multiarch=$(cc -print-multiarch 2>/dev/null || true)
 if [[ -n $multiarch && -e /etc/debian_version ]]; then
   destdir=$work/destdir
   if DESTDIR=$destdir cmake --install "$build_dir" --prefix /usr > "$work/usr-install.log" 2>&1; then
-    [[ -e $destdir/usr/lib/$multiarch/libsnapd.so ]] || fail "an install to /usr put libsnapd elsewhere"
+    [[ -e $destdir/usr/lib/$multiarch/libadjsnap.so ]] || fail "an install to /usr put libadjsnap elsewhere"
     echo "installed into /usr/lib/$multiarch (the build is configured for /usr)"
   else
     grep -q -- '-DCMAKE_INSTALL_PREFIX=/usr' "$work/usr-install.log" ||
       { cat "$work/usr-install.log" >&2; fail "an install to /usr failed without saying how"; }
     [[ -z $(find "$destdir" -type f 2>/dev/null) ]] || fail "a refused install to /usr wrote files"
-    grep -o 'snapd: this build was configured for the prefix [^,]*' "$work/usr-install.log"
+    grep -o 'adjsnap: this build was configured for the prefix [^,]*' "$work/usr-install.log"
   fi
 fi
 
 echo "== the systemd unit: the config file decides"
-unit=$here/../../deploy/systemd/snapd.service
-grep -q '^ExecStart=.* --config /etc/snapd/snapd.toml$' "$unit" || fail "the unit reads no config file"
-if grep -q '^Environment=.*SNAPD_' "$unit"; then fail "the unit's Environment= overrides the file"; fi
-# A file's socket and state_dir are what snapd uses, as the unit starts it (no SNAPD_*).
-sed -e 's|^socket = .*|socket = "/run/snapd-site/snapd.sock"|' \
-  -e 's|^state_dir = .*|state_dir = "/srv/snapd"|' "$here/../../deploy/snapd.toml" > "$work/snapd.toml"
-bare "$prefix/sbin/snapd" --config "$work/snapd.toml" --print-config > "$work/effective.toml"
-grep -qx 'socket = "/run/snapd-site/snapd.sock"' "$work/effective.toml" || fail "socket"
-grep -qx 'state_dir = "/srv/snapd"' "$work/effective.toml" || fail "state_dir"
+unit=$here/../../deploy/systemd/adjsnap.service
+grep -q '^ExecStart=.* --config /etc/adjsnap/adjsnap.toml$' "$unit" || fail "the unit reads no config file"
+if grep -q '^Environment=.*ADJSNAP_' "$unit"; then fail "the unit's Environment= overrides the file"; fi
+# A file's socket and state_dir are what adjsnapd uses, as the unit starts it (no ADJSNAP_*).
+sed -e 's|^socket = .*|socket = "/run/adjsnap-site/adjsnap.sock"|' \
+  -e 's|^state_dir = .*|state_dir = "/srv/adjsnap"|' "$here/../../deploy/adjsnap.toml" > "$work/adjsnap.toml"
+bare "$prefix/sbin/adjsnapd" --config "$work/adjsnap.toml" --print-config > "$work/effective.toml"
+grep -qx 'socket = "/run/adjsnap-site/adjsnap.sock"' "$work/effective.toml" || fail "socket"
+grep -qx 'state_dir = "/srv/adjsnap"' "$work/effective.toml" || fail "state_dir"
 
-echo "== the installed snapd"
-sock=$work/run/snapd.sock
-# env execs snapd: $! is snapd itself, which the cleanup stops (not a subshell around it).
-env -i PATH=/usr/bin:/bin UCX_NET_DEVICES=lo "$prefix/sbin/snapd" --socket "$sock" \
-  --state-dir "$work/state" --host-mem 64M --spool-dirs none > "$work/snapd.log" 2>&1 &
+echo "== the installed adjsnapd"
+sock=$work/run/adjsnap.sock
+# env execs adjsnapd: $! is adjsnapd itself, which the cleanup stops (not a subshell around it).
+env -i PATH=/usr/bin:/bin UCX_NET_DEVICES=lo "$prefix/sbin/adjsnapd" --socket "$sock" \
+  --state-dir "$work/state" --host-mem 64M --spool-dirs none > "$work/adjsnapd.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 100); do
-  bare "$prefix/bin/snapctl" --socket "$sock" status > "$work/status.txt" 2>&1 && break
-  kill -0 "$daemon_pid" 2>/dev/null || { cat "$work/snapd.log" >&2; fail "snapd exited"; }
+  bare "$prefix/bin/adjsnap" --socket "$sock" status > "$work/status.txt" 2>&1 && break
+  kill -0 "$daemon_pid" 2>/dev/null || { cat "$work/adjsnapd.log" >&2; fail "adjsnapd exited"; }
   sleep 0.2
 done
-bare "$prefix/bin/snapctl" --socket "$sock" status || { cat "$work/snapd.log" >&2; fail "status"; }
+bare "$prefix/bin/adjsnap" --socket "$sock" status || { cat "$work/adjsnapd.log" >&2; fail "status"; }
 
-echo "== CMake: find_package(snapd), snapd::client and snapd::c"
+echo "== CMake: find_package(adjsnap), adjsnap::client and adjsnap::c"
 cmake -S "$here/consumer" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" > "$work/cmake.log" ||
   { cat "$work/cmake.log" >&2; fail "configuring the CMake consumer"; }
 cmake --build "$work/cmake" > "$work/cmake-build.log" ||
@@ -95,26 +95,26 @@ cmake --build "$work/cmake" > "$work/cmake-build.log" ||
 bare "$work/cmake/consumer" "$sock"
 bare "$work/cmake/consumer_c" "$sock"
 
-echo "== pkg-config: c++ main.cc \$(pkg-config --cflags --libs snapd)"
-pc_flags=$(PKG_CONFIG_PATH=$(dirname "$pc_file") pkg-config --cflags --libs snapd)
+echo "== pkg-config: c++ main.cc \$(pkg-config --cflags --libs adjsnap)"
+pc_flags=$(PKG_CONFIG_PATH=$(dirname "$pc_file") pkg-config --cflags --libs adjsnap)
 echo "pkg-config: $pc_flags"
 # shellcheck disable=SC2086 # the flags are words
 c++ -std=c++20 -Wall -Wextra -Werror "$here/consumer/main.cc" $pc_flags -o "$work/pc_consumer"
 bare "$work/pc_consumer" "$sock"
 
-echo "== plain: cc main.c -I... -L... -Wl,-rpath,... -lsnapd"
+echo "== plain: cc main.c -I... -L... -Wl,-rpath,... -ladjsnap"
 cc -std=c11 -Wall -Wextra -Werror "$here/consumer/main.c" -I"$prefix/include" -L"$libdir" \
-  -Wl,-rpath,"$libdir" -lsnapd -o "$work/cc_consumer"
+  -Wl,-rpath,"$libdir" -ladjsnap -o "$work/cc_consumer"
 bare "$work/cc_consumer" "$sock"
 
-if [[ -e $prefix/include/snapd/fortran/snapd.mod ]]; then
-  echo "== Fortran: gfortran ... -lsnapd_fortran -lsnapd"
-  gfortran -Wall -Werror "$here/../fortran/acoustic_test.f90" -I"$prefix/include/snapd/fortran" \
-    -L"$libdir" -Wl,-rpath,"$libdir" -lsnapd_fortran -lsnapd -o "$work/fortran_consumer"
+if [[ -e $prefix/include/adjsnap/fortran/adjsnap.mod ]]; then
+  echo "== Fortran: gfortran ... -ladjsnap_fortran -ladjsnap"
+  gfortran -Wall -Werror "$here/../fortran/acoustic_test.f90" -I"$prefix/include/adjsnap/fortran" \
+    -L"$libdir" -Wl,-rpath,"$libdir" -ladjsnap_fortran -ladjsnap -o "$work/fortran_consumer"
   bare "$work/fortran_consumer" "$sock"
 fi
 
-echo "== no snapd: the error says why"
+echo "== no adjsnapd: the error says why"
 bare "$work/cmake/consumer" "$work/absent.sock" absent
 bare "$work/cc_consumer" "$work/absent.sock" absent
 echo "installed package OK"

@@ -1,6 +1,6 @@
 // The abuse suite: while a well-behaved client pushes and fetches byte-exact, hostile peers
 // send every AM id, malformed and oversized messages, messages before Hello and after close,
-// raw bytes to every socket snapd listens on, and undecodable control-plane requests. snapd
+// raw bytes to every socket adjsnapd listens on, and undecodable control-plane requests. adjsnapd
 // must stay up, keep the good client's bytes exact, and log each kind of rejection.
 // Bounded: every loop has a fixed count; the suite takes well under two minutes on 2 cores.
 #include <arpa/inet.h>
@@ -27,10 +27,10 @@
 
 #include "raw_peer.h"
 #include "sanitizer.h"
-#include "snapd/client.h"
-#include "snapd_fixture.h"
+#include "adjsnap/client.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 // The state letter of /proc/PID/stat (R, S, T, ...), or 0 when it cannot be read.
@@ -112,10 +112,10 @@ class GoodClient {
   std::thread thread_;
 };
 
-class AbuseTest : public SnapdTest {
+class AbuseTest : public AdjsnapTest {
  protected:
   void SetUp() override { ASSERT_NO_FATAL_FAILURE(StartWithConnectTimeout("60")); }
-  // (Re)starts snapd with a session connect timeout of `seconds`.
+  // (Re)starts adjsnapd with a session connect timeout of `seconds`.
   void StartWithConnectTimeout(const std::string& seconds) {
     StartDaemon(Options("64M", {"--session-connect-timeout", seconds}));
   }
@@ -125,7 +125,7 @@ class AbuseTest : public SnapdTest {
     WaitUntil([&] { return good.rounds() > before || good.failed(); }, std::chrono::seconds(30));
     good.Stop();
     if (!good.error().empty()) {  // the daemon's log first, the client's error on the last line
-      ADD_FAILURE() << "snapd's log:\n"
+      ADD_FAILURE() << "adjsnapd's log:\n"
                     << daemon().Log() << "\nthe good client failed: " << good.error();
     }
     EXPECT_GT(good.rounds(), before) << "the good client finished no round";
@@ -152,7 +152,7 @@ TEST_F(AbuseTest, EveryAmIdAndEveryMalformedMessageLeaveAGoodClientExact) {
     wire::Header h = wire::MakeHeader(static_cast<wire::AmId>(id), token, 1000000 + id);
     peer->Send(static_cast<uint16_t>(id), &h, sizeof h);
   }
-  // snapd's own ids with random, truncated and oversized headers, some with data (eager and
+  // adjsnapd's own ids with random, truncated and oversized headers, some with data (eager and
   // rendezvous sizes).
   for (int i = 0; i < 1500; ++i) {
     uint16_t id = static_cast<uint16_t>(1 + rng() % 9);
@@ -171,7 +171,7 @@ TEST_F(AbuseTest, EveryAmIdAndEveryMalformedMessageLeaveAGoodClientExact) {
   // After Hello: well-formed headers with random runs, steps and sizes.
   wire::HelloRequest hello{wire::MakeHeader(wire::kHello, token, 7), peer->session().session_id()};
   peer->Send(wire::kHello, &hello, sizeof hello);
-  // Behind 67,000 messages snapd answers one by one (most with an error Reply); over shared
+  // Behind 67,000 messages adjsnapd answers one by one (most with an error Reply); over shared
   // memory on a loaded 2-core node that takes a minute: the bound is for a data plane that
   // stopped answering, not a slow one.
   auto hello_sent = std::chrono::steady_clock::now();
@@ -189,7 +189,7 @@ TEST_F(AbuseTest, EveryAmIdAndEveryMalformedMessageLeaveAGoodClientExact) {
                                                                    : sizeof p;
     peer->Send(id, &p, header);
   }
-  // A peer with no session of its own, on snapd's worker address, with a stolen token:
+  // A peer with no session of its own, on adjsnapd's worker address, with a stolen token:
   // dropped, never answered.
   auto stranger = RawPeer::Stranger(peer->session().data_plane_worker_address());
   ASSERT_NE(stranger, nullptr);
@@ -304,7 +304,7 @@ TEST_F(AbuseTest, RawBytesOnEverySocketLeaveTheDaemonServing) {
   for (const auto& [address, port] : tcp) {
     // UCX's network transports are bound to loopback by default.
     EXPECT_TRUE(address == "0100007F" || address == "00000000000000000000000001000000")
-        << "snapd listens on a non-loopback address " << address << ":" << port;
+        << "adjsnapd listens on a non-loopback address " << address << ":" << port;
   }
   std::vector<std::function<int()>> targets;
   for (const auto& [address, port] : tcp) {
@@ -343,20 +343,20 @@ TEST_F(AbuseTest, RawBytesOnEverySocketLeaveTheDaemonServing) {
 // UCX's tcp transport takes the first 8 bytes of a connection as its magic number and the
 // next 5 as an active-message header (AM id, 32-bit length); UCX 1.13.1 (and UCX master) only
 // asserts that the length fits its 64 KiB receive segment, so 13 bytes abort the process that
-// listens. snapd's default transports leave tcp out (UCX_TLS=^tcp): it listens on no TCP port,
+// listens. adjsnapd's default transports leave tcp out (UCX_TLS=^tcp): it listens on no TCP port,
 // and a good client is served meanwhile. Every TCP port it listens on (none, unless the
 // operator's UCX_TLS brings tcp back) still gets the magic with such headers and with random
-// bytes after it; snapd must stay up and a good client byte-exact.
+// bytes after it; adjsnapd must stay up and a good client byte-exact.
 TEST_F(AbuseTest, UcxTcpMagicThenAnyBytesLeaveTheDaemonServing) {
   GoodClient good(daemon());
   auto tcp = ListeningTcp(daemon().pid());
   RecordProperty("tcp_ports", static_cast<int>(tcp.size()));
   const char* tls = std::getenv("UCX_TLS");
   if (tls == nullptr || *tls == '\0') {
-    EXPECT_TRUE(tcp.empty()) << "snapd listens on " << tcp.size()
+    EXPECT_TRUE(tcp.empty()) << "adjsnapd listens on " << tcp.size()
                              << " TCP port(s) with its default UCX transports";
-    // Nor does a solver: this process holds the good client's libsnapd.
-    EXPECT_TRUE(ListeningTcp(getpid()).empty()) << "libsnapd listens on a TCP port";
+    // Nor does a solver: this process holds the good client's libadjsnap.
+    EXPECT_TRUE(ListeningTcp(getpid()).empty()) << "libadjsnap listens on a TCP port";
   }
   constexpr uint64_t kUcxTcpMagic = 0xCAFEBABE12345678ull;  // UCT_TCP_MAGIC_NUMBER
   auto magic_then = [&](uint8_t am_id, uint32_t length) {
@@ -383,12 +383,12 @@ TEST_F(AbuseTest, UcxTcpMagicThenAnyBytesLeaveTheDaemonServing) {
   for (const auto& [address, port] : tcp) {
     for (const auto& m : messages) {
       int fd = ConnectTcp(address, port);
-      ASSERT_GE(fd, 0) << "cannot connect to snapd's port " << address << ":" << port;
+      ASSERT_GE(fd, 0) << "cannot connect to adjsnapd's port " << address << ":" << port;
       (void)!send(fd, m.data(), m.size(), MSG_NOSIGNAL);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       close(fd);
       ASSERT_TRUE(daemon().Running())
-          << "snapd died of " << m.size() << " bytes to " << address << ":" << port
+          << "adjsnapd died of " << m.size() << " bytes to " << address << ":" << port
           << "; its log:\n"
           << daemon().Log();
     }
@@ -456,12 +456,12 @@ TEST_F(AbuseTest, AnArenaRequestSplitByAStopAndContinueIsStillAnswered) {
     const char* bytes = reinterpret_cast<const char*>(&req);
     constexpr size_t kHalf = sizeof req / 2;
     ASSERT_EQ(::send(sock->get(), bytes, kHalf, MSG_NOSIGNAL), static_cast<ssize_t>(kHalf));
-    // snapd's arena thread is now in its read of the rest; stop and resume the daemon there.
+    // adjsnapd's arena thread is now in its read of the rest; stop and resume the daemon there.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_EQ(kill(daemon().pid(), SIGSTOP), 0);
     ASSERT_TRUE(
         WaitUntil([&] { return ProcessState(daemon().pid()) == 'T'; }, std::chrono::seconds(5)))
-        << "snapd did not stop";
+        << "adjsnapd did not stop";
     ASSERT_EQ(kill(daemon().pid(), SIGCONT), 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     ASSERT_EQ(::send(sock->get(), bytes + kHalf, sizeof req - kHalf, MSG_NOSIGNAL),
@@ -501,7 +501,7 @@ TEST_F(AbuseTest, OneUidHoldsAtMostMaxSessionsPerUid) {
     EXPECT_NE(refused.error_message().find("max_sessions_per_uid = 3"), std::string::npos)
         << refused.error_message();
   }
-  // libsnapd passes the refusal on as it came.
+  // libadjsnap passes the refusal on as it came.
   auto client = ConnectClient(daemon());
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), Code::kResourceExhausted) << client.status().ToString();
@@ -572,12 +572,12 @@ TEST_F(AbuseTest, GarbageWorkerAddressesInOpenSessionAreRefused) {
 
 // Sessions whose client never connects its endpoint are closed after session_connect_timeout
 // (2 s here), and give back what they held.
-// Opens SNAPD_ABUSE_SESSIONS sessions (100 by default; the figure is 2000) that never
-// say Hello, all to one live worker, eight callers at a time: every one expires, and snapd's
+// Opens ADJSNAP_ABUSE_SESSIONS sessions (100 by default; the figure is 2000) that never
+// say Hello, all to one live worker, eight callers at a time: every one expires, and adjsnapd's
 // file descriptors and resident memory come back to where they were.
 TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
   ASSERT_NO_FATAL_FAILURE(StartWithConnectTimeout("2"));
-  const char* env = std::getenv("SNAPD_ABUSE_SESSIONS");
+  const char* env = std::getenv("ADJSNAP_ABUSE_SESSIONS");
   const int count = env && *env ? std::atoi(env) : 100;
   auto fds = [&] {
     size_t n = 0;
@@ -631,17 +631,17 @@ TEST_F(AbuseTest, SessionsThatNeverConnectExpireWithoutLeaking) {
   EXPECT_EQ(opened, count) << first_failure;
   EXPECT_TRUE(WaitUntil([&] { return Stats().sessions() == 0; }, std::chrono::seconds(30)));
   EXPECT_NE(daemon().Log().find("did not connect within 2 s"), std::string::npos);
-  // Endpoints close on snapd's UCX thread after their sessions: give them a moment.
+  // Endpoints close on adjsnapd's UCX thread after their sessions: give them a moment.
   WaitUntil([&] { return fds() <= fds_before + 2; }, std::chrono::seconds(5));
   size_t fds_after = fds();
   long rss_after = rss_kib();
   std::printf(
-      "%d silent sessions opened in %.1f s and expired; snapd fds %zu -> %zu, "
+      "%d silent sessions opened in %.1f s and expired; adjsnapd fds %zu -> %zu, "
       "resident %ld -> %ld KiB\n",
       count, open_s, fds_before, fds_after, rss_before, rss_after);
   EXPECT_LE(fds_after, fds_before + 2);
   // Under AddressSanitizer freed memory sits in its quarantine (256 MiB), so resident memory
-  // says nothing there; LeakSanitizer checks snapd's heap when it stops instead.
+  // says nothing there; LeakSanitizer checks adjsnapd's heap when it stops instead.
   if (!kAddressSanitizer) {
     EXPECT_LT(rss_after - rss_before, 64 * 1024) << "resident memory grew by more than 64 MiB";
   }
@@ -686,7 +686,7 @@ TEST_F(AbuseTest, UndecodableAndOutOfRangeControlRequestsGetNamedErrors) {
     grpc::ByteBuffer request(&slice, 1), response;
     grpc::ClientContext ctx;
     std::promise<grpc::Status> done;
-    generic.UnaryCall(&ctx, "/snapd.v1.Control/OpenRun", grpc::StubOptions(), &request, &response,
+    generic.UnaryCall(&ctx, "/adjsnap.v1.Control/OpenRun", grpc::StubOptions(), &request, &response,
                       [&](grpc::Status s) { done.set_value(s); });
     grpc::Status s = done.get_future().get();
     // Random bytes can decode as a valid, if odd, request; the rest are refused, named.
@@ -694,20 +694,20 @@ TEST_F(AbuseTest, UndecodableAndOutOfRangeControlRequestsGetNamedErrors) {
     ++refused;
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
     EXPECT_EQ(s.error_message(),
-              "the request body of /snapd.v1.Control/OpenRun does not decode "
-              "as a snapd.v1.OpenRunRequest message");
+              "the request body of /adjsnap.v1.Control/OpenRun does not decode "
+              "as a adjsnap.v1.OpenRunRequest message");
   }
   EXPECT_GT(refused, 0);
-  {  // A method snapd does not serve.
+  {  // A method adjsnapd does not serve.
     grpc::Slice slice("", 0);
     grpc::ByteBuffer request(&slice, 1), response;
     grpc::ClientContext ctx;
     std::promise<grpc::Status> done;
-    generic.UnaryCall(&ctx, "/snapd.v1.Control/FormatDisk", grpc::StubOptions(), &request,
+    generic.UnaryCall(&ctx, "/adjsnap.v1.Control/FormatDisk", grpc::StubOptions(), &request,
                       &response, [&](grpc::Status s) { done.set_value(s); });
     grpc::Status s = done.get_future().get();
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-    EXPECT_EQ(s.error_message(), "snapd serves no method '/snapd.v1.Control/FormatDisk'");
+    EXPECT_EQ(s.error_message(), "adjsnapd serves no method '/adjsnap.v1.Control/FormatDisk'");
   }
   GoodClient good(daemon());
   ExpectGoodClientExact(good);
@@ -725,11 +725,11 @@ TEST_F(AbuseTest, ADiskBudgetLargerThanTheFilesystemIsReportedAtStart) {
 }
 
 // Start-up refuses what cannot work, naming the key: a host tier larger than the node's
-// memory, and a spool directory snapd cannot write (a read-only filesystem).
+// memory, and a spool directory adjsnapd cannot write (a read-only filesystem).
 TEST(StartUp, RefusesAHostTierLargerThanTheNodeAndASpoolItCannotWrite) {
   TempDir dir;
   std::string out, err;
-  int rc = RunProgram({SNAPD_BINARY, "--socket", dir.path() + "/s", "--state-dir",
+  int rc = RunProgram({ADJSNAPD_BINARY, "--socket", dir.path() + "/s", "--state-dir",
                        dir.path() + "/state", "--host-mem", "64T", "--spool-dirs", "none"},
                       &out, &err);
   EXPECT_NE(rc, 0);
@@ -738,8 +738,8 @@ TEST(StartUp, RefusesAHostTierLargerThanTheNodeAndASpoolItCannotWrite) {
   std::string spool = dir.path() + "/ro-spool";
   ASSERT_EQ(mkdir(spool.c_str(), 0700), 0);
   rc = RunProgram({"/usr/bin/unshare", "--user", "--map-root-user", "--mount", "/bin/sh", "-c",
-                   "mount -t tmpfs -o ro,mode=0700,size=1m snapd-ro \"$0\" && exec \"$@\"", spool,
-                   SNAPD_BINARY, "--socket", dir.path() + "/s", "--state-dir",
+                   "mount -t tmpfs -o ro,mode=0700,size=1m adjsnap-ro \"$0\" && exec \"$@\"", spool,
+                   ADJSNAPD_BINARY, "--socket", dir.path() + "/s", "--state-dir",
                    dir.path() + "/state", "--host-mem", "16M", "--spool-dirs", spool},
                   &out, &err);
   if (err.find("unshare") != std::string::npos || err.find("mount:") != std::string::npos) {
@@ -797,4 +797,4 @@ TEST_F(AbuseTest, ARunLargerThanTheNodeIsRefusedWhenItOpensNamingTheLimit) {
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

@@ -9,15 +9,15 @@
 #include <vector>
 
 #include "raw_peer.h"
-#include "snapd/client.h"
-#include "snapd/kernels.h"
-#include "snapd/v1/control.grpc.pb.h"
-#include "snapd_fixture.h"
+#include "adjsnap/client.h"
+#include "adjsnap/kernels.h"
+#include "adjsnap/v1/control.grpc.pb.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
-class BadInputTest : public SnapdTest, public ::testing::WithParamInterface<bool> {
+class BadInputTest : public AdjsnapTest, public ::testing::WithParamInterface<bool> {
  protected:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("8M")));
@@ -148,7 +148,7 @@ TEST_P(BadInputTest, DeviceLayersNeedAUsableGpu) {
   ASSERT_TRUE(Push(run_id_, 0, kBytes).ok());
 }
 
-// The daemon's half of the device tier, driven as libsnapd drives it: a step recorded in a
+// The daemon's half of the device tier, driven as libadjsnap drives it: a step recorded in a
 // session's GPU pool is listed as TIER_DEVICE, is never served or pushed again, can be recorded
 // only with the session's token, and is reported lost once that session ends.
 TEST_P(BadInputTest, DeviceStepRecordsBelongToTheirSession) {
@@ -158,7 +158,7 @@ TEST_P(BadInputTest, DeviceStepRecordsBelongToTheirSession) {
     return Status(static_cast<Code>(s.error_code()), s.error_message());
   };
   std::string error;
-  auto peer = RawPeer::Open(stub(), &error);  // a session with a live UCX worker, as libsnapd has
+  auto peer = RawPeer::Open(stub(), &error);  // a session with a live UCX worker, as libadjsnap has
   ASSERT_NE(peer, nullptr) << error;
   const v1::OpenSessionResponse& session = peer->session();
   v1::OpenRunRequest open_run;
@@ -310,18 +310,18 @@ TEST(DaemonNotRunning, ConnectSaysHowToStartIt) {
   auto c = Client::Connect(o);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), Code::kUnavailable);
-  EXPECT_NE(c.status().message().find("snapd is not running at " + o.socket_path),
+  EXPECT_NE(c.status().message().find("adjsnapd is not running at " + o.socket_path),
             std::string::npos)
       << c.status().message();
-  EXPECT_NE(c.status().message().find("Start it with `snapd`"), std::string::npos);
+  EXPECT_NE(c.status().message().find("Start it with `adjsnapd`"), std::string::npos);
 }
 
 // Start-up refusals; one starts a daemon to refuse a second.
-class DaemonStartup : public SnapdTest {};
+class DaemonStartup : public AdjsnapTest {};
 
 TEST_F(DaemonStartup, BadConfigurationExitsWithTheReason) {
   std::string err;
-  int rc = RunProgram({SNAPD_BINARY, "--host-mem", "12Q"}, nullptr, &err);
+  int rc = RunProgram({ADJSNAPD_BINARY, "--host-mem", "12Q"}, nullptr, &err);
   EXPECT_EQ(rc, 2);
   EXPECT_NE(err.find("flag --host-mem: expected a size like 64G, got \"12Q\""), std::string::npos)
       << err;
@@ -330,12 +330,12 @@ TEST_F(DaemonStartup, BadConfigurationExitsWithTheReason) {
 TEST_F(DaemonStartup, SecondDaemonOnTheSameSocketRefusesToStart) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("8M")));
   std::string err;
-  int rc = RunProgram({SNAPD_BINARY, "--socket", daemon().socket(), "--state-dir",
+  int rc = RunProgram({ADJSNAPD_BINARY, "--socket", daemon().socket(), "--state-dir",
                        dir() + "/state2", "--host-mem", "8M"},
                       nullptr, &err);
   EXPECT_EQ(rc, 1);
-  EXPECT_NE(err.find("another snapd is already serving"), std::string::npos) << err;
+  EXPECT_NE(err.find("another adjsnapd is already serving"), std::string::npos) << err;
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

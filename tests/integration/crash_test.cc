@@ -1,4 +1,4 @@
-// kill -9 while snapd is writing: demotions to the disk tier, zfp-compressed spills, and moves
+// kill -9 while adjsnapd is writing: demotions to the disk tier, zfp-compressed spills, and moves
 // of a run's oldest local steps to a shared spool, cut at random moments. After every restart
 // on the same state directory each step reads back byte-exact or is reported lost (DATA_LOSS,
 // TIER_LOST), never with wrong bytes, and no file a cut write or move left stays in a spool; and
@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include "snapd/client.h"
-#include "snapd_fixture.h"
+#include "adjsnap/client.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 constexpr uint64_t kRawStep = (512 << 10) + 40;  // not a page multiple: padded spool files
@@ -83,7 +83,7 @@ void Fill(Mode mode, std::vector<char>* buf, uint64_t seed, uint64_t step) {
   }
 }
 
-// Pushes steps 0..kSteps-1, two buffers in flight, until a push fails (snapd was killed) or
+// Pushes steps 0..kSteps-1, two buffers in flight, until a push fails (adjsnapd was killed) or
 // all are stored. Returns which steps the daemon acknowledged as stored.
 std::vector<bool> PushUntilFailure(Client& c, Mode mode, uint64_t run_id, uint64_t seed) {
   std::vector<std::vector<char>> bufs(2);
@@ -122,7 +122,7 @@ struct Outcomes {
   uint64_t disk_cut = 0;      // acknowledged, bound for disk, lost: the kill hit its write
 };
 
-class KillDuringWrites : public SnapdTest {
+class KillDuringWrites : public AdjsnapTest {
  protected:
   void SetUp() override { ASSERT_NO_FATAL_FAILURE(StartDaemon(ThreeLevels())); }
   // A local spool of 15 steps and a shared one beside it (a directory here): a run's disk range
@@ -191,15 +191,15 @@ class KillDuringWrites : public SnapdTest {
 
 TEST_F(KillDuringWrites, EveryStepIsExactOrReportedLostNeverWrong) {
   uint64_t seed = std::random_device{}();
-  if (const char* s = std::getenv("SNAPD_CRASH_SEED")) seed = std::strtoull(s, nullptr, 10);
+  if (const char* s = std::getenv("ADJSNAP_CRASH_SEED")) seed = std::strtoull(s, nullptr, 10);
   int kills = 60;
-  if (const char* k = std::getenv("SNAPD_CRASH_KILLS")) kills = std::atoi(k);
-  std::printf("kill -9 during writes: seed %llu (SNAPD_CRASH_SEED=%llu repeats it), %d kills\n",
+  if (const char* k = std::getenv("ADJSNAP_CRASH_KILLS")) kills = std::atoi(k);
+  std::printf("kill -9 during writes: seed %llu (ADJSNAP_CRASH_SEED=%llu repeats it), %d kills\n",
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed), kills);
   RecordProperty("seed", std::to_string(seed));
   // The push the kill interrupts must fail, marking where the run stopped, rather than wait for
-  // the next start (libsnapd reconnects for 60 s by default; restart_test covers that).
-  setenv("SNAPD_RECONNECT_TIMEOUT", "0", 1);
+  // the next start (libadjsnap reconnects for 60 s by default; restart_test covers that).
+  setenv("ADJSNAP_RECONNECT_TIMEOUT", "0", 1);
   std::mt19937_64 rng(seed);
   const auto started = std::chrono::steady_clock::now();
 
@@ -326,7 +326,7 @@ TEST_F(KillDuringWrites, EveryStepIsExactOrReportedLostNeverWrong) {
 
 // Recovered spool files are checked in the background after a restart: a flipped byte is
 // found and the step reported lost without anyone fetching it.
-class RecoveredSpoolScrub : public SnapdTest {};
+class RecoveredSpoolScrub : public AdjsnapTest {};
 
 TEST_F(RecoveredSpoolScrub, AFlippedByteIsReportedLostWithoutAFetch) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options(kHostMem)));
@@ -391,4 +391,4 @@ TEST_F(RecoveredSpoolScrub, AFlippedByteIsReportedLostWithoutAFetch) {
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

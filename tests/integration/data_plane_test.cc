@@ -1,5 +1,5 @@
-// End-to-end behaviour of the real snapd binary over each data path: the copied path (UCX)
-// over tcp (the operator's UCX_TLS=tcp) and over snapd's default transports (every one but
+// End-to-end behaviour of the real adjsnapd binary over each data path: the copied path (UCX)
+// over tcp (the operator's UCX_TLS=tcp) and over adjsnapd's default transports (every one but
 // tcp, with UCX_MM_ERROR_HANDLING=y), and the mapped host tier over its session socket.
 // Each case checks the link the client really uses (Client::data_transports): by default UCX
 // 1.13 picks shared memory (sysv); a mapped client has no UCX endpoint at all. If a UCX
@@ -19,13 +19,13 @@
 #include <thread>
 #include <vector>
 
-#include "snapd/checksum.h"
-#include "snapd/client.h"
-#include "snapd/v1/control.grpc.pb.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/client.h"
+#include "adjsnap/v1/control.grpc.pb.h"
 #include "sanitizer.h"
-#include "snapd_fixture.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 struct Transport {
@@ -35,18 +35,18 @@ struct Transport {
   const char* lanes;  // what data_transports() reports
 };
 
-class DataPlaneTest : public SnapdTest, public ::testing::WithParamInterface<Transport> {
+class DataPlaneTest : public AdjsnapTest, public ::testing::WithParamInterface<Transport> {
  protected:
   void SetUp() override {
     if (*GetParam().ucx_tls) {
       setenv("UCX_TLS", GetParam().ucx_tls, 1);
     } else {
-      unsetenv("UCX_TLS");  // snapd's and libsnapd's default
+      unsetenv("UCX_TLS");  // adjsnapd's and libadjsnap's default
     }
     ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("512M")));
   }
   void TearDown() override {
-    SnapdTest::TearDown();
+    AdjsnapTest::TearDown();
     unsetenv("UCX_TLS");
   }
   // A client on this transport's data path; null (with a failure) if it cannot connect.
@@ -146,7 +146,7 @@ TEST_P(DataPlaneTest, AFetchRightAfterReleaseReadsWhatThisClientPushed) {
 }
 
 // The copy that moves a push's bytes computes their checksum: the client's on the mapped path,
-// snapd's own for an eager copied push. So a step is stored with its checksum recorded, and
+// adjsnapd's own for an eager copied push. So a step is stored with its checksum recorded, and
 // nothing reads it a second time to hash it. (A rendezvous push lands by UCX's copy, so the
 // checksum thread hashes it after; this case pushes it to show the value is the same.)
 TEST_P(DataPlaneTest, AStepIsStoredWithTheChecksumItsCopyComputed) {
@@ -187,7 +187,7 @@ TEST_P(DataPlaneTest, ClientKilledMidPushLeavesCatalogConsistent) {
     pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      if (!GetParam().mapped) setenv("SNAPD_DATA_PATH", "ucx", 1);
+      if (!GetParam().mapped) setenv("ADJSNAP_DATA_PATH", "ucx", 1);
       execl("/bin/sh", "sh", "-c", ("exec " + sh).c_str(), nullptr);
       _exit(127);
     }
@@ -239,7 +239,7 @@ TEST_P(DataPlaneTest, ClientKilledMidPushLeavesCatalogConsistent) {
 // client that waited for room, answered after it died, must not act on the new endpoint: they
 // once took one off its count of waiting pushes (below zero), and from then on it refused
 // every push ("64 pushes are already reserved"); the soak found it (tests/soak).
-class EndpointReuseTest : public SnapdTest {};
+class EndpointReuseTest : public AdjsnapTest {};
 
 TEST_F(EndpointReuseTest, AKilledClientsWaitingPushesLeaveTheNextClientsFreeToPush) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("8M", {"--spool-dirs", "none"})));
@@ -262,7 +262,7 @@ TEST_F(EndpointReuseTest, AKilledClientsWaitingPushesLeaveTheNextClientsFreeToPu
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
     ASSERT_TRUE(WaitUntil([&] { return Stats().sessions() == 0; }, std::chrono::seconds(30)))
-        << "round " << round << ": snapd did not see the killed client go";
+        << "round " << round << ": adjsnapd did not see the killed client go";
     // New clients (new endpoints: one may get the dead one's handle), then the victim's run is
     // deleted, which answers its waiting pushes.
     std::vector<Client*> next;
@@ -325,7 +325,7 @@ TEST_P(DataPlaneTest, RestartedDaemonServesHostStepsFromDiskAndNewRuns) {
   RoundTrip(*c, "after", 10, kStepBytes, 5);
 }
 
-// A client that ends closes its session in order, on either link: snapd logs the close, counts
+// A client that ends closes its session in order, on either link: adjsnapd logs the close, counts
 // no rejection (a session socket closed before CloseSession would make CloseSession find no
 // session), and holds no session afterwards.
 TEST_P(DataPlaneTest, AClientThatEndsClosesItsSessionInOrder) {
@@ -344,19 +344,19 @@ INSTANTIATE_TEST_SUITE_P(Transports, DataPlaneTest,
                                            Transport{"mapped", "", true, "unix/session-socket"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// Every loop (the daemon's data plane, libsnapd's I/O thread) sleeps with a timeout that is only
+// Every loop (the daemon's data plane, libadjsnap's I/O thread) sleeps with a timeout that is only
 // a backstop: a posted task or an event wakes it. Set to an hour, a lost wake-up (a task queued
 // while the loop goes to sleep, seen only when the timeout fires) hangs this test, where at
 // the default 100 ms it only made the backward pass 8-15x slower.
 class WakeUpTest : public DataPlaneTest {
  protected:
   void SetUp() override {
-    setenv("SNAPD_LOOP_IDLE_POLL_MS", "3600000", 1);  // the daemon and the clients inherit it
+    setenv("ADJSNAP_LOOP_IDLE_POLL_MS", "3600000", 1);  // the daemon and the clients inherit it
     DataPlaneTest::SetUp();
   }
   void TearDown() override {
     DataPlaneTest::TearDown();
-    unsetenv("SNAPD_LOOP_IDLE_POLL_MS");
+    unsetenv("ADJSNAP_LOOP_IDLE_POLL_MS");
   }
 };
 
@@ -433,14 +433,14 @@ FreshPass RunFreshProcess(const DaemonProcess& daemon, const std::string& run, i
 
 // Counts page faults of a whole process: under AddressSanitizer its shadow memory (an eighth
 // of every byte copied) faults too, and the count no longer tells the tier's pages apart.
-class FirstTouchTest : public SnapdTest {
+class FirstTouchTest : public AdjsnapTest {
  protected:
   void SetUp() override {
     if (kAddressSanitizer) {
       GTEST_SKIP() << "AddressSanitizer's shadow memory takes page faults of its own in the "
                       "copying process; the plain build counts the tier's faults alone";
     }
-    SnapdTest::SetUp();
+    AdjsnapTest::SetUp();
   }
 };
 
@@ -448,7 +448,7 @@ TEST_F(FirstTouchTest, AFreshProcessTakesFarFewerFaultsThanPagesItCopies) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("256M", {"--host-huge-pages", "off"})));
   constexpr int kSteps = 16;
   constexpr uint64_t kBytes = 4 << 20;
-  FreshPass first = RunFreshProcess(daemon(), "shot-1", kSteps, kBytes);  // snapd's pages new
+  FreshPass first = RunFreshProcess(daemon(), "shot-1", kSteps, kBytes);  // adjsnapd's pages new
   FreshPass second = RunFreshProcess(daemon(), "shot-2", kSteps, kBytes);
   ASSERT_EQ(second.pages, kSteps * static_cast<long>(kBytes / 4096));
   EXPECT_GE(second.push_faults, 0);
@@ -488,9 +488,9 @@ int64_t ProcStatusBytes(pid_t pid, const std::string& field) {
   return -1;
 }
 
-class MemoryReleaseTest : public SnapdTest {};
+class MemoryReleaseTest : public AdjsnapTest {};
 
-// A job pushes, its run is deleted, the tier goes idle: snapd gives the memory back, the
+// A job pushes, its run is deleted, the tier goes idle: adjsnapd gives the memory back, the
 // memfd and the daemon's own RSS both drop to a small fixed overhead, and it serves again.
 TEST_F(MemoryReleaseTest, AfterARunIsDeletedAndTheTierIdlesTheMemoryGoesBack) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(
@@ -545,9 +545,9 @@ TEST_F(MemoryReleaseTest, AfterARunIsDeletedAndTheTierIdlesTheMemoryGoesBack) {
 
 // Nothing waits forever in silence. A push that cannot get host room (here on purpose: a
 // Host-only run that blocks when full, on a daemon with no disk tier) is listed by Stats,
-// `snapctl status` and `snapctl runs` at once, with what it waits for; logged once it has
-// waited wait_warn_after; and a client wait with a limit says what snapd reports it waits for.
-class WaitsTest : public SnapdTest, public ::testing::WithParamInterface<bool> {};
+// `adjsnap status` and `adjsnap runs` at once, with what it waits for; logged once it has
+// waited wait_warn_after; and a client wait with a limit says what adjsnapd reports it waits for.
+class WaitsTest : public AdjsnapTest, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(WaitsTest, AStuckPushIsListedLoggedAndItsTimedWaitSaysWhatItWaitsFor) {
   ASSERT_NO_FATAL_FAILURE(
@@ -588,11 +588,11 @@ TEST_P(WaitsTest, AStuckPushIsListedLoggedAndItsTimedWaitSaysWhatItWaitsFor) {
   EXPECT_NE(w.waiting_for().find("deleted or consumed"), std::string::npos) << w.waiting_for();
 
   std::string out, err;
-  ASSERT_EQ(RunProgram({SNAPCTL_BINARY, "--socket", daemon().socket(), "status"}, &out, &err), 0)
+  ASSERT_EQ(RunProgram({ADJSNAP_BINARY, "--socket", daemon().socket(), "status"}, &out, &err), 0)
       << err;
   EXPECT_NE(out.find("waiting   1 push, 0 fetches"), std::string::npos) << out;
   EXPECT_NE(out.find("stuck"), std::string::npos) << out;
-  ASSERT_EQ(RunProgram({SNAPCTL_BINARY, "--socket", daemon().socket(), "runs"}, &out, &err), 0)
+  ASSERT_EQ(RunProgram({ADJSNAP_BINARY, "--socket", daemon().socket(), "runs"}, &out, &err), 0)
       << err;
   EXPECT_NE(out.find("1p "), std::string::npos) << out;
 
@@ -601,7 +601,7 @@ TEST_P(WaitsTest, AStuckPushIsListedLoggedAndItsTimedWaitSaysWhatItWaitsFor) {
   EXPECT_NE(timed.message().find("push of step 4 of run id " + std::to_string(run.run_id)),
             std::string::npos)
       << timed.ToString();
-  EXPECT_NE(timed.message().find("snapd reports it has waited"), std::string::npos)
+  EXPECT_NE(timed.message().find("adjsnapd reports it has waited"), std::string::npos)
       << timed.ToString();
   EXPECT_NE(timed.message().find("host room for"), std::string::npos) << timed.ToString();
 
@@ -623,4 +623,4 @@ INSTANTIATE_TEST_SUITE_P(Paths, WaitsTest, ::testing::Values(true, false),
                          });
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

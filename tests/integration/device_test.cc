@@ -1,4 +1,4 @@
-// Device (CUDA) pushes and fetches against a real snapd (CTest label `gpu`; skipped where no
+// Device (CUDA) pushes and fetches against a real adjsnapd (CTest label `gpu`; skipped where no
 // GPU is usable): byte-exact round trips over both data paths, the GPU NaN check, and the device
 // tier (placement on three tiers).
 #include <cuda_runtime.h>
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "daemon_process.h"
-#include "snapd/kernels.h"
+#include "adjsnap/kernels.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 class DeviceTest : public ::testing::TestWithParam<bool> {
@@ -200,17 +200,17 @@ TEST_P(DeviceTest, AnOpenEndedRunKeepsTheNewestStepsInThePool) {
   ASSERT_TRUE((*c)->DeleteRun("open-ended").ok());
 }
 
-// The CUDA example solver, forward and backward through snapd, checksums compared on the GPU.
+// The CUDA example solver, forward and backward through adjsnapd, checksums compared on the GPU.
 TEST_P(DeviceTest, TheCudaExampleSolverRoundTripsEverySnapshot) {
   std::string out, err;
   std::vector<std::string> argv = {ACOUSTIC2D_CUDA_BINARY, "--nx", "256", "--ny", "256",
                                    "--steps", "60", "--socket", daemon_->socket()};
-  if (!GetParam()) argv.insert(argv.begin(), {"/usr/bin/env", "SNAPD_DATA_PATH=ucx"});
+  if (!GetParam()) argv.insert(argv.begin(), {"/usr/bin/env", "ADJSNAP_DATA_PATH=ucx"});
   ASSERT_EQ(RunProgram(argv, &out, &err), 0) << out << err;
   EXPECT_NE(out.find("60/60 checksums match"), std::string::npos) << out;
   // Again with a 4 MiB device tier: the newest 15 steps of 256 KiB never leave the GPU.
   argv.insert(argv.end(), {"--layers", "HostDevice", "--run", "acoustic2d-cuda-pool"});
-  argv.insert(argv.begin(), {"/usr/bin/env", "SNAPD_DEVICE_MEM=4M"});
+  argv.insert(argv.begin(), {"/usr/bin/env", "ADJSNAP_DEVICE_MEM=4M"});
   ASSERT_EQ(RunProgram(argv, &out, &err), 0) << out << err;
   EXPECT_NE(out.find("60/60 checksums match"), std::string::npos) << out;
 }
@@ -221,4 +221,4 @@ INSTANTIATE_TEST_SUITE_P(DataPaths, DeviceTest, ::testing::Values(true, false),
                          });
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

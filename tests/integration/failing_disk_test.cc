@@ -1,8 +1,8 @@
 // The real daemon over a real filesystem that fails: its only spool on an ext4 image mounted
-// through a loop device, remounted read-only in the middle of a run. snapd takes the spool out
+// through a loop device, remounted read-only in the middle of a run. adjsnapd takes the spool out
 // of the rotation, fails the push that needs the disk within spool_failure_timeout (UNAVAILABLE
 // naming the spool and EROFS) while it sits idle and logs a few lines, says so in Stats; after
-// a remount read-write, `snapctl spool probe` brings the spool back and the run goes on.
+// a remount read-write, `adjsnap spool probe` brings the spool back and the run goes on.
 // Needs root and a loop device; skipped, saying why, elsewhere.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,10 +14,10 @@
 #include <thread>
 #include <vector>
 
-#include "snapd/client.h"
-#include "snapd_fixture.h"
+#include "adjsnap/client.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 constexpr size_t kStep = 1 << 20;
@@ -90,13 +90,13 @@ class LoopMount {
   const std::string dir_;
 };
 
-class FailingDiskTest : public SnapdTest {
+class FailingDiskTest : public AdjsnapTest {
  protected:
   void TearDown() override {
-    SnapdTest::TearDown();  // snapd stops before its spool goes
+    AdjsnapTest::TearDown();  // adjsnapd stops before its spool goes
     mount_.reset();
   }
-  // Starts snapd (16 MiB host tier) with its only spool, `*spool`, on a loop-mounted ext4
+  // Starts adjsnapd (16 MiB host tier) with its only spool, `*spool`, on a loop-mounted ext4
   // image; skips the test where the machine cannot loop-mount.
   void StartOnLoopSpool(const std::string& spool_failure_timeout, std::string* spool) {
     if (geteuid() != 0) {
@@ -124,7 +124,7 @@ TEST_F(FailingDiskTest, ASpoolRemountedReadOnlyMidRunFailsThePushInBoundAndComes
   std::vector<char> buf(kStep);
   auto push = [&](uint64_t t) -> Status {
     FillPattern(buf.data(), kStep, 21, t);
-    SNAPD_ASSIGN_OR_RETURN(PushHandle h, c->Push(run.run_id, t, buf.data(), kStep));
+    ADJSNAP_ASSIGN_OR_RETURN(PushHandle h, c->Push(run.run_id, t, buf.data(), kStep));
     return h.WaitStored();
   };
   uint64_t t = 0;
@@ -145,7 +145,7 @@ TEST_F(FailingDiskTest, ASpoolRemountedReadOnlyMidRunFailsThePushInBoundAndComes
   const double cpu = ProcessCpuSeconds(daemon().pid()) - cpu_before;
   const std::string grown = daemon().Log().substr(log_before);
   const size_t lines = static_cast<size_t>(std::count(grown.begin(), grown.end(), '\n'));
-  std::printf("[ figures  ] read-only remount: push failed after %.2f s, snapd CPU %.1f%% of "
+  std::printf("[ figures  ] read-only remount: push failed after %.2f s, adjsnapd CPU %.1f%% of "
               "wall, %zu log lines\n",
               wall, 100.0 * cpu / wall, lines);
   ASSERT_EQ(s.code(), Code::kUnavailable) << t << ": " << s.ToString();
@@ -173,14 +173,14 @@ TEST_F(FailingDiskTest, ASpoolRemountedReadOnlyMidRunFailsThePushInBoundAndComes
   EXPECT_EQ(stats.unavailable_pushes(), 4u);
   EXPECT_EQ(stats.unavailable_pushes_fast(), 3u);
   std::string out, err;
-  EXPECT_EQ(RunProgram({SNAPCTL_BINARY, "--socket", daemon().socket(), "status"}, &out, &err), 0)
+  EXPECT_EQ(RunProgram({ADJSNAP_BINARY, "--socket", daemon().socket(), "status"}, &out, &err), 0)
       << err;
   EXPECT_NE(out.find("failed"), std::string::npos) << out;
   EXPECT_NE(out.find("Read-only file system"), std::string::npos) << out;
 
   // Read-write again: a probe on demand puts the spool back, and the run goes on.
   ASSERT_TRUE(mount_->Remount("rw"));
-  EXPECT_EQ(RunProgram({SNAPCTL_BINARY, "--socket", daemon().socket(), "spool", "probe"}, &out,
+  EXPECT_EQ(RunProgram({ADJSNAP_BINARY, "--socket", daemon().socket(), "spool", "probe"}, &out,
                        &err),
             0)
       << out << err;
@@ -196,7 +196,7 @@ TEST_F(FailingDiskTest, ASpoolRemountedReadOnlyMidRunFailsThePushInBoundAndComes
 }
 
 // A stop while no spool works and a push waits for one: the waiting push is answered, the
-// drain that would write the host-only steps to disk fails at once saying why, and snapd exits
+// drain that would write the host-only steps to disk fails at once saying why, and adjsnapd exits
 // cleanly within a second: not after spool_failure_timeout (30 s here) or stop_timeout, nor
 // after gRPC's grace for a connected client to hang up.
 TEST_F(FailingDiskTest, AStopWhileNoSpoolWorksDoesNotWaitForTheDisk) {
@@ -212,7 +212,7 @@ TEST_F(FailingDiskTest, AStopWhileNoSpoolWorksDoesNotWaitForTheDisk) {
   auto push = [&](uint64_t t) -> Status {
     std::vector<char> buf(kStep);
     FillPattern(buf.data(), kStep, 21, t);
-    SNAPD_ASSIGN_OR_RETURN(PushHandle h, c->Push(run.run_id, t, buf.data(), kStep));
+    ADJSNAP_ASSIGN_OR_RETURN(PushHandle h, c->Push(run.run_id, t, buf.data(), kStep));
     return h.WaitStored();
   };
   for (uint64_t t = 0; t < 8; ++t) ASSERT_TRUE(push(t).ok()) << t;  // host-only, for the drain
@@ -241,4 +241,4 @@ TEST_F(FailingDiskTest, AStopWhileNoSpoolWorksDoesNotWaitForTheDisk) {
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

@@ -1,4 +1,4 @@
-// Test helper: a solver process as it starts for one shot. Connects to snapd on the mapped
+// Test helper: a solver process as it starts for one shot. Connects to adjsnapd on the mapped
 // host tier, pushes STEPS steps of BYTES (each page marked with its step), fetches them back in
 // reverse and checks every byte, deletes the run, and prints the minor page faults this process
 // took while pushing and while fetching, and how many 4 KiB pages the run spans:
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "snapd/client.h"
+#include "adjsnap/client.h"
 
 namespace {
 
@@ -36,14 +36,14 @@ int main(int argc, char** argv) {
   }
   uint64_t steps = std::strtoull(argv[3], nullptr, 10);
   uint64_t bytes = std::strtoull(argv[4], nullptr, 10);
-  snapd::ClientOptions o;
+  adjsnap::ClientOptions o;
   o.socket_path = argv[1];
-  auto client = snapd::Client::Connect(o);
+  auto client = adjsnap::Client::Connect(o);
   if (!client.ok()) return Fail(client.status().ToString());
-  if ((*client)->data_path() != snapd::DataPath::kMappedHostTier) {
+  if ((*client)->data_path() != adjsnap::DataPath::kMappedHostTier) {
     return Fail("not on the mapped host tier: " + (*client)->data_path_reason());
   }
-  snapd::RunSpec spec;
+  adjsnap::RunSpec spec;
   spec.name = argv[2];
   spec.steps = steps;
   spec.bytes_per_step = bytes;
@@ -60,13 +60,13 @@ int main(int argc, char** argv) {
     mark(t);
     auto h = (*client)->Push(run->run_id, t, src.data(), bytes);
     if (!h.ok()) return Fail(h.status().ToString());
-    if (snapd::Status s = h->WaitStored(); !s.ok()) return Fail(s.ToString());
+    if (adjsnap::Status s = h->WaitStored(); !s.ok()) return Fail(s.ToString());
   }
   long f1 = MinorFaults();
   long fetch_faults = 0;
   for (uint64_t t = steps; t-- > 0;) {
     long before = MinorFaults();
-    if (snapd::Status s = (*client)->Fetch(run->run_id, t, dst.data(), bytes); !s.ok()) {
+    if (adjsnap::Status s = (*client)->Fetch(run->run_id, t, dst.data(), bytes); !s.ok()) {
       return Fail(s.ToString());
     }
     fetch_faults += MinorFaults() - before;
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
       return Fail("step " + std::to_string(t) + " came back different");
     }
   }
-  if (snapd::Status s = (*client)->DeleteRun(spec.name); !s.ok()) return Fail(s.ToString());
+  if (adjsnap::Status s = (*client)->DeleteRun(spec.name); !s.ok()) return Fail(s.ToString());
   std::printf("push_faults %ld fetch_faults %ld pages %llu\n", f1 - f0, fetch_faults,
               static_cast<unsigned long long>(steps * ((bytes + 4095) / 4096)));
   return 0;

@@ -12,11 +12,11 @@
 #include <set>
 #include <thread>
 
-#include "snapd/client.h"
-#include "snapd/v1/control.grpc.pb.h"
-#include "snapd_fixture.h"
+#include "adjsnap/client.h"
+#include "adjsnap/v1/control.grpc.pb.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 struct Solver {
@@ -80,7 +80,7 @@ pid_t StartPushUntilKilled(const DaemonProcess& daemon, const char* run, const c
   return pid;
 }
 
-class ManySolvers : public SnapdTest {};
+class ManySolvers : public AdjsnapTest {};
 
 TEST_F(ManySolvers, MixedStepSizesAreNeverRefusedWhileTheDiskHasRoomAndComeBackExact) {
   std::string spool = dir() + "/spool";
@@ -167,7 +167,7 @@ TEST_F(ManySolvers, AKilledClientsRunIsRemovedAfterTheGraceUnlessKept) {
 
 // Across a restart, a run goes orphan_grace after its clients died unless one comes back: a
 // client alive at the stop reconnects by itself (without a push or fetch) and attaches its
-// runs again, so that its death still orphans them; one killed while snapd was down never
+// runs again, so that its death still orphans them; one killed while adjsnapd was down never
 // comes back. A run whose client closed cleanly stays. Without this, both runs of killed
 // clients stayed for ever: the soak's disk filled with them.
 TEST_F(ManySolvers, AfterARestartARunGoesWhenItsClientsDieUnlessClosedCleanly) {
@@ -196,7 +196,7 @@ TEST_F(ManySolvers, AfterARestartARunGoesWhenItsClientsDieUnlessClosedCleanly) {
     ASSERT_TRUE(pushed.ok() && pushed->WaitStored().ok());
   }  // closed cleanly: not an orphan
   StopDaemon();
-  kill(gone, SIGKILL);  // dies while snapd is down
+  kill(gone, SIGKILL);  // dies while adjsnapd is down
   waitpid(gone, nullptr, 0);
   ASSERT_NO_FATAL_FAILURE(StartDaemon(options));
   EXPECT_NE(daemon().Log().find("2 runs had clients at the last stop"), std::string::npos)
@@ -226,4 +226,4 @@ TEST_F(ManySolvers, AfterARestartARunGoesWhenItsClientsDieUnlessClosedCleanly) {
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

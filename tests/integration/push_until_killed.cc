@@ -1,4 +1,4 @@
-// Test helper: connects to snapd, opens run NAME with BYTES per step, and pushes steps until it
+// Test helper: connects to adjsnapd, opens run NAME with BYTES per step, and pushes steps until it
 // is killed, printing "pushed T" after issuing each push. Used to kill a client mid-push.
 // Before issuing push T it has seen push T-4 stored, so "pushed T" guarantees steps 0..T-4
 // are in the catalog while later ones are still in flight. BYTES 0: connect, print
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "daemon_process.h"
-#include "snapd/client.h"
+#include "adjsnap/client.h"
 
 int main(int argc, char** argv) {
   const std::string mode = argc == 5 ? argv[4] : "";
@@ -24,9 +24,9 @@ int main(int argc, char** argv) {
   }
   // A reader that stops reading must not end it: only the test's kill does.
   std::signal(SIGPIPE, SIG_IGN);
-  snapd::ClientOptions o;
+  adjsnap::ClientOptions o;
   o.socket_path = argv[1];
-  auto client = snapd::Client::Connect(o);
+  auto client = adjsnap::Client::Connect(o);
   if (!client.ok()) return 1;
   uint64_t bytes = std::strtoull(argv[3], nullptr, 10);
   if (bytes == 0) {  // connected and idle until killed: no traffic that would notice a failure
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     for (;;) pause();
   }
-  snapd::RunSpec spec;
+  adjsnap::RunSpec spec;
   spec.name = argv[2];
   spec.bytes_per_step = bytes;
   spec.keep = mode == "keep";
@@ -46,19 +46,19 @@ int main(int argc, char** argv) {
   if (!run.ok()) return 1;
   std::vector<std::vector<char>> buf(2, std::vector<char>(bytes));
   if (mode == "idle") {
-    snapd::testing::FillPattern(buf[0].data(), bytes, 7, 0);
+    adjsnap::testing::FillPattern(buf[0].data(), bytes, 7, 0);
     auto h = (*client)->Push(run->run_id, 0, buf[0].data(), bytes);
     if (!h.ok() || !h->WaitStored().ok()) return 1;
     std::printf("stored 0\n");
     std::fflush(stdout);
     for (;;) pause();
   }
-  std::vector<snapd::PushHandle> handles;
+  std::vector<adjsnap::PushHandle> handles;
   for (uint64_t t = 0;; ++t) {
     auto& b = buf[t % 2];
     if (t >= 2 && !handles[t - 2].WaitReleased().ok()) return 1;
     if (t >= 4 && !handles[t - 4].WaitStored().ok()) return 1;
-    snapd::testing::FillPattern(b.data(), bytes, 7, t);
+    adjsnap::testing::FillPattern(b.data(), bytes, 7, t);
     auto h = (*client)->Push(run->run_id, t, b.data(), bytes);
     if (!h.ok()) return 1;
     handles.push_back(*h);

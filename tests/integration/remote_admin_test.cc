@@ -1,4 +1,4 @@
-// snapctl against a remote admin address: gRPC over mutual TLS with certificates made by the
+// adjsnap against a remote admin address: gRPC over mutual TLS with certificates made by the
 // test (openssl): a client certificate the configured CA signed is an admin; others are
 // refused at the handshake.
 #include <gtest/gtest.h>
@@ -7,21 +7,21 @@
 #include <string>
 #include <vector>
 
-#include "snapd_fixture.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
-class RemoteAdminTest : public SnapdTest {
+class RemoteAdminTest : public AdjsnapTest {
  protected:
   void SetUp() override {
     // A CA, a server certificate for localhost, an admin's client certificate from that CA and
-    // one from a CA snapd does not trust.
+    // one from a CA adjsnapd does not trust.
     const std::string script = R"(set -e
 cd "$1"
 key() { openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$1.key" \
           -subj "/CN=$2" "${@:3}" 2>/dev/null; }
-key ca snapd-test-ca -x509 -days 1 -out ca.pem
+key ca adjsnap-test-ca -x509 -days 1 -out ca.pem
 key rogue-ca rogue-ca -x509 -days 1 -out rogue-ca.pem
 printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > san.ext
 key server localhost -out server.csr
@@ -36,7 +36,7 @@ openssl x509 -req -in rogue.csr -CA rogue-ca.pem -CAkey rogue-ca.key -CAcreatese
 )";
     std::string out, err;
     ASSERT_EQ(RunProgram({"/bin/bash", "-c", script, "certs", dir()}, &out, &err), 0) << err;
-    // Port 0: the kernel picks a free port, and snapd's log names it.
+    // Port 0: the kernel picks a free port, and adjsnapd's log names it.
     ASSERT_NO_FATAL_FAILURE(StartDaemon(
         Options("64M", {"--admin_listen", "localhost:0", "--admin_tls_cert", Path("server.pem"),
                         "--admin_tls_key", Path("server.key"), "--admin_tls_ca", Path("ca.pem")})));
@@ -49,10 +49,10 @@ openssl x509 -req -in rogue.csr -CA rogue-ca.pem -CAkey rogue-ca.key -CAcreatese
     address_ = "localhost:" + std::to_string(port);
   }
   std::string Path(const std::string& name) const { return dir() + "/" + name; }
-  // snapctl --remote with the client certificate `who` (admin or rogue).
+  // adjsnap --remote with the client certificate `who` (admin or rogue).
   int Remote(const std::string& who, std::vector<std::string> args, std::string* out,
              std::string* err) {
-    std::vector<std::string> argv = {SNAPCTL_BINARY,     "--remote",     address_,
+    std::vector<std::string> argv = {ADJSNAP_BINARY,     "--remote",     address_,
                                      "--tls-ca",         Path("ca.pem"), "--tls-cert",
                                      Path(who + ".pem"), "--tls-key",    Path(who + ".key")};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -94,7 +94,7 @@ TEST_F(RemoteAdminTest, ACertificateFromAnotherCaIsRefused) {
 
 TEST_F(RemoteAdminTest, RemoteWithoutAKeySaysWhatIsMissing) {
   std::string out, err;
-  EXPECT_EQ(RunProgram({SNAPCTL_BINARY, "--remote", address_, "--tls-ca", Path("ca.pem"),
+  EXPECT_EQ(RunProgram({ADJSNAP_BINARY, "--remote", address_, "--tls-ca", Path("ca.pem"),
                         "--tls-cert", Path("admin.pem"), "runs"},
                        &out, &err),
             2);
@@ -104,10 +104,10 @@ TEST_F(RemoteAdminTest, RemoteWithoutAKeySaysWhatIsMissing) {
 TEST(RemoteAdminConfig, AdminListenWithoutCertificatesIsRefusedAtStart) {
   std::string out, err;
   int rc =
-      RunProgram({SNAPD_BINARY, "--admin_listen", "127.0.0.1:7443", "--print-config"}, &out, &err);
+      RunProgram({ADJSNAPD_BINARY, "--admin_listen", "127.0.0.1:7443", "--print-config"}, &out, &err);
   EXPECT_EQ(rc, 2);
   EXPECT_NE(err.find("mutual TLS"), std::string::npos) << err;
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

@@ -1,7 +1,7 @@
 // A clean stop loses nothing: SIGTERM writes the host-only steps to disk (the drain) or hands
 // the host tier's memfd to systemd's fd store, and the next start serves every step
 // byte-exact. The fd store is exercised with the real protocol: a notification socket the
-// test owns receives FDSTORE=1 with the memfd (SCM_RIGHTS), and the next snapd gets it back as
+// test owns receives FDSTORE=1 with the memfd (SCM_RIGHTS), and the next adjsnapd gets it back as
 // systemd passes it (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES, fd 3). Only the round trip
 // through a real systemd needs one as PID 1, and skips, saying so, elsewhere.
 #include <fcntl.h>
@@ -23,12 +23,12 @@
 #include <thread>
 #include <vector>
 
-#include "snapd/client.h"
-#include "snapd/unix_socket.h"
-#include "snapd/v1/control.grpc.pb.h"
-#include "snapd_fixture.h"
+#include "adjsnap/client.h"
+#include "adjsnap/unix_socket.h"
+#include "adjsnap/v1/control.grpc.pb.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 constexpr size_t kStep = (1 << 20) + 40;
@@ -45,7 +45,7 @@ void PushSteps(Client& c, uint64_t run_id, uint64_t end, uint64_t seed) {
 
 Status FetchExact(Client& c, uint64_t run_id, uint64_t step, uint64_t seed) {
   std::vector<char> got(kStep), want(kStep);
-  SNAPD_RETURN_IF_ERROR(c.Fetch(run_id, step, got.data(), kStep));
+  ADJSNAP_RETURN_IF_ERROR(c.Fetch(run_id, step, got.data(), kStep));
   FillPattern(want.data(), kStep, seed, step);
   if (got != want) return Status::DataLoss("step " + std::to_string(step) + " differs");
   return Status::Ok();
@@ -76,7 +76,7 @@ bool WaitForPlacement(Client& c, const std::string& run, uint64_t host_boundary)
 }
 
 std::string ReadLog(const std::string& dir) {
-  std::ifstream in(dir + "/snapd.log");
+  std::ifstream in(dir + "/adjsnapd.log");
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
@@ -148,10 +148,10 @@ class FdStoreSocket {
   std::vector<std::pair<std::string, int>> stores_;
 };
 
-class RestartTest : public SnapdTest {
+class RestartTest : public AdjsnapTest {
  protected:
-  // Starts snapd under `notify` (as systemd with an fd store would: $NOTIFY_SOCKET, $FDSTORE),
-  // pushes `steps` steps of a kept run `name` with `seed`, stops snapd and waits for the memfd
+  // Starts adjsnapd under `notify` (as systemd with an fd store would: $NOTIFY_SOCKET, $FDSTORE),
+  // pushes `steps` steps of a kept run `name` with `seed`, stops adjsnapd and waits for the memfd
   // it hands over. Call under ASSERT_NO_FATAL_FAILURE.
   void StopWithAKeptRun(FdStoreSocket& notify, const std::string& host_mem,
                         const std::vector<std::string>& args, const std::string& name,
@@ -169,10 +169,10 @@ class RestartTest : public SnapdTest {
     ASSERT_TRUE(notify.WaitForStore(std::chrono::seconds(5))) << ReadLog(dir());
     ASSERT_GE(notify.stored(), 0) << "FDSTORE=1 came without an fd";
   }
-  // Starts snapd given back the memfds `notify` kept, as systemd passes them: fd 3 on,
-  // LISTEN_PID = snapd's pid (the shell execs snapd in place), LISTEN_FDS, LISTEN_FDNAMES.
+  // Starts adjsnapd given back the memfds `notify` kept, as systemd passes them: fd 3 on,
+  // LISTEN_PID = adjsnapd's pid (the shell execs adjsnapd in place), LISTEN_FDS, LISTEN_FDNAMES.
   // `every_arena`: each fd stored, under the name it was stored with; else the first alone, as
-  // "hosttier" (the name of an earlier snapd's one arena).
+  // "hosttier" (the name of an earlier adjsnapd's one arena).
   Status StartWithTheKeptTier(const FdStoreSocket& notify, const std::string& host_mem,
                               const std::vector<std::string>& args, bool every_arena = false) {
     std::vector<std::pair<std::string, int>> stores = notify.stores();
@@ -251,7 +251,7 @@ TEST_F(RestartTest, StopWithoutADiskTierNamesTheStepsItLoses) {
   for (int t = 0; t < 3; ++t) {
     EXPECT_NE(log.find("step " + std::to_string(t) +
                        " of run 'nowhere' is lost: it was still only in host memory when "
-                       "snapd stopped"),
+                       "adjsnapd stopped"),
               std::string::npos)
         << log;
   }
@@ -341,7 +341,7 @@ TEST_F(RestartTest, WithFdstoreOnlyNothingIsWrittenAndTheTierIsTakenBackInPlace)
 TEST_F(RestartTest, EveryUsersArenaGoesThroughTheFdStoreAndComesBackExact) {
   if (geteuid() != 0) GTEST_SKIP() << "runs clients as two more users: needs root";
   std::vector<User> users;
-  for (const char* name : {"snapd-tenant-b", "snapd-tenant-c"}) {
+  for (const char* name : {"adjsnap-tenant-b", "adjsnap-tenant-c"}) {
     std::optional<User> u = EnsureUser(name);
     ASSERT_TRUE(u.has_value());
     users.push_back(*u);
@@ -411,7 +411,7 @@ TEST_F(RestartTest, EveryUsersArenaGoesThroughTheFdStoreAndComesBackExact) {
 }
 
 // A start that is not given back the memfd the last stop handed over (systemd flushed its fd
-// store on `systemctl stop`, the node rebooted, or snapd was started by hand): with fdstore
+// store on `systemctl stop`, the node rebooted, or adjsnapd was started by hand): with fdstore
 // "auto" the stop wrote every step to disk as well, and they are served from there, exact.
 TEST_F(RestartTest, AFlushedFdStoreLosesNothingTheStopWroteToDisk) {
   FdStoreSocket notify(dir() + "/notify.sock");
@@ -450,7 +450,7 @@ TEST_F(RestartTest, AnFdStoreThatDidNotPassTheTierBackIsReportedNotSilent) {
   EXPECT_EQ(c->Fetch(run.run_id, 1, buf.data(), kStep).code(), Code::kDataLoss);
 }
 
-// A solver pushing in a loop while snapd restarts: its pushes wait for the new daemon and are
+// A solver pushing in a loop while adjsnapd restarts: its pushes wait for the new daemon and are
 // sent again; the run finishes byte-exact and no call returns an error.
 TEST_F(RestartTest, AClientPushingThroughARestartFinishesItsRunExact) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
@@ -488,9 +488,9 @@ TEST_F(RestartTest, AClientPushingThroughARestartFinishesItsRunExact) {
   EXPECT_EQ(Stats().lost_snapshots(), 0u);
 }
 
-// snapd killed and started again at once: the client's next control call can reach the new
-// snapd before its data plane notices that the old one went, and names a session the new one
-// never opened. snapd answers UNAUTHENTICATED and libsnapd opens a new session and calls again,
+// adjsnapd killed and started again at once: the client's next control call can reach the new
+// adjsnapd before its data plane notices that the old one went, and names a session the new one
+// never opened. adjsnapd answers UNAUTHENTICATED and libadjsnap opens a new session and calls again,
 // so the solver's OpenRun succeeds (it failed NOT_FOUND "session N is not open"; the soak
 // found it).
 TEST_F(RestartTest, AControlCallRightAfterARestartOpensANewSessionAndSucceeds) {
@@ -592,13 +592,13 @@ TEST_F(RestartTest, SystemctlRestartKeepsTheHostTierThroughARealFdStore) {
                    << "TheHostTierKeptInTheFdStoreIsTakenBackAndChecked covers the protocol";
     }
   }
-  std::string unit = "snapd-restart-test-" + std::to_string(getpid());
-  std::string socket = dir() + "/snapd.sock";
+  std::string unit = "adjsnap-restart-test-" + std::to_string(getpid());
+  std::string socket = dir() + "/adjsnap.sock";
   std::string out, err;
   ASSERT_EQ(
       RunProgram({"/usr/bin/systemd-run", "--unit", unit, "-p", "Type=notify", "-p",
                   "NotifyAccess=main", "-p", "FileDescriptorStoreMax=4", "-p",
-                  "FileDescriptorStorePreserve=yes", "--setenv=UCX_NET_DEVICES=lo", SNAPD_BINARY,
+                  "FileDescriptorStorePreserve=yes", "--setenv=UCX_NET_DEVICES=lo", ADJSNAPD_BINARY,
                   "--socket", socket, "--state-dir", dir() + "/state", "--host-mem", "64M"},
                  &out, &err),
       0)
@@ -632,4 +632,4 @@ TEST_F(RestartTest, SystemctlRestartKeepsTheHostTierThroughARealFdStore) {
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

@@ -1,4 +1,4 @@
-// snapd as a systemd service: the sd_notify protocol (READY, WATCHDOG, STOPPING) against a
+// adjsnapd as a systemd service: the sd_notify protocol (READY, WATCHDOG, STOPPING) against a
 // notification socket the test owns, as systemd would, and the unit file's verification.
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -16,11 +16,11 @@
 #include <thread>
 #include <vector>
 
-#include "snapd/client.h"
-#include "snapd/unix_socket.h"
-#include "snapd_fixture.h"
+#include "adjsnap/client.h"
+#include "adjsnap/unix_socket.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 // A datagram socket standing in for systemd's $NOTIFY_SOCKET.
@@ -58,8 +58,8 @@ class NotifySocket {
   int fd_ = -1;
 };
 
-// snapd under the wrappers that stand in for systemd.
-class ServiceTest : public SnapdTest {};
+// adjsnapd under the wrappers that stand in for systemd.
+class ServiceTest : public AdjsnapTest {};
 
 TEST_F(ServiceTest, NotifiesReadyPingsTheWatchdogAndSaysStopping) {
   NotifySocket notify(dir() + "/notify");
@@ -81,7 +81,7 @@ TEST_F(ServiceTest, NotifiesReadyPingsTheWatchdogAndSaysStopping) {
   EXPECT_NE(notify.WaitFor("STOPPING=1", std::chrono::seconds(5)), "");
 }
 
-TEST_F(ServiceTest, WithoutNotifySocketSnapdRunsAsUsual) {
+TEST_F(ServiceTest, WithoutNotifySocketAdjsnapdRunsAsUsual) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M", {}, {"/usr/bin/env", "-u", "NOTIFY_SOCKET"})));
   EXPECT_NE(Connect(), nullptr);
 }
@@ -92,11 +92,11 @@ TEST_F(ServiceTest, TheSystemdUnitVerifies) {
   if (access("/usr/bin/systemd-analyze", X_OK) != 0) {
     GTEST_SKIP() << "systemd-analyze is not installed (deploy/install-deps.sh installs it)";
   }
-  std::string unit_src = std::string(SNAPD_SOURCE_DIR) + "/deploy/systemd/snapd.service";
+  std::string unit_src = std::string(ADJSNAP_SOURCE_DIR) + "/deploy/systemd/adjsnap.service";
   std::string out, err;
-  std::string unit = dir() + "/snapd.service";
+  std::string unit = dir() + "/adjsnap.service";
   ASSERT_EQ(RunProgram({"/bin/sh", "-c",
-                        "sed 's|^ExecStart=/usr/local/sbin/snapd|ExecStart=" SNAPD_BINARY "|' " +
+                        "sed 's|^ExecStart=/usr/local/sbin/adjsnapd|ExecStart=" ADJSNAPD_BINARY "|' " +
                             unit_src + " > " + unit},
                        &out, &err),
             0)
@@ -104,20 +104,20 @@ TEST_F(ServiceTest, TheSystemdUnitVerifies) {
   int rc = RunProgram({"/usr/bin/systemd-analyze", "verify", "--man=no", unit}, &out, &err);
   EXPECT_EQ(rc, 0) << out << err;
   // Everything it printed is a finding; a clean unit prints nothing about itself.
-  EXPECT_EQ((out + err).find("snapd.service"), std::string::npos) << out << err;
+  EXPECT_EQ((out + err).find("adjsnap.service"), std::string::npos) << out << err;
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 // The metrics file node_exporter's textfile collector reads: written at start, replaced every
 // metrics_interval with the current figures, in the Prometheus text format.
-// Each of snapd's own threads carries its role's name ("snapd-<role>", docs/architecture.md
+// Each of adjsnapd's own threads carries its role's name ("adjsnap-<role>", docs/architecture.md
 // "Threads"), which is what `top -H`, `ps -L`, perf and gdb show an operator.
-TEST_F(ServiceTest, SnapdsThreadsAreNamedForTheirRoles) {
+TEST_F(ServiceTest, AdjsnapdsThreadsAreNamedForTheirRoles) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
   ASSERT_NE(Connect(), nullptr);
   std::multiset<std::string> names;
@@ -130,14 +130,14 @@ TEST_F(ServiceTest, SnapdsThreadsAreNamedForTheirRoles) {
   std::string all;
   for (const std::string& n : names) all += n + " ";
   for (const char* role :
-       {"snapd-dataplane", "snapd-sweeper", "snapd-tiering", "snapd-io", "snapd-checksum",
-        "snapd-catalog", "snapd-arena", "snapd-control", "snapd-vetting"}) {
-    EXPECT_TRUE(names.count(role)) << role << " is not among snapd's threads: " << all;
+       {"adjsnap-dplane", "adjsnap-sweeper", "adjsnap-tiering", "adjsnap-io", "adjsnap-cksum",
+        "adjsnap-catalog", "adjsnap-arena", "adjsnap-control", "adjsnap-vetting"}) {
+    EXPECT_TRUE(names.count(role)) << role << " is not among adjsnapd's threads: " << all;
   }
 }
 
-TEST_F(ServiceTest, TheMetricsFileFollowsWhatSnapdDoes) {
-  std::string prom = dir() + "/snapd.prom";
+TEST_F(ServiceTest, TheMetricsFileFollowsWhatAdjsnapdDoes) {
+  std::string prom = dir() + "/adjsnap.prom";
   ASSERT_NO_FATAL_FAILURE(
       StartDaemon(Options("64M", {"--metrics-textfile", prom, "--metrics-interval", "1"})));
   auto read = [&] {
@@ -146,7 +146,7 @@ TEST_F(ServiceTest, TheMetricsFileFollowsWhatSnapdDoes) {
     text << in.rdbuf();
     return text.str();
   };
-  EXPECT_NE(read().find("snapd_pushes_total 0\n"), std::string::npos) << read();
+  EXPECT_NE(read().find("adjsnap_pushes_total 0\n"), std::string::npos) << read();
   Client* c = Connect();
   ASSERT_NE(c, nullptr);
   RunSpec spec = Spec("counted", 0, 1 << 20);
@@ -158,20 +158,20 @@ TEST_F(ServiceTest, TheMetricsFileFollowsWhatSnapdDoes) {
     auto h = c->Push(run.run_id, t, step.data(), step.size());
     ASSERT_TRUE(h.ok() && h->WaitStored().ok());
   }
-  WaitUntil([&] { return read().find("snapd_pushes_total 3\n") != std::string::npos; },
+  WaitUntil([&] { return read().find("adjsnap_pushes_total 3\n") != std::string::npos; },
             std::chrono::seconds(10));
   std::string text = read();
-  EXPECT_NE(text.find("snapd_pushes_total 3\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("snapd_sessions 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("snapd_tier_used_bytes{tier=\"host\"} 3145728\n"), std::string::npos)
+  EXPECT_NE(text.find("adjsnap_pushes_total 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("adjsnap_sessions 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("adjsnap_tier_used_bytes{tier=\"host\"} 3145728\n"), std::string::npos)
       << text;
-  EXPECT_NE(text.find("# TYPE snapd_spill_bytes_total counter\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE adjsnap_spill_bytes_total counter\n"), std::string::npos) << text;
   EXPECT_NE(
-      text.find("snapd_rejections_total{surface=\"data_plane\",reason=\"unknown_am_id\"} 0\n"),
+      text.find("adjsnap_rejections_total{surface=\"data_plane\",reason=\"unknown_am_id\"} 0\n"),
       std::string::npos)
       << text;
   EXPECT_EQ(text.find(dir()), std::string::npos) << "no paths in the metrics";
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "acoustic_model.h"
-#include "snapd/client.h"
-#include "snapd_fixture.h"
+#include "adjsnap/client.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
 constexpr size_t kStep = (1 << 20) + 40;  // not a page multiple: exercises the padded files
@@ -36,7 +36,7 @@ void PushSteps(Client& c, uint64_t run_id, uint64_t first, uint64_t end, uint64_
 
 Status FetchExact(Client& c, uint64_t run_id, uint64_t step, uint64_t seed) {
   std::vector<char> got(kStep), want(kStep);
-  SNAPD_RETURN_IF_ERROR(c.Fetch(run_id, step, got.data(), kStep));
+  ADJSNAP_RETURN_IF_ERROR(c.Fetch(run_id, step, got.data(), kStep));
   FillPattern(want.data(), kStep, seed, step);
   if (got != want) return Status::DataLoss("step " + std::to_string(step) + " differs");
   return Status::Ok();
@@ -57,7 +57,7 @@ bool WaitOnDisk(Client& c, const std::string& run, uint64_t boundary) {
   return false;
 }
 
-class SpillTest : public SnapdTest, public ::testing::WithParamInterface<bool> {
+class SpillTest : public AdjsnapTest, public ::testing::WithParamInterface<bool> {
  protected:
   void SetUp() override { ASSERT_NO_FATAL_FAILURE(Start()); }
   void Start() {
@@ -208,16 +208,16 @@ TEST_P(SpillTest, AReversiblyCompressedRunIsStoredSmallerAndComesBackBitExact) {
 INSTANTIATE_TEST_SUITE_P(DataPaths, SpillTest, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "mapped" : "ucx"; });
 
-// snapd whose spool is a 4 MiB tmpfs in a private mount namespace: a real filesystem that
+// adjsnapd whose spool is a 4 MiB tmpfs in a private mount namespace: a real filesystem that
 // fills up, while the disk budget (64 MiB) says there is room.
-class SmallFilesystem : public SnapdTest {};
+class SmallFilesystem : public AdjsnapTest {};
 
 TEST_F(SmallFilesystem, FillsUpWithoutLosingOrCorruptingWhatWasStored) {
   std::string spool = dir() + "/spool";
   std::filesystem::create_directories(spool);
   DaemonOptions o = Options("8M", {"--spool-dirs", spool, "--disk-mem", "64M"});
   o.wrapper = {"/usr/bin/unshare", "--user", "--map-root-user", "--mount", "/bin/sh", "-c",
-               "mount -t tmpfs -o size=4m snapd-test-spool \"$SPOOL_DIR\" && exec \"$@\"", "sh"};
+               "mount -t tmpfs -o size=4m adjsnap-test-spool \"$SPOOL_DIR\" && exec \"$@\"", "sh"};
   setenv("SPOOL_DIR", spool.c_str(), 1);
   Status started = TryStartDaemon(o);
   if (!started.ok() && started.message().find("unshare") != std::string::npos) {
@@ -264,4 +264,4 @@ TEST_F(SmallFilesystem, FillsUpWithoutLosingOrCorruptingWhatWasStored) {
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

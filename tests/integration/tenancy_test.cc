@@ -14,18 +14,18 @@
 
 #include "raw_peer.h"
 #include "sanitizer.h"
-#include "snapd/client.h"
-#include "snapd_fixture.h"
+#include "adjsnap/client.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
-constexpr const char* kTenant = "snapd-tenant-b";
+constexpr const char* kTenant = "adjsnap-tenant-b";
 
-class TenancyTest : public SnapdTest {
+class TenancyTest : public AdjsnapTest {
  protected:
   void SetUp() override { ASSERT_NO_FATAL_FAILURE(Start({})); }
-  // (Re)starts snapd with `args`.
+  // (Re)starts adjsnapd with `args`.
   void Start(const std::vector<std::string>& args) {
     if (geteuid() != 0) GTEST_SKIP() << "creates a user and runs a client as it: needs root";
     std::optional<User> user = EnsureUser(kTenant);
@@ -39,7 +39,7 @@ class TenancyTest : public SnapdTest {
   std::map<std::string, std::string> Probe(const std::vector<std::string>& args) {
     const bool failed_before = HasFailure();
     auto fields = ProbeAs(User{uid_, gid_}, daemon().socket(), args);
-    if (!failed_before && HasFailure()) ADD_FAILURE() << "snapd's log: " << daemon().Log();
+    if (!failed_before && HasFailure()) ADD_FAILURE() << "adjsnapd's log: " << daemon().Log();
     return fields;
   }
 
@@ -101,7 +101,7 @@ TEST_F(TenancyTest, EachUidMapsAnArenaThatHoldsOnlyItsOwnBytes) {
 // With host_arenas = "shared" (one arena for every tenant), the tenant may not use the mapped
 // path at all: the arena socket refuses it a session socket, every mapped-path message on a
 // UCX endpoint is refused, nothing is stored, and its own pushes into the reused blocks come
-// back as its bytes only. Its copied path needs UCX's tcp transport, which snapd and libsnapd
+// back as its bytes only. Its copied path needs UCX's tcp transport, which adjsnapd and libadjsnap
 // leave out unless UCX_TLS says otherwise (docs/operations.md, "Ports"): here it does.
 TEST_F(TenancyTest, ASharedArenaRefusesTheMappedPathToAnotherUser) {
   setenv("UCX_TLS", "tcp", 1);  // the daemon and the probe inherit it
@@ -171,7 +171,7 @@ TEST_F(TenancyTest, AnotherUserCannotCloseASessionWithItsToken) {
   EXPECT_EQ(r->code, 0) << Message(*r);  // still open: the owner's Hello is answered
 }
 
-// What snapd and snapctl write is private: another user can read neither the catalog, the
+// What adjsnapd and adjsnap write is private: another user can read neither the catalog, the
 // spool nor a dump (all as the owner left them, whatever the umask).
 TEST_F(TenancyTest, AnotherUserCannotReadTheStateTheSpoolOrADump) {
   Client* a = Connect();
@@ -189,7 +189,7 @@ TEST_F(TenancyTest, AnotherUserCannotReadTheStateTheSpoolOrADump) {
   std::string dump = dir() + "/dump", out, err;
   mode_t old = umask(0);
   int rc = RunProgram(
-      {SNAPCTL_BINARY, "--socket", daemon().socket(), "dump", "secret", "--to", dump}, &out, &err);
+      {ADJSNAP_BINARY, "--socket", daemon().socket(), "dump", "secret", "--to", dump}, &out, &err);
   umask(old);
   ASSERT_EQ(rc, 0) << err;
   std::string state = dir() + "/state";
@@ -241,8 +241,8 @@ long long CgroupNumber(const std::string& dir, const std::string& file, const st
 }
 
 // A solver in a memory cgroup (as Slurm's ConstrainRAMSpace runs a job), limited to 512 MiB,
-// pushes and fetches 2 GiB on the mapped path through a 1 GiB host tier that snapd did not
-// prefault. Every tier page is populated by snapd before the solver touches it, so none is
+// pushes and fetches 2 GiB on the mapped path through a 1 GiB host tier that adjsnapd did not
+// prefault. Every tier page is populated by adjsnapd before the solver touches it, so none is
 // charged to the job: it is not killed, and its cgroup holds its own working set only.
 TEST_F(TenancyTest, ASolverInAMemoryCgroupIsNotChargedForTheTier) {
   const std::string root = "/sys/fs/cgroup/memory";
@@ -250,7 +250,7 @@ TEST_F(TenancyTest, ASolverInAMemoryCgroupIsNotChargedForTheTier) {
     GTEST_SKIP() << "no writable cgroup v1 memory controller at " << root;
   }
   ASSERT_NO_FATAL_FAILURE(Start({"--host-mem", "1G"}));
-  const std::string cg = root + "/snapd-test-" + std::to_string(getpid());
+  const std::string cg = root + "/adjsnap-test-" + std::to_string(getpid());
   ASSERT_EQ(mkdir(cg.c_str(), 0755), 0) << std::strerror(errno);
   constexpr long long kLimit = 512ll << 20;
   { std::ofstream(cg + "/memory.limit_in_bytes") << kLimit; }
@@ -285,4 +285,4 @@ TEST_F(TenancyTest, ASolverInAMemoryCgroupIsNotChargedForTheTier) {
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

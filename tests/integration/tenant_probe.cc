@@ -11,7 +11,7 @@
 //   tenant_probe SOCKET hello HEXADDR ID TOKEN
 //                                            says Hello and asks for step 0 of run 1 with a
 //                                            stolen session id and token, from its own endpoint
-//                                            to snapd's worker (HEXADDR); prints the replies
+//                                            to adjsnapd's worker (HEXADDR); prints the replies
 //   tenant_probe SOCKET scan STEPS BYTES [SEED]
 //                                            maps this user's own host-tier arena (as the
 //                                            client library does) and counts its 4 KiB pages
@@ -51,15 +51,15 @@
 
 #include "daemon_process.h"
 #include "raw_peer.h"
-#include "snapd/client.h"
-#include "snapd/unix_socket.h"
-#include "snapd/wire.h"
+#include "adjsnap/client.h"
+#include "adjsnap/unix_socket.h"
+#include "adjsnap/wire.h"
 
 namespace {
 
-using snapd::testing::RawPeer;
-namespace wire = snapd::wire;
-namespace v1 = snapd::v1;
+using adjsnap::testing::RawPeer;
+namespace wire = adjsnap::wire;
+namespace v1 = adjsnap::v1;
 
 void Print(const char* name, long long value) {
   std::printf("%s=%lld\n", name, value);
@@ -109,7 +109,7 @@ int Replay(const std::string& socket, uint64_t steps, uint64_t bytes) {
     peer->Send(wire::kReserve, &reserve, sizeof reserve);
     auto r = peer->WaitReply(100 + 3 * t);
     if (r && r->code == 7) ++reserve_refused;
-    if (r && reserve_message.empty()) reserve_message = snapd::testing::Message(*r);
+    if (r && reserve_message.empty()) reserve_message = adjsnap::testing::Message(*r);
     wire::PushRequest commit{wire::MakeHeader(wire::kCommit, token, 101 + 3 * t), run, t, bytes, 0};
     peer->Send(wire::kCommit, &commit, sizeof commit);
     auto c = peer->WaitReply(101 + 3 * t);
@@ -119,14 +119,14 @@ int Replay(const std::string& socket, uint64_t steps, uint64_t bytes) {
   Print("commit_refused", commit_refused);
   std::printf("reserve_message=%s\n", reserve_message.c_str());
   // What an ordinary client of this user then reads of the "committed" steps.
-  snapd::ClientOptions o;
+  adjsnap::ClientOptions o;
   o.socket_path = socket;
-  auto client = snapd::Client::Connect(o);
+  auto client = adjsnap::Client::Connect(o);
   if (!client.ok()) return 1;
-  Print("mapped", (*client)->data_path() == snapd::DataPath::kMappedHostTier);
+  Print("mapped", (*client)->data_path() == adjsnap::DataPath::kMappedHostTier);
   for (uint64_t t = 0; t < steps; ++t) {
-    snapd::Status f = (*client)->Fetch(run, t, got.data(), bytes);
-    if (f.code() == snapd::Code::kNotFound) ++fetch_not_found;
+    adjsnap::Status f = (*client)->Fetch(run, t, got.data(), bytes);
+    if (f.code() == adjsnap::Code::kNotFound) ++fetch_not_found;
   }
   Print("fetch_not_found", fetch_not_found);
   // What the "committed" steps hold when they were stored: zeros (fresh pages of this user's
@@ -134,13 +134,13 @@ int Replay(const std::string& socket, uint64_t steps, uint64_t bytes) {
   long long victim_fetched = 0;
   std::vector<char> victim(bytes);
   for (uint64_t t = 0; t < steps; ++t) {
-    snapd::testing::FillPattern(victim.data(), bytes, 1, t);
+    adjsnap::testing::FillPattern(victim.data(), bytes, 1, t);
     if ((*client)->Fetch(run, t, got.data(), bytes).ok() && got == victim) ++victim_fetched;
   }
   Print("victim_fetched", victim_fetched);
   // A fresh run of the same name for the honest round trip (the steps above may be stored).
   (void)(*client)->DeleteRun("replay");
-  snapd::RunSpec again;
+  adjsnap::RunSpec again;
   again.name = "replay";
   again.steps = steps;
   again.bytes_per_step = bytes;
@@ -156,7 +156,7 @@ int Replay(const std::string& socket, uint64_t steps, uint64_t bytes) {
   long long exact = 0;
   for (uint64_t t = 0; t < steps; ++t) {
     std::vector<char> mine(bytes);
-    snapd::testing::FillPattern(mine.data(), bytes, 99, t);
+    adjsnap::testing::FillPattern(mine.data(), bytes, 99, t);
     auto h = (*client)->Push(honest, t, mine.data(), bytes);
     if (!h.ok() || !h->WaitStored().ok()) continue;
     if ((*client)->Fetch(honest, t, got.data(), bytes).ok() && got == mine) ++exact;
@@ -175,13 +175,13 @@ int Scan(const std::string& socket, uint64_t steps, uint64_t bytes, uint64_t see
     std::fprintf(stderr, "open session: %s\n", s.error_message().c_str());
     return 1;
   }
-  auto sock = snapd::ConnectUnix(session.arena_socket());
+  auto sock = adjsnap::ConnectUnix(session.arena_socket());
   if (!sock.ok()) return 1;
   wire::ArenaRequest req{session.session_id(), session.token()};
   if (send(sock->get(), &req, sizeof req, MSG_NOSIGNAL) != sizeof req) return 1;
   wire::ArenaReply reply{};
   int fd = -1;
-  if (snapd::RecvWithFd(sock->get(), &reply, sizeof reply, MSG_WAITALL, &fd) != sizeof reply) {
+  if (adjsnap::RecvWithFd(sock->get(), &reply, sizeof reply, MSG_WAITALL, &fd) != sizeof reply) {
     return 1;
   }
   Print("arena_code", reply.code);
@@ -193,7 +193,7 @@ int Scan(const std::string& socket, uint64_t steps, uint64_t bytes, uint64_t see
   constexpr size_t kPage = 4096;
   std::vector<char> victim(steps * bytes);
   for (uint64_t t = 0; t < steps; ++t) {
-    snapd::testing::FillPattern(victim.data() + t * bytes, bytes, seed, t);
+    adjsnap::testing::FillPattern(victim.data() + t * bytes, bytes, seed, t);
   }
   std::unordered_set<std::string_view> pages;
   for (size_t at = 0; at + kPage <= victim.size(); at += kPage) {
@@ -215,18 +215,18 @@ int Scan(const std::string& socket, uint64_t steps, uint64_t bytes, uint64_t see
 // A client of `socket` (its data path printed as "mapped") with `spec` opened; nullopt after
 // saying why on stderr.
 struct Opened {
-  std::unique_ptr<snapd::Client> client;
-  snapd::RunInfo run;
+  std::unique_ptr<adjsnap::Client> client;
+  adjsnap::RunInfo run;
 };
-std::optional<Opened> ConnectAndOpen(const std::string& socket, const snapd::RunSpec& spec) {
-  snapd::ClientOptions o;
+std::optional<Opened> ConnectAndOpen(const std::string& socket, const adjsnap::RunSpec& spec) {
+  adjsnap::ClientOptions o;
   o.socket_path = socket;
-  auto client = snapd::Client::Connect(o);
+  auto client = adjsnap::Client::Connect(o);
   if (!client.ok()) {
     std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
     return std::nullopt;
   }
-  Print("mapped", (*client)->data_path() == snapd::DataPath::kMappedHostTier);
+  Print("mapped", (*client)->data_path() == adjsnap::DataPath::kMappedHostTier);
   auto run = (*client)->OpenRun(spec);
   if (!run.ok()) {
     std::fprintf(stderr, "open: %s\n", run.status().ToString().c_str());
@@ -236,19 +236,19 @@ std::optional<Opened> ConnectAndOpen(const std::string& socket, const snapd::Run
 }
 
 int RoundTrip(const std::string& socket, uint64_t steps, uint64_t bytes) {
-  snapd::RunSpec spec;
+  adjsnap::RunSpec spec;
   spec.name = "solver";
   spec.steps = steps;
   spec.bytes_per_step = bytes;
   std::optional<Opened> opened = ConnectAndOpen(socket, spec);
   if (!opened) return 1;
-  snapd::Client* client = opened->client.get();
-  const snapd::RunInfo* run = &opened->run;
+  adjsnap::Client* client = opened->client.get();
+  const adjsnap::RunInfo* run = &opened->run;
   std::vector<char> step(bytes), back(bytes);
   for (uint64_t t = 0; t < steps; ++t) {
-    snapd::testing::FillPattern(step.data(), bytes, 7, t);
+    adjsnap::testing::FillPattern(step.data(), bytes, 7, t);
     auto h = client->Push(run->run_id, t, step.data(), bytes);
-    snapd::Status s = h.ok() ? h->WaitStored() : h.status();
+    adjsnap::Status s = h.ok() ? h->WaitStored() : h.status();
     if (!s.ok()) {
       std::fprintf(stderr, "push %llu: %s\n", static_cast<unsigned long long>(t),
                    s.ToString().c_str());
@@ -257,7 +257,7 @@ int RoundTrip(const std::string& socket, uint64_t steps, uint64_t bytes) {
   }
   long long exact = 0;
   for (uint64_t t = steps; t-- > 0;) {
-    snapd::testing::FillPattern(step.data(), bytes, 7, t);
+    adjsnap::testing::FillPattern(step.data(), bytes, 7, t);
     if (client->Fetch(run->run_id, t, back.data(), bytes).ok() && back == step) ++exact;
   }
   Print("exact", exact);
@@ -268,30 +268,30 @@ int RoundTrip(const std::string& socket, uint64_t steps, uint64_t bytes) {
 // keep (push a kept run) or verify (attach and fetch it back) NAME.
 int KeepOrVerify(const std::string& socket, bool keep, const std::string& name, uint64_t steps,
                  uint64_t bytes, uint64_t seed) {
-  snapd::RunSpec spec;
+  adjsnap::RunSpec spec;
   spec.name = name;
   spec.steps = steps;
   spec.bytes_per_step = bytes;
   spec.keep = true;
   std::optional<Opened> opened = ConnectAndOpen(socket, spec);
   if (!opened) return 1;
-  snapd::Client* client = opened->client.get();
-  const snapd::RunInfo* run = &opened->run;
+  adjsnap::Client* client = opened->client.get();
+  const adjsnap::RunInfo* run = &opened->run;
   Print("created", run->created);
   std::vector<char> want(bytes), got(bytes);
   long long done = 0;
   for (uint64_t t = 0; t < steps; ++t) {
-    snapd::testing::FillPattern(want.data(), bytes, seed, t);
+    adjsnap::testing::FillPattern(want.data(), bytes, seed, t);
     if (keep) {
       auto h = client->Push(run->run_id, t, want.data(), bytes);
-      snapd::Status s = h.ok() ? h->WaitStored() : h.status();
+      adjsnap::Status s = h.ok() ? h->WaitStored() : h.status();
       if (!s.ok()) {
         std::fprintf(stderr, "push %llu: %s\n", static_cast<unsigned long long>(t),
                      s.ToString().c_str());
       }
       done += s.ok();
     } else {
-      snapd::Status s = client->Fetch(run->run_id, t, got.data(), bytes);
+      adjsnap::Status s = client->Fetch(run->run_id, t, got.data(), bytes);
       if (!s.ok() || got != want) {
         std::fprintf(stderr, "fetch %llu: %s\n", static_cast<unsigned long long>(t),
                      s.ok() ? "bytes differ" : s.ToString().c_str());
@@ -318,11 +318,11 @@ int Close(const std::string& socket, uint64_t id, uint64_t token) {
 }
 
 int Fill(const std::string& socket, uint64_t steps, uint64_t bytes) {
-  snapd::ClientOptions o;
+  adjsnap::ClientOptions o;
   o.socket_path = socket;
-  auto client = snapd::Client::Connect(o);
+  auto client = adjsnap::Client::Connect(o);
   if (!client.ok()) return 1;
-  snapd::RunSpec spec;
+  adjsnap::RunSpec spec;
   spec.name = "hog";
   spec.bytes_per_step = bytes;
   spec.layers = "Host";
@@ -337,7 +337,7 @@ int Fill(const std::string& socket, uint64_t steps, uint64_t bytes) {
   std::string why;
   for (uint64_t t = 0; t < steps && why.empty(); ++t) {
     auto h = (*client)->Push(run->run_id, t, step.data(), bytes);
-    snapd::Status s = h.ok() ? h->WaitStored() : h.status();
+    adjsnap::Status s = h.ok() ? h->WaitStored() : h.status();
     if (s.ok())
       ++stored;
     else
@@ -353,7 +353,7 @@ int Hello(const std::string& hex, uint64_t id, uint64_t token) {
   for (size_t i = 0; i + 1 < hex.size(); i += 2) {
     address.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   }
-  // With snapd's default transports a process of another uid cannot even reach snapd's
+  // With adjsnapd's default transports a process of another uid cannot even reach adjsnapd's
   // worker (shared memory is its owner's).
   std::unique_ptr<RawPeer> stranger = RawPeer::Stranger(address);
   Print("connected", stranger != nullptr);

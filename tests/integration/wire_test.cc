@@ -12,16 +12,16 @@
 #include <thread>
 
 #include "raw_peer.h"
-#include "snapd/client.h"
-#include "snapd/ucx.h"
-#include "snapd/v1/control.grpc.pb.h"
-#include "snapd/wire.h"
-#include "snapd_fixture.h"
+#include "adjsnap/client.h"
+#include "adjsnap/ucx.h"
+#include "adjsnap/v1/control.grpc.pb.h"
+#include "adjsnap/wire.h"
+#include "adjsnap_fixture.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 namespace {
 
-class WireTest : public SnapdTest {
+class WireTest : public AdjsnapTest {
  protected:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
@@ -32,7 +32,7 @@ class WireTest : public SnapdTest {
   }
   void TearDown() override {
     peer_.reset();  // the raw peer leaves with the other clients
-    SnapdTest::TearDown();
+    AdjsnapTest::TearDown();
   }
   uint64_t Rejected() { return Stats().rejected_messages(); }
   void Hello(uint64_t request_id) {
@@ -186,7 +186,7 @@ TEST_F(WireTest, AnAbortedReservationFreesTheStepAndItsMemory) {
   ExpectRoundTrip();
 }
 
-// A commit's flags say what else it carries (kPushChecksum); one this snapd does not know is
+// A commit's flags say what else it carries (kPushChecksum); one this adjsnapd does not know is
 // refused by name, and the push is abandoned with nothing left behind.
 TEST_F(WireTest, ACommitWithUnknownFlagsIsRefusedAndLeavesNothingBehind) {
   Hello(1);
@@ -278,7 +278,7 @@ TEST_F(WireTest, UnknownMessageIdLeavesTheDaemonServing) {
 }
 
 // Two kinds of rejection, each counted under its own reason (Stats.rejections, the source of
-// snapd_rejections_total) and logged: an AM id outside the wire format on the data plane, and
+// adjsnap_rejections_total) and logged: an AM id outside the wire format on the data plane, and
 // an OpenRun whose enum value is outside the schema on the control plane.
 TEST_F(WireTest, EachRejectionIsCountedUnderItsOwnReason) {
   auto count = [&](const std::string& surface, const std::string& reason) {
@@ -325,4 +325,4 @@ TEST_F(WireTest, EachRejectionIsCountedUnderItsOwnReason) {
 }
 
 }  // namespace
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

@@ -7,10 +7,10 @@
 #include <random>
 #include <vector>
 
-#include "snapd/checksum.h"
-#include "snapd/kernels.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/kernels.h"
 
-namespace snapd::kernels {
+namespace adjsnap::kernels {
 namespace {
 
 class GpuTest : public ::testing::Test {
@@ -86,4 +86,4 @@ TEST_F(GpuTest, PackAndUnpackEqualTheCpuReferences) {
 }
 
 }  // namespace
-}  // namespace snapd::kernels
+}  // namespace adjsnap::kernels

@@ -10,11 +10,11 @@
 #include <random>
 #include <vector>
 
-#include "snapd/checksum.h"
+#include "adjsnap/checksum.h"
 #include "kernel_math.h"
-#include "snapd/kernels.h"
+#include "adjsnap/kernels.h"
 
-namespace snapd::kernels {
+namespace adjsnap::kernels {
 namespace {
 
 std::vector<unsigned char> RandomBytes(size_t n, uint64_t seed) {
@@ -124,7 +124,7 @@ TEST(DeviceEntryPoints, SayWhyWhenNoGpuIsUsable) {
   if (probe.usable) GTEST_SKIP() << "a GPU is usable here: " << probe.description;
   uint64_t result = 0;
   Status s = ChecksumDevice(&result, 8, &result, nullptr);
-#if SNAPD_WITH_CUDA
+#if ADJSNAP_WITH_CUDA
   // Built with CUDA, run without a usable GPU: CUDA's own error, named.
   EXPECT_EQ(s.code(), Code::kInternal) << s.ToString();
   EXPECT_EQ(s.message().rfind("checksum: cuda", 0), 0u) << s.ToString();
@@ -138,7 +138,7 @@ TEST(DeviceEntryPoints, SayWhyWhenNoGpuIsUsable) {
 // with cudart's "CUDA driver version is insufficient for CUDA runtime version".
 TEST(ProbeDevice, SaysPlainlyWhenThereIsNoCudaDriver) {
   DeviceProbe probe = ProbeDevice();
-#if SNAPD_WITH_CUDA
+#if ADJSNAP_WITH_CUDA
   if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); driver != nullptr) {
     dlclose(driver);  // a driver is installed: whatever the probe says, it is not this
     EXPECT_EQ(probe.description.find("no CUDA driver"), std::string::npos) << probe.description;
@@ -152,4 +152,4 @@ TEST(ProbeDevice, SaysPlainlyWhenThereIsNoCudaDriver) {
 }
 
 }  // namespace
-}  // namespace snapd::kernels
+}  // namespace adjsnap::kernels

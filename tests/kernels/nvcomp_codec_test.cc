@@ -1,6 +1,6 @@
 // The nvCOMP codecs' parameters, and Bitcomp frames made and read on the CPU through nvCOMP's
 // host coder (the GPU's batched coder is tested by tests/gpu on a device).
-#include "snapd/nvcomp_codec.h"
+#include "adjsnap/nvcomp_codec.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-namespace snapd::compress {
+namespace adjsnap::compress {
 namespace {
 
 constexpr uint32_t kChunk = 64 << 10;
@@ -60,7 +60,7 @@ std::vector<T> RoundTrip(const CodecSpec& c, v1::Dtype dtype, const std::vector<
 }
 
 #define SKIP_WITHOUT_NVCOMP() \
-  if (!NvcompBuiltIn()) GTEST_SKIP() << "snapd was built without nvCOMP (SNAPD_WITH_NVCOMP)"
+  if (!NvcompBuiltIn()) GTEST_SKIP() << "adjsnapd was built without nvCOMP (ADJSNAP_WITH_NVCOMP)"
 
 TEST(NvcompCodec, ParametersAreCheckedNamingTheCodec) {
   auto f32 = Field<float>(v1::DTYPE_FLOAT32, 1024);
@@ -197,4 +197,4 @@ TEST(NvcompCodec, AnsIsRefusedOnTheCpuNamingWhereItRuns) {
 }
 
 }  // namespace
-}  // namespace snapd::compress
+}  // namespace adjsnap::compress

@@ -1,4 +1,4 @@
-#include "snapd/zfp_codec.h"
+#include "adjsnap/zfp_codec.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-namespace snapd::compress {
+namespace adjsnap::compress {
 namespace {
 
 template <typename T>
@@ -136,4 +136,4 @@ TEST(ZfpCodec, RejectsWhatZfpCannotCodeAndDamagedStreams) {
 }
 
 }  // namespace
-}  // namespace snapd::compress
+}  // namespace adjsnap::compress

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The naming rules of .clang-tidy (readability-identifier-naming: types and functions
 # CamelCase, variables lower_case, private members with a trailing _, constexpr kName), run by
-# clang-tidy over every source file of snapd's own in a build's compile_commands.json (daemon/,
+# clang-tidy over every source file of adjsnapd's own in a build's compile_commands.json (daemon/,
 # client/, kernels/, proto/floor/; not the generated protos, tests or fuzzers). Fails, naming
 # each, when a name breaks them.
 #   bash tests/lint/naming.sh [BUILD_DIR]     # default build-clang (tests/run.sh configures it)
@@ -13,7 +13,7 @@ command -v run-clang-tidy > /dev/null || { echo "no run-clang-tidy: bash deploy/
 log=$build/naming.log
 run-clang-tidy -p "$build" -j "$(nproc)" -quiet -checks='-*,readability-identifier-naming' \
   "$PWD/(daemon|client/src|client/tools|client/examples|kernels|proto/floor)/" > "$log" 2>&1 || true
-# Only warnings in snapd's own files count (the system headers' are not shown without a
+# Only warnings in adjsnapd's own files count (the system headers' are not shown without a
 # header filter anyway); the files checked are counted so an empty run cannot pass.
 checked=$(grep -c '^clang-tidy' "$log" || true)
 found=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E "^$PWD/.*warning: invalid case style" | sort -u || true)

@@ -5,12 +5,12 @@
 #   bash tests/load/repeat_under_load.sh [N] [BUILD_DIR]          N runs (20) of BUILD_DIR's tests
 #   bash tests/load/repeat_under_load.sh --minutes M [BUILD_DIR]  runs started within M minutes
 # BUILD_DIR is build-tests unless given. A run is the Python tests (BUILD_DIR/python, the venv
-# tests/run.sh makes, against BUILD_DIR/daemon/snapd; left out where there is no venv), then
+# tests/run.sh makes, against BUILD_DIR/daemon/adjsnapd; left out where there is no venv), then
 # the C++ store, tiering, spill and many-solver suites (ctest -R). A run that has started ends,
 # so --minutes M takes M minutes and one run at most (and always one run).
-#   SNAPD_LOAD_PYTEST_K  only the Python tests this pytest -k expression selects (default: all)
-#   SNAPD_LOAD_CTEST_R   the C++ tests, as a ctest -R regex (default: the suites named above)
-#   SNAPD_LOAD_BESIDE    a command that is the load instead of stress-ng (tests/run.sh: the
+#   ADJSNAP_LOAD_PYTEST_K  only the Python tests this pytest -k expression selects (default: all)
+#   ADJSNAP_LOAD_CTEST_R   the C++ tests, as a ctest -R regex (default: the suites named above)
+#   ADJSNAP_LOAD_BESIDE    a command that is the load instead of stress-ng (tests/run.sh: the
 #                        soak, tests/soak/run.sh); its output goes to BUILD_DIR/load/beside.log,
 #                        and its failure fails this script
 # Prints "run I: pass|fail, S s" per run and the failing run's output; exits 1 on a failure.
@@ -38,14 +38,14 @@ command -v stress-ng > /dev/null || { echo "no stress-ng: bash deploy/install-de
 # ingest_test.cc, checksums_test.cc), placement_test.cc (the tiering policy),
 # spool_failure_test.cc's store cases (tiering around a failed spool), spill_test.cc,
 # many_solvers_test.cc.
-ctest_regex=${SNAPD_LOAD_CTEST_R:-'^(StoreTest|CompressedStoreTest|PendingPackTest|TieringTest|IngestTest|ChecksumsTest|HostBoundary|PrefetchDepth|SpoolFailureTest|DataPaths/SpillTest|SmallFilesystem|ManySolvers)\.'}
+ctest_regex=${ADJSNAP_LOAD_CTEST_R:-'^(StoreTest|CompressedStoreTest|PendingPackTest|TieringTest|IngestTest|ChecksumsTest|HostBoundary|PrefetchDepth|SpoolFailureTest|DataPaths/SpillTest|SmallFilesystem|ManySolvers)\.'}
 ctests=$(ctest --test-dir "$build" -N -R "$ctest_regex" | sed -n 's/^Total Tests: //p')
 ((ctests > 0)) || { echo "no ctest test in $build matches $ctest_regex" >&2; exit 2; }
 python=$build/python/bin/python
 pytest_k=()
-[[ -z ${SNAPD_LOAD_PYTEST_K:-} ]] || pytest_k=(-k "$SNAPD_LOAD_PYTEST_K")
+[[ -z ${ADJSNAP_LOAD_PYTEST_K:-} ]] || pytest_k=(-k "$ADJSNAP_LOAD_PYTEST_K")
 if [[ -x $python ]]; then
-  what="the Python tests${SNAPD_LOAD_PYTEST_K:+ matching -k '$SNAPD_LOAD_PYTEST_K'} and $ctests C++ tests"
+  what="the Python tests${ADJSNAP_LOAD_PYTEST_K:+ matching -k '$ADJSNAP_LOAD_PYTEST_K'} and $ctests C++ tests"
 else
   echo "no venv at $build/python (tests/run.sh makes it): the Python tests are left out"
   what="$ctests C++ tests"
@@ -54,9 +54,9 @@ fi
 logs=$build/load
 mkdir -p "$logs"
 load="stress-ng --cpu $(nproc)"
-if [[ -n ${SNAPD_LOAD_BESIDE:-} ]]; then
-  load=$SNAPD_LOAD_BESIDE
-  bash -c "$SNAPD_LOAD_BESIDE" > "$logs/beside.log" 2>&1 &
+if [[ -n ${ADJSNAP_LOAD_BESIDE:-} ]]; then
+  load=$ADJSNAP_LOAD_BESIDE
+  bash -c "$ADJSNAP_LOAD_BESIDE" > "$logs/beside.log" 2>&1 &
 else
   stress-ng --cpu "$(nproc)" --quiet &
 fi
@@ -70,7 +70,7 @@ trap 'exit 130' INT TERM
 
 run_once() {  # run_once: one run, its output on stdout
   if [[ -x $python ]]; then
-    SNAPD_BINARY=$build/daemon/snapd "$python" -m pytest -q -p no:cacheprovider \
+    ADJSNAPD_BINARY=$build/daemon/adjsnapd "$python" -m pytest -q -p no:cacheprovider \
       "${pytest_k[@]}" client/python/tests || return 1
   fi
   ctest --test-dir "$build" -R "$ctest_regex" -j "$(nproc)" --output-on-failure
@@ -102,7 +102,7 @@ while more_runs; do
   fi
 done
 echo "under load: $i runs of $what passed (the longest $longest s)"
-if [[ -n ${SNAPD_LOAD_BESIDE:-} ]]; then
+if [[ -n ${ADJSNAP_LOAD_BESIDE:-} ]]; then
   rc=0
   wait "$stress" || rc=$?
   tail -n 8 "$logs/beside.log"

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# A real single-node Slurm (munge, slurmctld, slurmd from Debian) with snapd's prolog, epilog
+# A real single-node Slurm (munge, slurmctld, slurmd from Debian) with adjsnapd's prolog, epilog
 # and task prolog: a job submitted as an unprivileged user runs the example solver against a
-# node snapd, then its runs must be gone once the epilog ran.
+# node adjsnapd, then its runs must be gone once the epilog ran.
 #   bash tests/slurm/slurm_test.sh BUILD_DIR     (as root; CI runs it from tests/run.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$(realpath "${1:-build-tests}")
 repo=$PWD
 [[ $(id -u) -eq 0 ]] || { echo "slurm_test: needs root (starts munged, slurmd)"; exit 1; }
-user=snapd-tenant-a
+user=adjsnap-tenant-a
 id "$user" > /dev/null 2>&1 ||
   useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
 
-root=$(mktemp -d /tmp/snapd-slurm.XXXXXX)
+root=$(mktemp -d /tmp/adjsnap-slurm.XXXXXX)
 chmod 755 "$root"
 pids=()
 cleanup() {
@@ -39,22 +39,22 @@ runuser -u munge -- /usr/sbin/munged --socket="$root/munge/munge.socket" \
   --seed-file="$root/munge/seed"
 pids+=("$(cat "$root/munge/munged.pid")")
 
-# snapd, as a node service would run it.
-"$build/daemon/snapd" --socket "$root/snapd.sock" --state-dir "$root/state" --host-mem 256M \
-  2> "$root/snapd.log" &
+# adjsnapd, as a node service would run it.
+"$build/daemon/adjsnapd" --socket "$root/adjsnap.sock" --state-dir "$root/state" --host-mem 256M \
+  2> "$root/adjsnapd.log" &
 pids+=($!)
-snapctl() { "$build/client/tools/snapctl" --socket "$root/snapd.sock" "$@"; }
-for _ in $(seq 100); do snapctl status > /dev/null 2>&1 && break; sleep 0.1; done
-snapctl status > /dev/null || fail "snapd did not start"
+adjsnap() { "$build/client/tools/adjsnap" --socket "$root/adjsnap.sock" "$@"; }
+for _ in $(seq 100); do adjsnap status > /dev/null 2>&1 && break; sleep 0.1; done
+adjsnap status > /dev/null || fail "adjsnapd did not start"
 
-# The deploy/slurm scripts, pointed at this snapd through their config file.
-cat > "$root/snapd-slurm.conf" << CONF
-SNAPD_SOCKET=$root/snapd.sock
-SNAPCTL=$build/client/tools/snapctl
-SNAPD_JOB_QUOTA=64M
+# The deploy/slurm scripts, pointed at this adjsnapd through their config file.
+cat > "$root/adjsnap-slurm.conf" << CONF
+ADJSNAP_SOCKET=$root/adjsnap.sock
+ADJSNAP=$build/client/tools/adjsnap
+ADJSNAP_JOB_QUOTA=64M
 CONF
 for s in prolog epilog task_prolog; do
-  printf '#!/bin/sh\nSNAPD_SLURM_CONF=%s exec %s "$@"\n' "$root/snapd-slurm.conf" \
+  printf '#!/bin/sh\nADJSNAP_SLURM_CONF=%s exec %s "$@"\n' "$root/adjsnap-slurm.conf" \
     "$repo/deploy/slurm/$s.sh" > "$root/$s"
   chmod 755 "$root/$s"
 done
@@ -63,7 +63,7 @@ host=$(hostname -s)
 port=$((20000 + RANDOM % 20000))
 mkdir -p "$root/state-ctld" "$root/spool-d"
 cat > "$root/slurm.conf" << CONF
-ClusterName=snapdtest
+ClusterName=adjsnapdtest
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
@@ -107,13 +107,13 @@ for _ in $(seq 60); do
 done
 sinfo -h -o %t | grep -q idle || fail "the node did not become idle: $(sinfo 2>&1)"
 
-# The job: where snapd is, the quota the prolog set, the example solver with its run kept.
+# The job: where adjsnapd is, the quota the prolog set, the example solver with its run kept.
 cat > "$root/job.sh" << JOB
 #!/bin/sh
-echo "SNAPD_SOCKET=\$SNAPD_SOCKET"
-$build/client/tools/snapctl quota
+echo "ADJSNAP_SOCKET=\$ADJSNAP_SOCKET"
+$build/client/tools/adjsnap quota
 $build/client/examples/acoustic2d --nx 96 --ny 96 --steps 40 --run slurm-job-run --keep
-$build/client/tools/snapctl runs
+$build/client/tools/adjsnap runs
 JOB
 chmod 755 "$root/job.sh"
 touch "$root/job.out"
@@ -121,17 +121,17 @@ chown "$user" "$root/job.out"
 runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" sbatch --wait --quiet \
   --output="$root/job.out" "$root/job.sh" || fail "the job failed"
 
-grep -q "SNAPD_SOCKET=$root/snapd.sock" "$root/job.out" || fail "the task prolog did not set SNAPD_SOCKET"
+grep -q "ADJSNAP_SOCKET=$root/adjsnap.sock" "$root/job.out" || fail "the task prolog did not set ADJSNAP_SOCKET"
 grep -q "quota 64.0 MiB" "$root/job.out" || fail "the prolog did not set the job's quota"
 grep -q "40/40 checksums match" "$root/job.out" || fail "the example solver did not complete"
-grep -q "slurm-job-run" "$root/job.out" || fail "the job's run was not in snapd during the job"
+grep -q "slurm-job-run" "$root/job.out" || fail "the job's run was not in adjsnapd during the job"
 
 # After the job: the epilog purges the job's runs.
 for _ in $(seq 60); do
-  snapctl runs | grep -q slurm-job-run || break
+  adjsnap runs | grep -q slurm-job-run || break
   sleep 0.5
 done
-snapctl runs | grep -q slurm-job-run && fail "the job's run is still in snapd after the epilog"
-grep -q "purged 1 run of uid $(id -u "$user"), job" "$root/snapd.log" ||
-  fail "snapd did not log the epilog's purge"
-echo "slurm_test: OK (job ran against snapd; its run was purged by the epilog)"
+adjsnap runs | grep -q slurm-job-run && fail "the job's run is still in adjsnapd after the epilog"
+grep -q "purged 1 run of uid $(id -u "$user"), job" "$root/adjsnapd.log" ||
+  fail "adjsnapd did not log the epilog's purge"
+echo "slurm_test: OK (job ran against adjsnapd; its run was purged by the epilog)"

@@ -1,5 +1,5 @@
 """Plots a soak's record (tests/soak/soak.py --out DIR) as one SVG, with no plotting library:
-snapd's memory, its fds and threads, and the clients' throughput over time, with each restart
+adjsnapd's memory, its fds and threads, and the clients' throughput over time, with each restart
 (grey line) and spool outage (red band) marked.
     python3 tests/soak/plot.py DIR OUT.svg
 """
@@ -14,7 +14,7 @@ def load(d):
     samples = [json.loads(l) for l in open(os.path.join(d, "samples.jsonl"))]
     summary = json.load(open(os.path.join(d, "summary.json")))
     events = [json.loads(l) for l in open(os.path.join(d, "events.jsonl"))]
-    t0 = summary.get("started", events[0]["t"])  # the first event: snapd's first start
+    t0 = summary.get("started", events[0]["t"])  # the first event: adjsnapd's first start
     cycles = []
     for name in os.listdir(os.path.join(d, "clients")):
         if name.endswith(".jsonl"):
@@ -55,7 +55,7 @@ def main():
     d, svg = sys.argv[1], sys.argv[2]
     samples, summary, events, cycles = load(d)
     tmax = max([s["t"] for s in samples] + [1])
-    restarts = [t for t, e in events if e.startswith("snapd stopped (restart)")]
+    restarts = [t for t, e in events if e.startswith("adjsnapd stopped (restart)")]
     downs = [t for t, e in events if e == "spool remounted read-only"]
     ups = [t for t, e in events if e == "spool remounted read-write"]
     marks = {"restarts": restarts, "outages": list(zip(downs, ups))}
@@ -67,16 +67,16 @@ def main():
     rate = [((i + 0.5) * bin_s, bins.get(i, 0) / bin_s / 1e9) for i in range(int(tmax // bin_s) + 1)]
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{TOP + 3 * (H + GAP) + 20}" '
            f'font-family="sans-serif"><rect width="100%" height="100%" fill="white"/>']
-    panel(out, TOP, "snapd memory", [("RssAnon", "#1f77b4", mib("rss_anon")),
+    panel(out, TOP, "adjsnapd memory", [("RssAnon", "#1f77b4", mib("rss_anon")),
                                      ("RssShmem (host tier)", "#ff7f0e", mib("rss_shmem"))],
           tmax, marks, "MiB")
-    panel(out, TOP + H + GAP, "snapd open fds and threads",
+    panel(out, TOP + H + GAP, "adjsnapd open fds and threads",
           [("fds", "#2ca02c", [(s["t"], s["fds"]) for s in samples]),
            ("threads", "#9467bd", [(s["t"], s["threads"]) for s in samples])], tmax, marks, "count")
     panel(out, TOP + 2 * (H + GAP), f"clients' bytes pushed and fetched, per {bin_s:.0f} s",
           [("throughput", "#d62728", rate)], tmax, marks, "GB/s")
     y = TOP + 3 * (H + GAP) - 10
-    out.append(f'<text x="{LEFT}" y="{y}" font-size="11">time (s) 0 .. {tmax:.0f}; grey: snapd '
+    out.append(f'<text x="{LEFT}" y="{y}" font-size="11">time (s) 0 .. {tmax:.0f}; grey: adjsnapd '
                f'restarts ({len(restarts)}); red: spool read-only ({len(downs)}); '
                f'{summary["cycles"]} cycles, wrong bytes {summary["wrong_bytes"]}</text>')
     out.append("</svg>")

@@ -1,11 +1,11 @@
-"""The soak: hours of mixed, hostile load on one real snapd, every byte checked.
+"""The soak: hours of mixed, hostile load on one real adjsnapd, every byte checked.
 
-Supervisor (the default mode) starts snapd and keeps CLIENTS client processes busy (mixed step
+Supervisor (the default mode) starts adjsnapd and keeps CLIENTS client processes busy (mixed step
 sizes, half on the mapped path, half copied over UCX; one runs a Devito Streamer when Devito is
 installed). Meanwhile it kills a random client with SIGKILL mid-push or mid-fetch, restarts
-snapd with SIGTERM (clients ride through), makes the spool fail and come back (root: a
-loop-mounted ext4 remounted read-only), and runs snapctl drain, scrub, rm and purge. It samples
-snapd's memory, fds, threads, sessions and tier use, and fails on any wrong byte, any error
+adjsnapd with SIGTERM (clients ride through), makes the spool fail and come back (root: a
+loop-mounted ext4 remounted read-only), and runs adjsnap drain, scrub, rm and purge. It samples
+adjsnapd's memory, fds, threads, sessions and tier use, and fails on any wrong byte, any error
 outside the expected set, a restart that loses a stored step, or growth after warm-up beyond
 the bounds below. tests/soak/run.sh is the entry point; see docs/operations.md ("Soak").
 """
@@ -22,11 +22,11 @@ import threading
 import time
 
 # Growth allowed after warm-up: the largest sample of the run's last third against the largest
-# of its first third after warm-up (a restart resets snapd, so a leak must show within a life).
+# of its first third after warm-up (a restart resets adjsnapd, so a leak must show within a life).
 RSS_ANON_SLACK = 64 << 20
 FD_SLACK = 16
 THREAD_SLACK = 8
-# Runs snapd holds: each client's own, plus killed clients' runs within their orphan grace and
+# Runs adjsnapd holds: each client's own, plus killed clients' runs within their orphan grace and
 # those of a restart waiting for their clients. Runs that nothing removes pile up past this.
 RUNS_SLACK = 16
 SIZES = [(64 << 10, 96), (256 << 10, 64), (1 << 20, 48), (4 << 20, 24), (16 << 20, 12)]
@@ -44,26 +44,26 @@ class Expected(Exception):
     pass
 
 
-def classify(e, snapd):
+def classify(e, adjsnapd):
     """'expected' for what a restart, a failing spool or an orphan sweep may cause, with a clear
     message; else 'unexpected'."""
     text = str(e)
     if not text.strip():
         return "unexpected"
-    if isinstance(e, snapd.Unavailable):
+    if isinstance(e, adjsnap.Unavailable):
         return "expected"  # a restart (push it again) or no working spool (needs the disk tier)
     return "unexpected"
 
 
-def connect(args, snapd, say, **kw):
-    """A new process may start while snapd restarts: the first connect is retried (a session's
+def connect(args, adjsnapd, say, **kw):
+    """A new process may start while adjsnapd restarts: the first connect is retried (a session's
     later calls ride through restarts by themselves, reconnect_timeout)."""
     deadline = time.monotonic() + 120
     while True:
         try:
-            return snapd.connect(args.socket, name=f"soak-{args.id}", reconnect_timeout=180,
+            return adjsnap.connect(args.socket, name=f"soak-{args.id}", reconnect_timeout=180,
                                  wait_timeout=300, **kw)
-        except snapd.Unavailable as e:
+        except adjsnap.Unavailable as e:
             if time.monotonic() > deadline:
                 raise
             say(expected=f"connect: Unavailable: {str(e)[:300]}")
@@ -72,7 +72,7 @@ def connect(args, snapd, say, **kw):
 
 def client_main(args):
     import numpy as np
-    import snapd
+    import adjsnap
 
     rng = random.Random(args.seed)
     report = open(args.report, "a", buffering=1)
@@ -82,7 +82,7 @@ def client_main(args):
         report.write(json.dumps(kw) + "\n")
 
     mapped = args.mapped
-    client = connect(args, snapd, say, map_host_tier=mapped)
+    client = connect(args, adjsnapd, say, map_host_tier=mapped)
     cycle = 0
     while not os.path.exists(args.stop_file):
         size, steps = rng.choice(SIZES)
@@ -101,8 +101,8 @@ def client_main(args):
             while True:
                 try:
                     return fn()
-                except snapd.Error as e:
-                    if classify(e, snapd) != "expected" or time.monotonic() > deadline:
+                except adjsnap.Error as e:
+                    if classify(e, adjsnapd) != "expected" or time.monotonic() > deadline:
                         say(error=f"{what}: {type(e).__name__}: {e}", run=name)
                         raise
                     expected[type(e).__name__] = expected.get(type(e).__name__, 0) + 1
@@ -121,7 +121,7 @@ def client_main(args):
                 tries[0] += 1
                 try:
                     run.push(t, buf).wait_stored()
-                except snapd.AlreadyExists:
+                except adjsnap.AlreadyExists:
                     # An earlier try was stored but its reply was lost in a restart (it failed
                     # with UNAVAILABLE saying to push again): the backward pass checks its bytes.
                     if tries[0] == 1:
@@ -154,11 +154,11 @@ def streamer_main(args):
     """A Devito Streamer, forward and adjoint, cycle after cycle: each gradient must be
     bit-identical to the first (a wrong byte in any wavefield read back changes it)."""
     import numpy as np
-    import snapd
+    import adjsnap
     from devito import Function, TimeFunction, configuration
     from examples.seismic import AcquisitionGeometry, Receiver, demo_model
     from examples.seismic.acoustic import AcousticWaveSolver
-    from snapd.devito import Streamer
+    from adjsnap.devito import Streamer
 
     configuration["log-level"] = "WARNING"
     kw = dict(origin=(0.0, 0.0), shape=(61, 61), spacing=(10.0, 10.0), nbl=10)
@@ -178,7 +178,7 @@ def streamer_main(args):
     grad = Function(name="grad", grid=true.grid)
     op_fwd, op_grad = solver.op_fwd(save=False), solver.op_grad(save=False)
     report = open(args.report, "a", buffering=1)
-    client = connect(args, snapd, lambda **kw: report.write(json.dumps(dict(kw, t=time.time()))
+    client = connect(args, adjsnapd, lambda **kw: report.write(json.dumps(dict(kw, t=time.time()))
                                                             + "\n"))
     nt = geometry.nt
     first = None
@@ -194,13 +194,13 @@ def streamer_main(args):
             stream.adjoint(op_grad, nt - 2, 1, rec=residual, u=u, v=v, grad=grad, vp=start.vp,
                            dt=solver.dt)
             stream.delete()
-        except snapd.Unavailable as e:
+        except adjsnap.Unavailable as e:
             # A spool outage or restart mid-stream: the Streamer does not retry; start over.
             report.write(json.dumps({"t": time.time(),
                                      "expected": f"streamer: Unavailable: {e}"[:300]}) + "\n")
             try:
                 client.run(f"soak-{args.id}-c{cycle}").delete()
-            except snapd.Error:
+            except adjsnap.Error:
                 pass
             cycle += 1
             continue
@@ -227,14 +227,14 @@ class Soak:
         self.a = a
         self.out = os.path.abspath(a.out)
         os.makedirs(self.out, exist_ok=True)
-        self.work = tempfile.mkdtemp(prefix="snapd-soak-")
-        self.socket = os.path.join(self.work, "snapd.sock")
+        self.work = tempfile.mkdtemp(prefix="adjsnap-soak-")
+        self.socket = os.path.join(self.work, "adjsnap.sock")
         self.stop_file = os.path.join(self.work, "stop")
         self.reports = os.path.join(self.out, "clients")
         os.makedirs(self.reports, exist_ok=True)
-        self.snapctl_bin = os.path.join(a.build, "client/tools/snapctl")
-        self.snapd_bin = os.path.join(a.build, "daemon/snapd")
-        self.env = dict(os.environ, UCX_NET_DEVICES="lo", SNAPD_SOCKET=self.socket)
+        self.adjsnap_bin = os.path.join(a.build, "client/tools/adjsnap")
+        self.adjsnapd_bin = os.path.join(a.build, "daemon/adjsnapd")
+        self.env = dict(os.environ, UCX_NET_DEVICES="lo", ADJSNAP_SOCKET=self.socket)
         self.failures = []
         self.events = []
         self.samples = []
@@ -249,7 +249,7 @@ class Soak:
         self.lock = threading.Lock()
         self.rng = random.Random(a.seed)
 
-    # -- snapd ---------------------------------------------------------------------------
+    # -- adjsnapd ---------------------------------------------------------------------------
     def spool_setup(self):
         if os.geteuid() == 0 and shutil.which("mkfs.ext4") and shutil.which("losetup"):
             img = os.path.join(self.work, "spool.img")
@@ -268,26 +268,26 @@ class Soak:
 
     def start_daemon(self):
         self.lives += 1
-        logf = open(os.path.join(self.out, f"snapd.{self.lives}.log"), "wb")
+        logf = open(os.path.join(self.out, f"adjsnapd.{self.lives}.log"), "wb")
         self.daemon = subprocess.Popen(
-            [self.snapd_bin, "--socket", self.socket, "--state-dir", self.work + "/state",
+            [self.adjsnapd_bin, "--socket", self.socket, "--state-dir", self.work + "/state",
              "--host-mem", self.a.host_mem, "--spool-dirs", self.spool, "--disk-mem",
              self.a.disk_mem, "--spool-failure-timeout", "3", "--orphan-grace", "20",
              "--fdstore", "off", "--log-level", "info"],
             stdout=subprocess.DEVNULL, stderr=logf, env=self.env)
         deadline = time.monotonic() + 60
-        while subprocess.run([self.snapctl_bin, "status"], env=self.env, capture_output=True
+        while subprocess.run([self.adjsnap_bin, "status"], env=self.env, capture_output=True
                              ).returncode != 0:
             if self.daemon.poll() is not None or time.monotonic() > deadline:
-                self.fail(f"snapd (life {self.lives}) did not start; see snapd.{self.lives}.log")
+                self.fail(f"adjsnapd (life {self.lives}) did not start; see adjsnapd.{self.lives}.log")
                 raise SystemExit(1)
             time.sleep(0.1)
-        st = json.loads(self.snapctl("--json", "status").stdout or "{}")
-        self.event(f"snapd started (life {self.lives}, pid {self.daemon.pid}), "
+        st = json.loads(self.adjsnap("--json", "status").stdout or "{}")
+        self.event(f"adjsnapd started (life {self.lives}, pid {self.daemon.pid}), "
                    f"{st.get('runs', 0)} runs, {st.get('lost_snapshots', 0)} lost snapshots")
         if st.get("lost_snapshots", 0):
-            self.fail(f"snapd life {self.lives} started with {st['lost_snapshots']} lost "
-                      f"snapshots: the restart lost steps (see snapd.{self.lives}.log)")
+            self.fail(f"adjsnapd life {self.lives} started with {st['lost_snapshots']} lost "
+                      f"snapshots: the restart lost steps (see adjsnapd.{self.lives}.log)")
 
     def stop_daemon(self, why):
         t0 = time.monotonic()
@@ -295,18 +295,18 @@ class Soak:
         try:
             rc = self.daemon.wait(timeout=90)
         except subprocess.TimeoutExpired:
-            self.fail(f"snapd did not stop within 90 s of SIGTERM ({why})")
+            self.fail(f"adjsnapd did not stop within 90 s of SIGTERM ({why})")
             self.daemon.kill()
             rc = self.daemon.wait()
         if rc != 0:
-            self.fail(f"snapd exited {rc} on SIGTERM ({why}); see snapd.{self.lives}.log")
-        self.event(f"snapd stopped ({why}) in {time.monotonic() - t0:.2f} s, exit {rc}")
+            self.fail(f"adjsnapd exited {rc} on SIGTERM ({why}); see adjsnapd.{self.lives}.log")
+        self.event(f"adjsnapd stopped ({why}) in {time.monotonic() - t0:.2f} s, exit {rc}")
 
-    def snapctl(self, *argv, ok=True):
-        p = subprocess.run([self.snapctl_bin, *argv], env=self.env, capture_output=True,
+    def adjsnap(self, *argv, ok=True):
+        p = subprocess.run([self.adjsnap_bin, *argv], env=self.env, capture_output=True,
                            text=True, timeout=120)
         if ok and p.returncode != 0:
-            self.fail(f"snapctl {' '.join(argv)} exited {p.returncode}: {p.stderr.strip()}")
+            self.fail(f"adjsnap {' '.join(argv)} exited {p.returncode}: {p.stderr.strip()}")
         return p
 
     # -- clients -------------------------------------------------------------------------
@@ -346,15 +346,15 @@ class Soak:
         # (a kept run outlives its clients by design): a kept one is removed by name then too.
         how = self.spawned % 3
         if how == 0:
-            self.snapctl("purge", "--job", job)
+            self.adjsnap("purge", "--job", job)
         else:
-            runs = json.loads(self.snapctl("--json", "runs").stdout or "{}").get("runs", [])
+            runs = json.loads(self.adjsnap("--json", "runs").stdout or "{}").get("runs", [])
             for r in runs:
                 if r["spec"].get("job") == job and (how == 1 or r["spec"].get("keep")):
                     name = r["spec"]["name"]
-                    p2 = self.snapctl("rm", name, ok=False)
+                    p2 = self.adjsnap("rm", name, ok=False)
                     if p2.returncode != 0 and "does not exist" not in p2.stderr:
-                        self.fail(f"snapctl rm {name}: {p2.stderr.strip()}")
+                        self.fail(f"adjsnap rm {name}: {p2.stderr.strip()}")
         self.spawn(slot)
 
     # -- faults and admin ----------------------------------------------------------------
@@ -388,18 +388,18 @@ class Soak:
     def admin(self):
         what = self.rng.choice(["drain", "scrub", "status"])
         if what == "drain":
-            p = self.snapctl("drain", ok=False)
+            p = self.adjsnap("drain", ok=False)
             if p.returncode != 0 and "spool" not in p.stderr and "stopping" not in p.stderr:
-                self.fail(f"snapctl drain: {p.stderr.strip()}")
+                self.fail(f"adjsnap drain: {p.stderr.strip()}")
         elif what == "scrub":
-            runs = json.loads(self.snapctl("--json", "runs").stdout or "{}").get("runs", [])
+            runs = json.loads(self.adjsnap("--json", "runs").stdout or "{}").get("runs", [])
             if runs:
                 name = self.rng.choice(runs)["spec"]["name"]
-                p = self.snapctl("scrub", name, ok=False)
+                p = self.adjsnap("scrub", name, ok=False)
                 gone = ("does not exist", "not found")  # deleted since it was listed
                 if p.returncode != 0 and not any(g in p.stderr for g in gone):
-                    self.fail(f"snapctl scrub {name}: {p.stderr.strip()}")
-        self.event(f"snapctl {what}")
+                    self.fail(f"adjsnap scrub {name}: {p.stderr.strip()}")
+        self.event(f"adjsnap {what}")
 
     # -- sampling ------------------------------------------------------------------------
     def sample(self, started):
@@ -411,7 +411,7 @@ class Soak:
             fds = len(os.listdir(f"/proc/{pid}/fd"))
         except (OSError, ValueError):
             return
-        st = self.snapctl("--json", "status", ok=False)
+        st = self.adjsnap("--json", "status", ok=False)
         sessions = host_used = disk_used = runs = -1
         if st.returncode == 0:
             s = json.loads(st.stdout)
@@ -496,8 +496,8 @@ class Soak:
         self.sample(started)
         # Every client deleted its runs; the killed ones' were purged, removed or swept. What
         # remains is a killed client's run inside its orphan grace: purge them all now.
-        self.snapctl("purge")
-        runs = json.loads(self.snapctl("--json", "runs").stdout or "{}").get("runs", [])
+        self.adjsnap("purge")
+        runs = json.loads(self.adjsnap("--json", "runs").stdout or "{}").get("runs", [])
         if runs:
             self.fail(f"runs left after purge: {[r['spec']['name'] for r in runs]}")
         self.stop_daemon("end")
@@ -559,7 +559,7 @@ class Soak:
         with open(os.path.join(self.out, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1)
         log(f"{cycles} client cycles ({summary['bytes'] / 1e9:.1f} GB pushed and fetched) in "
-            f"{seconds:.0f} s over {self.lives} snapd lives and {self.outages} spool outages, "
+            f"{seconds:.0f} s over {self.lives} adjsnapd lives and {self.outages} spool outages, "
             f"{self.spawned} client processes; "
             f"wrong bytes {wrong}, unexpected errors {unexpected}, expected errors {expected}")
         for k, (e, l, sl) in verdict.items():
@@ -575,7 +575,7 @@ def main():
     p.add_argument("--stop-file", help=argparse.SUPPRESS)
     p.add_argument("--mapped", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--socket", help=argparse.SUPPRESS)
-    p.add_argument("--build", default="build-tests", help="the build tree with snapd and snapctl")
+    p.add_argument("--build", default="build-tests", help="the build tree with adjsnapd and adjsnap")
     p.add_argument("--out", default="soak-out", help="logs, samples and the summary go here")
     p.add_argument("--minutes", type=float, default=2)
     p.add_argument("--clients", type=int, default=16)
@@ -583,12 +583,12 @@ def main():
     p.add_argument("--host-mem", default="512M")
     # 16 clients can all be in the forward pass of a 192 MiB run at once (a spool outage lines
     # them up), beside killed clients' runs in their orphan grace: host + disk must hold that,
-    # or snapd rightly refuses pushes (2G did, after 13 minutes).
+    # or adjsnapd rightly refuses pushes (2G did, after 13 minutes).
     p.add_argument("--disk-mem", default="4G")
     p.add_argument("--disk", default="6G", help="the loop-mounted spool filesystem's size")
     p.add_argument("--kill-every", type=float, default=15, help="seconds between client kills")
     p.add_argument("--restart-every", type=float,
-                   help="seconds between snapd restarts (180; a short soak: half of it)")
+                   help="seconds between adjsnapd restarts (180; a short soak: half of it)")
     p.add_argument("--outage-every", type=float,
                    help="seconds between spool outages (150; a short soak: a quarter of it)")
     p.add_argument("--outage", type=float, default=8, help="seconds the spool stays read-only")

@@ -17,11 +17,11 @@
 #include <sstream>
 #include <thread>
 
-#include "snapd/client.h"
+#include "adjsnap/client.h"
 
 extern char** environ;
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 
 namespace {
 
@@ -58,7 +58,7 @@ std::string ReadFile(const std::string& path) {
 // tell: the watchdog's clock.
 const auto kProcessStart = std::chrono::steady_clock::now();
 
-// The children the watchdog dumps and aborts: each snapd and each RunProgram program, from its
+// The children the watchdog dumps and aborts: each adjsnapd and each RunProgram program, from its
 // spawn until it is reaped. Thread-safe. Never destroyed: the watchdog thread may read it while
 // static destructors run.
 class Children {
@@ -130,8 +130,8 @@ void PrintKernelWaits(pid_t pid) {
 [[noreturn]] void Bark(std::chrono::seconds after) {
   std::fprintf(stderr,
                "\n*** watchdog: this test is still running %lld s after it started "
-               "(SNAPD_TEST_WATCHDOG_S, set below its ctest TIMEOUT): the native stacks of every "
-               "snapd and program it started that still runs, and its own; then all of them "
+               "(ADJSNAP_TEST_WATCHDOG_S, set below its ctest TIMEOUT): the native stacks of every "
+               "adjsnapd and program it started that still runs, and its own; then all of them "
                "are aborted\n",
                static_cast<long long>(after.count()));
   const std::map<pid_t, std::string> children = Children::Get().List();
@@ -147,12 +147,12 @@ void PrintKernelWaits(pid_t pid) {
   std::abort();
 }
 
-// Starts the watchdog thread, once per process, where SNAPD_TEST_WATCHDOG_S is a positive
+// Starts the watchdog thread, once per process, where ADJSNAP_TEST_WATCHDOG_S is a positive
 // number of seconds.
 void StartWatchdog() {
   static std::once_flag once;
   std::call_once(once, [] {
-    const char* env = std::getenv("SNAPD_TEST_WATCHDOG_S");
+    const char* env = std::getenv("ADJSNAP_TEST_WATCHDOG_S");
     const long seconds = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
     if (seconds <= 0) return;
     std::thread([after = std::chrono::seconds(seconds)] {
@@ -168,7 +168,7 @@ void DumpNativeStacks(pid_t pid, const std::string& what) {
   std::fprintf(stderr, "\n=== native stacks of %s (pid %d)\n", what.c_str(), pid);
   std::fflush(stderr);
   // Where Yama's ptrace_scope is 1, only an ancestor may attach: let gdb, our child, attach to
-  // us. (It may not attach to a sibling, a snapd we started: the kernel waits below remain.)
+  // us. (It may not attach to a sibling, an adjsnapd we started: the kernel waits below remain.)
   if (pid == getpid()) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   std::vector<std::string> argv = {"gdb", "-p", std::to_string(pid), "-batch", "-nx"};
   for (const char* command : {"set debuginfod enabled off", "thread apply all bt"}) {
@@ -205,17 +205,17 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const DaemonOptions&
   // (and only while unset, so it is written once).
   if (std::getenv("UCX_NET_DEVICES") == nullptr) setenv("UCX_NET_DEVICES", "lo", 0);
   std::unique_ptr<DaemonProcess> d(new DaemonProcess());
-  d->socket_ = o.dir + "/snapd.sock";
-  d->log_path_ = o.dir + "/snapd.log";
-  std::vector<std::string> argv = {SNAPD_BINARY,   "--socket",    d->socket_,
+  d->socket_ = o.dir + "/adjsnap.sock";
+  d->log_path_ = o.dir + "/adjsnapd.log";
+  std::vector<std::string> argv = {ADJSNAPD_BINARY,   "--socket",    d->socket_,
                                    "--state-dir",  o.dir + "/state", "--host-mem",
                                    o.host_mem,     "--log-level", "info"};
   argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
   argv.insert(argv.begin(), o.wrapper.begin(), o.wrapper.end());
   StartWatchdog();
   d->pid_ = Spawn(argv, "/dev/null", d->log_path_);
-  if (d->pid_ < 0) return Status::Internal("cannot spawn " + std::string(SNAPD_BINARY));
-  Children::Get().Add(d->pid_, "snapd on " + d->socket_);
+  if (d->pid_ < 0) return Status::Internal("cannot spawn " + std::string(ADJSNAPD_BINARY));
+  Children::Get().Add(d->pid_, "adjsnapd on " + d->socket_);
   // Readiness: the control plane answers a session. Polled, bounded by a deadline.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
@@ -223,7 +223,7 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const DaemonOptions&
     if (waitpid(d->pid_, &status, WNOHANG) == d->pid_) {
       Children::Get().Remove(d->pid_);
       d->pid_ = -1;
-      return Status::Unavailable("snapd exited during start-up: " + d->Log());
+      return Status::Unavailable("adjsnapd exited during start-up: " + d->Log());
     }
     if (std::filesystem::exists(d->socket_)) {
       ClientOptions co;
@@ -232,7 +232,7 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const DaemonOptions&
       if (Client::Connect(co).ok()) return d;
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      return Status(Code::kDeadlineExceeded, "snapd did not answer within 30 s: " + d->Log());
+      return Status(Code::kDeadlineExceeded, "adjsnapd did not answer within 30 s: " + d->Log());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -260,7 +260,7 @@ int DaemonProcess::Stop(std::chrono::seconds bound) {
     Children::Get().Remove(pid_);
   } else {
     std::fprintf(stderr,
-                 "snapd (pid %d, %s) did not stop within %lld s of SIGTERM: its stacks, "
+                 "adjsnapd (pid %d, %s) did not stop within %lld s of SIGTERM: its stacks, "
                  "then SIGABRT\n",
                  pid_, socket_.c_str(), static_cast<long long>(bound.count()));
     DumpStacks();
@@ -283,7 +283,7 @@ void DaemonProcess::Kill() {
 std::string DaemonProcess::Log() const { return ReadFile(log_path_); }
 
 void DaemonProcess::DumpStacks() const {
-  if (pid_ > 0) DumpNativeStacks(pid_, "snapd on " + socket_);
+  if (pid_ > 0) DumpNativeStacks(pid_, "adjsnapd on " + socket_);
 }
 
 Result<std::unique_ptr<Client>> ConnectClient(const DaemonProcess& daemon, bool map_host_tier) {
@@ -329,4 +329,4 @@ bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds time
   return true;
 }
 
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

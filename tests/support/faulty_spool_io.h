@@ -21,7 +21,7 @@
 
 #include "disk_tier/spool_io.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 
 class FaultySpoolIo final : public SpoolIo {
  public:
@@ -176,4 +176,4 @@ class FaultySpoolIo final : public SpoolIo {
   int slow_most_ = 0;
 };
 
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

@@ -1,4 +1,4 @@
-// A peer that speaks raw wire messages to snapd, over a UCX endpoint or a session socket, and
+// A peer that speaks raw wire messages to adjsnapd, over a UCX endpoint or a session socket, and
 // records the Replies it gets: the hostile or careless client of the wire and abuse tests.
 #pragma once
 
@@ -19,16 +19,16 @@
 #include <vector>
 
 #include "sanitizer.h"
-#include "snapd/ucx.h"
-#include "snapd/unix_socket.h"
-#include "snapd/v1/control.grpc.pb.h"
-#include "snapd/wire.h"
+#include "adjsnap/ucx.h"
+#include "adjsnap/unix_socket.h"
+#include "adjsnap/v1/control.grpc.pb.h"
+#include "adjsnap/wire.h"
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 
 class RawPeer {
  public:
-  // Opens a session on `stub` with this peer's worker address, then connects to snapd's
+  // Opens a session on `stub` with this peer's worker address, then connects to adjsnapd's
   // worker as a client does. Null (with `error` set) when either step fails.
   static std::unique_ptr<RawPeer> Open(v1::Control::Stub& stub, std::string* error = nullptr) {
     auto peer = Create();
@@ -76,7 +76,7 @@ class RawPeer {
     peer->reader_ = std::thread([raw] { raw->ReadSocket(); });
     return peer;
   }
-  // Connects to snapd's worker at `address` with no session of its own (for example with the
+  // Connects to adjsnapd's worker at `address` with no session of its own (for example with the
   // address another client was given).
   static std::unique_ptr<RawPeer> Stranger(const std::string& address) {
     auto peer = Create();
@@ -89,7 +89,7 @@ class RawPeer {
     if (ep_) loop_->Post([this] { ucx::CloseEndpoint(*loop_, ep_, true); });
     loop_->Stop();
   }
-  // Over a session socket: true while snapd keeps it open.
+  // Over a session socket: true while adjsnapd keeps it open.
   bool socket_open() {
     std::lock_guard<std::mutex> lock(mu_);
     return socket_.get() >= 0 && !socket_closed_;
@@ -168,7 +168,7 @@ class RawPeer {
   bool ConnectTo(const std::string& address) {
     std::promise<bool> done;
     loop_->Post([&] {
-      // A peer of another uid cannot attach snapd's shared memory, and UCX 1.13 leaks a little
+      // A peer of another uid cannot attach adjsnapd's shared memory, and UCX 1.13 leaks a little
       // on that error path (tenancy_test's stranger provokes it on purpose).
       IgnoreLeaks ucx_error_path;
       auto ep = ucx::ConnectToWorker(loop_->worker(), address, &RawPeer::OnError, this);
@@ -231,4 +231,4 @@ inline std::string Message(const wire::Reply& r) {
   return std::string(r.message, r.message_length);
 }
 
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

@@ -1,19 +1,19 @@
-// Whether this test binary is built with AddressSanitizer (SNAPD_SANITIZE=address): what a test
+// Whether this test binary is built with AddressSanitizer (ADJSNAP_SANITIZE=address): what a test
 // measures of a process's memory (page faults, RSS growth) then includes the sanitizer's own.
 #pragma once
 
 #if defined(__SANITIZE_ADDRESS__)
-#define SNAPD_TESTING_LSAN 1
+#define ADJSNAP_TESTING_LSAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define SNAPD_TESTING_LSAN 1
+#define ADJSNAP_TESTING_LSAN 1
 #endif
 #endif
-#if SNAPD_TESTING_LSAN
+#if ADJSNAP_TESTING_LSAN
 #include <sanitizer/lsan_interface.h>
 #endif
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kAddressSanitizer = true;
@@ -33,12 +33,12 @@ inline constexpr bool kAddressSanitizer = false;
 class IgnoreLeaks {
  public:
   IgnoreLeaks() {
-#if SNAPD_TESTING_LSAN
+#if ADJSNAP_TESTING_LSAN
     __lsan_disable();
 #endif
   }
   ~IgnoreLeaks() {
-#if SNAPD_TESTING_LSAN
+#if ADJSNAP_TESTING_LSAN
     __lsan_enable();
 #endif
   }
@@ -46,4 +46,4 @@ class IgnoreLeaks {
   IgnoreLeaks& operator=(const IgnoreLeaks&) = delete;
 };
 
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <string>
 
-namespace snapd::testing {
+namespace adjsnap::testing {
 
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "snapd-test-XXXXXX").string();
+    std::string tmpl = (std::filesystem::temp_directory_path() / "adjsnap-test-XXXXXX").string();
     path_ = mkdtemp(tmpl.data()) ? tmpl : "";
   }
   ~TempDir() {
@@ -26,4 +26,4 @@ class TempDir {
   std::string path_;
 };
 
-}  // namespace snapd::testing
+}  // namespace adjsnap::testing

@@ -1,16 +1,16 @@
 """Devito's acoustic FWI gradient four ways, timed in one run: every wavefield in memory
-(`save=True`), pyrevolve checkpoints in numpy arrays, `snapd.devito.Streamer` (store-all
-through snapd, K steps per operator call), and pyrevolve with `SnapdStorage`; each gradient is
+(`save=True`), pyrevolve checkpoints in numpy arrays, `adjsnap.devito.Streamer` (store-all
+through adjsnapd, K steps per operator call), and pyrevolve with `AdjsnapStorage`; each gradient is
 checked against the in-memory one (bit for bit for the lossless ways).
 
-    python client/python/bench/devito_bench.py --socket /run/snapd/snapd.sock \\
+    python client/python/bench/devito_bench.py --socket /run/adjsnap/adjsnap.sock \\
         [--case 2d:1001:600] [--case 3d:111:300] [--block 16] [--checkpoints 40] \\
         [--repeat 1] [--json] [--beyond-ram 2d:1001:5600]
 
 A case is DIM:N:NT: an N^DIM model (plus 40 absorbing points a side in 2D, 20 in 3D) and NT
 time steps; choose NT so that NT wavefields fit in memory for `save=True`. Prints one
 Markdown table: seconds (forward + adjoint, operators compiled beforehand) and the ratio to
-the reference of each way (save=True for the Streamer, numpy storage for SnapdStorage), and
+the reference of each way (save=True for the Streamer, numpy storage for AdjsnapStorage), and
 for the two pyrevolve ways the seconds spent inside the storage's save and load, the part
 that the storage decides (the rest is Devito's operators, the same work in both).
 
@@ -20,11 +20,11 @@ run to the next, more than the storage's share. The first repetition is the one 
 daemon's first touch of its memory falls in (docs/python.md). --json prints, after the table,
 one line of JSON per case with every run's seconds ("runs") and their medians ("medians"),
 keyed mem (save=True), str (Streamer), np and sn (pyrevolve with numpy storage and with
-SnapdStorage), np_in and sn_in (inside those storages' save and load).
+AdjsnapStorage), np_in and sn_in (inside those storages' save and load).
 
 --beyond-ram DIM:N:NT runs the Streamer alone on a case whose wavefields need more memory
 than the node has (save=True would need NT wavefields in RAM: it is not run), and prints its
-time, the bytes streamed, the node's RAM and where snapd kept the wavefields.
+time, the bytes streamed, the node's RAM and where adjsnapd kept the wavefields.
 """
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ from examples.seismic import AcquisitionGeometry, Receiver, demo_model
 from examples.seismic.acoustic.operators import iso_stencil
 from pyrevolve import Revolver
 
-import snapd
-from snapd.devito import Streamer, block_buffer
-from snapd.pyrevolve import SnapdStorage
+import adjsnap
+from adjsnap.devito import Streamer, block_buffer
+from adjsnap.pyrevolve import AdjsnapStorage
 
 configuration["log-level"] = "ERROR"
 configuration["safe-math"] = True  # the ways are compared bit for bit
@@ -154,7 +154,7 @@ def beyond_ram(spec: str, client, block: int):
     tiers = {t.tier: t for t in client.tiers()}
     seconds, grad = streamed(c, client, block)
     finite = bool(np.isfinite(grad).all())
-    host, disk = tiers.get(snapd.Tier.HOST), tiers.get(snapd.Tier.DISK)
+    host, disk = tiers.get(adjsnap.Tier.HOST), tiers.get(adjsnap.Tier.DISK)
     print(f"\nBeyond RAM: {c.label} ({c.step_bytes / 1e6:.1f} MB/step): save=True would hold "
           f"{need / 2**30:.1f} GiB of wavefields, this node has {ram / 2**30:.1f} GiB of RAM "
           f"(not run). Streamer: {seconds:.1f} s, {need / 1e9:.1f} GB pushed and fetched "
@@ -174,7 +174,7 @@ def revolved(c: Case, checkpoints: int, client=None):
     storage = None
     if client is not None:
         wrp.resetStorageList()
-        storage = SnapdStorage(cp.size, checkpoints, cp.dtype, client=client,
+        storage = AdjsnapStorage(cp.size, checkpoints, cp.dtype, client=client,
                                name=f"bench-revolve-{os.getpid()}")
         wrp.addStorage(storage)
     in_storage = 0.0  # seconds inside save and load
@@ -202,7 +202,7 @@ def revolved(c: Case, checkpoints: int, client=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--socket", default="", help="snapd's control socket (default: the usual)")
+    ap.add_argument("--socket", default="", help="adjsnapd's control socket (default: the usual)")
     ap.add_argument("--case", action="append", metavar="DIM:N:NT",
                     type=lambda text: text if text == "none" else case_spec(text),
                     help="DIM:N:NT (repeatable; 'none': no case, for --beyond-ram alone)")
@@ -219,12 +219,12 @@ def main():
         ap.error(f"--repeat must be at least 1, not {a.repeat}")
     cases = ["2d:1001:600", "3d:111:300"] if a.case is None else [
         c for c in a.case if c != "none"]  # --case none: only --beyond-ram
-    client = snapd.connect(a.socket)
+    client = adjsnap.connect(a.socket)
     print(f"{os.cpu_count()} cores, Devito's DEVITO_LANGUAGE={configuration['language']}, "
           f"Streamer block {a.block}, {a.checkpoints} pyrevolve checkpoints, "
           f"{'median of %d runs' % a.repeat if a.repeat > 1 else 'one run'} of each way")
     print("| case | save=True s | Streamer s | Streamer / save=True | numpy revolve s | "
-          "SnapdStorage s | SnapdStorage / numpy | in numpy storage s | in SnapdStorage s "
+          "AdjsnapStorage s | AdjsnapStorage / numpy | in numpy storage s | in AdjsnapStorage s "
           "| exact |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     records = []

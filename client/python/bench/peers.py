@@ -1,21 +1,21 @@
 #!/usr/bin/env python3
-"""The adjoint workload through snapd and its peers, each in a fresh Python process.
+"""The adjoint workload through adjsnapd and its peers, each in a fresh Python process.
 
 Forward: N steps of S bytes, each the solver's buffer with its step number stamped into its
 first and last 8 bytes over a fixed pattern, written one after another. Backward: the steps
-read back in reverse order into one buffer and checked. Contenders: snapd (Python client,
+read back in reverse order into one buffer and checked. Contenders: adjsnapd (Python client,
 mapped host tier; a fresh daemon per size), one `np.save` file per step, h5py (one chunked
 dataset, one chunk per step), ADIOS2 BP5 with its defaults (one variable, one BP5 step per
 step), memcpy into preallocated RAM (the reference) and, at the spill size, an `O_DIRECT`
 write and reverse read of the same bytes (the disk's limit).
 
-    python client/python/bench/peers.py --snapd build/daemon/snapd              # table
-    python client/python/bench/peers.py --snapd build/daemon/snapd --out docs/  # + docs
-    python client/python/bench/peers.py --snapd build/daemon/snapd --quick      # smoke, < 30 s
-    python client/python/bench/peers.py --snapd build/daemon/snapd --json       # for scripts
-    python client/python/bench/peers.py --snapd build/daemon/snapd --only memcpy snapd odirect \
+    python client/python/bench/peers.py --adjsnapd build/daemon/adjsnapd              # table
+    python client/python/bench/peers.py --adjsnapd build/daemon/adjsnapd --out docs/  # + docs
+    python client/python/bench/peers.py --adjsnapd build/daemon/adjsnapd --quick      # smoke, < 30 s
+    python client/python/bench/peers.py --adjsnapd build/daemon/adjsnapd --json       # for scripts
+    python client/python/bench/peers.py --adjsnapd build/daemon/adjsnapd --only memcpy adjsnapd odirect \
         --daemons 3 --repeat 3                  # every repetition on 3 fresh daemons
-    python client/python/bench/peers.py --snapd build/daemon/snapd --guard      # CI's guard
+    python client/python/bench/peers.py --adjsnapd build/daemon/adjsnapd --guard      # CI's guard
 
 Each contender runs as `peers.py --worker JOB` in its own process and prints one JSON line.
 """
@@ -43,7 +43,7 @@ MIB = 1 << 20
 GIB = 1 << 30
 SAMPLED_WORDS = 64  # words checked per step besides the two step stamps (without --full-check)
 
-# name, steps, bytes per step, snapd --host-mem, whether snapd gets a spool (layers DiskHost).
+# name, steps, bytes per step, adjsnapd --host-mem, whether adjsnapd gets a spool (layers DiskHost).
 SIZES = {
     "fit": dict(steps=256, bytes=16 * MIB, host_mem="5G", spill=False),
     "spill": dict(steps=1024, bytes=8 * MIB, host_mem="1G", spill=True),
@@ -57,22 +57,22 @@ GUARD_SIZES = {
     "fit": dict(steps=64, bytes=16 * MIB, host_mem="2G", spill=False),
     "spill": dict(steps=128, bytes=8 * MIB, host_mem="128M", spill=True),
 }
-# A gross regression of the backward pass, never noise: snapd's backward rate under these
+# A gross regression of the backward pass, never noise: adjsnapd's backward rate under these
 # shares of the reference measured in the same run (memcpy when it fits, the O_DIRECT read when
 # it spills), in GUARD_FAILING of GUARD_RUNS runs, each on a fresh daemon.
 GUARD_FLOOR = {"fit": ("memcpy", 0.3), "spill": ("odirect", 0.5)}
 GUARD_RUNS, GUARD_FAILING = 3, 2
-CONTENDERS = ["memcpy", "snapd", "snapd-again", "npsave", "h5py", "adios2", "odirect"]
+CONTENDERS = ["memcpy", "adjsnapd", "adjsnapd-again", "npsave", "h5py", "adios2", "odirect"]
 LABELS = {
     "memcpy": "memcpy into RAM (reference)",
-    "snapd": "snapd, mapped host tier (fresh daemon)",
-    "snapd-again": "snapd, a second process on the same daemon",
+    "adjsnapd": "adjsnapd, mapped host tier (fresh daemon)",
+    "adjsnapd-again": "adjsnapd, a second process on the same daemon",
     "npsave": "one `np.save` file per step",
     "h5py": "h5py, one chunk per step",
     "adios2": "ADIOS2 BP5 (defaults)",
     "odirect": "`O_DIRECT` write + reverse read",
 }
-SHORT = {"memcpy": "memcpy", "snapd": "snapd", "snapd-again": "snapd 2nd", "npsave": "np.save",
+SHORT = {"memcpy": "memcpy", "adjsnapd": "adjsnapd", "adjsnapd-again": "adjsnapd 2nd", "npsave": "np.save",
          "h5py": "h5py", "adios2": "ADIOS2", "odirect": "O_DIRECT"}
 FILE_CONTENDERS = ("npsave", "h5py", "adios2")
 MARK_BEGIN = "<!-- peers:begin -->"
@@ -83,7 +83,7 @@ MARK_END = "<!-- peers:end -->"
 # Measurements of the process, the daemon and the page cache.
 
 def proc_pss(pid="self") -> int:
-    """Proportional set size in bytes: pages shared between processes (snapd's host tier,
+    """Proportional set size in bytes: pages shared between processes (adjsnapd's host tier,
     mapped by both the daemon and the client) are split between them, so the Pss of the two
     added together counts each page once."""
     with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -163,7 +163,7 @@ def resident_bytes(paths) -> int:
 
 
 def file_size(path) -> int:
-    """0 for a file gone since it was listed (snapd renames and removes spool files while it
+    """0 for a file gone since it was listed (adjsnapd renames and removes spool files while it
     demotes and frees steps in the background)."""
     try:
         return os.path.getsize(path)
@@ -260,14 +260,14 @@ class Memcpy:
         return out
 
 
-class Snapd:
+class Adjsnap:
     """The Python client with the mapped host tier (the default on one node): push, wait until
     released, every push waited for until stored at the end; fetch into the solver's buffer."""
 
     def __init__(self, job):
-        import snapd
+        import adjsnap
         self.job = job
-        self.client = snapd.connect(job["socket"])
+        self.client = adjsnap.connect(job["socket"])
         self.run = self.client.open_run(
             job["run"], steps=job["steps"], bytes_per_step=job["bytes"], dtype=np.uint8,
             shape=(job["bytes"],), layers="DiskHost" if job["spill"] else "Host")
@@ -450,14 +450,14 @@ class ODirect:
         os.unlink(self.path)
 
 
-KINDS = {"memcpy": Memcpy, "snapd": Snapd, "snapd-again": Snapd, "npsave": NpSave,
+KINDS = {"memcpy": Memcpy, "adjsnapd": Adjsnap, "adjsnapd-again": Adjsnap, "npsave": NpSave,
          "h5py": H5py, "adios2": Adios2, "odirect": ODirect}
 
 
 def label(r) -> str:
-    """The contender's name in a table: snapd's repetitions on one daemon are numbered."""
-    if r["kind"] == "snapd" and r.get("reps", 1) > 1:
-        return f"snapd, repetition {r['rep']} of {r['reps']} on one fresh daemon"
+    """The contender's name in a table: adjsnapd's repetitions on one daemon are numbered."""
+    if r["kind"] == "adjsnapd" and r.get("reps", 1) > 1:
+        return f"adjsnapd, repetition {r['rep']} of {r['reps']} on one fresh daemon"
     return LABELS[r["kind"]]
 
 
@@ -471,12 +471,12 @@ def single_push_probe(job) -> dict:
     same bytes in the same process into fresh anonymous memory (an mmap: first touch) and into
     a warm array. Each push goes to a new step of a run on a daemon whose host-tier pages an
     earlier process already used. Medians of 8, with this process's minor faults per push."""
-    import snapd
+    import adjsnap
     n, reps = 16 * MIB, 8
     src = make_pattern(n).copy()
     warm = np.zeros(n, np.uint8)
     warm.fill(1)
-    client = snapd.connect(job["socket"])
+    client = adjsnap.connect(job["socket"])
     run = client.open_run(job["run"], steps=reps, bytes_per_step=n, layers="Host")
     times = {"push": [], "copyto_fresh": [], "copyto_warm": []}
     faults = {"push": [], "copyto_fresh": [], "copyto_warm": []}
@@ -547,7 +547,7 @@ def worker(job: dict) -> dict:
             "file_bytes": sum(file_size(p) for p in files),
             "meminfo_cached_delta": mi1["Cached"] - mi0["Cached"],
             "meminfo_shmem_delta": mi1["Shmem"] - mi0["Shmem"]}
-    if isinstance(c, Snapd):
+    if isinstance(c, Adjsnap):
         held["tier_used"] = c.tiers()
     held["total"] = held["process_pss"] + held["daemon_pss"] + held["page_cache"]
     res["held"] = held
@@ -588,7 +588,7 @@ class Daemon:
     def __init__(self, binary, root, host_mem, spill):
         self.dir = root
         os.makedirs(root)
-        self.socket = os.path.join(root, "snapd.sock")
+        self.socket = os.path.join(root, "adjsnap.sock")
         self.spool = os.path.join(root, "spool") if spill else None
         args = [binary, "--socket", self.socket, "--state-dir", os.path.join(root, "state"),
                 "--host-mem", host_mem]
@@ -597,14 +597,14 @@ class Daemon:
             args += ["--spool-dirs", self.spool]
         env = dict(os.environ)
         env.setdefault("UCX_NET_DEVICES", "lo")
-        self.log_path = os.path.join(root, "snapd.log")
+        self.log_path = os.path.join(root, "adjsnapd.log")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, env=env)
         deadline = time.monotonic() + 30
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError("snapd did not start:\n" + self.log())
+                raise RuntimeError("adjsnapd did not start:\n" + self.log())
             time.sleep(0.05)
         time.sleep(0.2)
 
@@ -656,7 +656,7 @@ def machine(workdir: str) -> dict:
 
 def _versions() -> dict:
     out = {}
-    for mod in ("h5py", "adios2", "snapd"):
+    for mod in ("h5py", "adios2", "adjsnap"):
         p = subprocess.run([sys.executable, "-c",
                             f"import {mod}; print(getattr({mod}, '__version__', '?'))"],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -667,12 +667,12 @@ def _versions() -> dict:
 def main_driver(a) -> dict:
     sizes = GUARD_SIZES if a.guard else QUICK_SIZES if a.quick else SIZES
     chosen = [k for k in CONTENDERS if k in a.only] if a.only else CONTENDERS
-    # --repeat R: snapd's contender runs R times, one fresh process after another, on one daemon.
+    # --repeat R: adjsnapd's contender runs R times, one fresh process after another, on one daemon.
     chosen = [(k, rep) for k in chosen
-              for rep in (range(1, a.repeat + 1) if k == "snapd" else [1])]
+              for rep in (range(1, a.repeat + 1) if k == "adjsnapd" else [1])]
     if a.workdir:
         os.makedirs(a.workdir, exist_ok=True)
-    root = tempfile.mkdtemp(prefix="snapd-peers-", dir=a.workdir)
+    root = tempfile.mkdtemp(prefix="adjsnap-peers-", dir=a.workdir)
     results = {"command": " ".join(["python", "client/python/bench/peers.py"] + a.argv),
                "date": datetime.datetime.now().isoformat(timespec="seconds"),
                "machine": machine(root), "load_before": os.getloadavg(), "sizes": {}}
@@ -681,11 +681,11 @@ def main_driver(a) -> dict:
             spec = sizes[size]
             rows = []
             daemon = probe = None
-            if any(k.startswith("snapd") for k, _ in chosen):
-                daemon = Daemon(a.snapd, os.path.join(root, f"snapd-{size}"), spec["host_mem"],
+            if any(k.startswith("adjsnapd") for k, _ in chosen):
+                daemon = Daemon(a.adjsnapd, os.path.join(root, f"adjsnap-{size}"), spec["host_mem"],
                                 spec["spill"])
-            last_snapd = [(k, rep) for k, rep in chosen if k.startswith("snapd")][-1:] or [None]
-            last_snapd = last_snapd[0]
+            last_adjsnap = [(k, rep) for k, rep in chosen if k.startswith("adjsnapd")][-1:] or [None]
+            last_adjsnap = last_adjsnap[0]
             try:
                 for kind, rep in chosen:
                     if kind == "odirect" and not spec["spill"]:
@@ -697,22 +697,22 @@ def main_driver(a) -> dict:
                            "full_check": a.full_check or a.quick,
                            "cold": spec["spill"] and kind in FILE_CONTENDERS,
                            "dir": tempfile.mkdtemp(prefix=f"{kind}-", dir=root)}
-                    if kind.startswith("snapd"):
+                    if kind.startswith("adjsnapd"):
                         job.update(socket=daemon.socket, daemon_pid=daemon.proc.pid,
                                    spool=daemon.spool, run=f"peers-{size}-{kind}-{rep}")
-                    name = kind if a.repeat == 1 or kind != "snapd" else f"{kind} #{rep}"
+                    name = kind if a.repeat == 1 or kind != "adjsnapd" else f"{kind} #{rep}"
                     print(f"peers: {size}: {name} ...", file=sys.stderr, flush=True)
                     r = run_worker(job)
                     shutil.rmtree(job["dir"], ignore_errors=True)
-                    if kind == "snapd":
+                    if kind == "adjsnapd":
                         r.update(rep=rep, reps=a.repeat)
                     rows.append(r)
                     print(f"peers: {size}: {name}: forward {r['forward_gbs']:.2f} GB/s, "
                           f"backward {r['backward_gbs']:.2f} GB/s", file=sys.stderr, flush=True)
-                    if kind == "snapd-again" and not spec["spill"]:
+                    if kind == "adjsnapd-again" and not spec["spill"]:
                         probe = run_worker({"kind": "probe", "size": size, "run": "peers-probe",
                                             "socket": daemon.socket})
-                    if daemon and (kind, rep) == last_snapd:  # the host tier is not left to others
+                    if daemon and (kind, rep) == last_adjsnap:  # the host tier is not left to others
                         daemon.stop()
             finally:
                 if daemon:
@@ -742,13 +742,13 @@ def fmt_k(x: float) -> str:
 def faults_cell(r, pass_):
     own = fmt_k(r["faults_per_gib"][pass_])
     d = r["daemon_faults_per_gib"][pass_]
-    return f"{own} + {fmt_k(d)} daemon" if r["kind"].startswith("snapd") else own
+    return f"{own} + {fmt_k(d)} daemon" if r["kind"].startswith("adjsnapd") else own
 
 
 def held_cell(r):
     h = r["held"]
     parts = []
-    if r["kind"].startswith("snapd"):
+    if r["kind"].startswith("adjsnapd"):
         parts.append(f"client {h['process_pss'] / GIB:.2f} + daemon {h['daemon_pss'] / GIB:.2f}")
     else:
         parts.append(f"process {h['process_pss'] / GIB:.2f}")
@@ -762,7 +762,7 @@ def table(size: str, block: dict) -> str:
     spill = any("backward_cold_s" in r for r in rows) or size == "spill"
     head = (f"{fmt_bytes(block['steps'] * block['bytes'])} = {block['steps']} x "
             f"{block['bytes'] // MIB} MiB"
-            + (f", snapd host tier {block['host_mem']}" if spill else ""))
+            + (f", adjsnapd host tier {block['host_mem']}" if spill else ""))
     cols = ["contender", "forward GB/s", "backward GB/s"]
     if spill:
         cols += ["backward GB/s, cold cache"]
@@ -807,13 +807,13 @@ def markdown(results, png_name=None) -> str:
         for r in block["rows"]:
             if "cold_drop" in r:
                 cold = r["cold_drop"]
-    out = [MARK_BEGIN, "## Peers: the adjoint workload through snapd, files, h5py and ADIOS2", "",
+    out = [MARK_BEGIN, "## Peers: the adjoint workload through adjsnapd, files, h5py and ADIOS2", "",
            "`client/python/bench/peers.py` runs the adjoint workload (forward: push N steps of "
-           "S bytes; backward: fetch them in reverse and check each) through snapd and the ways "
+           "S bytes; backward: fetch them in reverse and check each) through adjsnapd and the ways "
            "a Python solver would otherwise keep its steps, **each contender in a fresh Python "
            "process**, as solvers run (one process per shot), at a size that fits in RAM and "
-           "one that does not fit snapd's host tier:", "",
-           "- **snapd**: the Python client on the mapped host tier, a fresh daemon per size "
+           "one that does not fit adjsnapd's host tier:", "",
+           "- **adjsnapd**: the Python client on the mapped host tier, a fresh daemon per size "
            "(the script starts it, with its own state and spool directories, and stops it with "
            "SIGTERM); the run is declared (`steps=N`), layers `Host` (fits) or `DiskHost` "
            "(spill); each push waits until released, all until stored at the end of the "
@@ -836,26 +836,26 @@ def markdown(results, png_name=None) -> str:
            f"over the step inside its timing (microseconds); `--full-check` compares every "
            "byte with `np.array_equal` instead, which costs a memory pass per step. "
            "**Memory held** is measured at the end of the forward pass: the contender "
-           "process's Pss plus, for snapd, the daemon's Pss (the host tier is shared memory "
+           "process's Pss plus, for adjsnapd, the daemon's Pss (the host tier is shared memory "
            "mapped by both, and Pss splits shared pages between the processes that map them, "
            "so the sum counts it once), plus the page cache the contender's files hold, "
-           "counted page by page with `mincore(2)` over each file (snapd's spool files too; "
-           "snapd writes them with `O_DIRECT`). Both include the ~0.03-0.1 GiB of an idle "
+           "counted page by page with `mincore(2)` over each file (adjsnapd's spool files too; "
+           "adjsnapd writes them with `O_DIRECT`). Both include the ~0.03-0.1 GiB of an idle "
            "Python with numpy and the contender's module imported. Faults are the process's "
-           "minor page faults (`getrusage`) per GiB moved in that pass; for snapd the daemon's "
+           "minor page faults (`getrusage`) per GiB moved in that pass; for adjsnapd the daemon's "
            "(`/proc/PID/stat`) beside them.", "",
            "At the spill size the file contenders' backward pass runs twice: first as they "
            "run, right after the forward pass (warm: whatever the page cache kept), then with "
            f"cold caches ({cold or 'fsync + posix_fadvise(DONTNEED) per file'}); the cold "
-           "total is forward + flush + cold backward. snapd's spool and `O_DIRECT` bypass the "
+           "total is forward + flush + cold backward. adjsnapd's spool and `O_DIRECT` bypass the "
            "page cache, so they have no warm variant.", "",
            "Reproduce (a few minutes; `--json` prints the results for scripts instead of the "
            "table; `--quick` runs the whole pipeline at a small size in under 30 s, without "
            "`--out`, as a smoke test; it is not part of CI):", "",
            "```sh",
            "python -m venv venv && venv/bin/pip install ./client/python h5py adios2 matplotlib",
-           "venv/bin/python client/python/bench/peers.py --snapd build/daemon/snapd --out docs/",
-           "venv/bin/python client/python/bench/peers.py --snapd build/daemon/snapd --quick",
+           "venv/bin/python client/python/bench/peers.py --adjsnapd build/daemon/adjsnapd --out docs/",
+           "venv/bin/python client/python/bench/peers.py --adjsnapd build/daemon/adjsnapd --quick",
            "```", "",
            f"Figures from `{results['command']}` on {results['date'][:10]}: "
            f"{m['cores']} cores ({m['cpu']}), {m['ram_gib']:.1f} GiB RAM, Linux {m['kernel']}, "
@@ -894,7 +894,7 @@ def plot(results, path):
         title = (f"{fmt_bytes(block['steps'] * block['bytes'])} = {block['steps']} x "
                  f"{block['bytes'] // MIB} MiB")
         if size == "spill":
-            title += f", snapd host tier {block['host_mem']}"
+            title += f", adjsnapd host tier {block['host_mem']}"
         ax = axes[i][0]
         series = [("forward", [r["forward_gbs"] for r in rows]),
                   ("backward", [r["backward_gbs"] for r in rows])]
@@ -915,7 +915,7 @@ def plot(results, path):
         dmn = np.array([r["held"]["daemon_pss"] / GIB for r in rows])
         cache = np.array([r["held"]["page_cache"] / GIB for r in rows])
         ax.barh(x, proc, label="process (Pss)")
-        ax.barh(x, dmn, left=proc, label="snapd daemon (Pss)")
+        ax.barh(x, dmn, left=proc, label="adjsnapd daemon (Pss)")
         ax.barh(x, cache, left=proc + dmn, label="page cache of its files")
         ax.set_yticks(x, names)
         ax.invert_yaxis()
@@ -945,7 +945,7 @@ def write_docs(results, out_dir):
 
 
 def guard_verdict(runs) -> bool:
-    """Prints each run's backward rates against the guard's floors; False when snapd fell under
+    """Prints each run's backward rates against the guard's floors; False when adjsnapd fell under
     a floor, at either size, in GUARD_FAILING or more of the runs."""
     ok = True
     for size, (ref_kind, floor) in GUARD_FLOOR.items():
@@ -953,14 +953,14 @@ def guard_verdict(runs) -> bool:
         for i, results in enumerate(runs, 1):
             rows = results["sizes"][size]["rows"]
             ref = next(r for r in rows if r["kind"] == ref_kind)["backward_gbs"]
-            got = next(r for r in rows if r["kind"] == "snapd")
+            got = next(r for r in rows if r["kind"] == "adjsnapd")
             ratio = got["backward_gbs"] / ref
             under += ratio < floor
-            print(f"guard: {size} run {i}: snapd forward {got['forward_gbs']:.2f} GB/s, backward "
+            print(f"guard: {size} run {i}: adjsnapd forward {got['forward_gbs']:.2f} GB/s, backward "
                   f"{got['backward_gbs']:.2f} GB/s = {ratio:.2f}x the {ref_kind} read "
                   f"({ref:.2f} GB/s; floor {floor}x)", flush=True)
         if under >= GUARD_FAILING:
-            print(f"guard: FAILED: {size}: snapd's backward pass under {floor}x {ref_kind} in "
+            print(f"guard: FAILED: {size}: adjsnapd's backward pass under {floor}x {ref_kind} in "
                   f"{under} of {len(runs)} runs", flush=True)
             ok = False
     return ok
@@ -968,7 +968,7 @@ def guard_verdict(runs) -> bool:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--snapd", help="the snapd binary to start (one daemon per size)")
+    p.add_argument("--adjsnapd", help="the adjsnapd binary to start (one daemon per size)")
     p.add_argument("--out", help="docs directory: update its benchmarks.md and write "
                                  "benchmarks-peers.png there")
     p.add_argument("--workdir", default=None,
@@ -983,19 +983,19 @@ def main():
     p.add_argument("--from-json", metavar="FILE",
                    help="no run: print (and with --out write) the table of a saved --json run")
     p.add_argument("--repeat", type=int, default=1, metavar="R",
-                   help="run snapd's contender R times, each a fresh process, on one daemon")
+                   help="run adjsnapd's contender R times, each a fresh process, on one daemon")
     p.add_argument("--daemons", type=int, default=1, metavar="D",
                    help="the whole run D times, each with fresh daemons; a table per run")
     p.add_argument("--guard", action="store_true",
-                   help=f"CI's guard: memcpy, snapd and O_DIRECT at 1 GiB, fits and spills, "
-                        f"{GUARD_RUNS} runs on fresh daemons; exit 1 when snapd's backward pass "
+                   help=f"CI's guard: memcpy, adjsnapd and O_DIRECT at 1 GiB, fits and spills, "
+                        f"{GUARD_RUNS} runs on fresh daemons; exit 1 when adjsnapd's backward pass "
                         f"falls under " + " or ".join(f"{f}x {k} ({s})" for s, (k, f)
                                                       in GUARD_FLOOR.items())
                         + f" in {GUARD_FAILING} of them")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.guard:
-        a.only, a.sizes, a.repeat, a.daemons = ["memcpy", "snapd", "odirect"], list(SIZES), 1, \
+        a.only, a.sizes, a.repeat, a.daemons = ["memcpy", "adjsnapd", "odirect"], list(SIZES), 1, \
             GUARD_RUNS
     if a.worker:
         print(json.dumps(worker(json.loads(a.worker))), flush=True)
@@ -1007,14 +1007,14 @@ def main():
         if a.out:
             write_docs(results, a.out)
         return
-    if not a.snapd and (not a.only or any(k.startswith("snapd") for k in a.only)):
-        p.error("--snapd PATH is needed to run the snapd contenders")
+    if not a.adjsnapd and (not a.only or any(k.startswith("adjsnapd") for k in a.only)):
+        p.error("--adjsnapd PATH is needed to run the adjsnapd contenders")
     a.argv = []
     args = iter(sys.argv[1:])
     for x in args:  # the command as the docs show it: no machine-specific paths
-        if x in ("--snapd", "--workdir"):
+        if x in ("--adjsnapd", "--workdir"):
             value = next(args, "")
-            a.argv += [x, "BUILD/daemon/snapd" if x == "--snapd" else "DIR"]
+            a.argv += [x, "BUILD/daemon/adjsnapd" if x == "--adjsnapd" else "DIR"]
         else:
             a.argv.append(x)
     runs = [main_driver(a) for _ in range(a.daemons)]

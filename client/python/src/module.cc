@@ -1,4 +1,4 @@
-// snapd._snapd: the Python binding of libsnapd (snapd/client.h).
+// adjsnap._adjsnap: the Python binding of libadjsnap (adjsnap/client.h).
 //
 // Arrays cross through the buffer protocol: a C-contiguous array is pushed from, and fetched
 // into, its own memory (no copy in Python; the data path makes the one copy it always makes).
@@ -15,15 +15,15 @@
 #include <utility>
 #include <vector>
 
-#include "snapd/client.h"
+#include "adjsnap/client.h"
 
 namespace py = pybind11;
 
 namespace {
 
-// snapd.Error and one subclass per code, created at import (see PYBIND11_MODULE below).
-std::vector<std::pair<snapd::Code, py::object>>& ErrorClasses() {
-  static auto* classes = new std::vector<std::pair<snapd::Code, py::object>>();
+// adjsnap.Error and one subclass per code, created at import (see PYBIND11_MODULE below).
+std::vector<std::pair<adjsnap::Code, py::object>>& ErrorClasses() {
+  static auto* classes = new std::vector<std::pair<adjsnap::Code, py::object>>();
   return *classes;
 }
 py::object& BaseError() {
@@ -31,13 +31,13 @@ py::object& BaseError() {
   return *base;
 }
 
-[[noreturn]] void Raise(const snapd::Status& status) {
+[[noreturn]] void Raise(const adjsnap::Status& status) {
   py::object cls = BaseError();
   for (const auto& [code, c] : ErrorClasses()) {
     if (code == status.code()) cls = c;
   }
   py::object exc = cls(status.message());
-  exc.attr("code") = snapd::CodeName(status.code());
+  exc.attr("code") = adjsnap::CodeName(status.code());
   PyErr_SetObject(cls.ptr(), exc.ptr());
   throw py::error_already_set();
 }
@@ -47,11 +47,11 @@ std::string Counted(uint64_t n, const char* noun) {
   return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
-void Check(const snapd::Status& status) {
+void Check(const adjsnap::Status& status) {
   if (!status.ok()) Raise(status);
 }
 template <typename T>
-T Value(snapd::Result<T> result) {
+T Value(adjsnap::Result<T> result) {
   if (!result.ok()) Raise(result.status());
   return std::move(result).value();
 }
@@ -63,7 +63,7 @@ auto Call(F&& f) {
     py::gil_scoped_release nogil;
     return f();
   }();
-  if constexpr (std::is_same_v<decltype(r), snapd::Status>) {
+  if constexpr (std::is_same_v<decltype(r), adjsnap::Status>) {
     Check(r);
   } else {
     return Value(std::move(r));
@@ -126,7 +126,7 @@ Bytes View(const py::object& array, bool writable, const char* what) {
     std::string type = py::str(py::type::of(array).attr("__name__"));
     if (py::hasattr(array, "__dlpack_device__")) {
       throw py::type_error(std::string(what) + ": a " + type +
-                           " offers only DLPack; snapd takes device arrays through "
+                           " offers only DLPack; adjsnapd takes device arrays through "
                            "__cuda_array_interface__ (CuPy, Numba and PyTorch export it)");
     }
     throw py::type_error(std::string(what) + ": expected an array or other buffer, got a " +
@@ -158,13 +158,13 @@ std::optional<std::chrono::milliseconds> Limit(std::optional<double> seconds) {
     throw py::value_error("timeout must be a number of seconds >= 0, got " +
                           std::to_string(*seconds));
   }
-  if (*seconds > 1e9) return snapd::kWaitForever;
+  if (*seconds > 1e9) return adjsnap::kWaitForever;
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*seconds * 1000)));
 }
 
 // A push in flight: holds the array until the daemon released it.
 struct Push {
-  snapd::PushHandle handle;
+  adjsnap::PushHandle handle;
   py::object array;
   Bytes view;  // the buffer export stays open while the daemon may read the memory
   uint64_t step = 0;
@@ -181,14 +181,14 @@ struct Push {
     if (array && !handle.released()) {
       py::gil_scoped_release nogil;
       // The array may be freed after this: no limit. Errors are the caller's.
-      (void)handle.WaitReleased(snapd::kWaitForever);
+      (void)handle.WaitReleased(adjsnap::kWaitForever);
     }
   }
 };
 
 // A fetch in flight: holds the destination array until it is filled.
 struct Fetch {
-  snapd::FetchHandle handle;
+  adjsnap::FetchHandle handle;
   py::object array;
   Bytes view;
   uint64_t step = 0;
@@ -201,111 +201,111 @@ struct Fetch {
   ~Fetch() {
     if (array && !handle.done()) {
       py::gil_scoped_release nogil;
-      (void)handle.Wait(snapd::kWaitForever);
+      (void)handle.Wait(adjsnap::kWaitForever);
     }
   }
 };
 
-std::shared_ptr<snapd::Client> Connect(const std::string& socket, const std::string& name,
+std::shared_ptr<adjsnap::Client> Connect(const std::string& socket, const std::string& name,
                                        bool map_host_tier, std::optional<double> reconnect,
                                        int copy_threads, std::optional<double> wait_timeout) {
-  snapd::ClientOptions o{.socket_path = socket, .client_name = name,
+  adjsnap::ClientOptions o{.socket_path = socket, .client_name = name,
                          .map_host_tier = map_host_tier, .copy_threads = copy_threads};
   if (wait_timeout) o.wait_timeout_s = *wait_timeout;
-  auto client = std::shared_ptr<snapd::Client>(Call([&] { return snapd::Client::Connect(o); }));
+  auto client = std::shared_ptr<adjsnap::Client>(Call([&] { return adjsnap::Client::Connect(o); }));
   if (reconnect) client->set_reconnect_timeout(*reconnect);
   return client;
 }
 
 }  // namespace
 
-PYBIND11_MODULE(_snapd, m) {
-  m.doc() = "Python binding of libsnapd, the client of the snapd snapshot daemon";
+PYBIND11_MODULE(_adjsnap, m) {
+  m.doc() = "Python binding of libadjsnap, the client of the adjsnapd snapshot daemon";
 
   BaseError() = py::reinterpret_borrow<py::object>(
-      PyErr_NewExceptionWithDoc("snapd.Error", "An error snapd or libsnapd reported; "
+      PyErr_NewExceptionWithDoc("adjsnap.Error", "An error adjsnapd or libadjsnap reported; "
                                 "`code` is its gRPC-style code name.", PyExc_RuntimeError, nullptr));
   BaseError().attr("code") = "UNKNOWN";
   m.attr("Error") = BaseError();
   struct Sub {
-    snapd::Code code;
+    adjsnap::Code code;
     const char* name;
     PyObject* also;  // a builtin exception the class also derives from, or null
   };
-  for (const Sub& s : {Sub{snapd::Code::kInvalidArgument, "InvalidArgument", PyExc_ValueError},
-                       Sub{snapd::Code::kNotFound, "NotFound", PyExc_LookupError},
-                       Sub{snapd::Code::kAlreadyExists, "AlreadyExists", nullptr},
-                       Sub{snapd::Code::kPermissionDenied, "PermissionDenied", PyExc_PermissionError},
-                       Sub{snapd::Code::kResourceExhausted, "ResourceExhausted", PyExc_MemoryError},
-                       Sub{snapd::Code::kFailedPrecondition, "FailedPrecondition", nullptr},
-                       Sub{snapd::Code::kUnavailable, "Unavailable", PyExc_ConnectionError},
-                       Sub{snapd::Code::kDataLoss, "DataLoss", nullptr},
-                       Sub{snapd::Code::kDeadlineExceeded, "DeadlineExceeded", PyExc_TimeoutError}}) {
+  for (const Sub& s : {Sub{adjsnap::Code::kInvalidArgument, "InvalidArgument", PyExc_ValueError},
+                       Sub{adjsnap::Code::kNotFound, "NotFound", PyExc_LookupError},
+                       Sub{adjsnap::Code::kAlreadyExists, "AlreadyExists", nullptr},
+                       Sub{adjsnap::Code::kPermissionDenied, "PermissionDenied", PyExc_PermissionError},
+                       Sub{adjsnap::Code::kResourceExhausted, "ResourceExhausted", PyExc_MemoryError},
+                       Sub{adjsnap::Code::kFailedPrecondition, "FailedPrecondition", nullptr},
+                       Sub{adjsnap::Code::kUnavailable, "Unavailable", PyExc_ConnectionError},
+                       Sub{adjsnap::Code::kDataLoss, "DataLoss", nullptr},
+                       Sub{adjsnap::Code::kDeadlineExceeded, "DeadlineExceeded", PyExc_TimeoutError}}) {
     py::tuple bases = s.also ? py::tuple(py::make_tuple(BaseError(), py::handle(s.also)))
                              : py::tuple(py::make_tuple(BaseError()));
-    std::string qualified = std::string("snapd.") + s.name;
+    std::string qualified = std::string("adjsnap.") + s.name;
     py::object cls = py::reinterpret_steal<py::object>(
         PyErr_NewException(qualified.c_str(), bases.ptr(), nullptr));
-    cls.attr("code") = snapd::CodeName(s.code);  // also on instances raised from Python
+    cls.attr("code") = adjsnap::CodeName(s.code);  // also on instances raised from Python
     m.attr(s.name) = cls;
     ErrorClasses().emplace_back(s.code, cls);
   }
 
-  py::enum_<snapd::Tier>(m, "Tier")
-      .value("UNSPECIFIED", snapd::Tier::kUnspecified)
-      .value("DEVICE", snapd::Tier::kDevice)
-      .value("HOST", snapd::Tier::kHost)
-      .value("DISK", snapd::Tier::kDisk)
-      .value("LOST", snapd::Tier::kLost)
-      .value("IN_FLIGHT", snapd::Tier::kInFlight);
-  py::enum_<snapd::Dtype>(m, "Dtype")
-      .value("UNSPECIFIED", snapd::Dtype::kUnspecified)
-      .value("FLOAT32", snapd::Dtype::kFloat32)
-      .value("FLOAT64", snapd::Dtype::kFloat64)
-      .value("INT32", snapd::Dtype::kInt32)
-      .value("INT64", snapd::Dtype::kInt64)
-      .value("UINT8", snapd::Dtype::kUint8);
-  py::enum_<snapd::Codec>(m, "Codec")
-      .value("NONE", snapd::Codec::kNone)
-      .value("ZFP_REVERSIBLE", snapd::Codec::kZfpReversible)
-      .value("ZFP_RATE", snapd::Codec::kZfpRate)
-      .value("ZFP_PRECISION", snapd::Codec::kZfpPrecision)
-      .value("ZFP_ACCURACY", snapd::Codec::kZfpAccuracy)
-      .value("BITCOMP", snapd::Codec::kBitcomp)
-      .value("BITCOMP_LOSSY", snapd::Codec::kBitcompLossy)
-      .value("ANS", snapd::Codec::kAns);
+  py::enum_<adjsnap::Tier>(m, "Tier")
+      .value("UNSPECIFIED", adjsnap::Tier::kUnspecified)
+      .value("DEVICE", adjsnap::Tier::kDevice)
+      .value("HOST", adjsnap::Tier::kHost)
+      .value("DISK", adjsnap::Tier::kDisk)
+      .value("LOST", adjsnap::Tier::kLost)
+      .value("IN_FLIGHT", adjsnap::Tier::kInFlight);
+  py::enum_<adjsnap::Dtype>(m, "Dtype")
+      .value("UNSPECIFIED", adjsnap::Dtype::kUnspecified)
+      .value("FLOAT32", adjsnap::Dtype::kFloat32)
+      .value("FLOAT64", adjsnap::Dtype::kFloat64)
+      .value("INT32", adjsnap::Dtype::kInt32)
+      .value("INT64", adjsnap::Dtype::kInt64)
+      .value("UINT8", adjsnap::Dtype::kUint8);
+  py::enum_<adjsnap::Codec>(m, "Codec")
+      .value("NONE", adjsnap::Codec::kNone)
+      .value("ZFP_REVERSIBLE", adjsnap::Codec::kZfpReversible)
+      .value("ZFP_RATE", adjsnap::Codec::kZfpRate)
+      .value("ZFP_PRECISION", adjsnap::Codec::kZfpPrecision)
+      .value("ZFP_ACCURACY", adjsnap::Codec::kZfpAccuracy)
+      .value("BITCOMP", adjsnap::Codec::kBitcomp)
+      .value("BITCOMP_LOSSY", adjsnap::Codec::kBitcompLossy)
+      .value("ANS", adjsnap::Codec::kAns);
 
-  py::class_<snapd::RunSpec>(m, "RunSpec")
+  py::class_<adjsnap::RunSpec>(m, "RunSpec")
       .def(py::init<>())
-      .def_readwrite("name", &snapd::RunSpec::name)
-      .def_readwrite("steps", &snapd::RunSpec::steps)
-      .def_readwrite("bytes_per_step", &snapd::RunSpec::bytes_per_step)
-      .def_readwrite("dtype", &snapd::RunSpec::dtype)
-      .def_readwrite("shape", &snapd::RunSpec::shape)
-      .def_readwrite("layers", &snapd::RunSpec::layers)
-      .def_readwrite("keep", &snapd::RunSpec::keep)
-      .def_readwrite("block_when_full", &snapd::RunSpec::block_when_full)
-      .def_readwrite("codec", &snapd::RunSpec::codec)
-      .def_readwrite("codec_param", &snapd::RunSpec::codec_param)
-      .def_readwrite("compress_at_ingest", &snapd::RunSpec::compress_at_ingest)
-      .def_readwrite("job", &snapd::RunSpec::job)
-      .def_readwrite("check_finite", &snapd::RunSpec::check_finite)
-      .def_readwrite("overwrite", &snapd::RunSpec::overwrite);
-  py::class_<snapd::RunInfo>(m, "RunInfo")
-      .def_readonly("run_id", &snapd::RunInfo::run_id)
-      .def_readonly("spec", &snapd::RunInfo::spec)
-      .def_readonly("closed", &snapd::RunInfo::closed)
-      .def_readonly("created", &snapd::RunInfo::created)
-      .def_readonly("snapshots", &snapd::RunInfo::snapshots)
-      .def_readonly("stored_bytes", &snapd::RunInfo::stored_bytes)
-      .def_readonly("host_boundary", &snapd::RunInfo::host_boundary)
-      .def_readonly("device_boundary", &snapd::RunInfo::device_boundary)
-      .def_readonly("lost_snapshots", &snapd::RunInfo::lost_snapshots)
-      .def_readonly("compressed_snapshots", &snapd::RunInfo::compressed_snapshots)
-      .def_readonly("failure", &snapd::RunInfo::failure)
-      .def_property_readonly("name", [](const snapd::RunInfo& r) { return r.spec.name; })
-      .def("__repr__", [](const snapd::RunInfo& r) {
-        std::string text = "<snapd.RunInfo " + std::string(py::repr(py::str(r.spec.name))) +
+      .def_readwrite("name", &adjsnap::RunSpec::name)
+      .def_readwrite("steps", &adjsnap::RunSpec::steps)
+      .def_readwrite("bytes_per_step", &adjsnap::RunSpec::bytes_per_step)
+      .def_readwrite("dtype", &adjsnap::RunSpec::dtype)
+      .def_readwrite("shape", &adjsnap::RunSpec::shape)
+      .def_readwrite("layers", &adjsnap::RunSpec::layers)
+      .def_readwrite("keep", &adjsnap::RunSpec::keep)
+      .def_readwrite("block_when_full", &adjsnap::RunSpec::block_when_full)
+      .def_readwrite("codec", &adjsnap::RunSpec::codec)
+      .def_readwrite("codec_param", &adjsnap::RunSpec::codec_param)
+      .def_readwrite("compress_at_ingest", &adjsnap::RunSpec::compress_at_ingest)
+      .def_readwrite("job", &adjsnap::RunSpec::job)
+      .def_readwrite("check_finite", &adjsnap::RunSpec::check_finite)
+      .def_readwrite("overwrite", &adjsnap::RunSpec::overwrite);
+  py::class_<adjsnap::RunInfo>(m, "RunInfo")
+      .def_readonly("run_id", &adjsnap::RunInfo::run_id)
+      .def_readonly("spec", &adjsnap::RunInfo::spec)
+      .def_readonly("closed", &adjsnap::RunInfo::closed)
+      .def_readonly("created", &adjsnap::RunInfo::created)
+      .def_readonly("snapshots", &adjsnap::RunInfo::snapshots)
+      .def_readonly("stored_bytes", &adjsnap::RunInfo::stored_bytes)
+      .def_readonly("host_boundary", &adjsnap::RunInfo::host_boundary)
+      .def_readonly("device_boundary", &adjsnap::RunInfo::device_boundary)
+      .def_readonly("lost_snapshots", &adjsnap::RunInfo::lost_snapshots)
+      .def_readonly("compressed_snapshots", &adjsnap::RunInfo::compressed_snapshots)
+      .def_readonly("failure", &adjsnap::RunInfo::failure)
+      .def_property_readonly("name", [](const adjsnap::RunInfo& r) { return r.spec.name; })
+      .def("__repr__", [](const adjsnap::RunInfo& r) {
+        std::string text = "<adjsnap.RunInfo " + std::string(py::repr(py::str(r.spec.name))) +
                            " id " + std::to_string(r.run_id) + (r.closed ? " closed" : " open") +
                            ", " + Counted(r.snapshots, "snapshot");
         if (r.spec.steps) text += " of " + Counted(r.spec.steps, "step");
@@ -314,32 +314,32 @@ PYBIND11_MODULE(_snapd, m) {
         if (!r.failure.empty()) text += ", failed: " + r.failure;
         return text + ">";
       });
-  py::class_<snapd::Location>(m, "Location")
-      .def_readonly("step", &snapd::Location::step)
-      .def_readonly("tier", &snapd::Location::tier)
-      .def_readonly("raw_bytes", &snapd::Location::raw_bytes)
-      .def_readonly("stored_bytes", &snapd::Location::stored_bytes)
+  py::class_<adjsnap::Location>(m, "Location")
+      .def_readonly("step", &adjsnap::Location::step)
+      .def_readonly("tier", &adjsnap::Location::tier)
+      .def_readonly("raw_bytes", &adjsnap::Location::raw_bytes)
+      .def_readonly("stored_bytes", &adjsnap::Location::stored_bytes)
       .def_property_readonly("checksum",
-                             [](const snapd::Location& l) -> py::object {
+                             [](const adjsnap::Location& l) -> py::object {
                                if (!l.checksum_recorded) return py::none();
                                return py::int_(l.checksum);
                              })
-      .def_readonly("on_disk", &snapd::Location::on_disk)
-      .def_readonly("device_session", &snapd::Location::device_session)
-      .def_readonly("codec", &snapd::Location::codec)
-      .def("__repr__", [](const snapd::Location& l) {
-        return "<snapd.Location step " + std::to_string(l.step) + " " + snapd::TierName(l.tier) +
+      .def_readonly("on_disk", &adjsnap::Location::on_disk)
+      .def_readonly("device_session", &adjsnap::Location::device_session)
+      .def_readonly("codec", &adjsnap::Location::codec)
+      .def("__repr__", [](const adjsnap::Location& l) {
+        return "<adjsnap.Location step " + std::to_string(l.step) + " " + adjsnap::TierName(l.tier) +
                " " + std::to_string(l.stored_bytes) + "/" + std::to_string(l.raw_bytes) + " B>";
       });
-  py::class_<snapd::TierInfo>(m, "TierInfo")
-      .def_readonly("tier", &snapd::TierInfo::tier)
-      .def_readonly("budget_bytes", &snapd::TierInfo::budget_bytes)
-      .def_readonly("used_bytes", &snapd::TierInfo::used_bytes)
-      .def_readonly("snapshots", &snapd::TierInfo::snapshots)
-      .def_readonly("write_bytes_per_second", &snapd::TierInfo::write_bytes_per_second)
-      .def_readonly("read_bytes_per_second", &snapd::TierInfo::read_bytes_per_second)
-      .def("__repr__", [](const snapd::TierInfo& t) {
-        return std::string("<snapd.TierInfo ") + snapd::TierName(t.tier) + " " +
+  py::class_<adjsnap::TierInfo>(m, "TierInfo")
+      .def_readonly("tier", &adjsnap::TierInfo::tier)
+      .def_readonly("budget_bytes", &adjsnap::TierInfo::budget_bytes)
+      .def_readonly("used_bytes", &adjsnap::TierInfo::used_bytes)
+      .def_readonly("snapshots", &adjsnap::TierInfo::snapshots)
+      .def_readonly("write_bytes_per_second", &adjsnap::TierInfo::write_bytes_per_second)
+      .def_readonly("read_bytes_per_second", &adjsnap::TierInfo::read_bytes_per_second)
+      .def("__repr__", [](const adjsnap::TierInfo& t) {
+        return std::string("<adjsnap.TierInfo ") + adjsnap::TierName(t.tier) + " " +
                Counted(t.snapshots, "snapshot") + ", " + std::to_string(t.used_bytes) + " of " +
                std::to_string(t.budget_bytes) + " B used>";
       });
@@ -349,7 +349,7 @@ PYBIND11_MODULE(_snapd, m) {
       .def("wait_released", &Push::WaitReleased, py::arg("timeout") = py::none(),
            "Blocks until the pushed array may be overwritten; raises if the push failed. "
            "At most `timeout` seconds (None: the client's wait_timeout): then DeadlineExceeded "
-           "says what snapd reports the push waits for, and the push goes on.")
+           "says what adjsnapd reports the push waits for, and the push goes on.")
       .def("wait_stored", &Push::WaitStored, py::arg("timeout") = py::none(),
            "Blocks until the daemon stored the snapshot; raises with the daemon's reason. "
            "`timeout` as for wait_released.")
@@ -359,50 +359,50 @@ PYBIND11_MODULE(_snapd, m) {
       .def_readonly("step", &Fetch::step)
       .def("wait", &Fetch::Wait, py::arg("timeout") = py::none(),
            "Blocks until the array is filled and returns it. At most `timeout` seconds (None: "
-           "the client's wait_timeout): then DeadlineExceeded says what snapd reports the fetch "
+           "the client's wait_timeout): then DeadlineExceeded says what adjsnapd reports the fetch "
            "waits for, and the fetch goes on (it may still fill the array).")
       .def_property_readonly("done", [](const Fetch& f) { return f.handle.done(); });
 
-  py::class_<snapd::Client, std::shared_ptr<snapd::Client>>(m, "Client")
+  py::class_<adjsnap::Client, std::shared_ptr<adjsnap::Client>>(m, "Client")
       .def(py::init(&Connect), py::arg("socket") = "", py::arg("name") = "python",
            py::arg("map_host_tier") = true, py::arg("reconnect_timeout") = py::none(),
            py::arg("copy_threads") = 0, py::arg("wait_timeout") = py::none(),
-           "Connects to snapd ($SNAPD_SOCKET or the default socket when `socket` is empty). "
-           "reconnect_timeout: seconds to keep reconnecting when snapd restarts (pushes and "
-           "fetches wait meanwhile); default 60 or $SNAPD_RECONNECT_TIMEOUT, 0 = fail at once. "
+           "Connects to adjsnapd ($ADJSNAP_SOCKET or the default socket when `socket` is empty). "
+           "reconnect_timeout: seconds to keep reconnecting when adjsnapd restarts (pushes and "
+           "fetches wait meanwhile); default 60 or $ADJSNAP_RECONNECT_TIMEOUT, 0 = fail at once. "
            "copy_threads: threads that copy a large array into or out of the mapped host tier; "
-           "0 = min(4, cores), $SNAPD_COPY_THREADS overrides it. wait_timeout: seconds a "
+           "0 = min(4, cores), $ADJSNAP_COPY_THREADS overrides it. wait_timeout: seconds a "
            "wait with no timeout of its own waits before DeadlineExceeded; default 600 or "
-           "$SNAPD_WAIT_TIMEOUT, 0 = for ever.")
+           "$ADJSNAP_WAIT_TIMEOUT, 0 = for ever.")
       .def("open_run",
-           [](snapd::Client& c, const snapd::RunSpec& spec) {
+           [](adjsnap::Client& c, const adjsnap::RunSpec& spec) {
              return Call([&] { return c.OpenRun(spec); });
            })
       .def("close_run",
-           [](snapd::Client& c, const std::string& n) { Call([&] { return c.CloseRun(n); }); })
+           [](adjsnap::Client& c, const std::string& n) { Call([&] { return c.CloseRun(n); }); })
       .def("delete_run",
-           [](snapd::Client& c, const std::string& n) { Call([&] { return c.DeleteRun(n); }); })
+           [](adjsnap::Client& c, const std::string& n) { Call([&] { return c.DeleteRun(n); }); })
       .def("delete_snapshot",
-           [](snapd::Client& c, const std::string& n, uint64_t step) {
+           [](adjsnap::Client& c, const std::string& n, uint64_t step) {
              Call([&] { return c.DeleteSnapshot(n, step); });
            })
-      .def("runs", [](snapd::Client& c) { return Call([&] { return c.ListRuns(); }); })
+      .def("runs", [](adjsnap::Client& c) { return Call([&] { return c.ListRuns(); }); })
       .def("locate",
-           [](snapd::Client& c, const std::string& n, uint64_t step) {
+           [](adjsnap::Client& c, const std::string& n, uint64_t step) {
              return Call([&] { return c.Locate(n, step); });
            })
       .def("snapshots",
-           [](snapd::Client& c, const std::string& n) {
+           [](adjsnap::Client& c, const std::string& n) {
              return Call([&] { return c.ListSnapshots(n); });
            })
       .def("prefetch",
-           [](snapd::Client& c, const std::string& n, const std::vector<uint64_t>& steps) {
+           [](adjsnap::Client& c, const std::string& n, const std::vector<uint64_t>& steps) {
              return Call([&] { return c.Prefetch(n, steps); });
            })
-      .def("tiers", [](snapd::Client& c) { return Call([&] { return c.Tiers(); }); })
+      .def("tiers", [](adjsnap::Client& c) { return Call([&] { return c.Tiers(); }); })
       .def(
           "push",
-          [](snapd::Client& c, uint64_t run_id, uint64_t step, py::object array) {
+          [](adjsnap::Client& c, uint64_t run_id, uint64_t step, py::object array) {
             auto p = std::make_unique<Push>();
             if (std::optional<DeviceBytes> d = DeviceView(array, false, "push")) {
               p->handle = Call([&] {
@@ -419,7 +419,7 @@ PYBIND11_MODULE(_snapd, m) {
           py::arg("run_id"), py::arg("step"), py::arg("array"))
       .def(
           "fetch_async",
-          [](snapd::Client& c, uint64_t run_id, uint64_t step, py::object array) {
+          [](adjsnap::Client& c, uint64_t run_id, uint64_t step, py::object array) {
             auto f = std::make_unique<Fetch>();
             if (std::optional<DeviceBytes> d = DeviceView(array, true, "fetch")) {
               f->handle = Call([&] {
@@ -436,13 +436,13 @@ PYBIND11_MODULE(_snapd, m) {
             return f;
           },
           py::arg("run_id"), py::arg("step"), py::arg("out"))
-      .def_property_readonly("socket_path", &snapd::Client::socket_path)
+      .def_property_readonly("socket_path", &adjsnap::Client::socket_path)
       .def_property_readonly("data_path",
-                             [](const snapd::Client& c) {
-                               return c.data_path() == snapd::DataPath::kMappedHostTier
+                             [](const adjsnap::Client& c) {
+                               return c.data_path() == adjsnap::DataPath::kMappedHostTier
                                           ? "mapped"
                                           : "ucx";
                              })
-      .def_property_readonly("data_path_reason", &snapd::Client::data_path_reason)
-      .def_property_readonly("copy_threads", &snapd::Client::copy_threads);
+      .def_property_readonly("data_path_reason", &adjsnap::Client::data_path_reason)
+      .def_property_readonly("copy_threads", &adjsnap::Client::copy_threads);
 }

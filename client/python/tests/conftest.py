@@ -1,12 +1,12 @@
-"""A real snapd for the Python tests: one daemon per test module, on a private socket.
+"""A real adjsnapd for the Python tests: one daemon per test module, on a private socket.
 
-The daemon binary is $SNAPD_BINARY, else build/daemon/snapd or build-tests/daemon/snapd of
+The daemon binary is $ADJSNAPD_BINARY, else build/daemon/adjsnapd or build-tests/daemon/adjsnapd of
 this repository.
 
 A hung test fails, with stacks, rather than hanging the run ([tool.pytest.ini_options] of
 client/python/pyproject.toml sets the times):
 - at faulthandler_timeout, every thread's Python stack;
-- at snapd_stack_dump_timeout, a watchdog process (this file run as a script, so that it acts
+- at adjsnap_stack_dump_timeout, a watchdog process (this file run as a script, so that it acts
   even while the test's main thread holds the GIL in a C++ call) prints the native stacks
   (gdb) of every live Daemon, of the other processes the test started and of the test process,
   then aborts those daemons, which fails a call stuck on one;
@@ -30,17 +30,17 @@ import time
 
 import pytest
 
-# `python -m pytest` run in client/python puts that folder first on sys.path, where snapd/ is
-# the package's sources without the compiled extension (snapd._snapd): the tests import the
+# `python -m pytest` run in client/python puts that folder first on sys.path, where adjsnap/ is
+# the package's sources without the compiled extension (adjsnap._adjsnap): the tests import the
 # installed package, wherever they are run from.
 _SOURCES = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if pathlib.Path(p or os.curdir).resolve() != _SOURCES]
 
-import snapd  # noqa: E402  (after the sys.path fix above)
+import adjsnap  # noqa: E402  (after the sys.path fix above)
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 
-# Seconds Daemon.stop waits after SIGTERM: snapd's own stop_timeout (45 s by default) bounds
+# Seconds Daemon.stop waits after SIGTERM: adjsnapd's own stop_timeout (45 s by default) bounds
 # its drain.
 STOP_TIMEOUT = 60
 # Seconds one gdb gets to attach and print every thread's stack.
@@ -49,25 +49,25 @@ GDB_TIMEOUT = 30
 KILL_GRACE = 30
 
 
-def snapd_binary() -> str:
-    env = os.environ.get("SNAPD_BINARY")
+def adjsnapd_binary() -> str:
+    env = os.environ.get("ADJSNAPD_BINARY")
     if env:
         return env
     for build in ("build", "build-tests"):
-        path = REPO / build / "daemon" / "snapd"
+        path = REPO / build / "daemon" / "adjsnapd"
         if path.exists():
             return str(path)
-    pytest.fail("no snapd binary: build the repository (cmake --build build) or set SNAPD_BINARY")
+    pytest.fail("no adjsnapd binary: build the repository (cmake --build build) or set ADJSNAPD_BINARY")
 
 
 def tool(name: str) -> str:
-    """A tool beside the daemon (snapctl, ...): in its build tree (client/tools/) or in the
+    """A tool beside the daemon (adjsnap, ...): in its build tree (client/tools/) or in the
     prefix it was installed to (bin/)."""
-    top = pathlib.Path(snapd_binary()).resolve().parents[1]
+    top = pathlib.Path(adjsnapd_binary()).resolve().parents[1]
     for path in (top / "client" / "tools" / name, top / "bin" / name):
         if path.exists():
             return str(path)
-    pytest.fail(f"no {name} beside {snapd_binary()}: neither {top}/client/tools nor {top}/bin")
+    pytest.fail(f"no {name} beside {adjsnapd_binary()}: neither {top}/client/tools nor {top}/bin")
 
 
 def native_stacks(pid: int, what: str) -> str:
@@ -110,42 +110,42 @@ def native_stacks(pid: int, what: str) -> str:
 
 
 class Daemon:
-    """A snapd process with its own socket, state directory and spool. `shared`: other users
+    """An adjsnapd process with its own socket, state directory and spool. `shared`: other users
     may reach the socket (the directory is made world-searchable)."""
 
     def __init__(self, host_mem="256M", extra=(), shared=False):
-        self.dir = tempfile.mkdtemp(prefix="snapd-py-")
+        self.dir = tempfile.mkdtemp(prefix="adjsnap-py-")
         if shared:
             os.chmod(self.dir, 0o755)
-        self.socket = os.path.join(self.dir, "snapd.sock")
-        self.log = open(os.path.join(self.dir, "snapd.log"), "wb")
+        self.socket = os.path.join(self.dir, "adjsnap.sock")
+        self.log = open(os.path.join(self.dir, "adjsnapd.log"), "wb")
         self.proc = subprocess.Popen(
-            [snapd_binary(), "--socket", self.socket, "--state-dir", self.dir + "/state",
+            [adjsnapd_binary(), "--socket", self.socket, "--state-dir", self.dir + "/state",
              "--host-mem", host_mem, "--log-level", "info", *extra],
             stdout=subprocess.DEVNULL, stderr=self.log)
         _tell_watchdog(f"daemon {self.proc.pid} {self.socket}")
         deadline = time.monotonic() + 30
         while True:
             try:
-                snapd.connect(self.socket)
+                adjsnap.connect(self.socket)
                 return
-            except snapd.Unavailable:
+            except adjsnap.Unavailable:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError("snapd did not start: " + self.log_text())
+                    raise RuntimeError("adjsnapd did not start: " + self.log_text())
                 time.sleep(0.05)
 
-    def client(self, **kwargs) -> snapd.Client:
-        return snapd.connect(self.socket, **kwargs)
+    def client(self, **kwargs) -> adjsnap.Client:
+        return adjsnap.connect(self.socket, **kwargs)
 
     def log_text(self) -> str:
-        with open(os.path.join(self.dir, "snapd.log"), errors="replace") as f:
+        with open(os.path.join(self.dir, "adjsnapd.log"), errors="replace") as f:
             return f.read()
 
     def dump_stacks(self, file=None) -> str:
         """Prints to `file` (stderr by default) and returns the native stack of every thread
         of the daemon and the last lines of its log."""
-        text = native_stacks(self.proc.pid, f"snapd on {self.socket}")
+        text = native_stacks(self.proc.pid, f"adjsnapd on {self.socket}")
         try:
             tail = self.log_text().splitlines()[-40:]
         except OSError:
@@ -167,7 +167,7 @@ class Daemon:
                 self.proc.wait(timeout=STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
                 hung = True
-                print(f"snapd (pid {self.proc.pid}) did not stop within {STOP_TIMEOUT} s of "
+                print(f"adjsnapd (pid {self.proc.pid}) did not stop within {STOP_TIMEOUT} s of "
                       "SIGTERM: its stacks, then SIGABRT", file=sys.stderr, flush=True)
                 self.dump_stacks()
                 self.abort()
@@ -175,7 +175,7 @@ class Daemon:
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
         if hung:
-            pytest.fail(f"snapd (pid {self.proc.pid}) did not stop within {STOP_TIMEOUT} s of "
+            pytest.fail(f"adjsnapd (pid {self.proc.pid}) did not stop within {STOP_TIMEOUT} s of "
                         "SIGTERM; its stacks are in the captured stderr", pytrace=False)
 
 
@@ -193,7 +193,7 @@ def _abort(pid: int, wait):
 
 
 # The watchdog process's stdin, where this process says which test runs and which daemons
-# live; it ends when this process does. None where snapd_stack_dump_timeout is 0.
+# live; it ends when this process does. None where adjsnap_stack_dump_timeout is 0.
 _watchdog_fd = None
 _watchdog_lock = threading.Lock()
 
@@ -209,15 +209,15 @@ def _tell_watchdog(line: str):
 
 
 def pytest_addoption(parser):
-    parser.addini("snapd_stack_dump_timeout",
+    parser.addini("adjsnap_stack_dump_timeout",
                   "seconds into a test (setup, call and teardown) after which the native stacks "
-                  "of every live snapd and of the test process are printed and those daemons "
+                  "of every live adjsnapd and of the test process are printed and those daemons "
                   "aborted; 0: never", default="0")
 
 
 def pytest_configure(config):
     global _watchdog_fd
-    dump_after = float(config.getini("snapd_stack_dump_timeout") or 0)
+    dump_after = float(config.getini("adjsnap_stack_dump_timeout") or 0)
     if dump_after <= 0 or _watchdog_fd is not None:
         return
     timeout = float(config.getoption("timeout", None) or config.getini("timeout") or 0)
@@ -310,7 +310,7 @@ def _watch(test_pid: int, dump_after: float, kill_after: float):
             if not chunk:  # the test process has ended: no daemon of it may outlive it
                 for pid, socket in daemons.items():
                     if _alive(pid):
-                        print(f"snapd on {socket} (pid {pid}) outlived the test process: "
+                        print(f"adjsnapd on {socket} (pid {pid}) outlived the test process: "
                               "SIGKILL", flush=True)
                         os.kill(pid, signal.SIGKILL)
                 return
@@ -336,7 +336,7 @@ def _watch(test_pid: int, dump_after: float, kill_after: float):
             dumped = True
             _dump_and_abort(test_pid, what, dump_after, daemons)
         else:
-            print(f"\n!!! snapd tests: {what}: not over {kill_after:g} s after it began, and "
+            print(f"\n!!! adjsnap tests: {what}: not over {kill_after:g} s after it began, and "
                   "nothing ended it (pytest-timeout's thread needs the GIL, which a stuck C call "
                   "may hold): SIGABRT to the test process (during a test, faulthandler prints "
                   "its Python stacks)", flush=True)
@@ -349,12 +349,12 @@ def _dump_and_abort(test_pid: int, what: str, after: float, daemons: dict):
     `test_pid` and of `test_pid` itself, then aborts those daemons."""
     live = [pid for pid in daemons if _alive(pid)]
     others = [pid for pid in _descendants(test_pid) if pid not in daemons and pid != os.getpid()]
-    print(f"\n{'!' * 20} snapd tests: {what}: not over after {after:g} s "
-          f"(snapd_stack_dump_timeout): the native stacks of {len(live)} live snapd, "
+    print(f"\n{'!' * 20} adjsnap tests: {what}: not over after {after:g} s "
+          f"(adjsnap_stack_dump_timeout): the native stacks of {len(live)} live adjsnapd, "
           f"{len(others)} other processes of the test and the test process itself; then those "
           f"daemons are aborted", flush=True)
     for pid in live:
-        print(native_stacks(pid, f"snapd on {daemons[pid]}"), flush=True)
+        print(native_stacks(pid, f"adjsnapd on {daemons[pid]}"), flush=True)
     for pid in others:
         if _alive(pid):
             print(native_stacks(pid, _command_line(pid)), flush=True)
@@ -365,11 +365,11 @@ def _dump_and_abort(test_pid: int, what: str, after: float, daemons: dict):
             deadline = time.monotonic() + timeout
             while _alive(pid):
                 if time.monotonic() > deadline:
-                    raise subprocess.TimeoutExpired("snapd", timeout)
+                    raise subprocess.TimeoutExpired("adjsnapd", timeout)
                 time.sleep(0.05)
 
         _abort(pid, reaped)
-        print(f"snapd on {daemons[pid]} (pid {pid}) aborted", flush=True)
+        print(f"adjsnapd on {daemons[pid]} (pid {pid}) aborted", flush=True)
     print(f"{'!' * 20} end of the stacks ({what})", flush=True)
 
 

@@ -1,4 +1,4 @@
-"""The binding against a real snapd: round trips, zero-copy in-place fetch, errors."""
+"""The binding against a real adjsnapd: round trips, zero-copy in-place fetch, errors."""
 import re
 import threading
 import time
@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-import snapd
+import adjsnap
 
 
 def field(t, shape=(48, 64), dtype=np.float32):
@@ -31,7 +31,7 @@ def test_forward_then_reverse_round_trips_every_step_byte_exact(daemon, map_host
 
 
 def test_large_arrays_are_copied_in_stripes_by_the_copy_threads(daemon, monkeypatch):
-    # 12 MiB steps are over the 4 MiB at which libsnapd splits a copy among its threads; the
+    # 12 MiB steps are over the 4 MiB at which libadjsnap splits a copy among its threads; the
     # odd length leaves a short last stripe.
     client = daemon.client(copy_threads=3)
     assert client.data_path == "mapped"
@@ -47,14 +47,14 @@ def test_large_arrays_are_copied_in_stripes_by_the_copy_threads(daemon, monkeypa
         np.testing.assert_array_equal(out, np.arange(u.size, dtype=np.float32) * (t + 1))
     run.delete()
     assert daemon.client(map_host_tier=False, copy_threads=3).copy_threads == 1  # UCX copies
-    monkeypatch.setenv("SNAPD_COPY_THREADS", "lots")
-    with pytest.raises(snapd.InvalidArgument, match="SNAPD_COPY_THREADS.*lots"):
+    monkeypatch.setenv("ADJSNAP_COPY_THREADS", "lots")
+    with pytest.raises(adjsnap.InvalidArgument, match="ADJSNAP_COPY_THREADS.*lots"):
         daemon.client()
-    monkeypatch.setenv("SNAPD_COPY_THREADS", "2")
+    monkeypatch.setenv("ADJSNAP_COPY_THREADS", "2")
     assert daemon.client(copy_threads=3).copy_threads == 2
     for bad in (-1, 65):
-        with pytest.raises(snapd.InvalidArgument, match=f"copy_threads {bad} is not in 0"):
-            snapd.connect(daemon.socket, copy_threads=bad)
+        with pytest.raises(adjsnap.InvalidArgument, match=f"copy_threads {bad} is not in 0"):
+            adjsnap.connect(daemon.socket, copy_threads=bad)
 
 
 def test_fetch_fills_the_callers_array_in_place(client):
@@ -79,7 +79,7 @@ def test_location_listing_and_run_metadata(client):
         run.push(t, field(10 + t, (8, 32))).wait_stored()
     locs = run.snapshots()
     assert [l.step for l in locs] == [0, 1, 2]
-    assert all(l.tier == snapd.Tier.HOST and l.raw_bytes == a.nbytes for l in locs)
+    assert all(l.tier == adjsnap.Tier.HOST and l.raw_bytes == a.nbytes for l in locs)
     # The daemon records each checksum in the background after the bytes are stored.
     deadline = time.monotonic() + 30
     while any(l.checksum is None for l in locs) and time.monotonic() < deadline:
@@ -92,9 +92,9 @@ def test_location_listing_and_run_metadata(client):
     assert info.snapshots == 3 and info.spec.keep and list(info.spec.shape) == [8, 32]
     assert client.run("listing").info.run_id == run.info.run_id
     run.fetch(2)
-    assert run.locate(2).tier == snapd.Tier.HOST  # keep: a fetch does not release it
+    assert run.locate(2).tier == adjsnap.Tier.HOST  # keep: a fetch does not release it
     run.delete()
-    with pytest.raises(snapd.NotFound):
+    with pytest.raises(adjsnap.NotFound):
         client.run("listing")
 
 
@@ -103,13 +103,13 @@ def test_run_and_tier_infos_say_what_they_hold_in_their_repr(client):
     run = client.open_run("repr-run", steps=2, like=a, keep=True)
     run.push(0, a).wait_stored()
     info = [r for r in client.runs() if r.name == "repr-run"][0]
-    assert repr(info) == (f"<snapd.RunInfo 'repr-run' id {info.run_id} open, 1 snapshot of "
+    assert repr(info) == (f"<adjsnap.RunInfo 'repr-run' id {info.run_id} open, 1 snapshot of "
                           f"2 steps, {info.stored_bytes} B stored>")
     run.push(1, a).wait_stored()
     info = [r for r in client.runs() if r.name == "repr-run"][0]
     assert ", 2 snapshots of 2 steps, " in repr(info)
-    host = [t for t in client.tiers() if t.tier == snapd.Tier.HOST][0]
-    assert re.fullmatch(rf"<snapd.TierInfo host (1 snapshot|\d+ snapshots), {host.used_bytes} of "
+    host = [t for t in client.tiers() if t.tier == adjsnap.Tier.HOST][0]
+    assert re.fullmatch(rf"<adjsnap.TierInfo host (1 snapshot|\d+ snapshots), {host.used_bytes} of "
                         rf"{host.budget_bytes} B used>", repr(host)), repr(host)
     run.delete()
 
@@ -132,15 +132,15 @@ def test_async_pushes_and_fetches_overlap_and_keep_their_arrays_alive(client):
 def test_errors_carry_the_daemons_message_and_the_daemon_keeps_serving(client):
     a = np.zeros(100, np.float32)
     run = client.open_run("errors", steps=2, like=a)
-    with pytest.raises(snapd.InvalidArgument) as e:
+    with pytest.raises(adjsnap.InvalidArgument) as e:
         run.push(0, np.zeros(99, np.float32)).wait_stored()
     assert "400" in str(e.value) and "396" in str(e.value)
     assert e.value.code == "INVALID_ARGUMENT"
     assert isinstance(e.value, ValueError)  # also a builtin ValueError
     run.push(0, a).wait_stored()
-    with pytest.raises(snapd.AlreadyExists):
+    with pytest.raises(adjsnap.AlreadyExists):
         run.push(0, a).wait_stored()
-    with pytest.raises(snapd.NotFound) as e:
+    with pytest.raises(adjsnap.NotFound) as e:
         run.fetch(1)
     assert "step 1 of run 'errors' was never stored" in str(e.value)
     with pytest.raises(ValueError, match="C-contiguous"):
@@ -154,23 +154,23 @@ def test_errors_carry_the_daemons_message_and_the_daemon_keeps_serving(client):
 
     with pytest.raises(ValueError, match="unknown codec"):
         client.open_run("bad-codec", like=a, codec="gzip")
-    # The nvCOMP codecs open (snapd stores their chunk frames as they come); a parameter that
+    # The nvCOMP codecs open (adjsnapd stores their chunk frames as they come); a parameter that
     # does not fit the codec is refused, naming it.
     for codec, param in (("bitcomp", 0.0), ("bitcomp-lossy", 1e-4), ("ans", 0.0)):
         client.open_run("gpu-" + codec, like=a, codec=codec, codec_param=param).delete()
-    with pytest.raises(snapd.InvalidArgument, match="error bound must be finite and > 0"):
+    with pytest.raises(adjsnap.InvalidArgument, match="error bound must be finite and > 0"):
         client.open_run("gpu-lossy-0", like=a, codec="bitcomp-lossy", codec_param=0.0)
-    with pytest.raises(snapd.InvalidArgument, match="bitcomp is lossless and takes no parameter"):
+    with pytest.raises(adjsnap.InvalidArgument, match="bitcomp is lossless and takes no parameter"):
         client.open_run("gpu-param", like=a, codec="bitcomp", codec_param=1.0)
-    with pytest.raises(snapd.InvalidArgument, match="name"):
+    with pytest.raises(adjsnap.InvalidArgument, match="name"):
         client.open_run("bad name!", like=a)
     np.testing.assert_array_equal(run.fetch(0), a)  # nothing stored was lost
     run.delete()
 
 
-def test_connecting_to_a_missing_socket_says_how_to_start_snapd(tmp_path):
-    with pytest.raises(snapd.Unavailable) as e:
-        snapd.connect(str(tmp_path / "nobody.sock"))
+def test_connecting_to_a_missing_socket_says_how_to_start_adjsnap(tmp_path):
+    with pytest.raises(adjsnap.Unavailable) as e:
+        adjsnap.connect(str(tmp_path / "nobody.sock"))
     assert "nobody.sock" in str(e.value)
 
 
@@ -206,7 +206,7 @@ def test_an_overwrite_run_replaces_a_stored_step_with_one_push(client):
     assert [loc.step for loc in run.snapshots()] == [0]
     run.push(0, a).wait_stored()
     np.testing.assert_array_equal(run.fetch(0), a)
-    with pytest.raises(snapd.InvalidArgument, match="overwrite with layers HostDevice"):
+    with pytest.raises(adjsnap.InvalidArgument, match="overwrite with layers HostDevice"):
         client.open_run("device-slots", steps=2, like=a, layers="HostDevice", overwrite=True)
     run.delete()
 
@@ -215,7 +215,7 @@ def test_a_checked_run_refuses_nan_naming_the_step(client):
     u = np.ones(64, np.float32)
     run = client.open_run("checked", steps=2, like=u, check_finite=True)
     u[40] = np.inf
-    with pytest.raises(snapd.InvalidArgument, match="step 1 .*element 40"):
+    with pytest.raises(adjsnap.InvalidArgument, match="step 1 .*element 40"):
         run.push(1, u)
     u[40] = 0
     run.push(1, u).wait_stored()
@@ -238,7 +238,7 @@ def test_device_arrays_take_the_gpu_path(client):
     try:
         client.open_run("gpu-probe", like=a, layers="HostDevice").delete()
         pytest.skip("a GPU is usable here: the gpu-labelled C++ tests move device data")
-    except snapd.FailedPrecondition as e:
+    except adjsnap.FailedPrecondition as e:
         assert "no GPU is usable" in str(e)
     run = client.open_run("device-arrays", like=a)
     # Parsed and refused before any copy: layout first, then the missing GPU.
@@ -246,9 +246,9 @@ def test_device_arrays_take_the_gpu_path(client):
         run.push(0, device_array(shape=(100, 2), strides=(16, 4)))
     with pytest.raises(ValueError, match="read-only"):
         run.fetch(0, out=device_array(readonly=True))
-    with pytest.raises(snapd.FailedPrecondition, match="no GPU is usable"):
+    with pytest.raises(adjsnap.FailedPrecondition, match="no GPU is usable"):
         run.push(0, device_array())
-    with pytest.raises(snapd.FailedPrecondition, match="device fetch of step 0"):
+    with pytest.raises(adjsnap.FailedPrecondition, match="device fetch of step 0"):
         run.fetch(0, out=device_array())
 
     class DlpackOnly:
@@ -264,7 +264,7 @@ def test_device_arrays_take_the_gpu_path(client):
 
 def test_a_wait_with_a_timeout_says_what_the_push_waits_for():
     """A push that cannot get room (a Host-only run that blocks when full, on a daemon with no
-    disk tier) raises DeadlineExceeded past its timeout, naming the step and what snapd
+    disk tier) raises DeadlineExceeded past its timeout, naming the step and what adjsnapd
     reports it waits for; the push goes on and is stored once room comes."""
     from conftest import Daemon
     d = Daemon(host_mem="1M", extra=("--spool-dirs", "none"))
@@ -275,12 +275,12 @@ def test_a_wait_with_a_timeout_says_what_the_push_waits_for():
         for t in range(2):
             run.push(t, u).wait_stored()
         stuck = run.push(2, u)
-        with pytest.raises(snapd.DeadlineExceeded) as e:
+        with pytest.raises(adjsnap.DeadlineExceeded) as e:
             stuck.wait_released(timeout=0.2)
         assert isinstance(e.value, TimeoutError)
         message = str(e.value)
         assert "push of step 2 of run id" in message
-        assert "snapd reports it has waited" in message and "host room for" in message
+        assert "adjsnapd reports it has waited" in message and "host room for" in message
         with pytest.raises(ValueError, match="seconds >= 0"):
             stuck.wait_stored(timeout=-1)
         run.delete_snapshot(0)
@@ -289,17 +289,17 @@ def test_a_wait_with_a_timeout_says_what_the_push_waits_for():
         d.stop()
 
 
-def test_reconnect_timeout_zero_fails_at_once_when_snapd_is_gone():
+def test_reconnect_timeout_zero_fails_at_once_when_adjsnap_is_gone():
     from conftest import Daemon
     d = Daemon()
     try:
-        c = snapd.connect(d.socket, reconnect_timeout=0)
+        c = adjsnap.connect(d.socket, reconnect_timeout=0)
         assert c.runs() == []
     finally:
         d.stop()
     started = time.monotonic()
-    with pytest.raises(snapd.Unavailable) as e:
+    with pytest.raises(adjsnap.Unavailable) as e:
         c.runs()
-    # With the default (60 s) the call would wait for snapd to come back.
+    # With the default (60 s) the call would wait for adjsnapd to come back.
     assert time.monotonic() - started < 10
     assert d.socket in str(e.value)

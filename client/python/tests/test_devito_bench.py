@@ -1,4 +1,4 @@
-"""client/python/bench/devito_bench.py runs end to end against a real snapd: a small case, two
+"""client/python/bench/devito_bench.py runs end to end against a real adjsnapd: a small case, two
 repetitions, every way's gradient equal to the in-memory one. It keeps the script that gives
 docs/python.md its figures from rotting; the figures themselves come from the large cases."""
 import json

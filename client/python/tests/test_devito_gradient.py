@@ -1,6 +1,6 @@
 """The acoustic FWI gradient of a small 2D model (Devito's examples/seismic setup) computed
-three ways: all wavefields in memory, pyrevolve checkpoints in snapd (SnapdStorage), and
-store-all streaming through snapd (snapd.devito.Streamer)."""
+three ways: all wavefields in memory, pyrevolve checkpoints in adjsnapd (AdjsnapStorage), and
+store-all streaming through adjsnapd (adjsnap.devito.Streamer)."""
 import time
 
 import numpy as np
@@ -20,10 +20,10 @@ from examples.seismic.acoustic import AcousticWaveSolver  # noqa: E402
 from examples.seismic.acoustic.operators import iso_stencil  # noqa: E402
 from pyrevolve import Revolver  # noqa: E402
 
-import snapd  # noqa: E402
-from snapd.devito import SnapdWarning, Streamer, block_buffer  # noqa: E402
+import adjsnap  # noqa: E402
+from adjsnap.devito import AdjsnapWarning, Streamer, block_buffer  # noqa: E402
 from conftest import Daemon  # noqa: E402
-from snapd.pyrevolve import SnapdStorage  # noqa: E402
+from adjsnap.pyrevolve import AdjsnapStorage  # noqa: E402
 
 # Lossy zfp (accuracy mode) keeps every wavefield value within this absolute error; the
 # gradient it gives must be within GRADIENT_TOLERANCE (relative, L2) of the exact one.
@@ -105,7 +105,7 @@ def revolve_gradient(p, client, name, n_checkpoints, layers=""):
                              grad=grad, vp=p.model0.vp, dt=p.dt)
     wrp = Revolver(cp, fwd, rev, n_checkpoints, p.nt - 2)
     wrp.resetStorageList()
-    storage = SnapdStorage(cp.size, n_checkpoints, cp.dtype, client=client, name=name,
+    storage = AdjsnapStorage(cp.size, n_checkpoints, cp.dtype, client=client, name=name,
                            layers=layers)
     wrp.addStorage(storage)
     wrp.apply_forward()
@@ -133,7 +133,7 @@ def streamed_gradient(p, client, name, **run_options):
 
 
 @pytest.mark.parametrize("layers", ["Host", "Disk"])
-def test_pyrevolve_with_snapd_storage_gives_the_in_memory_gradient_exactly(
+def test_pyrevolve_with_adjsnap_storage_gives_the_in_memory_gradient_exactly(
         problem, exact, client, layers):
     grad, stored = revolve_gradient(problem, client, f"fwi-revolve-{layers}", 12, layers)
     assert stored > 0
@@ -141,11 +141,11 @@ def test_pyrevolve_with_snapd_storage_gives_the_in_memory_gradient_exactly(
 
 
 @pytest.mark.parametrize("layers", ["Host", "Disk"])
-def test_streaming_through_snapd_gives_the_in_memory_gradient_exactly(
+def test_streaming_through_adjsnap_gives_the_in_memory_gradient_exactly(
         problem, exact, client, layers):
     grad, snapshots, left = streamed_gradient(problem, client, f"fwi-stream-{layers}",
                                               layers=layers)
-    # Every wavefield u[0 .. nt-1] went through snapd, and each was read once and released.
+    # Every wavefield u[0 .. nt-1] went through adjsnapd, and each was read once and released.
     assert [s.step for s in snapshots] == list(range(problem.nt))
     assert left == []
     np.testing.assert_array_equal(grad, exact)
@@ -155,7 +155,7 @@ def test_streaming_losslessly_compressed_gives_the_in_memory_gradient_exactly(
         problem, exact, client):
     grad, snapshots, left = streamed_gradient(problem, client, "fwi-zfp-reversible",
                                               codec="zfp-reversible", compress_at_ingest=True)
-    assert any(s.codec == snapd.Codec.ZFP_REVERSIBLE for s in snapshots)
+    assert any(s.codec == adjsnap.Codec.ZFP_REVERSIBLE for s in snapshots)
     assert [s.step for s in snapshots] == list(range(problem.nt))
     assert left == []
     np.testing.assert_array_equal(grad, exact)
@@ -164,10 +164,10 @@ def test_streaming_losslessly_compressed_gives_the_in_memory_gradient_exactly(
 def test_a_codec_never_applied_is_said_not_silent(problem, exact, client):
     """Compressed on demotion, a run that fits in host memory is never compressed: the
     Streamer warns, and the run's status counts no compressed step."""
-    with pytest.warns(SnapdWarning, match=r"none of its \d+ wavefields was compressed"):
+    with pytest.warns(AdjsnapWarning, match=r"none of its \d+ wavefields was compressed"):
         grad, snapshots, left = streamed_gradient(problem, client, "fwi-zfp-unapplied",
                                                   codec="zfp-reversible", layers="DiskHost")
-    assert all(s.codec == snapd.Codec.NONE for s in snapshots)
+    assert all(s.codec == adjsnap.Codec.NONE for s in snapshots)
     assert left == []
     np.testing.assert_array_equal(grad, exact)
 
@@ -177,7 +177,7 @@ def test_streaming_lossy_zfp_stays_within_the_stated_tolerance(problem, exact, c
                                               codec="zfp-accuracy", codec_param=ZFP_ACCURACY,
                                               compress_at_ingest=True)
     assert left == []
-    compressed = [s for s in snapshots if s.codec == snapd.Codec.ZFP_ACCURACY]
+    compressed = [s for s in snapshots if s.codec == adjsnap.Codec.ZFP_ACCURACY]
     assert compressed
     assert sum(s.stored_bytes for s in compressed) < sum(s.raw_bytes for s in compressed)
     error = np.linalg.norm(grad - exact) / np.linalg.norm(exact)
@@ -293,7 +293,7 @@ def test_check_finite_reaches_the_run_through_the_streamer(problem, client):
     u.data_with_halo[:] = 0
     u.data_with_halo[0, 30, 30] = np.nan  # u[0], the first step pushed
     with Streamer(client, u, "fwi-nan", check_finite=True) as stream:
-        with pytest.raises(snapd.InvalidArgument, match="step 0"):
+        with pytest.raises(adjsnap.InvalidArgument, match="step 0"):
             stream.forward(fwd, problem.time_m, problem.time_M, src=problem.geometry.src,
                            vp=problem.model0.vp, dt=problem.dt, u0=u)
     assert "fwi-nan" not in [r.name for r in client.runs()]
@@ -311,9 +311,9 @@ def test_compressed_at_ingest_a_stream_larger_than_the_host_tier_spills_and_come
             compress_at_ingest=True, keep=True)
         snaps = held[0]
         assert [s.step for s in snaps] == list(range(problem.nt))
-        on_disk = [s for s in snaps if s.tier == snapd.Tier.DISK]
+        on_disk = [s for s in snaps if s.tier == adjsnap.Tier.DISK]
         assert len(on_disk) > problem.nt // 2
-        assert all(s.codec == snapd.Codec.ZFP_REVERSIBLE for s in on_disk)
+        assert all(s.codec == adjsnap.Codec.ZFP_REVERSIBLE for s in on_disk)
         np.testing.assert_array_equal(grads[0], exact)
         stream.delete()
         assert client.runs() == []

@@ -1,4 +1,4 @@
-"""Every ```python block of docs/python.md runs as it is against a real snapd."""
+"""Every ```python block of docs/python.md runs as it is against a real adjsnapd."""
 import pathlib
 import re
 
@@ -18,5 +18,5 @@ def test_snippet_runs(code, daemon, monkeypatch):
         pytest.importorskip("devito")
     if "pyrevolve" in code:
         pytest.importorskip("pyrevolve")
-    monkeypatch.setenv("SNAPD_SOCKET", daemon.socket)
+    monkeypatch.setenv("ADJSNAP_SOCKET", daemon.socket)
     exec(compile(code, str(DOC), "exec"), {"__name__": "docs"})

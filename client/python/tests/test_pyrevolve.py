@@ -1,4 +1,4 @@
-"""SnapdStorage under pyrevolve's Revolver and MultiLevelRevolver with a toy solver whose
+"""AdjsnapStorage under pyrevolve's Revolver and MultiLevelRevolver with a toy solver whose
 adjoint is checked against a store-all reference."""
 import time
 
@@ -7,8 +7,8 @@ import pytest
 
 pyrevolve = pytest.importorskip("pyrevolve")
 
-import snapd  # noqa: E402
-from snapd.pyrevolve import SnapdStorage, tier_costs  # noqa: E402
+import adjsnap  # noqa: E402
+from adjsnap.pyrevolve import AdjsnapStorage, tier_costs  # noqa: E402
 
 NT = 60
 
@@ -80,12 +80,12 @@ def check(rev, states):
 
 
 @pytest.mark.parametrize("contiguous", [True, False], ids=["zero-copy", "packed"])
-def test_revolver_with_snapd_storage_matches_store_all(client, contiguous):
+def test_revolver_with_adjsnap_storage_matches_store_all(client, contiguous):
     field = Field(contiguous=contiguous)
     fwd, rev = Forward(field), Reverse(field)
     wrp = pyrevolve.Revolver(field, fwd, rev, 6, NT)
     wrp.resetStorageList()
-    storage = SnapdStorage(field.size, 6, np.float64, client=client, name=f"revolve-{contiguous}")
+    storage = AdjsnapStorage(field.size, 6, np.float64, client=client, name=f"revolve-{contiguous}")
     wrp.addStorage(storage)
     wrp.apply_forward()
     info = client.run(storage.run_name).info
@@ -95,26 +95,26 @@ def test_revolver_with_snapd_storage_matches_store_all(client, contiguous):
     check(rev, reference())
     assert wrp.profiler.timings  # pyrevolve timed its storage calls
     storage.close()
-    with pytest.raises(snapd.NotFound):
+    with pytest.raises(adjsnap.NotFound):
         client.run(storage.run_name)
 
 
-def test_multilevel_revolver_on_snapd_host_and_disk(client):
+def test_multilevel_revolver_on_adjsnap_host_and_disk(client):
     field = Field()
     fwd, rev = Forward(field), Reverse(field)
     # Seed the disk tier's measured bandwidths so the costs are real, then use them.
     seed = client.open_run("seed-disk", steps=1, like=field.levels, layers="Disk", keep=True)
     seed.push(0, field.levels).wait_stored()
     deadline = time.monotonic() + 30
-    while seed.locate(0).tier != snapd.Tier.DISK and time.monotonic() < deadline:
+    while seed.locate(0).tier != adjsnap.Tier.DISK and time.monotonic() < deadline:
         time.sleep(0.01)
     seed.fetch(0)
     seed.delete()
-    wd, rd = tier_costs(client, snapd.Tier.DISK, field.levels.nbytes, step_seconds=1e-2,
-                        unmeasured=0)  # 0: fail below unless snapd measured the disk
+    wd, rd = tier_costs(client, adjsnap.Tier.DISK, field.levels.nbytes, step_seconds=1e-2,
+                        unmeasured=0)  # 0: fail below unless adjsnapd measured the disk
     assert wd > 0 and rd > 0
-    ram = SnapdStorage(field.size, 3, np.float64, client=client, name="ml-ram", layers="Host")
-    disk = SnapdStorage(field.size, 20, np.float64, client=client, name="ml-disk", layers="Disk",
+    ram = AdjsnapStorage(field.size, 3, np.float64, client=client, name="ml-ram", layers="Host")
+    disk = AdjsnapStorage(field.size, 20, np.float64, client=client, name="ml-disk", layers="Disk",
                         wd=wd, rd=rd)
     wrp = pyrevolve.MultiLevelRevolver(field, fwd, rev, NT, storage_list=[ram, disk])
     wrp.apply_forward()
@@ -128,7 +128,7 @@ def test_multilevel_revolver_on_snapd_host_and_disk(client):
         time.sleep(0.01)
     used = {s.run_name: client.run(s.run_name).snapshots() for s in (ram, disk)}
     assert used["ml-ram"] and used["ml-disk"]  # H-Revolve used both levels
-    assert all(l.tier == snapd.Tier.HOST and not l.on_disk for l in used["ml-ram"])
+    assert all(l.tier == adjsnap.Tier.HOST and not l.on_disk for l in used["ml-ram"])
     assert all(l.on_disk for l in used["ml-disk"])  # a read-back copy may also be in host
     ram.close()
     disk.close()
@@ -136,7 +136,7 @@ def test_multilevel_revolver_on_snapd_host_and_disk(client):
 
 def test_a_checkpoint_larger_than_declared_is_refused(client):
     field = Field()
-    storage = SnapdStorage(10, 2, np.float64, client=client, name="too-small")
+    storage = AdjsnapStorage(10, 2, np.float64, client=client, name="too-small")
     with pytest.raises(ValueError, match="does not fit"):
         storage.save(0, field.get_data(0))
     with pytest.raises(KeyError, match="never saved"):

@@ -1,4 +1,4 @@
-"""Tenancy with two real uids: clients run as two users created for the test, against a snapd
+"""Tenancy with two real uids: clients run as two users created for the test, against an adjsnapd
 run by root. A user cannot see, read, delete or map the other's runs (each maps a host-tier
 arena of its own); a quota overrun fails
 for that user only; the control socket's permissions are what docs/operations.md says."""
@@ -13,13 +13,13 @@ import textwrap
 import numpy as np
 import pytest
 
-import snapd
+import adjsnap
 from conftest import Daemon, tool
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="creates users and runs clients as them: needs root")
 
-USERS = ("snapd-tenant-a", "snapd-tenant-b")
+USERS = ("adjsnap-tenant-a", "adjsnap-tenant-b")
 STEP = 300_000  # bytes; the quota below holds three steps, not four
 QUOTA = "1M"
 
@@ -50,7 +50,7 @@ def attempt(f):
     try:
         f()
         return "ok"
-    except snapd.Error as e:
+    except adjsnap.Error as e:
         return e.code
 """
 
@@ -58,19 +58,19 @@ def attempt(f):
 def as_user(users, name, daemon, code, check=True):
     """Runs `code` (Python, prints one JSON value last) as user `name`; returns that value."""
     uid, gid = users[name]
-    prelude = "import json, numpy as np, snapd\nclient = snapd.connect()\n" + ATTEMPT
+    prelude = "import json, numpy as np, adjsnap\nclient = adjsnap.connect()\n" + ATTEMPT
     proc = subprocess.run(
         ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", sys.executable, "-c",
          prelude + textwrap.dedent(code)],
-        env={**os.environ, "SNAPD_SOCKET": daemon.socket}, capture_output=True, text=True,
+        env={**os.environ, "ADJSNAP_SOCKET": daemon.socket}, capture_output=True, text=True,
         timeout=120, cwd="/")
     if check and proc.returncode != 0:
         raise AssertionError(f"as {name}: exit {proc.returncode}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
 
 
-def snapctl(users, name, daemon, *args):
-    cmd = [tool("snapctl"), "--socket", daemon.socket, *args]
+def adjsnap(users, name, daemon, *args):
+    cmd = [tool("adjsnap"), "--socket", daemon.socket, *args]
     if name is not None:
         uid, gid = users[name]
         cmd = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *cmd]
@@ -120,15 +120,15 @@ def test_a_user_cannot_see_read_delete_or_map_another_users_runs(users, daemon):
     # Each user maps an arena of its own (per-uid arenas, the default): the mapped path, with
     # none of the other's bytes in reach.
     assert made["path"] == "mapped" and seen["data_path"] == "mapped"
-    # snapctl as B: the same refusals; purge/quota of another uid and drain need an admin.
-    assert "a-private" not in snapctl(users, b, daemon, "runs").stdout
-    rm = snapctl(users, b, daemon, "rm", "a-private")
+    # adjsnap as B: the same refusals; purge/quota of another uid and drain need an admin.
+    assert "a-private" not in adjsnap(users, b, daemon, "runs").stdout
+    rm = adjsnap(users, b, daemon, "rm", "a-private")
     assert rm.returncode != 0 and "does not exist" in rm.stderr
-    dump = snapctl(users, b, daemon, "dump", "a-private", "--to", "/tmp/never-written")
+    dump = adjsnap(users, b, daemon, "dump", "a-private", "--to", "/tmp/never-written")
     assert dump.returncode != 0 and not os.path.exists("/tmp/never-written")
     for args in (("purge", "--uid", str(users[a][0])), ("quota", "--uid", str(users[a][0])),
                  ("quota", "--set", "10G"), ("drain",)):
-        r = snapctl(users, b, daemon, *args)
+        r = adjsnap(users, b, daemon, *args)
         assert r.returncode != 0 and "only" in r.stderr, (args, r.stderr)
     # A still has everything, byte for byte; root (an admin) sees the run and its owner.
     back = as_user(users, a, daemon, """
@@ -136,14 +136,14 @@ def test_a_user_cannot_see_read_delete_or_map_another_users_runs(users, daemon):
         print(json.dumps([int(run.fetch(t)[0]) for t in range(3)]))
     """)
     assert back == [1, 2, 3]
-    admin = snapd.connect(daemon.socket)
+    admin = adjsnap.connect(daemon.socket)
     info = admin.run("a-private").info
     assert info.spec.name == "a-private"
-    listing = snapctl(users, None, daemon, "runs").stdout
+    listing = adjsnap(users, None, daemon, "runs").stdout
     assert "a-private" in listing and str(users[a][0]) in listing
-    purge = snapctl(users, None, daemon, "purge", "--uid", str(users[a][0]))
+    purge = adjsnap(users, None, daemon, "purge", "--uid", str(users[a][0]))
     assert purge.returncode == 0 and "deleted 1 run," in purge.stdout
-    with pytest.raises(snapd.NotFound):
+    with pytest.raises(adjsnap.NotFound):
         admin.run("a-private")
 
 
@@ -162,14 +162,14 @@ def test_a_quota_overrun_fails_for_that_user_only(users, daemon):
         try:
             run.push(3, np.zeros({STEP}, np.uint8)).wait_stored()
             print(json.dumps(""))
-        except snapd.ResourceExhausted as e:
+        except adjsnap.ResourceExhausted as e:
             print(json.dumps(str(e)))
     """)
     assert "quota" in message and str(users[a][0]) in message
     # B is unaffected by A being at its quota.
     assert as_user(users, b, daemon, code.replace("NAME", '"b-quota"'))[:3] == ["ok"] * 3
     # A's stored steps are intact; an admin raising A's quota lets its push through.
-    assert snapctl(users, None, daemon, "quota", "--uid", str(users[a][0]), "--set",
+    assert adjsnap(users, None, daemon, "quota", "--uid", str(users[a][0]), "--set",
                    "0").returncode == 0
     after = as_user(users, a, daemon, f"""
         run = client.run("a-quota")
@@ -177,7 +177,7 @@ def test_a_quota_overrun_fails_for_that_user_only(users, daemon):
         print(json.dumps([pushed] + [int(run.fetch(t)[0]) for t in range(4)]))
     """)
     assert after == ["ok", 0, 1, 2, 3]
-    mine = snapctl(users, a, daemon, "quota")
+    mine = adjsnap(users, a, daemon, "quota")
     assert mine.returncode == 0 and f"uid {users[a][0]}: quota none" in mine.stdout
     for name in USERS:
         as_user(users, name, daemon, "client._c.delete_run(%r); print(1)" %
@@ -196,9 +196,9 @@ def test_the_control_socket_permissions_are_as_documented(users):
         a = USERS[0]
         r = subprocess.run(["setpriv", f"--reuid={users[a][0]}", f"--regid={users[a][1]}",
                             "--clear-groups", sys.executable, "-c",
-                            "import snapd\ntry:\n snapd.connect()\nexcept snapd.Unavailable as e:"
+                            "import adjsnap\ntry:\n adjsnap.connect()\nexcept adjsnap.Unavailable as e:"
                             "\n print(e)"],
-                           env={**os.environ, "SNAPD_SOCKET": private.socket},
+                           env={**os.environ, "ADJSNAP_SOCKET": private.socket},
                            capture_output=True, text=True, timeout=60, cwd="/")
         assert "Permission denied" in r.stdout, r.stdout + r.stderr
     finally:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The copy-thread figures of docs/architecture.md, "Copy threads": a new snapd with a
-# prefaulted shmem-THP host tier, then snapbench (two fresh-process passes of --steps x
-# --bytes) with SNAPD_COPY_THREADS 1, 2, 4 and 8, each --runs times, in turn. Prints a Markdown
+# The copy-thread figures of docs/architecture.md, "Copy threads": a new adjsnapd with a
+# prefaulted shmem-THP host tier, then adjsnap-bench (two fresh-process passes of --steps x
+# --bytes) with ADJSNAP_COPY_THREADS 1, 2, 4 and 8, each --runs times, in turn. Prints a Markdown
 # table: the single-thread memcpy of the pattern and the same copy split over N threads
-# (snapbench's two references), then each pass's rates and their ratios to the single thread.
+# (adjsnap-bench's two references), then each pass's rates and their ratios to the single thread.
 #   client/tools/bench/copy_threads.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]
 set -euo pipefail
 build=${1:?usage: copy_threads.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]}
@@ -15,17 +15,17 @@ require_tools "$build"
 make_work_dir
 export UCX_NET_DEVICES=lo  # the benchmark's traffic stays on loopback
 
-"$build/daemon/snapd" --socket "$work/snapd.sock" --state-dir "$work/state" --host-mem 3G \
-  --spool-dirs none --host-huge-pages thp --host-prefault true > "$work/snapd.log" 2>&1 &
+"$build/daemon/adjsnapd" --socket "$work/adjsnap.sock" --state-dir "$work/state" --host-mem 3G \
+  --spool-dirs none --host-huge-pages thp --host-prefault true > "$work/adjsnapd.log" 2>&1 &
 daemon=$!
-wait_for_socket "$work/snapd.sock"
-wait_prefaulted "$build" "$work/snapd.sock"
+wait_for_socket "$work/adjsnap.sock"
+wait_prefaulted "$build" "$work/adjsnap.sock"
 
 echo "| copy threads | run | memcpy GB/s | memcpy, N threads GB/s | pass | push GB/s | push / memcpy | fetch GB/s | fetch / memcpy |"
 echo "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"
 for run in $(seq "$runs"); do
   for threads in 1 2 4 8; do
-    SNAPD_COPY_THREADS=$threads "$build/client/tools/snapbench" --socket "$work/snapd.sock" \
+    ADJSNAP_COPY_THREADS=$threads "$build/client/tools/adjsnap-bench" --socket "$work/adjsnap.sock" \
       --steps "$steps" --bytes "$bytes" --json |
       python3 -c '
 import json, sys

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The figures of docs/benchmarks.md, "A fresh process per pass": snapbench's default mode
-# (each pass in a fresh process, faults per GiB beside each rate) against a new snapd for each
+# The figures of docs/benchmarks.md, "A fresh process per pass": adjsnap-bench's default mode
+# (each pass in a fresh process, faults per GiB beside each rate) against a new adjsnapd for each
 # way of backing the host tier: 4 KiB pages, shmem THP (a tmpfs mounted huge=always), hugetlb
 # pages; each as it comes and prefaulted at start. Prints a Markdown table, one row per pass.
 #   client/tools/bench/first_touch.sh BUILD_DIR [--runs N] [--steps N] [--bytes S]
@@ -33,19 +33,19 @@ else
   echo "(hugetlb rows left out: sizing vm.nr_hugepages needs root)" >&2
 fi
 
-echo "| tier pages | prefault | run | pass | push / memcpy | fetch / memcpy | push faults/GiB | fetch faults/GiB | pages new to snapd |"
+echo "| tier pages | prefault | run | pass | push / memcpy | fetch / memcpy | push faults/GiB | fetch faults/GiB | pages new to adjsnapd |"
 echo "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
 for config in "${configs[@]}"; do
   read -r pages prefault <<< "$config"
   rm -rf "$work/state"
-  "$build/daemon/snapd" --socket "$work/snapd.sock" --state-dir "$work/state" \
+  "$build/daemon/adjsnapd" --socket "$work/adjsnap.sock" --state-dir "$work/state" \
     --host-mem "$host_mem" --spool-dirs none --host-huge-pages "$pages" \
-    --host-prefault "$prefault" > "$work/snapd.log" 2>&1 &
+    --host-prefault "$prefault" > "$work/adjsnapd.log" 2>&1 &
   daemon=$!
-  wait_for_socket "$work/snapd.sock"
-  [[ $prefault == true ]] && wait_prefaulted "$build" "$work/snapd.sock"
+  wait_for_socket "$work/adjsnap.sock"
+  [[ $prefault == true ]] && wait_prefaulted "$build" "$work/adjsnap.sock"
   for run in $(seq "$runs"); do
-    "$build/client/tools/snapbench" --socket "$work/snapd.sock" --steps "$steps" \
+    "$build/client/tools/adjsnap-bench" --socket "$work/adjsnap.sock" --steps "$steps" \
       --bytes "$bytes" --json |
       python3 -c '
 import json, sys
@@ -57,13 +57,13 @@ for p in d["passes"]:
         100 * p["new_daemon_pages"]))
 open(sys.argv[4], "w").write(
     "memcpy of the same pattern in the last run: %.2f GB/s forward, %.2f GB/s backward, one "
-    "thread; %.2f GB/s forward with the %d copy threads of libsnapd\n" % (
+    "thread; %.2f GB/s forward with the %d copy threads of libadjsnap\n" % (
         d["memcpy_gbs"], d["memcpy_back_gbs"], d["memcpy_threads_gbs"], d["copy_threads"]))
 ' "$pages" "$prefault" "$run" "$work/references"
   done
   kill "$daemon"; wait "$daemon" 2>/dev/null || true
   daemon=""
-  rm -f "$work/snapd.sock"
+  rm -f "$work/adjsnap.sock"
 done
 echo
 cat "$work/references"

@@ -10,7 +10,7 @@
 
 #include "temp_dir.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 class CatalogTest : public ::testing::Test {
@@ -28,7 +28,7 @@ v1::SnapshotRecord Snap(uint64_t run, uint64_t step) {
   return s;
 }
 
-// Writes `format` as the catalog's format version, as a snapd of that format would.
+// Writes `format` as the catalog's format version, as an adjsnapd of that format would.
 void SetFormat(const std::string& dir, std::optional<uint64_t> format) {
   rocksdb::DB* raw = nullptr;
   ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir, &raw).ok());
@@ -79,7 +79,7 @@ TEST_F(CatalogTest, ANewerFormatIsRefusedNamingBothVersions) {
   EXPECT_NE(m.find("format version " + std::to_string(Catalog::kFormatVersion + 1)),
             std::string::npos)
       << m;
-  EXPECT_NE(m.find("newer than this snapd's " + std::to_string(Catalog::kFormatVersion)),
+  EXPECT_NE(m.find("newer than this adjsnapd's " + std::to_string(Catalog::kFormatVersion)),
             std::string::npos)
       << m;
 }
@@ -200,8 +200,8 @@ TEST_F(CatalogTest, SecondOpenOfTheSameDirectoryFailsClearly) {
   ASSERT_TRUE(a.ok());
   auto b = Catalog::Open(dir_);
   ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.status().message().find("another snapd"), std::string::npos);
+  EXPECT_NE(b.status().message().find("another adjsnapd"), std::string::npos);
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -10,32 +10,32 @@
 
 #include "temp_dir.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 TEST(Config, LaterLayersWinFileThenEnvironmentThenFlags) {
   testing::TempDir tmp;
-  std::string path = tmp.path() + "/snapd.toml";
+  std::string path = tmp.path() + "/adjsnap.toml";
   {
     std::ofstream f(path);
-    f << "# snapd\n[snapd]\nhost_mem = \"1G\"\nlog_level = \"warn\"\nsession_connect_timeout = "
+    f << "# adjsnapd\n[adjsnapd]\nhost_mem = \"1G\"\nlog_level = \"warn\"\nsession_connect_timeout = "
          "700\n";
   }
   auto c = LoadConfig({"--config", path, "--session-connect-timeout=702"},
-                      {{"SNAPD_LOG_LEVEL", "debug"}, {"SNAPD_SESSION_CONNECT_TIMEOUT", "701"}});
+                      {{"ADJSNAP_LOG_LEVEL", "debug"}, {"ADJSNAP_SESSION_CONNECT_TIMEOUT", "701"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->config.host_mem, 1ull << 30);           // file
   EXPECT_EQ(c->config.log_level, "debug");             // environment over file
   EXPECT_EQ(c->config.session_connect_timeout, 702u);  // flag over environment
 }
 
-// deploy/snapd.toml is the one documented config file: it loads, and names every option with
+// deploy/adjsnap.toml is the one documented config file: it loads, and names every option with
 // its environment variable.
 TEST(Config, TheShippedConfigFileLoadsAndDocumentsEveryOption) {
-  std::string path = std::string(SNAPD_SOURCE_DIR) + "/deploy/snapd.toml";
+  std::string path = std::string(ADJSNAP_SOURCE_DIR) + "/deploy/adjsnap.toml";
   auto c = LoadConfig({"--config", path}, {});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->config.socket, "/run/snapd/snapd.sock");
+  EXPECT_EQ(c->config.socket, "/run/adjsnap/adjsnap.sock");
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -70,13 +70,13 @@ TEST(Config, DefaultsAreDocumentedValues) {
 }
 
 TEST(Config, ErrorsNameTheSourceAndTheValue) {
-  auto bad_env = LoadConfig({}, {{"SNAPD_HOST_MEM_PERC", "1.5"}});
+  auto bad_env = LoadConfig({}, {{"ADJSNAP_HOST_MEM_PERC", "1.5"}});
   ASSERT_FALSE(bad_env.ok());
-  EXPECT_NE(bad_env.status().message().find("environment SNAPD_HOST_MEM_PERC"), std::string::npos);
+  EXPECT_NE(bad_env.status().message().find("environment ADJSNAP_HOST_MEM_PERC"), std::string::npos);
   auto bad_flag = LoadConfig({"--nonsense", "1"}, {});
   ASSERT_FALSE(bad_flag.ok());
   EXPECT_NE(bad_flag.status().message().find("unknown option 'nonsense'"), std::string::npos);
-  auto missing = LoadConfig({"--config", "/nonexistent/snapd.toml"}, {});
+  auto missing = LoadConfig({"--config", "/nonexistent/adjsnap.toml"}, {});
   EXPECT_EQ(missing.status().code(), Code::kNotFound);
 }
 
@@ -90,9 +90,9 @@ TEST(Config, AValueThatIsNotUtf8IsRefusedNamingItsSource) {
     EXPECT_EQ(flag.status().code(), Code::kInvalidArgument);
     EXPECT_NE(flag.status().message().find("flag --state-dir: not valid UTF-8"), std::string::npos)
         << flag.status().message();
-    auto env = LoadConfig({}, {{"SNAPD_SOCKET", bad}});
+    auto env = LoadConfig({}, {{"ADJSNAP_SOCKET", bad}});
     ASSERT_FALSE(env.ok()) << bad;
-    EXPECT_NE(env.status().message().find("environment SNAPD_SOCKET: not valid UTF-8"),
+    EXPECT_NE(env.status().message().find("environment ADJSNAP_SOCKET: not valid UTF-8"),
               std::string::npos)
         << env.status().message();
   }
@@ -100,9 +100,9 @@ TEST(Config, AValueThatIsNotUtf8IsRefusedNamingItsSource) {
   EXPECT_TRUE(fine.ok()) << fine.status().ToString();
 }
 
-// Writes `text` to snapd.toml in `dir` and returns its path.
+// Writes `text` to adjsnap.toml in `dir` and returns its path.
 std::string WriteConfig(const testing::TempDir& dir, const std::string& text) {
-  std::string path = dir.path() + "/snapd.toml";
+  std::string path = dir.path() + "/adjsnap.toml";
   std::ofstream f(path);
   f << text;
   return path;
@@ -143,7 +143,7 @@ TEST(Config, PrintConfigRoundTripsThroughTheFileParser) {
 TEST(Config, ABadValueInTheFileNamesFileLineKeyAndValue) {
   testing::TempDir tmp;
   std::string path =
-      WriteConfig(tmp, "# snapd\n[snapd]\nlog_level = \"info\"\nhost_mem = \"lots\"\n");
+      WriteConfig(tmp, "# adjsnapd\n[adjsnapd]\nlog_level = \"info\"\nhost_mem = \"lots\"\n");
   auto c = LoadConfig({"--config", path}, {});
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), Code::kInvalidArgument);
@@ -162,7 +162,7 @@ TEST(Config, ABadValueInTheFileNamesFileLineKeyAndValue) {
 
 TEST(Config, ATomlSyntaxErrorNamesLineAndColumn) {
   testing::TempDir tmp;
-  std::string path = WriteConfig(tmp, "[snapd]\nlog_level = \"info\"\nhost_mem = \"1G\n");
+  std::string path = WriteConfig(tmp, "[adjsnapd]\nlog_level = \"info\"\nhost_mem = \"1G\n");
   auto c = LoadConfig({"--config", path}, {});
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().message().rfind(path + ":3:", 0), 0u) << c.status().message();
@@ -175,11 +175,11 @@ TEST(Config, ATomlSyntaxErrorNamesLineAndColumn) {
 
 TEST(Config, AnUnknownKeyOrTableInTheFileIsRefusedByName) {
   testing::TempDir tmp;
-  std::string path = WriteConfig(tmp, "[snapd]\nhost_mem = \"1G\"\nhots_mem = \"1G\"\n");
+  std::string path = WriteConfig(tmp, "[adjsnapd]\nhost_mem = \"1G\"\nhots_mem = \"1G\"\n");
   auto c = LoadConfig({"--config", path}, {});
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().message(),
-            path + ":3: unknown option 'hots_mem' (see `snapd --help` for the list)");
+            path + ":3: unknown option 'hots_mem' (see `adjsnapd --help` for the list)");
   path = WriteConfig(tmp, "[snpad]\nhost_mem = \"1G\"\n");
   c = LoadConfig({"--config", path}, {});
   ASSERT_FALSE(c.ok());
@@ -195,10 +195,10 @@ TEST(Config, HostPageOptionsParseAndRejectBadValues) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->config.host_huge_pages, "hugetlb");
   EXPECT_EQ(c->config.host_prefault, "true");  // a TOML boolean, as when it was a switch
-  c = LoadConfig({"--host-prefault", "false"}, {{"SNAPD_HOST_PREFAULT", "true"}});
+  c = LoadConfig({"--host-prefault", "false"}, {{"ADJSNAP_HOST_PREFAULT", "true"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->config.host_prefault, "false");
-  c = LoadConfig({}, {{"SNAPD_HOST_PREFAULT", "background"}});
+  c = LoadConfig({}, {{"ADJSNAP_HOST_PREFAULT", "background"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->config.host_prefault, "background");
   EXPECT_FALSE(LoadConfig({"--host-prefault", "sometimes"}, {}).ok());
@@ -244,12 +244,12 @@ TEST(Config, NumbersMayBeWrittenAsStringsOrAsTomlNumbers) {
 
 TEST(Config, TheEnvironmentOverridesTheFileAndAFlagOverridesTheEnvironment) {
   testing::TempDir tmp;
-  std::string path = WriteConfig(tmp, "[snapd]\nhost_mem = \"1G\"\n");
-  auto from_env = LoadConfig({}, {{"SNAPD_CONFIG", path}, {"SNAPD_HOST_MEM", "2G"}});
+  std::string path = WriteConfig(tmp, "[adjsnapd]\nhost_mem = \"1G\"\n");
+  auto from_env = LoadConfig({}, {{"ADJSNAP_CONFIG", path}, {"ADJSNAP_HOST_MEM", "2G"}});
   ASSERT_TRUE(from_env.ok()) << from_env.status().ToString();
   EXPECT_EQ(from_env->config.host_mem, 2ull << 30);
   auto from_flag =
-      LoadConfig({"--host_mem=3G"}, {{"SNAPD_CONFIG", path}, {"SNAPD_HOST_MEM", "2G"}});
+      LoadConfig({"--host_mem=3G"}, {{"ADJSNAP_CONFIG", path}, {"ADJSNAP_HOST_MEM", "2G"}});
   ASSERT_TRUE(from_flag.ok()) << from_flag.status().ToString();
   EXPECT_EQ(from_flag->config.host_mem, 3ull << 30);
   auto last_flag = LoadConfig({"--host-mem", "4G", "--host-mem", "5G"}, {});
@@ -265,12 +265,12 @@ TEST(Config, BadFlagsAreNamed) {
   auto unknown = LoadConfig({"--nope=1"}, {});
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.status().message(),
-            "flag --nope: unknown option 'nope' (see `snapd --help` for the list)");
+            "flag --nope: unknown option 'nope' (see `adjsnapd --help` for the list)");
   auto no_value = LoadConfig({"--log-level"}, {});
   ASSERT_FALSE(no_value.ok());
-  EXPECT_EQ(no_value.status().message(), "flag --log-level needs a value (see `snapd --help`)");
+  EXPECT_EQ(no_value.status().message(), "flag --log-level needs a value (see `adjsnapd --help`)");
   // `--config=` is an empty value (no file), not a name for the argument after it.
-  auto empty = LoadConfig({"--config=", "--print-config"}, {{"SNAPD_CONFIG", "/nonexistent"}});
+  auto empty = LoadConfig({"--config=", "--print-config"}, {{"ADJSNAP_CONFIG", "/nonexistent"}});
   ASSERT_TRUE(empty.ok()) << empty.status().ToString();
   EXPECT_TRUE(empty->print_config);
   auto stray = LoadConfig({"serve"}, {});
@@ -280,10 +280,10 @@ TEST(Config, BadFlagsAreNamed) {
 }
 
 // docs/configuration.md's table lists the options of ConfigOptions(), in its order, each with
-// its variable and its embedded default (`TEXT`, or "empty"; where snapd computes the default
+// its variable and its embedded default (`TEXT`, or "empty"; where adjsnapd computes the default
 // at start, the doc says how).
 TEST(Config, TheDocumentedTableIsTheOptionTable) {
-  std::ifstream in(std::string(SNAPD_SOURCE_DIR) + "/docs/configuration.md");
+  std::ifstream in(std::string(ADJSNAP_SOURCE_DIR) + "/docs/configuration.md");
   ASSERT_TRUE(in) << "docs/configuration.md";
   std::vector<std::vector<std::string>> rows;
   for (std::string line; std::getline(in, line);) {
@@ -351,4 +351,4 @@ TEST(Config, HelpListsEveryOptionOfTheTable) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

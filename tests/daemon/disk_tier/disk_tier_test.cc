@@ -19,7 +19,7 @@
 #include "faulty_spool_io.h"
 #include "temp_dir.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 struct AlignedBuffer {
@@ -83,7 +83,7 @@ int InPrivateTmpfs(const std::string& dir, const std::function<int()>& body, std
     put("/proc/self/setgroups", "deny");
     put("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1");
     put("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1");
-    if (mount("snapd-test", dir.c_str(), "tmpfs", 0, "size=1g,mode=0700") != 0) fail("mount");
+    if (mount("adjsnap-test", dir.c_str(), "tmpfs", 0, "size=1g,mode=0700") != 0) fail("mount");
     _exit(body());
   }
   close(pipe_fds[1]);
@@ -99,10 +99,10 @@ int InPrivateTmpfs(const std::string& dir, const std::function<int()>& body, std
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// disk_mem_perc is a share of what the filesystem can give snapd: free space plus the files
-// snapd already keeps in the spool, so a restart with recovered files gets the same budget.
+// disk_mem_perc is a share of what the filesystem can give adjsnapd: free space plus the files
+// adjsnapd already keeps in the spool, so a restart with recovered files gets the same budget.
 // The spool is a filesystem of its own, so the budgets compare exactly.
-TEST_F(DiskTierTest, APercentBudgetIsTheSameAfterTheSpoolFillsAndSnapdRestarts) {
+TEST_F(DiskTierTest, APercentBudgetIsTheSameAfterTheSpoolFillsAndAdjsnapdRestarts) {
   const std::string spool = dir_ + "/spool";
   std::filesystem::create_directories(spool);
   std::string why;
@@ -219,9 +219,9 @@ TEST_F(DiskTierTest, ARecordedNameThatLeavesTheRunDirectoryNamesNoFile) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 // Faults a real disk produces, injected behind the disk tier's I/O seam: each write or read
@@ -237,7 +237,7 @@ class DiskFaultTest : public ::testing::Test {
     for (uint64_t i = 0; i < kRaw; ++i) out_.data.get()[i] = static_cast<char>(i * 13 + 5);
   }
   Status WriteStep(const std::string& name) {
-    SNAPD_ASSIGN_OR_RETURN(DiskTier::Space space, disk_->Reserve(kRaw));
+    ADJSNAP_ASSIGN_OR_RETURN(DiskTier::Space space, disk_->Reserve(kRaw));
     return disk_->Write(space, 7, name, out_.data.get(), kRaw);
   }
   // The snapshot reads back exactly what was written.
@@ -353,13 +353,13 @@ TEST_F(UnreachableSpoolTest, AFileMissingWhileAProbeFailsIsUnavailableAndServesO
   // GlusterFS shows the files of a dead brick as missing (ENOENT), and its other bricks work.
   std::filesystem::rename(File(), File() + ".on-the-dead-brick");
   io_.Fail(testing::FaultySpoolIo::kOpenForWrite, ENOTCONN, 0,
-           tmp_.path() + "/shared/.snapd-probe-3");
+           tmp_.path() + "/shared/.adjsnap-probe-3");
   Status s = ReadShared();
   EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
   EXPECT_NE(s.message().find("snapshot file " + File() + " is missing while spool"),
             std::string::npos)
       << s.ToString();
-  EXPECT_NE(s.message().find(".snapd-probe-3: Transport endpoint is not connected (ENOTCONN)"),
+  EXPECT_NE(s.message().find(".adjsnap-probe-3: Transport endpoint is not connected (ENOTCONN)"),
             std::string::npos)
       << s.ToString();
   ASSERT_TRUE(disk_->SpoolStates()[1].failed);
@@ -378,7 +378,7 @@ TEST_F(UnreachableSpoolTest, AFileMissingWhileAProbeFailsIsUnavailableAndServesO
 TEST_F(DiskFaultTest, AMountGoneFromUnderASpoolFailsItAndNothingIsWrittenElsewhere) {
   ASSERT_TRUE(WriteStep("step-1").ok());
   const std::string spool = tmp_.path() + "/spool";
-  char other_dir[] = "/dev/shm/snapd-test-XXXXXX";
+  char other_dir[] = "/dev/shm/adjsnap-test-XXXXXX";
   ASSERT_NE(mkdtemp(other_dir), nullptr);
   const std::string other = other_dir;
   struct stat a {
@@ -442,7 +442,7 @@ TEST_F(DiskFaultTest, ARunDirectoryIsMadeOnceInASharedSpoolAndAgainWhenItWasRemo
   ExpectReadsBackExact("step-5");
 }
 
-// A restart with a spool's filesystem not mounted: snapd makes the directory anew on what is
+// A restart with a spool's filesystem not mounted: adjsnapd makes the directory anew on what is
 // below. Its recorded steps must not be lost and nothing may be written there; once the
 // filesystem is back, they are served.
 TEST_F(DiskFaultTest, ASpoolNotMountedAtStartFailsKeepsItsStepsAndComesBackWithItsMarker) {
@@ -459,7 +459,7 @@ TEST_F(DiskFaultTest, ASpoolNotMountedAtStartFailsKeepsItsStepsAndComesBackWithI
   auto state = disk_->SpoolStates()[0];
   ASSERT_TRUE(state.failed);
   EXPECT_EQ(state.error, ENOENT);
-  EXPECT_NE(state.reason.find("not the filesystem snapd wrote them to"), std::string::npos)
+  EXPECT_NE(state.reason.find("not the filesystem adjsnapd wrote them to"), std::string::npos)
       << state.reason;
   EXPECT_FALSE(std::filesystem::exists(spool + "/" + DiskTier::kMarker));
   ASSERT_TRUE(disk_->Adopt(0, 7, "step-1", kRaw).ok());  // recorded, accounted, not looked at
@@ -680,4 +680,4 @@ TEST(SpoolClasses, ACopyToASharedSpoolIsExactAndAFailedReadOfItsSourceFailsNeith
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

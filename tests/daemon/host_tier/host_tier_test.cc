@@ -24,7 +24,7 @@
 #include "sanitizer.h"
 #include "temp_dir.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 // Runs `body` in a forked child and returns what it wrote to the pipe it is given (the child
@@ -252,7 +252,7 @@ TEST(HostTier, AnIdleTierReleasesItsFreePagesByItself) {
 
 // Per-uid arenas: each uid's blocks lie in a memfd of its own, the blocks of every arena
 // together never pass the one budget, the tier populates a block's pages itself before handing
-// it out (so they are charged to snapd, not to the client that touches them first), and one
+// it out (so they are charged to adjsnapd, not to the client that touches them first), and one
 // arena's free warm pages are given back when another arena needs fresh ones.
 TEST(HostTier, ArenasOfTwoUidsShareTheBudgetAndNoPages) {
   constexpr uint64_t kBlock = 2 * HostTier::kUnit;
@@ -279,7 +279,7 @@ TEST(HostTier, ArenasOfTwoUidsShareTheBudgetAndNoPages) {
   auto fa = tier.ArenaFd(1001), fb = tier.ArenaFd(1002);
   ASSERT_TRUE(fa.ok() && fb.ok());
   EXPECT_NE(fa->first, fb->first);
-  EXPECT_EQ(tier.arena_fds().size(), 3u);  // snapd's own, 1001's and 1002's
+  EXPECT_EQ(tier.arena_fds().size(), 3u);  // adjsnapd's own, 1001's and 1002's
   // What a client of uid 1002 maps: its own arena, with none of 1001's bytes in it.
   void* view = mmap(nullptr, fb->second, PROT_READ, MAP_SHARED, fb->first, 0);
   ASSERT_NE(view, MAP_FAILED);
@@ -316,7 +316,7 @@ TEST(HostTier, ArenasArePopulatedAheadOfTheirBlocksWithinTheBudget) {
     }
     return done();
   };
-  // snapd's own arena, from the start.
+  // adjsnapd's own arena, from the start.
   EXPECT_TRUE(within(std::chrono::seconds(30), [&] { return tier.prefaulted() >= 4 * kUnit; }))
       << tier.prefaulted();
   const uint64_t before = tier.resident_bytes();
@@ -520,4 +520,4 @@ TEST(HostTier, ShmemThpWithAMountedTmpfsAndWithoutPrivileges) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

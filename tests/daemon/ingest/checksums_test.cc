@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "snapd/checksum.h"
+#include "adjsnap/checksum.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 using namespace std::chrono_literals;
@@ -213,4 +213,4 @@ TEST_F(ChecksumsTest, TheThreadHoldsOffWhileAPushIsInFlight) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "snapd/checksum.h"
-#include "snapd/compress_pool.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/compress_pool.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 class IngestTest : public ::testing::Test {
@@ -35,7 +35,7 @@ class IngestTest : public ::testing::Test {
             .allocate = [this](const StoreIndex::Run&,
                                uint64_t bytes) -> Result<std::shared_ptr<HostBlock>> {
               if (!room_) return Status::ResourceExhausted("no room beside (test)");
-              SNAPD_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> b, tier_->Allocate(bytes));
+              ADJSNAP_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> b, tier_->Allocate(bytes));
               return std::shared_ptr<HostBlock>(std::move(b));
             },
             .record = [this](const v1::SnapshotRecord& r) { return Record(r); },
@@ -240,4 +240,4 @@ TEST_F(IngestTest, ACatalogThatRefusesTheRecordLeavesTheStepRaw) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -10,7 +10,7 @@
 
 #include "metrics/latency_histogram.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 v1::StatsResponse Sample() {
@@ -83,12 +83,12 @@ TEST(Metrics, EverySampleFollowsThePrometheusTextFormatUnderItsHelpAndType) {
 // first scrape, and no reason's series appears out of nowhere.
 TEST(Metrics, RejectionsAreOneCounterLabelledBySurfaceAndReason) {
   std::string text = RenderMetrics(Sample());
-  EXPECT_NE(text.find("# TYPE snapd_rejections_total counter\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE adjsnap_rejections_total counter\n"), std::string::npos) << text;
   for (const char* line : {
-           "snapd_rejections_total{surface=\"data_plane\",reason=\"unknown_am_id\"} 65534\n",
-           "snapd_rejections_total{surface=\"data_plane\",reason=\"wrong_token\"} 0\n",
-           "snapd_rejections_total{surface=\"control_plane\",reason=\"invalid_argument\"} 2\n",
-           "snapd_rejections_total{surface=\"store\",reason=\"no_room\"} 1\n",
+           "adjsnap_rejections_total{surface=\"data_plane\",reason=\"unknown_am_id\"} 65534\n",
+           "adjsnap_rejections_total{surface=\"data_plane\",reason=\"wrong_token\"} 0\n",
+           "adjsnap_rejections_total{surface=\"control_plane\",reason=\"invalid_argument\"} 2\n",
+           "adjsnap_rejections_total{surface=\"store\",reason=\"no_room\"} 1\n",
        }) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "in\n" << text;
   }
@@ -97,7 +97,7 @@ TEST(Metrics, RejectionsAreOneCounterLabelledBySurfaceAndReason) {
   r->set_surface("a\"b");
   r->set_reason("c\\d\ne");
   EXPECT_NE(RenderMetrics(odd).find(
-                "snapd_rejections_total{surface=\"a\\\"b\",reason=\"c\\\\d\\ne\"} 0\n"),
+                "adjsnap_rejections_total{surface=\"a\\\"b\",reason=\"c\\\\d\\ne\"} 0\n"),
             std::string::npos)
       << RenderMetrics(odd);
 }
@@ -105,29 +105,29 @@ TEST(Metrics, RejectionsAreOneCounterLabelledBySurfaceAndReason) {
 TEST(Metrics, FiguresComeFromTheStatsPerTier) {
   std::string text = RenderMetrics(Sample());
   for (const char* line : {
-           "snapd_tier_used_bytes{tier=\"host\"} 1234\n",
-           "snapd_tier_used_bytes{tier=\"disk\"} 1000\n",
-           "snapd_host_peak_used_bytes 5678\n",
-           "snapd_host_resident_bytes 4321\n",
-           "snapd_spill_bytes_total 4096\n",
-           "snapd_disk_compression_ratio 3\n",
-           "snapd_pushes_total 40\n",
-           "snapd_refused_pushes_total 1\n",
-           "snapd_prefetch_misses_total 5\n",
-           "snapd_prefetch_hits_total 7\n",
-           "snapd_uptime_seconds 61.5\n",
-           "snapd_info{version=\"0.1.0\",wire=\"2\"} 1\n",
-           "# TYPE snapd_push_seconds histogram\n",
-           "snapd_push_seconds_bucket{le=\"0.00025\"} 0\n",
-           "snapd_push_seconds_bucket{le=\"0.0005\"} 2\n",
-           "snapd_push_seconds_bucket{le=\"1\"} 2\n",
-           "snapd_push_seconds_bucket{le=\"2.5\"} 3\n",
-           "snapd_push_seconds_bucket{le=\"+Inf\"} 3\n",
-           "snapd_push_seconds_count 3\n",
+           "adjsnap_tier_used_bytes{tier=\"host\"} 1234\n",
+           "adjsnap_tier_used_bytes{tier=\"disk\"} 1000\n",
+           "adjsnap_host_peak_used_bytes 5678\n",
+           "adjsnap_host_resident_bytes 4321\n",
+           "adjsnap_spill_bytes_total 4096\n",
+           "adjsnap_disk_compression_ratio 3\n",
+           "adjsnap_pushes_total 40\n",
+           "adjsnap_refused_pushes_total 1\n",
+           "adjsnap_prefetch_misses_total 5\n",
+           "adjsnap_prefetch_hits_total 7\n",
+           "adjsnap_uptime_seconds 61.5\n",
+           "adjsnap_info{version=\"0.1.0\",wire=\"2\"} 1\n",
+           "# TYPE adjsnap_push_seconds histogram\n",
+           "adjsnap_push_seconds_bucket{le=\"0.00025\"} 0\n",
+           "adjsnap_push_seconds_bucket{le=\"0.0005\"} 2\n",
+           "adjsnap_push_seconds_bucket{le=\"1\"} 2\n",
+           "adjsnap_push_seconds_bucket{le=\"2.5\"} 3\n",
+           "adjsnap_push_seconds_bucket{le=\"+Inf\"} 3\n",
+           "adjsnap_push_seconds_count 3\n",
        }) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "in\n" << text;
   }
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 TEST(SessionTable, OneUidHoldsAtMostItsLimitAndOthersAreNotHeldToIt) {
@@ -49,4 +49,4 @@ TEST(SessionTable, NoLimitByDefault) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -19,7 +19,7 @@
 #include "store/store.h"
 #include "temp_dir.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 using std::chrono::milliseconds;
@@ -144,7 +144,7 @@ class SpoolFailureTest : public ::testing::Test {
     auto promise = std::make_shared<std::promise<Result<Store::PushTicket>>>();
     store_->BeginPush(id, step, kStep,
                       [promise](Result<Store::PushTicket> t) { promise->set_value(t); });
-    SNAPD_ASSIGN_OR_RETURN(Store::PushTicket t, promise->get_future().get());
+    ADJSNAP_ASSIGN_OR_RETURN(Store::PushTicket t, promise->get_future().get());
     char* p = static_cast<char*>(t.block->data());
     for (size_t i = 0; i < kStep; ++i) p[i] = Pattern(step, i);
     return store_->CommitPush(t);
@@ -153,7 +153,7 @@ class SpoolFailureTest : public ::testing::Test {
     auto promise = std::make_shared<std::promise<Result<Store::FetchGrant>>>();
     store_->BeginFetch(id, step, kStep, /*backward=*/true,
                        [promise](Result<Store::FetchGrant> g) { promise->set_value(g); });
-    SNAPD_ASSIGN_OR_RETURN(Store::FetchGrant g, promise->get_future().get());
+    ADJSNAP_ASSIGN_OR_RETURN(Store::FetchGrant g, promise->get_future().get());
     const char* p = static_cast<const char*>(g.block->data());
     for (size_t i = 0; i < kStep; ++i) {
       if (p[i] != Pattern(step, i)) {
@@ -220,7 +220,7 @@ class PersistentWriteFaultTest : public SpoolFailureTest,
 // A spool remounted read-only (EROFS at create), a device that answers EIO to every write, and
 // one whose fdatasync fails: the first failed write takes the spool out of the rotation; a push
 // that needs the disk waits spool_failure_timeout and fails UNAVAILABLE naming the spool and
-// the errno, while snapd sits idle (no write retried without a pause) and logs a few lines.
+// the errno, while adjsnapd sits idle (no write retried without a pause) and logs a few lines.
 // The host tier keeps what it holds; once the device works, a probe brings the spool back by
 // itself and the push goes through.
 TEST_P(PersistentWriteFaultTest, APushThatNeedsTheDiskFailsWithinTheBoundWithoutSpinning) {
@@ -431,7 +431,7 @@ TEST_F(SpoolFailureTest, EioOnReadLosesThatStepOnceAndCountsIt) {
   ExpectRoundTrip();
 }
 
-// A restart after files were damaged behind snapd's back: a file cut short, one deleted, one
+// A restart after files were damaged behind adjsnapd's back: a file cut short, one deleted, one
 // with a flipped byte, one zeroed. Each step is reported lost (at start, or by the scrub of
 // recovered files before any fetch) and each file that is still there is moved to quarantine,
 // never deleted; only the leftover of an interrupted write (.tmp) is removed. Until files of
@@ -475,7 +475,7 @@ TEST_F(SpoolFailureTest, ARestartQuarantinesDamagedFilesAndDeletesOnlyInterrupte
   ExpectRoundTrip();
 }
 
-// scrub_rate on: a byte flipped behind snapd's back in a spool file is found by the background
+// scrub_rate on: a byte flipped behind adjsnapd's back in a spool file is found by the background
 // scrub, before any fetch needs the step.
 TEST_F(SpoolFailureTest, TheBackgroundScrubFindsDamageBeforeAnyFetch) {
   ASSERT_NO_FATAL_FAILURE(Open(1, milliseconds(2000), /*scrub_rate=*/16 << 20));
@@ -491,7 +491,7 @@ TEST_F(SpoolFailureTest, TheBackgroundScrubFindsDamageBeforeAnyFetch) {
   ExpectRoundTrip();
 }
 
-// `snapctl scrub RUN`: every file of the run verified now, the damaged ones named.
+// `adjsnap scrub RUN`: every file of the run verified now, the damaged ones named.
 TEST_F(SpoolFailureTest, AScrubOnDemandNamesTheLostSteps) {
   ASSERT_NO_FATAL_FAILURE(Open(1));
   uint64_t id = OpenRun("r", 4, v1::LAYERS_DISK);
@@ -514,4 +514,4 @@ TEST_F(SpoolFailureTest, AScrubOnDemandNamesTheLostSteps) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -16,10 +16,10 @@
 #include <thread>
 
 #include "faulty_spool_io.h"
-#include "snapd/checksum.h"
+#include "adjsnap/checksum.h"
 #include "tiering/placement.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 // A smooth float32 field, as a wavefield is: what zfp is for.
@@ -284,4 +284,4 @@ TEST_F(PendingPackTest, AFetchLeaseHeldWhileTheStepCompressesStillLetsTheNextPus
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

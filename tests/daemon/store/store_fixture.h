@@ -16,11 +16,11 @@
 #include <thread>
 
 #include "faulty_spool_io.h"
-#include "snapd/checksum.h"
+#include "adjsnap/checksum.h"
 #include "store/store.h"
 #include "temp_dir.h"
 
-namespace snapd {
+namespace adjsnap {
 
 // Synchronous views of the store's asynchronous push and fetch, for tests.
 inline Result<Store::PushTicket> Reserve(Store& store, uint64_t run_id, uint64_t step,
@@ -88,14 +88,14 @@ class StoreTest : public ::testing::Test {
   }
   // Pushes one step filled with Pattern(step, i) and commits it.
   Status Push(uint64_t id, uint64_t step, uint64_t bytes) {
-    SNAPD_ASSIGN_OR_RETURN(Store::PushTicket t, Reserve(*store_, id, step, bytes));
+    ADJSNAP_ASSIGN_OR_RETURN(Store::PushTicket t, Reserve(*store_, id, step, bytes));
     char* p = static_cast<char*>(t.block->data());
     for (size_t i = 0; i < bytes; ++i) p[i] = Pattern(step, i);
     return store_->CommitPush(t);
   }
   // Fetches one step and checks its bytes.
   Status FetchExact(uint64_t id, uint64_t step, uint64_t bytes) {
-    SNAPD_ASSIGN_OR_RETURN(Store::FetchGrant g, Fetch(*store_, id, step, bytes));
+    ADJSNAP_ASSIGN_OR_RETURN(Store::FetchGrant g, Fetch(*store_, id, step, bytes));
     const char* p = static_cast<const char*>(g.block->data());
     for (size_t i = 0; i < bytes; ++i) {
       if (p[i] != Pattern(step, i)) {
@@ -145,4 +145,4 @@ class StoreTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
 };
 
-}  // namespace snapd
+}  // namespace adjsnap

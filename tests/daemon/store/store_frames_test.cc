@@ -1,5 +1,5 @@
-// The store with an nvCOMP codec: libsnapd pushes chunk frames (proto/snapd/chunk_frame.h),
-// which snapd checks at commit, stores, accounts, moves to disk and serves back exactly as they
+// The store with an nvCOMP codec: libadjsnap pushes chunk frames (proto/adjsnap/chunk_frame.h),
+// which adjsnapd checks at commit, stores, accounts, moves to disk and serves back exactly as they
 // came, never decoding them. The frames here are made by hand: the store reads only their
 // header and table, so no nvCOMP is needed (kernels/nvcomp_codec_test.cc tests the coder).
 #include <gtest/gtest.h>
@@ -10,10 +10,10 @@
 #include <limits>
 #include <vector>
 
-#include "snapd/chunk_frame.h"
+#include "adjsnap/chunk_frame.h"
 #include "store_fixture.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 constexpr uint64_t kRaw = 64 << 10;    // one step's raw bytes
@@ -57,13 +57,13 @@ class FramedStoreTest : public StoreTest {
   }
   // Pushes `bytes` as step `step` through a reservation, as the data plane does.
   Status PushBytes(uint64_t id, uint64_t step, const std::vector<char>& bytes) {
-    SNAPD_ASSIGN_OR_RETURN(Store::PushTicket t, Reserve(*store_, id, step, bytes.size()));
+    ADJSNAP_ASSIGN_OR_RETURN(Store::PushTicket t, Reserve(*store_, id, step, bytes.size()));
     std::memcpy(t.block->data(), bytes.data(), bytes.size());
     return store_->CommitPush(t);
   }
   // Fetches a step: its bytes as served.
   Result<std::vector<char>> FetchBytes(uint64_t id, uint64_t step) {
-    SNAPD_ASSIGN_OR_RETURN(Store::FetchGrant g, Fetch(*store_, id, step, kRaw));
+    ADJSNAP_ASSIGN_OR_RETURN(Store::FetchGrant g, Fetch(*store_, id, step, kRaw));
     const char* p = static_cast<const char*>(g.block->data());
     return std::vector<char>(p, p + g.bytes);
   }
@@ -195,9 +195,9 @@ TEST_F(FramedStoreTest, AnNvcompRunsParameterIsCheckedWhenItOpensAndNoRunIsMade)
     EXPECT_NE(run.status().message().find("run 'gpu'"), std::string::npos);
     EXPECT_TRUE(store_->ListRuns().empty());
   }
-  // And the ones that are right open, whether or not this build has nvCOMP: snapd never codes.
+  // And the ones that are right open, whether or not this build has nvCOMP: adjsnapd never codes.
   EXPECT_TRUE(OpenNvcomp(v1::CODEC_BITCOMP_LOSSY, 1e-4, v1::LAYERS_DISK_HOST).ok());
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -15,12 +15,12 @@
 #include <thread>
 
 #include "faulty_spool_io.h"
-#include "snapd/checksum.h"
-#include "snapd/zfp_codec.h"
+#include "adjsnap/checksum.h"
+#include "adjsnap/zfp_codec.h"
 #include "store_fixture.h"
 #include "tiering/placement.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 TEST_F(StoreTest, ACodecNeedsADiskLayerAndDataZfpCanCode) {
@@ -52,7 +52,7 @@ TEST_F(StoreTest, AStopSlowerThanTheOrphanGraceRemovesNoRun) {
   store_->EndSession(7, /*died=*/true);
   store_->BeginStop();
   store_->RemoveOrphans(std::chrono::seconds(0));
-  EXPECT_EQ(store_->ListRuns().size(), 1u) << "a stopping snapd removed a run as an orphan";
+  EXPECT_EQ(store_->ListRuns().size(), 1u) << "a stopping adjsnapd removed a run as an orphan";
   // Not stopping, the same orphan goes (the test above would pass on a sweep that never runs).
   Open();
   spec.set_name("orphan");
@@ -406,4 +406,4 @@ TEST_F(StoreTest, AQuotaBoundsATenantsBytesIncludingPushesInFlight) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -13,7 +13,7 @@
 #include "store_fixture.h"
 #include "tiering/placement.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 constexpr uint64_t kStep = 64 << 10;
@@ -208,4 +208,4 @@ TEST_F(SharedTierTest, AStepOnAnUnreachableSharedSpoolIsUnavailableNotLostAndSer
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -16,10 +16,10 @@
 #include <thread>
 
 #include "faulty_spool_io.h"
-#include "snapd/checksum.h"
+#include "adjsnap/checksum.h"
 #include "tiering/placement.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 TEST_F(StoreTest, AStepIsVisibleOnlyAfterCommit) {
@@ -246,7 +246,7 @@ TEST_F(StoreTest, AnOverwriteRunReplacesAStoredStepWithOnePush) {
     return store_->OpenRun(spec, 0, &created);
   };
   auto push_filled = [&](uint64_t id, uint64_t step, char fill) -> Status {
-    SNAPD_ASSIGN_OR_RETURN(Store::PushTicket t, Reserve(*store_, id, step, 4096));
+    ADJSNAP_ASSIGN_OR_RETURN(Store::PushTicket t, Reserve(*store_, id, step, 4096));
     std::memset(t.block->data(), fill, 4096);
     return store_->CommitPush(t);
   };
@@ -607,7 +607,7 @@ TEST_F(StoreTest, ADemotionNeverHashesAStepTheChecksumThreadHashesOrHasQueued) {
 }
 
 // A drain ends once the steps stored when it began are on disk, though a job keeps pushing
-// (the soak found `snapctl drain` chasing the new steps of 16 busy clients for ever).
+// (the soak found `adjsnap drain` chasing the new steps of 16 busy clients for ever).
 TEST_F(StoreTest, ADrainWhilePushesGoOnEndsOnceTheStepsStoredBeforeItAreOnDisk) {
   constexpr uint64_t kStep = 16 << 10;
   uint64_t before = OpenRun("before", 0, kStep);
@@ -675,4 +675,4 @@ TEST_F(StoreTest, AReadWaitsForRoomThatReservedPushesWillMake) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

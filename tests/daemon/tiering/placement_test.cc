@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 TEST(HostBoundary, KeepsTheNewestStepsThatFitBesideTheStagingBlocks) {
@@ -42,4 +42,4 @@ TEST(Layers, ParseTheDevitoNames) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -14,10 +14,10 @@
 #include <memory>
 #include <vector>
 
-#include "snapd/compress_pool.h"
+#include "adjsnap/compress_pool.h"
 #include "temp_dir.h"
 
-namespace snapd {
+namespace adjsnap {
 namespace {
 
 using namespace std::chrono_literals;
@@ -257,7 +257,7 @@ TEST_F(TieringTest, ASpoolFileDamagedOnDiskIsReportedLostNeverReturned) {
 
 // A scrub of a step that goes (deleted, consumed by its fetch) while its file is being verified:
 // its file is gone by the time it is read, which is no loss. The verdict is NOT_FOUND, not
-// DATA_LOSS (`snapctl scrub` reported such a step LOST and exited 1: the CI soak's scrub).
+// DATA_LOSS (`adjsnap scrub` reported such a step LOST and exited 1: the CI soak's scrub).
 TEST_F(TieringTest, AStepThatGoesWhileItIsScrubbedIsNotReportedLost) {
   v1::SnapshotRecord r = DemotedStep('s');
   ASSERT_EQ(TierOf(1, 0), v1::TIER_DISK);
@@ -339,4 +339,4 @@ TEST_F(TieringTest, WaitingNamesAParkedPushAndWhatItWaitsFor) {
 }
 
 }  // namespace
-}  // namespace snapd
+}  // namespace adjsnap

@@ -1,7 +1,7 @@
-// A solver linking libsnapd's C++ API: one push and fetch through the snapd at SOCKET, or,
-// with "absent", the error a solver gets when no snapd runs there.
-#include <snapd/client.h>
-#include <snapd/schedule.h>
+// A solver linking libadjsnap's C++ API: one push and fetch through the adjsnapd at SOCKET, or,
+// with "absent", the error a solver gets when no adjsnapd runs there.
+#include <adjsnap/client.h>
+#include <adjsnap/schedule.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -9,23 +9,23 @@
 #include <string>
 #include <vector>
 
-// The project sets no C++ standard: snapd::client's own cxx_std_20 makes this C++20, where the
+// The project sets no C++ standard: adjsnap::client's own cxx_std_20 makes this C++20, where the
 // designated initializers below are standard rather than a GNU extension of C++17.
-static_assert(__cplusplus >= 202002L, "snapd::client should ask for C++20");
+static_assert(__cplusplus >= 202002L, "adjsnap::client should ask for C++20");
 
 namespace {
 
 int RoundTrip(const std::string& socket) {
-  snapd::ClientOptions options;
+  adjsnap::ClientOptions options;
   options.socket_path = socket;
-  auto client = snapd::Client::Connect(options).value();  // throws with the reason on error
+  auto client = adjsnap::Client::Connect(options).value();  // throws with the reason on error
   const uint64_t steps = 4, n = 1024;
   std::vector<float> u(n), back(n);
   auto run = client
                  ->OpenRun({.name = "consumer-cc",
                             .steps = steps,
                             .bytes_per_step = n * sizeof(float),
-                            .dtype = snapd::Dtype::kFloat32,
+                            .dtype = adjsnap::Dtype::kFloat32,
                             .shape = {n}})
                  .value();
   for (uint64_t t = 0; t < steps; ++t) {
@@ -51,14 +51,14 @@ int RoundTrip(const std::string& socket) {
 
 // Connect().value() with no daemon throws the status, code and message.
 int Absent(const std::string& socket) {
-  snapd::ClientOptions options;
+  adjsnap::ClientOptions options;
   options.socket_path = socket;
   try {
-    auto client = snapd::Client::Connect(options).value();
-  } catch (const snapd::BadResultAccess& e) {
+    auto client = adjsnap::Client::Connect(options).value();
+  } catch (const adjsnap::BadResultAccess& e) {
     std::printf("c++: %s\n", e.what());
-    auto p = snapd::schedule::RevolveForwardSteps(100, 10);
-    return e.code() == snapd::Code::kUnavailable && p.ok() && *p == 222 ? 0 : 1;
+    auto p = adjsnap::schedule::RevolveForwardSteps(100, 10);
+    return e.code() == adjsnap::Code::kUnavailable && p.ok() && *p == 222 ? 0 : 1;
   }
   return 1;
 }

@@ -1,0 +1,336 @@
+// plan: the checkpoint schedule for an adjoint run on this node's tiers, with the write and read
+// costs adjsnapd has measured.
+#include "plan.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "adjsnap/chunk_frame.h"
+#include "adjsnap/schedule.h"
+#include "adjsnap/units.h"
+
+namespace adjsnap::cli {
+namespace {
+
+// How the tiers store a step of the planned run. zfp compresses on adjsnapd's CPUs on the way to
+// disk: only a disk slot is smaller. The nvCOMP codecs compress on the solver's GPU before
+// PCIe: host and disk slots both hold the step's chunk frame.
+struct Compression {
+  v1::Codec codec = v1::CODEC_NONE;
+  double param = 0;
+  double ratio = 1;
+  bool given = false;  // --codec-ratio
+  std::string source = "uncompressed";
+  // The nvCOMP codecs (compress::IsGpuCodec, in the daemon's codec library).
+  bool InHost() const {
+    return codec == v1::CODEC_BITCOMP || codec == v1::CODEC_BITCOMP_LOSSY || codec == v1::CODEC_ANS;
+  }
+};
+
+// The bytes a step of `raw` bytes takes in a tier that holds it compressed by `c`: raw / ratio,
+// and for a chunk frame its header, table and chunk alignment (16 MiB chunks); never more than
+// raw, since a step that does not shrink is stored as it was.
+uint64_t StoredBytes(uint64_t raw, const Compression& c) {
+  auto shrunk = static_cast<uint64_t>(std::ceil(double(raw) / c.ratio));
+  uint64_t chunks = (raw + compress::kMaxChunkBytes - 1) / compress::kMaxChunkBytes;
+  uint64_t framing = c.InHost()
+                         ? sizeof(compress::FrameHeader) +
+                               chunks * (sizeof(compress::ChunkEntry) + compress::kChunkAlign)
+                         : 0;
+  return std::min(raw, shrunk + framing);
+}
+
+// --codec and --codec-param checked; false after saying why not. zfp-rate's ratio follows
+// from its rate; the other zfp modes depend on the data, so their ratio is the one this node's
+// disk tier measured (raw over stored bytes of what it holds), or 1 before it holds any.
+bool ParseCompression(const PlanArgs& a, Compression* c) {
+  std::string names;
+  bool found = false;
+  for (int i = v1::Codec_MIN; i <= v1::Codec_MAX; ++i) {
+    if (!v1::Codec_IsValid(i)) continue;
+    std::string name = CodecLabel(static_cast<v1::Codec>(i));
+    names += (names.empty() ? "" : ", ") + name;
+    if (name == a.codec) {
+      c->codec = static_cast<v1::Codec>(i);
+      found = true;
+    }
+  }
+  if (!found) {
+    Error("plan", "--codec must be one of " + names + ", got '" + a.codec + "'");
+    return false;
+  }
+  const char* param_is = c->codec == v1::CODEC_ZFP_RATE        ? "bits per value"
+                         : c->codec == v1::CODEC_ZFP_PRECISION ? "bit planes kept"
+                         : c->codec == v1::CODEC_ZFP_ACCURACY  ? "absolute error tolerance"
+                         : c->codec == v1::CODEC_BITCOMP_LOSSY ? "absolute error bound"
+                                                               : nullptr;
+  if (param_is && a.codec_param.empty()) {
+    Error("plan", "--codec " + a.codec + " needs --codec-param (" + param_is + ")");
+    return false;
+  }
+  if (!a.codec_param.empty()) {
+    char* end = nullptr;
+    c->param = std::strtod(a.codec_param.c_str(), &end);
+    if (!param_is || end == a.codec_param.c_str() || *end != '\0' || !(c->param > 0) ||
+        !std::isfinite(c->param)) {
+      Error("plan", param_is
+                        ? "--codec-param must be a finite number > 0, got '" + a.codec_param + "'"
+                        : "--codec " + a.codec + " takes no --codec-param");
+      return false;
+    }
+  }
+  if (c->codec == v1::CODEC_ZFP_RATE) {
+    double bits = a.dtype == "float64" ? 64 : 32;
+    c->ratio = c->param < bits ? bits / c->param : 1.0;
+    c->source = Format("fixed rate: %g of %g bits per value", c->param, bits);
+  }
+  if (!a.codec_ratio.empty()) {
+    char* end = nullptr;
+    double r = std::strtod(a.codec_ratio.c_str(), &end);
+    if (c->codec == v1::CODEC_NONE || c->codec == v1::CODEC_ZFP_RATE) {
+      Error("plan", "--codec " + a.codec + " takes no --codec-ratio" +
+                        (c->codec == v1::CODEC_NONE ? std::string(" (it does not compress)")
+                                                    : " (its rate fixes the ratio)"));
+      return false;
+    }
+    if (end == a.codec_ratio.c_str() || *end != '\0' || !(r >= 1) || !std::isfinite(r)) {
+      Error("plan",
+            "--codec-ratio must be a finite number >= 1 (a step that does not shrink is "
+            "stored as it was), got '" +
+                a.codec_ratio + "'");
+      return false;
+    }
+    c->ratio = r;
+    c->given = true;
+    c->source = "given by --codec-ratio";
+  }
+  return true;
+}
+
+// The largest step planned: far past any node, and far enough from 2^64 that a slot's size
+// rounds up to 4 KiB, and a chunk count is taken, without wrapping.
+constexpr uint64_t kMaxStepBytes = uint64_t{1} << 50;
+
+// Seconds >= 0 from `text`; false after saying why not.
+bool ParseSeconds(const char* flag, const std::string& text, double* seconds) {
+  char* end = nullptr;
+  double d = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(d >= 0)) {
+    Error("plan", std::string(flag) + " must be seconds >= 0, got '" + text + "'");
+    return false;
+  }
+  *seconds = d;
+  return true;
+}
+
+}  // namespace
+
+int Plan(const PlanArgs& a, Output& out,
+         const std::function<bool(v1::StatsResponse*)>& stats) {
+  uint64_t steps = 0;
+  if (!ParseCount(a.steps, &steps) || steps == 0) {
+    return UsageError("plan", "--steps must be a positive integer, got '" + a.steps + "'");
+  }
+  Result<uint64_t> parsed_bytes = ParseBytes(a.bytes);
+  if (!parsed_bytes.ok() || *parsed_bytes == 0) {
+    return UsageError(
+        "plan", "--bytes-per-step '" + a.bytes +
+                    "': " + (parsed_bytes.ok() ? "must be > 0" : parsed_bytes.status().message()));
+  }
+  if (*parsed_bytes > kMaxStepBytes) {
+    return UsageError("plan", "--bytes-per-step '" + a.bytes + "': over " +
+                                  FormatBytes(kMaxStepBytes) + ", more than any node holds");
+  }
+  const uint64_t bytes = *parsed_bytes;
+  double forward = 0;    // 0 = not given
+  double backward = -1;  // < 0 = same as forward
+  if (!a.forward.empty() && !ParseSeconds("--compute-time", a.forward, &forward)) {
+    return kExitUsage;
+  }
+  if (!a.backward.empty() && !ParseSeconds("--backward-time", a.backward, &backward)) {
+    return kExitUsage;
+  }
+  Compression comp;
+  if (!ParseCompression(a, &comp)) return kExitUsage;
+  if (backward < 0) backward = forward;
+  v1::StatsResponse r;
+  if (!stats(&r)) return kExitFailed;
+  if (comp.InHost() && !comp.given) {
+    // The ratio of a GPU codec is the solver's data's: adjsnapd cannot measure it for a run
+    // that has not been pushed.
+    comp.source = "not given (pass --codec-ratio as measured on the run's data; treated as 1)";
+  } else if (comp.codec != v1::CODEC_NONE && comp.codec != v1::CODEC_ZFP_RATE && !comp.given) {
+    comp.source = "not measured yet (no compressed step on disk; treated as 1)";
+    for (const auto& t : r.tiers()) {
+      if (t.tier() == v1::TIER_DISK && t.used_bytes() > 0 && t.raw_bytes() > t.used_bytes()) {
+        comp.ratio = double(t.raw_bytes()) / t.used_bytes();
+        comp.source = "measured on this node's disk tier";
+      }
+    }
+  }
+
+  // This node's tiers as schedule levels: capacity in snapshots, measured costs per snapshot.
+  std::vector<schedule::Level> levels;
+  std::vector<std::string> cost_source;
+  // A step's size in each tier: smaller on disk when it is compressed on its way there, and in
+  // host memory too when it is compressed on the GPU. Its transfers are smaller alike.
+  const uint64_t disk_bytes = comp.codec == v1::CODEC_NONE ? bytes : StoredBytes(bytes, comp);
+  const uint64_t host_bytes = comp.InHost() ? disk_bytes : bytes;
+  for (const auto& t : r.tiers()) {
+    schedule::Level l;
+    // A node with shared spools reports them as a disk tier of their own: a third level.
+    l.name = TierLabel(t);
+    const uint64_t held = t.tier() == v1::TIER_DISK ? disk_bytes : host_bytes;
+    uint64_t free_bytes = t.budget_bytes() > t.used_bytes() ? t.budget_bytes() - t.used_bytes() : 0;
+    l.slots = free_bytes / ((held + 4095) / 4096 * 4096);
+    bool measured = t.write_bytes_per_second() > 0 && t.read_bytes_per_second() > 0;
+    if (measured && forward > 0) {
+      l.write = held / t.write_bytes_per_second();
+      l.read = held / t.read_bytes_per_second();
+    }
+    cost_source.push_back(!measured     ? "not measured yet (treated as free)"
+                          : forward > 0 ? "measured by adjsnapd"
+                                        : "ignored (no --compute-time)");
+    levels.push_back(l);
+  }
+  schedule::StepCosts costs{forward > 0 ? forward : 1.0, forward > 0 ? backward : 0.0};
+  std::string note;
+  Result<schedule::Schedule> plan = schedule::Schedule();
+  uint64_t total_slots = 0;
+  for (const auto& l : levels) total_slots += l.slots;
+  if (!levels.empty() && levels[0].slots >= steps) {
+    plan = schedule::StoreAll(steps, levels[0], 0, costs);
+  } else {
+    plan = schedule::HRevolve(steps, levels, costs);
+    if (!plan.ok() && plan.status().code() == Code::kResourceExhausted && total_slots > 0) {
+      // Too large for the exact table: Revolve's closed form on the fastest tier.
+      auto fwd = schedule::RevolveForwardSteps(steps, levels[0].slots);
+      if (fwd.ok()) {
+        schedule::Schedule closed;
+        closed.method = "revolve (closed form; storage costs not optimised)";
+        closed.steps = steps;
+        closed.forward_steps = *fwd;
+        closed.cost = *fwd * costs.forward + steps * costs.backward;
+        closed.peak_slots = {std::min(levels[0].slots, steps)};
+        plan = closed;
+        note = "exact multi-level table too large for this size";
+      }
+    }
+  }
+  if (!plan.ok()) {
+    Error("plan", plan.status().message());
+    return kExitFailed;
+  }
+  const schedule::Schedule& p = *plan;
+  double baseline = (steps - 1) * costs.forward + steps * costs.backward;
+  double overhead = baseline > 0 ? p.cost / baseline - 1.0 : 0.0;
+  auto held = [&](size_t i) { return i < p.peak_slots.size() ? p.peak_slots[i] : 0; };
+  if (out.json()) {
+    Json tiers = Json::array();
+    for (size_t i = 0; i < levels.size(); ++i) {
+      tiers.push_back({{"tier", levels[i].name},
+                       {"slots_available", levels[i].slots},
+                       {"snapshots", held(i)},
+                       {"write_seconds", levels[i].write},
+                       {"read_seconds", levels[i].read},
+                       {"costs", cost_source[i]}});
+    }
+    out.Print(Json{{"steps", steps},
+                   {"bytes_per_step", bytes},
+                   {"codec", a.codec},
+                   {"codec_param", comp.param},
+                   {"compression_ratio", comp.ratio},
+                   {"compression", comp.source},
+                   {"compressed_in", comp.codec == v1::CODEC_NONE ? Json::array()
+                                     : comp.InHost()             ? Json::array({"host", "disk"})
+                                                                  : Json::array({"disk"})},
+                   {"method", p.method},
+                   {"forward_steps", p.forward_steps},
+                   {"recomputation_factor", p.RecomputationFactor()},
+                   {"predicted_seconds", forward > 0 ? p.cost : 0.0},
+                   {"baseline_seconds", forward > 0 ? baseline : 0.0},
+                   {"overhead", overhead},
+                   {"timed", forward > 0},
+                   {"tiers", tiers}});
+    return kExitOk;
+  }
+  out.Line(Format("plan for %s x %s (codec %s)", Counted(steps, "step").c_str(),
+                  FormatBytes(bytes).c_str(), a.codec.c_str()));
+  if (comp.codec != v1::CODEC_NONE) {
+    out.Line(Format("compression   %.2fx %s (%s)", comp.ratio,
+                    comp.InHost() ? "in host memory and on disk" : "on disk",
+                    comp.source.c_str()));
+  }
+  out.Line("schedule      " + p.method + (note.empty() ? "" : "  -- " + note));
+  Table t({{"TIER", 8, true},
+           {"SLOTS FREE", 14},
+           {"SNAPSHOTS", 12},
+           {"WRITE s", 12},
+           {"READ s", 12},
+           {" COSTS", 0, true}});
+  for (size_t i = 0; i < levels.size(); ++i) {
+    t.Add({levels[i].name, std::to_string(levels[i].slots), std::to_string(held(i)),
+           Format("%.4g", levels[i].write), Format("%.4g", levels[i].read), " " + cost_source[i]});
+  }
+  out.Print(t);
+  out.Line(Format("forward steps %llu (recomputation factor %.3f)",
+                  (unsigned long long)p.forward_steps, p.RecomputationFactor()));
+  if (forward > 0) {
+    out.Line(Format("predicted     %.4g s vs %.4g s without storage limits: overhead %.1f%%",
+                    p.cost, baseline, 100.0 * overhead));
+  } else {
+    out.Line("predicted     pass --compute-time to predict times");
+  }
+  return kExitOk;
+}
+
+void AddPlanCommand(CLI::App& app, Action* action) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* plan = app.add_subcommand(
+      "plan", "checkpoint schedule for an adjoint run of N steps of S bytes on this node");
+  plan->footer(
+      "Capacities are this node's free tier space; write and read costs are what adjsnapd\n"
+      "has measured. Without --compute-time it minimises forward steps.");
+  plan->add_option("--steps", a->steps, "steps of the run (N > 0)")->type_name("N")->required();
+  plan->add_option("--bytes-per-step", a->bytes, "bytes of one step: 64M, 1G, ...")
+      ->type_name("S")
+      ->required();
+  plan->add_option("--compute-time", a->forward, "seconds per forward step (predicts times)")
+      ->type_name("T");
+  plan->add_option("--backward-time", a->backward,
+                   "seconds per backward step (default: the forward time)")
+      ->type_name("T");
+  plan->add_option("--codec", a->codec,
+                   "none, zfp-reversible, zfp-rate, zfp-precision, zfp-accuracy (on adjsnapd's "
+                   "CPUs, on the way to disk), bitcomp, bitcomp-lossy or ans (on the GPU)")
+      ->type_name("CODEC")
+      ->capture_default_str();
+  plan->add_option("--codec-param", a->codec_param,
+                   "zfp-rate: bits per value; zfp-precision: bit planes; zfp-accuracy: "
+                   "tolerance; bitcomp-lossy: absolute error bound")
+      ->type_name("X");
+  plan->add_option("--codec-ratio", a->codec_ratio,
+                   "the compression ratio measured on the run's data (R >= 1; not zfp-rate)")
+      ->type_name("R");
+  plan->add_option("--dtype", a->dtype, "float32 or float64 (zfp-rate's ratio)")
+      ->type_name("DTYPE")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "float64"}));
+  plan->callback([action, a] {
+    *action = [a](Session& s) {
+      return Plan(*a, s.out(), [&s](v1::StatsResponse* r) {
+        grpc::Status gs = s.stub().Stats(ShortContext().get(), v1::StatsRequest(), r);
+        if (!gs.ok()) s.Fail("plan", gs);
+        return gs.ok();
+      });
+    };
+  });
+}
+
+}  // namespace adjsnap::cli

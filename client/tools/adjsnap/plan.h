@@ -1,0 +1,29 @@
+// adjsnap plan, apart from the connection: the checkpoint schedule for the command line's run
+// on the tiers a Stats answer reports (also the entry point of its fuzz target).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "output.h"
+#include "adjsnap/v1/control.pb.h"
+
+namespace adjsnap::cli {
+
+// The command line of plan, as given.
+struct PlanArgs {
+  std::string steps;
+  std::string bytes;
+  std::string forward;   // seconds per forward step; empty = not given
+  std::string backward;  // seconds per backward step; empty = same as forward
+  std::string codec = "none";
+  std::string codec_param;  // empty = not given
+  std::string codec_ratio;  // the ratio measured on the run's data; empty = not given
+  std::string dtype = "float32";
+};
+
+// Checks `a`, asks `stats` for this node's tiers (false: it could not, and said why), and
+// prints the plan to `out`. Returns the exit code.
+int Plan(const PlanArgs& a, Output& out, const std::function<bool(v1::StatsResponse*)>& stats);
+
+}  // namespace adjsnap::cli
