@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The newcomer's main job: install dependencies, build, start adjsnapd with its embedded defaults,
 # run the example solver (2D acoustic RTM) through a forward and backward pass, show what adjsnapd
-# holds, and stop the daemon again (unless one was already running).
+# holds, and stop the daemon again (unless one was already running). The daemon it starts keeps
+# its catalog and spool in build/quickstart-state: the node service's state_dir
+# (/var/lib/adjsnap, its own user's) is left alone, so the service starts after it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
@@ -13,7 +15,7 @@ adjsnap=build/client/tools/adjsnap
 started=""
 if ! $adjsnap status > /dev/null 2>&1; then
   echo "== starting adjsnapd with its defaults"
-  build/daemon/adjsnapd &
+  build/daemon/adjsnapd --state-dir "$PWD/build/quickstart-state" &
   started=$!
   trap '[[ -n "$started" ]] && kill -TERM "$started" && wait "$started"' EXIT
   for _ in $(seq 1 300); do

@@ -1,6 +1,12 @@
 #include "catalog/catalog.h"
 
+#include <pwd.h>
 #include <rocksdb/write_batch.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
 
 #include "adjsnap/thread_name.h"
 
@@ -40,6 +46,57 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   return Status::Internal("catalog " + what + " failed: " + s.ToString());
 }
 
+// The name of `uid`, or its number for a uid the system has no name for.
+std::string UserName(uid_t uid) {
+  struct passwd pw;
+  struct passwd* found = nullptr;
+  char buf[4096];
+  if (getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr) return found->pw_name;
+  return std::to_string(uid);
+}
+
+// "NAME (uid N)".
+std::string Who(uid_t uid) {
+  std::string name = UserName(uid);
+  return name == std::to_string(uid) ? "uid " + name : name + " (uid " + std::to_string(uid) + ")";
+}
+
+// The first path opening a catalog at `dir` needs and this process may not use: `dir` (or,
+// while it does not exist, the nearest directory above it, where it is to be created), then
+// each file in it, which RocksDB opens for writing. Empty when there is none.
+std::string NotAccessible(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::path p = dir;
+  while (p.has_relative_path() && !std::filesystem::exists(p, ec)) p = p.parent_path();
+  if (access(p.c_str(), R_OK | W_OK | X_OK) != 0 && errno == EACCES) return p.string();
+  if (p != dir) return "";
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (access(e.path().c_str(), R_OK | W_OK) != 0 && errno == EACCES) return e.path().string();
+  }
+  return "";
+}
+
+// Why opening the catalog at `dir` failed, for the operator: a permission problem names the
+// path and its owner (a catalog left by an adjsnapd run as root, say, in the state_dir of the
+// service's user); a lock RocksDB could not take means another adjsnapd holds the catalog.
+Status OpenFailure(const std::string& dir, const rocksdb::Status& s) {
+  const std::string what = "opening catalog at '" + dir + "' failed: ";
+  std::string denied = NotAccessible(dir);
+  struct stat st {};
+  if (!denied.empty() && stat(denied.c_str(), &st) == 0) {
+    return Status::PermissionDenied(what + "permission denied: '" + denied + "' belongs to " +
+                                    Who(st.st_uid) + ", and this adjsnapd runs as " +
+                                    Who(geteuid()) + "; chown -R the state_dir to " +
+                                    UserName(geteuid()) + ", or choose another state_dir (" +
+                                    s.ToString() + ")");
+  }
+  std::string text = s.ToString();
+  bool lock = s.IsIOError() && (text.find("lock") != std::string::npos ||
+                                text.find("LOCK") != std::string::npos);
+  return Status::Unavailable(what + text +
+                             (lock ? " (is another adjsnapd using this state_dir?)" : ""));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
@@ -48,10 +105,7 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir) {
   options.paranoid_checks = true;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
-  if (!s.ok()) {
-    return Status::Unavailable("opening catalog at '" + dir + "' failed: " + s.ToString() +
-                               " (is another adjsnapd using this state_dir?)");
-  }
+  if (!s.ok()) return OpenFailure(dir, s);
   std::unique_ptr<rocksdb::DB> db(raw);
   std::string value;
   s = db->Get(rocksdb::ReadOptions(), "m:format", &value);

@@ -46,6 +46,9 @@ class Catalog {
 
   // Opens (or creates) the catalog and marks it kFormatVersion. FAILED_PRECONDITION, naming
   // both versions, for a catalog of a newer format (written by a newer adjsnapd).
+  // PERMISSION_DENIED, naming the directory or file and its owner, when this process may not
+  // write the catalog (one left by an adjsnapd run as another user); UNAVAILABLE otherwise,
+  // asking whether another adjsnapd holds it when RocksDB's lock is taken.
   static Result<std::unique_ptr<Catalog>> Open(const std::string& dir);
   // The format the catalog had when opened (1 for one written before formats were recorded).
   uint64_t opened_format() const { return opened_format_; }

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon_process.h"
@@ -21,6 +22,41 @@ namespace adjsnap::testing {
 namespace {
 
 using Json = nlohmann::json;
+
+// docs/adjsnap-json.md's examples, in order, each with the definition the line
+// "<!-- schema: NAME -->" before it names (a block that does not parse is a discarded value).
+std::vector<std::pair<std::string, Json>> DocExamples() {
+  std::vector<std::pair<std::string, Json>> examples;
+  std::ifstream doc(std::string(ADJSNAP_SOURCE_DIR) + "/docs/adjsnap-json.md");
+  EXPECT_TRUE(doc.good());
+  std::string line, def, block;
+  bool in_block = false;
+  while (std::getline(doc, line)) {
+    const std::string marker = "<!-- schema: ";
+    if (line.rfind(marker, 0) == 0) {
+      def = line.substr(marker.size(), line.find(" -->") - marker.size());
+    } else if (line == "```json" && !def.empty()) {
+      in_block = true;
+      block.clear();
+    } else if (line == "```" && in_block) {
+      in_block = false;
+      examples.emplace_back(def, Json::parse(block, nullptr, /*allow_exceptions=*/false));
+      def.clear();
+    } else if (in_block) {
+      block += line + "\n";
+    }
+  }
+  return examples;
+}
+
+// "surface/reason" of each series in a `rejections` list, in order.
+std::vector<std::string> RejectionSeries(const Json& rejections) {
+  std::vector<std::string> series;
+  for (const auto& r : rejections) {
+    series.push_back(r.value("surface", "?") + "/" + r.value("reason", "?"));
+  }
+  return series;
+}
 
 // A JSON Schema checker for the keywords the schema uses: $ref (to #/$defs/NAME), type, enum,
 // pattern, minimum, properties, required, additionalProperties (false), items, oneOf, and
@@ -229,6 +265,14 @@ TEST_F(AdjsnapCliJsonTest, EveryCommandPrintsWhatTheSchemaDocuments) {
   Json status = AdjsnapCli({"status"});
   ExpectConforms(status, "status");
   EXPECT_EQ(status.value("serving", ""), "serving");
+  // The docs' status and top examples list every rejection series this daemon reports.
+  for (const auto& [def, example] : DocExamples()) {
+    if (def == "status" || def == "top") {
+      EXPECT_EQ(RejectionSeries(example.value("rejections", Json::array())),
+                RejectionSeries(status.at("rejections")))
+          << "the " << def << " example in docs/adjsnap-json.md";
+    }
+  }
 
   Json runs = AdjsnapCli({"runs"});
   ExpectConforms(runs, "runs");
@@ -326,27 +370,10 @@ TEST_F(AdjsnapCliJsonTest, EveryCommandPrintsWhatTheSchemaDocuments) {
 TEST(AdjsnapCliJsonDocs, EachExampleConformsToItsDefinition) {
   SchemaChecker checker(
       ReadJsonFile(std::string(ADJSNAP_SOURCE_DIR) + "/docs/adjsnap-json.schema.json"));
-  std::ifstream doc(std::string(ADJSNAP_SOURCE_DIR) + "/docs/adjsnap-json.md");
-  ASSERT_TRUE(doc.good());
   std::set<std::string> shown;
-  std::string line, def, block;
-  bool in_block = false;
-  while (std::getline(doc, line)) {
-    const std::string marker = "<!-- schema: ";
-    if (line.rfind(marker, 0) == 0) {
-      def = line.substr(marker.size(), line.find(" -->") - marker.size());
-    } else if (line == "```json" && !def.empty()) {
-      in_block = true;
-      block.clear();
-    } else if (line == "```" && in_block) {
-      in_block = false;
-      Json example = Json::parse(block, nullptr, /*allow_exceptions=*/false);
-      EXPECT_EQ(checker.Check(example, def), "") << "the example of " << def;
-      shown.insert(def);
-      def.clear();
-    } else if (in_block) {
-      block += line + "\n";
-    }
+  for (const auto& [def, example] : DocExamples()) {
+    EXPECT_EQ(checker.Check(example, def), "") << "the example of " << def;
+    shown.insert(def);
   }
   for (const char* command : {"status", "runs", "ls", "locate", "rm", "drain", "shutdown",
                               "spool", "scrub",

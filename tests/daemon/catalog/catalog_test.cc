@@ -1,7 +1,11 @@
 #include "catalog/catalog.h"
 
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <future>
 #include <mutex>
@@ -201,6 +205,52 @@ TEST_F(CatalogTest, SecondOpenOfTheSameDirectoryFailsClearly) {
   auto b = Catalog::Open(dir_);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("another adjsnapd"), std::string::npos);
+}
+
+// A catalog another user wrote, as a quickstart run as root leaves one in the state_dir of the
+// service's own user: the error says "permission denied" and names the owner, not another
+// adjsnapd.
+TEST_F(CatalogTest, ACatalogThisUserMayNotWriteIsRefusedNamingItsOwner) {
+  { ASSERT_TRUE(Catalog::Open(dir_).ok()); }
+  std::string message;
+  if (geteuid() == 0) {
+    // Root may write anything: the catalog is opened again by nobody, in a child.
+    ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(fds[0]);
+      if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+      auto c = Catalog::Open(dir_);
+      std::string m = c.ok() ? "opened" : c.status().ToString();
+      (void)!write(fds[1], m.data(), m.size());
+      _exit(0);
+    }
+    close(fds[1]);
+    char buf[4096];
+    ssize_t n = 0;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) message.append(buf, static_cast<size_t>(n));
+    close(fds[0]);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << ": " << message;
+    EXPECT_NE(message.find("' belongs to root (uid 0), and this adjsnapd runs as "),
+              std::string::npos)
+        << message;
+  } else {
+    // Not root: a catalog directory this user may not write stands for another user's.
+    ASSERT_EQ(chmod(dir_.c_str(), 0500), 0);
+    auto c = Catalog::Open(dir_);
+    ASSERT_EQ(chmod(dir_.c_str(), 0700), 0);
+    ASSERT_FALSE(c.ok());
+    message = c.status().ToString();
+    EXPECT_NE(message.find("' belongs to "), std::string::npos) << message;
+  }
+  EXPECT_EQ(message.rfind("PERMISSION_DENIED: ", 0), 0u) << message;
+  EXPECT_NE(message.find("permission denied: '" + dir_), std::string::npos) << message;
+  EXPECT_EQ(message.find("another adjsnapd"), std::string::npos) << message;
 }
 
 }  // namespace
