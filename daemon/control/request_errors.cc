@@ -52,8 +52,9 @@ class RequestErrors final : public grpc::experimental::Interceptor {
                           "adjsnapd serves no method '" + method_ + "'");
     }
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "the request body of " + method_ + " does not decode as a " +
-                            method->input_type()->full_name() + " message");
+                        "the request body of " + method_ +
+                            " does not decode as its message, " +
+                            method->input_type()->full_name());
   }
 
   const std::string method_;

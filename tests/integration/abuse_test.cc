@@ -695,7 +695,7 @@ TEST_F(AbuseTest, UndecodableAndOutOfRangeControlRequestsGetNamedErrors) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
     EXPECT_EQ(s.error_message(),
               "the request body of /adjsnap.v1.Control/OpenRun does not decode "
-              "as a adjsnap.v1.OpenRunRequest message");
+              "as its message, adjsnap.v1.OpenRunRequest");
   }
   EXPECT_GT(refused, 0);
   {  // A method adjsnapd does not serve.
