@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the build into a scratch prefix, checks that it installs one shared library whose
 # dependents find it by RUNPATH, starts the installed adjsnapd, and builds and runs solver
-# projects against the prefix: CMake (find_package, C++ and C), pkg-config (C++), a plain
-# `cc ... -ladjsnap` (C) and, when the build has the Fortran module, gfortran. Every installed
+# projects against the prefix, each with g++/gcc and with clang++/clang: CMake (find_package,
+# C++ and C), pkg-config (C++), README's by-hand `c++ -std=c++20 ... -ladjsnap`, a plain
+# `cc ... -ladjsnap` (C); and, when the build has the Fortran module, gfortran. Every installed
 # program runs with an empty environment but for UCX_NET_DEVICES=lo: no LD_LIBRARY_PATH, no
 # ldconfig.
 #
@@ -87,25 +88,40 @@ for _ in $(seq 100); do
 done
 bare "$prefix/bin/adjsnap" --socket "$sock" status || { cat "$work/adjsnapd.log" >&2; fail "status"; }
 
-echo "== CMake: find_package(adjsnap), adjsnap::client and adjsnap::c"
-cmake -S "$here/consumer" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" > "$work/cmake.log" ||
-  { cat "$work/cmake.log" >&2; fail "configuring the CMake consumer"; }
-cmake --build "$work/cmake" > "$work/cmake-build.log" ||
-  { cat "$work/cmake-build.log" >&2; fail "building the CMake consumer"; }
-bare "$work/cmake/consumer" "$sock"
-bare "$work/cmake/consumer_c" "$sock"
+# Each consumer is built by g++ and by clang++ (gcc and clang for C), from an empty environment
+# as a newcomer's shell would be, and runs from one.
+compilers=("gcc g++")
+command -v clang++ > /dev/null && compilers+=("clang clang++")
+for pair in "${compilers[@]}"; do
+  read -r c_compiler cxx_compiler <<< "$pair"
+  echo "== CMake with $cxx_compiler: find_package(adjsnap), adjsnap::client and adjsnap::c"
+  out=$work/cmake-$cxx_compiler
+  bare CC="$c_compiler" CXX="$cxx_compiler" cmake -S "$here/consumer" -B "$out" \
+    -DCMAKE_PREFIX_PATH="$prefix" > "$out.log" ||
+    { cat "$out.log" >&2; fail "configuring the CMake consumer with $cxx_compiler"; }
+  bare cmake --build "$out" > "$out-build.log" ||
+    { cat "$out-build.log" >&2; fail "building the CMake consumer with $cxx_compiler"; }
+  bare "$out/consumer" "$sock"
+  bare "$out/consumer_c" "$sock"
 
-echo "== pkg-config: c++ main.cc \$(pkg-config --cflags --libs adjsnap)"
-pc_flags=$(PKG_CONFIG_PATH=$(dirname "$pc_file") pkg-config --cflags --libs adjsnap)
-echo "pkg-config: $pc_flags"
-# shellcheck disable=SC2086 # the flags are words
-c++ -std=c++20 -Wall -Wextra -Werror "$here/consumer/main.cc" $pc_flags -o "$work/pc_consumer"
-bare "$work/pc_consumer" "$sock"
+  echo "== pkg-config with $cxx_compiler: main.cc \$(pkg-config --cflags --libs adjsnap)"
+  pc_flags=$(bare PKG_CONFIG_PATH="$(dirname "$pc_file")" pkg-config --cflags --libs adjsnap)
+  echo "pkg-config: $pc_flags"
+  # shellcheck disable=SC2086 # the flags are words
+  bare "$cxx_compiler" -std=c++20 -Wall -Wextra -Werror "$here/consumer/main.cc" $pc_flags \
+    -o "$work/pc_consumer"
+  bare "$work/pc_consumer" "$sock"
 
-echo "== plain: cc main.c -I... -L... -Wl,-rpath,... -ladjsnap"
-cc -std=c11 -Wall -Wextra -Werror "$here/consumer/main.c" -I"$prefix/include" -L"$libdir" \
-  -Wl,-rpath,"$libdir" -ladjsnap -o "$work/cc_consumer"
-bare "$work/cc_consumer" "$sock"
+  echo "== by hand with $cxx_compiler, as README.md says: -std=c++20 -I... -L... -ladjsnap"
+  bare "$cxx_compiler" -std=c++20 -Wall -Wextra -Werror "$here/consumer/main.cc" \
+    -I"$prefix/include" -L"$libdir" -Wl,-rpath,"$libdir" -ladjsnap -o "$work/hand_consumer"
+  bare "$work/hand_consumer" "$sock"
+
+  echo "== plain C with $c_compiler: main.c -I... -L... -Wl,-rpath,... -ladjsnap"
+  bare "$c_compiler" -std=c11 -Wall -Wextra -Werror "$here/consumer/main.c" -I"$prefix/include" \
+    -L"$libdir" -Wl,-rpath,"$libdir" -ladjsnap -o "$work/cc_consumer"
+  bare "$work/cc_consumer" "$sock"
+done
 
 if [[ -e $prefix/include/adjsnap/fortran/adjsnap.mod ]]; then
   echo "== Fortran: gfortran ... -ladjsnap_fortran -ladjsnap"
@@ -115,6 +131,6 @@ if [[ -e $prefix/include/adjsnap/fortran/adjsnap.mod ]]; then
 fi
 
 echo "== no adjsnapd: the error says why"
-bare "$work/cmake/consumer" "$work/absent.sock" absent
+bare "$work/cmake-g++/consumer" "$work/absent.sock" absent
 bare "$work/cc_consumer" "$work/absent.sock" absent
 echo "installed package OK"
