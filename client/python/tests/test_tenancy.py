@@ -69,7 +69,7 @@ def as_user(users, name, daemon, code, check=True):
     return json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
 
 
-def adjsnap(users, name, daemon, *args):
+def adjsnap_cli(users, name, daemon, *args):
     cmd = [tool("adjsnap"), "--socket", daemon.socket, *args]
     if name is not None:
         uid, gid = users[name]
@@ -121,14 +121,14 @@ def test_a_user_cannot_see_read_delete_or_map_another_users_runs(users, daemon):
     # none of the other's bytes in reach.
     assert made["path"] == "mapped" and seen["data_path"] == "mapped"
     # adjsnap as B: the same refusals; purge/quota of another uid and drain need an admin.
-    assert "a-private" not in adjsnap(users, b, daemon, "runs").stdout
-    rm = adjsnap(users, b, daemon, "rm", "a-private")
+    assert "a-private" not in adjsnap_cli(users, b, daemon, "runs").stdout
+    rm = adjsnap_cli(users, b, daemon, "rm", "a-private")
     assert rm.returncode != 0 and "does not exist" in rm.stderr
-    dump = adjsnap(users, b, daemon, "dump", "a-private", "--to", "/tmp/never-written")
+    dump = adjsnap_cli(users, b, daemon, "dump", "a-private", "--to", "/tmp/never-written")
     assert dump.returncode != 0 and not os.path.exists("/tmp/never-written")
     for args in (("purge", "--uid", str(users[a][0])), ("quota", "--uid", str(users[a][0])),
                  ("quota", "--set", "10G"), ("drain",)):
-        r = adjsnap(users, b, daemon, *args)
+        r = adjsnap_cli(users, b, daemon, *args)
         assert r.returncode != 0 and "only" in r.stderr, (args, r.stderr)
     # A still has everything, byte for byte; root (an admin) sees the run and its owner.
     back = as_user(users, a, daemon, """
@@ -139,9 +139,9 @@ def test_a_user_cannot_see_read_delete_or_map_another_users_runs(users, daemon):
     admin = adjsnap.connect(daemon.socket)
     info = admin.run("a-private").info
     assert info.spec.name == "a-private"
-    listing = adjsnap(users, None, daemon, "runs").stdout
+    listing = adjsnap_cli(users, None, daemon, "runs").stdout
     assert "a-private" in listing and str(users[a][0]) in listing
-    purge = adjsnap(users, None, daemon, "purge", "--uid", str(users[a][0]))
+    purge = adjsnap_cli(users, None, daemon, "purge", "--uid", str(users[a][0]))
     assert purge.returncode == 0 and "deleted 1 run," in purge.stdout
     with pytest.raises(adjsnap.NotFound):
         admin.run("a-private")
@@ -169,7 +169,7 @@ def test_a_quota_overrun_fails_for_that_user_only(users, daemon):
     # B is unaffected by A being at its quota.
     assert as_user(users, b, daemon, code.replace("NAME", '"b-quota"'))[:3] == ["ok"] * 3
     # A's stored steps are intact; an admin raising A's quota lets its push through.
-    assert adjsnap(users, None, daemon, "quota", "--uid", str(users[a][0]), "--set",
+    assert adjsnap_cli(users, None, daemon, "quota", "--uid", str(users[a][0]), "--set",
                    "0").returncode == 0
     after = as_user(users, a, daemon, f"""
         run = client.run("a-quota")
@@ -177,7 +177,7 @@ def test_a_quota_overrun_fails_for_that_user_only(users, daemon):
         print(json.dumps([pushed] + [int(run.fetch(t)[0]) for t in range(4)]))
     """)
     assert after == ["ok", 0, 1, 2, 3]
-    mine = adjsnap(users, a, daemon, "quota")
+    mine = adjsnap_cli(users, a, daemon, "quota")
     assert mine.returncode == 0 and f"uid {users[a][0]}: quota none" in mine.stdout
     for name in USERS:
         as_user(users, name, daemon, "client._c.delete_run(%r); print(1)" %
