@@ -44,7 +44,7 @@ class Expected(Exception):
     pass
 
 
-def classify(e, adjsnapd):
+def classify(e, adjsnap):
     """'expected' for what a restart, a failing spool or an orphan sweep may cause, with a clear
     message; else 'unexpected'."""
     text = str(e)
@@ -55,7 +55,7 @@ def classify(e, adjsnapd):
     return "unexpected"
 
 
-def connect(args, adjsnapd, say, **kw):
+def connect(args, adjsnap, say, **kw):
     """A new process may start while adjsnapd restarts: the first connect is retried (a session's
     later calls ride through restarts by themselves, reconnect_timeout)."""
     deadline = time.monotonic() + 120
@@ -82,7 +82,7 @@ def client_main(args):
         report.write(json.dumps(kw) + "\n")
 
     mapped = args.mapped
-    client = connect(args, adjsnapd, say, map_host_tier=mapped)
+    client = connect(args, adjsnap, say, map_host_tier=mapped)
     cycle = 0
     while not os.path.exists(args.stop_file):
         size, steps = rng.choice(SIZES)
@@ -102,7 +102,7 @@ def client_main(args):
                 try:
                     return fn()
                 except adjsnap.Error as e:
-                    if classify(e, adjsnapd) != "expected" or time.monotonic() > deadline:
+                    if classify(e, adjsnap) != "expected" or time.monotonic() > deadline:
                         say(error=f"{what}: {type(e).__name__}: {e}", run=name)
                         raise
                     expected[type(e).__name__] = expected.get(type(e).__name__, 0) + 1
@@ -178,7 +178,7 @@ def streamer_main(args):
     grad = Function(name="grad", grid=true.grid)
     op_fwd, op_grad = solver.op_fwd(save=False), solver.op_grad(save=False)
     report = open(args.report, "a", buffering=1)
-    client = connect(args, adjsnapd, lambda **kw: report.write(json.dumps(dict(kw, t=time.time()))
+    client = connect(args, adjsnap, lambda **kw: report.write(json.dumps(dict(kw, t=time.time()))
                                                             + "\n"))
     nt = geometry.nt
     first = None
