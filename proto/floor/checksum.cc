@@ -74,6 +74,17 @@ inline void StreamStripe(unsigned char* dst, const uint64_t w[4]) {
 #endif
 }
 
+// `dst + off`, where the copy has a destination: a checksum alone has none (null), and no
+// offset may be added to a null pointer.
+template <Store kStore>
+inline unsigned char* Dst(unsigned char* dst, size_t off) {
+  if constexpr (kStore == Store::kNone) {
+    return nullptr;
+  } else {
+    return dst + off;
+  }
+}
+
 inline void Rounds(uint64_t lanes[4], const uint64_t w[4]) {
   lanes[0] = checksum_math::Round(lanes[0], w[0]);
   lanes[1] = checksum_math::Round(lanes[1], w[1]);
@@ -97,8 +108,8 @@ void TwoBlocks(unsigned char* dst, const unsigned char* src, uint64_t b, uint64_
     std::memcpy(v, src + kBlock + off, kStripeBytes);
     Rounds(x, w);
     Rounds(y, v);
-    StreamStripe<kStore>(dst + off, w);
-    StreamStripe<kStore>(dst + kBlock + off, v);
+    StreamStripe<kStore>(Dst<kStore>(dst, off), w);
+    StreamStripe<kStore>(Dst<kStore>(dst, kBlock + off), v);
   }
   *h0 = BlockHash(x, kBlock);
   *h1 = BlockHash(y, kBlock);
@@ -114,7 +125,7 @@ uint64_t OneBlock(unsigned char* dst, const unsigned char* src, size_t bytes, ui
     uint64_t w[4];
     std::memcpy(w, src + off, kStripeBytes);
     Rounds(lanes, w);
-    StreamStripe<kStore>(dst + off, w);
+    StreamStripe<kStore>(Dst<kStore>(dst, off), w);
   }
   if (size_t rest = bytes - full; rest != 0) {
     uint64_t w[4] = {};  // zero-padded, as ChecksumBlock
@@ -132,12 +143,12 @@ uint64_t SumBlocks(unsigned char* dst, const unsigned char* src, size_t bytes, u
   size_t off = 0;
   for (; bytes - off >= 2 * kBlock; off += 2 * kBlock, b += 2) {
     uint64_t h0, h1;
-    TwoBlocks<kStore>(dst + off, src + off, b, &h0, &h1);
+    TwoBlocks<kStore>(Dst<kStore>(dst, off), src + off, b, &h0, &h1);
     sum += BlockTerm(h0, b) + BlockTerm(h1, b + 1);
   }
   for (; off < bytes; off += kBlock, ++b) {
     size_t n = bytes - off < kBlock ? bytes - off : kBlock;
-    sum += BlockTerm(OneBlock<kStore>(dst + off, src + off, n, b), b);
+    sum += BlockTerm(OneBlock<kStore>(Dst<kStore>(dst, off), src + off, n, b), b);
   }
   return sum;
 }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -57,7 +58,7 @@ TEST(Checksum, TheFusedCopyCopiesExactlyAndComputesTheSameChecksum) {
         std::vector<unsigned char> out(n + dst_skew + 1, 0xAB);
         uint64_t sum = CopyWithChecksum(out.data() + dst_skew, v.data() + src_skew, n);
         EXPECT_EQ(sum, Checksum(v.data() + src_skew, n)) << n << " " << src_skew << dst_skew;
-        EXPECT_EQ(0, std::memcmp(out.data() + dst_skew, v.data() + src_skew, n)) << n;
+        EXPECT_TRUE(std::equal(v.begin() + src_skew, v.end(), out.begin() + dst_skew)) << n;
         EXPECT_EQ(out[n + dst_skew], 0xAB) << "wrote past the end, n = " << n;
       }
     }
