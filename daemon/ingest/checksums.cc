@@ -61,6 +61,12 @@ uint64_t Checksums::HeldBytes(StoreIndex& ix) {
   return !snap || !snap->block ? job.bytes : 0;  // the checksum holds its only copy
 }
 
+void Checksums::SetRecorded(v1::SnapshotRecord& rec, uint64_t sum) {
+  rec.set_checksum(sum);
+  rec.set_checksum_state(v1::CHECKSUM_RECORDED);
+  if (compress::IsGpuCodec(rec.codec())) rec.set_stored_checksum(sum);  // the two are one
+}
+
 bool Checksums::Moot(StoreIndex& ix, const Job& job) {
   StoreIndex::Snapshot* snap = ix.FindSnapshot(job.run_id, job.step, job.generation);
   return !snap || snap->record.checksum_state() == v1::CHECKSUM_RECORDED ||
@@ -88,10 +94,7 @@ void Checksums::FinishHash(StoreIndex& ix, const CopyKey& key, Hashing& hashing,
   if (snap && snap->record.checksum_state() == v1::CHECKSUM_PENDING &&
       snap->record.tier() != v1::TIER_LOST) {
     v1::SnapshotRecord updated = snap->record;
-    updated.set_checksum(sum);
-    updated.set_checksum_state(v1::CHECKSUM_RECORDED);
-    // A frame is hashed as stored (IsFramed): the two checksums are one.
-    if (compress::IsGpuCodec(updated.codec())) updated.set_stored_checksum(sum);
+    SetRecorded(updated, sum);
     Status s = record_(updated);
     if (s.ok()) {
       snap->record = std::move(updated);

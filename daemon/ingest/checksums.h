@@ -65,6 +65,9 @@ class Checksums {
   void Prune(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
   // Host bytes the checksum thread holds that the store has let go of (freed when it is done).
   static uint64_t HeldBytes(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
+  // Marks `rec` as carrying checksum `sum` of its stored bytes: recorded, and for a frame (an
+  // nvCOMP codec, IsFramed) the stored checksum too, since a frame is hashed as stored.
+  static void SetRecorded(v1::SnapshotRecord& rec, uint64_t sum);
   // Waits until every queued checksum is recorded (the quiet gate below is lifted meanwhile).
   void WaitIdle(StoreIndex& ix) ADJSNAP_EXCLUDES(ix.mu);
   // A push or fetch began or ended. The checksum thread holds off while a push is in flight

@@ -187,10 +187,7 @@ void Store::CommitPush(const PushTicket& t, std::function<void(Install)> recorde
       rec.set_codec_param(spec.codec_param());
     }
     if (t.checksum) {  // computed by the copy that wrote the block (PushTicket)
-      rec.set_checksum(*t.checksum);
-      rec.set_checksum_state(v1::CHECKSUM_RECORDED);
-      // A frame is hashed as stored (IsFramed): the two checksums are one (Checksums).
-      if (compress::IsGpuCodec(rec.codec())) rec.set_stored_checksum(*t.checksum);
+      Checksums::SetRecorded(rec, *t.checksum);
     } else {
       rec.set_checksum_state(v1::CHECKSUM_PENDING);
     }
