@@ -365,7 +365,17 @@ void Store::Forget(Run& run, std::map<uint64_t, Snapshot>::iterator it, DiskTier
 Result<uint64_t> Store::DeleteRun(const std::string& name, const Tenant& who) {
   MutexLock lock(ix_.mu);
   ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
-  return DeleteRunLocked(run);
+  // Who removed a run, and when, is what an operator asks of a run that went missing.
+  const std::string named = run->record.spec().name();
+  const uint64_t id = run->record.run_id();
+  const uint32_t owner = run->record.owner_uid();
+  auto freed = DeleteRunLocked(run);
+  if (freed.ok()) {
+    ADJSNAP_LOG_INFO("run '%s' (run id %llu, uid %u) deleted by uid %u, %s freed", named.c_str(),
+                     static_cast<unsigned long long>(id), owner, who.uid,
+                     FormatBytes(*freed).c_str());
+  }
+  return freed;
 }
 
 Result<uint64_t> Store::DeleteRunLocked(Run* run) {
@@ -488,9 +498,10 @@ void Store::RemoveOrphans(std::chrono::seconds grace) {
     auto freed = DeleteRunLocked(&ix_.runs.at(id));
     if (freed.ok()) {
       ADJSNAP_LOG_INFO(
-          "run '%s' removed, %s freed: every client that opened it died (or did not come "
-          "back after a restart) %lld s ago and it is not kept (orphan_grace)",
-          name.c_str(), FormatBytes(*freed).c_str(), static_cast<long long>(grace.count()));
+          "run '%s' (run id %llu) removed, %s freed: every client that opened it died (or did "
+          "not come back after a restart) %lld s ago and it is not kept (orphan_grace)",
+          name.c_str(), static_cast<unsigned long long>(id), FormatBytes(*freed).c_str(),
+          static_cast<long long>(grace.count()));
     }
   }
 }

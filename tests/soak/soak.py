@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -506,6 +507,33 @@ class Soak:
             subprocess.run(["umount", self.mnt])
         shutil.rmtree(self.work, ignore_errors=True)
 
+    def explain(self, report):
+        """What adjsnapd and the soak said about the run of an unexpected error: the lines of
+        every life's log that name the run (by name, or by the id the error gives), and the
+        soak's events of the 30 s before it. A rare failure in CI is then read from its log,
+        with no second run."""
+        needles = []
+        if report.get("run"):
+            needles.append(re.escape(f"'{report['run']}'"))
+        m = re.search(r"run id (\d+)", report["error"])
+        if m:
+            needles.append(rf"\brun(?: id |-| ){m.group(1)}\b")
+        if not needles:
+            return
+        found = re.compile("|".join(needles))
+        log(f"-- what adjsnapd logged of the run ({found.pattern}):")
+        for life in range(1, self.lives + 1):
+            path = os.path.join(self.out, f"adjsnapd.{life}.log")
+            if not os.path.exists(path):
+                continue
+            lines = [l.rstrip() for l in open(path, errors="replace") if found.search(l)]
+            for l in lines[-40:]:
+                print(f"   life {life}: {l[:400]}", flush=True)
+        log("-- the soak's events in the 30 s before it:")
+        for t, what in self.events:
+            if report["t"] - 30 <= t <= report["t"]:
+                print("   " + time.strftime("%H:%M:%S", time.localtime(t)) + " " + what, flush=True)
+
     def analyse(self, seconds):
         cycles = wrong = unexpected = 0
         expected = {}
@@ -521,6 +549,7 @@ class Soak:
                 if "error" in r:
                     unexpected += 1
                     self.fail("unexpected error: " + r["error"])
+                    self.explain(r)
                 if "expected" in r and isinstance(r["expected"], str):
                     k = r["expected"].split(":", 2)[1].strip() if ":" in r["expected"] else "?"
                     expected[k] = expected.get(k, 0) + 1
