@@ -108,7 +108,10 @@ if [[ -n ${ADJSNAP_LOAD_BESIDE:-} ]]; then
   tail -n 8 "$logs/beside.log"
   if ((rc != 0)); then
     echo "the load beside them ($load) failed (exit $rc); its output: $logs/beside.log"
-    grep -n "FAIL" "$logs/beside.log" | head -n 20
+    # Its failures, and what the soak gathered beside each (the run's lines in adjsnapd's
+    # logs, its events before it): CI keeps no other trace of a rare failure.
+    grep -n -E "FAIL|^-- |^   (life [0-9]+:|[0-9]{2}:[0-9]{2})|-- (what adjsnapd|the soak)" \
+      "$logs/beside.log" | head -n 150
     exit 1
   fi
 fi
