@@ -81,7 +81,7 @@ Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(StoreIndex& ix, Ru
   if (block.ok()) {
     run.in_flight[step] = *block;
     return std::optional<PushTicket>(
-        PushTicket{run.record.run_id(), step, s_.Lease(*block), pushed});
+        PushTicket{run.record.run_id(), step, s_.Lease(*block), pushed, std::nullopt});
   }
   // Room comes from demotion to disk, from compressions in flight, from compacting the host
   // tier, or (blocking runs) from deletes and consumed steps.
@@ -498,7 +498,7 @@ void Tiering::GrantParkedPushes(StoreIndex& ix, Deferred& deferred) {
       block = s_.AllocateHost(run->second, p.bytes);
     if (!block.ok()) return;  // first come, first served
     run->second.in_flight[p.step] = *block;
-    PushTicket ticket{p.run_id, p.step, s_.Lease(*block), p.pushed};
+    PushTicket ticket{p.run_id, p.step, s_.Lease(*block), p.pushed, std::nullopt};
     deferred.push_back([l = std::move(p.later), t = std::move(ticket)] { l(t); });
     ix.tiering.parked_pushes.pop_front();
   }
