@@ -325,15 +325,21 @@ void Catalog::PutSnapshotThen(const v1::SnapshotRecord& snap, Done done) {
                 std::move(done)});
 }
 
-Status Catalog::DeleteRun(uint64_t run_id) {
-  return Apply({{Op::kDelete, RunKey(run_id), {}},
-                {Op::kDeleteRange, SnapshotPrefix(run_id), SnapshotPrefix(run_id + 1)}},
-               false, "delete of " + RunName(run_id));
+namespace {
+
+std::vector<Catalog::Op> RunDeletion(uint64_t run_id) {
+  return {{Catalog::Op::kDelete, RunKey(run_id), {}},
+          {Catalog::Op::kDeleteRange, SnapshotPrefix(run_id), SnapshotPrefix(run_id + 1)}};
 }
 
-Status Catalog::DeleteSnapshot(uint64_t run_id, uint64_t step) {
-  return Apply({{Op::kDelete, SnapshotKey(run_id, step), {}}}, false,
-               "delete of " + SnapshotName(run_id, step));
+}  // namespace
+
+Status Catalog::DeleteRun(uint64_t run_id) {
+  return Apply(RunDeletion(run_id), false, "delete of " + RunName(run_id));
+}
+
+void Catalog::DeleteRunThen(uint64_t run_id, Done done) {
+  Enqueue(Write{RunDeletion(run_id), false, "delete of " + RunName(run_id), std::move(done)});
 }
 
 void Catalog::DeleteSnapshotThen(uint64_t run_id, uint64_t step, Done done) {

@@ -64,7 +64,6 @@ class Catalog {
   Status PutRun(const v1::RunRecord& run);
   Status PutSnapshot(const v1::SnapshotRecord& snapshot);
   Status DeleteRun(uint64_t run_id);
-  Status DeleteSnapshot(uint64_t run_id, uint64_t step);
 
   using Done = std::function<void(Status)>;
   // One RocksDB operation of a write.
@@ -75,6 +74,7 @@ class Catalog {
   };
   void PutSnapshotThen(const v1::SnapshotRecord& snapshot, Done done);
   void DeleteSnapshotThen(uint64_t run_id, uint64_t step, Done done);
+  void DeleteRunThen(uint64_t run_id, Done done);
   // Returns once every write queued before the call is written and its `done` has run.
   void Flush();
   // Writes queued, and written in how many RocksDB write batches, since Open.

@@ -291,14 +291,15 @@ class Store final : private StoreState {
   // held on a device or being pushed, and the size right (CheckSize's `frame_ok`).
   static Status CheckNewStep(const Run& run, uint64_t step, uint64_t bytes, const char* what,
                              const char* moves, bool frame_ok = false);
-  // Removes a snapshot from the index and the catalog, freeing its tiers.
-  // Removes a step: its record (first, waiting: an error changes nothing), its blocks, its
-  // file, its waiters.
-  Status Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) ADJSNAP_REQUIRES(ix_.mu);
-  // The same for a consumed step, with no wait on the catalog: the step leaves the index now,
-  // its record through the catalog's writer, and its file once the record is gone (a failed
-  // delete leaves both, and the next start finds the step again).
-  void EraseConsumed(Run& run, std::map<uint64_t, Snapshot>::iterator it) ADJSNAP_REQUIRES(ix_.mu);
+  // Removes a step with no wait on the catalog: the step leaves the index now (its waiters
+  // are answered, its blocks freed once no fetch holds them), its record's delete is queued
+  // behind every record write made before it, and its file goes once that delete is written
+  // (a failed delete leaves both, and the next start finds the step again). `deleted`, when
+  // given, is called on the catalog's writer thread with the delete's outcome: it must not
+  // block nor take ix_.mu (a caller waits on it outside the lock). A delete is safe to show
+  // in the index first: nothing leaves the disk before its record has.
+  void Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it,
+             Catalog::Done deleted = nullptr) ADJSNAP_REQUIRES(ix_.mu);
   // What both share once the record is dealt with: the step leaves the index, its waiters are
   // answered, its file is removed when `disk` is given.
   void Forget(Run& run, std::map<uint64_t, Snapshot>::iterator it, DiskTier* disk)
@@ -312,7 +313,10 @@ class Store final : private StoreState {
   uint64_t HostRoomForNewRun() const ADJSNAP_REQUIRES(ix_.mu);
   // Host-tier bytes of `uid`'s steps in runs that cannot move them to disk.
   uint64_t PinnedHostBytesOf(uint32_t uid) const ADJSNAP_REQUIRES(ix_.mu);
-  Result<uint64_t> DeleteRunLocked(Run* run) ADJSNAP_REQUIRES(ix_.mu);
+  // Removes a run as Erase removes a step: from the index now, its records through the
+  // catalog's writer (`deleted` as in Erase), its files and directories once they are gone.
+  // Returns the bytes it held.
+  uint64_t DeleteRunLocked(Run* run, Catalog::Done deleted = nullptr) ADJSNAP_REQUIRES(ix_.mu);
   // A run whose declared steps cannot fit in the tiers it may use (host and disk budgets
   // together) is refused when it opens, naming the node's limit, unless it compresses (its
   // stored size is unknown) or waits for room (block_when_full: the backward pass frees it).

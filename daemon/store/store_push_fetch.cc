@@ -115,7 +115,7 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
     // Valid but for the stored copy, which it replaces: that copy goes now, as a
     // DeleteSnapshot would (a fetch of it in flight keeps its block until done), and its room
     // serves this push.
-    ADJSNAP_RETURN_IF_ERROR(Erase(*run, old));
+    Erase(*run, old);  // with no wait: the new record is queued behind the delete
     Wake();
     fresh = CheckNewStep(*run, step, bytes, "push", "carries", /*frame_ok=*/true);
   }
@@ -289,7 +289,7 @@ void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
   if (run == ix_.runs.end() || run->second.record.spec().keep()) return;
   auto it = run->second.snapshots.find(step);
   if (it == run->second.snapshots.end() || it->second.generation != generation) return;
-  EraseConsumed(run->second, it);
+  Erase(run->second, it);
   run->second.released.insert(step);
   ++ix_.counters.released;
   Wake();

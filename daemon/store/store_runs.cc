@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -319,30 +321,28 @@ static void ReleaseSnapshotResources(DiskTier* disk, IoPool* io, uint64_t run_id
   for (auto& w : waiters) deferred.push_back([w = std::move(w), why] { w(why); });
 }
 
-Status Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
-  ADJSNAP_RETURN_IF_ERROR(catalog_->DeleteSnapshot(run.record.run_id(), it->first));
-  Forget(run, it, disk_);
-  return Status::Ok();
-}
-
-void Store::EraseConsumed(Run& run, std::map<uint64_t, Snapshot>::iterator it) {
+void Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it, Catalog::Done deleted) {
   uint64_t id = run.record.run_id();
   // The file goes once its record has: a crash in between leaves no record naming a file
   // that is gone (which the next start would report lost).
-  catalog_->DeleteSnapshotThen(
-      id, it->first, [disk = disk_, io = io_.get(), id, rec = it->second.record](Status s) {
-        if (s.ok()) {
-          Deferred none;
-          ReleaseSnapshotResources(disk, io, id, rec, {}, Status::Ok(), none);
-          return;
-        }
-        ADJSNAP_LOG_ERROR(
-            "releasing consumed step %llu of run %llu: %s; its record%s stay%s "
-            "until the next start finds the step again",
-            static_cast<unsigned long long>(rec.step()), static_cast<unsigned long long>(id),
-            s.ToString().c_str(), rec.tier() == v1::TIER_DISK ? " and file" : "",
-            rec.tier() == v1::TIER_DISK ? "" : "s");
-      });
+  catalog_->DeleteSnapshotThen(id, it->first,
+                               [disk = disk_, io = io_.get(), id, rec = it->second.record,
+                                deleted = std::move(deleted)](Status s) {
+                                 if (s.ok()) {
+                                   Deferred none;
+                                   ReleaseSnapshotResources(disk, io, id, rec, {}, Status::Ok(),
+                                                            none);
+                                 } else {
+                                   ADJSNAP_LOG_ERROR(
+                                       "deleting step %llu of run %llu: %s; its record%s stay%s "
+                                       "until the next start finds the step again",
+                                       static_cast<unsigned long long>(rec.step()),
+                                       static_cast<unsigned long long>(id), s.ToString().c_str(),
+                                       rec.tier() == v1::TIER_DISK ? " and file" : "",
+                                       rec.tier() == v1::TIER_DISK ? "" : "s");
+                                 }
+                                 if (deleted) deleted(std::move(s));
+                               });
   Forget(run, it, /*disk=*/nullptr);
 }
 
@@ -363,56 +363,93 @@ void Store::Forget(Run& run, std::map<uint64_t, Snapshot>::iterator it, DiskTier
 }
 
 Result<uint64_t> Store::DeleteRun(const std::string& name, const Tenant& who) {
-  MutexLock lock(ix_.mu);
-  ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
-  // Who removed a run, and when, is what an operator asks of a run that went missing.
-  const std::string named = run->record.spec().name();
-  const uint64_t id = run->record.run_id();
-  const uint32_t owner = run->record.owner_uid();
-  auto freed = DeleteRunLocked(run);
-  if (freed.ok()) {
-    ADJSNAP_LOG_INFO("run '%s' (run id %llu, uid %u) deleted by uid %u, %s freed", named.c_str(),
-                     static_cast<unsigned long long>(id), owner, who.uid,
-                     FormatBytes(*freed).c_str());
+  auto written = std::make_shared<std::promise<Status>>();
+  std::future<Status> deleted = written->get_future();
+  std::string named;
+  uint64_t id = 0, freed = 0;
+  uint32_t owner = 0;
+  {
+    MutexLock lock(ix_.mu);
+    ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+    named = run->record.spec().name();
+    id = run->record.run_id();
+    owner = run->record.owner_uid();
+    freed = DeleteRunLocked(run, [written](Status s) { written->set_value(std::move(s)); });
   }
+  // The answer waits for the catalog, the index does not: no lock is held across RocksDB.
+  if (Status s = deleted.get(); !s.ok()) {
+    return Status(s.code(), "run '" + named + "' is gone from adjsnapd, but its catalog record "
+                            "could not be deleted (" + s.message() +
+                            "); the next start finds it again");
+  }
+  // Who removed a run, and when, is what an operator asks of a run that went missing.
+  ADJSNAP_LOG_INFO("run '%s' (run id %llu, uid %u) deleted by uid %u, %s freed", named.c_str(),
+                   static_cast<unsigned long long>(id), owner, who.uid, FormatBytes(freed).c_str());
   return freed;
 }
 
-Result<uint64_t> Store::DeleteRunLocked(Run* run) {
+uint64_t Store::DeleteRunLocked(Run* run, Catalog::Done deleted) {
   const std::string name = run->record.spec().name();
   uint64_t id = run->record.run_id();
-  ADJSNAP_RETURN_IF_ERROR(catalog_->DeleteRun(id));
   uint64_t freed = run->stored_bytes;
+  // Its files go once its records have (as Erase's), then its directories: a close on a
+  // network mount may wait, so on an I/O thread, after the removals queued before it.
+  std::vector<v1::SnapshotRecord> records;
   Deferred deferred;
   Status why = Status::NotFound("run '" + name + "' was deleted while a step was being read");
   for (auto& [step, snap] : run->snapshots) {
-    ReleaseSnapshotResources(disk_, io_.get(), id, snap.record, std::move(snap.waiters), why,
+    ReleaseSnapshotResources(nullptr, io_.get(), id, snap.record, std::move(snap.waiters), why,
                              deferred);
+    if (snap.record.tier() == v1::TIER_DISK) records.push_back(snap.record);
   }
+  catalog_->DeleteRunThen(id, [disk = disk_, io = io_.get(), id, records = std::move(records),
+                               deleted = std::move(deleted)](Status s) {
+    if (s.ok()) {
+      Deferred none;
+      for (const auto& rec : records) {
+        ReleaseSnapshotResources(disk, io, id, rec, {}, Status::Ok(), none);
+      }
+      if (disk) io->Submit([disk, id] { disk->ForgetRunDirs(id); }, /*urgent=*/false);
+    } else {
+      ADJSNAP_LOG_ERROR("deleting run %llu: %s; its records and files stay until the next start "
+                        "finds the run again",
+                        static_cast<unsigned long long>(id), s.ToString().c_str());
+    }
+    if (deleted) deleted(std::move(s));
+  });
   tiering_.DiskRoomFreed(ix_);
   by_name_.erase({run->record.owner_uid(), name});
   ix_.runs.erase(id);  // blocks still held by in-flight fetches are freed when those complete
   if (!deferred.empty()) {
     io_->Submit([d = std::move(deferred)] { for (auto& f : d) f(); }, /*urgent=*/true);
   }
-  // After its files' removals (queued before it): a close on a network mount may wait.
-  if (disk_) io_->Submit([disk = disk_, id] { disk->ForgetRunDirs(id); }, /*urgent=*/false);
   Wake();
   return freed;
 }
 
 Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step,
                                        const Tenant& who) {
-  MutexLock lock(ix_.mu);
-  ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
-  if (run->device.erase(step)) return uint64_t{0};  // its client frees the GPU memory
-  auto it = run->snapshots.find(step);
-  if (it == run->snapshots.end()) {
-    return Status::NotFound(StepName(run->record, step) + " was never stored");
+  auto written = std::make_shared<std::promise<Status>>();
+  std::future<Status> deleted = written->get_future();
+  uint64_t freed = 0;
+  std::string step_name;
+  {
+    MutexLock lock(ix_.mu);
+    ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
+    if (run->device.erase(step)) return uint64_t{0};  // its client frees the GPU memory
+    auto it = run->snapshots.find(step);
+    if (it == run->snapshots.end()) {
+      return Status::NotFound(StepName(run->record, step) + " was never stored");
+    }
+    freed = it->second.record.stored_bytes();
+    step_name = StepName(run->record, step);
+    Erase(*run, it, [written](Status s) { written->set_value(std::move(s)); });
+    Wake();
   }
-  uint64_t freed = it->second.record.stored_bytes();
-  ADJSNAP_RETURN_IF_ERROR(Erase(*run, it));
-  Wake();
+  if (Status s = deleted.get(); !s.ok()) {  // waited for with no lock held
+    return Status(s.code(), step_name + " is gone from adjsnapd, but its catalog record could "
+                            "not be deleted (" + s.message() + "); the next start finds it again");
+  }
   return freed;
 }
 
@@ -495,14 +532,13 @@ void Store::RemoveOrphans(std::chrono::seconds grace) {
   }
   for (uint64_t id : expired) {
     std::string name = ix_.runs.at(id).record.spec().name();
-    auto freed = DeleteRunLocked(&ix_.runs.at(id));
-    if (freed.ok()) {
-      ADJSNAP_LOG_INFO(
-          "run '%s' (run id %llu) removed, %s freed: every client that opened it died (or did "
-          "not come back after a restart) %lld s ago and it is not kept (orphan_grace)",
-          name.c_str(), static_cast<unsigned long long>(id), FormatBytes(*freed).c_str(),
-          static_cast<long long>(grace.count()));
-    }
+    // On the data plane's loop (its sweep): the catalog's delete is not waited for.
+    uint64_t freed = DeleteRunLocked(&ix_.runs.at(id));
+    ADJSNAP_LOG_INFO(
+        "run '%s' removed (run id %llu), %s freed: every client that opened it died (or did "
+        "not come back after a restart) %lld s ago and it is not kept (orphan_grace)",
+        name.c_str(), static_cast<unsigned long long>(id), FormatBytes(freed).c_str(),
+        static_cast<long long>(grace.count()));
   }
 }
 }  // namespace adjsnap
