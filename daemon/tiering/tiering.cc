@@ -324,7 +324,10 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
   // being copied: its commit wakes this thread with one more step that may move to disk (16
   // solvers each copying a 16 MiB push hold a quarter of a 1 GiB tier; a read refused then
   // failed for want of room that was on its way; the soak found it).
-  bool stuck = !Settling(ix) && LeasedBytes(ix) == 0 && !PushesReserved(ix);
+  // Only when something waits: LeasedBytes walks every stored step, and this runs on every
+  // pass of the tiering thread (a wake-up per push and per release).
+  const bool parked = !ix.tiering.parked_pushes.empty() || !ix.tiering.parked_reads.empty();
+  bool stuck = parked && !Settling(ix) && LeasedBytes(ix) == 0 && !PushesReserved(ix);
   if (s_.disk_ && !s_.disk_->usable()) {
     FailPushesWithoutDisk(ix, deferred);
   } else {
