@@ -34,9 +34,13 @@ TEST(Checksum, Version1ValuesAreStable) {
   EXPECT_EQ(Checksum(pattern(100000).data(), 100000), 0x79a4c3a1a5d0b3b2ULL);
 }
 
+// ChecksumBlock is the plain arithmetic of checksum_math.h, block by block; Checksum hashes four
+// blocks at once where the CPU has AVX-512, two at once otherwise: the sizes past four blocks
+// hold the value of the vector path to the scalar one.
 TEST(Checksum, EqualsTheCombinationOfItsBlocks) {
   for (size_t n : {size_t{0}, size_t{1}, size_t{31}, kChecksumBlockBytes,
-                   3 * kChecksumBlockBytes + 17}) {
+                   3 * kChecksumBlockBytes + 17, 4 * kChecksumBlockBytes,
+                   11 * kChecksumBlockBytes + 40}) {
     auto v = Bytes(n);
     std::vector<uint64_t> blocks;
     for (size_t off = 0, b = 0; off < n; off += kChecksumBlockBytes, ++b) {
