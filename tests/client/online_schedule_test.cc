@@ -30,10 +30,32 @@ TEST(RevolveSplit, GivesAnOptimalFirstCheckpoint) {
   }
 }
 
-// The bound of online_schedule.h, and exact states for every reverse step (Replay), for every
+// Wang et al.'s repetition number with delta = s - 1 checkpoints beside x_0 (with none, x_0
+// alone: step k is computed N - k times).
+uint64_t RepetitionBound(uint64_t n, uint64_t s) {
+  if (s == 1) return n;
+  uint64_t t = 0;
+  while (Binomial(s - 1 + t, t) < n) ++t;
+  return t;
+}
+
+// The most times any forward step is computed.
+uint64_t MostRepetitions(const Schedule& sched) {
+  std::vector<int64_t> starts(sched.steps + 2, 0);  // advances computing step k: prefix sums
+  for (const Action& a : sched.actions) {
+    if (a.kind != ActionKind::kAdvance) continue;
+    ++starts[a.a + 1];
+    --starts[a.b + 1];
+  }
+  int64_t running = 0, most = 0;
+  for (int64_t d : starts) most = std::max(most, running += d);
+  return static_cast<uint64_t>(most);
+}
+
+// The bounds of online_schedule.h, and exact states for every reverse step (Replay), for every
 // N a run could stop at. One forward pass per slot count: a copy of the schedule at step N-1
 // is finished there.
-TEST(OnlineSchedule, EveryStopWithinOneSweepOfTheOfflineOptimum) {
+TEST(OnlineSchedule, EveryStopWithinThePublishedAndTheOneSweepBounds) {
   for (uint64_t s : {1, 2, 3, 4, 5, 8, 10, 16, 32, 64}) {
     auto os = OnlineSchedule::Create(s);
     ASSERT_TRUE(os.ok());
@@ -49,6 +71,9 @@ TEST(OnlineSchedule, EveryStopWithinOneSweepOfTheOfflineOptimum) {
       const uint64_t offline = *RevolveForwardSteps(n, s);
       EXPECT_GE(m.forward_steps, offline) << "N=" << n << " s=" << s;
       EXPECT_LE(m.forward_steps, offline + (n - 1)) << "N=" << n << " s=" << s;
+      const uint64_t t = RepetitionBound(n, s);
+      EXPECT_LE(MostRepetitions(stopped.schedule()), t) << "N=" << n << " s=" << s;
+      EXPECT_LE(m.forward_steps, t * n) << "N=" << n << " s=" << s;
       ASSERT_TRUE(os->Advance().ok());
     }
   }
@@ -75,6 +100,7 @@ TEST(OnlineSchedule, RunStoppedAtRandomStepsReversesExactly) {
     Status replayed = Replay(sched, {Level{"memory", s, 0, 0}}, {1, 0}, &m);
     ASSERT_TRUE(replayed.ok()) << "N=" << n << " s=" << s << ": " << replayed.ToString();
     EXPECT_LE(m.forward_steps, *RevolveForwardSteps(n, s) + (n - 1)) << "N=" << n << " s=" << s;
+    EXPECT_LE(MostRepetitions(sched), RepetitionBound(n, s)) << "N=" << n << " s=" << s;
   }
 }
 

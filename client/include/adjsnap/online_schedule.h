@@ -19,12 +19,17 @@
 // first, is reversed by the offline optimum (Revolve, Griewank and Walther) with the slots the
 // older checkpoints leave free; a segment's slot is freed once it is reversed.
 //
-// Cost (forward steps, the first sweep included, counted as schedule::Replay counts them):
-// for every N and s, forward_steps <= p(N, s) + (N - 1), with p = RevolveForwardSteps, the
-// offline optimum that knows N in advance: the online run costs at most one forward sweep
-// more than the best plan made with hindsight. Within that bound it equals p(N, s) while
-// nothing is dropped (N <= s, store-all). The tests check the bound and Replay for every
-// N <= 2000 over a range of slot counts; docs/schedules.md gives measured ratios.
+// Cost, in forward steps counted as schedule::Replay counts them (the first sweep included),
+// for a run stopped at any N, with s slots:
+//  - the published bound (Wang et al., the optimal repetition number of their dynamic
+//    checkpointing): no forward step is computed more than t times, t the least integer with
+//    C(s - 1 + t, t) >= N; hence forward_steps <= t * N. Their delta checkpoints are kept beside
+//    x_0, which here takes one of the s slots: delta = s - 1.
+//  - against the offline optimum that knows N in advance, p(N, s) = RevolveForwardSteps:
+//    p(N, s) <= forward_steps <= p(N, s) + (N - 1), at most one forward sweep more than the
+//    best plan made with hindsight; equal to p(N, s) (store-all) while N <= s.
+// The tests check both for every N <= 2000 over a range of slot counts, with Replay;
+// docs/schedules.md gives measured ratios.
 //
 // Thread-safety: none; one driver owns an OnlineSchedule. Copies are independent.
 #pragma once
