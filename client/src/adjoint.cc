@@ -24,7 +24,8 @@ class Executor {
           "a schedule level is kept in adjsnapd but no client was given");
     }
     if (!solver_.state || solver_.bytes == 0 || !solver_.advance || !solver_.reverse) {
-      return Status::InvalidArgument("the solver needs a state buffer, its size and both callbacks");
+      return Status::InvalidArgument(
+          "the solver needs a state buffer, its size and both callbacks");
     }
     if (!uses_adjsnap_) return Status::Ok();
     RunSpec spec;
@@ -34,7 +35,8 @@ class Executor {
     spec.keep = true;  // a schedule restores a checkpoint more than once, then deletes it
     ADJSNAP_ASSIGN_OR_RETURN(RunInfo run, client_->OpenRun(spec));
     if (!run.created) {
-      return Status::AlreadyExists("run '" + run_name_ + "' already exists; RunAdjoint needs a "
+      return Status::AlreadyExists("run '" + run_name_ +
+                                   "' already exists; RunAdjoint needs a "
                                    "fresh run name");
     }
     run_id_ = run.run_id;
@@ -127,7 +129,7 @@ class Executor {
   bool opened_ = false;
   uint64_t run_id_ = 0;
   std::map<std::pair<int, uint64_t>, std::vector<char>> local_;  // (level, state) -> copy
-  std::map<uint64_t, PushHandle> in_adjsnap_;                      // state -> its push
+  std::map<uint64_t, PushHandle> in_adjsnap_;                    // state -> its push
 };
 
 // Slots for an online run in adjsnapd: the host tier's free room in whole states, so that every

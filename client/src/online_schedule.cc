@@ -99,8 +99,7 @@ Result<std::vector<Action>> OnlineSchedule::Advance() {
   return out;
 }
 
-void OnlineSchedule::ReverseSegment(uint64_t a, uint64_t l, uint64_t s,
-                                    std::vector<Action>* out) {
+void OnlineSchedule::ReverseSegment(uint64_t a, uint64_t l, uint64_t s, std::vector<Action>* out) {
   while (l > 1) {
     if (s == 1) {
       Emit({ActionKind::kAdvance, a, a + l - 1, -1}, out);

@@ -134,8 +134,8 @@ class ToyModel {
     std::vector<double> out(n);
     for (size_t i = 0; i < n; ++i) {
       const size_t next = (i + 1) % n, prev = (i + n - 1) % n;
-      out[i] = lambda[i] * (1 + kH * std::sin(x[next])) +
-               lambda[prev] * kH * std::cos(x[i]) * x[prev];
+      out[i] =
+          lambda[i] * (1 + kH * std::sin(x[next])) + lambda[prev] * kH * std::cos(x[i]) * x[prev];
     }
     lambda.swap(out);
   }

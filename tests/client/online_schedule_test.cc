@@ -122,7 +122,8 @@ TEST(OnlineSchedule, LevelIsTheOneGiven) {
   for (int t = 0; t < 10; ++t) ASSERT_TRUE(os->Advance().ok());
   ASSERT_TRUE(os->Finish().ok());
   for (const Action& a : os->schedule().actions) {
-    if (a.kind == ActionKind::kWrite || a.kind == ActionKind::kRead || a.kind == ActionKind::kFree) {
+    if (a.kind == ActionKind::kWrite || a.kind == ActionKind::kRead ||
+        a.kind == ActionKind::kFree) {
       EXPECT_EQ(a.level, 2);
     }
   }
