@@ -24,7 +24,9 @@
 //  - the published bound (Wang et al., the optimal repetition number of their dynamic
 //    checkpointing): no forward step is computed more than t times, t the least integer with
 //    C(s - 1 + t, t) >= N; hence forward_steps <= t * N. Their delta checkpoints are kept beside
-//    x_0, which here takes one of the s slots: delta = s - 1.
+//    x_0, which here takes one of the s slots: delta = s - 1 (s >= 2; with one slot every
+//    reverse step recomputes from x_0, which is p(N, 1), the optimum). The level rule above is
+//    this file's reading of the paper, not its text: the bound is checked, not proved, here.
 //  - against the offline optimum that knows N in advance, p(N, s) = RevolveForwardSteps:
 //    p(N, s) <= forward_steps <= p(N, s) + (N - 1), at most one forward sweep more than the
 //    best plan made with hindsight; equal to p(N, s) (store-all) while N <= s.
