@@ -5,106 +5,208 @@
 
 namespace adjsnap {
 
-Status RunAdjoint(const schedule::Schedule& plan, const std::vector<Storage>& storage,
-                  Client* client, const std::string& run_name, AdjointSolver& solver) {
-  using schedule::ActionKind;
-  bool uses_adjsnap = false;
-  for (Storage s : storage) uses_adjsnap |= s == Storage::kAdjsnap;
-  if (uses_adjsnap && client == nullptr) {
-    return Status::InvalidArgument("a schedule level is kept in adjsnapd but no client was given");
+namespace {
+
+// Carries out schedule actions one at a time over the solver and the storage levels; shared by
+// the planned and the online modes. Thread-safety: none (one driver, the calling thread).
+class Executor {
+ public:
+  Executor(const std::vector<Storage>& storage, Client* client, const std::string& run_name,
+           AdjointSolver& solver)
+      : storage_(storage), client_(client), run_name_(run_name), solver_(solver) {
+    for (Storage s : storage) uses_adjsnap_ |= s == Storage::kAdjsnap;
   }
-  if (!solver.state || solver.bytes == 0 || !solver.advance || !solver.reverse) {
-    return Status::InvalidArgument("the solver needs a state buffer, its size and both callbacks");
-  }
-  uint64_t run_id = 0;
-  if (uses_adjsnap) {
+
+  // Checks the arguments and creates the adjsnapd run (`steps` 0: unknown).
+  Status Open(uint64_t steps) {
+    if (uses_adjsnap_ && client_ == nullptr) {
+      return Status::InvalidArgument(
+          "a schedule level is kept in adjsnapd but no client was given");
+    }
+    if (!solver_.state || solver_.bytes == 0 || !solver_.advance || !solver_.reverse) {
+      return Status::InvalidArgument(
+          "the solver needs a state buffer, its size and both callbacks");
+    }
+    if (!uses_adjsnap_) return Status::Ok();
     RunSpec spec;
-    spec.name = run_name;
-    spec.steps = plan.steps;
-    spec.bytes_per_step = solver.bytes;
+    spec.name = run_name_;
+    spec.steps = steps;
+    spec.bytes_per_step = solver_.bytes;
     spec.keep = true;  // a schedule restores a checkpoint more than once, then deletes it
-    ADJSNAP_ASSIGN_OR_RETURN(RunInfo run, client->OpenRun(spec));
+    ADJSNAP_ASSIGN_OR_RETURN(RunInfo run, client_->OpenRun(spec));
     if (!run.created) {
-      return Status::AlreadyExists("run '" + run_name + "' already exists; RunAdjoint needs a "
+      return Status::AlreadyExists("run '" + run_name_ +
+                                   "' already exists; RunAdjoint needs a "
                                    "fresh run name");
     }
-    run_id = run.run_id;
+    run_id_ = run.run_id;
+    opened_ = true;
+    return Status::Ok();
   }
-  std::map<std::pair<int, uint64_t>, std::vector<char>> local;  // (level, state) -> copy
-  std::map<uint64_t, PushHandle> in_adjsnap;                       // state -> its push
-  auto level_of = [&](const schedule::Action& a) -> Result<Storage> {
-    if (a.level < 0 || static_cast<size_t>(a.level) >= storage.size()) {
+
+  Status Execute(const schedule::Action& a) {
+    using schedule::ActionKind;
+    switch (a.kind) {
+      case ActionKind::kAdvance:
+        return solver_.advance(a.a, a.b);
+      case ActionKind::kReverse:
+        return solver_.reverse(a.a);
+      case ActionKind::kWrite: {
+        ADJSNAP_ASSIGN_OR_RETURN(Storage where, LevelOf(a));
+        if (where == Storage::kLocalMemory) {
+          auto& copy = local_[{a.level, a.a}];
+          copy.assign(static_cast<char*>(solver_.state),
+                      static_cast<char*>(solver_.state) + solver_.bytes);
+          return Status::Ok();
+        }
+        auto h = client_->Push(run_id_, a.a, solver_.state, solver_.bytes);
+        if (!h.ok()) return h.status();
+        ADJSNAP_RETURN_IF_ERROR(h->WaitReleased());  // the solver reuses its buffer next
+        in_adjsnap_[a.a] = *h;
+        return Status::Ok();
+      }
+      case ActionKind::kRead: {
+        ADJSNAP_ASSIGN_OR_RETURN(Storage where, LevelOf(a));
+        if (where == Storage::kLocalMemory) {
+          auto it = local_.find({a.level, a.a});
+          if (it == local_.end()) {
+            return Status::Internal("state " + std::to_string(a.a) + " not held locally");
+          }
+          std::memcpy(solver_.state, it->second.data(), solver_.bytes);
+          return Status::Ok();
+        }
+        ADJSNAP_RETURN_IF_ERROR(Stored(a.a));
+        return client_->Fetch(run_id_, a.a, solver_.state, solver_.bytes);
+      }
+      case ActionKind::kFree: {
+        ADJSNAP_ASSIGN_OR_RETURN(Storage where, LevelOf(a));
+        if (where == Storage::kLocalMemory) {
+          local_.erase({a.level, a.a});
+          return Status::Ok();
+        }
+        Status result = Stored(a.a);
+        if (result.ok()) result = client_->DeleteSnapshot(run_name_, a.a);
+        in_adjsnap_.erase(a.a);
+        return result;
+      }
+    }
+    return Status::Internal("unknown schedule action");
+  }
+
+  // Deletes the adjsnapd run; returns `result`, or the deletion's error when `result` is OK.
+  Status Close(Status result) {
+    if (!opened_) return result;
+    for (auto& [state, h] : in_adjsnap_) (void)h.WaitStored();
+    Status deleted = client_->DeleteRun(run_name_);
+    opened_ = false;
+    return result.ok() ? deleted : result;
+  }
+
+ private:
+  Result<Storage> LevelOf(const schedule::Action& a) const {
+    if (a.level < 0 || static_cast<size_t>(a.level) >= storage_.size()) {
       return Status::InvalidArgument("schedule names level " + std::to_string(a.level) +
-                                     " but only " + std::to_string(storage.size()) +
+                                     " but only " + std::to_string(storage_.size()) +
                                      " storage levels were given");
     }
-    return storage[a.level];
-  };
+    return storage_[a.level];
+  }
+
   // Waits until a pushed state is stored, so a later fetch or delete finds it.
-  auto stored = [&](uint64_t state) -> Status {
-    auto it = in_adjsnap.find(state);
-    if (it == in_adjsnap.end()) {
+  Status Stored(uint64_t state) {
+    auto it = in_adjsnap_.find(state);
+    if (it == in_adjsnap_.end()) {
       return Status::Internal("state " + std::to_string(state) + " is not in adjsnapd");
     }
     return it->second.WaitStored();
-  };
+  }
+
+  const std::vector<Storage>& storage_;
+  Client* const client_;
+  const std::string& run_name_;
+  AdjointSolver& solver_;
+  bool uses_adjsnap_ = false;
+  bool opened_ = false;
+  uint64_t run_id_ = 0;
+  std::map<std::pair<int, uint64_t>, std::vector<char>> local_;  // (level, state) -> copy
+  std::map<uint64_t, PushHandle> in_adjsnap_;                    // state -> its push
+};
+
+// Slots for an online run in adjsnapd: the host tier's free room in whole states, so that every
+// checkpoint stays in host memory.
+Result<uint64_t> HostSlots(Client* client, size_t bytes) {
+  ADJSNAP_ASSIGN_OR_RETURN(std::vector<TierInfo> tiers, client->Tiers());
+  for (const TierInfo& t : tiers) {
+    if (t.tier != Tier::kHost) continue;
+    uint64_t free_bytes = t.budget_bytes > t.used_bytes ? t.budget_bytes - t.used_bytes : 0;
+    uint64_t slots = free_bytes / bytes;
+    if (slots == 0) {
+      return Status::ResourceExhausted("adjsnapd's host tier has room for no state of " +
+                                       std::to_string(bytes) + " bytes");
+    }
+    return slots;
+  }
+  return Status::FailedPrecondition("adjsnapd reports no host tier");
+}
+
+}  // namespace
+
+Status RunAdjoint(const schedule::Schedule& plan, const std::vector<Storage>& storage,
+                  Client* client, const std::string& run_name, AdjointSolver& solver) {
+  Executor run(storage, client, run_name, solver);
+  ADJSNAP_RETURN_IF_ERROR(run.Open(plan.steps));
   Status result;
   for (const schedule::Action& a : plan.actions) {
-    switch (a.kind) {
-      case ActionKind::kAdvance:
-        result = solver.advance(a.a, a.b);
-        break;
-      case ActionKind::kReverse:
-        result = solver.reverse(a.a);
-        break;
-      case ActionKind::kWrite: {
-        ADJSNAP_ASSIGN_OR_RETURN(Storage where, level_of(a));
-        if (where == Storage::kLocalMemory) {
-          auto& copy = local[{a.level, a.a}];
-          copy.assign(static_cast<char*>(solver.state),
-                      static_cast<char*>(solver.state) + solver.bytes);
-        } else {
-          auto h = client->Push(run_id, a.a, solver.state, solver.bytes);
-          result = h.ok() ? h->WaitReleased() : h.status();  // the solver reuses its buffer next
-          if (result.ok()) in_adjsnap[a.a] = *h;
-        }
-        break;
-      }
-      case ActionKind::kRead: {
-        ADJSNAP_ASSIGN_OR_RETURN(Storage where, level_of(a));
-        if (where == Storage::kLocalMemory) {
-          auto it = local.find({a.level, a.a});
-          if (it == local.end()) {
-            result = Status::Internal("state " + std::to_string(a.a) + " not held locally");
-          } else {
-            std::memcpy(solver.state, it->second.data(), solver.bytes);
-          }
-        } else {
-          result = stored(a.a);
-          if (result.ok()) result = client->Fetch(run_id, a.a, solver.state, solver.bytes);
-        }
-        break;
-      }
-      case ActionKind::kFree: {
-        ADJSNAP_ASSIGN_OR_RETURN(Storage where, level_of(a));
-        if (where == Storage::kLocalMemory) {
-          local.erase({a.level, a.a});
-        } else {
-          result = stored(a.a);
-          if (result.ok()) result = client->DeleteSnapshot(run_name, a.a);
-          in_adjsnap.erase(a.a);
-        }
-        break;
-      }
-    }
+    result = run.Execute(a);
     if (!result.ok()) break;
   }
-  if (uses_adjsnap) {
-    for (auto& [state, h] : in_adjsnap) (void)h.WaitStored();
-    Status deleted = client->DeleteRun(run_name);
-    if (result.ok()) result = deleted;
+  return run.Close(result);
+}
+
+Status RunAdjoint(const OnlineCheckpointing& online, Client* client, const std::string& run_name,
+                  AdjointSolver& solver, schedule::Schedule* done) {
+  if (!online.is_last) return Status::InvalidArgument("the online mode needs is_last");
+  uint64_t slots = online.slots;
+  if (slots == 0) {
+    if (online.storage != Storage::kAdjsnap) {
+      return Status::InvalidArgument("online checkpoints in local memory need a slot count");
+    }
+    if (client == nullptr) return Status::InvalidArgument("checkpoints in adjsnapd need a client");
+    if (solver.bytes == 0) return Status::InvalidArgument("the solver's state has no size");
+    ADJSNAP_ASSIGN_OR_RETURN(slots, HostSlots(client, solver.bytes));
   }
-  return result;
+  ADJSNAP_ASSIGN_OR_RETURN(schedule::OnlineSchedule sched,
+                           schedule::OnlineSchedule::Create(slots, 0));
+  const std::vector<Storage> storage = {online.storage};
+  Executor run(storage, client, run_name, solver);
+  ADJSNAP_RETURN_IF_ERROR(run.Open(0));
+  auto execute = [&](const std::vector<schedule::Action>& actions) -> Status {
+    for (const schedule::Action& a : actions) ADJSNAP_RETURN_IF_ERROR(run.Execute(a));
+    return Status::Ok();
+  };
+  Status result;
+  while (result.ok()) {
+    const uint64_t step = sched.current() + 1;
+    Result<bool> last = online.is_last(step);
+    if (!last.ok()) {
+      result = last.status();
+      break;
+    }
+    if (*last) break;
+    if (online.max_steps != 0 && step > online.max_steps) {
+      result = Status::OutOfRange("the forward pass ran " + std::to_string(online.max_steps) +
+                                  " steps and is_last never said the run ended");
+      break;
+    }
+    Result<std::vector<schedule::Action>> actions = sched.Advance();
+    result = actions.ok() ? execute(*actions) : actions.status();
+  }
+  if (result.ok()) {
+    Result<std::vector<schedule::Action>> actions = sched.Finish();
+    result = actions.ok() ? execute(*actions) : actions.status();
+  }
+  if (done != nullptr) *done = sched.schedule();
+  return run.Close(result);
 }
 
 }  // namespace adjsnap

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "adjsnap_fixture.h"
@@ -105,6 +108,154 @@ TEST_F(AdjointTest, SolverErrorsStopTheRunAndAreReturned) {
   Status s = RunAdjoint(*plan, {Storage::kAdjsnap}, client_, "fails", cb);
   EXPECT_EQ(s.code(), Code::kAborted);
   EXPECT_TRUE(client_->ListRuns()->empty());
+}
+
+// x_t = f(x_{t-1}) with f(x)_i = x_i + h sin(x_{i+1}) x_i (indices cyclic), J = |x_N|^2 / 2.
+// The adjoint of step t maps lambda_t to lambda_{t-1} = Df(x_{t-1})^T lambda_t, seeded with
+// lambda_N = x_N inside reverse step N. The same floating-point operations in the same order as
+// the store-all reference below, so a correct schedule gives a bit-identical gradient.
+class ToyModel {
+ public:
+  static constexpr double kH = 0.01;
+
+  explicit ToyModel(size_t values) : x_(values), lambda_(values) {
+    for (size_t i = 0; i < values; ++i) x_[i] = 0.1 + 0.01 * static_cast<double>(i % 97);
+    x0_ = x_;
+  }
+
+  static void Step(std::vector<double>& x) {
+    std::vector<double> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] + kH * std::sin(x[(i + 1) % x.size()]) * x[i];
+    std::copy(y.begin(), y.end(), x.begin());  // in place: the driver holds x's buffer
+  }
+  // lambda <- Df(x)^T lambda.
+  static void Adjoint(const std::vector<double>& x, std::vector<double>& lambda) {
+    const size_t n = x.size();
+    std::vector<double> out(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t next = (i + 1) % n, prev = (i + n - 1) % n;
+      out[i] =
+          lambda[i] * (1 + kH * std::sin(x[next])) + lambda[prev] * kH * std::cos(x[i]) * x[prev];
+    }
+    lambda.swap(out);
+  }
+
+  // The gradient dJ/dx_0 for N steps with every state kept.
+  std::vector<double> StoreAllGradient(uint64_t n) const {
+    std::vector<std::vector<double>> xs{x0_};
+    for (uint64_t t = 1; t <= n; ++t) {
+      xs.push_back(xs.back());
+      Step(xs.back());
+    }
+    std::vector<double> lambda = xs[n];
+    for (uint64_t t = n; t >= 1; --t) Adjoint(xs[t - 1], lambda);
+    return lambda;
+  }
+
+  AdjointSolver Callbacks() {
+    AdjointSolver s;
+    s.state = x_.data();
+    s.bytes = x_.size() * sizeof(double);
+    s.advance = [this](uint64_t from, uint64_t to) {
+      for (uint64_t t = from; t < to; ++t) Step(x_);
+      forward_steps += to - from;
+      return Status::Ok();
+    };
+    s.reverse = [this](uint64_t step) {
+      if (reversed.empty()) {  // step N: seed with x_N = f(x_{N-1})
+        lambda_ = x_;
+        Step(lambda_);
+      }
+      Adjoint(x_, lambda_);
+      reversed.push_back(step);
+      return Status::Ok();
+    };
+    return s;
+  }
+
+  const std::vector<double>& gradient() const { return lambda_; }
+  uint64_t forward_steps = 0;
+  std::vector<uint64_t> reversed;
+
+ private:
+  std::vector<double> x_, x0_, lambda_;
+};
+
+// Ends the forward pass at step n.
+OnlineCheckpointing StopAt(uint64_t n, Storage storage, uint64_t slots) {
+  OnlineCheckpointing online;
+  online.storage = storage;
+  online.slots = slots;
+  online.is_last = [n](uint64_t step) -> Result<bool> { return step == n; };
+  return online;
+}
+
+TEST_F(AdjointTest, OnlineRunStoppedAtARandomStepGetsExactAdjoints) {
+  const uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng(seed);
+  const uint64_t n = std::uniform_int_distribution<uint64_t>(20, 400)(rng);
+  const uint64_t slots = std::uniform_int_distribution<uint64_t>(2, 8)(rng);
+  SCOPED_TRACE("seed " + std::to_string(seed) + ": N=" + std::to_string(n) +
+               " slots=" + std::to_string(slots));
+  ToyModel model(2048);
+  AdjointSolver cb = model.Callbacks();
+  schedule::Schedule done;
+  Status s = RunAdjoint(StopAt(n, Storage::kAdjsnap, slots), client_, "online", cb, &done);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ExpectReversedInOrder(model.reversed, n);
+  EXPECT_EQ(model.gradient(), model.StoreAllGradient(n));
+  EXPECT_EQ(done.steps, n);
+  EXPECT_EQ(model.forward_steps, done.forward_steps);
+  schedule::Schedule m;
+  ASSERT_TRUE(schedule::Replay(done, {{"adjsnap", slots, 0, 0}}, {1, 0}, &m).ok());
+  EXPECT_LE(model.forward_steps, *schedule::RevolveForwardSteps(n, slots) + (n - 1));
+  auto runs = client_->ListRuns();
+  ASSERT_TRUE(runs.ok());
+  EXPECT_TRUE(runs->empty());
+}
+
+TEST_F(AdjointTest, OnlineRunTakesItsSlotsFromTheHostTier) {
+  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t n = std::uniform_int_distribution<uint64_t>(30, 120)(rng);
+  ToyModel model(512 * 1024);  // 4 MiB states: at most 16 fit the 64 MiB host tier
+  AdjointSolver cb = model.Callbacks();
+  schedule::Schedule done;
+  Status s = RunAdjoint(StopAt(n, Storage::kAdjsnap, 0), client_, "online-host", cb, &done);
+  ASSERT_TRUE(s.ok()) << "N=" << n << ": " << s.ToString();
+  EXPECT_EQ(model.gradient(), model.StoreAllGradient(n)) << "N=" << n;
+  schedule::Schedule m;
+  EXPECT_TRUE(schedule::Replay(done, {{"host", 16, 0, 0}}, {1, 0}, &m).ok()) << "N=" << n;
+}
+
+TEST_F(AdjointTest, OnlineRunInLocalMemoryNeedsNoDaemon) {
+  const uint64_t n = 57;
+  ToyModel model(64);
+  AdjointSolver cb = model.Callbacks();
+  schedule::Schedule done;
+  Status s = RunAdjoint(StopAt(n, Storage::kLocalMemory, 3), nullptr, "local", cb, &done);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ExpectReversedInOrder(model.reversed, n);
+  EXPECT_EQ(model.gradient(), model.StoreAllGradient(n));
+  EXPECT_EQ(model.forward_steps, done.forward_steps);
+}
+
+TEST_F(AdjointTest, OnlineRunStopsOnIsLastErrorsAndStepLimit) {
+  ToyModel model(64);
+  AdjointSolver cb = model.Callbacks();
+  OnlineCheckpointing online = StopAt(0, Storage::kAdjsnap, 4);
+  online.is_last = [](uint64_t step) -> Result<bool> {
+    if (step == 9) return Status::Aborted("criterion failed at 9");
+    return false;
+  };
+  EXPECT_EQ(RunAdjoint(online, client_, "online-err", cb).code(), Code::kAborted);
+  online.is_last = [](uint64_t) -> Result<bool> { return false; };
+  online.max_steps = 25;
+  EXPECT_EQ(RunAdjoint(online, client_, "online-long", cb).code(), Code::kOutOfRange);
+  EXPECT_EQ(model.forward_steps, 8u + 25u);
+  EXPECT_TRUE(model.reversed.empty());
+  EXPECT_TRUE(client_->ListRuns()->empty());
+  OnlineCheckpointing no_slots = StopAt(5, Storage::kLocalMemory, 0);
+  EXPECT_EQ(RunAdjoint(no_slots, nullptr, "x", cb).code(), Code::kInvalidArgument);
 }
 
 }  // namespace

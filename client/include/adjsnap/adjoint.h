@@ -8,6 +8,13 @@
 //   adjsnap::RunAdjoint(plan, {adjsnap::Storage::kLocalMemory, adjsnap::Storage::kAdjsnap},
 //                     client.get(), "shot-17", solver);
 //
+// A run whose length is known only when it ends (adaptive time stepping, a stopping criterion)
+// uses the online mode instead of a plan:
+//
+//   adjsnap::OnlineCheckpointing online;
+//   online.is_last = [&](uint64_t step) -> adjsnap::Result<bool> { return t + dt >= t_end; };
+//   adjsnap::RunAdjoint(online, client.get(), "shot-17", solver);
+//
 // Thread-safety: one call drives one solver on the calling thread.
 #pragma once
 
@@ -16,6 +23,7 @@
 #include <vector>
 
 #include "adjsnap/client.h"
+#include "adjsnap/online_schedule.h"
 #include "adjsnap/schedule.h"
 
 namespace adjsnap {
@@ -39,5 +47,32 @@ enum class Storage {
 // Errors from the solver's callbacks or from adjsnapd stop the run and are returned as they are.
 Status RunAdjoint(const schedule::Schedule& plan, const std::vector<Storage>& storage,
                   Client* client, const std::string& run_name, AdjointSolver& solver);
+
+// Checkpointing for a forward pass of unknown length (adjsnap/online_schedule.h): dynamic
+// checkpointing while the solver steps forward, the offline optimum per segment backwards.
+struct OnlineCheckpointing {
+  // Called with x_{step-1} in the solver's state before forward step `step` would run: true
+  // when `step` is the run's last step N. The forward pass then stops without running it, and
+  // the reverse pass starts with reverse(N) on x_{N-1}, as it does for a planned schedule. An
+  // error stops the run and is returned.
+  std::function<Result<bool>(uint64_t step)> is_last;
+  // Where the checkpoints live (one level).
+  Storage storage = Storage::kAdjsnap;
+  // Checkpoint slots, x_0's included. 0: with kAdjsnap, as many states as adjsnapd's host tier
+  // has free room for when the call starts (RESOURCE_EXHAUSTED if not one); with kLocalMemory,
+  // INVALID_ARGUMENT. More slots never cost more forward steps.
+  uint64_t slots = 0;
+  // Forward steps after which the run is stopped with OUT_OF_RANGE if is_last never said so;
+  // 0: no limit.
+  uint64_t max_steps = 0;
+};
+
+// Runs the solver forward until `online.is_last` says the step is the last, storing checkpoints
+// as the online schedule decides, then reverses every step N..1. `*done`, when given, receives
+// the schedule carried out (its steps, forward_steps and actions), also after an error, as far
+// as it got. `client` may be null with kLocalMemory; the adjsnapd run is created for the call
+// (with an unknown step count) and deleted afterwards.
+Status RunAdjoint(const OnlineCheckpointing& online, Client* client, const std::string& run_name,
+                  AdjointSolver& solver, schedule::Schedule* done = nullptr);
 
 }  // namespace adjsnap

@@ -49,6 +49,7 @@ __all__ = [
     "connect", "Client", "Run", "Error", "InvalidArgument", "NotFound", "AlreadyExists",
     "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Unavailable", "DataLoss",
     "DeadlineExceeded", "Tier", "Codec", "Dtype", "Location", "RunInfo", "TierInfo", "Push", "Fetch",
+    "run_adjoint_online",
 ]
 
 _DTYPES = {
@@ -83,6 +84,33 @@ def connect(socket: str = "", name: str = "python", map_host_tier: bool = True,
     reconnecting when adjsnapd goes away (a restart), its calls waiting meanwhile (default 60 or
     $ADJSNAP_RECONNECT_TIMEOUT; 0 = fail at once)."""
     return Client(socket, name, map_host_tier, copy_threads, wait_timeout, reconnect_timeout)
+
+
+def run_adjoint_online(client: Optional["Client"], name: str, state: np.ndarray, advance,
+                       reverse, is_last, *, slots: int = 0, local: bool = False,
+                       max_steps: int = 0) -> dict:
+    """Reverses a run whose number of steps is known only when it ends (online checkpointing:
+    dynamic checkpointing forward, the offline optimum per segment backwards; docs/schedules.md).
+
+    `state` is the solver's state, a writable C-contiguous array that the callbacks work on:
+    `advance(frm, to)` runs forward steps frm+1 .. to in place (x_frm -> x_to);
+    `reverse(step)` runs the adjoint of `step` with `state` holding x_{step-1};
+    `is_last(step)`, asked with x_{step-1} in `state` before step `step` would run, returns True
+    when `step` is the last one, N: the forward pass stops there and the reverse pass starts
+    with reverse(N) on x_{N-1}.
+
+    Checkpoints go to adjsnapd (run `name`, created and deleted by the call) or, with
+    local=True, to copies in this process (client may then be None). slots: states held at once,
+    x_0's included; 0 takes as many as adjsnapd's host tier has room for. max_steps: stop with
+    adjsnap.Error (code "OUT_OF_RANGE") after that many forward steps without is_last saying
+    so (0: no limit).
+    An exception a callback raises stops the run and is raised again.
+
+    Returns {"steps": N, "forward_steps": every forward step run, the first sweep included,
+    "writes": checkpoints stored, "reads": checkpoints restored}."""
+    c = client._c if client is not None else None
+    return _adjsnap.run_adjoint_online(c, name, state, advance, reverse, is_last, slots=slots,
+                                       local=local, max_steps=max_steps)
 
 
 class Client:

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "adjsnap/adjoint.h"
 #include "adjsnap/client.h"
 
 namespace py = pybind11;
@@ -215,6 +216,65 @@ std::shared_ptr<adjsnap::Client> Connect(const std::string& socket, const std::s
   auto client = std::shared_ptr<adjsnap::Client>(Call([&] { return adjsnap::Client::Connect(o); }));
   if (reconnect) client->set_reconnect_timeout(*reconnect);
   return client;
+}
+
+// RunAdjoint's online mode over Python callbacks. The run releases the GIL; each callback takes
+// it back. An exception a callback raises stops the run (as a solver error does) and is raised
+// again once the run has cleaned up.
+py::dict RunAdjointOnline(const py::object& client, const std::string& name, py::object state,
+                          py::object advance, py::object reverse, py::object is_last,
+                          uint64_t slots, bool local, uint64_t max_steps) {
+  std::shared_ptr<adjsnap::Client> c;
+  if (!client.is_none()) c = client.cast<std::shared_ptr<adjsnap::Client>>();
+  Bytes view = View(state, true, "run_adjoint_online state");
+  std::optional<py::error_already_set> raised;
+  // Runs one Python call under the GIL; an exception becomes ABORTED and is kept.
+  auto guarded = [&raised](const char* what, auto&& body) -> adjsnap::Status {
+    py::gil_scoped_acquire gil;
+    try {
+      body();
+      return adjsnap::Status::Ok();
+    } catch (py::error_already_set& e) {
+      if (!raised) raised.emplace(std::move(e));
+      return adjsnap::Status::Aborted(std::string(what) + " raised an exception");
+    }
+  };
+  adjsnap::AdjointSolver solver;
+  solver.state = view.data;
+  solver.bytes = view.size;
+  solver.advance = [&](uint64_t from, uint64_t to) {
+    return guarded("advance", [&] { advance(from, to); });
+  };
+  solver.reverse = [&](uint64_t step) { return guarded("reverse", [&] { reverse(step); }); };
+  adjsnap::OnlineCheckpointing online;
+  online.storage = local ? adjsnap::Storage::kLocalMemory : adjsnap::Storage::kAdjsnap;
+  online.slots = slots;
+  online.max_steps = max_steps;
+  online.is_last = [&](uint64_t step) -> adjsnap::Result<bool> {
+    bool last = false;
+    ADJSNAP_RETURN_IF_ERROR(
+        guarded("is_last", [&] { last = py::bool_(is_last(step)).cast<bool>(); }));
+    return last;
+  };
+  adjsnap::schedule::Schedule done;
+  adjsnap::Status status;
+  {
+    py::gil_scoped_release nogil;
+    status = adjsnap::RunAdjoint(online, c.get(), name, solver, &done);
+  }
+  if (raised) throw std::move(*raised);
+  Check(status);
+  py::dict out;
+  out["steps"] = done.steps;
+  out["forward_steps"] = done.forward_steps;
+  uint64_t writes = 0, reads = 0;
+  for (const auto& a : done.actions) {
+    writes += a.kind == adjsnap::schedule::ActionKind::kWrite;
+    reads += a.kind == adjsnap::schedule::ActionKind::kRead;
+  }
+  out["writes"] = writes;
+  out["reads"] = reads;
+  return out;
 }
 
 }  // namespace
@@ -445,4 +505,8 @@ PYBIND11_MODULE(_adjsnap, m) {
                              })
       .def_property_readonly("data_path_reason", &adjsnap::Client::data_path_reason)
       .def_property_readonly("copy_threads", &adjsnap::Client::copy_threads);
+  m.def("run_adjoint_online", &RunAdjointOnline, py::arg("client"), py::arg("name"),
+        py::arg("state"), py::arg("advance"), py::arg("reverse"), py::arg("is_last"),
+        py::arg("slots") = 0, py::arg("local") = false, py::arg("max_steps") = 0,
+        "RunAdjoint's online mode (adjsnap/adjoint.h); adjsnap.run_adjoint_online documents it.");
 }
