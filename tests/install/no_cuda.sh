@@ -7,7 +7,8 @@
 # CUDA_DIR: the build's CUDA toolkit folders (CMake's CUDAToolkit_BIN_DIR/.. and
 # CUDAToolkit_LIBRARY_DIR), which tests/CMakeLists.txt passes from the build's configuration.
 #  1. installs the build into a scratch prefix and checks every ELF file there: no NEEDED
-#     libcudart or libcuda, no RUNPATH into a CUDA folder;
+#     libcudart or libcuda, no RUNPATH into a CUDA folder; and that neither the CMake package
+#     nor adjsnap.pc names CUDA;
 #  2. in a mount namespace of its own (this host stays as it was), hides each CUDA folder under
 #     an empty tmpfs, and each libcudart and libcuda the loader's cache lists (a runtime copied to
 #     /usr/local/lib, the NVIDIA driver's library) under /dev/null;
@@ -76,6 +77,14 @@ if [[ ${1:-} != --inside ]]; then
   done < <(find "$prefix" -type f -print0 | sort -z)
   [[ ${#checked[@]} -gt 0 ]] || fail "no ELF file installed"
   echo "${checked[*]}: none NEEDs libcudart or libcuda; no RUNPATH into ${cuda_dirs[*]}"
+
+  echo "== the CMake package and adjsnap.pc ask a consumer for nothing of CUDA"
+  mapfile -t packages < <(find "$prefix" \( -path '*/cmake/adjsnap/*' -o -name adjsnap.pc \) -type f | sort)
+  [[ ${#packages[@]} -gt 0 ]] || fail "no CMake package or adjsnap.pc installed"
+  for f in "${packages[@]}"; do  # what they do, not what their comments say
+    if grep -v '^[[:space:]]*#' "$f" | grep -i cuda; then fail "${f#"$prefix"/} names CUDA"; fi
+  done
+  echo "${packages[*]#"$prefix"/}: no CUDA"
 
   rc=0
   unshare --mount --propagation private bash "$0" --inside "$prefix" "$work" "${cuda_dirs[@]}" || rc=$?
