@@ -190,27 +190,48 @@ Status UnpackBoxDevice(const void* packed, void* full, const Box& box, void* str
 }
 
 DeviceProbe ProbeDevice() {
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
+  DeviceFacts f;
+  f.built_with_cuda = true;
+  f.driver_loads = DriverLibraryLoads();
+  cudaRuntimeGetVersion(&f.runtime_version);  // the runtime linked in; needs no driver
+  if (cudaDriverGetVersion(&f.driver_version) != cudaSuccess) f.driver_version = 0;
+  cudaError_t e = cudaGetDeviceCount(&f.device_count);
+  switch (e) {
+    case cudaSuccess:
+      f.count_result = DeviceFacts::Count::kOk;
+      break;
+    case cudaErrorNoDevice:
+      f.count_result = DeviceFacts::Count::kNoDevice;
+      break;
+    case cudaErrorInsufficientDriver:
+      f.count_result = DeviceFacts::Count::kInsufficientDriver;
+      break;
+    default:
+      f.count_result = DeviceFacts::Count::kOtherError;
+      f.error = cudaGetErrorString(e);
+  }
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear it
-    if (!DriverLibraryLoads()) return {false, "none (no CUDA driver)"};
-    return {false, std::string("none usable (") + cudaGetErrorString(e) + ")"};
+    f.device_count = 0;
   }
-  if (count == 0) return {false, "none (no CUDA device)"};
   int device = 0;
-  cudaGetDevice(&device);
   cudaDeviceProp p{};
-  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) return {false, "none usable"};
-  size_t free_bytes = 0, total = 0;
-  cudaMemGetInfo(&free_bytes, &total);
-  int runtime = 0;
-  cudaRuntimeGetVersion(&runtime);
-  char line[256];
-  std::snprintf(line, sizeof line, "%s (sm_%d%d, %.1f GiB, %.1f GiB free; %d device%s; CUDA %d.%d)",
-                p.name, p.major, p.minor, total / 1073741824.0, free_bytes / 1073741824.0, count,
-                count == 1 ? "" : "s", runtime / 1000, (runtime % 1000) / 10);
-  return {true, line};
+  if (f.device_count > 0 && cudaGetDevice(&device) == cudaSuccess &&
+      cudaGetDeviceProperties(&p, device) == cudaSuccess) {
+    f.have_device = true;
+    f.name = p.name;
+    f.sm_major = p.major;
+    f.sm_minor = p.minor;
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) {
+      f.free_bytes = free_bytes;
+      f.total_bytes = total;
+    } else {
+      f.total_bytes = p.totalGlobalMem;
+    }
+  }
+  cudaGetLastError();  // a failed read above is not the caller's next call's error
+  return DescribeDevice(f);
 }
 
 }  // namespace adjsnap::kernels

@@ -18,6 +18,6 @@ Status FirstNonFiniteDevice(const void*, uint64_t, Real, uint64_t*, void*) {
 }
 Status PackBoxDevice(const void*, void*, const Box&, void*) { return NoCuda("pack"); }
 Status UnpackBoxDevice(const void*, void*, const Box&, void*) { return NoCuda("unpack"); }
-DeviceProbe ProbeDevice() { return {false, "none (built without CUDA)"}; }
+DeviceProbe ProbeDevice() { return DescribeDevice(DeviceFacts{}); }
 
 }  // namespace adjsnap::kernels

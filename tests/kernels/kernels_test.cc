@@ -141,14 +141,110 @@ TEST(ProbeDevice, SaysPlainlyWhenThereIsNoCudaDriver) {
 #if ADJSNAP_WITH_CUDA
   if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); driver != nullptr) {
     dlclose(driver);  // a driver is installed: whatever the probe says, it is not this
-    EXPECT_EQ(probe.description.find("no CUDA driver"), std::string::npos) << probe.description;
+    EXPECT_EQ(probe.description.find("no NVIDIA driver"), std::string::npos) << probe.description;
     return;
   }
   EXPECT_FALSE(probe.usable);
-  EXPECT_EQ(probe.description, "none (no CUDA driver)");
+  EXPECT_EQ(probe.description, "none (no NVIDIA driver)");
 #else
   EXPECT_EQ(probe.description, "none (built without CUDA)");
 #endif
+}
+
+// DescribeDevice, from what a probe could find on each kind of node, to the `gpu` line.
+DeviceFacts CudaBuild() {
+  DeviceFacts f;
+  f.built_with_cuda = true;
+  f.driver_loads = true;
+  f.runtime_version = 13000;
+  f.driver_version = 13000;
+  return f;
+}
+
+TEST(DescribeDevice, SaysBuiltWithoutCudaWhateverTheNodeHas) {
+  DeviceFacts f = CudaBuild();
+  f.built_with_cuda = false;
+  DeviceProbe probe = DescribeDevice(f);
+  EXPECT_FALSE(probe.usable);
+  EXPECT_EQ(probe.description, "none (built without CUDA)");
+}
+
+// A node with no driver: the static runtime answers cudaErrorInsufficientDriver and a driver
+// version of 0; the line says there is no driver, not that it is old.
+TEST(DescribeDevice, SaysNoNvidiaDriverWhereTheDriversLibraryDoesNotLoad) {
+  DeviceFacts f = CudaBuild();
+  f.driver_loads = false;
+  f.driver_version = 0;
+  f.count_result = DeviceFacts::Count::kInsufficientDriver;
+  DeviceProbe probe = DescribeDevice(f);
+  EXPECT_FALSE(probe.usable);
+  EXPECT_EQ(probe.description, "none (no NVIDIA driver)");
+}
+
+TEST(DescribeDevice, GivesBothVersionsWhenTheDriverIsOlderThanTheRuntime) {
+  DeviceFacts f = CudaBuild();
+  f.driver_version = 12040;
+  f.count_result = DeviceFacts::Count::kInsufficientDriver;
+  DeviceProbe probe = DescribeDevice(f);
+  EXPECT_FALSE(probe.usable);
+  EXPECT_EQ(probe.description,
+            "none (NVIDIA driver supports CUDA 12.4, this build's runtime needs 13.0 or newer: "
+            "update the driver)");
+  // Whatever cudaGetDeviceCount said, an older driver is the reason given.
+  f.count_result = DeviceFacts::Count::kNoDevice;
+  EXPECT_EQ(DescribeDevice(f).description, probe.description);
+  // A driver whose version could not be read, refused as too old.
+  f.driver_version = 0;
+  f.count_result = DeviceFacts::Count::kInsufficientDriver;
+  EXPECT_EQ(DescribeDevice(f).description,
+            "none (NVIDIA driver is too old, this build's runtime needs 13.0 or newer: update the "
+            "driver)");
+}
+
+TEST(DescribeDevice, SaysNoGpuWhereTheDriverFindsNoDevice) {
+  DeviceFacts f = CudaBuild();
+  f.count_result = DeviceFacts::Count::kNoDevice;
+  EXPECT_EQ(DescribeDevice(f).description, "none (no GPU)");
+  f.count_result = DeviceFacts::Count::kOk;
+  f.device_count = 0;
+  DeviceProbe probe = DescribeDevice(f);
+  EXPECT_FALSE(probe.usable);
+  EXPECT_EQ(probe.description, "none (no GPU)");
+}
+
+TEST(DescribeDevice, PassesOnCudasMessageForAnyOtherError) {
+  DeviceFacts f = CudaBuild();
+  f.count_result = DeviceFacts::Count::kOtherError;
+  f.error = "system has unsupported display driver / cuda driver combination";
+  DeviceProbe probe = DescribeDevice(f);
+  EXPECT_FALSE(probe.usable);
+  EXPECT_EQ(probe.description,
+            "none usable (system has unsupported display driver / cuda driver combination)");
+}
+
+TEST(DescribeDevice, NamesAUsableDeviceAndTheDriverVersionWhereItDiffers) {
+  DeviceFacts f = CudaBuild();
+  f.count_result = DeviceFacts::Count::kOk;
+  f.device_count = 1;
+  f.have_device = true;
+  f.name = "NVIDIA H200";
+  f.sm_major = 9;
+  f.sm_minor = 0;
+  f.total_bytes = 150ull << 30;
+  f.free_bytes = 149ull << 30;
+  DeviceProbe probe = DescribeDevice(f);
+  EXPECT_TRUE(probe.usable);
+  EXPECT_EQ(probe.description,
+            "NVIDIA H200 (sm_90, 150.0 GiB, 149.0 GiB free; 1 device; CUDA 13.0)");
+  f.driver_version = 13020;
+  f.device_count = 2;
+  EXPECT_EQ(DescribeDevice(f).description,
+            "NVIDIA H200 (sm_90, 150.0 GiB, 149.0 GiB free; 2 devices; CUDA 13.0, driver 13.2)");
+  // Devices counted, and the current one's properties unread: not usable, and said so.
+  f.have_device = false;
+  probe = DescribeDevice(f);
+  EXPECT_FALSE(probe.usable);
+  EXPECT_EQ(probe.description, "none usable (its properties could not be read)");
 }
 
 }  // namespace

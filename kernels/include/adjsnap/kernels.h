@@ -51,13 +51,52 @@ Status FirstNonFiniteDevice(const void* data, uint64_t count, Real type, uint64_
 Status PackBoxDevice(const void* full, void* packed, const Box& box, void* stream);
 Status UnpackBoxDevice(const void* packed, void* full, const Box& box, void* stream);
 
-// Whether this build has CUDA and a GPU is usable, and a line saying which (or why not:
-// "none (built without CUDA)", "none (no CUDA driver)" where the driver is not installed,
-// "none (no CUDA device)", or "none usable (CUDA's error)").
+// Whether this build has CUDA and a GPU is usable, and a line saying which (or why not): the
+// `gpu` line of `adjsnap status`, and the reason a device push is refused. DescribeDevice says
+// which lines there are.
 struct DeviceProbe {
   bool usable = false;
   std::string description;
 };
+// Looks at this node: whether the NVIDIA driver's library loads, its CUDA version against this
+// build's runtime, the device count and the current device. Never fails to load or to return:
+// CUDA's runtime is linked into the library statically and loads the driver only here.
 DeviceProbe ProbeDevice();
+
+// What ProbeDevice found, before it is put into words; DescribeDevice is its only reader, and
+// the seam through which each line is tested on a machine with no driver and no GPU.
+struct DeviceFacts {
+  bool built_with_cuda = false;
+  // Whether libcudart could load the NVIDIA driver's library (libcuda.so.1, which comes with the
+  // driver, not with the CUDA toolkit).
+  bool driver_loads = false;
+  // CUDA versions as CUDA writes them (1000 * major + 10 * minor): the newest the driver
+  // supports (cudaDriverGetVersion; 0 where it has none) and the one this build's runtime
+  // needs at least (cudaRuntimeGetVersion).
+  int driver_version = 0;
+  int runtime_version = 0;
+  // What cudaGetDeviceCount answered.
+  enum class Count { kOk, kNoDevice, kInsufficientDriver, kOtherError };
+  Count count_result = Count::kOtherError;
+  std::string error;  // CUDA's message, for kOtherError
+  int device_count = 0;
+  // The current device, when device_count > 0 and its properties were read.
+  bool have_device = false;
+  std::string name;
+  int sm_major = 0;
+  int sm_minor = 0;
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+};
+// The line for `facts`, one of:
+//   "none (built without CUDA)"
+//   "none (no NVIDIA driver)"              libcuda.so.1 does not load: no driver installed
+//   "none (NVIDIA driver supports CUDA 12.4, this build's runtime needs 13.0 or newer: update
+//    the driver)"                          an older driver than the runtime
+//   "none (no GPU)"                        a driver, and no device it can use
+//   "none usable (CUDA's message)"         any other error of the driver or the runtime
+//   "NAME (sm_XY, T GiB, F GiB free; N devices; CUDA 13.0)" and, where the driver is newer than
+//   the runtime, "...; CUDA 13.0, driver 13.2)".
+DeviceProbe DescribeDevice(const DeviceFacts& facts);
 
 }  // namespace adjsnap::kernels
