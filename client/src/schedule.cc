@@ -496,6 +496,7 @@ class Planner {
   // checkpoints over `inner`. The count of segments is searched over a geometric grid and
   // refined around the best point.
   void SearchPeriodic(int outer, const std::vector<int>& inner, Candidate* best) {
+    bound_ = best->cost;
     const uint64_t max_segments = std::min(cap_[outer], n_);
     uint64_t inner_total = 0;
     for (int k : inner) inner_total += cap_[k];
@@ -510,6 +511,7 @@ class Planner {
         if (Better(c, local)) {
           local = std::move(c);
           best_m = m;
+          bound_ = std::min(bound_, local.cost);
         }
       }
     };
@@ -582,6 +584,20 @@ class Planner {
     const uint64_t q = n_ / m, longer = n_ % m;
     // Inner depths beyond the longest segment's needs are never used.
     const uint64_t s = moved ? std::min(inner_total, q + 1) : std::min(inner_total, q) + 1;
+    const Level& o = levels_[outer];
+    const uint64_t held = moved ? m - 1 : m;
+    {
+      // Forward steps by the closed form, and the outer level's least traffic: a bound that
+      // spares the count of a candidate that cannot win.
+      uint64_t forward = n_ - (q + (longer ? 1 : 0));
+      for (uint64_t len : {q, q + 1}) {
+        const uint64_t count = len == q ? m - longer : longer;
+        if (count > 0) forward += count * *RevolveForwardSteps(len, std::min(s, len));
+      }
+      const double bound = costs_.forward * forward + costs_.backward * n_ + held * o.write +
+                            (m - 1) * o.read;
+      if (bound >= bound_) return Candidate();
+    }
     std::vector<uint64_t> writes(s, 0), reads(s, 0);
     uint64_t forward = n_ - (q + (longer ? 1 : 0));  // the first sweep, to the last start
     for (uint64_t len : {q, q + 1}) {
@@ -595,8 +611,6 @@ class Planner {
         reads[d] += count * k.reads[d];
       }
     }
-    const Level& o = levels_[outer];
-    const uint64_t held = moved ? m - 1 : m;
     const uint64_t start_reads = m - 1 + (moved ? 0 : reads[0]);
     const double storage = held * o.write + start_reads * o.read;
     double inner_storage;
@@ -696,6 +710,7 @@ class Planner {
   const StepCosts costs_;
   std::vector<uint64_t> cap_;  // slots of each level worth using: at most N
   std::vector<int> usable_;    // levels with a slot
+  double bound_ = std::numeric_limits<double>::infinity();  // the best cost SearchPeriodic knows
 };
 
 }  // namespace
