@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 
 namespace adjsnap::schedule {
@@ -429,6 +430,11 @@ struct Candidate {
   uint64_t segments = 0;       // periodic: how many
   bool moved = false;          // periodic: each start copied to level[0] before its segment
   std::vector<uint64_t> writes, reads, peak;  // per level
+  // segmented: the segments in order, each as a candidate for its own length (method, slots,
+  // level, moved); every start is written to `outer` in the first sweep.
+  std::vector<uint64_t> lengths;
+  std::vector<const Candidate*> parts;
+  std::vector<std::shared_ptr<const std::vector<Candidate>>> keep;  // owns what parts point to
 };
 
 class Planner {
@@ -528,9 +534,134 @@ class Planner {
     if (Better(local, *best)) *best = std::move(local);
   }
 
-  // Emits the actions of a binomial or periodic candidate.
+  // Segment starts on `outer`, written in the first sweep, and segments of any lengths up to a
+  // bound, chosen by a dynamic program over the steps left: F(l), the least cost of reversing
+  // l steps whose start is current, is either one last segment, or a first segment of j steps:
+  // write the start to `outer`, advance j, F(l - j), read the start back, reverse the segment.
+  // A segment is a binomial traversal over `inner` that re-reads its start on `outer` or
+  // copies it to an inner level first (then the last segment's start never goes to `outer`),
+  // whichever costs less. This is Disk-Revolve's recursion (Aupy, Herrmann, Hovland & Robert)
+  // with costed inner levels. Segments held at once never exceed `outer`'s slots: past them,
+  // each outer write is charged a multiplier found by bisection (a Lagrangian relaxation of the
+  // slot bound). Work: N * jmax per pass, jmax = budget / N.
+  void SearchSegments(int outer, const std::vector<int>& inner, uint64_t budget,
+                      Candidate* best) {
+    const uint64_t cap_o = cap_[outer];
+    const uint64_t least = (n_ + cap_o - 1) / cap_o;  // the longest segment is at least this
+    const uint64_t jmax = std::min<uint64_t>(n_, budget / n_);
+    if (jmax < 2 || jmax < least) return;
+    uint64_t inner_total = 0;
+    for (int k : inner) inner_total += cap_[k];
+    const Level& o = levels_[outer];
+    // seg[2 * len + moved]
+    auto seg = std::make_shared<std::vector<Candidate>>(2 * (jmax + 1));
+    std::vector<double> any(jmax + 1), last(jmax + 1);
+    std::vector<uint8_t> any_moved(jmax + 1), last_moved(jmax + 1);
+    for (uint64_t len = 1; len <= jmax; ++len) {
+      for (bool moved : {false, true}) {
+        (*seg)[2 * len + moved] = Segment(outer, inner, inner_total, len, moved);
+      }
+      const double unmoved = (*seg)[2 * len].cost, moved = (*seg)[2 * len + 1].cost;
+      any_moved[len] = moved < unmoved;
+      any[len] = std::min(unmoved, moved);
+      last_moved[len] = moved < unmoved + o.write;
+      last[len] = std::min(unmoved + o.write, moved);
+    }
+    std::vector<double> f(n_ + 1);
+    std::vector<uint32_t> first(n_ + 1), count(n_ + 1);
+    auto solve = [&](double penalty) {
+      const double split = o.write + penalty + o.read;
+      for (uint64_t l = 1; l <= n_; ++l) {
+        double v = std::numeric_limits<double>::infinity();
+        uint32_t how = 0;
+        if (l <= jmax) v = last[l] + (last_moved[l] ? 0 : penalty);
+        for (uint64_t j = 1; j < l && j <= jmax; ++j) {
+          const double w = j * costs_.forward + split + any[j] + f[l - j];
+          if (w < v) {
+            v = w;
+            how = static_cast<uint32_t>(j);
+          }
+        }
+        f[l] = v;
+        first[l] = how;
+        count[l] = how ? 1 + count[l - how] : (last_moved[l] ? 0 : 1);
+      }
+      return count[n_];
+    };
+    if (solve(0) > cap_o) {
+      // More segments than slots: the least multiplier that fits, by bisection.
+      double lo = 0, hi = costs_.forward + o.write + o.read + 1;
+      int rounds = 0;
+      while (solve(hi) > cap_o && rounds++ < 60) hi *= 2;
+      if (count[n_] > cap_o) return;
+      for (int i = 0; i < 16; ++i) {
+        const double mid = (lo + hi) / 2;
+        if (solve(mid) > cap_o) lo = mid; else hi = mid;
+      }
+      solve(hi);
+    }
+    if (!std::isfinite(f[n_])) return;
+    Candidate c;
+    c.method = "segmented";
+    c.outer = outer;
+    c.writes.assign(levels_.size(), 0);
+    c.reads.assign(levels_.size(), 0);
+    c.peak.assign(levels_.size(), 0);
+    c.keep.push_back(seg);
+    // Each part's cost holds its traversal; a split adds the write of its start, its first
+    // sweep and one read of its start; a last segment left on `outer` the write of its start.
+    c.cost = 0;
+    uint64_t forward = 0;
+    for (uint64_t l = n_; l > 0;) {
+      const bool split = first[l] != 0;
+      const uint64_t len = split ? first[l] : l;
+      const bool moved = split ? any_moved[len] : last_moved[len];
+      const Candidate& part = (*seg)[2 * len + moved];
+      c.lengths.push_back(len);
+      c.parts.push_back(&part);
+      forward += part.forward + (split ? len : 0);
+      c.cost += part.cost + (split ? len * costs_.forward + o.write + o.read
+                                   : (moved ? 0 : o.write));
+      for (size_t k = 0; k < levels_.size(); ++k) {
+        c.writes[k] += part.writes[k];
+        c.reads[k] += part.reads[k];
+        if (static_cast<int>(k) != outer) c.peak[k] = std::max(c.peak[k], part.peak[k]);
+      }
+      if (split || !moved) {
+        c.writes[outer] += 1;
+        c.peak[outer] += 1;
+      }
+      c.reads[outer] += split ? 1 : 0;
+      l -= len;
+    }
+    c.forward = forward;
+    if (Better(c, *best)) *best = std::move(c);
+  }
+
+  // Emits the actions of a binomial, periodic or segmented candidate.
   std::vector<Action> Emit(const Candidate& c) const {
     std::vector<Action> out;
+    if (!c.parts.empty()) {
+      // Every start on `outer` but a moved last segment's.
+      const size_t last = c.lengths.size() - 1;
+      std::vector<uint64_t> start(c.lengths.size(), 0);
+      for (size_t i = 1; i < start.size(); ++i) start[i] = start[i - 1] + c.lengths[i - 1];
+      auto on_outer = [&](size_t i) { return i < last || !c.parts[i]->moved; };
+      for (size_t i = 0; i < start.size(); ++i) {
+        if (i > 0) out.push_back({ActionKind::kAdvance, start[i - 1], start[i], -1});
+        if (on_outer(i)) out.push_back({ActionKind::kWrite, start[i], 0, c.outer});
+      }
+      for (size_t i = start.size(); i-- > 0;) {
+        const Candidate& part = *c.parts[i];
+        if (i < last) out.push_back({ActionKind::kRead, start[i], 0, c.outer});
+        if (part.moved) out.push_back({ActionKind::kWrite, start[i], 0, part.level[0]});
+        Emitter e{part.level, &out};
+        RevolveTraverse(start[i], c.lengths[i], part.slots, 0, e);
+        if (part.moved) out.push_back({ActionKind::kFree, start[i], 0, part.level[0]});
+        if (on_outer(i)) out.push_back({ActionKind::kFree, start[i], 0, c.outer});
+      }
+      return out;
+    }
     if (c.outer < 0) {
       Emitter e{c.level, &out};
       out.push_back({ActionKind::kWrite, 0, 0, c.level[0]});
@@ -572,6 +703,42 @@ class Planner {
     const uint64_t q = n_ / m, longer = n_ % m;
     for (uint64_t i = 1; i < m; ++i) start[i] = start[i - 1] + q + (i > m - longer ? 1 : 0);
     return start;
+  }
+
+  // One segment of `len` steps whose start is current, reversed by a binomial traversal over
+  // `inner` that re-reads the start on `outer` (depth 0; unmoved) or first copies it to an
+  // inner level (moved). Its cost counts the segment's forward and reverse steps and every
+  // access but the outer write and first read of its start.
+  Candidate Segment(int outer, const std::vector<int>& inner, uint64_t inner_total,
+                    uint64_t len, bool moved) const {
+    Candidate best;
+    {
+      const uint64_t s = moved ? std::min(inner_total, len) : std::min(inner_total, len - 1) + 1;
+      if (s == 0) return best;
+      Counter k(s);
+      RevolveTraverse(0, len, s, 0, k);
+      Candidate c;
+      double storage;
+      if (moved) {
+        k.writes[0] += 1;
+        storage = Assign(k.writes, k.reads, 0, inner, cap_, &c);
+      } else {
+        const uint64_t start_reads = k.reads[0];
+        k.writes[0] = k.reads[0] = 0;
+        storage = Assign(k.writes, k.reads, 1, inner, cap_, &c);
+        if (!std::isfinite(storage)) return best;
+        c.level[0] = outer;
+        c.reads[outer] += start_reads;
+        storage += start_reads * levels_[outer].read;
+      }
+      if (!std::isfinite(storage)) return best;
+      c.cost = costs_.forward * k.forward + costs_.backward * len + storage;
+      c.forward = k.forward;
+      c.slots = s;
+      c.moved = moved;
+      if (Better(c, best)) best = std::move(c);
+    }
+    return best;
   }
 
   // m equal segments. Unmoved: every start on `outer`, each segment's binomial traversal
@@ -772,6 +939,22 @@ Result<Schedule> MultiLevel(uint64_t steps, const std::vector<Level>& levels, St
       Candidate before = best;
       planner.SearchPeriodic(outer, inner, &best);
       fast |= best.cost != before.cost;
+    }
+  }
+  // Segments of any length: each level outermost over each subset of the others (no subset
+  // past four levels, where the budget would buy too short segments).
+  if (usable.size() <= 4) {
+    const uint64_t budget = 1000000;
+    for (int outer : usable) {
+      std::vector<std::vector<int>> inners = {{}};
+      for (const auto& s : subsets) {
+        if (std::find(s.begin(), s.end(), outer) == s.end()) inners.push_back(s);
+      }
+      for (const auto& inner : inners) {
+        Candidate before = best;
+        planner.SearchSegments(outer, inner, budget, &best);
+        fast |= best.cost != before.cost;
+      }
     }
   }
   if (fast) store_all = -1;

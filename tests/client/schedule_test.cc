@@ -276,20 +276,14 @@ TEST(MultiLevel, EveryPlanReplaysAndItsCountsMatchTheReplay) {
   std::mt19937 rng(60);
   std::uniform_real_distribution<double> step(0.5, 2);
   int planned = 0;
-  for (int trial = 0; trial < 150; ++trial) {
+  for (int trial = 0; trial < 110; ++trial) {
     const int k = 1 + trial % 3;
-    const uint64_t n = trial < 120 ? 2 + rng() % 300 : 1000 + rng() % 5000;
-    std::vector<Level> levels = RandomLevels(rng, k, trial < 120 ? 40 : 600);
+    const uint64_t n = trial < 100 ? 2 + rng() % 300 : 1000 + rng() % 5000;
+    std::vector<Level> levels = RandomLevels(rng, k, trial < 100 ? 40 : 600);
     StepCosts c{step(rng), step(rng)};
-    for (bool actions : {true, false}) {
-      PlanOptions o = FastOnly();
-      o.actions = actions;
-      auto plan = MultiLevel(n, levels, c, o);
+    {
+      auto plan = MultiLevel(n, levels, c, FastOnly());
       ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-      if (!actions) {
-        EXPECT_TRUE(plan->actions.empty());
-        continue;
-      }
       Schedule m;
       Status replayed = Replay(*plan, levels, c, &m);
       ASSERT_TRUE(replayed.ok()) << "trial " << trial << " " << plan->method << ": "
@@ -304,6 +298,7 @@ TEST(MultiLevel, EveryPlanReplaysAndItsCountsMatchTheReplay) {
         return q;
       }());
       ASSERT_TRUE(counted.ok());
+      EXPECT_TRUE(counted->actions.empty());
       EXPECT_EQ(counted->method, plan->method) << "trial " << trial;
       EXPECT_EQ(counted->forward_steps, m.forward_steps) << "trial " << trial;
       EXPECT_NEAR(counted->cost, m.cost, 1e-9 * m.cost) << "trial " << trial;
@@ -313,7 +308,7 @@ TEST(MultiLevel, EveryPlanReplaysAndItsCountsMatchTheReplay) {
       ++planned;
     }
   }
-  EXPECT_EQ(planned, 150);
+  EXPECT_EQ(planned, 110);
 }
 
 TEST(MultiLevel, IsWithinOnePercentOfTheExactTableWhereItIsComputable) {
