@@ -319,7 +319,8 @@ void AddPlanCommand(CLI::App& app, Action* action) {
   plan->footer(
       "Capacities are this node's free tier space; write and read costs are what adjsnapd\n"
       "has measured (or each --level's). Without --compute-time it minimises forward steps.\n"
-      "The schedule is store-all, h-revolve, revolve, multistage or periodic (docs/schedules.md).");
+      "The schedule is store-all, h-revolve, revolve, multistage, periodic or segmented\n"
+      "(docs/schedules.md).");
   plan->add_option("--steps", a->steps, "steps of the run (N > 0)")->type_name("N")->required();
   plan->add_option("--bytes-per-step", a->bytes, "bytes of one step: 64M, 1G, ...")
       ->type_name("S")
