@@ -40,12 +40,14 @@ def plan(steps, levels, uf=None, ub=None):
     return json.loads(out)
 
 
-def replay(schedule, uf, ub, ram, disks):
+def replay(schedule, uf, ub, ram, disks, peak=None):
     """(forward steps, cost) of a checkpoint-schedules schedule in adjsnap's model. `ram` is
-    (write, read); `disks` lists (slots or None, write, read): its DISK, local-first."""
+    (write, read); `disks` lists (slots or None, write, read): its DISK, local-first. `peak`, a
+    list, gets the most DISK checkpoints held at once."""
     forward = 0
     cost = 0.0
     held = [0] * len(disks)
+    most = [0]
     where = {}  # a DISK checkpoint's step -> the index in `disks` that holds it
 
     def write(storage, n):
@@ -57,6 +59,7 @@ def replay(schedule, uf, ub, ram, disks):
             if slots is None or held[i] < slots:
                 held[i] += 1
                 where[n] = i
+                most[0] = max(most[0], sum(held))
                 return w
         raise AssertionError(f"checkpoint-schedules wrote x_{n} past the disks' slots")
 
@@ -85,6 +88,8 @@ def replay(schedule, uf, ub, ram, disks):
             cost += write(a.to_storage, a.n)
         elif isinstance(a, EndReverse):
             break
+    if peak is not None:
+        peak.append(most[0])
     return forward, cost
 
 
@@ -134,9 +139,12 @@ def test_two_levels_with_costs_beat_multistage_and_never_cost_more_than_hrevolve
                           [(disk, wd, rd)])[1]
         assert ours <= hrevolve * (1 + 1e-9)
         unlimited = plan(n, [("host", ram, 0, 0), ("disk", None, wd, rd)], uf, ub)
+        peak = []
         disk_revolve = replay(DiskRevolve(n, ram, uf=uf, ub=ub, wd=wd, rd=rd), uf, ub, (0, 0),
-                              [(None, wd, rd)])[1]
+                              [(None, wd, rd)], peak)[1]
         assert unlimited["predicted_seconds"] <= disk_revolve * (1 + 1e-9)
+        if peak[0] <= disk:  # its plan fits this case's disk: the same slots
+            assert ours <= disk_revolve * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("n,ram,disk,shared,uf,ub,wd,rd,ws,rs", THREE)
