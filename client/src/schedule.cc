@@ -958,12 +958,13 @@ Result<Schedule> MultiLevel(uint64_t steps, const std::vector<Level>& levels, St
     }
   }
   if (fast) store_all = -1;
-  // The exact table where it is computable: never worse than the candidates above, which are
-  // schedules of its model.
+  // The exact table where it is computable: on a tie it names the plan, but for store-all,
+  // which is the simpler schedule to run and to read.
   if (options.exact) {
     Result<Schedule> exact = HRevolve(steps, levels, costs);
     if (exact.ok()) {
-      if (exact->cost <= best.cost + 1e-12 * std::abs(best.cost)) {
+      const double margin = 1e-12 * std::abs(best.cost);
+      if (store_all >= 0 ? exact->cost < best.cost - margin : exact->cost <= best.cost + margin) {
         if (!options.actions) exact->actions.clear();
         return exact;
       }

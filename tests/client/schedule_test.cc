@@ -404,6 +404,20 @@ TEST(MultiLevel, PlansOneHundredThousandStepsOverThreeLevels) {
   EXPECT_EQ(free_storage->method, "multistage");
 }
 
+TEST(MultiLevel, StoresAllWhereALevelHoldsEveryState) {
+  // The exact table and binomial checkpoints tie with store-all here; store-all names the plan.
+  auto host = MultiLevel(100, {{"host", 100, 0, 0}, {"disk", kUnlimited, 0, 0}}, {1, 0});
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ(host->method, "store-all");
+  EXPECT_EQ(host->forward_steps, 99u);
+  EXPECT_EQ(host->peak_slots, (std::vector<uint64_t>{100, 0}));
+  // Only the disk holds them all, and its traffic costs less than recomputing.
+  auto disk = MultiLevel(100, {{"host", 4, 0, 0}, {"disk", kUnlimited, 0.1, 0.1}}, {1, 0});
+  ASSERT_TRUE(disk.ok());
+  EXPECT_EQ(disk->forward_steps, 99u);
+  EXPECT_GT(disk->peak_slots[1], 0u);
+}
+
 TEST(MultiLevel, RefusesPlansWithoutASlotOrSteps) {
   EXPECT_EQ(MultiLevel(10, {{"host", 0, 0, 0}}, {1, 0}).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(MultiLevel(0, {{"host", 4, 0, 0}}, {1, 0}).status().code(), Code::kInvalidArgument);
