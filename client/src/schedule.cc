@@ -140,36 +140,64 @@ class Table {
   }
 
   // Appends the actions of G(l, c, k) for the segment starting at state a; returns the level
-  // where x_a is stored when the segment is done (a kMove relocates it).
+  // where x_a is stored when the segment is done (a kMove relocates it). Iterative: sweeps
+  // and left parts continue the same segment, right parts nest as deep as the slots, and each
+  // was a stack frame (N deep overflowed the stack under ASan).
   int Emit(uint64_t l, int k, size_t ci, uint64_t a, std::vector<Action>* out) const {
-    size_t i = Index(l, k, ci);
-    switch (choice_[i]) {
-      case kReverseOne:
-        out->push_back({ActionKind::kReverse, a + 1, 0, -1});
-        return k;
-      case kSweep:
-        out->push_back({ActionKind::kAdvance, a, a + l - 1, -1});
-        out->push_back({ActionKind::kReverse, a + l, 0, -1});
-        out->push_back({ActionKind::kRead, a, 0, k});
-        return Emit(l - 1, k, ci, a, out);
-      case kSplit: {
-        uint64_t j = arg_j_[i];
-        int k2 = arg_k_[i];
-        out->push_back({ActionKind::kAdvance, a, a + j, -1});
-        out->push_back({ActionKind::kWrite, a + j, 0, k2});
-        int where = Emit(l - j, k2, Take(ci, k2), a + j, out);
-        out->push_back({ActionKind::kFree, a + j, 0, where});
-        out->push_back({ActionKind::kRead, a, 0, k});
-        return Emit(j, k, ci, a, out);
+    struct Pending {
+      uint64_t a, j;  // after the right part from x_{a+j}: free it, read x_a, solve [a, a+j]
+      int k;
+      size_t ci;
+    };
+    std::vector<Pending> stack;
+    int where = k;
+    for (;;) {
+      for (bool done = false; !done;) {
+        size_t i = Index(l, k, ci);
+        switch (choice_[i]) {
+          case kSweep:
+            out->push_back({ActionKind::kAdvance, a, a + l - 1, -1});
+            out->push_back({ActionKind::kReverse, a + l, 0, -1});
+            out->push_back({ActionKind::kRead, a, 0, k});
+            l -= 1;
+            break;
+          case kSplit: {
+            uint64_t j = arg_j_[i];
+            int k2 = arg_k_[i];
+            out->push_back({ActionKind::kAdvance, a, a + j, -1});
+            out->push_back({ActionKind::kWrite, a + j, 0, k2});
+            stack.push_back({a, j, k, ci});
+            a += j;
+            l -= j;
+            k = k2;
+            ci = Take(ci, k2);
+            break;
+          }
+          case kMove: {
+            int k2 = arg_k_[i];
+            out->push_back({ActionKind::kWrite, a, 0, k2});
+            out->push_back({ActionKind::kFree, a, 0, k});
+            ci = Give(Take(ci, k2), k);
+            k = k2;
+            break;
+          }
+          case kReverseOne:
+            out->push_back({ActionKind::kReverse, a + 1, 0, -1});
+            [[fallthrough]];
+          default:  // kNone: unreachable for a filled, feasible table
+            where = k;
+            done = true;
+        }
       }
-      case kMove: {
-        int k2 = arg_k_[i];
-        out->push_back({ActionKind::kWrite, a, 0, k2});
-        out->push_back({ActionKind::kFree, a, 0, k});
-        return Emit(l, k2, Give(Take(ci, k2), k), a, out);
-      }
-      default:
-        return k;  // unreachable for a filled, feasible table
+      if (stack.empty()) return where;
+      const Pending p = stack.back();
+      stack.pop_back();
+      out->push_back({ActionKind::kFree, p.a + p.j, 0, where});
+      out->push_back({ActionKind::kRead, p.a, 0, p.k});
+      a = p.a;
+      l = p.j;
+      k = p.k;
+      ci = p.ci;
     }
   }
 
@@ -481,7 +509,9 @@ class Planner {
     for (uint64_t s : tries) {
       if (s == 0) continue;
       const uint64_t forward = *RevolveForwardSteps(n_, s);
-      if (costs_.forward * forward + costs_.backward * n_ >= best->cost) continue;
+      if (!best->method.empty() && costs_.forward * forward + costs_.backward * n_ >= best->cost) {
+        continue;
+      }
       Counter c(s);
       c.writes[0] = 1;  // x_0
       RevolveTraverse(0, n_, s, 0, c);
@@ -502,7 +532,8 @@ class Planner {
   // checkpoints over `inner`. The count of segments is searched over a geometric grid and
   // refined around the best point.
   void SearchPeriodic(int outer, const std::vector<int>& inner, Candidate* best) {
-    bound_ = best->cost;
+    bound_ = best->method.empty() ? std::numeric_limits<double>::infinity() : best->cost;
+    bounded_ = !best->method.empty();
     const uint64_t max_segments = std::min(cap_[outer], n_);
     uint64_t inner_total = 0;
     for (int k : inner) inner_total += cap_[k];
@@ -517,7 +548,8 @@ class Planner {
         if (Better(c, local)) {
           local = std::move(c);
           best_m = m;
-          bound_ = std::min(bound_, local.cost);
+          bound_ = bounded_ ? std::min(bound_, local.cost) : local.cost;
+          bounded_ = true;
         }
       }
     };
@@ -584,7 +616,7 @@ class Planner {
         }
         f[l] = v;
         first[l] = how;
-        count[l] = how ? 1 + count[l - how] : (last_moved[l] ? 0 : 1);
+        count[l] = how ? 1 + count[l - how] : (l <= jmax && last_moved[l] ? 0 : 1);
       }
       return count[n_];
     };
@@ -689,9 +721,13 @@ class Planner {
     return out;
   }
 
+  // Whether `a` is a plan and cheaper than `b`, or `b` is none (no method). Costs may be
+  // infinite (plan takes "inf" seconds): then the first plan found stands.
   static bool Better(const Candidate& a, const Candidate& b) {
-    // A relative margin: the same plan reached by two routes sums its costs in other orders.
+    if (a.method.empty()) return false;
+    if (b.method.empty()) return true;
     if (!std::isfinite(b.cost)) return std::isfinite(a.cost);
+    // A relative margin: the same plan reached by two routes sums its costs in other orders.
     return a.cost < b.cost - 1e-12 * std::abs(b.cost);
   }
 
@@ -733,6 +769,7 @@ class Planner {
       }
       if (!std::isfinite(storage)) return best;
       c.cost = costs_.forward * k.forward + costs_.backward * len + storage;
+      c.method = "segment";  // a part of a segmented candidate
       c.forward = k.forward;
       c.slots = s;
       c.moved = moved;
@@ -763,7 +800,7 @@ class Planner {
       }
       const double bound = costs_.forward * forward + costs_.backward * n_ + held * o.write +
                             (m - 1) * o.read;
-      if (bound >= bound_) return Candidate();
+      if (bounded_ && bound >= bound_) return Candidate();
     }
     std::vector<uint64_t> writes(s, 0), reads(s, 0);
     uint64_t forward = n_ - (q + (longer ? 1 : 0));  // the first sweep, to the last start
@@ -877,7 +914,9 @@ class Planner {
   const StepCosts costs_;
   std::vector<uint64_t> cap_;  // slots of each level worth using: at most N
   std::vector<int> usable_;    // levels with a slot
-  double bound_ = std::numeric_limits<double>::infinity();  // the best cost SearchPeriodic knows
+  // The best cost SearchPeriodic knows, once it knows a plan.
+  double bound_ = std::numeric_limits<double>::infinity();
+  bool bounded_ = false;
 };
 
 }  // namespace
@@ -901,9 +940,9 @@ Result<Schedule> MultiLevel(uint64_t steps, const std::vector<Level>& levels, St
   int store_all = -1;
   for (int k : usable) {
     if (levels[k].slots < steps) continue;
-    double cost = StoreAll(steps, levels[k], k, costs).cost;
     Candidate c;
-    c.cost = cost;
+    c.method = "store-all";
+    c.cost = StoreAll(steps, levels[k], k, costs).cost;
     if (Planner::Better(c, best)) {
       best = c;
       store_all = k;
@@ -924,11 +963,8 @@ Result<Schedule> MultiLevel(uint64_t steps, const std::vector<Level>& levels, St
     for (int k : usable) subsets.push_back({k});
     subsets.push_back(usable);
   }
-  bool fast = false;
   for (const auto& s : subsets) {
-    Candidate before = best;
     planner.SearchBinomial(s, &best);
-    fast |= best.cost != before.cost;
   }
   for (int outer : usable) {
     std::vector<std::vector<int>> inners = {{}};
@@ -936,9 +972,7 @@ Result<Schedule> MultiLevel(uint64_t steps, const std::vector<Level>& levels, St
       if (std::find(s.begin(), s.end(), outer) == s.end()) inners.push_back(s);
     }
     for (const auto& inner : inners) {
-      Candidate before = best;
       planner.SearchPeriodic(outer, inner, &best);
-      fast |= best.cost != before.cost;
     }
   }
   // Segments of any length: each level outermost over each subset of the others (no subset
@@ -951,13 +985,11 @@ Result<Schedule> MultiLevel(uint64_t steps, const std::vector<Level>& levels, St
         if (std::find(s.begin(), s.end(), outer) == s.end()) inners.push_back(s);
       }
       for (const auto& inner : inners) {
-        Candidate before = best;
         planner.SearchSegments(outer, inner, budget, &best);
-        fast |= best.cost != before.cost;
       }
     }
   }
-  if (fast) store_all = -1;
+  if (best.method != "store-all") store_all = -1;
   // The exact table where it is computable: on a tie it names the plan, but for store-all,
   // which is the simpler schedule to run and to read.
   if (options.exact) {
@@ -972,6 +1004,7 @@ Result<Schedule> MultiLevel(uint64_t steps, const std::vector<Level>& levels, St
       return exact.status();
     }
   }
+  if (best.method.empty()) return Status::Internal("no plan found for " + std::to_string(steps) + " steps");
   Schedule s;
   if (store_all >= 0) {
     s = StoreAll(steps, levels[store_all], store_all, costs);
