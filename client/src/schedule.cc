@@ -1000,9 +1000,8 @@ Result<Schedule> MultiLevel(uint64_t steps, const std::vector<Level>& levels, St
         if (!options.actions) exact->actions.clear();
         return exact;
       }
-    } else if (exact.status().code() != Code::kResourceExhausted) {
-      return exact.status();
     }
+    // Else too large, or no finite plan in it (infinite costs): the fast plan stands.
   }
   if (best.method.empty()) return Status::Internal("no plan found for " + std::to_string(steps) + " steps");
   Schedule s;
