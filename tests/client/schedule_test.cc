@@ -236,5 +236,197 @@ TEST(HRevolve, RefusesTablesTooLargeToCompute) {
   EXPECT_TRUE(HRevolve(200, {{"a", 60, 1, 1}, {"b", 60, 5, 5}}, {1, 2}).ok());
 }
 
+// Levels with random slots and costs; the first free and small, the rest dearer and larger, as
+// host, local disk and shared disk are.
+std::vector<Level> RandomLevels(std::mt19937& rng, int k, uint64_t max_slots) {
+  std::uniform_real_distribution<double> cost(0, 3);
+  std::vector<Level> levels;
+  for (int l = 0; l < k; ++l) {
+    uint64_t slots = 1 + rng() % (l == 0 ? std::max<uint64_t>(max_slots / 8, 1) : max_slots);
+    levels.push_back(Level{"L" + std::to_string(l), slots, l == 0 ? 0.0 : cost(rng) * l,
+                           l == 0 ? 0.0 : cost(rng) * l});
+  }
+  return levels;
+}
+
+PlanOptions FastOnly() {
+  PlanOptions o;
+  o.exact = false;
+  return o;
+}
+
+TEST(MultiLevel, BinomialCheckpointsReachRevolvesForwardStepCount) {
+  // With free storage the plan's forward steps are p(N, s) over all slots: the split rule keeps
+  // every segment on the closed form's linear pieces.
+  for (uint64_t s = 1; s <= 12; ++s) {
+    for (uint64_t n = 2; n <= 150; ++n) {
+      auto plan = MultiLevel(n, {Level{"memory", s, 0, 0}}, {1, 0}, FastOnly());
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      EXPECT_EQ(plan->forward_steps, *RevolveForwardSteps(n, s)) << "N=" << n << " s=" << s;
+    }
+  }
+  for (uint64_t n : {1000u, 2000u, 12345u}) {
+    auto plan = MultiLevel(n, {{"host", 16, 0, 0}, {"disk", 100, 0, 0}}, {1, 0}, FastOnly());
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->forward_steps, *RevolveForwardSteps(n, 116)) << "N=" << n;
+  }
+}
+
+TEST(MultiLevel, EveryPlanReplaysAndItsCountsMatchTheReplay) {
+  std::mt19937 rng(60);
+  std::uniform_real_distribution<double> step(0.5, 2);
+  int planned = 0;
+  for (int trial = 0; trial < 110; ++trial) {
+    const int k = 1 + trial % 3;
+    const uint64_t n = trial < 100 ? 2 + rng() % 300 : 1000 + rng() % 5000;
+    std::vector<Level> levels = RandomLevels(rng, k, trial < 100 ? 40 : 600);
+    StepCosts c{step(rng), step(rng)};
+    {
+      auto plan = MultiLevel(n, levels, c, FastOnly());
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      Schedule m;
+      Status replayed = Replay(*plan, levels, c, &m);
+      ASSERT_TRUE(replayed.ok()) << "trial " << trial << " " << plan->method << ": "
+                                 << replayed.ToString();
+      EXPECT_NEAR(m.cost, plan->cost, 1e-9 * plan->cost) << "trial " << trial;
+      EXPECT_EQ(m.forward_steps, plan->forward_steps);
+      for (int l = 0; l < k; ++l) EXPECT_LE(m.peak_slots[l], levels[l].slots);
+      // Counted without actions, the same plan: same method, cost and per-level counts.
+      auto counted = MultiLevel(n, levels, c, [] {
+        PlanOptions q = FastOnly();
+        q.actions = false;
+        return q;
+      }());
+      ASSERT_TRUE(counted.ok());
+      EXPECT_TRUE(counted->actions.empty());
+      EXPECT_EQ(counted->method, plan->method) << "trial " << trial;
+      EXPECT_EQ(counted->forward_steps, m.forward_steps) << "trial " << trial;
+      EXPECT_NEAR(counted->cost, m.cost, 1e-9 * m.cost) << "trial " << trial;
+      EXPECT_EQ(counted->writes, m.writes) << "trial " << trial << " " << plan->method;
+      EXPECT_EQ(counted->reads, m.reads) << "trial " << trial << " " << plan->method;
+      EXPECT_EQ(counted->peak_slots, m.peak_slots) << "trial " << trial << " " << plan->method;
+      ++planned;
+    }
+  }
+  EXPECT_EQ(planned, 110);
+}
+
+TEST(MultiLevel, IsWithinOnePercentOfTheExactTableWhereItIsComputable) {
+  std::mt19937 rng(2060);
+  std::uniform_real_distribution<double> step(0.2, 2);
+  int compared = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int k = 1 + trial % 3;
+    const uint64_t n = 2 + rng() % (k == 3 ? 60 : 300);
+    std::vector<Level> levels = RandomLevels(rng, k, k == 3 ? 6 : 20);
+    StepCosts c{step(rng), step(rng)};
+    auto exact = HRevolve(n, levels, c);
+    if (!exact.ok()) continue;
+    auto plan = MultiLevel(n, levels, c);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_LE(plan->cost, exact->cost * 1.01) << "trial " << trial << " N=" << n;
+    ++compared;
+  }
+  EXPECT_GT(compared, 50);
+}
+
+// Revolve's schedule of least forward steps on one level, and store-all where it fits, each
+// costed on that level by Replay: the plan over all the levels is never dearer.
+TEST(MultiLevel, NeverCostsMoreThanRevolveOnAnyOneLevelOrStoreAll) {
+  std::mt19937 rng(6060);
+  std::uniform_real_distribution<double> step(0.2, 2);
+  int compared = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    const int k = 2 + trial % 2;
+    const uint64_t n = 200 + rng() % 600;
+    std::vector<Level> levels = RandomLevels(rng, k, n + n / 4);
+    StepCosts c{step(rng), step(rng)};
+    auto plan = MultiLevel(n, levels, c);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    for (int l = 0; l < k; ++l) {
+      if (levels[l].slots >= n) {
+        Schedule all = StoreAll(n, levels[l], l, c);
+        EXPECT_LE(plan->cost, all.cost * (1 + 1e-12)) << "trial " << trial << " level " << l;
+        continue;
+      }
+      auto revolve = Revolve(n, levels[l].slots);
+      ASSERT_TRUE(revolve.ok()) << revolve.status().ToString();
+      Schedule m;
+      ASSERT_TRUE(Replay(*revolve, {levels[l]}, c, &m).ok());
+      EXPECT_LE(plan->cost, m.cost * (1 + 1e-12)) << "trial " << trial << " level " << l;
+      ++compared;
+    }
+    // No plan recomputes less than Revolve with every slot.
+    uint64_t slots = 0;
+    for (const auto& l : levels) slots = std::min<uint64_t>(slots + l.slots, n);
+    EXPECT_GE(plan->forward_steps, *RevolveForwardSteps(n, slots));
+  }
+  EXPECT_GT(compared, 16);
+}
+
+TEST(MultiLevel, TheDocsExampleUsesTheDiskTierWithinOneAndAHalfRecomputation) {
+  // 2000 steps of 64 MiB; 4 GiB of host tier (64 slots) and 60 GiB of disk (960).
+  auto plan = MultiLevel(2000, {{"host", 64, 0, 0}, {"disk", 960, 0, 0}}, {1, 0});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->method, "multistage");
+  EXPECT_EQ(plan->forward_steps, *RevolveForwardSteps(2000, 64 + 960));
+  EXPECT_GT(plan->peak_slots[1], 0u);
+  EXPECT_LE(plan->RecomputationFactor(), 1.5);
+  // Disk dearer than recomputation: the plan weighs it rather than filling it.
+  auto dear = MultiLevel(2000, {{"host", 64, 0, 0}, {"disk", 960, 50, 50}}, {1, 1});
+  ASSERT_TRUE(dear.ok());
+  EXPECT_LT(dear->writes[1], plan->writes[1]);
+}
+
+TEST(MultiLevel, PlansOneHundredThousandStepsOverThreeLevels) {
+  // Host, local disk and shared disk with asymmetric costs; the schedule is emitted and replayed
+  // (docs/schedules.md gives the time this takes).
+  const std::vector<Level> levels = {
+      {"host", 64, 0.01, 0.01}, {"disk", 960, 0.3, 0.2}, {"shared-disk", 5000, 1, 0.8}};
+  auto plan = MultiLevel(100000, levels, {0.5, 1});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  Schedule m;
+  ASSERT_TRUE(Replay(*plan, levels, {0.5, 1}, &m).ok());
+  EXPECT_NEAR(m.cost, plan->cost, 1e-9 * plan->cost);
+  int used = 0;
+  for (size_t l = 0; l < levels.size(); ++l) {
+    EXPECT_LE(m.peak_slots[l], levels[l].slots);
+    used += m.peak_slots[l] > 0;
+  }
+  EXPECT_GE(used, 2) << plan->method;
+  // Cheaper than Revolve on the host tier alone: p(N, 64) steps and nothing else.
+  EXPECT_LT(plan->cost, 0.5 * *RevolveForwardSteps(100000, 64) + 100000 * 1.0);
+  // With free storage, every slot of the three levels: Revolve's count over all of them.
+  auto free_storage = MultiLevel(
+      100000, {{"host", 64, 0, 0}, {"disk", 960, 0, 0}, {"shared-disk", 5000, 0, 0}}, {1, 0});
+  ASSERT_TRUE(free_storage.ok());
+  EXPECT_EQ(free_storage->forward_steps, *RevolveForwardSteps(100000, 64 + 960 + 5000));
+  EXPECT_EQ(free_storage->method, "multistage");
+}
+
+TEST(MultiLevel, StoresAllWhereALevelHoldsEveryState) {
+  // The exact table and binomial checkpoints tie with store-all here; store-all names the plan.
+  auto host = MultiLevel(100, {{"host", 100, 0, 0}, {"disk", kUnlimited, 0, 0}}, {1, 0});
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ(host->method, "store-all");
+  EXPECT_EQ(host->forward_steps, 99u);
+  EXPECT_EQ(host->peak_slots, (std::vector<uint64_t>{100, 0}));
+  // Only the disk holds them all, and its traffic costs less than recomputing.
+  auto disk = MultiLevel(100, {{"host", 4, 0, 0}, {"disk", kUnlimited, 0.1, 0.1}}, {1, 0});
+  ASSERT_TRUE(disk.ok());
+  EXPECT_EQ(disk->forward_steps, 99u);
+  EXPECT_GT(disk->peak_slots[1], 0u);
+}
+
+TEST(MultiLevel, RefusesPlansWithoutASlotOrSteps) {
+  EXPECT_EQ(MultiLevel(10, {{"host", 0, 0, 0}}, {1, 0}).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(MultiLevel(0, {{"host", 4, 0, 0}}, {1, 0}).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(MultiLevel(10, {}, {1, 0}).status().code(), Code::kInvalidArgument);
+  // One step needs no slot.
+  auto one = MultiLevel(1, {{"host", 0, 0, 0}}, {1, 2});
+  ASSERT_TRUE(one.ok());
+  EXPECT_DOUBLE_EQ(one->cost, 2);
+}
+
 }  // namespace
 }  // namespace adjsnap::schedule

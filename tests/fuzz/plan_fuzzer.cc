@@ -2,15 +2,17 @@
 // --compute-time, --backward-time, --codec, --codec-param, --dtype, --codec-ratio) and the Stats
 // answer whose tiers become the schedule's levels, through adjsnap's own Plan
 // (client/tools/adjsnap/plan.cc) and the schedule library it calls (client/src/schedule.cc:
-// StoreAll, HRevolve, Revolve's closed form). Its output and errors go to /dev/null; --json is
+// MultiLevel, and through it StoreAll, HRevolve and the binomial and periodic candidates), and
+// --level, whose levels replace the tiers. Its output and errors go to /dev/null; --json is
 // chosen by the input.
 //
 // Input: u16 text length, then that much text, one value a line: the first seven values in the
 // order above (missing ones are empty, --codec defaults to none, --dtype to float32), a line that
-// asks for --json when it is not empty, then --codec-ratio; the rest is a
-// adjsnap.v1.StatsResponse (an input whose rest does not parse is skipped). Steps are capped at
-// 10^6 and each tier's budget at 2^40 so that one input stays a fraction of a second: larger
-// values only make the same tables longer.
+// asks for --json when it is not empty, then --codec-ratio, then the --level values separated by
+// spaces; the rest is a adjsnap.v1.StatsResponse (an input whose rest does not parse is
+// skipped). Steps are capped at 10^5 and each tier's budget at 2^40 so that one input stays a
+// fraction of a second: larger values take the planner's same paths, longer (10^6 steps over
+// three levels of unlimited slots take seconds under the sanitizers).
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <sanitizer/common_interface_defs.h>
@@ -107,6 +109,10 @@ void WriteSeeds() {
       "bitcomp_ratio_json",
       PlanInput({"2000", "64M", "0.05", "", "bitcomp", "", "float32", "json", "3.4"}, fresh));
   fuzz::WriteSeed("zero_steps", PlanInput({"0", "1M", "", "", "none", "", "float32", ""}, fresh));
+  fuzz::WriteSeed("levels_json",
+                  PlanInput({"2000", "64M", "0.05", "0.1", "none", "", "float32", "json", "",
+                             "host:64:0.005:0.005 disk:960:0.3:0.2 shared-disk:unlimited:1:0.8"},
+                            fresh));
 }
 
 }  // namespace
@@ -134,18 +140,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   size_t text = std::min<size_t>(bytes[0] | (size_t{bytes[1]} << 8), size - 2);
   std::istringstream lines(std::string(reinterpret_cast<const char*>(bytes + 2), text));
   cli::PlanArgs a;
-  std::string json;
+  std::string json, levels;
   for (std::string* field : {&a.steps, &a.bytes, &a.forward, &a.backward, &a.codec, &a.codec_param,
-                             &a.dtype, &json, &a.codec_ratio}) {
+                             &a.dtype, &json, &a.codec_ratio, &levels}) {
     std::string line;
     if (!std::getline(lines, line)) break;
     *field = line;
   }
+  std::istringstream level_words(levels);
+  for (std::string level; level_words >> level;) a.levels.push_back(level);
   if (a.codec.empty()) a.codec = "none";
   if (a.dtype.empty()) a.dtype = "float32";
   if (a.dtype != "float32" && a.dtype != "float64") return 0;  // CLI11 refuses other values
   uint64_t steps = 0;
-  if (ParseCount(a.steps, &steps) && steps > 1000000) return 0;
+  if (ParseCount(a.steps, &steps) && steps > 100000) return 0;
   v1::StatsResponse stats;
   if (!stats.ParseFromArray(bytes + 2 + text, static_cast<int>(size - 2 - text))) return 0;
   for (const auto& t : stats.tiers()) {

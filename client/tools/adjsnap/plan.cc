@@ -129,6 +129,32 @@ bool ParseSeconds(const char* flag, const std::string& text, double* seconds) {
   return true;
 }
 
+// One --level NAME:SLOTS:WRITE:READ; false after saying why not. NAME is a tier's name as plan
+// reports it; SLOTS a count of steps or "unlimited"; WRITE and READ seconds per step.
+bool ParseLevel(const std::string& text, schedule::Level* l) {
+  std::vector<std::string> f;
+  size_t from = 0;
+  for (size_t colon; (colon = text.find(':', from)) != std::string::npos; from = colon + 1) {
+    f.push_back(text.substr(from, colon - from));
+  }
+  f.push_back(text.substr(from));
+  const char* want = "--level must be NAME:SLOTS:WRITE:READ (NAME host, disk or shared-disk; "
+                     "SLOTS a count or unlimited; WRITE and READ seconds per step), got '";
+  if (f.size() != 4 || (f[0] != "host" && f[0] != "disk" && f[0] != "shared-disk")) {
+    Error("plan", want + text + "'");
+    return false;
+  }
+  l->name = f[0];
+  if (f[1] == "unlimited") {
+    l->slots = schedule::kUnlimited;
+  } else if (!ParseCount(f[1], &l->slots)) {
+    Error("plan", want + text + "'");
+    return false;
+  }
+  return ParseSeconds("--level's WRITE", f[2], &l->write) &&
+         ParseSeconds("--level's READ", f[3], &l->read);
+}
+
 }  // namespace
 
 int Plan(const PlanArgs& a, Output& out,
@@ -159,8 +185,21 @@ int Plan(const PlanArgs& a, Output& out,
   Compression comp;
   if (!ParseCompression(a, &comp)) return kExitUsage;
   if (backward < 0) backward = forward;
+  std::vector<schedule::Level> levels;
+  std::vector<std::string> cost_source;
+  for (const std::string& text : a.levels) {
+    schedule::Level l;
+    if (!ParseLevel(text, &l)) return kExitUsage;
+    if (forward == 0) l.write = l.read = 0;
+    levels.push_back(l);
+    cost_source.push_back(forward > 0 ? "given by --level" : "ignored (no --compute-time)");
+  }
+  if (!levels.empty() && comp.codec != v1::CODEC_NONE) {
+    return UsageError("plan", "--level gives each level's slots in steps: --codec " + a.codec +
+                                  " has nothing to shrink");
+  }
   v1::StatsResponse r;
-  if (!stats(&r)) return kExitFailed;
+  if (levels.empty() && !stats(&r)) return kExitFailed;
   if (comp.InHost() && !comp.given) {
     // The ratio of a GPU codec is the solver's data's: adjsnapd cannot measure it for a run
     // that has not been pushed.
@@ -175,14 +214,15 @@ int Plan(const PlanArgs& a, Output& out,
     }
   }
 
-  // This node's tiers as schedule levels: capacity in snapshots, measured costs per snapshot.
-  std::vector<schedule::Level> levels;
-  std::vector<std::string> cost_source;
+  // This node's tiers as schedule levels (unless --level gave them): capacity in snapshots,
+  // measured costs per snapshot.
+  const bool given = !levels.empty();
   // A step's size in each tier: smaller on disk when it is compressed on its way there, and in
   // host memory too when it is compressed on the GPU. Its transfers are smaller alike.
   const uint64_t disk_bytes = comp.codec == v1::CODEC_NONE ? bytes : StoredBytes(bytes, comp);
   const uint64_t host_bytes = comp.InHost() ? disk_bytes : bytes;
   for (const auto& t : r.tiers()) {
+    if (given) break;
     schedule::Level l;
     // A node with shared spools reports them as a disk tier of their own: a third level.
     l.name = TierLabel(t);
@@ -200,29 +240,11 @@ int Plan(const PlanArgs& a, Output& out,
     levels.push_back(l);
   }
   schedule::StepCosts costs{forward > 0 ? forward : 1.0, forward > 0 ? backward : 0.0};
-  std::string note;
-  Result<schedule::Schedule> plan = schedule::Schedule();
-  uint64_t total_slots = 0;
-  for (const auto& l : levels) total_slots += l.slots;
-  if (!levels.empty() && levels[0].slots >= steps) {
-    plan = schedule::StoreAll(steps, levels[0], 0, costs);
-  } else {
-    plan = schedule::HRevolve(steps, levels, costs);
-    if (!plan.ok() && plan.status().code() == Code::kResourceExhausted && total_slots > 0) {
-      // Too large for the exact table: Revolve's closed form on the fastest tier.
-      auto fwd = schedule::RevolveForwardSteps(steps, levels[0].slots);
-      if (fwd.ok()) {
-        schedule::Schedule closed;
-        closed.method = "revolve (closed form; storage costs not optimised)";
-        closed.steps = steps;
-        closed.forward_steps = *fwd;
-        closed.cost = *fwd * costs.forward + steps * costs.backward;
-        closed.peak_slots = {std::min(levels[0].slots, steps)};
-        plan = closed;
-        note = "exact multi-level table too large for this size";
-      }
-    }
-  }
+  // Counts and cost only: plan prints no actions, and those of a 10^6-step run would be
+  // ~100 MB.
+  schedule::PlanOptions options;
+  options.actions = false;
+  Result<schedule::Schedule> plan = schedule::MultiLevel(steps, levels, costs, options);
   if (!plan.ok()) {
     Error("plan", plan.status().message());
     return kExitFailed;
@@ -267,7 +289,7 @@ int Plan(const PlanArgs& a, Output& out,
                     comp.InHost() ? "in host memory and on disk" : "on disk",
                     comp.source.c_str()));
   }
-  out.Line("schedule      " + p.method + (note.empty() ? "" : "  -- " + note));
+  out.Line("schedule      " + p.method);
   Table t({{"TIER", 8, true},
            {"SLOTS FREE", 14},
            {"SNAPSHOTS", 12},
@@ -296,7 +318,9 @@ void AddPlanCommand(CLI::App& app, Action* action) {
       "plan", "checkpoint schedule for an adjoint run of N steps of S bytes on this node");
   plan->footer(
       "Capacities are this node's free tier space; write and read costs are what adjsnapd\n"
-      "has measured. Without --compute-time it minimises forward steps.");
+      "has measured (or each --level's). Without --compute-time it minimises forward steps.\n"
+      "The schedule is store-all, h-revolve, revolve, multistage, periodic or segmented\n"
+      "(docs/schedules.md).");
   plan->add_option("--steps", a->steps, "steps of the run (N > 0)")->type_name("N")->required();
   plan->add_option("--bytes-per-step", a->bytes, "bytes of one step: 64M, 1G, ...")
       ->type_name("S")
@@ -318,6 +342,11 @@ void AddPlanCommand(CLI::App& app, Action* action) {
   plan->add_option("--codec-ratio", a->codec_ratio,
                    "the compression ratio measured on the run's data (R >= 1; not zfp-rate)")
       ->type_name("R");
+  plan->add_option("--level", a->levels,
+                   "NAME:SLOTS:WRITE:READ, once per level: plan over these instead of this "
+                   "node's tiers (NAME host, disk or shared-disk; SLOTS in steps or unlimited; "
+                   "WRITE and READ seconds per step)")
+      ->type_name("LEVEL");
   plan->add_option("--dtype", a->dtype, "float32 or float64 (zfp-rate's ratio)")
       ->type_name("DTYPE")
       ->capture_default_str()

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "output.h"
 #include "adjsnap/v1/control.pb.h"
@@ -20,10 +21,13 @@ struct PlanArgs {
   std::string codec_param;  // empty = not given
   std::string codec_ratio;  // the ratio measured on the run's data; empty = not given
   std::string dtype = "float32";
+  // --level NAME:SLOTS:WRITE:READ, in order: plan over these levels instead of this node's
+  // tiers (adjsnapd is not asked).
+  std::vector<std::string> levels;
 };
 
-// Checks `a`, asks `stats` for this node's tiers (false: it could not, and said why), and
-// prints the plan to `out`. Returns the exit code.
+// Checks `a`, asks `stats` for this node's tiers (false: it could not, and said why) unless
+// `a.levels` gives the levels, and prints the plan to `out`. Returns the exit code.
 int Plan(const PlanArgs& a, Output& out, const std::function<bool(v1::StatsResponse*)>& stats);
 
 }  // namespace adjsnap::cli
