@@ -475,7 +475,7 @@ class Planner {
     }
   }
 
-  const std::vector<int>& usable() const { return usable_; }
+  const std::vector<int>& Usable() const { return usable_; }
 
   // Binomial checkpoints over the levels in `allowed`, for each total slot count worth trying.
   void SearchBinomial(const std::vector<int>& allowed, Candidate* best) {
@@ -930,7 +930,7 @@ Result<Schedule> MultiLevel(uint64_t steps, const std::vector<Level>& levels, St
   }
   if (steps == 1) return HRevolve(steps, {levels[0]}, costs);
   Planner planner(steps, levels, costs);
-  const std::vector<int>& usable = planner.usable();
+  const std::vector<int>& usable = planner.Usable();
   if (usable.empty()) {
     return Status::InvalidArgument("no storage level has a slot; reversing " +
                                    std::to_string(steps) + " steps needs at least one");
