@@ -53,13 +53,19 @@ uint64_t MostRepetitions(const Schedule& sched) {
 }
 
 // The bounds of online_schedule.h, and exact states for every reverse step (Replay), for every
-// N a run could stop at. One forward pass per slot count: a copy of the schedule at step N-1
-// is finished there.
+// N a run could stop at up to 600 (the worst ratios to the offline optimum lie below
+// C(s + 2, 2): N = 559 for 32 slots), then every seventh N up to 2000 (each Replay is O(N t);
+// every N there took half a minute under the sanitizers). One forward pass per slot count: a
+// copy of the schedule at step N-1 is finished there.
 TEST(OnlineSchedule, EveryStopWithinThePublishedAndTheOneSweepBounds) {
   for (uint64_t s : {1, 2, 3, 4, 5, 8, 10, 16, 32, 64}) {
     auto os = OnlineSchedule::Create(s);
     ASSERT_TRUE(os.ok());
     for (uint64_t n = 1; n <= 2000; ++n) {
+      if (n > 600 && n % 7 != 0 && n != 2000) {
+        ASSERT_TRUE(os->Advance().ok());
+        continue;
+      }
       OnlineSchedule stopped = *os;
       ASSERT_TRUE(stopped.Finish().ok());
       Schedule m;
