@@ -12,7 +12,7 @@
 # namespaces (tests/cluster) and the shared spool class on a real GlusterFS volume; then
 # rebuilds everything with clang, AddressSanitizer + UndefinedBehaviorSanitizer and
 # -Werror=thread-safety (the locking contracts in the code hold), runs every C++ test again,
-# and runs each libFuzzer target (tests/fuzz) for 10 s over its corpus. A hung test fails with the stacks of its threads and of its daemons' (per-test
+# and runs each libFuzzer target (tests/fuzz) for 6 s over its corpus. A hung test fails with the stacks of its threads and of its daemons' (per-test
 # timeouts in tests/CMakeLists.txt and client/python/pyproject.toml).
 #   bash tests/run.sh            # both passes
 #   ADJSNAP_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only (and the naming check)
@@ -32,6 +32,8 @@ ADJSNAP_NVCOMP_ROOT=$(build-deps/nvcomp/bin/python -c \
 export ADJSNAP_NVCOMP_ROOT
 
 jobs=$(nproc)
+# Minutes and seconds since the start, on every stage's header: where CI's time goes.
+elapsed() { printf '%d:%02d' $((SECONDS / 60)) $((SECONDS % 60)); }
 run_pass() {  # run_pass BUILD_DIR [cmake args...]: configures (when given arguments), builds, tests
   local dir=$1
   shift
@@ -64,12 +66,12 @@ cmake --build build-clang -j "$jobs" --target adjsnap_proto_objects > build-clan
 nice -n 19 bash tests/lint/naming.sh build-clang > build-clang/naming.out 2>&1 &
 naming=$!
 
-echo "== adjsnap tests"
+echo "== [$(elapsed)] adjsnap tests"
 run_pass build-tests
 
 gpu_tests=$(ctest --test-dir build-tests -N -L gpu | sed -n 's/^Total Tests: //p')
 if ((${gpu_tests:-0} > 0)); then
-  echo "== the GPU check's pack, from build-tests: whole without adjsnap's dependencies (dry run)"
+  echo "== [$(elapsed)] the GPU check's pack, from build-tests: whole without adjsnap's dependencies (dry run)"
   bash tests/gpu/pack.sh --from build-tests --out build-tests/gpu-pack
   # The tarball is what travels: the dry run checks the pack it unpacks to.
   rm -rf build-tests/gpu-unpacked && mkdir build-tests/gpu-unpacked
@@ -77,7 +79,7 @@ if ((${gpu_tests:-0} > 0)); then
   bash tests/gpu/run.sh --dry-run build-tests/gpu-unpacked/gpu-pack
 fi
 
-echo "== the docs' shell lines as written (install.md, operations.md, schedules.md, python.md),"
+echo "== [$(elapsed)] the docs' shell lines as written (install.md, operations.md, schedules.md, python.md),"
 echo "   on the tree build-tests installs: the Python package in python.md's venv, its tests"
 echo "   against the installed adjsnapd"
 doc_home=$PWD/build-tests/doc-home
@@ -93,27 +95,27 @@ python3 tests/report_skips.py --junit build-tests/pytest-junit.xml --name "pytes
 rm -rf build-tests/python
 ln -s doc-home/.venvs/adjsnap build-tests/python
 
-echo "== the backward pass's guard: the adjoint workload at 1 GiB, fits and spills, three times on"
+echo "== [$(elapsed)] the backward pass's guard: the adjoint workload at 1 GiB, fits and spills, three times on"
 echo "   fresh daemons, beside memcpy and O_DIRECT in the same run (client/python/bench/peers.py"
 echo "   --guard); fails only on a gross regression (docs/benchmarks.md, \"The guard\")"
 build-tests/python/bin/python client/python/bench/peers.py --adjsnapd build-tests/daemon/adjsnapd \
   --guard --workdir "$PWD/build-tests"
 
-echo "== under load: the spill and compress-at-ingest Devito tests and the C++ store, tiering,"
+echo "== [$(elapsed)] under load: the spill and compress-at-ingest Devito tests and the C++ store, tiering,"
 echo "   spill and many-solver tests, run after run for 2 minutes beside 2 minutes of the soak"
 echo "   (tests/soak: 16 clients, kills, restarts, a failing spool; every byte checked)"
 ADJSNAP_LOAD_PYTEST_K="test_devito_gradient and (compress or lossy_zfp or Disk)" \
   ADJSNAP_LOAD_BESIDE="bash tests/soak/run.sh --build build-tests --minutes 2 --out build-tests/soak" \
   bash tests/load/repeat_under_load.sh --minutes 2 build-tests
 
-echo "== Slurm: a job through deploy/slurm's prolog and epilog on a real single-node Slurm"
+echo "== [$(elapsed)] Slurm: a job through deploy/slurm's prolog and epilog on a real single-node Slurm"
 if [[ $(id -u) -eq 0 ]]; then
   bash tests/slurm/slurm_test.sh build-tests
 else
   echo "skipped: starting munged and slurmd needs root"
 fi
 
-echo "== Several nodes: an MPI job across a 3-node Slurm on this machine (tests/cluster), each"
+echo "== [$(elapsed)] Several nodes: an MPI job across a 3-node Slurm on this machine (tests/cluster), each"
 echo "   node's adjsnapd started by the prolog, every rank's steps byte-exact from its own node"
 if [[ $(id -u) -eq 0 ]]; then
   bash tests/cluster/run.sh build-tests
@@ -121,7 +123,7 @@ else
   echo "skipped: network namespaces, munged and slurmd need root"
 fi
 
-echo "== The shared spool class on a real GlusterFS volume (tests/cluster/shared_tier.sh):"
+echo "== [$(elapsed)] The shared spool class on a real GlusterFS volume (tests/cluster/shared_tier.sh):"
 echo "   three-level placement, spill rate against the mount's own, a brick killed mid-run"
 if [[ $(id -u) -eq 0 && -e /dev/fuse ]]; then
   bash tests/cluster/shared_tier.sh build-tests
@@ -129,8 +131,8 @@ else
   echo "skipped: network and mount namespaces, glusterd and FUSE need root and /dev/fuse"
 fi
 if [[ "${ADJSNAP_SANITIZE_PASS:-1}" != 0 ]]; then
-  echo "== adjsnap tests built by clang with -Werror=thread-safety, under AddressSanitizer +"
-  echo "   UndefinedBehaviorSanitizer; then each libFuzzer target (tests/fuzz) for 10 s"
+  echo "== [$(elapsed)] adjsnap tests built by clang with -Werror=thread-safety, under AddressSanitizer +"
+  echo "   UndefinedBehaviorSanitizer; then each libFuzzer target (tests/fuzz) for 6 s"
   # UCX's memory hooks patch malloc/mmap, which the sanitizer runtime owns.
   export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no
   export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1
@@ -141,10 +143,10 @@ if [[ "${ADJSNAP_SANITIZE_PASS:-1}" != 0 ]]; then
   # their own sources carry the fuzzer's coverage (CMakeLists.txt, ADJSNAP_FUZZ).
   run_pass build-clang
   unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
-  bash tests/fuzz/run.sh build-clang --seconds 10
+  bash tests/fuzz/run.sh build-clang --seconds 6
 fi
 
-echo "== naming: .clang-tidy's rules (run in the background since the start)"
+echo "== [$(elapsed)] naming: .clang-tidy's rules (run in the background since the start)"
 rc=0
 wait "$naming" || rc=$?
 cat build-clang/naming.out
