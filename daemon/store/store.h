@@ -300,10 +300,6 @@ class Store final : private StoreState {
   // in the index first: nothing leaves the disk before its record has.
   void Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it,
              Catalog::Done deleted = nullptr) ADJSNAP_REQUIRES(ix_.mu);
-  // What both share once the record is dealt with: the step leaves the index, its waiters are
-  // answered, its file is removed when `disk` is given.
-  void Forget(Run& run, std::map<uint64_t, Snapshot>::iterator it, DiskTier* disk)
-      ADJSNAP_REQUIRES(ix_.mu);
   // The second half of CommitPush, once the record is written (or failed).
   Status InstallCommitted(const PushTicket& ticket, v1::SnapshotRecord rec, Status recorded)
       ADJSNAP_EXCLUDES(ix_.mu);

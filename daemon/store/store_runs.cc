@@ -343,14 +343,10 @@ void Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it, Catalog::
                                  }
                                  if (deleted) deleted(std::move(s));
                                });
-  Forget(run, it, /*disk=*/nullptr);
-}
-
-void Store::Forget(Run& run, std::map<uint64_t, Snapshot>::iterator it, DiskTier* disk) {
-  uint64_t id = run.record.run_id();
+  // The step leaves the index now; its file waits for the delete above.
   Deferred deferred;
   ReleaseSnapshotResources(
-      disk, io_.get(), id, it->second.record, std::move(it->second.waiters),
+      /*disk=*/nullptr, io_.get(), id, it->second.record, std::move(it->second.waiters),
       Status::NotFound(StepName(run.record, it->first) + " was deleted while being read"),
       deferred);
   if (it->second.record.tier() == v1::TIER_DISK) tiering_.DiskRoomFreed(ix_);
