@@ -282,6 +282,20 @@ class Table {
 // the sanitizers (plan_fuzzer's timeout found it).
 constexpr double kMaxWork = 4e8;
 
+// Checks `s`'s actions with Replay and takes its counts from what Replay measured: forward
+// steps, writes, reads, peak slots, and the cost too when `with_cost`.
+Status TakeReplayedCounts(Schedule* s, const std::vector<Level>& levels, StepCosts costs,
+                          bool with_cost) {
+  Schedule measured;
+  ADJSNAP_RETURN_IF_ERROR(Replay(*s, levels, costs, &measured));
+  s->forward_steps = measured.forward_steps;
+  if (with_cost) s->cost = measured.cost;
+  s->writes = std::move(measured.writes);
+  s->reads = std::move(measured.reads);
+  s->peak_slots = std::move(measured.peak_slots);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<Schedule> HRevolve(uint64_t steps, const std::vector<Level>& levels, StepCosts costs) {
@@ -322,12 +336,8 @@ Result<Schedule> HRevolve(uint64_t steps, const std::vector<Level>& levels, Step
     int where = table.Emit(steps, first, ci, 0, &s.actions);
     s.actions.push_back({ActionKind::kFree, 0, 0, where});
   }
-  Schedule measured;
-  ADJSNAP_RETURN_IF_ERROR(Replay(s, levels, costs, &measured));
-  s.forward_steps = measured.forward_steps;
-  s.writes = measured.writes;
-  s.reads = measured.reads;
-  s.peak_slots = measured.peak_slots;
+  // The cost stays the table's.
+  ADJSNAP_RETURN_IF_ERROR(TakeReplayedCounts(&s, levels, costs, /*with_cost=*/false));
   return s;
 }
 
@@ -1022,13 +1032,7 @@ Result<Schedule> MultiLevel(uint64_t steps, const std::vector<Level>& levels, St
   s.peak_slots = best.peak;
   if (options.actions) {
     s.actions = planner.Emit(best);
-    Schedule measured;
-    ADJSNAP_RETURN_IF_ERROR(Replay(s, levels, costs, &measured));
-    s.forward_steps = measured.forward_steps;
-    s.cost = measured.cost;
-    s.writes = measured.writes;
-    s.reads = measured.reads;
-    s.peak_slots = measured.peak_slots;
+    ADJSNAP_RETURN_IF_ERROR(TakeReplayedCounts(&s, levels, costs, /*with_cost=*/true));
   }
   return s;
 }
