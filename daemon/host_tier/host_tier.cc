@@ -331,6 +331,10 @@ void HostTier::Free(ArenaId arena, uint64_t offset, uint64_t size) {
   a.ranges.Free(offset, size);
   CountUnits(a, offset, size, /*add=*/false, nullptr, nullptr);
   freed_since_release_ = true;
+  // Its solver reads back now: pages populated ahead would only take a core and the memory bus
+  // from the backward pass's copies (1 GiB being zeroed held its first fetches 5x longer). Its
+  // next allocation asks again.
+  want_ahead_.erase(std::remove(want_ahead_.begin(), want_ahead_.end(), arena), want_ahead_.end());
 }
 
 HostTier::~HostTier() {

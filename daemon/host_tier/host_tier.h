@@ -82,8 +82,11 @@ struct HostTierOptions {
   // next `populate_ahead_bytes` of an arena as soon as it is made (a solver's session asks for
   // it before its first push) and whenever its blocks reach fresh units, 2 MiB at a time,
   // while the units resident in all arenas stay within the budget. So a new solver's pushes
-  // mostly find their pages ready, and the service is up at once.
+  // mostly find their pages ready, and the service is up at once. An arena that frees a block
+  // (its solver reads back: read-once fetches) is not populated ahead until it allocates again.
   uint64_t populate_ahead_bytes = 0;
+  // Tests: called by the populate-ahead thread, outside the lock, after each unit it populated.
+  std::function<void(uint32_t arena, uint64_t unit)> on_populated_ahead{};
   // Free memory goes back to the OS once no block has been allocated for this long (a job
   // ended; see ReleaseFree); 0 = keep it. Not with `prefault`, which commits the tier for good.
   // An adopted tier starts releasing only when told (StartRelease): until its kept steps are

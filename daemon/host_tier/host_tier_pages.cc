@@ -204,6 +204,7 @@ void HostTier::PopulateAhead() {
     // Outside the lock, so pushes never wait for it.
     if (FillUnit(*a, unit)) {
       prefaulted_.fetch_add(std::min(kUnit, budget_ - unit * kUnit), std::memory_order_relaxed);
+      if (options_.on_populated_ahead) options_.on_populated_ahead(a->id, unit);
       continue;
     }
     int err = errno;
