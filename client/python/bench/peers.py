@@ -75,6 +75,7 @@ LABELS = {
 SHORT = {"memcpy": "memcpy", "adjsnapd": "adjsnapd", "adjsnapd-again": "adjsnapd 2nd", "npsave": "np.save",
          "h5py": "h5py", "adios2": "ADIOS2", "odirect": "O_DIRECT"}
 FILE_CONTENDERS = ("npsave", "h5py", "adios2")
+REFERENCES = ("memcpy", "odirect")  # the physical limits adjsnapd is compared with
 MARK_BEGIN = "<!-- peers:begin -->"
 MARK_END = "<!-- peers:end -->"
 
@@ -458,7 +459,18 @@ def label(r) -> str:
     """The contender's name in a table: adjsnapd's repetitions on one daemon are numbered."""
     if r["kind"] == "adjsnapd" and r.get("reps", 1) > 1:
         return f"adjsnapd, repetition {r['rep']} of {r['reps']} on one fresh daemon"
+    if r["kind"] in REFERENCES and r.get("reps", 1) > 1:
+        return f"{LABELS[r['kind']]}, before repetition {r['rep']}"
     return LABELS[r["kind"]]
+
+
+def reference_for(rows, r, spill):
+    """The reference row adjsnapd's row is compared with: memcpy (fits) or O_DIRECT (spill), the
+    one taken right before it when references were repeated."""
+    kind = "odirect" if spill else "memcpy"
+    refs = [x for x in rows if x["kind"] == kind]
+    same = [x for x in refs if x.get("rep") == r.get("rep")]
+    return (same or refs or [None])[0]
 
 
 def call(obj, name, *args):
@@ -667,9 +679,17 @@ def _versions() -> dict:
 def main_driver(a) -> dict:
     sizes = GUARD_SIZES if a.guard else QUICK_SIZES if a.quick else SIZES
     chosen = [k for k in CONTENDERS if k in a.only] if a.only else CONTENDERS
-    # --repeat R: adjsnapd's contender runs R times, one fresh process after another, on one daemon.
-    chosen = [(k, rep) for k in chosen
-              for rep in (range(1, a.repeat + 1) if k == "adjsnapd" else [1])]
+    # --repeat R: adjsnapd's contender runs R times, one fresh process after another, on one daemon,
+    # and each reference (memcpy; O_DIRECT at the spill size) runs right before each repetition:
+    # this machine's memory and disk rates drift between minutes (a VM's memcpy went from 17 to
+    # 23 GB/s, its disk from 1.2 to 2.6 GB/s, within one run), so a ratio compares a repetition
+    # with the reference taken beside it, not with one taken minutes before.
+    if a.repeat > 1 and "adjsnapd" in chosen:
+        paired = [k for k in chosen if k in REFERENCES]
+        chosen = ([(k, rep) for rep in range(1, a.repeat + 1) for k in paired + ["adjsnapd"]]
+                  + [(k, 1) for k in chosen if k not in paired and k != "adjsnapd"])
+    else:
+        chosen = [(k, 1) for k in chosen]
     if a.workdir:
         os.makedirs(a.workdir, exist_ok=True)
     root = tempfile.mkdtemp(prefix="adjsnap-peers-", dir=a.workdir)
@@ -700,11 +720,12 @@ def main_driver(a) -> dict:
                     if kind.startswith("adjsnapd"):
                         job.update(socket=daemon.socket, daemon_pid=daemon.proc.pid,
                                    spool=daemon.spool, run=f"peers-{size}-{kind}-{rep}")
-                    name = kind if a.repeat == 1 or kind != "adjsnapd" else f"{kind} #{rep}"
+                    repeated = a.repeat > 1 and (kind == "adjsnapd" or kind in REFERENCES)
+                    name = f"{kind} #{rep}" if repeated else kind
                     print(f"peers: {size}: {name} ...", file=sys.stderr, flush=True)
                     r = run_worker(job)
                     shutil.rmtree(job["dir"], ignore_errors=True)
-                    if kind == "adjsnapd":
+                    if repeated:
                         r.update(rep=rep, reps=a.repeat)
                     rows.append(r)
                     print(f"peers: {size}: {name}: forward {r['forward_gbs']:.2f} GB/s, "
@@ -769,7 +790,8 @@ def table(size: str, block: dict) -> str:
     cols += ["total s"]
     if spill:
         cols += ["total s, cold cache (with flush)"]
-    cols += ["memory held, GiB", "faults/GiB forward", "faults/GiB backward"]
+    cols += ["memory held, GiB", "faults/GiB forward", "faults/GiB backward",
+             "backward / " + ("O_DIRECT" if spill else "memcpy")]
     lines = [f"**{head}**", "", "| " + " | ".join(cols) + " |",
              "| --- | " + " | ".join("---:" for _ in cols[1:]) + " |"]
     for r in rows:
@@ -780,6 +802,8 @@ def table(size: str, block: dict) -> str:
         if spill:
             cells.append(fmt_s(r["total_cold_s"]) if "total_cold_s" in r else "–")
         cells += [held_cell(r), faults_cell(r, "forward"), faults_cell(r, "backward")]
+        ref = reference_for(rows, r, spill) if r["kind"].startswith("adjsnapd") else None
+        cells.append(f"{r['backward_gbs'] / ref['backward_gbs']:.2f}x" if ref else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -831,6 +855,10 @@ def markdown(results, png_name=None) -> str:
            "- **`O_DIRECT`** (spill size): one file, `os.pwrite` of each step from a page-"
            "aligned buffer, `fdatasync` at the end (timed), `os.preadv` in reverse: the disk's "
            "single-stream limit.", "",
+           "With `--repeat R`, adjsnapd runs R times on each daemon, and each reference (memcpy; "
+           "`O_DIRECT` at the spill size) runs right before each repetition: the last column "
+           "compares a repetition's backward pass with the reference taken beside it (this "
+           "machine's memory and disk rates drift from minute to minute).", "",
            "Each step is the solver's buffer: a fixed pattern with the step number in its first "
            "and last 8 bytes. The backward pass checks both stamps and 64 fixed words spread "
            f"over the step inside its timing (microseconds); `--full-check` compares every "
