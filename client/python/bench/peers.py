@@ -861,7 +861,7 @@ def markdown(results, png_name=None) -> str:
            "machine's memory and disk rates drift from minute to minute).", "",
            "Each step is the solver's buffer: a fixed pattern with the step number in its first "
            "and last 8 bytes. The backward pass checks both stamps and 64 fixed words spread "
-           f"over the step inside its timing (microseconds); `--full-check` compares every "
+           "over the step inside its timing (microseconds); `--full-check` compares every "
            "byte with `np.array_equal` instead, which costs a memory pass per step. "
            "**Memory held** is measured at the end of the forward pass: the contender "
            "process's Pss plus, for adjsnapd, the daemon's Pss (the host tier is shared memory "
@@ -1041,7 +1041,7 @@ def main():
     args = iter(sys.argv[1:])
     for x in args:  # the command as the docs show it: no machine-specific paths
         if x in ("--adjsnapd", "--workdir"):
-            value = next(args, "")
+            next(args, "")  # the path itself is not shown
             a.argv += [x, "BUILD/daemon/adjsnapd" if x == "--adjsnapd" else "DIR"]
         else:
             a.argv.append(x)
