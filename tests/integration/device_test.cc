@@ -7,6 +7,7 @@
 // Only the CUDA example solver needs the GPU itself.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -174,6 +175,18 @@ TEST_P(DeviceTest, ThreeTiersKeepTheNewestStepsClosestToTheSolver) {
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     ASSERT_TRUE(h->WaitStored().ok());
   }
+  // Steps below the host boundary are written to disk after they are stored: wait for them.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto listed = (*c)->ListSnapshots("three-tiers");
+        uint64_t on_disk = 0;
+        for (const Location& l : listed.ok() ? *listed : std::vector<Location>{}) {
+          on_disk += l.step < run->host_boundary && l.on_disk;
+        }
+        return on_disk == run->host_boundary;
+      },
+      std::chrono::seconds(30)))
+      << (*d)->Log();
   auto list = (*c)->ListSnapshots("three-tiers");
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), kSteps);
