@@ -107,6 +107,23 @@ TEST_F(DeviceCopyTest, ADeviceToHostCopyFromHostMemoryIsRefused) {
   EXPECT_NE(s.message().find("not inside one device allocation"), std::string::npos);
 }
 
+TEST_F(DeviceCopyTest, AStreamItDidNotCreateIsRefusedAndCudasNamedOnesAreItsDefault) {
+  void* device = nullptr;
+  ASSERT_TRUE(detail::DeviceAllocate(64, &device).ok());
+  std::vector<char> host(64, 'x');
+  int not_a_stream = 0;
+  Status s = detail::CopyHostToDevice(device, host.data(), host.size(), &not_a_stream);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("is not one it created"), std::string::npos) << s.message();
+  for (uintptr_t named : {0, 1, 2}) {  // null, cudaStreamLegacy, cudaStreamPerThread
+    EXPECT_TRUE(
+        detail::CopyHostToDevice(device, host.data(), host.size(), reinterpret_cast<void*>(named))
+            .ok())
+        << named;
+  }
+  detail::DeviceRelease(device);
+}
+
 TEST_F(DeviceCopyTest, TheChunkedPinningUnpinsWhatItPinned) {
   std::vector<char> tier(5 * kChunk + 10);
   {

@@ -93,7 +93,10 @@ void HostCopyEngine::DestroyStream(void* stream) {
 }
 
 Result<HostCopyEngine::Stream*> HostCopyEngine::Find(void* stream) {
-  if (stream == nullptr) return default_stream_.get();
+  // CUDA's named streams, which a caller may pass for a stream of its own: cudaStreamLegacy (1)
+  // and cudaStreamPerThread (2), as __cuda_array_interface__ numbers them too.
+  const auto named = reinterpret_cast<uintptr_t>(stream);
+  if (named == 0 || named == 1 || named == 2) return default_stream_.get();
   MutexLock lock(mu_);
   auto it = streams_.find(stream);
   if (it == streams_.end()) {

@@ -5,10 +5,11 @@
 //
 // It checks what CUDA would refuse and what libadjsnap promises: a device-to-host copy reads
 // from one of its allocations into memory that is not one (host-to-device the reverse), a stream
-// is one it created (or null, its default stream), a pinned range overlaps no other, and a copy
-// that touches pinned memory lies inside one pinned range (each chunk of the host tier is its own
-// registration: host_pinning.h). The counters let a test check that pins and unpins balance,
-// that device memory is given back, and which copies reached pinned memory.
+// is one it created (or null, its default stream, which CUDA's named streams 1 and 2 also stand
+// for), a pinned range overlaps no other, and a copy that touches pinned memory lies inside one
+// pinned range (each chunk of the host tier is its own registration: host_pinning.h). The counters
+// let a test check that pins and unpins balance, that device memory is given back, and which copies
+// reached pinned memory.
 //
 // Unlike CUDA's legacy default stream, the null stream does not wait for the others.
 //
