@@ -54,10 +54,10 @@ class HostCopyEngine::Stream {
 };
 
 HostCopyEngine::HostCopyEngine(uint64_t device_bytes)
-    : device_bytes_(device_bytes), default_stream_(std::make_unique<Stream>()) {}
+    : device_bytes_(device_bytes), default_stream_(std::make_shared<Stream>()) {}
 
 HostCopyEngine::~HostCopyEngine() {
-  std::map<void*, std::unique_ptr<Stream>> streams;
+  std::map<void*, std::shared_ptr<Stream>> streams;
   {
     MutexLock lock(mu_);
     streams.swap(streams_);
@@ -73,7 +73,7 @@ kernels::DeviceProbe HostCopyEngine::Probe() {
 }
 
 Status HostCopyEngine::CreateStream(void** stream) {
-  auto s = std::make_unique<Stream>();
+  auto s = std::make_shared<Stream>();
   *stream = s.get();
   MutexLock lock(mu_);
   streams_.emplace(*stream, std::move(s));
@@ -81,7 +81,7 @@ Status HostCopyEngine::CreateStream(void** stream) {
 }
 
 void HostCopyEngine::DestroyStream(void* stream) {
-  std::unique_ptr<Stream> gone;
+  std::shared_ptr<Stream> gone;
   {
     MutexLock lock(mu_);
     auto it = streams_.find(stream);
@@ -92,11 +92,11 @@ void HostCopyEngine::DestroyStream(void* stream) {
   // Runs what the stream holds first, as cudaStreamDestroy lets it finish.
 }
 
-Result<HostCopyEngine::Stream*> HostCopyEngine::Find(void* stream) {
+Result<std::shared_ptr<HostCopyEngine::Stream>> HostCopyEngine::Find(void* stream) {
   // CUDA's named streams, which a caller may pass for a stream of its own: cudaStreamLegacy (1)
   // and cudaStreamPerThread (2), as __cuda_array_interface__ numbers them too.
   const auto named = reinterpret_cast<uintptr_t>(stream);
-  if (named == 0 || named == 1 || named == 2) return default_stream_.get();
+  if (named == 0 || named == 1 || named == 2) return default_stream_;
   MutexLock lock(mu_);
   auto it = streams_.find(stream);
   if (it == streams_.end()) {
@@ -105,13 +105,13 @@ Result<HostCopyEngine::Stream*> HostCopyEngine::Find(void* stream) {
     return Status::InvalidArgument(std::string("host copy engine: stream ") + text +
                                    " is not one it created");
   }
-  return it->second.get();
+  return it->second;
 }
 
-std::vector<HostCopyEngine::Stream*> HostCopyEngine::AllStreams() {
+std::vector<std::shared_ptr<HostCopyEngine::Stream>> HostCopyEngine::AllStreams() {
   MutexLock lock(mu_);
-  std::vector<Stream*> all{default_stream_.get()};
-  for (const auto& [handle, s] : streams_) all.push_back(s.get());
+  std::vector<std::shared_ptr<Stream>> all{default_stream_};
+  for (const auto& [handle, s] : streams_) all.push_back(s);
   return all;
 }
 
@@ -133,7 +133,7 @@ Status HostCopyEngine::CheckHost(const void* p, size_t bytes, bool* pinned) cons
 
 Status HostCopyEngine::CopyAsync(void* to, const void* from, size_t bytes, Kind kind,
                                  void* stream) {
-  ADJSNAP_ASSIGN_OR_RETURN(Stream * s, Find(stream));
+  ADJSNAP_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, Find(stream));
   if (bytes == 0) return Status::Ok();
   {
     MutexLock lock(mu_);
@@ -161,13 +161,13 @@ Status HostCopyEngine::CopyAsync(void* to, const void* from, size_t bytes, Kind 
 }
 
 Status HostCopyEngine::ThenDone(void* stream, Done done) {
-  ADJSNAP_ASSIGN_OR_RETURN(Stream * s, Find(stream));
+  ADJSNAP_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, Find(stream));
   s->Enqueue([done = std::move(done)] { done(Status::Ok()); });
   return Status::Ok();
 }
 
 Status HostCopyEngine::Synchronize(void* stream, const char*) {
-  ADJSNAP_ASSIGN_OR_RETURN(Stream * s, Find(stream));
+  ADJSNAP_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, Find(stream));
   s->Drain();
   return Status::Ok();
 }
@@ -213,7 +213,7 @@ Status HostCopyEngine::DeviceAllocate(uint64_t bytes, void** device) {
 }
 
 void HostCopyEngine::DeviceRelease(void* device) {
-  for (Stream* s : AllStreams()) s->Drain();  // as cudaFree waits for the device's work
+  for (const auto& s : AllStreams()) s->Drain();  // as cudaFree waits for the device's work
   MutexLock lock(mu_);
   auto it = device_.find(reinterpret_cast<uintptr_t>(device));
   if (it == device_.end()) return;

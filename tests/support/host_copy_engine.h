@@ -63,14 +63,15 @@ class HostCopyEngine final : public detail::CopyEngine {
 
  private:
   class Stream;
-  Result<Stream*> Find(void* stream);
+  Result<std::shared_ptr<Stream>> Find(void* stream);
   // Whether [p, p + bytes) lies inside one device allocation.
   bool InDevice(const void* p, size_t bytes) const ADJSNAP_REQUIRES(mu_);
   bool TouchesDevice(const void* p, size_t bytes) const ADJSNAP_REQUIRES(mu_);
   // The host side of a copy: OK when it touches no pinned range or lies inside one; `*pinned`
   // says which.
   Status CheckHost(const void* p, size_t bytes, bool* pinned) const ADJSNAP_REQUIRES(mu_);
-  std::vector<Stream*> AllStreams();
+  // Held while drained: a stream destroyed meanwhile lives until its drain ends.
+  std::vector<std::shared_ptr<Stream>> AllStreams();
 
   const uint64_t device_bytes_;
   mutable Mutex mu_;
@@ -81,8 +82,8 @@ class HostCopyEngine final : public detail::CopyEngine {
   uint64_t unpins_ ADJSNAP_GUARDED_BY(mu_) = 0;
   uint64_t into_pinned_ ADJSNAP_GUARDED_BY(mu_) = 0;
   uint64_t from_pinned_ ADJSNAP_GUARDED_BY(mu_) = 0;
-  std::map<void*, std::unique_ptr<Stream>> streams_ ADJSNAP_GUARDED_BY(mu_);
-  std::unique_ptr<Stream> default_stream_;  // the null stream
+  std::map<void*, std::shared_ptr<Stream>> streams_ ADJSNAP_GUARDED_BY(mu_);
+  std::shared_ptr<Stream> default_stream_;  // the null stream
 };
 
 }  // namespace adjsnap::testing
