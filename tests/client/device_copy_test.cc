@@ -124,6 +124,22 @@ TEST_F(DeviceCopyTest, AStreamItDidNotCreateIsRefusedAndCudasNamedOnesAreItsDefa
   detail::DeviceRelease(device);
 }
 
+TEST_F(DeviceCopyTest, OnlyItsOwnAllocationsAreDeviceMemory) {
+  void* device = nullptr;
+  ASSERT_TRUE(detail::DeviceAllocate(1000, &device).ok());
+  std::vector<char> host(1000);
+  EXPECT_TRUE(engine_.IsDevice(device));
+  EXPECT_TRUE(engine_.IsDevice(static_cast<char*>(device) + 999));
+  EXPECT_FALSE(engine_.IsDevice(host.data()));
+  uint64_t free_bytes = 0;
+  ASSERT_TRUE(detail::DeviceFreeMemory(&free_bytes).ok());
+  EXPECT_EQ(free_bytes, (1u << 20) - 1024);  // 1000 bytes take 1024: 256-byte granules
+  detail::DeviceRelease(device);
+  EXPECT_FALSE(engine_.IsDevice(device));
+  ASSERT_TRUE(detail::DeviceFreeMemory(&free_bytes).ok());
+  EXPECT_EQ(free_bytes, 1u << 20);
+}
+
 TEST_F(DeviceCopyTest, TheChunkedPinningUnpinsWhatItPinned) {
   std::vector<char> tier(5 * kChunk + 10);
   {

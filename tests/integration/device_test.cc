@@ -85,6 +85,8 @@ TEST_P(DeviceTest, DeviceSnapshotsRoundTripByteExact) {
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   std::vector<char> host(kBytes);
   void* u = DeviceAlloc(kBytes);
+  EXPECT_TRUE(engine_->IsDevice(u));
+  EXPECT_FALSE(engine_->IsDevice(host.data()));
   for (uint64_t t = 0; t < kSteps; ++t) {
     FillPattern(host.data(), kBytes, 5, t);
     ToDeviceAsync(u, host.data(), kBytes);
