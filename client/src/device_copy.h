@@ -1,9 +1,11 @@
-// Copies between GPU memory and host memory on the caller's CUDA stream, for libadjsnap's device
-// pushes and fetches. With the daemon's host tier mapped and pinned (PinHost, chunk by chunk:
-// host_pinning.h), the GPU's copy engine moves the bytes straight to or from tier memory: no CPU copy.
-// A build without CUDA returns FAILED_PRECONDITION from every call.
+// Copies between device memory and host memory on the caller's stream, for libadjsnap's device
+// pushes and fetches, written once over the copy engine (copy_engine.h: CUDA's, or a test's).
+// With the daemon's host tier mapped and pinned (PinHost, chunk by chunk: host_pinning.h), the
+// GPU's copy engine moves the bytes straight to or from tier memory: no CPU copy. A build
+// without CUDA returns FAILED_PRECONDITION from every call (unless a test installed an engine).
 //
-// Threading: any thread; `done` runs on a CUDA runtime thread and must not call CUDA.
+// Threading: any thread; `done` runs on a thread of the engine and must not call it back
+// synchronously (for CUDA: must not call CUDA).
 #pragma once
 
 #include <cstddef>
@@ -16,23 +18,23 @@
 
 namespace adjsnap::detail {
 
-// Pins [base, base + bytes) for the GPU (cudaHostRegister, portable: for every device's
+// Pins [base, base + bytes) for the GPU (CUDA: cudaHostRegister, portable, for every device's
 // context, as the solver's stream may belong to any), and unpins a range PinHost pinned.
 Status PinHost(char* base, size_t bytes);
 void UnpinHost(char* base);
 
-// Enqueues the copy on `stream` (a cudaStream_t) and then `done`, called once the copy
-// finished (OK) or failed (the status says how). In pieces: piece (offset, bytes) copies
-// host + offset to or from device + (offset - the first piece's offset), each piece its own
-// cudaMemcpyAsync (each lies in one pinned chunk of the host tier: host_pinning.h).
+// Enqueues the copy on `stream` and then `done`, called once the copy finished (OK) or failed
+// (the status says how). In pieces: piece (offset, bytes) copies host + offset to or from
+// device + (offset - the first piece's offset), each piece its own engine copy (each lies in one
+// pinned chunk of the host tier: host_pinning.h).
 using Pieces = std::vector<std::pair<uint64_t, uint64_t>>;
 Status CopyDeviceToHostAsync(char* host, const char* device, const Pieces& pieces, void* stream,
                              std::function<void(Status)> done);
 Status CopyHostToDeviceAsync(char* device, const char* host, const Pieces& pieces, void* stream,
                              std::function<void(Status)> done);
 
-// Any direction (unified addressing tells device from host memory): the device tier's
-// copies into and out of its pool.
+// Any direction (the engine tells device from host memory): the device tier's copies into and
+// out of its pool.
 Status CopyAnyAsync(void* to, const void* from, size_t bytes, void* stream,
                     std::function<void(Status)> done);
 
@@ -45,8 +47,9 @@ void DeviceRelease(void* device);
 Status CopyDeviceToHost(void* host, const void* device, size_t bytes, void* stream);
 Status CopyHostToDevice(void* device, const void* host, size_t bytes, void* stream);
 
-// Index of the first NaN/Inf among `count` float32 (or float64) values in GPU memory, found by
-// the scan kernel on `stream`; waits for it. kernels::kAllFinite when there is none.
+// Index of the first NaN/Inf among `count` float32 (or float64) values in device memory, found
+// by the engine's scan (CUDA: the scan kernel) on `stream`; waits for it. kernels::kAllFinite
+// when there is none.
 Status FirstNonFiniteOnDevice(const void* device, uint64_t count, bool f64, void* stream,
                               uint64_t* index);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "client_impl.h"
+#include "copy_engine.h"
 #include "device_copy.h"
 #include "device_pool.h"
 #include "adjsnap/kernels.h"
@@ -55,7 +56,7 @@ void Client::Impl::FlushRecords() {
 
 Status Client::Impl::GpuUsable(const std::string& what) {
   std::call_once(gpu_once, [this] {
-    kernels::DeviceProbe probe = kernels::ProbeDevice();
+    kernels::DeviceProbe probe = detail::Engine().Probe();
     if (!probe.usable) gpu_status = Status::FailedPrecondition(probe.description);
   });
   if (gpu_status.ok()) return Status::Ok();

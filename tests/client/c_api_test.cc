@@ -5,11 +5,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "adjsnap/kernels.h"
 #include "adjsnap_fixture.h"
+#include "copy_engine.h"
+#include "host_copy_engine.h"
 
 namespace adjsnap::testing {
 namespace {
@@ -106,6 +109,78 @@ TEST_F(CApi, DeviceCallsSayWhatTheyNeedWithoutAGpu) {
   EXPECT_NE(std::string(adjsnap_last_error()).find("device fetch of step 0"), std::string::npos)
       << adjsnap_last_error();
   adjsnap_disconnect(c);
+}
+
+// The C API's device calls on both data paths, to the daemon and to the device tier: through
+// CUDA on a GPU, elsewhere through the host copy engine (support/host_copy_engine.h).
+TEST_F(CApi, DevicePushesAndFetchesRoundTripOnBothPathsAndTheDeviceTier) {
+  std::unique_ptr<HostCopyEngine> host;
+  if (!kernels::ProbeDevice().usable) host = std::make_unique<HostCopyEngine>();
+  struct Installed {  // removed however the test ends, after every client is gone
+    explicit Installed(detail::CopyEngine* e) : on(e) {
+      if (on) detail::SetCopyEngineForTesting(on);
+    }
+    ~Installed() {
+      if (on) detail::SetCopyEngineForTesting(nullptr);
+    }
+    detail::CopyEngine* on;
+  } installed(host.get());
+  detail::CopyEngine& engine = detail::Engine();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M")));
+  void* stream = nullptr;
+  ASSERT_TRUE(engine.CreateStream(&stream).ok());
+  const uint64_t bytes = 64 << 10, steps = 6;
+  void* d = nullptr;
+  ASSERT_TRUE(engine.DeviceAllocate(bytes, &d).ok());
+  std::vector<char> field(bytes), back(bytes);
+  for (const char* path : {"mapped", "ucx"}) {
+    for (const char* layers : {"Host", "HostDevice"}) {
+      const std::string name = std::string("c-device-") + path + "-" + layers;
+      setenv("ADJSNAP_DATA_PATH", path, 1);
+      setenv("ADJSNAP_DEVICE_MEM", "1M", 1);
+      adjsnap_client* c = nullptr;
+      ASSERT_EQ(adjsnap_connect(daemon().socket().c_str(), &c), ADJSNAP_OK) << adjsnap_last_error();
+      unsetenv("ADJSNAP_DATA_PATH");
+      unsetenv("ADJSNAP_DEVICE_MEM");
+      adjsnap_run_spec spec{name.c_str(), steps, bytes, 0, nullptr, 0, layers, 0, 0, 0, 0.0, 0};
+      uint64_t run = 0;
+      ASSERT_EQ(adjsnap_open_run(c, &spec, &run), ADJSNAP_OK) << name << ": " << adjsnap_last_error();
+      for (uint64_t t = 0; t < steps; ++t) {
+        FillPattern(field.data(), bytes, 11, t);
+        ASSERT_TRUE(engine.CopyAsync(d, field.data(), bytes, detail::CopyEngine::Kind::kHostToDevice,
+                                     stream)
+                        .ok());
+        adjsnap_push_handle* h = nullptr;
+        ASSERT_EQ(adjsnap_push_device(c, run, t, d, bytes, stream, &h), ADJSNAP_OK)
+            << name << " step " << t << ": " << adjsnap_last_error();
+        ASSERT_EQ(adjsnap_push_wait_stored(h), ADJSNAP_OK) << adjsnap_last_error();
+        adjsnap_push_free(h);
+      }
+      adjsnap_location loc{};
+      ASSERT_EQ(adjsnap_locate(c, name.c_str(), steps - 1, &loc), ADJSNAP_OK);
+      EXPECT_EQ(loc.tier, static_cast<int>(std::string(layers) == "Host" ? Tier::kHost
+                                                                          : Tier::kDevice))
+          << name;
+      for (uint64_t t = steps; t-- > 0;) {
+        ASSERT_EQ(adjsnap_fetch_device(c, run, t, d, bytes, stream), ADJSNAP_OK)
+            << name << " step " << t << ": " << adjsnap_last_error();
+        ASSERT_TRUE(engine.CopyAsync(back.data(), d, bytes,
+                                     detail::CopyEngine::Kind::kDeviceToHost, stream)
+                        .ok());
+        ASSERT_TRUE(engine.Synchronize(stream, "test copy").ok());
+        FillPattern(field.data(), bytes, 11, t);
+        ASSERT_EQ(back, field) << name << " step " << t;
+      }
+      adjsnap_disconnect(c);
+    }
+  }
+  engine.DeviceRelease(d);
+  engine.DestroyStream(stream);
+  if (host) {
+    EXPECT_EQ(host->pins(), host->unpins());
+    EXPECT_GT(host->copies_into_pinned(), 0u);  // the mapped path's pushes
+    EXPECT_EQ(host->device_allocations(), 0u);  // the pools went with their clients
+  }
 }
 
 TEST_F(CApi, AWrongSizeOrAMissingShapeFailsAtTheCall) {

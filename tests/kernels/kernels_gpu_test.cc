@@ -1,5 +1,6 @@
 // The CUDA kernels against their CPU references on a real GPU (CTest label `gpu`; skipped
-// where no GPU is usable).
+// where no GPU is usable: these test the kernels themselves, for which the host copy engine that
+// runs libadjsnap's device paths without a GPU has no stand-in).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -17,7 +18,10 @@ class GpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
     DeviceProbe probe = ProbeDevice();
-    if (!probe.usable) GTEST_SKIP() << "no usable GPU: " << probe.description;
+    if (!probe.usable) {
+      GTEST_SKIP() << "tests the CUDA kernels themselves, which need a GPU; none is usable: "
+                   << probe.description;
+    }
     ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
   }
   void TearDown() override {
