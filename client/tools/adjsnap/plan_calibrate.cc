@@ -15,19 +15,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One throwaway run of `count` steps starting at step 0, declared as `declared` steps, all on
-// disk: pushed, waited for on disk, fetched and compared, then deleted.
-Status CalibrateRun(Client& client, const std::string& name, uint64_t bytes, uint64_t count,
-                    uint64_t declared, Clock::time_point deadline) {
+// One throwaway run of `count` steps starting at step 0, declared as `declared` steps, of
+// `layers` (Disk or Host): pushed, waited for in the tier the layers name, fetched and
+// compared, then deleted.
+Status CalibrateRun(Client& client, const std::string& name, const std::string& layers,
+                    uint64_t bytes, uint64_t count, uint64_t declared, Clock::time_point deadline) {
+  const Tier want = layers == "Disk" ? Tier::kDisk : Tier::kHost;
   (void)client.DeleteRun(name);  // a calibration killed before it deleted its run
   RunSpec spec;
   spec.name = name;
   spec.steps = declared;
   spec.bytes_per_step = bytes;
-  spec.layers = "Disk";
+  spec.layers = layers;
   // A run declared larger than the local spools (to reach the shared ones) would be refused as
-  // one that can never fit; it pushes only `count` steps.
-  spec.block_when_full = true;
+  // one that can never fit; it pushes only `count` steps. Any other is refused at once when
+  // its steps cannot fit, rather than waiting for room.
+  spec.block_when_full = declared > count;
   ADJSNAP_ASSIGN_OR_RETURN(RunInfo run, client.OpenRun(spec));
   auto result = [&]() -> Status {
     std::vector<char> out(bytes), in(bytes);
@@ -42,7 +45,7 @@ Status CalibrateRun(Client& client, const std::string& name, uint64_t bytes, uin
     for (;;) {
       ADJSNAP_ASSIGN_OR_RETURN(std::vector<Location> where, client.ListSnapshots(name));
       bool all = where.size() == pushed;
-      for (const Location& l : where) all = all && l.tier == Tier::kDisk;
+      for (const Location& l : where) all = all && l.tier == want;
       if (all) break;
       if (Clock::now() > deadline + std::chrono::seconds(30)) {
         return Status(Code::kDeadlineExceeded,
@@ -81,10 +84,6 @@ Status Calibrate(const std::string& socket, uint64_t bytes, const v1::StatsRespo
       local_used = t.used_bytes();
     }
   }
-  if (!local && !shared) {
-    return Status::FailedPrecondition(
-        "adjsnapd runs without a disk tier: --calibrate measures steps through it");
-  }
   ClientOptions options;
   options.socket_path = socket;
   options.client_name = "adjsnap plan --calibrate";
@@ -96,16 +95,20 @@ Status Calibrate(const std::string& socket, uint64_t bytes, const v1::StatsRespo
   // Placement puts a disk step on the local spools when they hold it and every newer step of
   // the run still to come (docs/architecture.md, "Three levels"): a run of kCalibrationSteps
   // goes local, and one declared past the local room goes to the shared spools.
+  if (!local && !shared) {  // the host tier alone
+    return CalibrateRun(*client, prefix + "-host", "Host", bytes, kCalibrationSteps,
+                        kCalibrationSteps, deadline);
+  }
   if (local) {
-    ADJSNAP_RETURN_IF_ERROR(CalibrateRun(*client, prefix + "-local", bytes, kCalibrationSteps,
-                                         kCalibrationSteps, deadline));
+    ADJSNAP_RETURN_IF_ERROR(CalibrateRun(*client, prefix + "-local", "Disk", bytes,
+                                         kCalibrationSteps, kCalibrationSteps, deadline));
   }
   if (shared) {
     const uint64_t file = (bytes + 4095) / 4096 * 4096;
     const uint64_t room = local_budget > local_used ? local_budget - local_used : 0;
     const uint64_t declared = room / file + kCalibrationSteps + 1;
-    ADJSNAP_RETURN_IF_ERROR(CalibrateRun(*client, prefix + "-shared", bytes, kCalibrationSteps,
-                                         declared, deadline + std::chrono::seconds(1)));
+    ADJSNAP_RETURN_IF_ERROR(CalibrateRun(*client, prefix + "-shared", "Disk", bytes,
+                                         kCalibrationSteps, declared, deadline));
   }
   return Status::Ok();
 }
