@@ -97,6 +97,26 @@ TEST_F(AdjointTest, DiskRevolveWithMemoryLocalAndDiskInAdjsnap) {
   ExpectReversedInOrder(solver.reversed, n);
 }
 
+// A plan may keep the same state on two adjsnapd levels at once (MultiLevel's do, with costs
+// that favour it): each level is a run of its own, so the second write is no duplicate step,
+// and each level's copy reads back.
+TEST_F(AdjointTest, AStateOnTwoAdjsnapLevelsAtOnceIsStoredOnceInEach) {
+  using K = schedule::ActionKind;
+  schedule::Schedule plan;
+  plan.steps = 2;
+  plan.actions = {{K::kWrite, 0, 0, 0}, {K::kWrite, 0, 0, 1}, {K::kAdvance, 0, 1},
+                  {K::kReverse, 2},     {K::kRead, 0, 0, 1},  {K::kReverse, 1},
+                  {K::kRead, 0, 0, 0},  {K::kFree, 0, 0, 0},  {K::kFree, 0, 0, 1}};
+  ModelSolver solver(64 * 1024);
+  AdjointSolver cb = solver.Callbacks();
+  Status s = RunAdjoint(plan, {Storage::kAdjsnap, Storage::kAdjsnap}, client_, "twice", cb);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ExpectReversedInOrder(solver.reversed, 2);
+  auto runs = client_->ListRuns();
+  ASSERT_TRUE(runs.ok());
+  EXPECT_TRUE(runs->empty());  // "twice" and "twice.1" are gone
+}
+
 TEST_F(AdjointTest, SolverErrorsStopTheRunAndAreReturned) {
   auto plan = schedule::Revolve(10, 2);
   ASSERT_TRUE(plan.ok());
