@@ -228,8 +228,9 @@ int Plan(const PlanArgs& a, Output& out, const std::function<bool(v1::StatsRespo
     if (!ParseLevel(text, &l)) return kExitUsage;
     if (forward == 0) l.write = l.read = 0;
     levels.push_back(l);
-    cost_source.push_back(forward > 0 ? CostSource{"given", "given by --level"}
-                                      : CostSource{"ignored", "ignored (no --compute-time)"});
+    cost_source.push_back(forward > 0
+                              ? CostSource{"given", "given by --level", {}, {}}
+                              : CostSource{"ignored", "ignored (no --compute-time)", {}, {}});
   }
   if (a.calibrate && !levels.empty()) {
     return UsageError("plan",
