@@ -17,6 +17,17 @@ class Executor {
     for (Storage s : storage) uses_adjsnap_ |= s == Storage::kAdjsnap;
   }
 
+  // The adjsnapd run of level `level`: `run_name` for the first kAdjsnap level, `run_name.k`
+  // for level k after it. A run per level, since a plan may hold the same state on two levels
+  // at once (a run stores a step once).
+  std::string RunName(size_t level) const {
+    for (size_t k = 0; k < storage_.size(); ++k) {
+      if (storage_[k] != Storage::kAdjsnap) continue;
+      return k == level ? run_name_ : run_name_ + "." + std::to_string(level);
+    }
+    return run_name_;
+  }
+
   // Checks the arguments and creates the adjsnapd run (`steps` 0: unknown).
   Status Open(uint64_t steps) {
     if (uses_adjsnap_ && client_ == nullptr) {
@@ -28,19 +39,21 @@ class Executor {
           "the solver needs a state buffer, its size and both callbacks");
     }
     if (!uses_adjsnap_) return Status::Ok();
-    RunSpec spec;
-    spec.name = run_name_;
-    spec.steps = steps;
-    spec.bytes_per_step = solver_.bytes;
-    spec.keep = true;  // a schedule restores a checkpoint more than once, then deletes it
-    ADJSNAP_ASSIGN_OR_RETURN(RunInfo run, client_->OpenRun(spec));
-    if (!run.created) {
-      return Status::AlreadyExists("run '" + run_name_ +
-                                   "' already exists; RunAdjoint needs a "
-                                   "fresh run name");
+    for (size_t k = 0; k < storage_.size(); ++k) {
+      if (storage_[k] != Storage::kAdjsnap) continue;
+      RunSpec spec;
+      spec.name = RunName(k);
+      spec.steps = steps;
+      spec.bytes_per_step = solver_.bytes;
+      spec.keep = true;  // a schedule restores a checkpoint more than once, then deletes it
+      ADJSNAP_ASSIGN_OR_RETURN(RunInfo run, client_->OpenRun(spec));
+      if (!run.created) {
+        return Status::AlreadyExists("run '" + spec.name +
+                                     "' already exists; RunAdjoint needs a "
+                                     "fresh run name");
+      }
+      runs_[k] = run.run_id;
     }
-    run_id_ = run.run_id;
-    opened_ = true;
     return Status::Ok();
   }
 
@@ -59,10 +72,10 @@ class Executor {
                       static_cast<char*>(solver_.state) + solver_.bytes);
           return Status::Ok();
         }
-        auto h = client_->Push(run_id_, a.a, solver_.state, solver_.bytes);
+        auto h = client_->Push(runs_.at(a.level), a.a, solver_.state, solver_.bytes);
         if (!h.ok()) return h.status();
         ADJSNAP_RETURN_IF_ERROR(h->WaitReleased());  // the solver reuses its buffer next
-        in_adjsnap_[a.a] = *h;
+        in_adjsnap_[{a.level, a.a}] = *h;
         return Status::Ok();
       }
       case ActionKind::kRead: {
@@ -75,8 +88,8 @@ class Executor {
           std::memcpy(solver_.state, it->second.data(), solver_.bytes);
           return Status::Ok();
         }
-        ADJSNAP_RETURN_IF_ERROR(Stored(a.a));
-        return client_->Fetch(run_id_, a.a, solver_.state, solver_.bytes);
+        ADJSNAP_RETURN_IF_ERROR(Stored(a.level, a.a));
+        return client_->Fetch(runs_.at(a.level), a.a, solver_.state, solver_.bytes);
       }
       case ActionKind::kFree: {
         ADJSNAP_ASSIGN_OR_RETURN(Storage where, LevelOf(a));
@@ -84,22 +97,25 @@ class Executor {
           local_.erase({a.level, a.a});
           return Status::Ok();
         }
-        Status result = Stored(a.a);
-        if (result.ok()) result = client_->DeleteSnapshot(run_name_, a.a);
-        in_adjsnap_.erase(a.a);
+        Status result = Stored(a.level, a.a);
+        if (result.ok()) result = client_->DeleteSnapshot(RunName(a.level), a.a);
+        in_adjsnap_.erase({a.level, a.a});
         return result;
       }
     }
     return Status::Internal("unknown schedule action");
   }
 
-  // Deletes the adjsnapd run; returns `result`, or the deletion's error when `result` is OK.
+  // Deletes the adjsnapd runs; returns `result`, or the first deletion's error when `result`
+  // is OK.
   Status Close(Status result) {
-    if (!opened_) return result;
     for (auto& [state, h] : in_adjsnap_) (void)h.WaitStored();
-    Status deleted = client_->DeleteRun(run_name_);
-    opened_ = false;
-    return result.ok() ? deleted : result;
+    for (const auto& [level, run_id] : runs_) {
+      Status deleted = client_->DeleteRun(RunName(level));
+      if (result.ok()) result = deleted;
+    }
+    runs_.clear();
+    return result;
   }
 
  private:
@@ -113,10 +129,11 @@ class Executor {
   }
 
   // Waits until a pushed state is stored, so a later fetch or delete finds it.
-  Status Stored(uint64_t state) {
-    auto it = in_adjsnap_.find(state);
+  Status Stored(int level, uint64_t state) {
+    auto it = in_adjsnap_.find({level, state});
     if (it == in_adjsnap_.end()) {
-      return Status::Internal("state " + std::to_string(state) + " is not in adjsnapd");
+      return Status::Internal("state " + std::to_string(state) + " is not in adjsnapd at level " +
+                              std::to_string(level));
     }
     return it->second.WaitStored();
   }
@@ -126,10 +143,9 @@ class Executor {
   const std::string& run_name_;
   AdjointSolver& solver_;
   bool uses_adjsnap_ = false;
-  bool opened_ = false;
-  uint64_t run_id_ = 0;
+  std::map<size_t, uint64_t> runs_;  // kAdjsnap level -> its run's id, once opened
   std::map<std::pair<int, uint64_t>, std::vector<char>> local_;  // (level, state) -> copy
-  std::map<uint64_t, PushHandle> in_adjsnap_;                    // state -> its push
+  std::map<std::pair<int, uint64_t>, PushHandle> in_adjsnap_;    // (level, state) -> its push
 };
 
 // Slots for an online run in adjsnapd: the host tier's free room in whole states, so that every
@@ -154,7 +170,7 @@ Result<uint64_t> HostSlots(Client* client, size_t bytes) {
 Status RunAdjoint(const schedule::Schedule& plan, const std::vector<Storage>& storage,
                   Client* client, const std::string& run_name, AdjointSolver& solver) {
   Executor run(storage, client, run_name, solver);
-  ADJSNAP_RETURN_IF_ERROR(run.Open(plan.steps));
+  if (Status opened = run.Open(plan.steps); !opened.ok()) return run.Close(opened);
   Status result;
   for (const schedule::Action& a : plan.actions) {
     result = run.Execute(a);
@@ -179,7 +195,7 @@ Status RunAdjoint(const OnlineCheckpointing& online, Client* client, const std::
                            schedule::OnlineSchedule::Create(slots, 0));
   const std::vector<Storage> storage = {online.storage};
   Executor run(storage, client, run_name, solver);
-  ADJSNAP_RETURN_IF_ERROR(run.Open(0));
+  if (Status opened = run.Open(0); !opened.ok()) return run.Close(opened);
   auto execute = [&](const std::vector<schedule::Action>& actions) -> Status {
     for (const schedule::Action& a : actions) ADJSNAP_RETURN_IF_ERROR(run.Execute(a));
     return Status::Ok();

@@ -13,6 +13,7 @@
 #include "client_impl.h"
 #include "device_pool.h"
 #include "adjsnap/layers.h"
+#include "adjsnap/transfer_fit.h"
 
 namespace adjsnap {
 
@@ -399,6 +400,19 @@ Result<uint64_t> Client::Prefetch(const std::string& name, const std::vector<uin
   return resp.scheduled();
 }
 
+namespace {
+TransferCost CostOf(const v1::TransferFit& f) {
+  return {f.latency_seconds(), f.bytes_per_second(), f.samples(), f.min_bytes(), f.max_bytes()};
+}
+TransferFit FitOf(const TransferCost& c) {
+  return {c.latency_seconds, c.bytes_per_second, c.samples, c.min_bytes, c.max_bytes};
+}
+}  // namespace
+
+bool TransferCost::Covers(uint64_t bytes) const { return FitOf(*this).Covers(bytes); }
+
+double TransferCost::Seconds(uint64_t bytes) const { return FitOf(*this).Seconds(bytes); }
+
 Result<std::vector<TierInfo>> Client::Tiers() {
   v1::StatsResponse resp;
   ADJSNAP_RETURN_IF_ERROR(impl_->Control([&](grpc::ClientContext* ctx) {
@@ -411,7 +425,10 @@ Result<std::vector<TierInfo>> Client::Tiers() {
                    .used_bytes = t.used_bytes(),
                    .snapshots = t.snapshots(),
                    .write_bytes_per_second = t.write_bytes_per_second(),
-                   .read_bytes_per_second = t.read_bytes_per_second()});
+                   .read_bytes_per_second = t.read_bytes_per_second(),
+                   .spool_class = t.spool_class(),
+                   .write_fit = CostOf(t.write_fit()),
+                   .read_fit = CostOf(t.read_fit())});
   }
   if (detail::DevicePool* pool = impl_->Pool()) {  // this client's own GPU pool
     out.push_back({.tier = Tier::kDevice,

@@ -11,6 +11,14 @@ namespace adjsnap {
 
 namespace {
 constexpr size_t kMaxWaitsListed = 64;  // StatsResponse.waits
+
+void FillFit(const TransferFit& fit, v1::TransferFit* out) {
+  out->set_latency_seconds(fit.latency_seconds);
+  out->set_bytes_per_second(fit.bytes_per_second);
+  out->set_samples(fit.samples);
+  out->set_min_bytes(fit.min_bytes);
+  out->set_max_bytes(fit.max_bytes);
+}
 }  // namespace
 
 void FillSpools(const DiskTier& disk, bool admin,
@@ -65,6 +73,8 @@ void ControlService::CollectStats(const Tenant* who, v1::StatsResponse* resp) co
   };
   host->set_write_bytes_per_second(rate(d.write_bytes.load(), d.write_ns.load()));
   host->set_read_bytes_per_second(rate(d.read_bytes.load(), d.read_ns.load()));
+  FillFit(d.write_samples.Fit(), host->mutable_write_fit());
+  FillFit(d.read_samples.Fit(), host->mutable_read_fit());
   d.push_seconds.Fill(resp->mutable_push_seconds());
   if (const DiskTier* disk = store_->disk()) {
     // One entry per spool class present: local (all of the disk tier on most nodes), then
@@ -89,6 +99,8 @@ void ControlService::CollectStats(const Tenant* who, v1::StatsResponse* resp) co
       t->set_write_busy_ns(w.busy_ns);
       t->set_read_bytes(r.bytes);
       t->set_read_busy_ns(r.busy_ns);
+      FillFit(disk->write_fit(cls), t->mutable_write_fit());
+      FillFit(disk->read_fit(cls), t->mutable_read_fit());
     }
     if (admin) {
       for (const std::string& dir : disk->spool_dirs()) resp->add_spool_dirs(dir);

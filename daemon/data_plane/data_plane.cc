@@ -24,11 +24,13 @@ uint64_t NanosSince(std::chrono::steady_clock::time_point since) {
 void DataPlaneCounters::AddWrite(uint64_t bytes, uint64_t ns) {
   write_bytes.fetch_add(bytes, std::memory_order_relaxed);
   write_ns.fetch_add(ns, std::memory_order_relaxed);
+  write_samples.Add(bytes, static_cast<double>(ns) * 1e-9);
 }
 
 void DataPlaneCounters::AddRead(uint64_t bytes, uint64_t ns) {
   read_bytes.fetch_add(bytes, std::memory_order_relaxed);
   read_ns.fetch_add(ns, std::memory_order_relaxed);
+  read_samples.Add(bytes, static_cast<double>(ns) * 1e-9);
 }
 
 void DataPlaneCounters::AddWrite(uint64_t bytes, std::chrono::steady_clock::time_point since) {

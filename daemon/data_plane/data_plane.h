@@ -51,6 +51,7 @@
 #include "metrics/latency_histogram.h"
 #include "sessions/sessions.h"
 #include "adjsnap/message_socket.h"
+#include "adjsnap/transfer_fit.h"
 #include "adjsnap/ucx.h"
 #include "adjsnap/wire.h"
 #include "store/store.h"
@@ -66,6 +67,9 @@ struct DataPlaneCounters {
   std::atomic<uint64_t> write_ns{0};
   std::atomic<uint64_t> read_bytes{0};
   std::atomic<uint64_t> read_ns{0};
+  // The same transfers one by one, for the host tier's latency and bandwidth (Stats).
+  TransferSamples write_samples;
+  TransferSamples read_samples;
   LatencyHistogram push_seconds;  // first message to the stored reply, per push
   void AddWrite(uint64_t bytes, std::chrono::steady_clock::time_point since);
   void AddRead(uint64_t bytes, std::chrono::steady_clock::time_point since);

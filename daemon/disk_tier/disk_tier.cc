@@ -22,12 +22,6 @@
 namespace adjsnap {
 namespace {
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 Status IoError(const std::string& what, const std::string& path, int err) {
   std::string msg = what + " " + path + ": " + std::strerror(err);
   if (err == ENOSPC || err == EDQUOT) {
@@ -274,59 +268,6 @@ uint64_t DiskTier::used() const {
   return used;
 }
 
-DiskIoCounters DiskTier::writes() const {
-  MutexLock lock(mu_);
-  return writes_.counters;
-}
-
-DiskIoCounters DiskTier::reads() const {
-  MutexLock lock(mu_);
-  return reads_.counters;
-}
-
-uint64_t DiskTier::budget(SpoolClass c) const {
-  uint64_t budget = 0;
-  for (const auto& s : spools_) budget += s->spool_class == c ? s->budget : 0;
-  return budget;
-}
-
-uint64_t DiskTier::used(SpoolClass c) const {
-  MutexLock lock(mu_);
-  uint64_t used = 0;
-  for (const auto& s : spools_) used += s->spool_class == c ? s->used : 0;
-  return used;
-}
-
-DiskIoCounters DiskTier::writes(SpoolClass c) const {
-  MutexLock lock(mu_);
-  return class_writes_[static_cast<int>(c)].counters;
-}
-
-DiskIoCounters DiskTier::reads(SpoolClass c) const {
-  MutexLock lock(mu_);
-  return class_reads_[static_cast<int>(c)].counters;
-}
-
-void DiskTier::BeginIo(bool write, SpoolClass c) {
-  MutexLock lock(mu_);
-  for (Busy* b : {write ? &writes_ : &reads_, write ? &class_writes_[static_cast<int>(c)]
-                                                    : &class_reads_[static_cast<int>(c)]}) {
-    if (b->in_flight++ == 0) b->since_ns = NowNs();
-  }
-}
-
-void DiskTier::EndIo(bool write, SpoolClass c, uint64_t bytes) {
-  MutexLock lock(mu_);
-  for (Busy* b : {write ? &writes_ : &reads_, write ? &class_writes_[static_cast<int>(c)]
-                                                    : &class_reads_[static_cast<int>(c)]}) {
-    b->counters.bytes += bytes;
-    ++b->counters.ops;
-    if (--b->in_flight == 0) {
-      b->counters.busy_ns += static_cast<uint64_t>(NowNs() - b->since_ns);
-    }
-  }
-}
-
 int DiskTier::OpenFile(Spool& spool, const std::string& path, int flags) {
   if (spool.direct.load(std::memory_order_relaxed)) {
     int fd = io_->Open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0600);
@@ -375,7 +316,7 @@ Status DiskTier::Copy(uint32_t from, uint64_t run_id, const std::string& name, u
     return refuse(Status::Unavailable("opening " + path + " to copy it: " + std::strerror(err) +
                                       " (" + ErrnoName(err) + ")"));
   }
-  BeginIo(/*write=*/false, source.spool_class);
+  BeginIo(/*write=*/false, source.spool_class);  // no sample: its time is the whole move
   uint64_t copied = 0;
   // A read error is the source's: it ends the copy without failing the spool written to (and
   // says nothing of the source's health: the step's own reads tell that).
@@ -400,7 +341,7 @@ Status DiskTier::Copy(uint32_t from, uint64_t run_id, const std::string& name, u
         return static_cast<const char*>(buffer.get());
       },
       chunk);
-  EndIo(/*write=*/false, source.spool_class, copied);
+  EndIo(/*write=*/false, source.spool_class, copied, -1);
   return status;
 }
 
@@ -425,7 +366,7 @@ Status DiskTier::WriteFrom(const Space& space, uint64_t run_id, const std::strin
   // filesystem each one is a metadata round trip to its servers (on GlusterFS, 2 ms of the
   // 15 ms an 8 MiB step takes).
   std::string path = dir + "/" + name;
-  BeginIo(/*write=*/true, spool.spool_class);
+  const int64_t began = BeginIo(/*write=*/true, spool.spool_class);
   Status status = [&]() -> Status {
     auto create = [&] { return OpenFile(spool, path, O_WRONLY | O_CREAT | O_TRUNC); };
     int created = Retry(create);
@@ -466,7 +407,7 @@ Status DiskTier::WriteFrom(const Space& space, uint64_t run_id, const std::strin
     if (dfd->Get() >= 0) io_->Fsync(dfd->Get());  // the new name survives a power loss
     return Status::Ok();
   }();
-  EndIo(/*write=*/true, spool.spool_class, status.ok() ? bytes : 0);
+  EndIo(/*write=*/true, spool.spool_class, status.ok() ? bytes : 0, began);
   if (!status.ok()) {
     io_->Unlink(path.c_str());
     Unaccount(space.spool, kept);
@@ -589,7 +530,7 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
     return Status::DataLoss(std::string(what) + " snapshot file " + path + ": " +
                             std::strerror(err) + " (" + ErrnoName(err) + ")");
   };
-  BeginIo(/*write=*/false, spool.spool_class);
+  const int64_t began = BeginIo(/*write=*/false, spool.spool_class);
   Status status = [&]() -> Status {
     Fd fd(io_, Retry([&] { return OpenFile(spool, path, O_RDONLY); }));
     if (fd.Get() < 0) {
@@ -618,7 +559,7 @@ Status DiskTier::Read(uint32_t spool_index, uint64_t run_id, const std::string& 
     }
     return Status::Ok();
   }();
-  EndIo(/*write=*/false, spool.spool_class, status.ok() ? bytes : 0);
+  EndIo(/*write=*/false, spool.spool_class, status.ok() ? bytes : 0, began);
   return status;
 }
 

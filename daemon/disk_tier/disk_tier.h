@@ -46,6 +46,7 @@
 #include "disk_tier/spool_io.h"
 #include "adjsnap/status.h"
 #include "adjsnap/thread_annotations.h"
+#include "adjsnap/transfer_fit.h"
 
 namespace adjsnap {
 
@@ -220,6 +221,9 @@ class DiskTier {
   uint64_t used(SpoolClass c) const ADJSNAP_EXCLUDES(mu_);
   DiskIoCounters writes(SpoolClass c) const ADJSNAP_EXCLUDES(mu_);
   DiskIoCounters reads(SpoolClass c) const ADJSNAP_EXCLUDES(mu_);
+  // One spool class's cost per step file written and read (TransferSamples).
+  TransferFit write_fit(SpoolClass c) const { return class_write_samples_[int(c)].Fit(); }
+  TransferFit read_fit(SpoolClass c) const { return class_read_samples_[int(c)].Fit(); }
 
  private:
   // A descriptor closed through the seam when it goes.
@@ -308,8 +312,10 @@ class DiskTier {
   void Unaccount(uint32_t spool, uint64_t bytes) ADJSNAP_EXCLUDES(mu_);
   std::string Path(uint32_t spool, uint64_t run_id, const std::string& name) const;
   static std::string MarkerPath(const Spool& spool) { return spool.dir + "/" + kMarker; }
-  void BeginIo(bool write, SpoolClass c) ADJSNAP_EXCLUDES(mu_);
-  void EndIo(bool write, SpoolClass c, uint64_t bytes) ADJSNAP_EXCLUDES(mu_);
+  // BeginIo returns when the transfer began, for EndIo's sample of its time; EndIo takes no
+  // sample when `began_ns` < 0 or nothing was moved.
+  int64_t BeginIo(bool write, SpoolClass c) ADJSNAP_EXCLUDES(mu_);
+  void EndIo(bool write, SpoolClass c, uint64_t bytes, int64_t began_ns) ADJSNAP_EXCLUDES(mu_);
   // Supplies the bytes [offset, offset + len) of a file being written: a pointer to them, or
   // the error that ends the write without failing the spool written to.
   using Source = std::function<Result<const char*>(uint64_t offset, uint64_t len)>;
@@ -336,6 +342,8 @@ class DiskTier {
   // The same per spool class (SpoolClass as the index): each class its own rates.
   Busy class_writes_[2] ADJSNAP_GUARDED_BY(mu_);
   Busy class_reads_[2] ADJSNAP_GUARDED_BY(mu_);
+  TransferSamples class_write_samples_[2];
+  TransferSamples class_read_samples_[2];
   std::atomic<bool> usable_{true};
   std::atomic<bool> all_working_{true};
   std::atomic<uint64_t> changes_{0};

@@ -308,6 +308,73 @@ TEST_F(AdjsnapCliTest, SharedSpoolsAreAClassOfTheirOwnAndAThirdLevelOfThePlan) {
   EXPECT_EQ(levels, (std::vector<std::string>{"host", "disk", "shared-disk"})) << out;
 }
 
+// Costs come from adjsnapd's fits at the step's size: a node that has moved no 4 MiB step
+// prices none (and says so), --calibrate pushes a few through each tier and then prices them,
+// and a later plan finds them measured. The calibration's runs are gone after it.
+TEST_F(AdjsnapCliTest, PlanCalibratesTheStepSizeOnEveryTierAndSaysWhereEachCostCameFrom) {
+  // The fixture's run goes first: its steps, drained to the default spool at the restart, would
+  // be recorded in spool 0, which the restart makes a new directory without them (out of the
+  // rotation until they come back).
+  std::string out, err;
+  ASSERT_EQ(AdjsnapCli({"rm", "shot-7"}, &out, &err), 0) << err;
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      Options("64M", {"--spool-dirs", dir() + "/local", "--disk-mem", "32M", "--shared-spool-dirs",
+                      dir() + "/shared", "--shared-disk-mem", "128M"})));
+  const std::vector<std::string> base = {"--json",           "plan", "--steps",        "400",
+                                         "--bytes-per-step", "4M",   "--compute-time", "0.01"};
+  auto plan = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string out, err;
+    EXPECT_EQ(AdjsnapCli(args, &out, &err), 0) << out << err;
+    return nlohmann::json::parse(out, nullptr, false);
+  };
+  nlohmann::json before = plan({});
+  ASSERT_TRUE(before.is_object());
+  ASSERT_EQ(before["tiers"].size(), 3u) << before.dump(2);
+  for (const auto& t : before["tiers"]) {
+    EXPECT_EQ(t["costs_from"], "default") << t.dump(2);
+    EXPECT_NE(t["costs"].get<std::string>().find("--calibrate"), std::string::npos) << t.dump(2);
+    EXPECT_EQ(t["write_seconds"], 0.0);
+  }
+
+  nlohmann::json calibrated = plan({"--calibrate"});
+  ASSERT_TRUE(calibrated.is_object());
+  for (const auto& t : calibrated["tiers"]) {
+    EXPECT_EQ(t["costs_from"], "calibrated") << t.dump(2);
+    EXPECT_NE(t["costs"].get<std::string>().find("calibrated at 4.0 MiB"), std::string::npos)
+        << t.dump(2);
+    EXPECT_GT(t["write_seconds"].get<double>(), 0) << t.dump(2);
+    EXPECT_GT(t["read_seconds"].get<double>(), 0) << t.dump(2);
+    for (const char* fit : {"write_fit", "read_fit"}) {
+      EXPECT_GE(t[fit]["samples"].get<uint64_t>(), 1u) << t.dump(2);
+      EXPECT_EQ(t[fit]["max_bytes"].get<uint64_t>(), 4u << 20) << t.dump(2);
+    }
+  }
+  nlohmann::json again = plan({});
+  for (const auto& t : again["tiers"]) {
+    EXPECT_EQ(t["costs_from"], "measured") << t.dump(2);
+    EXPECT_NE(t["costs"].get<std::string>().find("of 4.0 MiB"), std::string::npos) << t.dump(2);
+  }
+  Client* c = Connect();
+  ASSERT_NE(c, nullptr);
+  auto runs = c->ListRuns();
+  ASSERT_TRUE(runs.ok());
+  EXPECT_TRUE(runs->empty()) << (*runs)[0].spec.name;
+
+  EXPECT_EQ(
+      AdjsnapCli({"plan", "--steps", "400", "--bytes-per-step", "4M", "--calibrate"}, &out, &err),
+      2);
+  EXPECT_NE(err.find("--calibrate measures the costs that --compute-time weighs"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(AdjsnapCli({"plan", "--steps", "4", "--bytes-per-step", "4M", "--compute-time", "1",
+                        "--calibrate", "--level", "host:1:0:0"},
+                       &out, &err),
+            2);
+  EXPECT_NE(err.find("--calibrate measures this node's tiers"), std::string::npos) << err;
+}
+
 TEST_F(AdjsnapCliTest, PlanWithAGpuCodecShrinksHostSlotsByTheGivenRatio) {
   // 64 MiB of host tier, no disk: 64 raw 1 MiB steps fit, 100 do not.
   ASSERT_NO_FATAL_FAILURE(StartDaemon(Options("64M", {"--spool-dirs", "none"})));

@@ -39,11 +39,13 @@ struct AdjointSolver {
 
 enum class Storage {
   kLocalMemory,  // buffers allocated by the driver in this process
-  kAdjsnap,        // snapshots of run `run_name` in adjsnapd (its placement picks the tier)
+  kAdjsnap,        // snapshots of a run in adjsnapd (its placement picks the tier)
 };
 
 // Executes every action of `plan`. `storage[k]` says where level k lives; `client` may be null
-// when no level is kAdjsnap. The adjsnapd run is created for the call and deleted afterwards.
+// when no level is kAdjsnap. Each kAdjsnap level has a run of its own, created for the call
+// and deleted afterwards: `run_name` for the first, `run_name.k` for level k after it (a plan
+// may hold the same state on two levels at once).
 // Errors from the solver's callbacks or from adjsnapd stop the run and are returned as they are.
 Status RunAdjoint(const schedule::Schedule& plan, const std::vector<Storage>& storage,
                   Client* client, const std::string& run_name, AdjointSolver& solver);

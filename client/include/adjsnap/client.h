@@ -113,16 +113,37 @@ struct Location {
   Codec codec = Codec::kNone;  // how that copy is compressed (stored_bytes is its size)
 };
 
+// A tier's cost per transfer in one direction, `latency_seconds + bytes / bytes_per_second`,
+// fitted by the daemon over the tier's last `samples` transfers (at most 64), of min_bytes to
+// max_bytes each. samples 0: none yet.
+struct TransferCost {
+  double latency_seconds = 0;
+  double bytes_per_second = 0;
+  uint64_t samples = 0;
+  uint64_t min_bytes = 0;
+  uint64_t max_bytes = 0;
+  // The fit speaks for `bytes`: within 2x of the sizes it came from (a rate taken from tiny
+  // transfers is mostly their latency and says nothing of large ones).
+  bool Covers(uint64_t bytes) const;
+  // Seconds to move `bytes`; meaningful where Covers(bytes).
+  double Seconds(uint64_t bytes) const;
+};
+
 // One of the daemon's tiers as `Client::Tiers` reports it.
 struct TierInfo {
   Tier tier = Tier::kUnspecified;
   uint64_t budget_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t snapshots = 0;
-  // Measured by the daemon over every transfer since it started; 0 until the first one. A
-  // checkpoint schedule's write and read cost of a snapshot is its size over these.
+  // Measured by the daemon over every transfer since it started; 0 until the first one: bytes
+  // over the time they took, whatever their sizes. write_fit and read_fit price a snapshot of
+  // a given size.
   double write_bytes_per_second = 0;
   double read_bytes_per_second = 0;
+  // Disk tiers: "local" or "shared" (a node with shared spools reports one TierInfo per class).
+  std::string spool_class = {};
+  TransferCost write_fit = {};
+  TransferCost read_fit = {};
 };
 
 struct ClientOptions {

@@ -41,6 +41,7 @@ from ._adjsnap import (  # noqa: F401  (re-exported)
     RunSpec,
     Tier,
     TierInfo,
+    TransferCost,
     Unavailable,
 )
 from . import _adjsnap
@@ -48,7 +49,8 @@ from . import _adjsnap
 __all__ = [
     "connect", "Client", "Run", "Error", "InvalidArgument", "NotFound", "AlreadyExists",
     "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Unavailable", "DataLoss",
-    "DeadlineExceeded", "Tier", "Codec", "Dtype", "Location", "RunInfo", "TierInfo", "Push", "Fetch",
+    "DeadlineExceeded", "Tier", "Codec", "Dtype", "Location", "RunInfo", "TierInfo", "TransferCost",
+    "Push", "Fetch",
     "run_adjoint_online",
 ]
 

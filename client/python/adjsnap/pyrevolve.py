@@ -38,17 +38,20 @@ _names = itertools.count()
 
 def tier_costs(client: Client, tier: Tier, nbytes: int, step_seconds: float,
                unmeasured: float = 1.0):
-    """(wd, rd) for pyrevolve: the time adjsnapd measured to write and read `nbytes` on `tier`,
-    in units of one forward step (`step_seconds`). A direction adjsnapd has not measured yet (no
-    bytes moved through the tier since it started) costs `unmeasured` steps: pyrevolve's
-    H-Revolve cannot schedule levels whose costs are all zero."""
+    """(wd, rd) for pyrevolve: the time adjsnapd measured to write and read `nbytes` on `tier`
+    (its fit, latency + bytes / bandwidth, over the tier's recent transfers: TierInfo.write_fit,
+    read_fit), in units of one forward step (`step_seconds`); the first entry of `tier` (for the
+    disk tier, its local spools). A direction whose fit does not cover `nbytes` (no transfer
+    within 2x of that size among the recent ones) costs `unmeasured` steps: pyrevolve's
+    H-Revolve cannot schedule levels whose costs are all zero, and a rate taken from other
+    sizes would mislead it."""
     if step_seconds <= 0:
         raise ValueError("tier_costs: step_seconds must be > 0")
     for t in client.tiers():
         if t.tier == tier:
-            def cost(rate):
-                return nbytes / rate / step_seconds if rate > 0 else unmeasured
-            return cost(t.write_bytes_per_second), cost(t.read_bytes_per_second)
+            def cost(fit):
+                return fit.seconds(nbytes) / step_seconds if fit.covers(nbytes) else unmeasured
+            return cost(t.write_fit), cost(t.read_fit)
     raise ValueError(f"tier_costs: this adjsnapd has no {tier.name.lower()} tier")
 
 

@@ -391,6 +391,19 @@ PYBIND11_MODULE(_adjsnap, m) {
         return "<adjsnap.Location step " + std::to_string(l.step) + " " + adjsnap::TierName(l.tier) +
                " " + std::to_string(l.stored_bytes) + "/" + std::to_string(l.raw_bytes) + " B>";
       });
+  py::class_<adjsnap::TransferCost>(m, "TransferCost")
+      .def_readonly("latency_seconds", &adjsnap::TransferCost::latency_seconds)
+      .def_readonly("bytes_per_second", &adjsnap::TransferCost::bytes_per_second)
+      .def_readonly("samples", &adjsnap::TransferCost::samples)
+      .def_readonly("min_bytes", &adjsnap::TransferCost::min_bytes)
+      .def_readonly("max_bytes", &adjsnap::TransferCost::max_bytes)
+      .def("covers", &adjsnap::TransferCost::Covers, py::arg("nbytes"))
+      .def("seconds", &adjsnap::TransferCost::Seconds, py::arg("nbytes"))
+      .def("__repr__", [](const adjsnap::TransferCost& c) {
+        return "<adjsnap.TransferCost " + std::to_string(c.latency_seconds) + " s + bytes / " +
+               std::to_string(c.bytes_per_second) + " B/s over " +
+               Counted(c.samples, "transfer") + ">";
+      });
   py::class_<adjsnap::TierInfo>(m, "TierInfo")
       .def_readonly("tier", &adjsnap::TierInfo::tier)
       .def_readonly("budget_bytes", &adjsnap::TierInfo::budget_bytes)
@@ -398,6 +411,9 @@ PYBIND11_MODULE(_adjsnap, m) {
       .def_readonly("snapshots", &adjsnap::TierInfo::snapshots)
       .def_readonly("write_bytes_per_second", &adjsnap::TierInfo::write_bytes_per_second)
       .def_readonly("read_bytes_per_second", &adjsnap::TierInfo::read_bytes_per_second)
+      .def_readonly("spool_class", &adjsnap::TierInfo::spool_class)
+      .def_readonly("write_fit", &adjsnap::TierInfo::write_fit)
+      .def_readonly("read_fit", &adjsnap::TierInfo::read_fit)
       .def("__repr__", [](const adjsnap::TierInfo& t) {
         return std::string("<adjsnap.TierInfo ") + adjsnap::TierName(t.tier) + " " +
                Counted(t.snapshots, "snapshot") + ", " + std::to_string(t.used_bytes) + " of " +

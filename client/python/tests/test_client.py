@@ -111,6 +111,10 @@ def test_run_and_tier_infos_say_what_they_hold_in_their_repr(client):
     host = [t for t in client.tiers() if t.tier == adjsnap.Tier.HOST][0]
     assert re.fullmatch(rf"<adjsnap.TierInfo host (1 snapshot|\d+ snapshots), {host.used_bytes} of "
                         rf"{host.budget_bytes} B used>", repr(host)), repr(host)
+    # The host tier's fit covers the pushes' size, and no size far from every push.
+    fit = host.write_fit
+    assert fit.samples >= 2 and fit.covers(a.nbytes) and fit.seconds(a.nbytes) > 0, repr(fit)
+    assert not fit.covers(1 << 40), repr(fit)
     run.delete()
 
 

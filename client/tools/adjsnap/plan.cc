@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "common.h"
+#include "plan_calibrate.h"
 #include "adjsnap/chunk_frame.h"
 #include "adjsnap/schedule.h"
+#include "adjsnap/transfer_fit.h"
 #include "adjsnap/units.h"
 
 namespace adjsnap::cli {
@@ -155,10 +157,44 @@ bool ParseLevel(const std::string& text, schedule::Level* l) {
          ParseSeconds("--level's READ", f[3], &l->read);
 }
 
+TransferFit FitOf(const v1::TransferFit& f) {
+  return {f.latency_seconds(), f.bytes_per_second(), f.samples(), f.min_bytes(), f.max_bytes()};
+}
+
+// Both directions' fits speak for transfers of `bytes`.
+bool Covers(const v1::TierStats& t, uint64_t bytes) {
+  return FitOf(t.write_fit()).Covers(bytes) && FitOf(t.read_fit()).Covers(bytes);
+}
+
+// "3 writes of 64.0 MiB, 5 reads of 4.0 KiB to 64.0 MiB": what a tier's fits came from.
+std::string Seen(const v1::TierStats& t) {
+  auto one = [](const v1::TransferFit& f, const char* what) {
+    std::string sizes = FormatBytes(f.min_bytes());
+    if (f.max_bytes() != f.min_bytes()) sizes += " to " + FormatBytes(f.max_bytes());
+    return Counted(f.samples(), what) + " of " + sizes;
+  };
+  return one(t.write_fit(), "write") + ", " + one(t.read_fit(), "read");
+}
+
+Json FitJson(const v1::TransferFit& f) {
+  return {{"latency_seconds", f.latency_seconds()},
+          {"bytes_per_second", f.bytes_per_second()},
+          {"samples", f.samples()},
+          {"min_bytes", f.min_bytes()},
+          {"max_bytes", f.max_bytes()}};
+}
+
+// A level's costs and where they came from, as plan prints them.
+struct CostSource {
+  std::string from;  // measured, calibrated, default, given or ignored
+  std::string text;  // the COSTS column
+  v1::TransferFit write_fit, read_fit;
+};
+
 }  // namespace
 
-int Plan(const PlanArgs& a, Output& out,
-         const std::function<bool(v1::StatsResponse*)>& stats) {
+int Plan(const PlanArgs& a, Output& out, const std::function<bool(v1::StatsResponse*)>& stats,
+         const Calibrator& calibrate) {
   uint64_t steps = 0;
   if (!ParseCount(a.steps, &steps) || steps == 0) {
     return UsageError("plan", "--steps must be a positive integer, got '" + a.steps + "'");
@@ -186,13 +222,25 @@ int Plan(const PlanArgs& a, Output& out,
   if (!ParseCompression(a, &comp)) return kExitUsage;
   if (backward < 0) backward = forward;
   std::vector<schedule::Level> levels;
-  std::vector<std::string> cost_source;
+  std::vector<CostSource> cost_source;
   for (const std::string& text : a.levels) {
     schedule::Level l;
     if (!ParseLevel(text, &l)) return kExitUsage;
     if (forward == 0) l.write = l.read = 0;
     levels.push_back(l);
-    cost_source.push_back(forward > 0 ? "given by --level" : "ignored (no --compute-time)");
+    cost_source.push_back(forward > 0
+                              ? CostSource{"given", "given by --level", {}, {}}
+                              : CostSource{"ignored", "ignored (no --compute-time)", {}, {}});
+  }
+  if (a.calibrate && !levels.empty()) {
+    return UsageError("plan",
+                      "--calibrate measures this node's tiers: --level gives the levels "
+                      "and their costs instead");
+  }
+  if (a.calibrate && forward == 0) {
+    return UsageError("plan",
+                      "--calibrate measures the costs that --compute-time weighs: "
+                      "without it the plan minimises forward steps and uses no costs");
   }
   if (!levels.empty() && comp.codec != v1::CODEC_NONE) {
     return UsageError("plan", "--level gives each level's slots in steps: --codec " + a.codec +
@@ -221,22 +269,68 @@ int Plan(const PlanArgs& a, Output& out,
   // host memory too when it is compressed on the GPU. Its transfers are smaller alike.
   const uint64_t disk_bytes = comp.codec == v1::CODEC_NONE ? bytes : StoredBytes(bytes, comp);
   const uint64_t host_bytes = comp.InHost() ? disk_bytes : bytes;
+  auto held_by = [&](const v1::TierStats& t) {
+    return t.tier() == v1::TIER_DISK ? disk_bytes : host_bytes;
+  };
+  // A fit prices only sizes near those it came from (TransferFit::Covers): a bandwidth taken
+  // from tiny steps is mostly their latency. Where one does not cover the step, --calibrate
+  // pushes a few steps of its size through the tiers, and plan reads the fits again.
+  v1::StatsResponse calibrated;
+  bool did_calibrate = false;
+  if (!given && a.calibrate) {
+    bool covered = true;
+    for (const auto& t : r.tiers()) covered = covered && Covers(t, held_by(t));
+    if (!covered) {
+      if (!calibrate) {
+        Error("plan", "--calibrate needs a connection to adjsnapd's data plane");
+        return kExitFailed;
+      }
+      if (Status s = calibrate(bytes, r); !s.ok()) {
+        Error("plan", "calibrating at " + FormatBytes(bytes) + ": " + s.ToString());
+        return kExitFailed;
+      }
+      if (!stats(&calibrated)) return kExitFailed;
+      did_calibrate = true;
+    }
+  }
   for (const auto& t : r.tiers()) {
     if (given) break;
     schedule::Level l;
     // A node with shared spools reports them as a disk tier of their own: a third level.
     l.name = TierLabel(t);
-    const uint64_t held = t.tier() == v1::TIER_DISK ? disk_bytes : host_bytes;
+    const uint64_t held = held_by(t);
     uint64_t free_bytes = t.budget_bytes() > t.used_bytes() ? t.budget_bytes() - t.used_bytes() : 0;
     l.slots = free_bytes / ((held + 4095) / 4096 * 4096);
-    bool measured = t.write_bytes_per_second() > 0 && t.read_bytes_per_second() > 0;
-    if (measured && forward > 0) {
-      l.write = held / t.write_bytes_per_second();
-      l.read = held / t.read_bytes_per_second();
+    // The fits after a calibration are the same tier's, matched by its label.
+    const v1::TierStats* now = &t;
+    for (const auto& c : calibrated.tiers()) {
+      if (TierLabel(c) == l.name) now = &c;
     }
-    cost_source.push_back(!measured     ? "not measured yet (treated as free)"
-                          : forward > 0 ? "measured by adjsnapd"
-                                        : "ignored (no --compute-time)");
+    CostSource src{"", "", now->write_fit(), now->read_fit()};
+    if (forward == 0) {
+      src.from = "ignored";
+      src.text = "ignored (no --compute-time)";
+    } else if (Covers(t, held)) {
+      src.from = "measured";
+      src.text = "measured: " + Seen(t);
+    } else if (did_calibrate && Covers(*now, held)) {
+      src.from = "calibrated";
+      src.text = "calibrated at " + FormatBytes(held) + ": " + Seen(*now);
+    } else {
+      src.from = "default";
+      const bool seen = t.write_fit().samples() > 0 || t.read_fit().samples() > 0;
+      src.text = "default: free (" +
+                 (did_calibrate ? std::string("calibration did not reach it")
+                  : seen ? "no transfer near " + FormatBytes(held) + " measured; seen " + Seen(t) +
+                               "; --calibrate measures it"
+                         : std::string("nothing measured yet; --calibrate measures it")) +
+                 ")";
+    }
+    if (src.from == "measured" || src.from == "calibrated") {
+      l.write = FitOf(src.write_fit).Seconds(held);
+      l.read = FitOf(src.read_fit).Seconds(held);
+    }
+    cost_source.push_back(src);
     levels.push_back(l);
   }
   schedule::StepCosts costs{forward > 0 ? forward : 1.0, forward > 0 ? backward : 0.0};
@@ -261,7 +355,10 @@ int Plan(const PlanArgs& a, Output& out,
                        {"snapshots", held(i)},
                        {"write_seconds", levels[i].write},
                        {"read_seconds", levels[i].read},
-                       {"costs", cost_source[i]}});
+                       {"costs", cost_source[i].text},
+                       {"costs_from", cost_source[i].from},
+                       {"write_fit", FitJson(cost_source[i].write_fit)},
+                       {"read_fit", FitJson(cost_source[i].read_fit)}});
     }
     out.Print(Json{{"steps", steps},
                    {"bytes_per_step", bytes},
@@ -298,7 +395,8 @@ int Plan(const PlanArgs& a, Output& out,
            {" COSTS", 0, true}});
   for (size_t i = 0; i < levels.size(); ++i) {
     t.Add({levels[i].name, std::to_string(levels[i].slots), std::to_string(held(i)),
-           Format("%.4g", levels[i].write), Format("%.4g", levels[i].read), " " + cost_source[i]});
+           Format("%.4g", levels[i].write), Format("%.4g", levels[i].read),
+           " " + cost_source[i].text});
   }
   out.Print(t);
   out.Line(Format("forward steps %llu (recomputation factor %.3f)",
@@ -317,8 +415,10 @@ void AddPlanCommand(CLI::App& app, Action* action) {
   CLI::App* plan = app.add_subcommand(
       "plan", "checkpoint schedule for an adjoint run of N steps of S bytes on this node");
   plan->footer(
-      "Capacities are this node's free tier space; write and read costs are what adjsnapd\n"
-      "has measured (or each --level's). Without --compute-time it minimises forward steps.\n"
+      "Capacities are this node's free tier space; write and read costs are per-transfer\n"
+      "latency + bytes / bandwidth, fitted by adjsnapd from its transfers near the step's size\n"
+      "(or each --level's); with no fit near it, a tier is free unless --calibrate measures it.\n"
+      "Without --compute-time it minimises forward steps.\n"
       "The schedule is store-all, h-revolve, revolve, multistage, periodic or segmented\n"
       "(docs/schedules.md).");
   plan->add_option("--steps", a->steps, "steps of the run (N > 0)")->type_name("N")->required();
@@ -347,17 +447,29 @@ void AddPlanCommand(CLI::App& app, Action* action) {
                    "node's tiers (NAME host, disk or shared-disk; SLOTS in steps or unlimited; "
                    "WRITE and READ seconds per step)")
       ->type_name("LEVEL");
+  plan->add_flag("--calibrate", a->calibrate,
+                 "where adjsnapd has measured no transfers near the step's size, push and "
+                 "fetch a few steps of it through throwaway runs on disk (at most 3 per disk "
+                 "class, about 2 s) and plan with what they measured");
   plan->add_option("--dtype", a->dtype, "float32 or float64 (zfp-rate's ratio)")
       ->type_name("DTYPE")
       ->capture_default_str()
       ->check(CLI::IsMember({"float32", "float64"}));
   plan->callback([action, a] {
     *action = [a](Session& s) {
-      return Plan(*a, s.out(), [&s](v1::StatsResponse* r) {
+      auto stats = [&s](v1::StatsResponse* r) {
         grpc::Status gs = s.stub().Stats(ShortContext().get(), v1::StatsRequest(), r);
         if (!gs.ok()) s.Fail("plan", gs);
         return gs.ok();
-      });
+      };
+      auto calibrate = [&s](uint64_t bytes, const v1::StatsResponse& r) -> Status {
+        if (!s.options().remote.empty()) {
+          return Status::InvalidArgument(
+              "--calibrate pushes steps through this node's data plane: not with --remote");
+        }
+        return Calibrate(s.options().socket, bytes, r);
+      };
+      return Plan(*a, s.out(), stats, calibrate);
     };
   });
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "output.h"
+#include "adjsnap/status.h"
 #include "adjsnap/v1/control.pb.h"
 
 namespace adjsnap::cli {
@@ -24,10 +25,18 @@ struct PlanArgs {
   // --level NAME:SLOTS:WRITE:READ, in order: plan over these levels instead of this node's
   // tiers (adjsnapd is not asked).
   std::vector<std::string> levels;
+  // --calibrate: where adjsnapd's fits do not cover the step's size, measure it first.
+  bool calibrate = false;
 };
 
+// Runs a calibration at `bytes` per step on the node that `stats` describes (plan_calibrate.h).
+using Calibrator = std::function<Status(uint64_t bytes, const v1::StatsResponse& stats)>;
+
 // Checks `a`, asks `stats` for this node's tiers (false: it could not, and said why) unless
-// `a.levels` gives the levels, and prints the plan to `out`. Returns the exit code.
-int Plan(const PlanArgs& a, Output& out, const std::function<bool(v1::StatsResponse*)>& stats);
+// `a.levels` gives the levels, calibrates through `calibrate` when `a.calibrate` asks and a
+// tier's fit does not cover the step (then asks `stats` again), and prints the plan to `out`.
+// Returns the exit code.
+int Plan(const PlanArgs& a, Output& out, const std::function<bool(v1::StatsResponse*)>& stats,
+         const Calibrator& calibrate = {});
 
 }  // namespace adjsnap::cli

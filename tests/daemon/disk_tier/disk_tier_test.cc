@@ -656,6 +656,14 @@ TEST(SpoolClasses, ACopyToASharedSpoolIsExactAndAFailedReadOfItsSourceFailsNeith
   EXPECT_TRUE(std::filesystem::exists(tmp.path() + "/local/run-3/step-0")) << "the source stays";
   EXPECT_EQ(disk->used(SpoolClass::kShared), file);
   EXPECT_EQ(disk->reads(SpoolClass::kLocal).bytes, file) << "the copy's read is the local's";
+  // Each class's fits take whole step files: the two local writes, the copy's write to the
+  // shared spool and the read from it; the copy's read, whose time is the whole move, is none.
+  EXPECT_EQ(disk->write_fit(SpoolClass::kLocal).samples, 2u);
+  EXPECT_EQ(disk->write_fit(SpoolClass::kShared).samples, 1u);
+  EXPECT_EQ(disk->read_fit(SpoolClass::kShared).samples, 1u);
+  EXPECT_EQ(disk->read_fit(SpoolClass::kLocal).samples, 0u);
+  EXPECT_EQ(disk->read_fit(SpoolClass::kShared).min_bytes, file);
+  EXPECT_GT(disk->read_fit(SpoolClass::kShared).bytes_per_second, 0);
 
   io.Fail(testing::FaultySpoolIo::kRead, EIO, 0, tmp.path() + "/local");
   to = disk->Reserve(kRaw, SpoolClass::kShared, /*fail_over=*/false);
