@@ -126,6 +126,7 @@ void Tiering::FinishMove(const v1::SnapshotRecord& from, uint64_t generation,
       moved = recorded.ok() && snap && snap->record.tier() == v1::TIER_DISK;
       if (moved) snap->record = std::move(updated);
       ix.EndRecord(copy);
+      s_.Wake();  // a read parked while the record was written may start now (StartRead)
     }
     // Not tried again until a spool fails or comes back: a source that cannot be read (its
     // own fetch will say why) is not copied over and over.
