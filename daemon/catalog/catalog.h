@@ -47,7 +47,7 @@ namespace adjsnap {
 // IndexLock), and every call here that waits for the writer or for RocksDB EXCLUDES it, so
 // making one with the lock held does not compile.
 class ADJSNAP_CAPABILITY("role") CatalogCompletionLock {};
-inline CatalogCompletionLock kCatalogCompletionLock;
+inline constexpr CatalogCompletionLock kCatalogCompletionLock{};
 
 class Catalog {
  public:

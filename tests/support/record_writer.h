@@ -49,7 +49,7 @@ class RecordWriter {
     const size_t target = records_.size();
     cv_.wait(lock, [&] { return answered_ >= target; });
   }
-  std::vector<v1::SnapshotRecord> records() {
+  std::vector<v1::SnapshotRecord> Records() {
     std::lock_guard<std::mutex> lock(mu_);
     return records_;
   }

@@ -86,8 +86,8 @@ TEST_F(ChecksumsTest, AQueuedChecksumIsRecordedOnceAndItsBlockLetGo) {
   v1::SnapshotRecord r = Record(0);
   EXPECT_EQ(r.checksum_state(), v1::CHECKSUM_RECORDED);
   EXPECT_EQ(r.checksum(), SumOf('a'));
-  ASSERT_EQ(writer_.records().size(), 1u);
-  EXPECT_EQ(writer_.records()[0].checksum(), SumOf('a'));
+  ASSERT_EQ(writer_.Records().size(), 1u);
+  EXPECT_EQ(writer_.Records()[0].checksum(), SumOf('a'));
   EXPECT_EQ(checksums_->hashes(), 1u);
   EXPECT_GE(wakes_.load(), 1);  // the tiering policy is told
   EXPECT_EQ(block.use_count(), 1);  // only the snapshot holds it: the job let it go
@@ -169,7 +169,7 @@ TEST_F(ChecksumsTest, HeldBytesCountsABlockOnlyTheHashHoldsNow) {
   checksums_->WaitIdle(ix_);
   IndexLock lock(ix_);
   EXPECT_EQ(Checksums::HeldBytes(ix_), 0u);
-  EXPECT_TRUE(writer_.records().empty());  // nothing left to record it on
+  EXPECT_TRUE(writer_.Records().empty());  // nothing left to record it on
 }
 
 TEST_F(ChecksumsTest, ARecordTheCatalogRefusesLeavesTheChecksumPending) {
@@ -178,7 +178,7 @@ TEST_F(ChecksumsTest, ARecordTheCatalogRefusesLeavesTheChecksumPending) {
   Queue(0);
   checksums_->Start();
   checksums_->WaitIdle(ix_);
-  EXPECT_EQ(writer_.records().size(), 1u);
+  EXPECT_EQ(writer_.Records().size(), 1u);
   EXPECT_EQ(Record(0).checksum_state(), v1::CHECKSUM_PENDING);
 }
 

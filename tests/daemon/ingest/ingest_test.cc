@@ -155,8 +155,8 @@ TEST_F(IngestTest, ACompressedCopyReplacesTheRawBlockAndIsRecorded) {
   EXPECT_EQ(snap.record.checksum(), Checksum(values.data(), kBytes));  // of the pushed bytes
   EXPECT_EQ(snap.record.stored_checksum(),
             Checksum(snap.block->data(), snap.record.stored_bytes()));
-  ASSERT_FALSE(writer_.records().empty());
-  EXPECT_EQ(writer_.records().back().codec(), v1::CODEC_ZFP_REVERSIBLE);  // the catalog was told
+  ASSERT_FALSE(writer_.Records().empty());
+  EXPECT_EQ(writer_.Records().back().codec(), v1::CODEC_ZFP_REVERSIBLE);  // the catalog was told
   EXPECT_TRUE(raw.expired());  // the raw block went back to the tier
   EXPECT_EQ(Decoded(0), values);
 }
