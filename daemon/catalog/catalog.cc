@@ -185,8 +185,8 @@ Status Catalog::Apply(std::vector<Op> ops, bool sync, std::string what) {
     MutexLock lock(writer_mu_);
     if (!writing_ && queue_.empty()) {
       // Nothing queued nor being written: this write is next in order, and makes itself
-      // rather than wake the writer thread and wait for it (a caller under the store's mutex
-      // holds it for one RocksDB write, not for two thread hand-offs as well).
+      // rather than wake the writer thread and wait for it (one RocksDB write, not two thread
+      // hand-offs as well).
       writing_ = true;
       ++counts_.queued;
       lock.Unlock();
@@ -316,6 +316,13 @@ Status Catalog::PutRun(const v1::RunRecord& run) {
 Status Catalog::PutSnapshot(const v1::SnapshotRecord& snap) {
   return Apply({{Op::kPut, SnapshotKey(snap.run_id(), snap.step()), snap.SerializeAsString()}},
                false, "write of " + SnapshotName(snap.run_id(), snap.step()));
+}
+
+void Catalog::PutRunThen(const v1::RunRecord& run, Done done) {
+  Enqueue(Write{{{Op::kPut, RunKey(run.run_id()), run.SerializeAsString()}},
+                false,
+                "write of " + RunName(run.run_id()),
+                std::move(done)});
 }
 
 void Catalog::PutSnapshotThen(const v1::SnapshotRecord& snap, Done done) {

@@ -18,8 +18,9 @@
 // is written (as durable as every record write here: in RocksDB's write-ahead log, not
 // fsynced). The plain forms wait for their batch; one that finds nothing queued nor being
 // written makes its write itself. `done` must not block, nor take a lock that a caller of this
-// catalog may hold while it waits (the store's mutex): it hands its work to another thread.
-// Thread-safe; the id counter is guarded by a mutex of its own.
+// catalog may hold while it waits: a lock that plays kCatalogCompletionLock's role (the
+// store's index mutex) is never held across a call that waits for the writer, so `done` may
+// take it. Thread-safe; the id counter is guarded by a mutex of its own.
 #pragma once
 
 #include <rocksdb/db.h>
@@ -39,6 +40,15 @@
 
 namespace adjsnap {
 
+// The role of a lock that a write's `done` may take (the store's index mutex): held across a
+// call that waits for the writer, it would keep the writer waiting for the lock while the
+// lock's holder waits for the writer. Not a lock, only a name for clang's thread-safety
+// analysis: whoever takes such a lock acquires this role with it (store/store_index.h's
+// IndexLock), and every call here that waits for the writer or for RocksDB EXCLUDES it, so
+// making one with the lock held does not compile.
+class ADJSNAP_CAPABILITY("role") CatalogCompletionLock {};
+inline constexpr CatalogCompletionLock kCatalogCompletionLock{};
+
 class Catalog {
  public:
   // The format this adjsnapd writes; it reads every older one (catalog.proto lists them).
@@ -54,16 +64,17 @@ class Catalog {
   uint64_t opened_format() const { return opened_format_; }
 
   // Increments and returns the start counter.
-  Result<uint64_t> BeginEpoch();
-  Result<uint64_t> AllocateRunId() ADJSNAP_EXCLUDES(mu_);
+  Result<uint64_t> BeginEpoch() ADJSNAP_EXCLUDES(kCatalogCompletionLock);
+  Result<uint64_t> AllocateRunId() ADJSNAP_EXCLUDES(mu_, kCatalogCompletionLock);
 
   ~Catalog();
   Catalog(const Catalog&) = delete;
   Catalog& operator=(const Catalog&) = delete;
 
-  Status PutRun(const v1::RunRecord& run);
-  Status PutSnapshot(const v1::SnapshotRecord& snapshot);
-  Status DeleteRun(uint64_t run_id);
+  // The waiting forms: each returns once its write is made.
+  Status PutRun(const v1::RunRecord& run) ADJSNAP_EXCLUDES(kCatalogCompletionLock);
+  Status PutSnapshot(const v1::SnapshotRecord& snapshot) ADJSNAP_EXCLUDES(kCatalogCompletionLock);
+  Status DeleteRun(uint64_t run_id) ADJSNAP_EXCLUDES(kCatalogCompletionLock);
 
   using Done = std::function<void(Status)>;
   // One RocksDB operation of a write.
@@ -72,11 +83,12 @@ class Catalog {
     std::string key;
     std::string value;  // kPut: the value; kDeleteRange: the end key (exclusive)
   };
+  void PutRunThen(const v1::RunRecord& run, Done done);
   void PutSnapshotThen(const v1::SnapshotRecord& snapshot, Done done);
   void DeleteSnapshotThen(uint64_t run_id, uint64_t step, Done done);
   void DeleteRunThen(uint64_t run_id, Done done);
   // Returns once every write queued before the call is written and its `done` has run.
-  void Flush();
+  void Flush() ADJSNAP_EXCLUDES(kCatalogCompletionLock);
   // Writes queued, and written in how many RocksDB write batches, since Open.
   struct WriterCounts {
     uint64_t queued = 0;
@@ -85,14 +97,17 @@ class Catalog {
   };
   WriterCounts writer_counts() ADJSNAP_EXCLUDES(writer_mu_);
 
-  Status LoadAll(std::vector<v1::RunRecord>* runs, std::vector<v1::SnapshotRecord>* snapshots);
+  Status LoadAll(std::vector<v1::RunRecord>* runs, std::vector<v1::SnapshotRecord>* snapshots)
+      ADJSNAP_EXCLUDES(kCatalogCompletionLock);
 
   // The host tier handed to systemd's fd store: `snapshots` (with host_copy) and the marker,
   // in one synced batch, so the next start finds either both or neither.
   Status PutHostTierKept(const v1::HostTierKept& kept,
-                         const std::vector<v1::SnapshotRecord>& snapshots);
+                         const std::vector<v1::SnapshotRecord>& snapshots)
+      ADJSNAP_EXCLUDES(kCatalogCompletionLock);
   // The marker left by the last stop, if any; removed from the catalog.
-  Result<std::optional<v1::HostTierKept>> TakeHostTierKept();
+  Result<std::optional<v1::HostTierKept>> TakeHostTierKept()
+      ADJSNAP_EXCLUDES(kCatalogCompletionLock);
 
  private:
   Catalog(std::unique_ptr<rocksdb::DB> db, uint64_t opened_format);

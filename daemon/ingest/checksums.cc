@@ -19,7 +19,7 @@ Checksums::Checksums(StoreIndex& ix, Record record,
 Checksums::~Checksums() {
   if (!thread_.joinable()) return;
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ix_.stopping = true;
   }
   Stop();
@@ -75,7 +75,7 @@ bool Checksums::Moot(StoreIndex& ix, const Job& job) {
 
 void Checksums::Prune(StoreIndex& ix) {
   size_t dropped = std::erase_if(
-      ix.checksums.jobs, [&](const Job& job) ADJSNAP_REQUIRES(ix.mu) { return Moot(ix, job); });
+      ix.checksums.jobs, [&](const Job& job) ADJSNAP_REQUIRES_INDEX(ix) { return Moot(ix, job); });
   if (dropped) cv_.NotifyAll();  // WaitIdle may be waiting on an empty queue
 }
 
@@ -88,27 +88,33 @@ std::shared_ptr<Checksums::Hashing> Checksums::BeginHash(StoreIndex& ix, const C
 void Checksums::FinishHash(StoreIndex& ix, const CopyKey& key, Hashing& hashing, uint64_t sum) {
   hashing.done = true;
   hashing.sum = sum;
-  ix.checksums.hashing.erase(key);
+  cv_.NotifyAll();  // whoever waits for the sum has it now, before it is recorded
+  // Record first, then the index. The copy stays in `hashing` (done) until then: a job that
+  // asks for its checksum meanwhile gets this sum, and none hashes it again.
+  ix.AwaitRecords(key);  // a demotion's record, say: this one builds on it
   auto [run_id, step, generation] = key;
   StoreIndex::Snapshot* snap = ix.FindSnapshot(run_id, step, generation);
   if (snap && snap->record.checksum_state() == v1::CHECKSUM_PENDING &&
       snap->record.tier() != v1::TIER_LOST) {
     v1::SnapshotRecord updated = snap->record;
     SetRecorded(updated, sum);
-    Status s = record_(updated);
-    if (s.ok()) {
-      snap->record = std::move(updated);
-    } else {
+    Status s = ix.RecordAndWait(record_, key, updated);
+    snap = ix.FindSnapshot(run_id, step, generation);  // deleted or lost meanwhile: so it stays
+    if (!s.ok()) {
       ADJSNAP_LOG_ERROR("recording checksum: %s", s.ToString().c_str());
+    } else if (snap && snap->record.tier() != v1::TIER_LOST) {
+      snap->record = std::move(updated);
     }
+    ix.EndRecord(key);
   }
+  ix.checksums.hashing.erase(key);
   cv_.NotifyAll();
 }
 
 uint64_t Checksums::ChecksumOf(StoreIndex& ix, uint64_t run_id, uint64_t step,
                                uint64_t generation, const HostBlock& block, uint64_t bytes) {
   const CopyKey key{run_id, step, generation};
-  MutexLock lock(ix.mu);
+  IndexLock lock(ix);
   StoreIndex::Snapshot* snap = ix.FindSnapshot(run_id, step, generation);
   if (!snap) return 0;  // deleted: whoever asked finds it gone too and drops its work
   if (snap->record.checksum_state() == v1::CHECKSUM_RECORDED) return snap->record.checksum();
@@ -132,19 +138,19 @@ uint64_t Checksums::ChecksumOf(StoreIndex& ix, uint64_t run_id, uint64_t step,
 }
 
 void Checksums::WaitIdle(StoreIndex& ix) {
-  MutexLock lock(ix.mu);
+  IndexLock lock(ix);
   ++ix.checksums.idle_waiters;
   cv_.NotifyAll();  // the checksum thread stops holding off
-  cv_.Wait(ix.mu, [&]() ADJSNAP_REQUIRES(ix.mu) {
+  cv_.Wait(ix.mu, [&]() ADJSNAP_REQUIRES_INDEX(ix) {
     return ix.checksums.jobs.empty() && !ix.checksums.busy;
   });
   --ix.checksums.idle_waiters;
 }
 
 void Checksums::Loop() {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   for (;;) {
-    cv_.Wait(ix_.mu, [&]() ADJSNAP_REQUIRES(ix_.mu) {
+    cv_.Wait(ix_.mu, [&]() ADJSNAP_REQUIRES_INDEX(ix_) {
       return ix_.stopping || !ix_.checksums.jobs.empty();
     });
     if (ix_.stopping) return;
@@ -155,7 +161,7 @@ void Checksums::Loop() {
       auto start = std::min(pushing ? now + kQuiet : ix_.checksums.last_data_activity + kQuiet,
                             ix_.checksums.jobs.front().queued + kMaxDelay);
       if (now < start) {
-        cv_.WaitUntil(ix_.mu, start, [&]() ADJSNAP_REQUIRES(ix_.mu) {
+        cv_.WaitUntil(ix_.mu, start, [&]() ADJSNAP_REQUIRES_INDEX(ix_) {
           return ix_.stopping || ix_.checksums.idle_waiters > 0 || ix_.checksums.jobs.empty();
         });
         continue;  // look again: more activity may have come meanwhile
@@ -176,8 +182,8 @@ void Checksums::Loop() {
     uint64_t sum = Hash(job.block->data(), job.bytes);
     job.block.reset();
     lock.Lock();
-    ix_.checksums.busy = false;
     FinishHash(ix_, key, *hashing, sum);
+    ix_.checksums.busy = false;  // after the record: WaitIdle waits for it too
     wake_();  // tiering holds back while checksums are pending (see Tiering::FreeHostRoom)
   }
 }

@@ -11,7 +11,9 @@
 //
 // Threading: Hash and Verify are thread-safe and take no lock. The methods that take the index
 // run under its mutex, except ChecksumOf, which may wait for another thread's hash and hashes
-// without the mutex held, and WaitIdle.
+// without the mutex held, and WaitIdle. A checksum is recorded first, then put in the index:
+// the thread that computed it (the checksum thread, or ChecksumOf's caller) waits for the
+// catalog's write with the mutex released.
 #pragma once
 
 #include <atomic>
@@ -27,8 +29,9 @@ namespace adjsnap {
 
 class Checksums {
  public:
-  // Writes a snapshot's updated record to the catalog.
-  using Record = std::function<Status(const v1::SnapshotRecord&)>;
+  // Writes a snapshot's updated record to the catalog, never waiting (the store's index
+  // applies the change once it is written).
+  using Record = StoreIndex::RecordWriter;
   // `on_hash` (tests; may be empty): called on the hashing thread just before each hash, and
   // may block. `wake`: something the tiering policy waits for changed (a checksum recorded).
   Checksums(StoreIndex& ix, Record record,
@@ -53,7 +56,7 @@ class Checksums {
   void Stop();
   // Queues the checksum of this just-stored copy of the step (`snap.block` holds its raw bytes).
   void Queue(StoreIndex& ix, uint64_t run_id, const StoreIndex::Snapshot& snap, uint64_t bytes)
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
   // The checksum of the raw bytes of this copy of the step, which `block` holds, for a job
   // about to write or compress them (on an I/O thread): the recorded one; or the result of
   // the hash another thread is computing now; or else it is computed here, once (a queued job
@@ -62,9 +65,9 @@ class Checksums {
                       const HostBlock& block, uint64_t bytes) ADJSNAP_EXCLUDES(ix.mu);
   // Drops queued checksums of steps that were deleted or whose checksum is recorded, so their
   // blocks go back to the host tier now instead of when the checksum thread gets to them.
-  void Prune(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
+  void Prune(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix);
   // Host bytes the checksum thread holds that the store has let go of (freed when it is done).
-  static uint64_t HeldBytes(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
+  static uint64_t HeldBytes(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix);
   // Marks `rec` as carrying checksum `sum` of its stored bytes: recorded, and for a frame (an
   // nvCOMP codec, IsFramed) the stored checksum too, since a frame is hashed as stored.
   static void SetRecorded(v1::SnapshotRecord& rec, uint64_t sum);
@@ -76,7 +79,7 @@ class Checksums {
   // fifth of its rate). A job waits at most kMaxDelay, so a node that never pauses still
   // gets its checksums. Nothing needs one sooner: a demotion or compression asks for it
   // (ChecksumOf), a stop waits for all.
-  static void NoteDataPlaneActivity(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu) {
+  static void NoteDataPlaneActivity(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix) {
     ix.checksums.last_data_activity = std::chrono::steady_clock::now();
   }
   static constexpr std::chrono::milliseconds kQuiet{20};
@@ -90,14 +93,15 @@ class Checksums {
   void Loop() ADJSNAP_EXCLUDES(ix_.mu);
   // The job's step was deleted, its checksum is recorded, or another thread is hashing it:
   // nothing to hash.
-  static bool Moot(StoreIndex& ix, const Job& job) ADJSNAP_REQUIRES(ix.mu);
+  static bool Moot(StoreIndex& ix, const Job& job) ADJSNAP_REQUIRES_INDEX(ix);
   // Marks the copy as being hashed by the calling thread.
   static std::shared_ptr<Hashing> BeginHash(StoreIndex& ix, const CopyKey& key)
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
   // Publishes the result to whoever waits for it and records it, if this copy of the step is
-  // still stored and its checksum still unrecorded.
+  // still stored and its checksum still unrecorded; waits for the record with the mutex
+  // released (the caller is the checksum thread, or a job that may wait, in ChecksumOf).
   void FinishHash(StoreIndex& ix, const CopyKey& key, Hashing& hashing, uint64_t sum)
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
 
   StoreIndex& ix_;  // the checksum thread's (Loop)
   const Record record_;

@@ -36,7 +36,7 @@ class Ingest {
     // (from its top, away from the raw pushes); an error when there is no room.
     std::function<Result<std::shared_ptr<HostBlock>>(const StoreIndex::Run&, uint64_t bytes)>
         allocate;
-    // Writes the step's updated record to the catalog.
+    // Writes the step's updated record to the catalog, never waiting (StoreIndex::RecordThen).
     Checksums::Record record;
     // Runs `job` on an I/O thread (never on the caller's: it takes the index's mutex).
     std::function<void(std::function<void()> job)> submit;
@@ -54,12 +54,14 @@ class Ingest {
   // Compresses the committed step (its raw bytes in snap.block) on an I/O thread, then swaps
   // its host block for the smaller one.
   void Start(StoreIndex& ix, StoreIndex::Run& run, StoreIndex::Snapshot& snap)
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
   // Swaps in the compressed copies that had to wait for room or for a holder of the raw bytes.
-  void RetryPending(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
+  void RetryPending(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix);
   // Compressions in flight, and compressed copies waiting to be swapped in: host room is coming.
-  static int InFlight(const StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu) { return ix.ingest.in_flight; }
-  static size_t Pending(const StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu) {
+  static int InFlight(const StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix) {
+    return ix.ingest.in_flight;
+  }
+  static size_t Pending(const StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix) {
     return ix.ingest.pending_packs.size();
   }
 
@@ -67,10 +69,15 @@ class Ingest {
   void Finish(uint64_t run_id, uint64_t step, uint64_t generation, uint64_t checksum,
               Result<PackedSnapshot> packed) ADJSNAP_EXCLUDES(ix_.mu);
   static bool StillApplies(const StoreIndex::Snapshot& snap);
-  // Swaps the snapshot's raw host block for its compressed copy; false if that must wait (no
-  // room beside, and someone still holds the raw block).
+  // Records the compressed copy, and swaps it for the snapshot's raw host block once recorded
+  // (Swap); false if that must wait (no room beside and someone still holds the raw block, or
+  // another write of its record in flight).
   bool Apply(StoreIndex& ix, StoreIndex::Run& run, StoreIndex::Snapshot& snap,
-             const PendingPack& pending) ADJSNAP_REQUIRES(ix.mu);
+             std::shared_ptr<PendingPack> pending) ADJSNAP_REQUIRES_INDEX(ix);
+  // The record's completion: the swap, if the step is still as it was; else the record of the
+  // raw step again. `block`: the copy beside; null: over the raw bytes.
+  void Swap(const StoreIndex::CopyKey& copy, v1::SnapshotRecord updated, const PendingPack& pending,
+            std::shared_ptr<HostBlock> block, Status recorded) ADJSNAP_REQUIRES_INDEX(ix_);
 
   StoreIndex& ix_;  // the I/O jobs' (Finish)
   Checksums& checksums_;

@@ -253,8 +253,8 @@ class Store final : private StoreState {
   Status Load();
   // A host-tier record of the start whose stop kept the host tier (options_.kept_host_tier):
   // its block claimed at the recorded offset and its checksum checked; DATA_LOSS saying why
-  // not (an empty message: it was not kept).
-  Status TakeBack(const Run& run, Snapshot& snap) ADJSNAP_REQUIRES(ix_.mu);
+  // not (an empty message: it was not kept). The caller writes the record it changed.
+  Status TakeBack(const Run& run, Snapshot& snap) ADJSNAP_REQUIRES_INDEX(ix_);
   // BeginPush and BeginFetch under the lock: the answer now, or nullopt after parking `done`.
   Result<std::optional<PushTicket>> TryBeginPush(uint64_t run_id, uint64_t step, uint64_t bytes,
                                                  PushDone& done, const Tenant& who)
@@ -263,19 +263,19 @@ class Store final : private StoreState {
                                                   bool backward, FetchDone& done, const Tenant& who)
       ADJSNAP_EXCLUDES(ix_.mu);
   Result<const Run*> FindByName(const std::string& name, const Tenant& who) const
-      ADJSNAP_REQUIRES(ix_.mu);
-  Result<Run*> FindByName(const std::string& name, const Tenant& who) ADJSNAP_REQUIRES(ix_.mu);
-  Result<Run*> FindById(uint64_t run_id, const Tenant& who) ADJSNAP_REQUIRES(ix_.mu);
-  uint64_t QuotaOf(uint32_t uid) const ADJSNAP_REQUIRES(ix_.mu);
-  Usage UsageOf(uint32_t uid) const ADJSNAP_REQUIRES(ix_.mu);
+      ADJSNAP_REQUIRES_INDEX(ix_);
+  Result<Run*> FindByName(const std::string& name, const Tenant& who) ADJSNAP_REQUIRES_INDEX(ix_);
+  Result<Run*> FindById(uint64_t run_id, const Tenant& who) ADJSNAP_REQUIRES_INDEX(ix_);
+  uint64_t QuotaOf(uint32_t uid) const ADJSNAP_REQUIRES_INDEX(ix_);
+  Usage UsageOf(uint32_t uid) const ADJSNAP_REQUIRES_INDEX(ix_);
   // NOT_FOUND for a step the run does not hold, saying whether it was read once and released.
   static Status StepNotFound(const Run& run, uint64_t step);
   // Counts who.session_id (if any) among the run's clients, as OpenRun does (Tenant).
   static void Attach(Run& run, const Tenant& who);
   // At the stop: records in each run's catalog record whether it awaits clients at the next
   // start (RunRecord.awaiting_clients).
-  void MarkAwaitingClients() ADJSNAP_REQUIRES(ix_.mu);
-  v1::RunInfo Info(const Run& run) const ADJSNAP_REQUIRES(ix_.mu);
+  void MarkAwaitingClients() ADJSNAP_REQUIRES_INDEX(ix_);
+  v1::RunInfo Info(const Run& run) const ADJSNAP_REQUIRES_INDEX(ix_);
   static Status Refused(Run& run, Status why);
   static v1::SnapshotInfo Info(const Snapshot& snap);
   static v1::SnapshotInfo Info(const Run& run, uint64_t step, const DeviceStep& held);
@@ -298,21 +298,25 @@ class Store final : private StoreState {
   // given, is called on the catalog's writer thread with the delete's outcome: it must not
   // block nor take ix_.mu (a caller waits on it outside the lock). A delete is safe to show
   // in the index first: nothing leaves the disk before its record has.
-  void Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it,
-             Catalog::Done deleted = nullptr) ADJSNAP_REQUIRES(ix_.mu);
+  void Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it, Catalog::Done deleted = nullptr)
+      ADJSNAP_REQUIRES_INDEX(ix_);
+  // Writes the run's record with `change` made to it, without waiting; the index takes it in
+  // the write's completion, where `done` (if any) gets the result, under ix_.mu.
+  void RecordRun(Run& run, const std::function<void(v1::RunRecord&)>& change,
+                 std::function<void(Status)> done) ADJSNAP_REQUIRES_INDEX(ix_);
   // The second half of CommitPush, once the record is written (or failed).
   Status InstallCommitted(const PushTicket& ticket, v1::SnapshotRecord rec, Status recorded)
       ADJSNAP_EXCLUDES(ix_.mu);
   // The host memory a new declared run may plan its resident steps in: the budget less what
   // every other run holds there or has planned to keep there (an open declared run's range
   // [host_boundary, N)), so runs sharing the tier get boundaries computed against each other.
-  uint64_t HostRoomForNewRun() const ADJSNAP_REQUIRES(ix_.mu);
+  uint64_t HostRoomForNewRun() const ADJSNAP_REQUIRES_INDEX(ix_);
   // Host-tier bytes of `uid`'s steps in runs that cannot move them to disk.
-  uint64_t PinnedHostBytesOf(uint32_t uid) const ADJSNAP_REQUIRES(ix_.mu);
+  uint64_t PinnedHostBytesOf(uint32_t uid) const ADJSNAP_REQUIRES_INDEX(ix_);
   // Removes a run as Erase removes a step: from the index now, its records through the
   // catalog's writer (`deleted` as in Erase), its files and directories once they are gone.
   // Returns the bytes it held.
-  uint64_t DeleteRunLocked(Run* run, Catalog::Done deleted = nullptr) ADJSNAP_REQUIRES(ix_.mu);
+  uint64_t DeleteRunLocked(Run* run, Catalog::Done deleted = nullptr) ADJSNAP_REQUIRES_INDEX(ix_);
   // A run whose declared steps cannot fit in the tiers it may use (host and disk budgets
   // together) is refused when it opens, naming the node's limit, unless it compresses (its
   // stored size is unknown) or waits for room (block_when_full: the backward pass frees it).
@@ -325,6 +329,9 @@ class Store final : private StoreState {
   // Set by a stop whose drain fell short: why; the destructor marks what is left lost.
   std::string unsaved_why_ ADJSNAP_GUARDED_BY(ix_.mu);
   uint64_t next_generation_ ADJSNAP_GUARDED_BY(ix_.mu) = 1;
+  // Held by OpenRun while it creates a run (its id and record written without ix_.mu); taken
+  // before ix_.mu, never after.
+  Mutex create_mu_;
 
   // The tiering policy and its thread, a component over this store's plumbing and index; a
   // member, so it is destroyed before them (its thread is joined by then: StopTiering).

@@ -1,5 +1,7 @@
 #include "store/store_index.h"
 
+#include <future>
+
 namespace adjsnap {
 
 StoreIndex::Snapshot* StoreIndex::FindSnapshot(uint64_t run_id, uint64_t step,
@@ -19,6 +21,65 @@ std::pair<StoreIndex::Run*, StoreIndex::Snapshot*> StoreIndex::FindSnapshot(cons
   auto snap = run->second.snapshots.find(key.second);
   if (snap == run->second.snapshots.end()) return {nullptr, nullptr};
   return {&run->second, &snap->second};
+}
+
+void StoreIndex::EndRecord(const CopyKey& copy) {
+  auto it = records.find(copy);
+  if (it == records.end() || --it->second.writes > 0) return;
+  std::deque<std::function<void()>> after = std::move(it->second.after);
+  records.erase(it);
+  while (!after.empty()) {
+    if (auto again = records.find(copy); again != records.end()) {
+      // The last update began a record: the rest wait for it, ahead of anything queued since.
+      again->second.after.insert(again->second.after.begin(),
+                                 std::make_move_iterator(after.begin()),
+                                 std::make_move_iterator(after.end()));
+      return;
+    }
+    std::function<void()> update = std::move(after.front());
+    after.pop_front();
+    update();
+  }
+}
+
+void StoreIndex::AfterRecords(const CopyKey& copy, std::function<void()> update) {
+  if (auto it = records.find(copy); it != records.end()) {
+    it->second.after.push_back(std::move(update));
+    return;
+  }
+  update();
+}
+
+void StoreIndex::RecordThen(const RecordWriter& write, const CopyKey& copy,
+                            const v1::SnapshotRecord& rec, std::function<void(Status)> applied) {
+  BeginRecord(copy);
+  write(rec, [this, copy, applied = std::move(applied)](Status written) {
+    IndexLock lock(*this);
+    applied(std::move(written));
+    EndRecord(copy);
+  });
+}
+
+void StoreIndex::AwaitRecords(const CopyKey& copy) {
+  while (Recording(copy)) {
+    auto idle = std::make_shared<std::promise<void>>();
+    AfterRecords(copy, [idle] { idle->set_value(); });
+    mu.unlock();
+    idle->get_future().wait();
+    mu.lock();
+  }
+}
+
+Status StoreIndex::RecordAndWait(const RecordWriter& write, const CopyKey& copy,
+                                 const v1::SnapshotRecord& rec) {
+  BeginRecord(copy);
+  auto written = std::make_shared<std::promise<Status>>();
+  std::future<Status> answer = written->get_future();
+  write(rec, [written](Status s) { written->set_value(std::move(s)); });
+  mu.unlock();
+  Status s = answer.get();
+  mu.lock();
+  return s;
 }
 
 }  // namespace adjsnap

@@ -2,8 +2,17 @@
 // catalog and the tiers, the counters, and the state of the components the store is made of
 // (the checksum owner's queue, the at-ingest compressor's and the tiering policy's). A component
 // keeps no guarded member of its own: its methods take the index and are annotated
-// ADJSNAP_REQUIRES(ix.mu), which clang's thread-safety analysis checks against the argument at every
-// call, so one index held by the store is one capability however many components use it.
+// ADJSNAP_REQUIRES_INDEX(ix), which clang's thread-safety analysis checks against the argument at
+// every call, so one index held by the store is one capability however many components use it.
+//
+// Record first, then the index: a change to a snapshot's record is written to the catalog
+// asynchronously and applied to the index once written, so no thread holds the mutex across
+// RocksDB. The mutex plays the catalog's kCatalogCompletionLock role (catalog/catalog.h): it is
+// taken with IndexLock, which acquires the role too, so a catalog call that waits, made with the
+// mutex held, does not compile under clang. While a copy's record is being written the index
+// still shows the one before it: the copy is marked (Recording), and every other update of its
+// record waits for the mark to go (AfterRecords, AwaitRecords) and builds on the newest one, so
+// no write carries a stale record over another.
 #pragma once
 
 #include <chrono>
@@ -19,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "catalog/catalog.h"
 #include "host_tier/host_tier.h"
 #include "adjsnap/status.h"
 #include "adjsnap/thread_annotations.h"
@@ -26,6 +36,9 @@
 #include "adjsnap/v1/control.pb.h"
 
 namespace adjsnap {
+
+// Holds `ix` (the index's mutex) and the catalog's completion-lock role with it.
+#define ADJSNAP_REQUIRES_INDEX(ix) ADJSNAP_REQUIRES((ix).mu, kCatalogCompletionLock)
 
 struct StoreCounters {
   uint64_t runs = 0;
@@ -110,6 +123,10 @@ struct StoreIndex {
   };
   struct Run {
     v1::RunRecord record;
+    // Writes of `record` queued and not yet applied (Store::RecordRun), and the newest of them:
+    // the next change builds on it.
+    int record_writes = 0;
+    v1::RunRecord queued_record;
     std::map<uint64_t, Snapshot> snapshots;
     std::map<uint64_t, DeviceStep> device;  // the device tier: recorded, held by clients
     // Pushes reserved (the store's reference to the block their bytes go to) or waiting for
@@ -171,8 +188,37 @@ struct StoreIndex {
 
   // This copy of the step (its generation), or null if it is gone.
   Snapshot* FindSnapshot(uint64_t run_id, uint64_t step, uint64_t generation) ADJSNAP_REQUIRES(mu);
+  Snapshot* FindSnapshot(const CopyKey& copy) ADJSNAP_REQUIRES(mu) {
+    return FindSnapshot(std::get<0>(copy), std::get<1>(copy), std::get<2>(copy));
+  }
   // The snapshot at `key` (any generation), with its run; both null if gone.
   std::pair<Run*, Snapshot*> FindSnapshot(const Key& key) ADJSNAP_REQUIRES(mu);
+
+  // Writes a snapshot record to the catalog and calls `done` with the result on the catalog's
+  // writer thread (Catalog::PutSnapshotThen): it never waits.
+  using RecordWriter =
+      std::function<void(const v1::SnapshotRecord&, std::function<void(Status)> done)>;
+  // A record of this copy is being written: the index does not show it yet.
+  bool Recording(const CopyKey& copy) const ADJSNAP_REQUIRES(mu) { return records.count(copy); }
+  // Marks the copy as recording until as many EndRecord.
+  void BeginRecord(const CopyKey& copy) ADJSNAP_REQUIRES(mu) { ++records[copy].writes; }
+  // The write begun with BeginRecord is applied to the index (or failed, leaving it as it was):
+  // the updates waiting for the copy's records run, in order, until one begins another record.
+  void EndRecord(const CopyKey& copy) ADJSNAP_REQUIRES_INDEX(*this);
+  // Runs `update` now if no record of the copy is being written, else once none is (in the
+  // completion of the last, under the mutex). It finds the copy again (it may be gone).
+  void AfterRecords(const CopyKey& copy, std::function<void()> update) ADJSNAP_REQUIRES(mu);
+  // Writes `rec`, the copy's next record, built on its newest; the copy is Recording until
+  // `applied` has run with the write's result, under the mutex, on the catalog's writer thread.
+  void RecordThen(const RecordWriter& write, const CopyKey& copy, const v1::SnapshotRecord& rec,
+                  std::function<void(Status)> applied) ADJSNAP_REQUIRES_INDEX(*this);
+  // For a thread that may wait (an I/O job, the checksum thread): waits until no record of the
+  // copy is being written, the mutex released meanwhile.
+  void AwaitRecords(const CopyKey& copy) ADJSNAP_REQUIRES_INDEX(*this);
+  // The same thread's write: writes `rec` (the copy Recording meanwhile) and waits for it with
+  // the mutex released. The caller applies the change and then calls EndRecord(copy).
+  Status RecordAndWait(const RecordWriter& write, const CopyKey& copy,
+                       const v1::SnapshotRecord& rec) ADJSNAP_REQUIRES_INDEX(*this);
 
   mutable Mutex mu;
   std::map<uint64_t, Run> runs ADJSNAP_GUARDED_BY(mu);
@@ -180,6 +226,12 @@ struct StoreIndex {
   bool stopping ADJSNAP_GUARDED_BY(mu) = false;
   ChecksumQueue checksums ADJSNAP_GUARDED_BY(mu);
   IngestState ingest ADJSNAP_GUARDED_BY(mu);
+  // The copies whose records are being written, and what waits for them (Recording).
+  struct RecordWrites {
+    int writes = 0;
+    std::deque<std::function<void()>> after;
+  };
+  std::map<CopyKey, RecordWrites> records ADJSNAP_GUARDED_BY(mu);
 
   // The tiering policy's state (tiering/tiering.h): what waits for host room or for the disk,
   // the moves in flight, and the policy's counters and clocks.
@@ -232,6 +284,21 @@ struct StoreIndex {
     std::chrono::steady_clock::time_point next_scrub;
   };
   TieringState tiering ADJSNAP_GUARDED_BY(mu);
+};
+
+// Holds an index's mutex, and with it the catalog's completion-lock role (catalog/catalog.h).
+class ADJSNAP_SCOPED_CAPABILITY IndexLock {
+ public:
+  explicit IndexLock(const StoreIndex& ix) ADJSNAP_ACQUIRE(ix.mu, kCatalogCompletionLock)
+      : lock_(ix.mu) {}
+  ~IndexLock() ADJSNAP_RELEASE() {}
+  IndexLock(const IndexLock&) = delete;
+  IndexLock& operator=(const IndexLock&) = delete;
+  void Unlock() ADJSNAP_RELEASE() { lock_.Unlock(); }
+  void Lock() ADJSNAP_ACQUIRE() { lock_.Lock(); }
+
+ private:
+  MutexLock lock_;
 };
 
 }  // namespace adjsnap

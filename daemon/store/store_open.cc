@@ -30,7 +30,7 @@ Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, Dis
   s->checksums_.Start();
   s->tiering_.StartTiering();
   {
-    MutexLock lock(s->ix_.mu);
+    IndexLock lock(s->ix_);
     for (auto& [id, run] : s->ix_.runs) {
       for (auto& [step, snap] : run.snapshots) {
         if (!snap.verified) s->tiering_.StartScrub(s->ix_, id, step);
@@ -42,7 +42,7 @@ Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, Dis
 
 Store::~Store() {
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ix_.stopping = true;
   }
   StopWaking();
@@ -52,7 +52,7 @@ Store::~Store() {
   io_.reset();  // finishes the I/O already queued; completions still find the index intact
   DetachWaker();  // blocks released from now on wake nobody
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     if (!unsaved_why_.empty()) {
       // A stop whose drain fell short: what did not reach the disk is named, never silent.
       uint64_t lost = 0;
@@ -70,10 +70,17 @@ Store::~Store() {
       }
     }
   }
+  // Every record queued is written and applied before the index goes (a completion may queue
+  // one more: a compressed step recorded raw again).
+  for (;;) {
+    catalog_->Flush();
+    IndexLock lock(ix_);
+    if (ix_.records.empty()) break;
+  }
   // Whoever still waits gets an answer.
   Deferred deferred;
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     Status down = Status::Unavailable("adjsnapd is shutting down");
     tiering_.AnswerWaiting(ix_, down, deferred);
     for (auto& [id, run] : ix_.runs) {
@@ -90,7 +97,7 @@ Status Store::Load() {
   std::vector<v1::RunRecord> runs;
   std::vector<v1::SnapshotRecord> snapshots;
   ADJSNAP_RETURN_IF_ERROR(catalog_->LoadAll(&runs, &snapshots));
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   const auto started = std::chrono::steady_clock::now();
   size_t awaiting = 0;
   for (auto& r : runs) {
@@ -127,6 +134,9 @@ Status Store::Load() {
   };
   std::vector<Damaged> damaged;
   uint64_t lost_host = 0, recovered = 0, taken_back = 0;
+  // Records changed here that must be written before the store serves (TakeBack's, a host copy
+  // dropped): written once the index's mutex is released, which no catalog wait is made under.
+  std::vector<v1::SnapshotRecord> rewrites;
   for (auto& rec : snapshots) {
     auto it = ix_.runs.find(rec.run_id());
     if (it == ix_.runs.end()) continue;  // unreachable: DeleteRun removes both in one batch
@@ -145,6 +155,7 @@ Status Store::Load() {
     }
     if (r.tier() == v1::TIER_HOST && r.daemon_epoch() != options_.epoch) {
       if (Status kept = TakeBack(run, snap); kept.ok()) {
+        rewrites.push_back(r);
         ++taken_back;
       } else {
         ++lost_host;
@@ -167,13 +178,14 @@ Status Store::Load() {
           // A host copy kept through the restart: served from memory if it checks out, else
           // the file serves, which is the durable copy either way.
           if (Status kept = TakeBack(run, snap); kept.ok()) {
+            rewrites.push_back(r);
             ++taken_back;
           } else {
             ADJSNAP_LOG_INFO("%s is served from its spool file, not from its host copy (%s)",
                            StepName(run.record, r.step()).c_str(),
                            kept.message().empty() ? "not kept" : kept.message().c_str());
             r.clear_host_copy();
-            if (Status s = catalog_->PutSnapshot(r); !s.ok()) return s;
+            rewrites.push_back(r);
           }
         }
       } else {
@@ -224,6 +236,8 @@ Status Store::Load() {
     ADJSNAP_LOG_INFO("recovered %llu disk-tier snapshots; verifying their checksums",
                    static_cast<unsigned long long>(recovered));
   }
+  lock.Unlock();
+  for (const v1::SnapshotRecord& r : rewrites) ADJSNAP_RETURN_IF_ERROR(catalog_->PutSnapshot(r));
   return Status::Ok();
 }
 
@@ -251,7 +265,7 @@ Status Store::TakeBack(const Run& run, Snapshot& snap) {
   snap.block = std::move(block).value();
   r.set_daemon_epoch(options_.epoch);  // in this start's host tier now
   r.clear_host_copy();
-  return catalog_->PutSnapshot(r);
+  return Status::Ok();  // the caller writes the record (Load)
 }
 
 }  // namespace adjsnap

@@ -89,7 +89,7 @@ Status Store::Refused(Run& run, Status why) {
 Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, uint64_t step,
                                                              uint64_t bytes, PushDone& later,
                                                              const Tenant& who) {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   if (closing_) {
     return Status::Unavailable("adjsnapd is stopping: push of step " + std::to_string(step) +
                                " of run id " + std::to_string(run_id) +
@@ -150,7 +150,7 @@ Result<std::optional<Store::PushTicket>> Store::TryBeginPush(uint64_t run_id, ui
 
 void Store::CommitPush(const PushTicket& t, std::function<void(Install)> recorded) {
   Status refused = [&]() -> Status {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     auto it = ix_.runs.find(t.run_id);
     if (it == ix_.runs.end()) {
       return Status::NotFound("run id " + std::to_string(t.run_id) +
@@ -212,7 +212,7 @@ Status Store::CommitPush(const PushTicket& t) {
 }
 
 Status Store::InstallCommitted(const PushTicket& t, v1::SnapshotRecord rec, Status recorded) {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   auto it = ix_.runs.find(t.run_id);
   if (it == ix_.runs.end()) {  // its delete, queued after the record, removed that too
     return Status::NotFound("run id " + std::to_string(t.run_id) + " was deleted while step " +
@@ -247,7 +247,7 @@ Status Store::InstallCommitted(const PushTicket& t, v1::SnapshotRecord rec, Stat
 }
 
 void Store::AbortPush(const PushTicket& t) {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   if (auto it = ix_.runs.find(t.run_id); it != ix_.runs.end()) it->second.in_flight.erase(t.step);
 }
 
@@ -263,7 +263,7 @@ Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, u
                                                               uint64_t bytes, bool backward,
                                                               FetchDone& later,
                                                               const Tenant& who) {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   Attach(*run, who);
   const v1::RunRecord& r = run->record;
@@ -284,7 +284,7 @@ Result<std::optional<Store::FetchGrant>> Store::TryBeginFetch(uint64_t run_id, u
 }
 
 void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   auto run = ix_.runs.find(run_id);
   if (run == ix_.runs.end() || run->second.record.spec().keep()) return;
   auto it = run->second.snapshots.find(step);
@@ -297,7 +297,7 @@ void Store::Consumed(uint64_t run_id, uint64_t step, uint64_t generation) {
 
 Result<uint64_t> Store::Prefetch(const std::string& name, const std::vector<uint64_t>& steps,
                                  const Tenant& who) {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
   return tiering_.PrefetchSteps(ix_, *run, steps);
 }

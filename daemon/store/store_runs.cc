@@ -1,6 +1,7 @@
-// Runs: lookup by name and id within what the caller may see (tenancy), quotas, open, close,
-// delete and the run listing, device steps, sessions and orphans. What the store reports of a
-// run or a step is in store_views.cc.
+// Runs: lookup by name and id within what the caller may see (tenancy), quotas, open, delete
+// and the run listing, device steps. Closing a run, its record's later changes, its sessions
+// and orphans are in store_run_life.cc; what the store reports of a run or a step is in
+// store_views.cc.
 #include "store/store.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "log.h"
@@ -120,7 +122,7 @@ uint64_t Store::QuotaOf(uint32_t uid) const {
 }
 
 void Store::SetQuota(uint32_t uid, uint64_t bytes) {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   quotas_[uid] = bytes;
 }
 
@@ -137,12 +139,12 @@ Store::Usage Store::UsageOf(uint32_t uid) const {
 }
 
 Store::Usage Store::TenantUsage(uint32_t uid) const {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   return UsageOf(uid);
 }
 
 Result<uint64_t> Store::RunId(const std::string& name, const Tenant& who) const {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   ADJSNAP_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   return run->record.run_id();
 }
@@ -259,8 +261,10 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
         "); raise host_mem or split the snapshot");
   }
   ADJSNAP_RETURN_IF_ERROR(CheckFitsTheNode(spec, device_steps));
-  MutexLock lock(ix_.mu);
-  if (auto it = by_name_.find({owner_uid, name}); it != by_name_.end()) {
+  IndexLock lock(ix_);
+  auto existing = [&]() ADJSNAP_REQUIRES_INDEX(ix_) -> std::optional<Result<v1::RunInfo>> {
+    auto it = by_name_.find({owner_uid, name});
+    if (it == by_name_.end()) return std::nullopt;
     Run& run = ix_.runs.at(it->second);
     std::string diff = SpecDifference(run.record.spec(), requested);
     if (!diff.empty()) {
@@ -274,10 +278,15 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
       run.orphaned_at.reset();  // a client attached again
     }
     return Info(run);
-  }
-  ADJSNAP_ASSIGN_OR_RETURN(uint64_t id, catalog_->AllocateRunId());
+  };
+  if (auto found = existing()) return *found;
+  // A new run's id and record are written with the index's mutex released (no catalog wait is
+  // made under it), one run at a time: a second OpenRun of the name waits here, then finds it.
+  lock.Unlock();
+  MutexLock creating(create_mu_);
+  lock.Lock();
+  if (auto found = existing()) return *found;
   Run run;
-  run.record.set_run_id(id);
   *run.record.mutable_spec() = spec;
   run.record.set_state(v1::RUN_OPEN);
   run.record.set_owner_uid(owner_uid);
@@ -288,23 +297,15 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
     run.record.set_host_boundary(HostBoundary(spec.layers(), spec.steps() - device_steps,
                                               BlockBytes(run), HostRoomForNewRun()));
   }
+  lock.Unlock();
+  ADJSNAP_ASSIGN_OR_RETURN(uint64_t id, catalog_->AllocateRunId());
+  run.record.set_run_id(id);
   ADJSNAP_RETURN_IF_ERROR(catalog_->PutRun(run.record));
+  lock.Lock();
   by_name_[{owner_uid, name}] = id;
   *created = true;
   if (session_id != 0) run.sessions.insert(session_id);
   return Info(ix_.runs[id] = std::move(run));
-}
-
-Result<v1::RunInfo> Store::CloseRun(const std::string& name, const Tenant& who) {
-  MutexLock lock(ix_.mu);
-  ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
-  if (run->record.state() != v1::RUN_CLOSED) {
-    v1::RunRecord updated = run->record;
-    updated.set_state(v1::RUN_CLOSED);
-    ADJSNAP_RETURN_IF_ERROR(catalog_->PutRun(updated));
-    run->record = std::move(updated);
-  }
-  return Info(*run);
 }
 
 // Frees what a snapshot holds once it is gone from the index: its disk file (on an I/O thread)
@@ -365,7 +366,7 @@ Result<uint64_t> Store::DeleteRun(const std::string& name, const Tenant& who) {
   uint64_t id = 0, freed = 0;
   uint32_t owner = 0;
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
     named = run->record.spec().name();
     id = run->record.run_id();
@@ -430,7 +431,7 @@ Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step,
   uint64_t freed = 0;
   std::string step_name;
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindByName(name, who));
     if (run->device.erase(step)) return uint64_t{0};  // its client frees the GPU memory
     auto it = run->snapshots.find(step);
@@ -450,7 +451,7 @@ Result<uint64_t> Store::DeleteSnapshot(const std::string& name, uint64_t step,
 }
 
 std::vector<v1::RunInfo> Store::ListRuns(const Tenant& who) const {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   std::vector<v1::RunInfo> out;
   for (const auto& [id, run] : ix_.runs) {
     if (Sees(who, run.record)) out.push_back(Info(run));
@@ -460,7 +461,7 @@ std::vector<v1::RunInfo> Store::ListRuns(const Tenant& who) const {
 
 Status Store::HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes,
                              uint64_t session_id, bool held, const Tenant& who) {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   ADJSNAP_ASSIGN_OR_RETURN(Run * run, FindById(run_id, who));
   const v1::RunRecord& r = run->record;
   auto d = run->device.find(step);
@@ -483,58 +484,4 @@ Status Store::HoldDeviceStep(uint64_t run_id, uint64_t step, uint64_t bytes,
   return Status::Ok();
 }
 
-void Store::EndSession(uint64_t session_id, bool died) {
-  MutexLock lock(ix_.mu);
-  for (auto& [id, run] : ix_.runs) {
-    for (auto& [step, held] : run.device) {
-      if (held.session_id == session_id) held.lost = true;
-    }
-    if (!run.sessions.erase(session_id) || !run.sessions.empty()) continue;
-    if (died && !run.record.spec().keep()) {
-      run.orphaned_at = std::chrono::steady_clock::now();
-    } else if (!died && !closing_ && run.record.awaiting_clients()) {
-      // Its last client closed cleanly: a start after a crash must not await it (the record
-      // is otherwise written at a clean stop only). Not while stopping: the stop ends every
-      // session, and has just recorded which runs await their clients.
-      v1::RunRecord updated = run.record;
-      updated.set_awaiting_clients(false);
-      if (catalog_->PutRun(updated).ok()) run.record = std::move(updated);
-    }
-  }
-}
-
-size_t Store::AttachSession(const std::vector<uint64_t>& run_ids, const Tenant& who) {
-  MutexLock lock(ix_.mu);
-  size_t attached = 0;
-  for (uint64_t id : run_ids) {
-    auto run = FindById(id, who);
-    if (!run.ok()) continue;  // deleted while adjsnapd was down, or not the caller's
-    Attach(**run, who);
-    ++attached;
-  }
-  return attached;
-}
-
-void Store::RemoveOrphans(std::chrono::seconds grace) {
-  MutexLock lock(ix_.mu);
-  // A stop disconnects every client, which then waits to reconnect: a stop slower than the
-  // grace (its drain on a loaded node) must not remove their runs (the soak saw four go in a
-  // 21 s stop). They are kept, as every run is across a restart.
-  if (closing_) return;
-  auto now = std::chrono::steady_clock::now();
-  std::vector<uint64_t> expired;
-  for (const auto& [id, run] : ix_.runs) {
-    if (run.orphaned_at && now - *run.orphaned_at >= grace) expired.push_back(id);
-  }
-  for (uint64_t id : expired) {
-    std::string name = ix_.runs.at(id).record.spec().name();
-    // On the data plane's loop (its sweep): the catalog's delete is not waited for.
-    uint64_t freed = DeleteRunLocked(&ix_.runs.at(id));
-    ADJSNAP_LOG_INFO(
-        "run '%s' removed (run id %llu), %s freed: every client that opened it died (or did "
-        "not come back after a restart) %lld s ago and it is not kept (orphan_grace)",
-        name.c_str(), static_cast<unsigned long long>(id), FormatBytes(freed).c_str(),
-        static_cast<long long>(grace.count()));
-  }
-}
 }  // namespace adjsnap

@@ -24,6 +24,12 @@ StoreOptions StoreOptions::From(const Config& config) {
   return o;
 }
 
+StoreIndex::RecordWriter StoreState::RecordTo(Catalog* catalog) {
+  return [catalog](const v1::SnapshotRecord& r, std::function<void(Status)> done) {
+    catalog->PutSnapshotThen(r, std::move(done));
+  };
+}
+
 std::string StepName(const v1::RunRecord& run, uint64_t step) {
   return "step " + std::to_string(step) + " of run '" + run.spec().name() + "'";
 }
@@ -34,15 +40,14 @@ StoreState::StoreState(Catalog* catalog, HostTier* host, DiskTier* disk,
       host_(host),
       disk_(disk),
       options_(options),
-      checksums_(
-          ix_, [catalog](const v1::SnapshotRecord& r) { return catalog->PutSnapshot(r); },
-          options.on_hash, [this] { Wake(); }),
+      record_(RecordTo(catalog)),
+      checksums_(ix_, RecordTo(catalog), options.on_hash, [this] { Wake(); }),
       ingest_(
           ix_, checksums_,
           Ingest::Deps{
               .allocate = [this](const Run& run,
                                  uint64_t bytes) { return AllocateHost(run, bytes, true); },
-              .record = [catalog](const v1::SnapshotRecord& r) { return catalog->PutSnapshot(r); },
+              .record = RecordTo(catalog),
               .submit =
                   [this](std::function<void()> job) {
                     io_->Submit(std::move(job), /*urgent=*/false);
@@ -145,7 +150,7 @@ void StoreState::StopWaking() {
   wake_cv_.NotifyAll();
 }
 
-void StoreState::MarkLost(StoreIndex&, Run& run, Snapshot& snap, const std::string& why) {
+void StoreState::MarkLost(StoreIndex& ix, Run& run, Snapshot& snap, const std::string& why) {
   v1::SnapshotRecord& r = snap.record;
   if (!why.empty()) {
     ADJSNAP_LOG_ERROR("%s is lost: %s", StepName(run.record, r.step()).c_str(), why.c_str());
@@ -155,8 +160,12 @@ void StoreState::MarkLost(StoreIndex&, Run& run, Snapshot& snap, const std::stri
   r.set_tier(v1::TIER_LOST);
   r.set_stored_bytes(0);
   snap.block.reset();
-  Status s = catalog_->PutSnapshot(r);
-  if (!s.ok()) ADJSNAP_LOG_ERROR("recording a lost snapshot: %s", s.ToString().c_str());
+  // The index says lost at once (the bytes are gone whatever the catalog says), and the record
+  // goes after any write of this copy in flight: the catalog's order ends it lost. Those
+  // writes' completions leave a lost step lost, and nothing builds on a lost record.
+  ix.RecordThen(record_, {r.run_id(), r.step(), snap.generation}, r, [](Status s) {
+    if (!s.ok()) ADJSNAP_LOG_ERROR("recording a lost snapshot: %s", s.ToString().c_str());
+  });
 }
 
 void StoreState::NoteFailure(Run& run, const std::string& why) {

@@ -16,7 +16,7 @@
 //   Store      (store/store.h)        the front door and the catalog bookkeeping; it holds the
 //                                     Tiering component as a member, StoreState the others
 // A component keeps no guarded member: its methods take the index and are annotated
-// ADJSNAP_REQUIRES(ix.mu), which clang checks against the argument, so every ADJSNAP_REQUIRES of
+// ADJSNAP_REQUIRES_INDEX(ix), which clang checks against the argument, so every ADJSNAP_REQUIRES of
 // the store is checked at every call. Each component is tested alone, without a Store.
 //
 // Threading: ix_.mu guards the index and every owner's state; wake_mu_ is taken after ix_.mu
@@ -138,10 +138,11 @@ class StoreState {
   // Blocks released from now on wake nobody (the store is being destroyed).
   void DetachWaker();
 
-  // Marks the step lost (the catalog is told), logging `why` unless it is empty. `ix` is ix_
-  // (named so that a component's caller, holding the index it was given, is checked too).
+  // Marks the step lost (the catalog is told, without waiting), logging `why` unless it is
+  // empty. `ix` is ix_ (named so that a component's caller, holding the index it was given, is
+  // checked too).
   void MarkLost(StoreIndex& ix, Run& run, Snapshot& snap, const std::string& why)
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
   // Records the first thing that broke `run` (a push refused after it was accepted for
   // checking, or a step lost); later ones leave it as it is.
   static void NoteFailure(Run& run, const std::string& why);
@@ -158,10 +159,14 @@ class StoreState {
     return snap.block && !HoldsCompressed(snap);
   }
 
+  // Snapshot records go to the catalog through this (StoreIndex::RecordWriter): never waiting.
+  static StoreIndex::RecordWriter RecordTo(Catalog* catalog);
+
   Catalog* const catalog_;
   HostTier* const host_;
   DiskTier* const disk_;  // null: no disk tier
   const StoreOptions options_;
+  const StoreIndex::RecordWriter record_;  // RecordTo(catalog_)
 
   // Before the components: they use it, and are destroyed first.
   StoreIndex ix_;

@@ -3,8 +3,10 @@
 #include "store/store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -29,7 +31,7 @@ void Store::ScrubRun(const std::string& name, std::function<void(Result<ScrubRes
   };
   auto tally = std::make_shared<Tally>();
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     auto run = FindByName(name, who);
     if (!run.ok()) {
       lock.Unlock();
@@ -87,7 +89,7 @@ void Store::ProbeSpools(std::function<void(int)> done) {
 void Store::BeginStop() {
   Deferred deferred;
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     closing_ = true;
     MarkAwaitingClients();
     tiering_.AnswerParkedPushes(ix_, Status::Unavailable("adjsnapd is stopping: a push waiting for room was "
@@ -98,28 +100,30 @@ void Store::BeginStop() {
 }
 
 void Store::MarkAwaitingClients() {
-  size_t failed = 0;
+  auto failed = std::make_shared<std::atomic<size_t>>(0);
   for (auto& [id, run] : ix_.runs) {
     const bool awaiting =
         !run.record.spec().keep() && (!run.sessions.empty() || run.orphaned_at.has_value());
-    if (awaiting == run.record.awaiting_clients()) continue;
-    v1::RunRecord updated = run.record;
-    updated.set_awaiting_clients(awaiting);
-    if (Status s = catalog_->PutRun(updated); !s.ok()) {
-      if (failed++ == 0) {
-        ADJSNAP_LOG_WARN(
-            "run '%s': could not record whether it awaits its clients (%s); the next "
-            "start goes by what an earlier stop recorded",
-            run.record.spec().name().c_str(), s.ToString().c_str());
-      }
-      continue;
-    }
-    run.record = std::move(updated);
+    const bool recorded = run.record_writes ? run.queued_record.awaiting_clients()
+                                            : run.record.awaiting_clients();
+    if (awaiting == recorded) continue;
+    // Not waited for: the stop's last catalog write (KeepHostTier's, or the catalog's Flush
+    // at the store's end) comes after it in the writer's order.
+    RecordRun(
+        run, [awaiting](v1::RunRecord& r) { r.set_awaiting_clients(awaiting); },
+        [failed, name = run.record.spec().name()](Status s) {
+          if (!s.ok() && failed->fetch_add(1) == 0) {
+            ADJSNAP_LOG_WARN(
+                "run '%s': could not record whether it awaits its clients (%s); the next "
+                "start goes by what an earlier stop recorded",
+                name.c_str(), s.ToString().c_str());
+          }
+        });
   }
 }
 
 uint64_t Store::PushesInFlight() const {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   uint64_t n = 0;
   for (const auto& [id, run] : ix_.runs) n += run.in_flight.size();
   return n;
@@ -128,7 +132,7 @@ uint64_t Store::PushesInFlight() const {
 Store::StopResult Store::DrainForStop(std::chrono::steady_clock::time_point deadline,
                                       bool keep_host_copies) {
   if (keep_host_copies) {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     tiering_.KeepHostCopies(ix_);
   }
   struct Outcome {
@@ -156,7 +160,7 @@ Store::StopResult Store::DrainForStop(std::chrono::steady_clock::time_point dead
       result.bytes = (*outcome->result)->moved_bytes;
     }
   }
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   if (!result.status.ok()) unsaved_why_ = result.status.message();
   return result;
 }
@@ -165,24 +169,30 @@ Store::StopResult Store::KeepHostTier(std::chrono::steady_clock::time_point dead
   StopResult result;
   checksums_.WaitIdle(ix_);  // every step's checksum recorded (the checksum thread stops below)
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ix_.stopping = true;  // the tiering thread starts nothing more
   }
   for (;;) {
     {
-      MutexLock lock(ix_.mu);
+      IndexLock lock(ix_);
       if (Tiering::IoIdle(ix_)) break;
     }
     if (std::chrono::steady_clock::now() > deadline) {
       result.status = Status(Code::kDeadlineExceeded,
                              "disk I/O in flight did not end within stop_timeout");
-      MutexLock lock(ix_.mu);
+      IndexLock lock(ix_);
       unsaved_why_ = result.status.message();
       return result;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  MutexLock lock(ix_.mu);
+  // Every record queued is applied first: what is kept is the index's newest.
+  for (;;) {
+    catalog_->Flush();
+    IndexLock lock(ix_);
+    if (ix_.records.empty()) break;
+  }
+  IndexLock lock(ix_);
   std::vector<v1::SnapshotRecord> records;
   uint64_t host_only = 0;
   for (auto& [id, run] : ix_.runs) {
@@ -210,7 +220,11 @@ Store::StopResult Store::KeepHostTier(std::chrono::steady_clock::time_point dead
   marker.set_epoch(options_.epoch);
   marker.set_arena_bytes(host_->budget());
   marker.set_steps(records.size());
+  // Written with the mutex released (no catalog wait is made under it); nothing changes the
+  // steps meanwhile: the store is stopping and its I/O idle.
+  lock.Unlock();
   result.status = catalog_->PutHostTierKept(marker, records);
+  lock.Lock();
   if (result.status.ok()) {
     result.steps = records.size();
     result.host_only = host_only;

@@ -36,7 +36,7 @@ v1::RunInfo Store::Info(const Run& run) const {
 }
 
 Store::Waits Store::Waiting(const Tenant& who, size_t limit) {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   Waits out;
   for (Tiering::WaitingRequest& w : tiering_.Waiting(ix_)) {
     (w.wait.kind() == "push" ? out.pushes : out.fetches)++;
@@ -75,7 +75,7 @@ v1::SnapshotInfo Store::Info(const Snapshot& snap) {
 Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& name,
                                                            v1::RunInfo* info,
                                                            const Tenant& who) const {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   ADJSNAP_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   *info = Info(*run);
   std::vector<v1::SnapshotInfo> out;
@@ -90,7 +90,7 @@ Result<std::vector<v1::SnapshotInfo>> Store::ListSnapshots(const std::string& na
 
 Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step,
                                        const Tenant& who) const {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   ADJSNAP_ASSIGN_OR_RETURN(const Run* run, FindByName(name, who));
   if (auto d = run->device.find(step); d != run->device.end()) return Info(*run, step, d->second);
   auto it = run->snapshots.find(step);
@@ -109,7 +109,7 @@ Result<v1::SnapshotInfo> Store::Locate(const std::string& name, uint64_t step,
 }
 
 StoreCounters Store::Counters() const {
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   StoreCounters c = ix_.counters;
   c.runs = ix_.runs.size();
   tiering_.AddTieringCounters(ix_, c);

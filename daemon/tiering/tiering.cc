@@ -60,7 +60,7 @@ void Tiering::TieringLoop() {
   while (s_.WaitForWake(until)) {
     Deferred deferred;
     {
-      MutexLock lock(ix.mu);
+      IndexLock lock(ix);
       ix.tiering.deadline = std::chrono::steady_clock::time_point::max();
       Rebalance(ix, deferred);
       until = ix.tiering.deadline;
@@ -164,7 +164,7 @@ uint64_t Tiering::PrefetchSteps(StoreIndex& ix, Run& run, const std::vector<uint
 void Tiering::StartDrain(std::function<void(Result<DrainResult>)> done) {
   StoreIndex& ix = ix_;
   {
-    MutexLock lock(ix.mu);
+    IndexLock lock(ix);
     if (s_.disk_) {
       uint64_t upto = 0;
       for (const auto& [id, run] : ix.runs) {
@@ -197,8 +197,8 @@ std::string Tiering::DiskFullWhy() const {
 
 void Tiering::WaitTieringIdle() {
   StoreIndex& ix = ix_;
-  MutexLock lock(ix.mu);
-  idle_cv_.Wait(ix.mu, [&]() ADJSNAP_REQUIRES(ix.mu) {
+  IndexLock lock(ix);
+  idle_cv_.Wait(ix.mu, [&]() ADJSNAP_REQUIRES_INDEX(ix) {
     if (ix.tiering.writes_in_flight || ix.tiering.reads_in_flight || Ingest::InFlight(ix) ||
         !ix.tiering.parked_pushes.empty()) {
       return false;
@@ -287,7 +287,7 @@ void Tiering::Rebalance(StoreIndex& ix, Deferred& deferred) {
   // but no piece the first waiting push or read fits in, even after compacting
   // (GrantParkedPushes and ServeParkedReads tried): then write out more, counting what is being
   // written as if it joined that piece.
-  auto short_of_room = [&]() ADJSNAP_REQUIRES(ix.mu) {
+  auto short_of_room = [&]() ADJSNAP_REQUIRES_INDEX(ix) {
     if (s_.host_->budget() - s_.host_->used() + writing < need) return true;
     if (!ix.tiering.parked_pushes.empty() &&
         s_.host_->largest_free(ix.tiering.parked_pushes.front().arena) + writing <
@@ -532,7 +532,7 @@ void Tiering::FinishDrainsIfDone(StoreIndex& ix, Deferred& deferred) {
   const Status full = Status::ResourceExhausted(
       "the disk tier filled up while draining; what was moved stays on disk and the rest is "
       "still in host memory");
-  std::erase_if(ix.tiering.drains, [&](DrainWaiter& d) ADJSNAP_REQUIRES(ix.mu) {
+  std::erase_if(ix.tiering.drains, [&](DrainWaiter& d) ADJSNAP_REQUIRES_INDEX(ix) {
     if (oldest_host > d.upto) {
       deferred.push_back([l = std::move(d.done), r = d.result] { l(r); });
       return true;

@@ -52,12 +52,13 @@ class Tiering {
   // Stops and joins the tiering thread; ix.stopping is set and StopWaking called already.
   void StopTiering();
   // Answers the pushes and drains still waiting at shutdown with `down`.
-  void AnswerWaiting(StoreIndex& ix, const Status& down, Deferred& deferred) ADJSNAP_REQUIRES(ix.mu);
+  void AnswerWaiting(StoreIndex& ix, const Status& down, Deferred& deferred)
+      ADJSNAP_REQUIRES_INDEX(ix);
   // Answers only the pushes waiting for room (a stop refuses them).
   void AnswerParkedPushes(StoreIndex& ix, const Status& down, Deferred& deferred)
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
   // No disk write or read, and no compression, is in flight: nothing will move a host block.
-  static bool IoIdle(const StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu) {
+  static bool IoIdle(const StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix) {
     return ix.tiering.writes_in_flight == 0 && ix.tiering.reads_in_flight == 0 &&
            Ingest::InFlight(ix) == 0;
   }
@@ -68,36 +69,38 @@ class Tiering {
   // step's, whatever the push carries (`pushed`: PushTicket::bytes).
   Result<std::optional<PushTicket>> AdmitPush(StoreIndex& ix, Run& run, uint64_t step,
                                               uint64_t pushed, PushDone& later)
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
   // The bytes of a stored (not lost) step: now if they are in host memory as a fetch serves
   // them (raw, or a framed step's frame), else nullopt
   // after queueing `later` for a disk read or decode. `backward` paces the backward pass and
   // reads ahead of it.
   std::optional<FetchGrant> AdmitFetch(StoreIndex& ix, Run& run, Snapshot& snap, bool backward,
-                                       FetchDone& later) ADJSNAP_REQUIRES(ix.mu);
+                                       FetchDone& later) ADJSNAP_REQUIRES_INDEX(ix);
   // Starts disk reads of these steps into host memory; returns how many started.
   uint64_t PrefetchSteps(StoreIndex& ix, Run& run, const std::vector<uint64_t>& steps)
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
   // Writes every host-only snapshot to disk; `done` runs once all that were stored when it
   // began are (or one failed).
   void StartDrain(std::function<void(Result<DrainResult>)> done) ADJSNAP_EXCLUDES(ix_.mu);
   // For a stop that keeps the host tier (fd store): from now on a demotion leaves the step's
   // raw block in place as a host copy of the disk step, for the next start to take back.
-  void KeepHostCopies(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu) { ix.tiering.keep_host_copies = true; }
+  void KeepHostCopies(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix) {
+    ix.tiering.keep_host_copies = true;
+  }
   // A file was deleted: a demotion may find room again.
-  void DiskRoomFreed(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu) { ix.tiering.disk_full = false; }
+  void DiskRoomFreed(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix) { ix.tiering.disk_full = false; }
   bool DemotionWanted(StoreIndex& ix, const Run& run, const Snapshot& snap) const
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
   // Verifies a disk-tier file (a recovered one, the background scrub, `adjsnap scrub`) on an
   // I/O thread; a damaged one is marked lost and its file quarantined. `done`, if any, gets
   // the verdict (OK, DATA_LOSS or another error) without the store's mutex held; NOT_FOUND
   // when the step went (deleted, consumed) while it was being verified.
   void StartScrub(StoreIndex& ix, uint64_t run_id, uint64_t step,
-                  std::function<void(Status)> done = nullptr) ADJSNAP_REQUIRES(ix.mu);
+                  std::function<void(Status)> done = nullptr) ADJSNAP_REQUIRES_INDEX(ix);
   // A step read back from disk is lost (DATA_LOSS): marks it lost, logging `why` once, and
   // moves its file aside (DiskTier::Quarantine) from an I/O thread.
   void LoseDiskStep(StoreIndex& ix, Run& run, Snapshot& snap, const std::string& why)
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
   // Every request that waits now, oldest first: pushes parked for host room and fetches
   // waiting for a disk read or decode, each with what it waits for.
   struct WaitingRequest {
@@ -105,16 +108,16 @@ class Tiering {
     uint32_t owner_uid = 0;
     std::chrono::steady_clock::time_point since;
   };
-  std::vector<WaitingRequest> Waiting(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
+  std::vector<WaitingRequest> Waiting(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix);
   // How many of one run's requests wait, cheaply (no reasons).
   struct WaitCounts {
     uint64_t pushes = 0;
     uint64_t fetches = 0;
     double oldest_seconds = 0;
   };
-  WaitCounts WaitsOf(const StoreIndex& ix, const Run& run) const ADJSNAP_REQUIRES(ix.mu);
+  WaitCounts WaitsOf(const StoreIndex& ix, const Run& run) const ADJSNAP_REQUIRES_INDEX(ix);
   // Adds the refused pushes and compactions.
-  void AddTieringCounters(const StoreIndex& ix, StoreCounters& c) const ADJSNAP_REQUIRES(ix.mu);
+  void AddTieringCounters(const StoreIndex& ix, StoreCounters& c) const ADJSNAP_REQUIRES_INDEX(ix);
   void WaitTieringIdle() ADJSNAP_EXCLUDES(ix_.mu);
 
  private:
@@ -123,63 +126,69 @@ class Tiering {
 
   void TieringLoop() ADJSNAP_EXCLUDES(ix_.mu);
   // One pass of the policy; returns callbacks to run unlocked.
-  void Rebalance(StoreIndex& ix, Deferred& deferred) ADJSNAP_REQUIRES(ix.mu);
-  void GrantParkedPushes(StoreIndex& ix, Deferred& deferred) ADJSNAP_REQUIRES(ix.mu);
+  void Rebalance(StoreIndex& ix, Deferred& deferred) ADJSNAP_REQUIRES_INDEX(ix);
+  void GrantParkedPushes(StoreIndex& ix, Deferred& deferred) ADJSNAP_REQUIRES_INDEX(ix);
   // Starts the disk reads that fetches wait on, as far as host room allows.
-  void ServeParkedReads(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
+  void ServeParkedReads(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix);
   // "the disk tier is full too (...)", naming the failed spools whose room is missing.
   std::string DiskFullWhy() const;
   // The spool class a step demoted now belongs in (local or shared: three-level placement).
   SpoolClass DemotionClass(StoreIndex& ix, const Run& run, const Snapshot& snap) const
-      ADJSNAP_REQUIRES(ix.mu);
-  void StartDemotion(StoreIndex& ix, Run& run, Snapshot& snap) ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
+  void StartDemotion(StoreIndex& ix, Run& run, Snapshot& snap) ADJSNAP_REQUIRES_INDEX(ix);
   // A run of unknown N: its steps go to the local spools while they have room, and as that
   // runs low its oldest local steps move on to the shared spools, so that the newest stay local
   // as with N declared. Starts the moves that keep room for a few demotions ahead of `snap`'s;
   // true when `snap`'s demotion waits for the room those under way will make.
-  bool MakeLocalRoom(StoreIndex& ix, Run& run, const Snapshot& snap) ADJSNAP_REQUIRES(ix.mu);
+  bool MakeLocalRoom(StoreIndex& ix, Run& run, const Snapshot& snap) ADJSNAP_REQUIRES_INDEX(ix);
   // Copies a local-spool step's file to a shared spool (DiskTier::Copy); false if no shared
   // spool has room. FinishMove points the record at the copy and removes the local file, or
   // drops the copy when the step was read, deleted or rewritten meanwhile.
-  bool StartMove(StoreIndex& ix, Snapshot& snap) ADJSNAP_REQUIRES(ix.mu);
+  bool StartMove(StoreIndex& ix, Snapshot& snap) ADJSNAP_REQUIRES_INDEX(ix);
+  // The Finish calls run on the I/O thread that did the work: each writes the step's new record
+  // after any in flight (StoreIndex::AwaitRecords), waits for it with the mutex released
+  // (RecordAndWait) and applies it to the index after; a step deleted or lost meanwhile is left
+  // as it is, and what its file was is cleaned up.
   void FinishMove(const v1::SnapshotRecord& from, uint64_t generation, const DiskTier::Space& to,
                   Status copied) ADJSNAP_EXCLUDES(ix_.mu);
   void FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation,
                       const DiskTier::Space& space, const std::string& name, uint64_t checksum,
                       Result<WrittenSnapshot> written) ADJSNAP_EXCLUDES(ix_.mu);
-  // Starts a disk read of `snap` into host memory if there is room; false if not.
+  // Starts a disk read of `snap` into host memory if there is room; false if not, or while a
+  // record of the step is being written (a move's names another file).
   // A step compressed at ingest and still only in host memory is decoded instead of read.
   // `compact`: the room may be made by compacting the host tier (CompactHost memcpys blocks
   // under the mutex), which only the tiering thread does: a fetch on the data plane's thread
   // that finds no room parks its read for that thread instead (AdmitFetch).
   bool StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent, bool compact = false)
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
   void FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
                   std::shared_ptr<HostBlock> block, Status read, int64_t started_ns, bool shared)
       ADJSNAP_EXCLUDES(ix_.mu);
-  void SchedulePrefetch(StoreIndex& ix, Run& run) ADJSNAP_REQUIRES(ix.mu);
+  void SchedulePrefetch(StoreIndex& ix, Run& run) ADJSNAP_REQUIRES_INDEX(ix);
   // Moves compressed host copies up the arena until a block of `bytes` fits (variable-size
   // copies fragment it); false if the free room is too small or cannot be merged. On the
   // tiering thread only (Rebalance's grants and parked reads).
-  bool CompactHost(StoreIndex& ix, uint64_t bytes, HostTier::ArenaId arena) ADJSNAP_REQUIRES(ix.mu);
+  bool CompactHost(StoreIndex& ix, uint64_t bytes, HostTier::ArenaId arena)
+      ADJSNAP_REQUIRES_INDEX(ix);
   // Drops one read-ahead copy or starts one demotion to make host room; false if neither.
-  bool FreeHostRoom(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
+  bool FreeHostRoom(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix);
   // Host bytes that work in flight will free without another demotion: demotions being
   // written, and a checksum still hashing a block the store has let go of.
-  uint64_t FreeingBytes(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
+  uint64_t FreeingBytes(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix);
   // Bytes of stored steps' host blocks leased out now (StoreState::Lease): held by a transfer
   // (a send, a mapped-path read, a dump) whose release wakes the tiering thread.
-  uint64_t LeasedBytes(StoreIndex& ix) const ADJSNAP_REQUIRES(ix.mu);
+  uint64_t LeasedBytes(StoreIndex& ix) const ADJSNAP_REQUIRES_INDEX(ix);
   // A push holds host memory it reserved and has not committed or aborted yet: its end will
   // wake the tiering thread.
-  bool PushesReserved(StoreIndex& ix) const ADJSNAP_REQUIRES(ix.mu);
+  bool PushesReserved(StoreIndex& ix) const ADJSNAP_REQUIRES_INDEX(ix);
   // Something in flight (a disk write or read, a compression, a checksum holding a block) will
   // free host memory or change what can be demoted soon.
-  bool Settling(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
-  void FinishDrainsIfDone(StoreIndex& ix, Deferred& deferred) ADJSNAP_REQUIRES(ix.mu);
+  bool Settling(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix);
+  void FinishDrainsIfDone(StoreIndex& ix, Deferred& deferred) ADJSNAP_REQUIRES_INDEX(ix);
   // With no spool working: fails the pushes that waited spool_failure_timeout with
   // UNAVAILABLE; sets the tiering thread's next deadline for the others.
-  void FailPushesWithoutDisk(StoreIndex& ix, Deferred& deferred) ADJSNAP_REQUIRES(ix.mu);
+  void FailPushesWithoutDisk(StoreIndex& ix, Deferred& deferred) ADJSNAP_REQUIRES_INDEX(ix);
   // A push of `run` that finds no host room waits for the disk tier (it does not block until
   // steps are consumed).
   static bool NeedsDisk(const Run& run);
@@ -187,19 +196,20 @@ class Tiering {
   // waiting, as unavailable_pushes_fast too), logged rate-limited and noted on its run; the
   // UNAVAILABLE, "STEP needs the disk tier " + why, to answer it with.
   Status NoDiskForPush(StoreIndex& ix, Run& run, uint64_t step, const std::string& why,
-                       bool at_once) ADJSNAP_REQUIRES(ix.mu);
+                       bool at_once) ADJSNAP_REQUIRES_INDEX(ix);
   // The background scrub: verifies the next disk-tier file when its turn (the rate) comes.
-  void ScrubNext(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
+  void ScrubNext(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix);
   // Logs each wait older than options_.wait_warn_after, with what it waits for, and wakes the
   // tiering thread when the next one comes due.
-  void WarnLongWaits(StoreIndex& ix) ADJSNAP_REQUIRES(ix.mu);
+  void WarnLongWaits(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix);
   // What host room for `bytes` waits for: the tier's use and what in flight will make room.
   std::string WhatRoomWaitsFor(StoreIndex& ix, uint64_t bytes, HostTier::ArenaId arena)
-      ADJSNAP_REQUIRES(ix.mu);
+      ADJSNAP_REQUIRES_INDEX(ix);
   // What a fetch of `snap` waits for: its disk read or decode, or host room to start one.
   std::string WhatFetchWaitsFor(StoreIndex& ix, const Run& run, const Snapshot& snap)
-      ADJSNAP_REQUIRES(ix.mu);
-  void WakeBy(StoreIndex& ix, std::chrono::steady_clock::time_point when) ADJSNAP_REQUIRES(ix.mu) {
+      ADJSNAP_REQUIRES_INDEX(ix);
+  void WakeBy(StoreIndex& ix, std::chrono::steady_clock::time_point when)
+      ADJSNAP_REQUIRES_INDEX(ix) {
     ix.tiering.deadline = std::min(ix.tiering.deadline, when);
   }
   static int64_t NowNs() {

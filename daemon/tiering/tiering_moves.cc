@@ -68,6 +68,7 @@ bool Tiering::MakeLocalRoom(StoreIndex& ix, Run& run, const Snapshot& snap) {
     for (; it != run.snapshots.end() && it->first < step; ++it) {
       const Snapshot& old = it->second;
       if (old.record.tier() == v1::TIER_DISK && !old.moving && !old.reading && !old.writing &&
+          !ix.Recording({run.record.run_id(), it->first, old.generation}) &&
           old.move_failed_at != s_.disk_->changes() + 1 &&
           s_.disk_->ClassOf(old.record.spool()) == SpoolClass::kLocal) {
         break;
@@ -105,8 +106,10 @@ void Tiering::FinishMove(const v1::SnapshotRecord& from, uint64_t generation,
   bool moved = false;
   Status recorded = copied;
   {
-    MutexLock lock(ix.mu);
-    Snapshot* snap = ix.FindSnapshot(run_id, from.step(), generation);
+    IndexLock lock(ix);
+    const StoreIndex::CopyKey copy{run_id, from.step(), generation};
+    ix.AwaitRecords(copy);  // the record it changes is the newest
+    Snapshot* snap = ix.FindSnapshot(copy);
     // The copy replaces the file only if the record still names that file and no read of it
     // is in flight (it would find the file gone); otherwise the copy goes and the step stays.
     const bool same = snap && snap->record.tier() == v1::TIER_DISK &&
@@ -115,9 +118,15 @@ void Tiering::FinishMove(const v1::SnapshotRecord& from, uint64_t generation,
     if (copied.ok() && same) {
       v1::SnapshotRecord updated = snap->record;
       updated.set_spool(to.spool);
-      recorded = s_.catalog_->PutSnapshot(updated);
-      if (recorded.ok()) snap->record = std::move(updated);
-      moved = recorded.ok();
+      // Record first, then the index: no read starts while it is written (StartRead).
+      recorded = ix.RecordAndWait(s_.record_, copy, updated);
+      // Deleted meanwhile, its delete follows this record and removes the file its last index
+      // record named (the local one); lost meanwhile, its file is quarantined: the copy goes.
+      snap = ix.FindSnapshot(copy);
+      moved = recorded.ok() && snap && snap->record.tier() == v1::TIER_DISK;
+      if (moved) snap->record = std::move(updated);
+      ix.EndRecord(copy);
+      s_.Wake();  // a read parked while the record was written may start now (StartRead)
     }
     // Not tried again until a spool fails or comes back: a source that cannot be read (its
     // own fetch will say why) is not copied over and over.
@@ -127,7 +136,7 @@ void Tiering::FinishMove(const v1::SnapshotRecord& from, uint64_t generation,
   // unlink on a network filesystem waits on its servers). The step stays `moving` until then:
   // a second move must not write the name this one removes.
   if (copied.ok()) s_.disk_->Remove(moved ? from.spool() : to.spool, run_id, from.disk_name(), raw);
-  MutexLock lock(ix.mu);
+  IndexLock lock(ix);
   if (Snapshot* snap = ix.FindSnapshot(run_id, from.step(), generation)) snap->moving = false;
   --ix.tiering.writes_in_flight;
   --ix.tiering.moves_in_flight;
@@ -188,13 +197,13 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
   StoreIndex& ix = ix_;
   Deferred deferred;
   {
-    MutexLock lock(ix.mu);
-    --ix.tiering.writes_in_flight;
-    Snapshot* snap = ix.FindSnapshot(run_id, step, generation);
+    IndexLock lock(ix);
+    const StoreIndex::CopyKey copy{run_id, step, generation};
+    ix.AwaitRecords(copy);  // the record it changes is the newest (a checksum, say)
+    Snapshot* snap = ix.FindSnapshot(copy);
     Status s = written.status();
-    const bool keep_copy =
-        snap && ix.tiering.keep_host_copies && StoreState::ServableFromHost(*snap);
-    if (snap && s.ok()) {
+    const bool record = snap && s.ok();
+    if (record) {
       v1::SnapshotRecord updated = snap->record;
       updated.set_tier(v1::TIER_DISK);
       updated.set_spool(space.spool);
@@ -206,8 +215,12 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
       updated.set_codec_param(
           written->codec == v1::CODEC_NONE ? 0 : ix.runs.at(run_id).record.spec().codec_param());
       updated.set_stored_checksum(written->stored_checksum);
-      s = s_.catalog_->PutSnapshot(updated);
-      if (s.ok()) {
+      // Record first, then the index; deleted meanwhile, the step is found gone below.
+      s = ix.RecordAndWait(s_.record_, copy, updated);
+      snap = ix.FindSnapshot(copy);
+      const bool keep_copy =
+          snap && ix.tiering.keep_host_copies && StoreState::ServableFromHost(*snap);
+      if (s.ok() && snap) {
         Run& run = ix.runs.at(run_id);
         run.stored_bytes -= snap->record.stored_bytes();
         run.stored_bytes += updated.stored_bytes();
@@ -238,6 +251,9 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
       for (auto& d : ix.tiering.drains) deferred.push_back([l = std::move(d.done), s] { l(s); });
       ix.tiering.drains.clear();
     }
+    // Counted until recorded: a wait for idle tiering finds the step where its record says.
+    --ix.tiering.writes_in_flight;
+    if (record) ix.EndRecord(copy);  // last: what waited for the record builds on it
     s_.Wake();
   }
   for (auto& f : deferred) f();
@@ -245,6 +261,9 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
 
 bool Tiering::StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent, bool compact) {
   const v1::SnapshotRecord& r = snap.record;
+  // Its record is being written (a move names another file): the read waits for the index to
+  // show the new one, and is tried again at the wake-up that follows (a parked read).
+  if (ix.Recording({run.record.run_id(), r.step(), snap.generation})) return false;
   auto block = s_.AllocateHost(run, r.raw_bytes());
   if (!block.ok() && compact && CompactHost(ix, r.raw_bytes(), s_.ArenaOf(run))) {
     block = s_.AllocateHost(run, r.raw_bytes());
@@ -277,27 +296,37 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
   StoreIndex& ix = ix_;
   Deferred deferred;
   {
-    MutexLock lock(ix.mu);
-    --ix.tiering.reads_in_flight;
-    if (auto run = ix.runs.find(run_id); shared && run != ix.runs.end()) --run->second.shared_reads;
-    Snapshot* snap = ix.FindSnapshot(run_id, step, generation);
-    if (snap) {
-      snap->reading = false;
-      Run& run = ix.runs.at(run_id);
-      std::vector<FetchDone> waiters = std::move(snap->waiters);
-      snap->waiters.clear();
-      if (read.ok() && StoreState::HoldsCompressed(*snap)) {
-        // Decoded in host memory: the step is raw again there.
+    IndexLock lock(ix);
+    const StoreIndex::CopyKey copy{run_id, step, generation};
+    Snapshot* snap = ix.FindSnapshot(copy);
+    bool decoded = false;
+    if (snap && read.ok() && StoreState::HoldsCompressed(*snap)) {
+      // Decoded in host memory: the step is raw again there. Record first, then the index; the
+      // step stays `reading` meanwhile, so fetches that come wait for this read's answer.
+      ix.AwaitRecords(copy);
+      snap = ix.FindSnapshot(copy);
+      if (snap && StoreState::HoldsCompressed(*snap)) {
         v1::SnapshotRecord updated = snap->record;
         updated.set_codec(v1::CODEC_NONE);
         updated.set_codec_param(0);
         updated.set_stored_checksum(0);
         updated.set_stored_bytes(updated.raw_bytes());
-        read = s_.catalog_->PutSnapshot(updated);
-        if (read.ok()) {
-          run.stored_bytes += updated.raw_bytes() - snap->record.stored_bytes();
+        read = ix.RecordAndWait(s_.record_, copy, updated);
+        decoded = true;
+        snap = ix.FindSnapshot(copy);
+        if (read.ok() && snap) {
+          ix.runs.at(run_id).stored_bytes += updated.raw_bytes() - snap->record.stored_bytes();
           snap->record = std::move(updated);
         }
+      }
+    }
+    if (snap) {
+      snap->reading = false;
+      Run& run = ix.runs.at(run_id);
+      std::vector<FetchDone> waiters = std::move(snap->waiters);
+      snap->waiters.clear();
+      if (decoded) {
+        // Recorded above.
       } else if (read.ok()) {
         const double took_ns = static_cast<double>(NowNs() - started_ns);
         ADJSNAP_LOG_DEBUG("step %llu of run %llu read from disk in %.2f ms (%zu fetches waited)",
@@ -331,6 +360,10 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
         for (auto& w : waiters) deferred.push_back([w = std::move(w), answer] { w(answer); });
       }
     }
+    // Counted until recorded (a decode's record), as a demotion is.
+    --ix.tiering.reads_in_flight;
+    if (auto run = ix.runs.find(run_id); shared && run != ix.runs.end()) --run->second.shared_reads;
+    if (decoded) ix.EndRecord(copy);
     block.reset();  // unless it went to the snapshot
     s_.Wake();
   }

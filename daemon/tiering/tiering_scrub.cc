@@ -23,7 +23,7 @@ void Tiering::ScrubNext(StoreIndex& ix) {
     return;
   }
   // The next disk-tier step after the cursor, in (run id, step) order, wrapping once.
-  auto next_after = [&](const Key& from) ADJSNAP_REQUIRES(ix.mu) -> std::pair<Run*, Snapshot*> {
+  auto next_after = [&](const Key& from) ADJSNAP_REQUIRES_INDEX(ix) -> std::pair<Run*, Snapshot*> {
     for (auto r = ix.runs.lower_bound(from.first); r != ix.runs.end(); ++r) {
       auto it = r->first == from.first ? r->second.snapshots.upper_bound(from.second)
                                        : r->second.snapshots.begin();
@@ -48,7 +48,7 @@ void Tiering::ScrubNext(StoreIndex& ix) {
                                     static_cast<double>(s_.options_.scrub_bytes_per_second)));
   StartScrub(ix, run->record.run_id(), snap->record.step(), [this](Status) {
     StoreIndex& ix = ix_;  // later, on an I/O thread
-    MutexLock lock(ix.mu);
+    IndexLock lock(ix);
     ix.tiering.scrubbing = false;
     s_.Wake();
   });
@@ -72,7 +72,7 @@ void Tiering::StartScrub(StoreIndex& ix, uint64_t run_id, uint64_t step,
         StoreIndex& ix = ix_;  // later, on an I/O thread
         Status s = VerifySnapshot(*s_.disk_, record, field, s_.compress_.get(), s_.checksums_);
         {
-          MutexLock lock(ix.mu);
+          IndexLock lock(ix);
           ++ix.tiering.scrubbed;
           Snapshot* current = ix.FindSnapshot(record.run_id(), record.step(), gen);
           if (current && current->record.tier() == v1::TIER_DISK &&

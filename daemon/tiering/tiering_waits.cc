@@ -126,7 +126,7 @@ void Tiering::WarnLongWaits(StoreIndex& ix) {
   auto now = std::chrono::steady_clock::now();
   auto due = [&](std::chrono::steady_clock::time_point since,
                  std::chrono::steady_clock::time_point& warn_at,
-                 const std::function<std::string()>& what) ADJSNAP_REQUIRES(ix.mu) {
+                 const std::function<std::string()>& what) ADJSNAP_REQUIRES_INDEX(ix) {
     if (now >= warn_at) {
       char waited[32];
       std::snprintf(waited, sizeof waited, "%.1f s",
@@ -137,7 +137,7 @@ void Tiering::WarnLongWaits(StoreIndex& ix) {
     WakeBy(ix, warn_at);
   };
   for (ParkedPush& p : ix.tiering.parked_pushes) {
-    due(p.parked_at, p.warn_at, [&]() ADJSNAP_REQUIRES(ix.mu) {
+    due(p.parked_at, p.warn_at, [&]() ADJSNAP_REQUIRES_INDEX(ix) {
       auto run = ix.runs.find(p.run_id);
       return "push of " +
              (run != ix.runs.end() ? StepName(run->second.record, p.step)
@@ -150,7 +150,7 @@ void Tiering::WarnLongWaits(StoreIndex& ix) {
     for (auto& [step, snapshot] : run.snapshots) {
       Snapshot& snap = snapshot;  // a lambda may not capture a structured binding (C++20)
       if (snap.waiters.empty()) continue;
-      due(snap.waiting_since, snap.warn_at, [&]() ADJSNAP_REQUIRES(ix.mu) {
+      due(snap.waiting_since, snap.warn_at, [&]() ADJSNAP_REQUIRES_INDEX(ix) {
         return "fetch of " + StepName(run.record, snap.record.step()) + ", waiting for " +
                WhatFetchWaitsFor(ix, run, snap) + ",";
       });

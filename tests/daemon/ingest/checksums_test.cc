@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "adjsnap/checksum.h"
+#include "record_writer.h"
 
 namespace adjsnap {
 namespace {
@@ -28,13 +29,9 @@ class ChecksumsTest : public ::testing::Test {
 
   // Makes the owner; `record` fails with this status when not OK.
   void Make(Status record_result = Status::Ok()) {
+    writer_.SetResult(record_result);
     checksums_ = std::make_unique<Checksums>(
-        ix_,
-        [this, record_result](const v1::SnapshotRecord& r) {
-          std::lock_guard<std::mutex> lock(records_mu_);
-          records_.push_back(r);
-          return record_result;
-        },
+        ix_, writer_.Writer(),
         [this](const void* data, uint64_t bytes) {
           if (on_hash_) on_hash_(data, bytes);
         },
@@ -45,7 +42,7 @@ class ChecksumsTest : public ::testing::Test {
   std::shared_ptr<HostBlock> Stored(uint64_t step, uint64_t generation, char fill) {
     std::shared_ptr<HostBlock> block = std::move(tier_->Allocate(kBytes).value());
     std::memset(block->data(), fill, kBytes);
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     StoreIndex::Snapshot& snap = ix_.runs[1].snapshots[step];
     snap.record.set_run_id(1);
     snap.record.set_step(step);
@@ -56,15 +53,15 @@ class ChecksumsTest : public ::testing::Test {
     return block;
   }
   void Queue(uint64_t step) {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     checksums_->Queue(ix_, 1, ix_.runs[1].snapshots.at(step), kBytes);
   }
   v1::SnapshotRecord Record(uint64_t step) {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     return ix_.runs[1].snapshots.at(step).record;
   }
   size_t Queued() {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     return ix_.checksums.jobs.size();
   }
   static uint64_t SumOf(char fill) {
@@ -75,8 +72,7 @@ class ChecksumsTest : public ::testing::Test {
   std::unique_ptr<HostTier> tier_;
   StoreIndex ix_;
   std::function<void(const void*, uint64_t)> on_hash_;
-  std::mutex records_mu_;
-  std::vector<v1::SnapshotRecord> records_;
+  testing::RecordWriter writer_;  // after ix_: its completions take ix_'s mutex
   std::atomic<int> wakes_{0};
   std::unique_ptr<Checksums> checksums_;
 };
@@ -90,8 +86,8 @@ TEST_F(ChecksumsTest, AQueuedChecksumIsRecordedOnceAndItsBlockLetGo) {
   v1::SnapshotRecord r = Record(0);
   EXPECT_EQ(r.checksum_state(), v1::CHECKSUM_RECORDED);
   EXPECT_EQ(r.checksum(), SumOf('a'));
-  ASSERT_EQ(records_.size(), 1u);
-  EXPECT_EQ(records_[0].checksum(), SumOf('a'));
+  ASSERT_EQ(writer_.Records().size(), 1u);
+  EXPECT_EQ(writer_.Records()[0].checksum(), SumOf('a'));
   EXPECT_EQ(checksums_->hashes(), 1u);
   EXPECT_GE(wakes_.load(), 1);  // the tiering policy is told
   EXPECT_EQ(block.use_count(), 1);  // only the snapshot holds it: the job let it go
@@ -141,7 +137,7 @@ TEST_F(ChecksumsTest, ADeletedStepsJobIsPrunedAndItsBlockFreed) {
   std::weak_ptr<HostBlock> block = Stored(0, 1, 'd');
   Queue(0);
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ix_.runs[1].snapshots.erase(0);
     EXPECT_FALSE(block.expired());  // the queued job holds it
     checksums_->Prune(ix_);
@@ -164,16 +160,16 @@ TEST_F(ChecksumsTest, HeldBytesCountsABlockOnlyTheHashHoldsNow) {
   checksums_->Start();
   ASSERT_EQ(entered.get_future().wait_for(10s), std::future_status::ready);
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     EXPECT_EQ(Checksums::HeldBytes(ix_), 0u);  // the snapshot still holds its block
     ix_.runs[1].snapshots.erase(0);            // deleted while being hashed
     EXPECT_EQ(Checksums::HeldBytes(ix_), kBytes);
   }
   release.set_value();
   checksums_->WaitIdle(ix_);
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   EXPECT_EQ(Checksums::HeldBytes(ix_), 0u);
-  EXPECT_TRUE(records_.empty());  // nothing left to record it on
+  EXPECT_TRUE(writer_.Records().empty());  // nothing left to record it on
 }
 
 TEST_F(ChecksumsTest, ARecordTheCatalogRefusesLeavesTheChecksumPending) {
@@ -182,7 +178,7 @@ TEST_F(ChecksumsTest, ARecordTheCatalogRefusesLeavesTheChecksumPending) {
   Queue(0);
   checksums_->Start();
   checksums_->WaitIdle(ix_);
-  EXPECT_EQ(records_.size(), 1u);
+  EXPECT_EQ(writer_.Records().size(), 1u);
   EXPECT_EQ(Record(0).checksum_state(), v1::CHECKSUM_PENDING);
 }
 
@@ -190,7 +186,7 @@ TEST_F(ChecksumsTest, TheThreadHoldsOffWhileAPushIsInFlight) {
   Make();
   Stored(0, 1, 'g');
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ix_.runs[1].in_flight[7] = nullptr;  // a push waits for room
   }
   Queue(0);
@@ -199,7 +195,7 @@ TEST_F(ChecksumsTest, TheThreadHoldsOffWhileAPushIsInFlight) {
   EXPECT_EQ(checksums_->hashes(), 0u);
   EXPECT_EQ(Record(0).checksum_state(), v1::CHECKSUM_PENDING);
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ix_.runs[1].in_flight.clear();
     Checksums::NoteDataPlaneActivity(ix_);
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "adjsnap/checksum.h"
+#include "record_writer.h"
 #include "adjsnap/compress_pool.h"
 
 namespace adjsnap {
@@ -28,7 +29,7 @@ class IngestTest : public ::testing::Test {
     tier_ = std::move(HostTier::Create(4 << 20).value());
     pool_ = std::make_unique<compress::CompressPool>(1);
     checksums_ = std::make_unique<Checksums>(
-        ix_, [this](const v1::SnapshotRecord& r) { return Record(r); }, nullptr, [] {});
+        ix_, writer_.Writer(), nullptr, [] {});
     ingest_ = std::make_unique<Ingest>(
         ix_, *checksums_,
         Ingest::Deps{
@@ -38,7 +39,7 @@ class IngestTest : public ::testing::Test {
               ADJSNAP_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> b, tier_->Allocate(bytes));
               return std::shared_ptr<HostBlock>(std::move(b));
             },
-            .record = [this](const v1::SnapshotRecord& r) { return Record(r); },
+            .record = writer_.Writer(),
             .submit = [this](std::function<void()> job) { jobs_.push_back(std::move(job)); },
             .pack =
                 [this](const compress::CodecSpec& codec, const compress::FieldSpec& field,
@@ -53,7 +54,7 @@ class IngestTest : public ::testing::Test {
   std::shared_ptr<HostBlock> Pushed(uint64_t step, const std::vector<float>& values) {
     std::shared_ptr<HostBlock> block = std::move(tier_->Allocate(kBytes).value());
     std::memcpy(block->data(), values.data(), kBytes);
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     StoreIndex::Run& run = ix_.runs[1];
     v1::RunSpec* spec = run.record.mutable_spec();
     spec->set_bytes_per_step(kBytes);
@@ -81,26 +82,22 @@ class IngestTest : public ::testing::Test {
     std::thread([&] {
       for (auto& job : jobs) job();
     }).join();
-  }
-  Status Record(const v1::SnapshotRecord& r) {
-    std::lock_guard<std::mutex> lock(records_mu_);
-    records_.push_back(r);
-    return record_result_;
+    writer_.Flush();  // a compressed copy is swapped in once its record is written
   }
   StoreIndex::Snapshot Snap(uint64_t step) {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     return ix_.runs[1].snapshots.at(step);
   }
   int InFlight() {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     return Ingest::InFlight(ix_);
   }
   size_t Pending() {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     return Ingest::Pending(ix_);
   }
   uint64_t RunBytes() {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     return ix_.runs[1].stored_bytes;
   }
   // A smooth field (compresses) and noise (does not).
@@ -122,7 +119,7 @@ class IngestTest : public ::testing::Test {
   std::vector<float> Decoded(uint64_t step) {
     StoreIndex::Snapshot snap = Snap(step);
     std::vector<float> out(kValues);
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     Status s = DecodeSnapshot(snap.record, FieldOf(ix_.runs[1].record.spec()), snap.block->data(),
                               out.data(), pool_.get(), *checksums_);
     EXPECT_TRUE(s.ok()) << s.ToString();
@@ -132,14 +129,12 @@ class IngestTest : public ::testing::Test {
   std::unique_ptr<HostTier> tier_;
   std::unique_ptr<compress::CompressPool> pool_;
   StoreIndex ix_;
+  testing::RecordWriter writer_;  // after ix_: its completions take ix_'s mutex
   std::unique_ptr<Checksums> checksums_;
   std::unique_ptr<Ingest> ingest_;
   std::vector<std::function<void()>> jobs_;
   bool room_ = true;
   int wakes_ = 0;
-  std::mutex records_mu_;
-  std::vector<v1::SnapshotRecord> records_;
-  Status record_result_ = Status::Ok();
 };
 
 TEST_F(IngestTest, ACompressedCopyReplacesTheRawBlockAndIsRecorded) {
@@ -160,8 +155,8 @@ TEST_F(IngestTest, ACompressedCopyReplacesTheRawBlockAndIsRecorded) {
   EXPECT_EQ(snap.record.checksum(), Checksum(values.data(), kBytes));  // of the pushed bytes
   EXPECT_EQ(snap.record.stored_checksum(),
             Checksum(snap.block->data(), snap.record.stored_bytes()));
-  ASSERT_FALSE(records_.empty());
-  EXPECT_EQ(records_.back().codec(), v1::CODEC_ZFP_REVERSIBLE);  // the catalog was told
+  ASSERT_FALSE(writer_.Records().empty());
+  EXPECT_EQ(writer_.Records().back().codec(), v1::CODEC_ZFP_REVERSIBLE);  // the catalog was told
   EXPECT_TRUE(raw.expired());  // the raw block went back to the tier
   EXPECT_EQ(Decoded(0), values);
 }
@@ -173,17 +168,18 @@ TEST_F(IngestTest, WithNoRoomBesideTheCopyWaitsForTheHolderOfTheRawBytes) {
   EXPECT_EQ(Pending(), 1u);
   EXPECT_EQ(Snap(0).record.codec(), v1::CODEC_NONE);
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ingest_->RetryPending(ix_);
     EXPECT_EQ(Ingest::Pending(ix_), 1u);  // still held
   }
   const HostBlock* where = held.get();
   held.reset();
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ingest_->RetryPending(ix_);
     EXPECT_EQ(Ingest::Pending(ix_), 0u);
   }
+  writer_.Flush();  // swapped in once recorded
   StoreIndex::Snapshot snap = Snap(0);
   EXPECT_EQ(snap.record.codec(), v1::CODEC_ZFP_REVERSIBLE);
   EXPECT_EQ(snap.block.get(), where);  // written over the raw bytes, its tail freed
@@ -194,20 +190,20 @@ TEST_F(IngestTest, WithNoRoomBesideTheCopyWaitsForTheHolderOfTheRawBytes) {
 TEST_F(IngestTest, AStepDeletedWhileItCompressesIsLeftDeleted) {
   Pushed(0, Smooth());
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ix_.runs[1].snapshots.erase(0);
   }
   RunJobs();
   EXPECT_EQ(InFlight(), 0);
   EXPECT_EQ(Pending(), 0u);
-  MutexLock lock(ix_.mu);
+  IndexLock lock(ix_);
   EXPECT_TRUE(ix_.runs[1].snapshots.empty());
 }
 
 TEST_F(IngestTest, AStepBeingWrittenToDiskIsLeftToTheDemotion) {
   Pushed(0, Smooth());
   {
-    MutexLock lock(ix_.mu);
+    IndexLock lock(ix_);
     ix_.runs[1].snapshots.at(0).writing = true;
   }
   RunJobs();
@@ -229,7 +225,7 @@ TEST_F(IngestTest, AFieldThatDoesNotShrinkStaysRaw) {
 }
 
 TEST_F(IngestTest, ACatalogThatRefusesTheRecordLeavesTheStepRaw) {
-  record_result_ = Status::Unavailable("the catalog is gone (test)");
+  writer_.SetResult(Status::Unavailable("the catalog is gone (test)"));
   Pushed(0, Smooth());
   RunJobs();
   StoreIndex::Snapshot snap = Snap(0);

@@ -40,6 +40,28 @@ inline Result<Store::FetchGrant> Fetch(Store& store, uint64_t run_id, uint64_t s
   return promise->get_future().get();
 }
 
+// Holds the catalog's writer until Release(): writes queued meanwhile wait, unwritten.
+class CatalogStall {
+ public:
+  explicit CatalogStall(Catalog& catalog) {
+    std::promise<void> inside;
+    catalog.DeleteSnapshotThen(~0ull, 0, [&inside, held = release_.get_future().share()](Status) {
+      inside.set_value();
+      held.wait();
+    });
+    inside.get_future().wait();
+  }
+  ~CatalogStall() { Release(); }
+  void Release() {
+    if (!released_) release_.set_value();
+    released_ = true;
+  }
+
+ private:
+  std::promise<void> release_;
+  bool released_ = false;
+};
+
 inline char Pattern(uint64_t step, size_t i) { return static_cast<char>(step * 31 + i % 251); }
 
 class StoreTest : public ::testing::Test {

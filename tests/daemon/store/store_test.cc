@@ -40,28 +40,6 @@ TEST_F(StoreTest, AStepIsVisibleOnlyAfterCommit) {
   EXPECT_EQ(stored->tier(), v1::TIER_HOST);
 }
 
-// Holds the catalog's writer until Release(): writes queued meanwhile wait, unwritten.
-class CatalogStall {
- public:
-  explicit CatalogStall(Catalog& catalog) {
-    std::promise<void> inside;
-    catalog.DeleteSnapshotThen(~0ull, 0, [&inside, held = release_.get_future().share()](Status) {
-      inside.set_value();
-      held.wait();
-    });
-    inside.get_future().wait();
-  }
-  ~CatalogStall() { Release(); }
-  void Release() {
-    if (!released_) release_.set_value();
-    released_ = true;
-  }
-
- private:
-  std::promise<void> release_;
-  bool released_ = false;
-};
-
 // The UCX thread commits pushes and releases consumed steps. Neither waits for the catalog:
 // while its writer is held, a commit returns at once (its second half comes once the record is
 // written, and the step is stored when the caller runs it), and another step is fetched and

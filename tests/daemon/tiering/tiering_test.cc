@@ -58,7 +58,7 @@ class TieringTest : public ::testing::Test {
   }
   void TearDown() override {  // in the order a Store stops
     {
-      MutexLock lock(ix().mu);
+      IndexLock lock(ix());
       ix().stopping = true;
     }
     plumbing_->StopWaking();
@@ -72,36 +72,39 @@ class TieringTest : public ::testing::Test {
 
   // A run as OpenRun records it: N steps (0 = unknown), the oldest `host_boundary` on disk.
   void OpenRun(uint64_t id, v1::Layers layers, uint64_t steps = 0, uint64_t host_boundary = 0) {
-    MutexLock lock(ix().mu);
-    StoreIndex::Run& run = ix().runs[id];
-    run.record.set_run_id(id);
-    run.record.mutable_spec()->set_name("run-" + std::to_string(id));
-    run.record.mutable_spec()->set_bytes_per_step(kStep);
-    run.record.mutable_spec()->set_layers(layers);
-    run.record.mutable_spec()->set_steps(steps);
-    run.record.set_host_boundary(host_boundary);
-    ASSERT_TRUE(catalog_->PutRun(run.record).ok());
+    v1::RunRecord record;
+    record.set_run_id(id);
+    record.mutable_spec()->set_name("run-" + std::to_string(id));
+    record.mutable_spec()->set_bytes_per_step(kStep);
+    record.mutable_spec()->set_layers(layers);
+    record.mutable_spec()->set_steps(steps);
+    record.set_host_boundary(host_boundary);
+    ASSERT_TRUE(catalog_->PutRun(record).ok());  // record first, then the index
+    IndexLock lock(ix());
+    ix().runs[id].record = record;
   }
   // A pushed step as CommitPush stores it: its `bytes` bytes, all `fill`, in a host block.
   // Call under ASSERT_NO_FATAL_FAILURE where the tier may be full.
   void Commit(uint64_t id, uint64_t step, char fill, uint64_t bytes = kStep) {
     StoreIndex::Run* run;
     {
-      MutexLock lock(ix().mu);
+      IndexLock lock(ix());
       run = &ix().runs.at(id);
     }
     auto block = plumbing_->AllocateHost(*run, bytes);
     ASSERT_TRUE(block.ok()) << block.status().ToString();
     std::memset((*block)->data(), fill, bytes);
-    MutexLock lock(ix().mu);
+    v1::SnapshotRecord record;
+    record.set_run_id(id);
+    record.set_step(step);
+    record.set_tier(v1::TIER_HOST);
+    record.set_raw_bytes(bytes);
+    record.set_stored_bytes(bytes);
+    record.set_checksum_state(v1::CHECKSUM_PENDING);
+    ASSERT_TRUE(catalog_->PutSnapshot(record).ok());  // record first, then the index
+    IndexLock lock(ix());
     StoreIndex::Snapshot& snap = run->snapshots[step];
-    snap.record.set_run_id(id);
-    snap.record.set_step(step);
-    snap.record.set_tier(v1::TIER_HOST);
-    snap.record.set_raw_bytes(bytes);
-    snap.record.set_stored_bytes(bytes);
-    snap.record.set_checksum_state(v1::CHECKSUM_PENDING);
-    ASSERT_TRUE(catalog_->PutSnapshot(snap.record).ok());
+    snap.record = record;
     snap.block = std::move(block).value();
     snap.generation = next_generation_++;
     run->stored_bytes += bytes;
@@ -120,11 +123,11 @@ class TieringTest : public ::testing::Test {
     return dir_.path() + "/spool/run-" + std::to_string(r.run_id()) + "/" + r.disk_name();
   }
   v1::Tier TierOf(uint64_t id, uint64_t step) {
-    MutexLock lock(ix().mu);
+    IndexLock lock(ix());
     return ix().runs.at(id).snapshots.at(step).record.tier();
   }
   std::string TiersOf(uint64_t id) {
-    MutexLock lock(ix().mu);
+    IndexLock lock(ix());
     std::string out;
     for (auto& [step, snap] : ix().runs.at(id).snapshots) {
       out += std::to_string(step) + ":" + std::to_string(snap.record.tier()) +
@@ -134,6 +137,7 @@ class TieringTest : public ::testing::Test {
   }
   // What the catalog holds for the step (what a restart would find).
   v1::SnapshotRecord Recorded(uint64_t id, uint64_t step) {
+    catalog_->Flush();  // records queued (a step marked lost) are written
     std::vector<v1::RunRecord> runs;
     std::vector<v1::SnapshotRecord> snaps;
     EXPECT_TRUE(catalog_->LoadAll(&runs, &snaps).ok());
@@ -150,7 +154,7 @@ class TieringTest : public ::testing::Test {
       got.set_value(std::move(g));
     };
     {
-      MutexLock lock(ix().mu);
+      IndexLock lock(ix());
       StoreIndex::Run& run = ix().runs.at(id);
       auto now = tiering_->AdmitFetch(ix(), run, run.snapshots.at(step), /*backward=*/true, later);
       if (now) later(std::move(*now));
@@ -195,7 +199,7 @@ TEST_F(TieringTest, APushThatFindsTheHostTierFullWaitsUntilTheOldestStepIsDemote
     granted.set_value(std::move(t));
   };
   {
-    MutexLock lock(ix().mu);
+    IndexLock lock(ix());
     auto now = tiering_->AdmitPush(ix(), ix().runs.at(1), kHostSteps, kStep, later);
     ASSERT_TRUE(now.ok()) << now.status().ToString();
     EXPECT_FALSE(now->has_value());  // parked
@@ -213,7 +217,7 @@ TEST_F(TieringTest, APushThatFindsTheHostTierFullWaitsUntilTheOldestStepIsDemote
   EXPECT_EQ(TierOf(1, kHostSteps - 1), v1::TIER_HOST) << TiersOf(1);
   ticket->block.reset();
   {
-    MutexLock lock(ix().mu);
+    IndexLock lock(ix());
     ix().runs.at(1).in_flight.erase(kHostSteps);  // as AbortPush
   }
   auto bytes = Fetch(1, 0);
@@ -251,7 +255,7 @@ TEST_F(TieringTest, ASpoolFileDamagedOnDiskIsReportedLostNeverReturned) {
   tiering_->WaitTieringIdle();
   EXPECT_EQ(TierOf(1, 0), v1::TIER_LOST);
   EXPECT_EQ(Recorded(1, 0).tier(), v1::TIER_LOST);  // a restart knows it too
-  MutexLock lock(ix().mu);
+  IndexLock lock(ix());
   EXPECT_NE(ix().runs.at(1).failure.find("is lost"), std::string::npos);
 }
 
@@ -263,7 +267,7 @@ TEST_F(TieringTest, AStepThatGoesWhileItIsScrubbedIsNotReportedLost) {
   ASSERT_EQ(TierOf(1, 0), v1::TIER_DISK);
   std::promise<Status> verdict;
   {
-    MutexLock lock(ix().mu);
+    IndexLock lock(ix());
     // The store deletes the step and its file: here both happen while the verification runs
     // (its completion waits for the index's mutex, held here).
     tiering_->StartScrub(ix(), 1, 0, [&](Status s) { verdict.set_value(s); });
@@ -285,7 +289,7 @@ TEST_F(TieringTest, AFetchThatNeedsTheHostTierCompactedLeavesThatToTheTieringThr
   constexpr uint64_t kPieces = 2 * kHostSteps;
   for (uint64_t s = 0; s < kPieces; ++s) ASSERT_NO_FATAL_FAILURE(Commit(2, s, 'h', kStep / 2));
   {
-    MutexLock lock(ix().mu);
+    IndexLock lock(ix());
     for (uint64_t s = 0; s < kPieces; s += 2) ix().runs.at(2).snapshots.erase(s);
   }
   const HostTier::ArenaId arena = host_->ArenaFor(0);
@@ -297,7 +301,7 @@ TEST_F(TieringTest, AFetchThatNeedsTheHostTierCompactedLeavesThatToTheTieringThr
     got.set_value(std::move(g));
   };
   {
-    MutexLock lock(ix().mu);
+    IndexLock lock(ix());
     StoreIndex::Run& run = ix().runs.at(1);
     auto now = tiering_->AdmitFetch(ix(), run, run.snapshots.at(0), /*backward=*/false, later);
     ASSERT_FALSE(now.has_value());
@@ -311,19 +315,19 @@ TEST_F(TieringTest, AFetchThatNeedsTheHostTierCompactedLeavesThatToTheTieringThr
   Result<StoreIndex::FetchGrant> grant = future.get();
   ASSERT_TRUE(grant.ok()) << grant.status().ToString();
   EXPECT_EQ(std::memcmp(grant->block->data(), std::vector<char>(kStep, 'f').data(), kStep), 0);
-  MutexLock lock(ix().mu);
+  IndexLock lock(ix());
   EXPECT_GT(ix().tiering.compactions, 0u);  // the tiering thread made the room
 }
 
 TEST_F(TieringTest, WaitingNamesAParkedPushAndWhatItWaitsFor) {
   OpenRun(1, v1::LAYERS_HOST);  // no disk layer: room comes only from consumed steps
   {
-    MutexLock lock(ix().mu);
+    IndexLock lock(ix());
     ix().runs.at(1).record.mutable_spec()->set_block_when_full(true);
   }
   for (uint64_t s = 0; s < kHostSteps; ++s) Commit(1, s, 'w');
   StoreIndex::PushDone later = [](Result<StoreIndex::PushTicket>) {};
-  MutexLock lock(ix().mu);
+  IndexLock lock(ix());
   auto now = tiering_->AdmitPush(ix(), ix().runs.at(1), kHostSteps, kStep, later);
   ASSERT_TRUE(now.ok()) << now.status().ToString();
   ASSERT_FALSE(now->has_value());
