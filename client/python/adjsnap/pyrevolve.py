@@ -76,6 +76,7 @@ class AdjsnapStorage(Storage):
         self._packed = False    # True: one staging buffer per checkpoint
         self._shapes = {}
         self._saved = set()
+        self._unstored = {}     # step -> its latest push, not yet known to be in the catalog
 
     def _open(self, arrays):
         itemsize = np.dtype(self.dtype).itemsize
@@ -110,11 +111,13 @@ class AdjsnapStorage(Storage):
             flat = [a.reshape(-1).view(np.uint8) if a.flags.c_contiguous
                     else np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays]
             np.concatenate(flat, out=self._staging)
-            self.run.push(key, self._staging).wait_released()
+            pushes = {key: self.run.push(key, self._staging)}
         else:
-            pushes = [self.run.push(key * self._parts + i, a) for i, a in enumerate(arrays)]
-            for p in pushes:
-                p.wait_released()  # Revolve may overwrite the arrays as soon as save returns
+            pushes = {key * self._parts + i: self.run.push(key * self._parts + i, a)
+                      for i, a in enumerate(arrays)}
+        for p in pushes.values():
+            p.wait_released()  # Revolve may overwrite the arrays as soon as save returns
+        self._unstored.update(pushes)
         self._shapes[key] = [a.shape for a in arrays]
         self._saved.add(key)
 
@@ -134,6 +137,14 @@ class AdjsnapStorage(Storage):
                        for i, loc in enumerate(locations)]
             for f in fetches:
                 f.wait()
+
+    def wait_stored(self, timeout=None):
+        """Waits until every checkpoint saved so far is stored: in adjsnapd's catalog, where
+        `run.info` counts it and a daemon restart keeps it (save waits only for its arrays to
+        be released)."""
+        pending, self._unstored = self._unstored, {}
+        for p in pending.values():
+            p.wait_stored(timeout)
 
     def close(self):
         """Deletes the adjsnapd run and every checkpoint in it."""

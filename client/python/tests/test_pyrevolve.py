@@ -88,6 +88,7 @@ def test_revolver_with_adjsnap_storage_matches_store_all(client, contiguous):
     storage = AdjsnapStorage(field.size, 6, np.float64, client=client, name=f"revolve-{contiguous}")
     wrp.addStorage(storage)
     wrp.apply_forward()
+    storage.wait_stored()  # save returns once released; the catalog counts stored steps
     info = client.run(storage.run_name).info
     assert info.spec.keep
     assert 0 < info.snapshots <= 6 * (1 if not contiguous else 2)
