@@ -109,6 +109,7 @@ def revolve_gradient(p, client, name, n_checkpoints, layers=""):
                            layers=layers)
     wrp.addStorage(storage)
     wrp.apply_forward()
+    storage.wait_stored()  # save returns once released; the catalog counts stored steps
     stored = client.run(name).info.snapshots
     wrp.apply_reverse()
     storage.close()

@@ -121,6 +121,8 @@ def test_multilevel_revolver_on_adjsnap_host_and_disk(client):
     wrp.apply_forward()
     wrp.apply_reverse()
     check(rev, reference())
+    ram.wait_stored()
+    disk.wait_stored()
     # A Disk level's last saves are released before they are written: give the tiering thread
     # the time a loaded node needs to put them on disk.
     deadline = time.monotonic() + 30
