@@ -14,15 +14,17 @@ class Executor {
   Executor(const std::vector<Storage>& storage, Client* client, const std::string& run_name,
            AdjointSolver& solver)
       : storage_(storage), client_(client), run_name_(run_name), solver_(solver) {
-    for (Storage s : storage) uses_adjsnap_ |= s == Storage::kAdjsnap;
+    for (Storage s : storage) uses_adjsnap_ |= InAdjsnap(s);
   }
+
+  static bool InAdjsnap(Storage s) { return s != Storage::kLocalMemory; }
 
   // The adjsnapd run of level `level`: `run_name` for the first kAdjsnap level, `run_name.k`
   // for level k after it. A run per level, since a plan may hold the same state on two levels
   // at once (a run stores a step once).
   std::string RunName(size_t level) const {
     for (size_t k = 0; k < storage_.size(); ++k) {
-      if (storage_[k] != Storage::kAdjsnap) continue;
+      if (!InAdjsnap(storage_[k])) continue;
       return k == level ? run_name_ : run_name_ + "." + std::to_string(level);
     }
     return run_name_;
@@ -40,12 +42,30 @@ class Executor {
     }
     if (!uses_adjsnap_) return Status::Ok();
     for (size_t k = 0; k < storage_.size(); ++k) {
-      if (storage_[k] != Storage::kAdjsnap) continue;
+      if (!InAdjsnap(storage_[k])) continue;
       RunSpec spec;
       spec.name = RunName(k);
-      spec.steps = steps;
+      // A level bound to a tier holds at most its slots at once, whatever N is: declared with
+      // N, its run would be refused by a tier smaller than N states, and it places nothing by
+      // N. A kAdjsnap level declares N for adjsnapd's reverse-order placement.
+      spec.steps = storage_[k] == Storage::kAdjsnap ? steps : 0;
       spec.bytes_per_step = solver_.bytes;
       spec.keep = true;  // a schedule restores a checkpoint more than once, then deletes it
+      switch (storage_[k]) {  // a level bound to a tier: the run's layers and spools say it
+        case Storage::kAdjsnapHost:
+          spec.layers = "Host";
+          break;
+        case Storage::kAdjsnapDisk:
+          spec.layers = "Disk";
+          spec.spool_class = "local";
+          break;
+        case Storage::kAdjsnapSharedDisk:
+          spec.layers = "Disk";
+          spec.spool_class = "shared";
+          break;
+        default:
+          break;
+      }
       ADJSNAP_ASSIGN_OR_RETURN(RunInfo run, client_->OpenRun(spec));
       if (!run.created) {
         return Status::AlreadyExists("run '" + spec.name +
@@ -167,6 +187,14 @@ Result<uint64_t> HostSlots(Client* client, size_t bytes) {
 
 }  // namespace
 
+Result<Storage> StorageForTier(const std::string& tier) {
+  if (tier == "host") return Storage::kAdjsnapHost;
+  if (tier == "disk") return Storage::kAdjsnapDisk;
+  if (tier == "shared-disk") return Storage::kAdjsnapSharedDisk;
+  return Status::InvalidArgument("no adjsnapd tier is named '" + tier +
+                                 "' (host, disk or shared-disk, as `adjsnap plan` names them)");
+}
+
 Status RunAdjoint(const schedule::Schedule& plan, const std::vector<Storage>& storage,
                   Client* client, const std::string& run_name, AdjointSolver& solver) {
   Executor run(storage, client, run_name, solver);
@@ -184,8 +212,10 @@ Status RunAdjoint(const OnlineCheckpointing& online, Client* client, const std::
   if (!online.is_last) return Status::InvalidArgument("the online mode needs is_last");
   uint64_t slots = online.slots;
   if (slots == 0) {
-    if (online.storage != Storage::kAdjsnap) {
-      return Status::InvalidArgument("online checkpoints in local memory need a slot count");
+    if (online.storage != Storage::kAdjsnap && online.storage != Storage::kAdjsnapHost) {
+      return Status::InvalidArgument(
+          "online checkpoints need a slot count, unless they live in adjsnapd's host memory "
+          "(kAdjsnap or kAdjsnapHost: its free room gives it)");
     }
     if (client == nullptr) return Status::InvalidArgument("checkpoints in adjsnapd need a client");
     if (solver.bytes == 0) return Status::InvalidArgument("the solver's state has no size");

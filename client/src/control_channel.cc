@@ -41,6 +41,7 @@ RunSpec FromProto(const v1::RunSpec& p) {
   s.job = p.job();
   s.check_finite = p.check_finite();
   s.overwrite = p.overwrite();
+  s.spool_class = p.spool_class();
   return s;
 }
 
@@ -246,6 +247,7 @@ Result<RunInfo> Client::OpenRun(const RunSpec& spec) {
   p->set_job(!spec.job.empty() ? spec.job : slurm_job ? slurm_job : "");
   p->set_check_finite(spec.check_finite);
   p->set_overwrite(spec.overwrite);
+  p->set_spool_class(spec.spool_class);
   if (spec.check_finite && spec.dtype != Dtype::kFloat32 && spec.dtype != Dtype::kFloat64) {
     return Status::InvalidArgument("run '" + spec.name +
                                    "': check_finite needs dtype float32 or float64");

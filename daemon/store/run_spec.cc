@@ -67,6 +67,12 @@ Status ValidateRunSpec(const v1::RunSpec& spec) {
       !why.empty()) {
     return Status::InvalidArgument(why);
   }
+  if (!spec.spool_class().empty() && spec.spool_class() != "local" &&
+      spec.spool_class() != "shared") {
+    return Status::InvalidArgument("run '" + name + "': spool_class must be \"\", \"local\" or "
+                                   "\"shared\", got a string of " +
+                                   std::to_string(spec.spool_class().size()) + " bytes");
+  }
   if (!v1::Dtype_IsValid(spec.dtype())) {
     return Status::InvalidArgument("run '" + name + "': unknown dtype " +
                                    std::to_string(spec.dtype()));

@@ -25,6 +25,8 @@ SpoolClass Tiering::DemotionClass(StoreIndex&, const Run& run, const Snapshot& s
   // as the local room runs low (MakeLocalRoom); above the range (a drain), a step goes local
   // while there is room. Reserve fails over to the shared class for the rest.
   const v1::RunSpec& spec = run.record.spec();
+  if (spec.spool_class() == "local") return SpoolClass::kLocal;  // the run chose (RunSpec)
+  if (spec.spool_class() == "shared") return SpoolClass::kShared;
   const uint64_t step = snap.record.step();
   const uint64_t bound = UsesHost(spec.layers()) ? run.record.host_boundary() : spec.steps();
   if (spec.steps() == 0 || step >= bound) return SpoolClass::kLocal;
@@ -157,8 +159,9 @@ void Tiering::FinishMove(const v1::SnapshotRecord& from, uint64_t generation,
 void Tiering::StartDemotion(StoreIndex& ix, Run& run, Snapshot& snap) {
   const v1::SnapshotRecord& r = snap.record;
   const SpoolClass cls = DemotionClass(ix, run, snap);
+  // A run that chose the local class keeps its steps there: none is moved on to make room.
   if (cls == SpoolClass::kLocal && s_.disk_->has_shared() && run.record.spec().steps() == 0 &&
-      MakeLocalRoom(ix, run, snap)) {
+      run.record.spec().spool_class().empty() && MakeLocalRoom(ix, run, snap)) {
     return;  // the moves under way make its room
   }
   auto space = s_.disk_->Reserve(FileContentBytes(r), cls);

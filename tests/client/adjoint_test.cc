@@ -193,16 +193,32 @@ TEST_F(AdjointTest, ThreeLevelRunIsExactAndTakesThePlannedTimeWithinFifteenPerce
   };
   const auto before = DiskWrites(Stats());
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = RunAdjoint(*plan, {Storage::kAdjsnap, Storage::kAdjsnap, Storage::kAdjsnap}, client_,
-                        "three", cb);
+  // Each level on the tier its costs came from (a plan level's name is the tier's).
+  std::vector<Storage> storage;
+  for (const schedule::Level& level : levels) {
+    auto where = StorageForTier(level.name);
+    ASSERT_TRUE(where.ok()) << where.status().ToString();
+    storage.push_back(*where);
+  }
+  EXPECT_EQ(storage, (std::vector<Storage>{Storage::kAdjsnapHost, Storage::kAdjsnapDisk,
+                                           Storage::kAdjsnapSharedDisk}));
+  Status s = RunAdjoint(*plan, storage, client_, "three", cb);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(solver.forward_steps, plan->forward_steps);
   ExpectReversedInOrder(solver.reversed, kSteps);
   const auto after = DiskWrites(Stats());
-  EXPECT_GT(after.at("local"), before.at("local")) << "no checkpoint reached the local spools";
-  EXPECT_GT(after.at("shared"), before.at("shared")) << "no checkpoint reached the shared spools";
+  // The disk levels' checkpoints on their own spools: each write of level k is one step file,
+  // of one size, on its class (none moved on, none to the other class).
+  const uint64_t local = after.at("local") - before.at("local");
+  const uint64_t shared = after.at("shared") - before.at("shared");
+  ASSERT_GT(local, 0u) << "no checkpoint reached the local spools";
+  ASSERT_GT(shared, 0u) << "no checkpoint reached the shared spools";
+  EXPECT_EQ(local % plan->writes[1], 0u) << local << " bytes in " << plan->writes[1] << " files";
+  EXPECT_EQ(local / plan->writes[1] * plan->writes[2], shared)
+      << "the shared spools took " << shared << " bytes for the plan's " << plan->writes[2]
+      << " writes of level 2";
   // In the test's XML report (--gtest_output), for a look at the margin a machine leaves.
   RecordProperty("run_over_plan", std::to_string(seconds / plan->cost));
   EXPECT_NEAR(seconds / plan->cost, 1.0, 0.15)

@@ -38,14 +38,22 @@ struct AdjointSolver {
 };
 
 enum class Storage {
-  kLocalMemory,  // buffers allocated by the driver in this process
-  kAdjsnap,        // snapshots of a run in adjsnapd (its placement picks the tier)
+  kLocalMemory,        // buffers allocated by the driver in this process
+  kAdjsnap,            // snapshots of a run in adjsnapd (its placement picks the tier)
+  kAdjsnapHost,        // adjsnapd's host memory (a run with layers Host)
+  kAdjsnapDisk,        // adjsnapd's local spools (layers Disk, spool_class "local")
+  kAdjsnapSharedDisk,  // adjsnapd's shared spools (layers Disk, spool_class "shared")
 };
 
+// The Storage that keeps a plan level named as `adjsnap plan` names tiers ("host", "disk",
+// "shared-disk"; schedule::Level::name): each level on the tier its costs were taken from.
+// INVALID_ARGUMENT for another name.
+Result<Storage> StorageForTier(const std::string& tier);
+
 // Executes every action of `plan`. `storage[k]` says where level k lives; `client` may be null
-// when no level is kAdjsnap. Each kAdjsnap level has a run of its own, created for the call
-// and deleted afterwards: `run_name` for the first, `run_name.k` for level k after it (a plan
-// may hold the same state on two levels at once).
+// when every level is kLocalMemory. Each adjsnapd level has a run of its own, created for the
+// call and deleted afterwards: `run_name` for the first, `run_name.k` for level k after it (a
+// plan may hold the same state on two levels at once).
 // Errors from the solver's callbacks or from adjsnapd stop the run and are returned as they are.
 Status RunAdjoint(const schedule::Schedule& plan, const std::vector<Storage>& storage,
                   Client* client, const std::string& run_name, AdjointSolver& solver);
@@ -60,9 +68,9 @@ struct OnlineCheckpointing {
   std::function<Result<bool>(uint64_t step)> is_last;
   // Where the checkpoints live (one level).
   Storage storage = Storage::kAdjsnap;
-  // Checkpoint slots, x_0's included. 0: with kAdjsnap, as many states as adjsnapd's host tier
-  // has free room for when the call starts (RESOURCE_EXHAUSTED if not one); with kLocalMemory,
-  // INVALID_ARGUMENT. More slots never cost more forward steps.
+  // Checkpoint slots, x_0's included. 0: with kAdjsnap or kAdjsnapHost, as many states as
+  // adjsnapd's host tier has free room for when the call starts (RESOURCE_EXHAUSTED if not
+  // one); with another storage, INVALID_ARGUMENT. More slots never cost more forward steps.
   uint64_t slots = 0;
   // Forward steps after which the run is stopped with OUT_OF_RANGE if is_last never said so;
   // 0: no limit.

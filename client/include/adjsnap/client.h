@@ -78,6 +78,10 @@ struct RunSpec {
   // A push of a step already stored replaces it in the same request (no DeleteSnapshot round
   // trip): for checkpoint slots a schedule reuses. Not with a Device layer.
   bool overwrite = false;
+  // Which spool class of the disk tier takes the steps (needs a Disk layer): "" adjsnapd's
+  // reverse-order placement over both; "local" the node's spools; "shared" the shared spools.
+  // A preference: a step goes to the other class when the named one is full or failed.
+  std::string spool_class = {};
 };
 
 struct RunInfo {

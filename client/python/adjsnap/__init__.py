@@ -129,7 +129,8 @@ class Client:
                  layers: str = "", keep: bool = False, block_when_full: bool = False,
                  codec: str = "none", codec_param: float = 0.0,
                  compress_at_ingest: bool = False, job: str = "",
-                 check_finite: bool = False, overwrite: bool = False) -> "Run":
+                 check_finite: bool = False, overwrite: bool = False,
+                 spool_class: str = "") -> "Run":
         """Opens (or attaches to) a run. `like=array` takes bytes, dtype and shape from an
         array; otherwise give `bytes_per_step` (and optionally `dtype`, `shape`).
 
@@ -142,7 +143,10 @@ class Client:
         belongs to (default $SLURM_JOB_ID); the Slurm epilog deletes a job's runs.
         check_finite: refuse pushes holding NaN or infinities (float32/float64 runs).
         overwrite: a push of a step already stored replaces it in the same request (for
-        checkpoint slots a schedule reuses; not with a Device layer)."""
+        checkpoint slots a schedule reuses; not with a Device layer).
+        spool_class: "local" (the node's spools) or "shared" (the shared spools) takes the
+        run's steps on disk, a preference (the other class when it is full); "" (default):
+        adjsnapd's reverse-order placement over both. Needs a Disk layer."""
         spec = RunSpec()
         spec.name = name
         spec.steps = steps
@@ -173,6 +177,7 @@ class Client:
         spec.job = job
         spec.check_finite = check_finite
         spec.overwrite = overwrite
+        spec.spool_class = spool_class
         return Run(self, self._c.open_run(spec))
 
     def runs(self) -> list[RunInfo]:

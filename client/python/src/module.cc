@@ -350,7 +350,8 @@ PYBIND11_MODULE(_adjsnap, m) {
       .def_readwrite("compress_at_ingest", &adjsnap::RunSpec::compress_at_ingest)
       .def_readwrite("job", &adjsnap::RunSpec::job)
       .def_readwrite("check_finite", &adjsnap::RunSpec::check_finite)
-      .def_readwrite("overwrite", &adjsnap::RunSpec::overwrite);
+      .def_readwrite("overwrite", &adjsnap::RunSpec::overwrite)
+      .def_readwrite("spool_class", &adjsnap::RunSpec::spool_class);
   py::class_<adjsnap::RunInfo>(m, "RunInfo")
       .def_readonly("run_id", &adjsnap::RunInfo::run_id)
       .def_readonly("spec", &adjsnap::RunInfo::spec)

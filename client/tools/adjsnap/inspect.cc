@@ -223,10 +223,12 @@ int Ls(Session& s, const std::string& name) {
   } else if (run.spec().codec() != v1::CODEC_NONE) {
     codec += run.spec().compress_when() == v1::COMPRESS_AT_INGEST ? " at ingest" : " on demotion";
   }
-  out.Line(Format("run %s (id %llu, %s, layers %s%s, codec %s): %s, %s stored",
+  const std::string spools =
+      run.spec().spool_class().empty() ? "" : " on " + run.spec().spool_class() + " spools";
+  out.Line(Format("run %s (id %llu, %s, layers %s%s%s, codec %s): %s, %s stored",
                   run.spec().name().c_str(), (unsigned long long)run.run_id(),
                   run.state() == v1::RUN_OPEN ? "open" : "closed", LayersName(run.spec().layers()),
-                  run.spec().keep() ? ", keep" : ", read-once", codec.c_str(),
+                  spools.c_str(), run.spec().keep() ? ", keep" : ", read-once", codec.c_str(),
                   Counted(run.snapshots(), "snapshot").c_str(),
                   FormatBytes(run.stored_bytes()).c_str()));
   uint64_t steps = run.spec().steps();

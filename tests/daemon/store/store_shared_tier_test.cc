@@ -219,5 +219,79 @@ TEST_F(SharedTierTest, AStepOnAnUnreachableSharedSpoolIsUnavailableNotLostAndSer
   EXPECT_EQ(store_->Counters().lost_snapshots, 0u);
 }
 
+// A run may name the spool class that takes its steps (RunSpec.spool_class, what RunAdjoint's
+// kAdjsnapDisk and kAdjsnapSharedDisk levels set): "shared" puts every step on the shared spool
+// though the local one has room for the newest, "local" keeps them off the shared spool while
+// the local one has room, and neither moves a step on; every step reads back exact. A class
+// the daemon lacks, a word that is not a class, a class without a Disk layer and a reopen
+// with another class are refused, naming the field.
+TEST_F(SharedTierTest, ARunThatNamesItsSpoolClassIsPlacedOnItWhileItHasRoom) {
+  shared_bytes_ = 8 << 20;
+  Open(/*disk_bytes=*/8 * kStep);  // the local spool holds 8 steps
+  auto open = [&](const std::string& name, uint64_t steps, const std::string& cls,
+                  v1::Layers layers = v1::LAYERS_DISK) -> Result<v1::RunInfo> {
+    v1::RunSpec spec;
+    spec.set_name(name);
+    spec.set_steps(steps);
+    spec.set_bytes_per_step(kStep);
+    spec.set_layers(layers);
+    spec.set_keep(true);
+    spec.set_spool_class(cls);
+    bool created = false;
+    return store_->OpenRun(spec, 0, &created);
+  };
+  auto shared = open("on-shared", 6, "shared");
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  auto local = open("on-local", 0, "local");  // N unknown: no step moves on to make room
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  for (uint64_t t = 0; t < 6; ++t) ASSERT_TRUE(Push(shared->run_id(), t, kStep).ok()) << t;
+  for (uint64_t t = 0; t < 6; ++t) ASSERT_TRUE(Push(local->run_id(), t, kStep).ok()) << t;
+  store_->WaitTieringIdle();
+  EXPECT_EQ(StepsIn("shared", shared->run_id()), Range(0, 6));
+  EXPECT_TRUE(StepsIn("spool", shared->run_id()).empty());
+  EXPECT_EQ(StepsIn("spool", local->run_id()), Range(0, 6));
+  EXPECT_TRUE(StepsIn("shared", local->run_id()).empty());
+  EXPECT_EQ(store_->Counters().moves_to_shared, 0u);
+  // The local spool has room for 2 more: the next steps of the local run go to the shared
+  // spool rather than fail (a preference, not a fence).
+  for (uint64_t t = 6; t < 12; ++t) ASSERT_TRUE(Push(local->run_id(), t, kStep).ok()) << t;
+  store_->WaitTieringIdle();
+  EXPECT_FALSE(StepsIn("shared", local->run_id()).empty());
+  EXPECT_EQ(StepsIn("spool", local->run_id()).size() + StepsIn("shared", local->run_id()).size(),
+            12u);
+  for (uint64_t t = 6; t-- > 0;) ASSERT_TRUE(FetchExact(shared->run_id(), t, kStep).ok()) << t;
+  for (uint64_t t = 12; t-- > 0;) ASSERT_TRUE(FetchExact(local->run_id(), t, kStep).ok()) << t;
+
+  auto wrong = open("bad-class", 4, "nvme");
+  EXPECT_EQ(wrong.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("spool_class"), std::string::npos)
+      << wrong.status().ToString();
+  auto host_only = open("host-only", 4, "local", v1::LAYERS_HOST);
+  EXPECT_EQ(host_only.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(host_only.status().message().find("no Disk layer"), std::string::npos)
+      << host_only.status().ToString();
+  auto other = open("on-shared", 6, "local");  // the name exists with the shared class
+  EXPECT_EQ(other.status().code(), Code::kAlreadyExists);
+  EXPECT_NE(other.status().message().find("spool_class"), std::string::npos)
+      << other.status().ToString();
+}
+
+// Without shared spools, a run that asks for them is refused, naming what is missing.
+TEST_F(SharedTierTest, ASpoolClassTheDaemonLacksIsRefusedNamingIt) {
+  Open(/*disk_bytes=*/8 * kStep);  // local spools only
+  v1::RunSpec spec;
+  spec.set_name("wants-shared");
+  spec.set_steps(4);
+  spec.set_bytes_per_step(kStep);
+  spec.set_layers(v1::LAYERS_DISK);
+  spec.set_spool_class("shared");
+  bool created = false;
+  auto run = store_->OpenRun(spec, 0, &created);
+  EXPECT_EQ(run.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(run.status().message().find("no shared spools"), std::string::npos)
+      << run.status().ToString();
+  EXPECT_TRUE(store_->ListRuns().empty());
+}
+
 }  // namespace
 }  // namespace adjsnap
