@@ -307,3 +307,20 @@ def test_reconnect_timeout_zero_fails_at_once_when_adjsnap_is_gone():
     # With the default (60 s) the call would wait for adjsnapd to come back.
     assert time.monotonic() - started < 10
     assert d.socket in str(e.value)
+
+
+def test_a_run_on_the_local_spools_lands_there_and_a_bad_class_is_refused(client):
+    a = field(0)
+    run = client.open_run("on-local", steps=2, like=a, layers="Disk", spool_class="local")
+    assert run.info.spec.spool_class == "local"
+    run.push(0, a).wait_stored()
+    deadline = time.monotonic() + 30
+    while not run.locate(0).on_disk and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert run.locate(0).on_disk
+    np.testing.assert_array_equal(run.fetch(0), a)
+    run.delete()
+    with pytest.raises(adjsnap.InvalidArgument, match="spool_class"):
+        client.open_run("bad-class", steps=2, like=a, layers="Disk", spool_class="nvme")
+    with pytest.raises(adjsnap.FailedPrecondition, match="no shared spools"):
+        client.open_run("no-shared", steps=2, like=a, layers="Disk", spool_class="shared")
