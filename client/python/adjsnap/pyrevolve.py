@@ -37,22 +37,23 @@ _names = itertools.count()
 
 
 def tier_costs(client: Client, tier: Tier, nbytes: int, step_seconds: float,
-               unmeasured: float = 1.0):
+               unmeasured: float = 1.0, spool_class: str = ""):
     """(wd, rd) for pyrevolve: the time adjsnapd measured to write and read `nbytes` on `tier`
     (its fit, latency + bytes / bandwidth, over the tier's recent transfers: TierInfo.write_fit,
     read_fit), in units of one forward step (`step_seconds`); the first entry of `tier` (for the
-    disk tier, its local spools). A direction whose fit does not cover `nbytes` (no transfer
+    disk tier, its local spools), or the one of `spool_class` ("local", "shared"). A direction whose fit does not cover `nbytes` (no transfer
     within 2x of that size among the recent ones) costs `unmeasured` steps: pyrevolve's
     H-Revolve cannot schedule levels whose costs are all zero, and a rate taken from other
     sizes would mislead it."""
     if step_seconds <= 0:
         raise ValueError("tier_costs: step_seconds must be > 0")
     for t in client.tiers():
-        if t.tier == tier:
+        if t.tier == tier and (not spool_class or t.spool_class == spool_class):
             def cost(fit):
                 return fit.seconds(nbytes) / step_seconds if fit.covers(nbytes) else unmeasured
             return cost(t.write_fit), cost(t.read_fit)
-    raise ValueError(f"tier_costs: this adjsnapd has no {tier.name.lower()} tier")
+    raise ValueError(f"tier_costs: this adjsnapd has no {tier.name.lower()} tier"
+                     + (f" of spool class {spool_class!r}" if spool_class else ""))
 
 
 class AdjsnapStorage(Storage):
@@ -61,16 +62,20 @@ class AdjsnapStorage(Storage):
     once, and overwrite, so a slot Revolve reuses is replaced by its push in one request;
     deleted when the storage is closed or collected).
 
-    layers: the run's tiers ("Host", "Disk", "DiskHost"; default: the daemon's). wd, rd: the
-    write and read costs pyrevolve's H-Revolve uses (see `tier_costs`)."""
+    layers: the run's tiers ("Host", "Disk", "DiskHost"; default: the daemon's). spool_class:
+    with a Disk layer, "local" or "shared" keeps the checkpoints on that class of spools, so a
+    level's costs (`tier_costs(..., spool_class=)`) are the ones it pays; "" lets adjsnapd
+    place them. wd, rd: the write and read costs pyrevolve's H-Revolve uses (see
+    `tier_costs`)."""
 
     def __init__(self, size_ckp, n_ckp, dtype, profiler=None, wd=0, rd=0, *,
                  client: Client | None = None, name: str | None = None, layers: str = "",
-                 codec: str = "none", codec_param: float = 0.0):
+                 codec: str = "none", codec_param: float = 0.0, spool_class: str = ""):
         super().__init__(size_ckp, n_ckp, dtype, profiler, wd=wd, rd=rd, name="AdjsnapStorage")
         self.client = client or connect()
         self.run_name = name or f"pyrevolve-{os.getpid()}-{next(_names)}"
-        self._options = dict(layers=layers, codec=codec, codec_param=codec_param)
+        self._options = dict(layers=layers, codec=codec, codec_param=codec_param,
+                             spool_class=spool_class)
         self.run = None
         self._parts = 0         # arrays per checkpoint, fixed by the first save
         self._packed = False    # True: one staging buffer per checkpoint

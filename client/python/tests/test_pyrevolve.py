@@ -112,11 +112,13 @@ def test_multilevel_revolver_on_adjsnap_host_and_disk(client):
     seed.fetch(0)
     seed.delete()
     wd, rd = tier_costs(client, adjsnap.Tier.DISK, field.levels.nbytes, step_seconds=1e-2,
-                        unmeasured=0)  # 0: fail below unless adjsnapd measured the disk
+                        unmeasured=0, spool_class="local")  # 0: fail unless it was measured
+    with pytest.raises(ValueError, match="spool class 'shared'"):  # this daemon has none
+        tier_costs(client, adjsnap.Tier.DISK, field.levels.nbytes, 1e-2, spool_class="shared")
     assert wd > 0 and rd > 0
     ram = AdjsnapStorage(field.size, 3, np.float64, client=client, name="ml-ram", layers="Host")
     disk = AdjsnapStorage(field.size, 20, np.float64, client=client, name="ml-disk", layers="Disk",
-                        wd=wd, rd=rd)
+                        spool_class="local", wd=wd, rd=rd)
     wrp = pyrevolve.MultiLevelRevolver(field, fwd, rev, NT, storage_list=[ram, disk])
     wrp.apply_forward()
     wrp.apply_reverse()
@@ -133,6 +135,7 @@ def test_multilevel_revolver_on_adjsnap_host_and_disk(client):
     assert used["ml-ram"] and used["ml-disk"]  # H-Revolve used both levels
     assert all(l.tier == adjsnap.Tier.HOST and not l.on_disk for l in used["ml-ram"])
     assert all(l.on_disk for l in used["ml-disk"])  # a read-back copy may also be in host
+    assert client.run("ml-disk").info.spec.spool_class == "local"
     ram.close()
     disk.close()
 
