@@ -119,14 +119,17 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
   // chose otherwise: every transport but tcp (shared memory, loopback, CUDA's), so no TCP port
   // opens (UCX's tcp transport aborts the process on 13 bytes from any local user, UCX 1.13
   // to master); shared memory with peer-failure detection, which adjsnapd's endpoints ask for
-  // (without it UCX picks tcp for them); and network transports, if chosen, on loopback.
+  // (without it UCX picks tcp for them), checked every second rather than UCX's 20 s, so that a
+  // killed client's pushes in flight give back their room (and a client learns its daemon died)
+  // within about two seconds; and network transports, if chosen, on loopback.
   std::string transports;
   struct Default {
     const char* name;
     const char* value;
   };
   for (Default d :
-       {Default{"TLS", "^tcp"}, Default{"MM_ERROR_HANDLING", "y"}, Default{"NET_DEVICES", "lo"}}) {
+       {Default{"TLS", "^tcp"}, Default{"MM_ERROR_HANDLING", "y"}, Default{"KEEPALIVE_INTERVAL", "1s"},
+        Default{"NET_DEVICES", "lo"}}) {
     std::string env = std::string("UCX_") + d.name;
     const char* chosen = Chosen(env.c_str());
     if (chosen == nullptr) {
