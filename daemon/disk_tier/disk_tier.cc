@@ -79,7 +79,7 @@ Status ProbeWritable(SpoolIo& io, const std::string& dir) {
     int err = errno;
     io.Unlink(probe.c_str());
     return Status::FailedPrecondition("spool_dirs entry " + dir + " is not writable (" + what +
-                                      ": " + ErrnoText(err) +
+                                      ": " + std::strerror(err) +
                                       "); fix it, or leave it out of spool_dirs");
   };
   int fd = io.Open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
