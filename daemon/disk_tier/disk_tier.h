@@ -7,7 +7,8 @@
 // nothing else, so `dd`/numpy can read it. Writes go to `<name>.tmp`, are made durable
 // (fdatasync), renamed into place and the directory synced: a file under its final name is
 // always complete. I/O is O_DIRECT from/to page-aligned host-tier memory where the
-// filesystem supports it (tmpfs does not: buffered I/O there).
+// filesystem supports it (tmpfs does not: buffered I/O there). Every filesystem call the tier
+// makes, on its files and its directories, goes through one SpoolIo (disk_tier/spool_io.h).
 //
 // Errors (ClassifySpoolError, the one place that tells them apart): a transient error
 // (EINTR, EAGAIN, ENOMEM, ...) is retried a few times with exponential backoff (bounded, well
@@ -22,7 +23,9 @@
 // filesystem's brick or server gone), or a file missing while its spool is failed, or missing
 // from a shared spool that a probe then finds failing (GlusterFS reports the files of a dead
 // brick as missing). Those fail the spool and are UNAVAILABLE: the step stays recorded and is
-// served once a probe brings the spool back.
+// served once a probe brings the spool back. No call is made with the tier's mutex held: a call
+// that hangs (a network filesystem's server that stopped answering) holds up its own caller
+// only, and the other spools, Reserve and the state queries go on.
 //
 // Thread-safety: every method is thread-safe; Write/Read/Remove block in the kernel and are
 // meant for I/O threads, never for the UCX progress thread or a gRPC reactor. The prober
@@ -54,7 +57,7 @@ struct DiskTierOptions {
   std::vector<std::string> spools;  // created if missing
   uint64_t budget_bytes = 0;        // over `spools`, split evenly; 0 = budget_perc
   double budget_perc = 0.7;         // of each spool filesystem's free space at start
-  SpoolIo* io = nullptr;  // the snapshot files' I/O; null = the kernel's (SpoolIo::System)
+  SpoolIo* io = nullptr;  // the tier's every filesystem call; null: the kernel's (SpoolIo::System)
   // A failed spool is re-probed after probe_min, then after twice as long each time it is
   // still failing, up to probe_max.
   std::chrono::milliseconds probe_min{1000};
@@ -152,6 +155,10 @@ class DiskTier {
       ADJSNAP_EXCLUDES(mu_);
 
   // Recovery. Adopt: the file a catalog record names is present and complete; accounts it.
+  // DATA_LOSS when it is missing or shorter than recorded. A file out of reach (its spool not
+  // mounted at start, see Claim; a look-up failing ENOTCONN, ESTALE, ...; missing from a shared
+  // spool that a probe finds failing) is accounted unread, the spool failed, and OK returned: the
+  // step stays recorded, and its reads are UNAVAILABLE until a probe brings the spool back.
   Status Adopt(uint32_t spool, uint64_t run_id, const std::string& name, uint64_t raw)
       ADJSNAP_EXCLUDES(mu_);
   // Moves a damaged file aside, out of the budget, to `<spool>/quarantine/run-<id>/<name>`, where
@@ -174,12 +181,15 @@ class DiskTier {
   // filesystem adjsnapd wrote them to (a shared filesystem not mounted, a disk not attached; its
   // directory was made anew on whatever is mounted below): it fails (ENOENT), its steps stay
   // recorded (UNAVAILABLE when read), and a probe brings it back once its marker is there.
-  // Probes of a claimed spool want its marker.
+  // Probes of a claimed spool want its marker. A spool whose marker cannot be looked at because
+  // its servers cannot be reached (ENOTCONN, ...) fails with that errno and is left alone too.
   void Claim(const std::vector<RecordedFile>& recorded) ADJSNAP_EXCLUDES(mu_);
   // Deletes what writes a crash interrupted: files no record names (half written, or written
   // and not yet recorded; `.tmp` files of earlier versions), with empty run directories. Never
   // a file `keep` ("<spool>/run-<id>/<name>" relative keys, see Key) names, whatever state its
-  // record is in. Returns the paths removed.
+  // record is in. Nothing is removed from a spool out of the rotation, nor from a directory whose
+  // listing fails, even part-way (EIO, ENOTCONN; a warning names it and the errno): the next
+  // start tries again. Returns the paths removed.
   std::vector<std::string> RemoveOrphans(const std::set<std::string>& keep);
   static std::string Key(uint32_t spool, uint64_t run_id, const std::string& name);
   // A file name adjsnapd writes: one path component, not "." or "..". The catalog's names are

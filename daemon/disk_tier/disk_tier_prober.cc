@@ -49,14 +49,14 @@ Status DiskTier::Probe(uint32_t index, int* error) {
   if (spool.claimed) {
     // The marker says it is the spool's filesystem, on whatever device it is mounted now.
     struct stat st {};
-    if (const std::string marker = MarkerPath(spool); stat(marker.c_str(), &st) != 0) {
+    if (const std::string marker = MarkerPath(spool); io_->Stat(marker.c_str(), &st) != 0) {
       int err = errno;
       if (error) *error = err;
       return Status::Unavailable(marker + ": " + std::strerror(err) + " (" + ErrnoName(err) +
                                  "): not the filesystem adjsnapd spooled to (not mounted?)");
     }
-    if (stat(spool.dir.c_str(), &st) == 0) spool.dev = st.st_dev;
-  } else if (struct stat st{}; stat(spool.dir.c_str(), &st) == 0 && st.st_dev != spool.dev) {
+    if (io_->Stat(spool.dir.c_str(), &st) == 0) spool.dev = st.st_dev;
+  } else if (struct stat st{}; io_->Stat(spool.dir.c_str(), &st) == 0 && st.st_dev != spool.dev) {
     if (error) *error = ENODEV;
     return Status::Unavailable(MovedMessage(spool, spool.dir, st.st_dev));
   }

@@ -36,7 +36,9 @@ Result<WrittenSnapshot> WriteSnapshot(DiskTier& disk, const DiskTier::Space& spa
 
 // Reads `record`'s file into `raw` (record.raw_bytes() bytes, page-aligned, writable to the
 // next 4 KiB), decompressing it. DATA_LOSS when the stored bytes fail their checksum or do not
-// decode; a lossless snapshot is also checked against the checksum of the pushed bytes.
+// decode, or the file is lost (DiskTier::Read); a lossless snapshot is also checked against the
+// checksum of the pushed bytes. UNAVAILABLE, naming the step and the spool, when the file is out
+// of reach and may be intact (the step stays recorded).
 Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& record,
                     const compress::FieldSpec& field, void* raw, compress::CompressPool* pool,
                     const Checksums& sums);
