@@ -1,14 +1,16 @@
 // Client::Impl: libadjsnap's state behind adjsnap::Client. Private to the library (not installed).
 //
-// One struct, split by job across four files:
+// One struct, split by job across these files:
 //   control_channel.cc  gRPC to adjsnapd: Control() and its retry, OpenSession/CloseSession, and
 //                       the run calls (Client::OpenRun ... Client::Tiers).
 //   data_channel.cc     the data-plane link to adjsnapd (a session socket for a mapped client,
 //                       else a UCX endpoint): Send/SendHeader, OnReply/HandleReply,
 //                       OnEndpointError/LinkLost, StartLink, CreateEndpoint, FailAll;
-//                       StartPush/StartFetch; the mapped host tier
-//                       (MapArena, CheckRange, CopyIn/CopyOut, EndReservation/ReleaseLease and
-//                       their Post variants); unstored pushes (TrackPush/UnstoredPush).
+//                       StartPush/StartFetch; unstored pushes (TrackPush/UnstoredPush).
+//   mapped_arena.cc     the mapped host tier (MapArena, CheckRange, CopyIn/CopyOut,
+//                       EndReservation/ReleaseLease and their Post variants).
+//   reconnect.cc        a new session after adjsnapd restarts: Retriable, AfterReconnect,
+//                       ReconnectInBackground, the episodes (ReconnectEpisode, ReconnectOnce).
 //   device_tier.cc      the GPU pool: GpuUsable, EnsurePool, Pool, the recorder thread
 //                       (FlushRecords, HoldOnDaemon), PushToPool/FetchFromPool/Evict,
 //                       PushDeviceToDaemon.

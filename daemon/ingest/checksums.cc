@@ -103,7 +103,7 @@ void Checksums::FinishHash(StoreIndex& ix, const CopyKey& key, Hashing& hashing,
     if (!s.ok()) {
       ADJSNAP_LOG_ERROR("recording checksum: %s", s.ToString().c_str());
     } else if (snap && snap->record.tier() != v1::TIER_LOST) {
-      snap->record = std::move(updated);
+      ix.runs.at(run_id).SetRecord(*snap, std::move(updated));
     }
     ix.EndRecord(key);
   }

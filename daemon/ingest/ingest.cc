@@ -102,7 +102,7 @@ void Ingest::Swap(const StoreIndex::CopyKey& copy, v1::SnapshotRecord updated,
   block->ShrinkTo(pending.packed.size);  // the tail is free; the wake above lets it be used
   StoreIndex::Run& run = ix_.runs.at(std::get<0>(copy));
   run.stored_bytes -= snap->record.stored_bytes() - pending.packed.size;
-  snap->record = std::move(updated);
+  run.SetRecord(*snap, std::move(updated));
   snap->block = std::move(block);  // a raw block beside is freed once nobody holds it
 }
 

@@ -1,6 +1,7 @@
 #include "store/store_index.h"
 
 #include <future>
+#include <iterator>
 
 namespace adjsnap {
 
@@ -21,6 +22,56 @@ std::pair<StoreIndex::Run*, StoreIndex::Snapshot*> StoreIndex::FindSnapshot(cons
   auto snap = run->second.snapshots.find(key.second);
   if (snap == run->second.snapshots.end()) return {nullptr, nullptr};
   return {&run->second, &snap->second};
+}
+
+uint64_t StoreIndex::DiskCursor::Count(const Steps& steps, uint64_t step, uint64_t bound) {
+  if (steps_ != &steps || bound != bound_) {
+    steps_ = &steps;
+    bound_ = bound;
+    count_ = 0;
+    cursor_ = steps.lower_bound(step);
+    for (auto it = cursor_; it != steps.end() && it->first < bound; ++it) count_ += Counted(*it);
+    return count_;
+  }
+  // To the first snapshot at or after `step`, forward or back.
+  while (cursor_ != steps.end() && cursor_->first < step) {
+    count_ -= Counted(*cursor_);
+    ++cursor_;
+  }
+  while (cursor_ != steps.begin()) {
+    auto before = std::prev(cursor_);
+    if (before->first < step) break;
+    cursor_ = before;
+    count_ += Counted(*cursor_);
+  }
+  return count_;
+}
+
+void StoreIndex::DiskCursor::TierChanged(uint64_t step, bool on_disk) {
+  if (!AtOrAfterCursor(step) || step >= bound_) return;
+  if (on_disk) {
+    ++count_;
+  } else {
+    --count_;
+  }
+}
+
+void StoreIndex::DiskCursor::Erasing(Steps::const_iterator it) {
+  if (!AtOrAfterCursor(it->first)) return;
+  count_ -= Counted(*it);
+  if (it == cursor_) ++cursor_;
+}
+
+void StoreIndex::Run::SetRecord(Snapshot& snap, v1::SnapshotRecord rec) {
+  const bool was_on_disk = snap.record.tier() == v1::TIER_DISK;
+  snap.record = std::move(rec);
+  const bool on_disk = snap.record.tier() == v1::TIER_DISK;
+  if (on_disk != was_on_disk) disk_cursor.TierChanged(snap.record.step(), on_disk);
+}
+
+void StoreIndex::Run::EraseSnapshot(std::map<uint64_t, Snapshot>::iterator it) {
+  disk_cursor.Erasing(it);
+  snapshots.erase(it);
 }
 
 void StoreIndex::EndRecord(const CopyKey& copy) {

@@ -97,7 +97,9 @@ struct StoreIndex {
   };
 
   struct Snapshot {
-    v1::SnapshotRecord record;         // durable truth: TIER_HOST, TIER_DISK or TIER_LOST
+    // Durable truth: TIER_HOST, TIER_DISK or TIER_LOST. Replaced only through Run::SetRecord,
+    // and its tier changes only there (Run::DiskSteps counts by it).
+    v1::SnapshotRecord record;
     std::shared_ptr<HostBlock> block;  // host bytes: the only copy (HOST) or a read-ahead (DISK)
     uint64_t generation = 0;           // unique per stored copy; also arrival order
     bool writing = false;              // a demotion is writing `block` to disk
@@ -117,6 +119,47 @@ struct StoreIndex {
     // A compressed copy made at ingest that could not replace the raw block yet.
     std::shared_ptr<PendingPack> pending_pack;
   };
+  // How many of a run's snapshots in [step, bound) are on disk (TIER_DISK), for the placement
+  // of each demotion (Tiering::DemotionClass), without walking the range each time: a cursor
+  // over the run's snapshots holds the count from where it stands up to the bound, and moves
+  // entry by entry to where the next count starts; a change of tier (Run::SetRecord) and an
+  // erasure (Run::EraseSnapshot) at or after it adjust the count, O(1) each. Demotions come
+  // oldest first within a pass (Rebalance walks each run's steps in order, FreeHostRoom takes
+  // the oldest), so the cursor crosses a run once per pass: O(1) amortized per count. A count
+  // out of that order pays for the entries the cursor passes. (A Fenwick tree would bound
+  // every order at O(log n), over positions mapped from the steps, sparse keys up to 2^64;
+  // the order demotions come in does not need it.)
+  class DiskCursor {
+   public:
+    using Steps = std::map<uint64_t, Snapshot>;
+    DiskCursor() = default;
+    // A run copied or moved counts afresh: the cursor pointed into the other run's snapshots.
+    DiskCursor(const DiskCursor&) {}
+    DiskCursor& operator=(const DiskCursor&) {
+      steps_ = nullptr;
+      return *this;
+    }
+    // Snapshots of `steps` in [step, bound) on disk. The first count (and one with another
+    // bound) walks the range.
+    uint64_t Count(const Steps& steps, uint64_t step, uint64_t bound);
+    // The snapshot at `step` went onto disk (`on_disk`) or off it.
+    void TierChanged(uint64_t step, bool on_disk);
+    // The snapshot at `it` is about to be erased.
+    void Erasing(Steps::const_iterator it);
+
+   private:
+    bool Counted(const Steps::value_type& entry) const {
+      return entry.first < bound_ && entry.second.record.tier() == v1::TIER_DISK;
+    }
+    bool AtOrAfterCursor(uint64_t step) const {
+      return steps_ != nullptr && cursor_ != steps_->end() && step >= cursor_->first;
+    }
+
+    const Steps* steps_ = nullptr;  // the run's snapshots; null until the first count
+    Steps::const_iterator cursor_;
+    uint64_t bound_ = 0;
+    uint64_t count_ = 0;  // snapshots from cursor_ on, below bound_, on disk
+  };
   struct DeviceStep {
     uint64_t session_id = 0;  // whose GPU memory holds it
     bool lost = false;        // that session ended
@@ -127,7 +170,7 @@ struct StoreIndex {
     // the next change builds on it.
     int record_writes = 0;
     v1::RunRecord queued_record;
-    std::map<uint64_t, Snapshot> snapshots;
+    std::map<uint64_t, Snapshot> snapshots;  // erased only through EraseSnapshot
     std::map<uint64_t, DeviceStep> device;  // the device tier: recorded, held by clients
     // Pushes reserved (the store's reference to the block their bytes go to) or waiting for
     // room (null).
@@ -152,6 +195,18 @@ struct StoreIndex {
     // Why the run is no longer whole (RunInfo.failure): the first refused push or lost step
     // since adjsnapd started; empty while it is whole.
     std::string failure;
+    // DiskSteps' count, kept as tiers change.
+    mutable DiskCursor disk_cursor;
+
+    // Replaces the record of `snap`, one of `snapshots` (or one just added to them): the one
+    // way a record's tier changes, so that DiskSteps stays true.
+    void SetRecord(Snapshot& snap, v1::SnapshotRecord rec);
+    // Erases one of `snapshots`.
+    void EraseSnapshot(std::map<uint64_t, Snapshot>::iterator it);
+    // How many of its snapshots in [step, bound) are on disk: O(1) amortized (DiskCursor).
+    uint64_t DiskSteps(uint64_t step, uint64_t bound) const {
+      return disk_cursor.Count(snapshots, step, bound);
+    }
   };
   using Key = std::pair<uint64_t, uint64_t>;  // (run_id, step)
 

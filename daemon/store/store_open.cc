@@ -142,7 +142,7 @@ Status Store::Load() {
     if (it == ix_.runs.end()) continue;  // unreachable: DeleteRun removes both in one batch
     Run& run = it->second;
     Snapshot& snap = run.snapshots[rec.step()];
-    snap.record = std::move(rec);
+    run.SetRecord(snap, std::move(rec));
     snap.generation = next_generation_++;
     run.stored_bytes += snap.record.stored_bytes();  // before MarkLost takes it off again
     v1::SnapshotRecord& r = snap.record;

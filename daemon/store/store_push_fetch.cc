@@ -232,7 +232,7 @@ Status Store::InstallCommitted(const PushTicket& t, v1::SnapshotRecord rec, Stat
   // the data plane's lease (`t`) only waits for this install, on this thread.
   if (IsFramed(rec)) block->ShrinkTo(stored);
   Snapshot& snap = run.snapshots[t.step];
-  snap.record = std::move(rec);
+  run.SetRecord(snap, std::move(rec));
   snap.block = std::move(block);
   snap.generation = next_generation_++;
   run.released.erase(t.step);

@@ -367,7 +367,7 @@ void Store::Erase(Run& run, std::map<uint64_t, Snapshot>::iterator it, Catalog::
       deferred);
   if (it->second.record.tier() == v1::TIER_DISK) tiering_.DiskRoomFreed(ix_);
   run.stored_bytes -= it->second.record.stored_bytes();
-  run.snapshots.erase(it);  // an in-flight fetch keeps the block until it completes
+  run.EraseSnapshot(it);  // an in-flight fetch keeps the block until it completes
   // Waiters of a deleted snapshot are answered from an I/O thread, never under ix_.mu.
   if (!deferred.empty()) {
     io_->Submit([d = std::move(deferred)] { for (auto& f : d) f(); }, /*urgent=*/true);

@@ -157,8 +157,10 @@ void StoreState::MarkLost(StoreIndex& ix, Run& run, Snapshot& snap, const std::s
   }
   NoteFailure(run, StepName(run.record, r.step()) + " is lost" + (why.empty() ? "" : ": " + why));
   run.stored_bytes -= r.stored_bytes();
-  r.set_tier(v1::TIER_LOST);
-  r.set_stored_bytes(0);
+  v1::SnapshotRecord lost = r;
+  lost.set_tier(v1::TIER_LOST);
+  lost.set_stored_bytes(0);
+  run.SetRecord(snap, std::move(lost));  // `r` is snap.record: lost now
   snap.block.reset();
   // The index says lost at once (the bytes are gone whatever the catalog says), and the record
   // goes after any write of this copy in flight: the catalog's order ends it lost. Those

@@ -30,11 +30,8 @@ SpoolClass Tiering::DemotionClass(StoreIndex&, const Run& run, const Snapshot& s
   const uint64_t step = snap.record.step();
   const uint64_t bound = UsesHost(spec.layers()) ? run.record.host_boundary() : spec.steps();
   if (spec.steps() == 0 || step >= bound) return SpoolClass::kLocal;
-  uint64_t on_disk = 0;
-  for (auto it = run.snapshots.lower_bound(step); it != run.snapshots.end() && it->first < bound;
-       ++it) {
-    on_disk += it->second.record.tier() == v1::TIER_DISK;
-  }
+  // Kept as tiers change, not walked: O(1) amortized per demotion (Run::DiskSteps).
+  const uint64_t on_disk = run.DiskSteps(step, bound);
   const uint64_t to_come = bound - step - on_disk;
   const uint64_t file = DiskTier::FileBytes(FileContentBytes(snap.record));
   return s_.disk_->room(SpoolClass::kLocal) >= to_come * file ? SpoolClass::kLocal
@@ -126,7 +123,7 @@ void Tiering::FinishMove(const v1::SnapshotRecord& from, uint64_t generation,
       // record named (the local one); lost meanwhile, its file is quarantined: the copy goes.
       snap = ix.FindSnapshot(copy);
       moved = recorded.ok() && snap && snap->record.tier() == v1::TIER_DISK;
-      if (moved) snap->record = std::move(updated);
+      if (moved) ix.runs.at(run_id).SetRecord(*snap, std::move(updated));
       ix.EndRecord(copy);
       s_.Wake();  // a read parked while the record was written may start now (StartRead)
     }
@@ -227,7 +224,7 @@ void Tiering::FinishDemotion(uint64_t run_id, uint64_t step, uint64_t generation
         Run& run = ix.runs.at(run_id);
         run.stored_bytes -= snap->record.stored_bytes();
         run.stored_bytes += updated.stored_bytes();
-        snap->record = std::move(updated);
+        run.SetRecord(*snap, std::move(updated));
         // The host memory is free now (the record points at the file), unless a stop keeps it.
         if (!keep_copy) snap->block.reset();
         ++ix.counters.demotions;
@@ -318,8 +315,9 @@ void Tiering::FinishRead(uint64_t run_id, uint64_t step, uint64_t generation,
         decoded = true;
         snap = ix.FindSnapshot(copy);
         if (read.ok() && snap) {
-          ix.runs.at(run_id).stored_bytes += updated.raw_bytes() - snap->record.stored_bytes();
-          snap->record = std::move(updated);
+          Run& run = ix.runs.at(run_id);
+          run.stored_bytes += updated.raw_bytes() - snap->record.stored_bytes();
+          run.SetRecord(*snap, std::move(updated));
         }
       }
     }

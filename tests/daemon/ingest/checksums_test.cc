@@ -138,7 +138,7 @@ TEST_F(ChecksumsTest, ADeletedStepsJobIsPrunedAndItsBlockFreed) {
   Queue(0);
   {
     IndexLock lock(ix_);
-    ix_.runs[1].snapshots.erase(0);
+    ix_.runs[1].EraseSnapshot(ix_.runs[1].snapshots.find(0));
     EXPECT_FALSE(block.expired());  // the queued job holds it
     checksums_->Prune(ix_);
     EXPECT_TRUE(ix_.checksums.jobs.empty());
@@ -162,7 +162,7 @@ TEST_F(ChecksumsTest, HeldBytesCountsABlockOnlyTheHashHoldsNow) {
   {
     IndexLock lock(ix_);
     EXPECT_EQ(Checksums::HeldBytes(ix_), 0u);  // the snapshot still holds its block
-    ix_.runs[1].snapshots.erase(0);            // deleted while being hashed
+    ix_.runs[1].EraseSnapshot(ix_.runs[1].snapshots.find(0));  // deleted while being hashed
     EXPECT_EQ(Checksums::HeldBytes(ix_), kBytes);
   }
   release.set_value();

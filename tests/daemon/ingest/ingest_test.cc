@@ -191,7 +191,7 @@ TEST_F(IngestTest, AStepDeletedWhileItCompressesIsLeftDeleted) {
   Pushed(0, Smooth());
   {
     IndexLock lock(ix_);
-    ix_.runs[1].snapshots.erase(0);
+    ix_.runs[1].EraseSnapshot(ix_.runs[1].snapshots.find(0));
   }
   RunJobs();
   EXPECT_EQ(InFlight(), 0);

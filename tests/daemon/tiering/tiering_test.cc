@@ -12,6 +12,8 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "adjsnap/compress_pool.h"
@@ -45,7 +47,7 @@ class TieringTest : public ::testing::Test {
 
   void SetUp() override {
     catalog_ = std::move(Catalog::Open(dir_.path() + "/catalog").value());
-    host_ = std::move(HostTier::Create(kHostSteps * kStep).value());
+    host_ = std::move(HostTier::Create(host_steps_ * kStep).value());
     DiskTierOptions d;
     d.spools = {dir_.path() + "/spool"};
     d.budget_bytes = 64 << 20;
@@ -104,7 +106,7 @@ class TieringTest : public ::testing::Test {
     ASSERT_TRUE(catalog_->PutSnapshot(record).ok());  // record first, then the index
     IndexLock lock(ix());
     StoreIndex::Snapshot& snap = run->snapshots[step];
-    snap.record = record;
+    run->SetRecord(snap, record);
     snap.block = std::move(block).value();
     snap.generation = next_generation_++;
     run->stored_bytes += bytes;
@@ -167,6 +169,7 @@ class TieringTest : public ::testing::Test {
     return std::vector<char>(p, p + kStep);
   }
 
+  uint64_t host_steps_ = kHostSteps;  // the host tier's size, for SetUp
   testing::TempDir dir_;
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<HostTier> host_;
@@ -272,7 +275,8 @@ TEST_F(TieringTest, AStepThatGoesWhileItIsScrubbedIsNotReportedLost) {
     // (its completion waits for the index's mutex, held here).
     tiering_->StartScrub(ix(), 1, 0, [&](Status s) { verdict.set_value(s); });
     ASSERT_EQ(::unlink(SpoolFile(r).c_str()), 0);
-    ix().runs.at(1).snapshots.erase(0);
+    StoreIndex::Run& run = ix().runs.at(1);
+    run.EraseSnapshot(run.snapshots.find(0));
   }
   auto future = verdict.get_future();
   ASSERT_EQ(future.wait_for(20s), std::future_status::ready);
@@ -290,7 +294,8 @@ TEST_F(TieringTest, AFetchThatNeedsTheHostTierCompactedLeavesThatToTheTieringThr
   for (uint64_t s = 0; s < kPieces; ++s) ASSERT_NO_FATAL_FAILURE(Commit(2, s, 'h', kStep / 2));
   {
     IndexLock lock(ix());
-    for (uint64_t s = 0; s < kPieces; s += 2) ix().runs.at(2).snapshots.erase(s);
+    StoreIndex::Run& run = ix().runs.at(2);
+    for (uint64_t s = 0; s < kPieces; s += 2) run.EraseSnapshot(run.snapshots.find(s));
   }
   const HostTier::ArenaId arena = host_->ArenaFor(0);
   ASSERT_EQ(host_->used(), kHostSteps * kStep / 2);
@@ -340,6 +345,84 @@ TEST_F(TieringTest, WaitingNamesAParkedPushAndWhatItWaitsFor) {
   Tiering::WaitCounts counts = tiering_->WaitsOf(ix(), ix().runs.at(1));
   EXPECT_EQ(counts.pushes, 1u);
   EXPECT_EQ(counts.fetches, 0u);
+}
+
+
+// The steps of a run on disk in [from, bound), as DemotionClass walked them before Run::DiskSteps.
+uint64_t WalkedDiskSteps(const StoreIndex::Run& run, uint64_t from, uint64_t bound) {
+  uint64_t on_disk = 0;
+  for (auto it = run.snapshots.lower_bound(from); it != run.snapshots.end() && it->first < bound;
+       ++it) {
+    on_disk += it->second.record.tier() == v1::TIER_DISK;
+  }
+  return on_disk;
+}
+
+// A host tier that never fills: steps read back stay there beside those not demoted.
+class RoomyTieringTest : public TieringTest {
+ protected:
+  RoomyTieringTest() { host_steps_ = 64; }
+};
+
+// The count each demotion's placement asks for (Run::DiskSteps) follows the tiering's own
+// changes of its steps, in a random order: pushes (demoted below the boundary by the tiering
+// thread), reads back, steps lost, deleted and pushed again. After each, the count from every
+// step, asked in a random order (the cursor moves both ways), equals the walk of the range.
+TEST_F(RoomyTieringTest, TheDiskStepCountFollowsDemotionsReadsLossesAndDeletes) {
+  constexpr uint64_t kSteps = 40, kBoundary = 32;
+  OpenRun(1, v1::LAYERS_DISK_HOST, kSteps, kBoundary);
+  std::mt19937 random(61);
+  int pushes = 0, reads = 0, losses = 0, deletes = 0;
+  std::vector<uint64_t> from(kSteps + 2);
+  std::iota(from.begin(), from.end(), 0);
+  for (int i = 0; i < 160; ++i) {
+    const uint64_t step = random() % kSteps;
+    const char fill = static_cast<char>('a' + step % 26);
+    const unsigned op = random() % 3;
+    v1::Tier tier = v1::TIER_UNSPECIFIED;
+    {
+      IndexLock lock(ix());
+      auto& snapshots = ix().runs.at(1).snapshots;
+      if (auto it = snapshots.find(step); it != snapshots.end()) tier = it->second.record.tier();
+    }
+    if (tier == v1::TIER_UNSPECIFIED) {
+      ASSERT_NO_FATAL_FAILURE(Commit(1, step, fill));
+      ++pushes;
+    } else if (op == 0 && tier == v1::TIER_DISK) {
+      auto bytes = Fetch(1, step);
+      ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+      EXPECT_EQ(*bytes, std::vector<char>(kStep, fill));
+      ++reads;
+    } else if (op == 1 && tier == v1::TIER_DISK) {
+      IndexLock lock(ix());
+      StoreIndex::Run& run = ix().runs.at(1);
+      tiering_->LoseDiskStep(ix(), run, run.snapshots.at(step), "lost by the test");
+      ++losses;
+    } else {
+      // As the store deletes a step: its file, then its place in the index.
+      IndexLock lock(ix());
+      StoreIndex::Run& run = ix().runs.at(1);
+      auto it = run.snapshots.find(step);
+      const v1::SnapshotRecord& r = it->second.record;
+      if (r.tier() == v1::TIER_DISK) {
+        disk_->Remove(r.spool(), r.run_id(), r.disk_name(), FileContentBytes(r));
+      }
+      run.EraseSnapshot(it);
+      ++deletes;
+    }
+    tiering_->WaitTieringIdle();
+    IndexLock lock(ix());
+    const StoreIndex::Run& run = ix().runs.at(1);
+    std::shuffle(from.begin(), from.end(), random);
+    for (uint64_t f : from) {
+      ASSERT_EQ(run.DiskSteps(f, kBoundary), WalkedDiskSteps(run, f, kBoundary))
+          << "from step " << f << " after operation " << i;
+    }
+  }
+  EXPECT_GT(pushes, 0);
+  EXPECT_GT(reads, 0);
+  EXPECT_GT(losses, 0);
+  EXPECT_GT(deletes, 0);
 }
 
 }  // namespace
