@@ -22,6 +22,24 @@ constexpr size_t kMaxRunName = 128;
 
 }  // namespace
 
+Status CheckSpoolClass(const v1::RunSpec& spec, const DiskTier* disk) {
+  if (spec.spool_class().empty()) return Status::Ok();
+  const std::string& name = spec.name();
+  const bool shared = spec.spool_class() == "shared";
+  if (!UsesDisk(spec.layers()) || disk == nullptr) {
+    return Status::InvalidArgument("run '" + name + "': spool_class " + spec.spool_class() +
+                                   " places steps on disk, and layers " +
+                                   LayersName(spec.layers()) + " have no Disk layer");
+  }
+  if (disk->budget(shared ? SpoolClass::kShared : SpoolClass::kLocal) == 0) {
+    return Status::FailedPrecondition(
+        "run '" + name + "': spool_class " + spec.spool_class() + ", and this adjsnapd has no " +
+        (shared ? "shared spools (shared_spool_dirs)" : "local spools (spool_dirs)") +
+        "; leave spool_class empty or start adjsnapd with them");
+  }
+  return Status::Ok();
+}
+
 uint64_t DtypeBytes(v1::Dtype dtype) {
   switch (dtype) {
     case v1::DTYPE_FLOAT32:

@@ -340,6 +340,9 @@ class Store final : private StoreState {
 
 // Validates a spec on its own (name, sizes, dtype and shape agree).
 Status ValidateRunSpec(const v1::RunSpec& spec);
+// A spool class named by a spec whose layers are resolved: it needs a Disk layer, and spools of
+// that class on this adjsnapd (`disk`, null without a disk tier).
+Status CheckSpoolClass(const v1::RunSpec& spec, const DiskTier* disk);
 // Bytes of one element of `dtype`; 1 for DTYPE_UNSPECIFIED (opaque bytes).
 uint64_t DtypeBytes(v1::Dtype dtype);
 

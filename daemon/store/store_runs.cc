@@ -233,20 +233,7 @@ Result<v1::RunInfo> Store::OpenRun(const v1::RunSpec& requested, uint32_t owner_
         " need a disk tier, and this adjsnapd runs without one (spool_dirs = none); use Host, or "
         "start adjsnapd with spool_dirs");
   }
-  if (!spec.spool_class().empty()) {
-    const bool shared = spec.spool_class() == "shared";
-    if (!UsesDisk(spec.layers())) {
-      return Status::InvalidArgument("run '" + name + "': spool_class " + spec.spool_class() +
-                                     " places steps on disk, and layers " +
-                                     LayersName(spec.layers()) + " have no Disk layer");
-    }
-    if (disk_->budget(shared ? SpoolClass::kShared : SpoolClass::kLocal) == 0) {
-      return Status::FailedPrecondition(
-          "run '" + name + "': spool_class " + spec.spool_class() + ", and this adjsnapd has no " +
-          (shared ? "shared spools (shared_spool_dirs)" : "local spools (spool_dirs)") +
-          "; leave spool_class empty or start adjsnapd with them");
-    }
-  }
+  ADJSNAP_RETURN_IF_ERROR(CheckSpoolClass(spec, disk_));
   if (compress::IsGpuCodec(spec.codec())) {
     // libadjsnap compresses where the solver is and pushes chunk frames, which adjsnapd stores,
     // moves and serves as they are (docs/architecture.md, "Compression on the GPU").
