@@ -16,19 +16,14 @@
 #include <memory>
 #include <vector>
 
+#include "aligned_buffer.h"
 #include "faulty_spool_io.h"
 #include "temp_dir.h"
 
 namespace adjsnap {
 namespace {
 
-struct AlignedBuffer {
-  explicit AlignedBuffer(uint64_t raw)
-      : bytes(DiskTier::FileBytes(raw)),
-        data(static_cast<char*>(std::aligned_alloc(DiskTier::kAlignment, bytes)), std::free) {}
-  uint64_t bytes;
-  std::unique_ptr<char, void (*)(void*)> data;
-};
+using testing::AlignedBuffer;
 
 class DiskTierTest : public ::testing::Test {
  protected:

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "disk_tier/disk_tier.h"
+#include "aligned_buffer.h"
 #include "faulty_spool_io.h"
 #include "temp_dir.h"
 
@@ -24,13 +25,7 @@ namespace {
 
 using testing::FaultySpoolIo;
 
-struct AlignedBuffer {
-  explicit AlignedBuffer(uint64_t raw)
-      : bytes(DiskTier::FileBytes(raw)),
-        data(static_cast<char*>(std::aligned_alloc(DiskTier::kAlignment, bytes)), std::free) {}
-  uint64_t bytes;
-  std::unique_ptr<char, void (*)(void*)> data;
-};
+using testing::AlignedBuffer;
 
 // A tier of one local spool (0) and one shared spool (1), run 7 holding "step-1" in each.
 class SpoolFaultsTest : public ::testing::Test {
