@@ -12,10 +12,14 @@
 # namespaces (tests/cluster) and the shared spool class on a real GlusterFS volume; then
 # rebuilds everything with clang, AddressSanitizer + UndefinedBehaviorSanitizer and
 # -Werror=thread-safety (the locking contracts in the code hold), runs every C++ test again,
-# and runs each libFuzzer target (tests/fuzz) for 6 s over its corpus. A hung test fails with the stacks of its threads and of its daemons' (per-test
+# and runs each libFuzzer target (tests/fuzz) for 6 s over its corpus; with ADJSNAP_TSAN_PASS=1,
+# builds the daemon's, store's, data plane's and client's suites with ThreadSanitizer and runs
+# them (10 CPU-minutes of build, and 6 minutes of tests on 2 busy cores: not in CI's default
+# run, which has no room left for it). A hung test fails with the stacks of its threads and of its daemons' (per-test
 # timeouts in tests/CMakeLists.txt and client/python/pyproject.toml).
 #   bash tests/run.sh            # both passes
 #   ADJSNAP_SANITIZE_PASS=0 bash tests/run.sh   # plain pass only (and the naming check)
+#   ADJSNAP_TSAN_PASS=1 bash tests/run.sh       # and the ThreadSanitizer pass after them
 # After each test pass it prints how many tests skipped and why (tests/report_skips.py).
 # ADJSNAP_STRICT_SKIPS=1 (set by .ci/run) fails the run when a skip hides what this machine could
 # test: a gpu test skipped where nvidia-smi lists a GPU, nvcc installed but no gpu test built,
@@ -41,7 +45,8 @@ run_pass() {  # run_pass BUILD_DIR [cmake args...]: configures (when given argum
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" > "$dir.configure.log" 2>&1 ||
       { cat "$dir.configure.log"; return 1; }
   fi
-  cmake --build "$dir" -j "$jobs"
+  # $build_targets: the targets this pass builds (all when empty).
+  cmake --build "$dir" -j "$jobs" ${build_targets:+--target $build_targets}
   local rc=0
   # Each test's TIMEOUT is set near its real time (tests/CMakeLists.txt); a hung one prints
   # its stacks before ctest ends it. $ctest_exclude: a regex of tests this pass leaves out.
@@ -149,6 +154,29 @@ if [[ "${ADJSNAP_SANITIZE_PASS:-1}" != 0 ]]; then
   ctest_exclude='^(InstalledPackage|InstalledService|Docs)\.' run_pass build-clang
   unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
   bash tests/fuzz/run.sh build-clang --seconds 6
+fi
+
+if [[ "${ADJSNAP_TSAN_PASS:-0}" != 0 ]]; then
+  echo "== [$(elapsed)] the daemon's, store's, data plane's and client's tests (parts_test, daemon_test,"
+  echo "   integration_test, client_test) built by clang under ThreadSanitizer"
+  # Only those suites and the programs they start; -O1 -g1 as the ASan pass. The suppressions
+  # name only dependencies built without TSan (tests/tsan.supp).
+  CC=clang CXX=clang++ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DADJSNAP_SANITIZE=thread -DADJSNAP_WITH_CUDA=OFF -DCMAKE_CXX_FLAGS=-Werror=thread-safety \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+    > build-tsan.configure.log 2>&1 || { cat build-tsan.configure.log; exit 1; }
+  export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
+  # Left out: the suites this tree does not build (ctest lists them as *_NOT_BUILT), the tests
+  # that run scripts (Fortran's needs its own binary), and client_test's schedule suites, which
+  # compute plans on one thread (a third of the pass's time under TSan, no thread to check).
+  schedules='Revolve|RevolveSplit|HRevolve|DiskRevolve|MultiLevel|OnlineSchedule|StoreAll'
+  schedules+='|RecomputationFactor|Replay'
+  build_targets="parts_test daemon_test integration_test client_test adjsnapd adjsnap adjsnap-bench
+    acoustic2d push_until_killed fresh_process_pass" \
+    ctest_exclude="^(InstalledPackage|InstalledService|Docs|Lint|Fortran|$schedules)\\.|_NOT_BUILT\$" \
+    run_pass build-tsan
+  unset TSAN_OPTIONS
 fi
 
 echo "== [$(elapsed)] naming: .clang-tidy's rules (run in the background since the start)"

@@ -19,6 +19,7 @@
 #include "adjsnap/v1/control.pb.h"
 #include "adjsnap_fixture.h"
 #include "daemon_process.h"
+#include "sanitizer.h"
 
 namespace adjsnap::testing {
 namespace {
@@ -221,9 +222,14 @@ TEST_F(AdjointTest, ThreeLevelRunIsExactAndTakesThePlannedTimeWithinFifteenPerce
       << " writes of level 2";
   // In the test's XML report (--gtest_output), for a look at the margin a machine leaves.
   RecordProperty("run_over_plan", std::to_string(seconds / plan->cost));
-  EXPECT_NEAR(seconds / plan->cost, 1.0, 0.15)
-      << "ran " << seconds << " s, planned " << plan->cost << " s (compute alone "
-      << kStep * static_cast<double>(plan->forward_steps + kSteps) << " s); costs: " << out;
+  // ThreadSanitizer slows every thread several times, each by its own factor, so the costs the
+  // plan measured beforehand no longer add up to the run's time (20% over it on a loaded
+  // 2-core machine); the plain and ASan builds check the time.
+  if (!kThreadSanitizer) {
+    EXPECT_NEAR(seconds / plan->cost, 1.0, 0.15)
+        << "ran " << seconds << " s, planned " << plan->cost << " s (compute alone "
+        << kStep * static_cast<double>(plan->forward_steps + kSteps) << " s); costs: " << out;
+  }
   auto runs = client_->ListRuns();
   ASSERT_TRUE(runs.ok());
   EXPECT_TRUE(runs->empty());  // every level's run is gone afterwards

@@ -433,13 +433,13 @@ FreshPass RunFreshProcess(const DaemonProcess& daemon, const std::string& run, i
   return r;
 }
 
-// Counts page faults of a whole process: under AddressSanitizer its shadow memory (an eighth
-// of every byte copied) faults too, and the count no longer tells the tier's pages apart.
+// Counts page faults of a whole process: under AddressSanitizer or ThreadSanitizer its shadow
+// memory faults too, and the count no longer tells the tier's pages apart.
 class FirstTouchTest : public AdjsnapTest {
  protected:
   void SetUp() override {
-    if (kAddressSanitizer) {
-      GTEST_SKIP() << "AddressSanitizer's shadow memory takes page faults of its own in the "
+    if (kShadowMemory) {
+      GTEST_SKIP() << "the sanitizer's shadow memory takes page faults of its own in the "
                       "copying process; the plain build counts the tier's faults alone";
     }
     AdjsnapTest::SetUp();

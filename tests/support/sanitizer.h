@@ -1,5 +1,6 @@
-// Whether this test binary is built with AddressSanitizer (ADJSNAP_SANITIZE=address): what a test
-// measures of a process's memory (page faults, RSS growth) then includes the sanitizer's own.
+// Whether this test binary is built with AddressSanitizer (ADJSNAP_SANITIZE=address) or
+// ThreadSanitizer (thread): what a test measures of a process's memory (page faults, RSS growth)
+// then includes the sanitizer's own shadow memory.
 #pragma once
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -26,6 +27,22 @@ inline constexpr bool kAddressSanitizer = false;
 #else
 inline constexpr bool kAddressSanitizer = false;
 #endif
+
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kThreadSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+
+// Both keep shadow memory beside the program's (ASan an eighth of it, TSan several times it),
+// which takes page faults of its own wherever the program first touches a page.
+inline constexpr bool kShadowMemory = kAddressSanitizer || kThreadSanitizer;
 
 // While one lives, LeakSanitizer ignores what is allocated: for a call into a library known to
 // leak on an error path a test provokes on purpose (UCX 1.13's shared-memory endpoint that

@@ -486,7 +486,7 @@ TEST(HostTier, OnShmemThpAFreshProcessTakesOneFaultPerTwoMegabytes) {
   auto block = (*tier)->Allocate(32 << 20);
   ASSERT_TRUE(block.ok());
   std::memset((*block)->data(), 7, 32 << 20);  // the daemon's own first touch
-  if (!testing::kAddressSanitizer) {  // ASan's shadow memory takes faults of its own
+  if (!testing::kShadowMemory) {  // a sanitizer's shadow memory takes faults of its own
     long huge = FaultsOfAFreshProcessWriting((*tier)->fd(), (*tier)->budget(),
                                              (*block)->offset(), 32 << 20);
     EXPECT_GT(huge, 0);
@@ -502,7 +502,7 @@ TEST(HostTier, OnShmemThpAFreshProcessTakesOneFaultPerTwoMegabytes) {
   auto b = (*small)->Allocate(32 << 20);
   ASSERT_TRUE(b.ok());
   std::memset((*b)->data(), 7, 32 << 20);
-  if (!testing::kAddressSanitizer) {
+  if (!testing::kShadowMemory) {
     EXPECT_GE(FaultsOfAFreshProcessWriting((*small)->fd(), (*small)->budget(), (*b)->offset(),
                                            32 << 20),
               8192)

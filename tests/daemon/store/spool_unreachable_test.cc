@@ -115,6 +115,10 @@ TEST_F(SpoolUnreachableTest, AHungSharedReadHoldsUpOnlyTheFetchesOfItsStep) {
   EXPECT_EQ(hung.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
   EXPECT_GE(faulty_io_.hung(), 1);
 
+  // The server stays away until Heal: a read that comes after the hung ones end (a read-ahead
+  // of the step, started once the spool's state changed) times out too, rather than reading
+  // the file and moving the step to host memory before the check below.
+  faulty_io_.Add(FaultySpoolIo::kRead, ETIMEDOUT, Shared() + "/");
   faulty_io_.Release(ETIMEDOUT);
   ASSERT_EQ(hung.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   Result<Store::FetchGrant> g = hung.get();
