@@ -226,7 +226,7 @@ Status HostTier::AddArena(ArenaId id, int fd, bool adopted) {
   a->base = base;
   a->unit_used.assign(units_, 0);
   a->resident.assign(units_, false);
-  a->populating.assign(units_, false);
+  a->populating.assign(units_, 0);
   if (adopted) {
     // The units where the kept memfd holds pages (SEEK_DATA/SEEK_HOLE), counted resident.
     for (off_t at = 0; at < static_cast<off_t>(budget_);) {
@@ -287,41 +287,42 @@ Result<std::unique_ptr<HostBlock>> HostTier::Claim(ArenaId arena, uint64_t offse
 
 Result<std::unique_ptr<HostBlock>> HostTier::AllocateIn(ArenaId arena, uint64_t bytes,
                                                         bool from_top) {
+  ADJSNAP_ASSIGN_OR_RETURN(PendingBlock pending, AllocateDeferred(arena, bytes, from_top));
+  // Outside the lock: the units are in use, so nothing gives them back meanwhile. On failure
+  // the block goes back as it goes.
+  ADJSNAP_RETURN_IF_ERROR(PopulateUnits(pending.fresh));
+  return std::move(pending.block);
+}
+
+Result<HostTier::PendingBlock> HostTier::AllocateDeferred(ArenaId arena, uint64_t bytes,
+                                                          bool from_top) {
   if (bytes == 0) return Status::InvalidArgument("host-tier allocation of 0 bytes");
   uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  std::unique_ptr<HostBlock> block;
-  const Arena* a = nullptr;
+  MutexLock lock(mu_);
+  // No room in the budget: refused before an arena is made for it.
+  Arena* found = nullptr;
+  if (used_ + size <= budget_) {
+    ADJSNAP_ASSIGN_OR_RETURN(found, ArenaLocked(arena));
+  }
+  std::optional<uint64_t> offset;
+  if (found != nullptr) offset = found->ranges.Allocate(size, from_top);
+  if (!offset) {
+    std::string why = used_ + size > budget_ ? "" : " (free space is fragmented)";
+    return Status::ResourceExhausted("host tier full: " + FormatBytes(bytes) + " requested, " +
+                                     FormatBytes(used_) + " of " + FormatBytes(budget_) +
+                                     " in use" + why +
+                                     "; delete finished runs or raise host_mem");
+  }
   uint64_t first = 0, last = 0;
-  {
-    MutexLock lock(mu_);
-    // No room in the budget: refused before an arena is made for it.
-    Arena* found = nullptr;
-    if (used_ + size <= budget_) {
-      ADJSNAP_ASSIGN_OR_RETURN(found, ArenaLocked(arena));
-    }
-    std::optional<uint64_t> offset;
-    if (found != nullptr) offset = found->ranges.Allocate(size, from_top);
-    if (!offset) {
-      std::string why = used_ + size > budget_ ? "" : " (free space is fragmented)";
-      return Status::ResourceExhausted("host tier full: " + FormatBytes(bytes) + " requested, " +
-                                       FormatBytes(used_) + " of " + FormatBytes(budget_) +
-                                       " in use" + why +
-                                       "; delete finished runs or raise host_mem");
-    }
-    CountUnits(*found, *offset, size, /*add=*/true, &first, &last);
-    if (last > first) MakeResidentRoom(*found);
-    WantAhead(arena);
-    block = NewBlock(*found, *offset, size);
-    a = found;
+  CountUnits(*found, *offset, size, /*add=*/true, &first, &last);
+  if (last > first) MakeResidentRoom(*found);
+  WantAhead(arena);
+  PendingBlock pending{NewBlock(*found, *offset, size), {}};
+  if (last > first) {
+    for (uint64_t u = first; u < last; ++u) ++found->populating[u];
+    pending.fresh = FreshUnits(this, found->id, first, last);
   }
-  // Outside the lock: the units are in use, so nothing gives them back meanwhile.
-  if (last > first && !Populate(*a, first, last)) {
-    int err = errno;
-    return Status::ResourceExhausted("host tier: populating " + FormatBytes(size) +
-                                     " for uid " + std::to_string(arena) + " failed: " +
-                                     std::strerror(err));  // the block goes back as it goes
-  }
-  return block;
+  return pending;
 }
 
 void HostTier::Free(ArenaId arena, uint64_t offset, uint64_t size) {

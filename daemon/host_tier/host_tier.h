@@ -5,13 +5,14 @@
 // is as large as the budget (sparse), carved into page-aligned blocks by its own allocator;
 // the blocks of all arenas together never exceed the budget.
 //
-// Memory: the daemon populates (fallocate) every page of a block before handing the block out,
-// so a page is charged to adjsnapd's memory cgroup and never to a client's (a client maps pages
-// that exist). Pages are kept after a block is freed, for the next block of the same arena;
-// they come and go in 2 MiB units: when a block needs fresh units and the resident units of
-// all arenas would pass the budget, free units of other arenas (then of its own) are given back
-// to the OS first. Resident memory may pass the budget only by units that blocks share at
-// their edges.
+// Memory: the daemon populates (fallocate) every page of a block before the block reaches a
+// client, so a page is charged to adjsnapd's memory cgroup and never to a client's (a client maps
+// pages that exist). AllocateIn populates them itself; AllocateDeferred leaves that to its
+// caller (PopulateUnits), who then need not wait for it on the thread that allocates.
+// Pages are kept after a block is freed, for the next block of the same arena; they come and go
+// in 2 MiB units: when a block needs fresh units and the resident units of all arenas would pass
+// the budget, free units of other arenas (then of its own) are given back to the OS first.
+// Resident memory may pass the budget only by units that blocks share at their edges.
 #pragma once
 
 #include <atomic>
@@ -23,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "adjsnap/range_allocator.h"
@@ -61,6 +63,42 @@ class HostBlock {
   void* const data_;
 };
 
+// The fresh units of a block from AllocateDeferred, not populated yet: HostTier::PopulateUnits
+// populates them. Until then they count resident and in use, so no release gives them back,
+// and an allocation that shares one populates it itself (no client touches a page before it
+// exists). Dropped unpopulated (or if the population fails), they count not resident again,
+// and the next block there populates them. Move-only; the tier must outlive it. Empty: the
+// block's pages exist already.
+class FreshUnits {
+ public:
+  FreshUnits() = default;
+  FreshUnits(FreshUnits&& o) noexcept
+      : tier_(std::exchange(o.tier_, nullptr)),
+        arena_(o.arena_),
+        first_(o.first_),
+        last_(o.last_) {}
+  FreshUnits& operator=(FreshUnits&& o) noexcept;
+  FreshUnits(const FreshUnits&) = delete;
+  FreshUnits& operator=(const FreshUnits&) = delete;
+  ~FreshUnits();
+
+  bool empty() const { return tier_ == nullptr; }
+  uint32_t arena() const { return arena_; }
+  // [first, last) in units of HostTier::kUnit from the start of the arena.
+  uint64_t first() const { return first_; }
+  uint64_t last() const { return last_; }
+
+ private:
+  friend class HostTier;
+  FreshUnits(HostTier* tier, uint32_t arena, uint64_t first, uint64_t last)
+      : tier_(tier), arena_(arena), first_(first), last_(last) {}
+
+  HostTier* tier_ = nullptr;  // null once populated, dropped or moved from
+  uint32_t arena_ = 0;
+  uint64_t first_ = 0;
+  uint64_t last_ = 0;
+};
+
 // How the tier's memory is backed (config `host_huge_pages`, docs/architecture.md "First
 // touch"). Huge pages cut the page faults of a process that touches the tier for the first
 // time 512-fold (one per 2 MiB instead of one per 4 KiB).
@@ -87,6 +125,10 @@ struct HostTierOptions {
   uint64_t populate_ahead_bytes = 0;
   // Tests: called by the populate-ahead thread, outside the lock, after each unit it populated.
   std::function<void(uint32_t arena, uint64_t unit)> on_populated_ahead{};
+  // Tests: called before the fresh units [first, last) of a block are populated, on the thread
+  // that populates them (AllocateIn's caller, or PopulateUnits'), outside the lock; it may
+  // block. false fails the population as the kernel would (ENOMEM).
+  std::function<bool(uint32_t arena, uint64_t first, uint64_t last)> on_populate{};
   // Free memory goes back to the OS once no block has been allocated for this long (a job
   // ended; see ReleaseFree); 0 = keep it. Not with `prefault`, which commits the tier for good.
   // An adopted tier starts releasing only when told (StartRelease): until its kept steps are
@@ -155,6 +197,19 @@ class HostTier {
   Result<std::unique_ptr<HostBlock>> Allocate(uint64_t bytes, bool from_top = false) {
     return AllocateIn(own_, bytes, from_top);
   }
+  // AllocateIn without the population: the block, and the fresh units it reached, which the
+  // caller populates (PopulateUnits) before the block's bytes are written or handed to a client.
+  // For a caller that must not wait on the kernel's allocate-and-zero (5-10 ms for 64 MiB):
+  // the data-plane loop, a thread holding the store's mutex.
+  struct PendingBlock {
+    std::unique_ptr<HostBlock> block;
+    FreshUnits fresh;  // empty: the block's pages exist already
+  };
+  Result<PendingBlock> AllocateDeferred(ArenaId arena, uint64_t bytes, bool from_top = false)
+      ADJSNAP_EXCLUDES(mu_);
+  // Populates `fresh` (any thread; the tier's lock is not held meanwhile) and empties it.
+  // RESOURCE_EXHAUSTED, naming the bytes and the uid, when the kernel cannot.
+  Status PopulateUnits(FreshUnits& fresh) ADJSNAP_EXCLUDES(mu_);
 
   uint64_t budget() const { return budget_; }
   // Bytes in blocks, of every arena.
@@ -188,6 +243,7 @@ class HostTier {
 
  private:
   friend class HostBlock;
+  friend class FreshUnits;
   // How every arena is backed: the kind the first arena got.
   enum class Kind { kHugeTlb, kTmpfsDir, kPrivateTmpfs, kMemfd };
   struct Arena {
@@ -199,10 +255,11 @@ class HostTier {
     // adopted arena, whether the memfd held pages there).
     std::vector<uint32_t> unit_used;
     std::vector<bool> resident;
-    // Units the populate-ahead thread is populating now, outside the lock: an allocation that
-    // takes one populates it itself (both are adjsnapd's threads: the pages are adjsnapd's either
-    // way), so no client touches a page before it exists.
-    std::vector<bool> populating;
+    // Per unit: how many populations of it are pending or under way outside the lock (the
+    // populate-ahead thread's, or a block's FreshUnits): an allocation that takes one populates
+    // it itself (all are adjsnapd's threads: the pages are adjsnapd's either way), so no client
+    // touches a page before it exists; no release gives it back meanwhile.
+    std::vector<uint32_t> populating;
     explicit Arena(uint64_t bytes) : ranges(bytes) {}
   };
   HostTier(uint64_t budget, std::string pages, Kind kind, ArenaId own,
@@ -222,6 +279,9 @@ class HostTier {
   bool PunchUnit(Arena& a, uint64_t unit) ADJSNAP_REQUIRES(mu_);
   // Populates [first, last) units of `a` from adjsnapd (outside the lock: the units are in use).
   bool Populate(const Arena& a, uint64_t first, uint64_t last) const;
+  // Ends `fresh`'s marks; units it leaves unpopulated (`populated` false) and nobody else is
+  // populating count not resident again.
+  void EndFresh(FreshUnits& fresh, bool populated) ADJSNAP_EXCLUDES(mu_);
   std::unique_ptr<HostBlock> NewBlock(Arena& a, uint64_t offset, uint64_t size)
       ADJSNAP_REQUIRES(mu_);
   void Free(ArenaId arena, uint64_t offset, uint64_t size) ADJSNAP_EXCLUDES(mu_);

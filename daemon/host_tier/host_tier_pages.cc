@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "host_tier/host_tier.h"
@@ -35,7 +36,7 @@ void HostTier::CountUnits(Arena& a, uint64_t offset, uint64_t size, bool add,
     a.unit_used[u] += static_cast<uint32_t>(overlap);
     // A unit being populated ahead is populated here too: no page of the block may be left to
     // the client's first touch.
-    if (!a.resident[u] || a.populating[u]) {
+    if (!a.resident[u] || a.populating[u] > 0) {
       if (!a.resident[u]) ++resident_units_;
       a.resident[u] = true;
       if (fresh_first != nullptr) {
@@ -65,7 +66,8 @@ void HostTier::MakeResidentRoom(const Arena& keep) {
       if ((a.get() == &keep) != (pass == 1)) continue;
       for (uint64_t u = 0; u < units_; ++u) {
         if (resident_units_ <= units_) return;
-        if (a->resident[u] && a->unit_used[u] == 0 && !a->populating[u] && !PunchUnit(*a, u)) {
+        if (a->resident[u] && a->unit_used[u] == 0 && a->populating[u] == 0 &&
+            !PunchUnit(*a, u)) {
           return;
         }
       }
@@ -110,6 +112,59 @@ bool HostTier::Populate(const Arena& a, uint64_t first, uint64_t last) const {
 }
 
 
+FreshUnits& FreshUnits::operator=(FreshUnits&& o) noexcept {
+  if (this != &o) {
+    if (tier_ != nullptr) tier_->EndFresh(*this, /*populated=*/false);
+    tier_ = std::exchange(o.tier_, nullptr);
+    arena_ = o.arena_;
+    first_ = o.first_;
+    last_ = o.last_;
+  }
+  return *this;
+}
+
+FreshUnits::~FreshUnits() {
+  if (tier_ != nullptr) tier_->EndFresh(*this, /*populated=*/false);
+}
+
+Status HostTier::PopulateUnits(FreshUnits& fresh) {
+  if (fresh.empty()) return Status::Ok();
+  const Arena* a = nullptr;
+  {
+    MutexLock lock(mu_);
+    a = arenas_.at(fresh.arena_).get();  // arenas live as long as the tier
+  }
+  bool ok = true;
+  if (options_.on_populate && !options_.on_populate(fresh.arena_, fresh.first_, fresh.last_)) {
+    ok = false;
+    errno = ENOMEM;
+  }
+  ok = ok && Populate(*a, fresh.first_, fresh.last_);
+  const int err = errno;
+  const uint64_t bytes = std::min(fresh.last_ * kUnit, budget_) - fresh.first_ * kUnit;
+  const uint32_t uid = fresh.arena_;
+  EndFresh(fresh, ok);
+  if (ok) return Status::Ok();
+  return Status::ResourceExhausted("host tier: populating " + FormatBytes(bytes) + " for uid " +
+                                   std::to_string(uid) + " failed: " + std::strerror(err));
+}
+
+void HostTier::EndFresh(FreshUnits& fresh, bool populated) {
+  MutexLock lock(mu_);
+  Arena& a = *arenas_.at(fresh.arena_);
+  for (uint64_t u = fresh.first_; u < fresh.last_; ++u) {
+    --a.populating[u];
+    // Its pages may not exist: the next block there populates them (a block that took it
+    // meanwhile saw it marked and populates it itself).
+    if (!populated && a.populating[u] == 0 && a.resident[u]) {
+      a.resident[u] = false;
+      --resident_units_;
+    }
+  }
+  fresh.tier_ = nullptr;
+}
+
+
 // Populates adjsnapd's own arena unit by unit, as AllocateIn would, up to the budget's worth of
 // resident units: a unit not yet populated is allocated and zeroed now instead of in a push.
 // Each unit is populated outside the lock, as the populate-ahead does (ClaimUnit, FillUnit).
@@ -141,7 +196,7 @@ void HostTier::Prefault() {
 bool HostTier::ClaimUnit(Arena& a, uint64_t u) {
   if (a.resident[u] || resident_units_ >= units_) return false;
   a.resident[u] = true;
-  a.populating[u] = true;
+  ++a.populating[u];
   ++resident_units_;
   return true;
 }
@@ -150,12 +205,13 @@ bool HostTier::FillUnit(Arena& a, uint64_t u) {
   bool ok = Populate(a, u, u + 1);
   int err = errno;
   MutexLock lock(mu_);
-  a.populating[u] = false;
+  --a.populating[u];
   if (ok) {
     // Pages nobody takes go back once the tier has been idle for release_after, as freed ones
     // do: a node no solver comes to holds no more than its runs store.
     freed_since_release_ = true;
-  } else if (a.unit_used[u] == 0) {  // nobody took it meanwhile: not resident after all
+  } else if (a.unit_used[u] == 0 && a.populating[u] == 0) {
+    // nobody took it meanwhile: not resident after all
     a.resident[u] = false;
     --resident_units_;
   }
@@ -230,7 +286,7 @@ uint64_t HostTier::ReleaseFree() {
       MutexLock lock(mu_);
       Arena& a = *arenas_.at(id);
       for (uint64_t i = u; i < std::min(units_, u + kPiece); ++i) {
-        if (a.unit_used[i] != 0 || a.populating[i]) continue;  // in use: its pages stay
+        if (a.unit_used[i] != 0 || a.populating[i] > 0) continue;  // in use: its pages stay
         if (!PunchUnit(a, i)) {
           ADJSNAP_LOG_WARN("giving free host-tier memory back to the OS failed: %s (it stays "
                          "resident, and is reused)",

@@ -19,9 +19,10 @@
 // index, and catalog writes happen under it so the index and the catalog never disagree.
 // Disk I/O and compression run on an IoPool (whose jobs share slabs with the compression
 // workers); a tiering thread moves snapshots between tiers; a checksum thread records
-// checksums. Requests that must wait (a push when the host tier is full, a
-// fetch of a step still on disk) return "later" and get their answer through a callback, run
-// on one of those threads without the store's mutex held.
+// checksums; a populate thread populates the fresh pages of pushes' blocks. Requests that must
+// wait (a push when the host tier is full or its block's pages are being populated, a fetch of
+// a step still on disk) return "later" and get their answer through a callback, run on one of
+// those threads without the store's mutex held.
 #pragma once
 
 #include <chrono>

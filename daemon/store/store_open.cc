@@ -27,6 +27,7 @@ Result<std::unique_ptr<Store>> Store::Open(Catalog* catalog, HostTier* host, Dis
   Store* s = store.get();
   s->compress_ = std::make_unique<compress::CompressPool>(options.compress_threads);
   s->io_ = std::make_unique<IoPool>(std::max(1, options.io_threads));
+  s->populate_ = std::make_unique<IoPool>(1, "adjsnap-pages");
   s->checksums_.Start();
   s->tiering_.StartTiering();
   {
@@ -49,6 +50,9 @@ Store::~Store() {
   tiering_.StopTiering();
   checksums_.Stop();
   catalog_->Flush();  // commit and release records written, release file removals queued
+  // The pushes whose pages are being populated are answered (UNAVAILABLE: ix_.stopping) once
+  // populated; the tiering thread, which submits them too, is joined above.
+  populate_.reset();
   io_.reset();  // finishes the I/O already queued; completions still find the index intact
   DetachWaker();  // blocks released from now on wake nobody
   {

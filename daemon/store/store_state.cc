@@ -71,6 +71,12 @@ Result<std::shared_ptr<HostBlock>> StoreState::AllocateHost(const Run& run, uint
   return Wrap(std::move(block));
 }
 
+Result<StoreState::PendingHost> StoreState::AllocateHostDeferred(const Run& run, uint64_t bytes) {
+  ADJSNAP_ASSIGN_OR_RETURN(HostTier::PendingBlock pending,
+                         host_->AllocateDeferred(ArenaOf(run), bytes));
+  return PendingHost{Wrap(std::move(pending.block)), std::move(pending.fresh)};
+}
+
 Result<std::shared_ptr<HostBlock>> StoreState::ClaimHost(const Run& run, uint64_t offset,
                                                          uint64_t bytes) {
   ADJSNAP_ASSIGN_OR_RETURN(std::unique_ptr<HostBlock> block,

@@ -109,6 +109,14 @@ class StoreState {
   // It lies in the arena of the run's owner (ArenaOf).
   Result<std::shared_ptr<HostBlock>> AllocateHost(const Run& run, uint64_t bytes,
                                                   bool from_top = false);
+  // The same with the population of its fresh pages left to the caller
+  // (HostTier::AllocateDeferred): a push admitted on the data-plane loop, whose pages are
+  // populated on the populate thread (populate_) instead.
+  struct PendingHost {
+    std::shared_ptr<HostBlock> block;
+    FreshUnits fresh;  // empty: its pages exist already
+  };
+  Result<PendingHost> AllocateHostDeferred(const Run& run, uint64_t bytes);
   // The same for a block of an adopted host tier at a known place (HostTier::Claim).
   Result<std::shared_ptr<HostBlock>> ClaimHost(const Run& run, uint64_t offset, uint64_t bytes);
   // The host-tier arena that holds the run's steps: its owner's (HostTier::ArenaFor).
@@ -177,6 +185,12 @@ class StoreState {
   // (compress_ outlives it: its jobs use the workers).
   std::unique_ptr<compress::CompressPool> compress_;
   std::unique_ptr<IoPool> io_;
+  // One thread that populates the fresh pages of pushes' blocks (Tiering::PopulateForPush), in
+  // the order they were admitted: neither the data-plane loop nor a holder of the index's
+  // mutex waits for the kernel to allocate and zero them, and a disk I/O that hangs cannot
+  // hold a push up. Started by Store::Open; stopped after the tiering thread (which submits to
+  // it), running what is queued, while the index is intact.
+  std::unique_ptr<IoPool> populate_;
 
  private:
   // What a released block's deleter calls: the store, until it is destroyed (blocks may

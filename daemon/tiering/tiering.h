@@ -13,7 +13,7 @@
 // made over.
 //
 // Threading: everything runs under the index's mutex except the tiering thread's wait for a
-// wake-up and the I/O jobs.
+// wake-up, the I/O jobs and the population of pushes' fresh pages (the populate thread).
 #pragma once
 
 #include <chrono>
@@ -64,9 +64,11 @@ class Tiering {
   }
   // Host memory for a validated push of `step`: a ticket now; or nullopt after parking `later`
   // until room comes (demotion to disk, a compression in flight, compacting the host tier, or
-  // for a blocking run deletes and consumed steps); or the allocation's error when nothing can
-  // make room. Either way but the error, the step is in run.in_flight. The room is a raw
-  // step's, whatever the push carries (`pushed`: PushTicket::bytes).
+  // for a blocking run deletes and consumed steps), or until the block's fresh pages are
+  // populated on the populate thread (PopulateForPush); or the allocation's error when nothing
+  // can make room. Either way but the error, the step is in run.in_flight. The room is a raw
+  // step's, whatever the push carries (`pushed`: PushTicket::bytes). Never waits for the
+  // kernel: this is the data-plane loop's call, under the mutex.
   Result<std::optional<PushTicket>> AdmitPush(StoreIndex& ix, Run& run, uint64_t step,
                                               uint64_t pushed, PushDone& later)
       ADJSNAP_REQUIRES_INDEX(ix);
@@ -128,6 +130,18 @@ class Tiering {
   // One pass of the policy; returns callbacks to run unlocked.
   void Rebalance(StoreIndex& ix, Deferred& deferred) ADJSNAP_REQUIRES_INDEX(ix);
   void GrantParkedPushes(StoreIndex& ix, Deferred& deferred) ADJSNAP_REQUIRES_INDEX(ix);
+  // A push reserved in `host`'s block (in run.in_flight) whose fresh pages are not populated:
+  // the populate thread (StoreState::populate_) populates them, then FinishPopulate answers
+  // `later` with the ticket.
+  void PopulateForPush(StoreIndex& ix, Run& run, uint64_t step, uint64_t pushed,
+                       StoreState::PendingHost host, PushDone later) ADJSNAP_REQUIRES_INDEX(ix);
+  // On the populate thread: the ticket, if the run and the step's reservation are still there;
+  // NOT_FOUND if either went meanwhile (as for a parked push), the population's
+  // RESOURCE_EXHAUSTED (a refusal, counted and noted on the run) if it failed, UNAVAILABLE if
+  // the store is stopping. `later` runs without the mutex.
+  void FinishPopulate(uint64_t run_id, uint64_t step, uint64_t pushed,
+                      std::shared_ptr<HostBlock> block, Status populated, PushDone later)
+      ADJSNAP_EXCLUDES(ix_.mu);
   // Starts the disk reads that fetches wait on, as far as host room allows.
   void ServeParkedReads(StoreIndex& ix) ADJSNAP_REQUIRES_INDEX(ix);
   // "the disk tier is full too (...)", naming the failed spools whose room is missing.

@@ -18,12 +18,18 @@ Result<std::optional<Tiering::PushTicket>> Tiering::AdmitPush(StoreIndex& ix, Ru
   // A raw step's room even for a frame (PushTicket::bytes).
   const uint64_t bytes = run.record.spec().bytes_per_step();
   auto block = ix.tiering.parked_pushes.empty()
-                   ? s_.AllocateHost(run, bytes)
+                   ? s_.AllocateHostDeferred(run, bytes)
                    : Status::ResourceExhausted("earlier pushes are waiting");
   if (block.ok()) {
-    run.in_flight[step] = *block;
-    return std::optional<PushTicket>(
-        PushTicket{run.record.run_id(), step, s_.Lease(*block), pushed, std::nullopt});
+    run.in_flight[step] = block->block;
+    if (block->fresh.empty()) {
+      return std::optional<PushTicket>(
+          PushTicket{run.record.run_id(), step, s_.Lease(block->block), pushed, std::nullopt});
+    }
+    // Its fresh pages are populated off this thread (the data-plane loop, holding the mutex):
+    // the push waits for them as a parked push waits for room.
+    PopulateForPush(ix, run, step, pushed, std::move(block).value(), std::move(later));
+    return std::optional<PushTicket>();
   }
   // Room comes from demotion to disk, from compressions in flight, from compacting the host
   // tier, or (blocking runs) from deletes and consumed steps.
@@ -166,15 +172,68 @@ void Tiering::GrantParkedPushes(StoreIndex& ix, Deferred& deferred) {
       ix.tiering.parked_pushes.pop_front();
       continue;
     }
-    auto block = s_.AllocateHost(run->second, p.bytes);
+    auto block = s_.AllocateHostDeferred(run->second, p.bytes);
     if (!block.ok() && CompactHost(ix, p.bytes, p.arena))
-      block = s_.AllocateHost(run->second, p.bytes);
+      block = s_.AllocateHostDeferred(run->second, p.bytes);
     if (!block.ok()) return;  // first come, first served
-    run->second.in_flight[p.step] = *block;
-    PushTicket ticket{p.run_id, p.step, s_.Lease(*block), p.pushed, std::nullopt};
-    deferred.push_back([l = std::move(p.later), t = std::move(ticket)] { l(t); });
+    run->second.in_flight[p.step] = block->block;
+    if (block->fresh.empty()) {
+      PushTicket ticket{p.run_id, p.step, s_.Lease(block->block), p.pushed, std::nullopt};
+      deferred.push_back([l = std::move(p.later), t = std::move(ticket)] { l(t); });
+    } else {  // as AdmitPush: not populated under the mutex
+      PopulateForPush(ix, run->second, p.step, p.pushed, std::move(block).value(),
+                      std::move(p.later));
+    }
     ix.tiering.parked_pushes.pop_front();
   }
+}
+
+void Tiering::PopulateForPush([[maybe_unused]] StoreIndex& ix, Run& run, uint64_t step,
+                              uint64_t pushed, StoreState::PendingHost host, PushDone later) {
+  // std::function copies what it holds: the fresh units, move-only, go in a shared_ptr.
+  auto fresh = std::make_shared<FreshUnits>(std::move(host.fresh));
+  s_.populate_->Submit(
+      [this, run_id = run.record.run_id(), step, pushed, block = std::move(host.block), fresh,
+       later = std::move(later)]() mutable {
+        Status populated = s_.host_->PopulateUnits(*fresh);
+        FinishPopulate(run_id, step, pushed, std::move(block), std::move(populated),
+                       std::move(later));
+      },
+      /*urgent=*/true);
+}
+
+void Tiering::FinishPopulate(uint64_t run_id, uint64_t step, uint64_t pushed,
+                             std::shared_ptr<HostBlock> block, Status populated, PushDone later) {
+  StoreIndex& ix = ix_;
+  Result<PushTicket> answer = [&]() -> Result<PushTicket> {
+    IndexLock lock(ix);
+    auto run = ix.runs.find(run_id);
+    if (run == ix.runs.end()) {
+      return Status::NotFound("run id " + std::to_string(run_id) +
+                              " was deleted while a push waited for room");
+    }
+    auto reserved = run->second.in_flight.find(step);
+    if (reserved == run->second.in_flight.end() || reserved->second != block) {
+      return Status::NotFound(StepName(run->second.record, step) +
+                              " lost its reservation while its push waited for room");
+    }
+    if (!populated.ok()) {
+      // The tier's room was there, its pages were not: a refusal for room like any other.
+      run->second.in_flight.erase(reserved);
+      ++ix.tiering.refused_pushes;
+      std::string name = StepName(run->second.record, step);
+      refusals_.Reject("push refused", name + ": " + populated.message());
+      StoreState::NoteFailure(run->second, name + " was refused: " + populated.message());
+      return populated;
+    }
+    if (ix.stopping) {
+      run->second.in_flight.erase(reserved);
+      return Status::Unavailable("adjsnapd is shutting down");
+    }
+    return PushTicket{run_id, step, s_.Lease(block), pushed, std::nullopt};
+  }();
+  block.reset();  // an abandoned push's room goes back (and wakes the tiering thread)
+  later(std::move(answer));
 }
 
 }  // namespace adjsnap

@@ -580,5 +580,69 @@ TEST(HostTier, ShmemThpWithAMountedTmpfsAndWithoutPrivileges) {
   EXPECT_EQ(unprivileged, "shmem THP (private tmpfs, huge=always)");
 }
 
+
+// A block allocated with its population left to the caller reports the fresh units it reached
+// and leaves their pages unmade; PopulateUnits makes them, and the next block there finds them.
+TEST(HostTier, ADeferredBlockReportsItsFreshUnitsAndPopulateUnitsMakesThem) {
+  constexpr uint64_t kBlock = 2 * HostTier::kUnit;
+  auto tier = std::move(HostTier::Create(8 * kBlock).value());
+  auto pending = tier->AllocateDeferred(tier->own_arena(), kBlock);
+  ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+  ASSERT_FALSE(pending->fresh.empty());
+  EXPECT_EQ(pending->fresh.first(), 0u);
+  EXPECT_EQ(pending->fresh.last(), 2u);
+  EXPECT_EQ(tier->resident_bytes(), 0u);  // nothing populated on the allocating thread
+  ASSERT_TRUE(tier->PopulateUnits(pending->fresh).ok());
+  EXPECT_TRUE(pending->fresh.empty());
+  EXPECT_GE(tier->resident_bytes(), kBlock);
+  const uint64_t offset = pending->block->offset();
+  pending->block.reset();
+  // The freed units keep their pages: a block there has nothing to populate.
+  auto again = tier->AllocateDeferred(tier->own_arena(), kBlock);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->block->offset(), offset);
+  EXPECT_TRUE(again->fresh.empty());
+}
+
+// A unit whose population is still pending is fresh to every block that takes it, so no block
+// reaches a client before its pages exist; and units left unpopulated (a push abandoned, a
+// population that failed) are fresh again to the next block there.
+TEST(HostTier, UnitsNotPopulatedYetAreFreshToTheNextBlockThere) {
+  constexpr uint64_t kHalf = HostTier::kUnit / 2;
+  auto tier = std::move(HostTier::Create(8 * HostTier::kUnit).value());
+  auto first = tier->AllocateDeferred(tier->own_arena(), kHalf);
+  ASSERT_TRUE(first.ok());
+  auto second = tier->AllocateDeferred(tier->own_arena(), kHalf);  // the same unit, unpopulated
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->block->offset(), kHalf);
+  ASSERT_FALSE(second->fresh.empty());
+  EXPECT_EQ(second->fresh.first(), 0u);
+  first->fresh = FreshUnits();  // dropped unpopulated; the second still populates the unit
+  first->block.reset();
+  second->fresh = FreshUnits();  // dropped too: nobody populated unit 0
+  auto third = tier->AllocateDeferred(tier->own_arena(), kHalf);
+  ASSERT_TRUE(third.ok());
+  EXPECT_FALSE(third->fresh.empty());
+  EXPECT_EQ(tier->resident_bytes(), 0u);
+}
+
+TEST(HostTier, APopulationThatFailsIsResourceExhaustedAndLeavesTheUnitsFresh) {
+  HostTierOptions options;
+  bool fail = true;
+  options.on_populate = [&fail](uint32_t, uint64_t, uint64_t) { return !fail; };
+  auto tier = std::move(HostTier::Create(8 * HostTier::kUnit, options).value());
+  auto refused = tier->Allocate(HostTier::kUnit);  // the synchronous path populates the same way
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("populating 2.0 MiB"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(tier->used(), 0u);  // the block went back
+  fail = false;
+  auto pending = tier->AllocateDeferred(tier->own_arena(), HostTier::kUnit);
+  ASSERT_TRUE(pending.ok());
+  EXPECT_FALSE(pending->fresh.empty());  // unit 0 was never populated
+  EXPECT_TRUE(tier->PopulateUnits(pending->fresh).ok());
+}
+
 }  // namespace
 }  // namespace adjsnap

@@ -143,7 +143,7 @@ class SpoolFailureTest : public ::testing::Test {
   Status Push(uint64_t id, uint64_t step) {
     auto promise = std::make_shared<std::promise<Result<Store::PushTicket>>>();
     store_->BeginPush(id, step, kStep,
-                      [promise](Result<Store::PushTicket> t) { promise->set_value(t); });
+                      [promise](Result<Store::PushTicket> t) { promise->set_value(std::move(t)); });
     ADJSNAP_ASSIGN_OR_RETURN(Store::PushTicket t, promise->get_future().get());
     char* p = static_cast<char*>(t.block->data());
     for (size_t i = 0; i < kStep; ++i) p[i] = Pattern(step, i);
@@ -151,8 +151,9 @@ class SpoolFailureTest : public ::testing::Test {
   }
   Status FetchExact(uint64_t id, uint64_t step) {
     auto promise = std::make_shared<std::promise<Result<Store::FetchGrant>>>();
-    store_->BeginFetch(id, step, kStep, /*backward=*/true,
-                       [promise](Result<Store::FetchGrant> g) { promise->set_value(g); });
+    store_->BeginFetch(id, step, kStep, /*backward=*/true, [promise](Result<Store::FetchGrant> g) {
+      promise->set_value(std::move(g));
+    });
     ADJSNAP_ASSIGN_OR_RETURN(Store::FetchGrant g, promise->get_future().get());
     const char* p = static_cast<const char*>(g.block->data());
     for (size_t i = 0; i < kStep; ++i) {

@@ -22,12 +22,15 @@
 
 namespace adjsnap {
 
-// Synchronous views of the store's asynchronous push and fetch, for tests.
+// Synchronous views of the store's asynchronous push and fetch, for tests. The answer is moved
+// out of the callback: one given on another thread (a push whose pages were populated there)
+// must hold no reference to the block once the caller has it.
 inline Result<Store::PushTicket> Reserve(Store& store, uint64_t run_id, uint64_t step,
                                          uint64_t bytes, const Tenant& who = Tenant::Admin()) {
   auto promise = std::make_shared<std::promise<Result<Store::PushTicket>>>();
   store.BeginPush(
-      run_id, step, bytes, [promise](Result<Store::PushTicket> t) { promise->set_value(t); }, who);
+      run_id, step, bytes,
+      [promise](Result<Store::PushTicket> t) { promise->set_value(std::move(t)); }, who);
   return promise->get_future().get();
 }
 
@@ -36,7 +39,7 @@ inline Result<Store::FetchGrant> Fetch(Store& store, uint64_t run_id, uint64_t s
   auto promise = std::make_shared<std::promise<Result<Store::FetchGrant>>>();
   store.BeginFetch(
       run_id, step, bytes, /*backward=*/true,
-      [promise](Result<Store::FetchGrant> g) { promise->set_value(g); }, who);
+      [promise](Result<Store::FetchGrant> g) { promise->set_value(std::move(g)); }, who);
   return promise->get_future().get();
 }
 

@@ -31,10 +31,12 @@ class Plumbing : public StoreState {
       : StoreState(catalog, host, disk, options) {
     compress_ = std::make_unique<compress::CompressPool>(1);
     io_ = std::make_unique<IoPool>(2);
+    populate_ = std::make_unique<IoPool>(1);
   }
   using StoreState::AllocateHost;
   using StoreState::DetachWaker;
   using StoreState::io_;
+  using StoreState::populate_;
   using StoreState::ix_;
   using StoreState::StopWaking;
   using StoreState::Wake;
@@ -65,6 +67,7 @@ class TieringTest : public ::testing::Test {
     }
     plumbing_->StopWaking();
     tiering_->StopTiering();
+    plumbing_->populate_.reset();
     plumbing_->io_.reset();
     plumbing_->DetachWaker();
     tiering_.reset();
