@@ -264,9 +264,11 @@ bool Tiering::StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent, b
   // Its record is being written (a move names another file): the read waits for the index to
   // show the new one, and is tried again at the wake-up that follows (a parked read).
   if (ix.Recording({run.record.run_id(), r.step(), snap.generation})) return false;
-  auto block = s_.AllocateHost(run, r.raw_bytes());
+  // The block's fresh pages, if it reaches any, are populated by the I/O job before it reads:
+  // not here, on the data-plane loop (a demand read) or the tiering thread, with the mutex held.
+  auto block = s_.AllocateHostDeferred(run, r.raw_bytes());
   if (!block.ok() && compact && CompactHost(ix, r.raw_bytes(), s_.ArenaOf(run))) {
-    block = s_.AllocateHost(run, r.raw_bytes());
+    block = s_.AllocateHostDeferred(run, r.raw_bytes());
   }
   if (!block.ok()) return false;
   snap.reading = true;
@@ -275,14 +277,22 @@ bool Tiering::StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent, b
   const bool shared = !stored && s_.disk_ && s_.disk_->has_shared() &&
                       s_.disk_->ClassOf(r.spool()) == SpoolClass::kShared;
   run.shared_reads += shared;
+  // std::function copies what it holds: the fresh units, move-only, go in a shared_ptr.
+  auto fresh = std::make_shared<FreshUnits>(std::move(block->fresh));
   s_.io_->Submit(
       [this, record = r, gen = snap.generation, field = FieldOf(run.record.spec()),
-       block = std::move(block).value(), stored = std::move(stored), shared]() mutable {
+       block = std::move(block->block), fresh = std::move(fresh), stored = std::move(stored),
+       shared]() mutable {
         int64_t started = NowNs();
-        Status s = stored ? DecodeSnapshot(record, field, stored->data(), block->data(),
-                                           s_.compress_.get(), s_.checksums_)
-                          : ReadSnapshot(*s_.disk_, record, field, block->data(),
-                                         s_.compress_.get(), s_.checksums_);
+        // A population that fails answers the fetches that wait RESOURCE_EXHAUSTED; the step
+        // stays where it is (FinishRead loses a step only on DATA_LOSS).
+        Status s = s_.host_->PopulateUnits(*fresh);
+        if (s.ok()) {
+          s = stored ? DecodeSnapshot(record, field, stored->data(), block->data(),
+                                      s_.compress_.get(), s_.checksums_)
+                     : ReadSnapshot(*s_.disk_, record, field, block->data(), s_.compress_.get(),
+                                    s_.checksums_);
+        }
         stored.reset();
         FinishRead(record.run_id(), record.step(), gen, std::move(block), s, started, shared);
       },

@@ -1,7 +1,8 @@
 // A push whose host block reaches fresh pages: the pages are populated on the store's populate
 // thread, not on the caller's (the data-plane loop) and not under the index's mutex, and the
-// push is answered once they are, as a parked push is. The population is held by the host
-// tier's test hook (HostTierOptions::on_populate).
+// push is answered once they are, as a parked push is. A disk read's block the same, on the I/O
+// thread that reads. The population is held by the host tier's test hook
+// (HostTierOptions::on_populate).
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -71,12 +72,13 @@ class StorePopulateTest : public StoreTest {
     hold_->Release();  // a failed test may leave it held
     StoreTest::TearDown();
   }
-  uint64_t OpenRunOf(const std::string& name, uint32_t owner) {
+  uint64_t OpenRunOf(const std::string& name, uint32_t owner,
+                     v1::Layers layers = v1::LAYERS_DISK_HOST) {
     v1::RunSpec spec;
     spec.set_name(name);
     spec.set_bytes_per_step(kStep);
-    // N unknown: the steps stay in host memory while it has room.
-    spec.set_layers(v1::LAYERS_DISK_HOST);
+    // N unknown: a DiskHost run's steps stay in host memory while it has room.
+    spec.set_layers(layers);
     spec.set_keep(true);
     bool created = false;
     auto run = store_->OpenRun(spec, owner, &created);
@@ -95,6 +97,20 @@ class StorePopulateTest : public StoreTest {
     ASSERT_TRUE(Push(id_b_, 1, kStep).ok());
     store_->WaitChecksumsIdle();  // the checksum thread holds no block now
     ASSERT_TRUE(store_->DeleteSnapshot("4002:b", 0).ok());
+  }
+
+  // Run "4001:d" (uid A, layers Disk) with step 0 on disk only, and A's arena holding no pages:
+  // a fetch of it reads into fresh ones.
+  uint64_t StepOnDiskOnly() {
+    uint64_t id = OpenRunOf("d", kUidA, v1::LAYERS_DISK);
+    EXPECT_TRUE(Push(id, 0, kStep).ok());
+    store_->WaitTieringIdle();
+    store_->WaitChecksumsIdle();
+    auto where = store_->Locate("4001:d", 0);
+    EXPECT_TRUE(where.ok() && where->tier() == v1::TIER_DISK)
+        << (where.ok() ? v1::Tier_Name(where->tier()) : where.status().ToString());
+    EXPECT_GT(tier_->ReleaseFree(), 0u);  // the staging block's pages go back to the OS
+    return id;
   }
 
   std::shared_ptr<PopulationHold> hold_ = std::make_shared<PopulationHold>();
@@ -166,6 +182,55 @@ TEST_F(StorePopulateTest, APopulationThatFailsRefusesThePushAsResourceExhausted)
   hold_->fail = false;
   ASSERT_TRUE(Push(id_a_, 0, kStep).ok());
   Status exact = FetchExact(id_a_, 0, kStep);
+  EXPECT_TRUE(exact.ok()) << exact.ToString();
+}
+
+TEST_F(StorePopulateTest, OtherPushesAndFetchesGoOnWhileADiskReadsPagesArePopulated) {
+  ASSERT_NO_FATAL_FAILURE(WarmRunB());
+  const uint64_t id_d = StepOnDiskOnly();
+  ASSERT_FALSE(HasFailure());
+  hold_->Arm(tier_->ArenaFor(kUidA));
+  std::future<Status> held =
+      std::async(std::launch::async, [this, id_d] { return FetchExact(id_d, 0, kStep); });
+  ASSERT_TRUE(hold_->WaitHeld()) << "the disk read never populated its pages";
+  // Meanwhile (the read's pages held on the I/O thread): run B's push and fetches.
+  std::future<Status> others = std::async(std::launch::async, [this]() -> Status {
+    ADJSNAP_ASSIGN_OR_RETURN(Store::PushTicket t, Reserve(*store_, id_b_, 2, kStep));
+    ADJSNAP_RETURN_IF_ERROR(Fill(t));
+    ADJSNAP_RETURN_IF_ERROR(FetchExact(id_b_, 1, kStep));
+    return FetchExact(id_b_, 2, kStep);
+  });
+  const bool went_on = others.wait_for(20s) == std::future_status::ready;
+  hold_->Release();
+  ASSERT_TRUE(went_on) << "run B's push and fetch waited for the disk read's pages";
+  Status done = others.get();
+  EXPECT_TRUE(done.ok()) << done.ToString();
+  Status exact = held.get();
+  EXPECT_TRUE(exact.ok()) << exact.ToString();
+}
+
+// The kernel cannot populate the read's pages: the fetch is refused RESOURCE_EXHAUSTED, naming
+// the population; the step is not lost, stays on disk, and the next fetch serves it exact.
+TEST_F(StorePopulateTest, ADiskReadWhosePagesCannotBePopulatedLosesNothing) {
+  const uint64_t id_d = StepOnDiskOnly();
+  ASSERT_FALSE(HasFailure());
+  const uint64_t used = tier_->used();
+  hold_->fail = true;
+  hold_->Arm(tier_->ArenaFor(kUidA));
+  std::future<Status> held =
+      std::async(std::launch::async, [this, id_d] { return FetchExact(id_d, 0, kStep); });
+  ASSERT_TRUE(hold_->WaitHeld());
+  hold_->Release();
+  Status refused = held.get();
+  EXPECT_EQ(refused.code(), Code::kResourceExhausted) << refused.ToString();
+  EXPECT_NE(refused.message().find("populating"), std::string::npos) << refused.ToString();
+  store_->WaitTieringIdle();
+  EXPECT_EQ(tier_->used(), used);  // the read's block went back
+  auto where = store_->Locate("4001:d", 0);
+  ASSERT_TRUE(where.ok()) << where.status().ToString();
+  EXPECT_EQ(where->tier(), v1::TIER_DISK);
+  hold_->fail = false;
+  Status exact = FetchExact(id_d, 0, kStep);
   EXPECT_TRUE(exact.ok()) << exact.ToString();
 }
 
