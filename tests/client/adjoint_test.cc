@@ -235,6 +235,23 @@ TEST_F(AdjointTest, ThreeLevelRunIsExactAndTakesThePlannedTimeWithinFifteenPerce
   EXPECT_TRUE(runs->empty());  // every level's run is gone afterwards
 }
 
+// `adjsnap plan`'s level names map to the storage each is bound to; any other name is refused
+// naming it and the names there are (a level would otherwise land in the wrong tier).
+TEST(StorageForTier, MapsThePlansTierNamesAndRefusesAnyOtherNamingIt) {
+  EXPECT_EQ(StorageForTier("host").value(), Storage::kAdjsnapHost);
+  EXPECT_EQ(StorageForTier("disk").value(), Storage::kAdjsnapDisk);
+  EXPECT_EQ(StorageForTier("shared-disk").value(), Storage::kAdjsnapSharedDisk);
+  for (const char* wrong : {"", "Host", "device", "shared_disk", "disk "}) {
+    Result<Storage> got = StorageForTier(wrong);
+    ASSERT_FALSE(got.ok()) << "'" << wrong << "' was taken";
+    EXPECT_EQ(got.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(got.status().message().find("'" + std::string(wrong) + "'"), std::string::npos)
+        << got.status().ToString();
+    EXPECT_NE(got.status().message().find("host, disk or shared-disk"), std::string::npos)
+        << got.status().ToString();
+  }
+}
+
 TEST_F(AdjointTest, SolverErrorsStopTheRunAndAreReturned) {
   auto plan = schedule::Revolve(10, 2);
   ASSERT_TRUE(plan.ok());

@@ -62,7 +62,7 @@ TEST_F(WireTest, TruncatedHeaderIsRejected) {
 }
 
 TEST_F(WireTest, WrongVersionIsRejectedNamingTheVersion) {
-  wire::PushRequest p{wire::MakeHeader(wire::kPush, session_.token(), 41), 1, 0, 0, 0};
+  wire::PushRequest p{wire::MakeHeader(wire::kPush, session_.token(), 41), 1, 0, 0, 0, 0, 0};
   p.header.version = 99;
   peer_->Send(wire::kPush, &p, sizeof p);
   auto r = peer_->WaitReply(41);
@@ -87,7 +87,7 @@ TEST_F(WireTest, WrongHeaderSizeForOpIsRejected) {
 }
 
 TEST_F(WireTest, PushWithoutHelloIsUnauthenticated) {
-  wire::PushRequest p{wire::MakeHeader(wire::kReserve, session_.token(), 43), 1, 0, 4096, 0};
+  wire::PushRequest p{wire::MakeHeader(wire::kReserve, session_.token(), 43), 1, 0, 4096, 0, 0, 0};
   peer_->Send(wire::kReserve, &p, sizeof p);
   auto r = peer_->WaitReply(43);
   ASSERT_TRUE(r.has_value());
@@ -123,7 +123,7 @@ TEST_F(WireTest, RequestWithAnotherTokenAfterHelloIsUnauthenticated) {
 
 TEST_F(WireTest, CommitWithoutReservationIsRefused) {
   Hello(1);
-  wire::PushRequest p{wire::MakeHeader(wire::kCommit, session_.token(), 46), 1, 0, 4096, 0};
+  wire::PushRequest p{wire::MakeHeader(wire::kCommit, session_.token(), 46), 1, 0, 4096, 0, 0, 0};
   peer_->Send(wire::kCommit, &p, sizeof p);
   auto r = peer_->WaitReply(46);
   ASSERT_TRUE(r.has_value());
@@ -144,7 +144,7 @@ TEST_F(WireTest, AnAbortedReservationFreesTheStepAndItsMemory) {
   ASSERT_TRUE(stub().OpenRun(&ctx, open, &run).ok());
   uint64_t id = run.run().run_id();
   wire::PushRequest reserve{wire::MakeHeader(wire::kReserve, session_.token(), 50), id, 0, 4096,
-                            0};
+                            0, 0, 0};
   peer_->Send(wire::kReserve, &reserve, sizeof reserve);
   auto r = peer_->WaitReply(50);
   ASSERT_TRUE(r.has_value());
@@ -156,7 +156,8 @@ TEST_F(WireTest, AnAbortedReservationFreesTheStepAndItsMemory) {
     return stats.tiers(0).used_bytes();
   };
   EXPECT_GT(used(), 0u);
-  wire::PushRequest abort{wire::MakeHeader(wire::kAbort, session_.token(), 51), id, 0, 4096, 0};
+  wire::PushRequest abort{
+      wire::MakeHeader(wire::kAbort, session_.token(), 51), id, 0, 4096, 0, 0, 0};
   peer_->Send(wire::kAbort, &abort, sizeof abort);
   r = peer_->WaitReply(51);
   ASSERT_TRUE(r.has_value());
@@ -198,12 +199,13 @@ TEST_F(WireTest, ACommitWithUnknownFlagsIsRefusedAndLeavesNothingBehind) {
   ASSERT_TRUE(stub().OpenRun(&ctx, open, &run).ok());
   uint64_t id = run.run().run_id();
   wire::PushRequest reserve{wire::MakeHeader(wire::kReserve, session_.token(), 60), id, 0, 4096,
-                            0};
+                            0, 0, 0};
   peer_->Send(wire::kReserve, &reserve, sizeof reserve);
   auto r = peer_->WaitReply(60);
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->code, 0) << Message(*r);
-  wire::PushRequest commit{wire::MakeHeader(wire::kCommit, session_.token(), 61), id, 0, 4096, 0};
+  wire::PushRequest commit{
+      wire::MakeHeader(wire::kCommit, session_.token(), 61), id, 0, 4096, 0, 0, 0};
   commit.checksum = 12345;
   commit.flags = wire::kPushChecksum | 4;
   peer_->Send(wire::kCommit, &commit, sizeof commit);
@@ -240,7 +242,7 @@ TEST_F(WireTest, ReservationsBeyondThePerEndpointCapAreRefused) {
   for (uint64_t step = 0;; ++step) {
     ASSERT_LT(step, 4096u) << "no cap on reservations";
     wire::PushRequest p{wire::MakeHeader(wire::kReserve, mapped->session().token(), 100 + step),
-                        run.run().run_id(), step, 4096, 0};
+                        run.run().run_id(), step, 4096, 0, 0, 0};
     mapped->Send(wire::kReserve, &p, sizeof p);
     auto r = mapped->WaitReply(100 + step);
     ASSERT_TRUE(r.has_value());
