@@ -18,10 +18,9 @@ AlignedPtr Scratch(uint64_t bytes) {
 // A file out of reach (its spool failed, its servers gone) leaves the step recorded: the answer
 // is UNAVAILABLE, naming the step besides what the disk tier names (the spool, the path, the
 // errno), so a caller retrying later knows what it waits for.
-Status NameTheStep(const v1::SnapshotRecord& r, Status read) {
+Status NameTheStep(const std::string& step_name, Status read) {
   if (read.code() != Code::kUnavailable) return read;
-  return Status::Unavailable("step " + std::to_string(r.step()) + " of run id " +
-                             std::to_string(r.run_id()) + " is unavailable: " + read.message());
+  return Status::Unavailable(step_name + " is unavailable: " + read.message());
 }
 
 }  // namespace
@@ -60,10 +59,11 @@ Result<WrittenSnapshot> WriteSnapshot(DiskTier& disk, const DiskTier::Space& spa
 }
 
 Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& r, const compress::FieldSpec& field,
-                    void* raw, compress::CompressPool* pool, const Checksums& sums) {
+                    void* raw, compress::CompressPool* pool, const Checksums& sums,
+                    const std::string& step_name) {
   if (r.codec() == v1::CODEC_NONE) {
     ADJSNAP_RETURN_IF_ERROR(
-        NameTheStep(r, disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.raw_bytes())));
+        NameTheStep(step_name, disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.raw_bytes())));
     if (r.checksum_state() == v1::CHECKSUM_RECORDED) {
       return sums.Verify(raw, r.raw_bytes(), r.checksum(), "bytes");
     }
@@ -71,21 +71,22 @@ Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& r, const compress:
   }
   if (IsFramed(r)) {  // served as stored: read into the step's block, checked, never decoded
     ADJSNAP_RETURN_IF_ERROR(
-        NameTheStep(r, disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.stored_bytes())));
+        NameTheStep(step_name, disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.stored_bytes())));
     return sums.Verify(raw, r.stored_bytes(), r.stored_checksum(), "framed bytes");
   }
   AlignedPtr packed = Scratch(r.stored_bytes());
   if (!packed) return Status::ResourceExhausted("no memory for a decompression buffer");
   ADJSNAP_RETURN_IF_ERROR(NameTheStep(
-      r, disk.Read(r.spool(), r.run_id(), r.disk_name(), packed.get(), r.stored_bytes())));
+      step_name, disk.Read(r.spool(), r.run_id(), r.disk_name(), packed.get(), r.stored_bytes())));
   return DecodeSnapshot(r, field, packed.get(), raw, pool, sums);
 }
 
 Status VerifySnapshot(DiskTier& disk, const v1::SnapshotRecord& r, const compress::FieldSpec& field,
-                      compress::CompressPool* pool, const Checksums& sums) {
+                      compress::CompressPool* pool, const Checksums& sums,
+                      const std::string& step_name) {
   AlignedPtr raw = Scratch(r.raw_bytes());
   if (!raw) return Status::ResourceExhausted("no memory for a verification buffer");
-  return ReadSnapshot(disk, r, field, raw.get(), pool, sums);
+  return ReadSnapshot(disk, r, field, raw.get(), pool, sums, step_name);
 }
 
 }  // namespace adjsnap

@@ -37,15 +37,16 @@ Result<WrittenSnapshot> WriteSnapshot(DiskTier& disk, const DiskTier::Space& spa
 // Reads `record`'s file into `raw` (record.raw_bytes() bytes, page-aligned, writable to the
 // next 4 KiB), decompressing it. DATA_LOSS when the stored bytes fail their checksum or do not
 // decode, or the file is lost (DiskTier::Read); a lossless snapshot is also checked against the
-// checksum of the pushed bytes. UNAVAILABLE, naming the step and the spool, when the file is out
-// of reach and may be intact (the step stays recorded).
+// checksum of the pushed bytes. UNAVAILABLE, naming the step as `step_name` says (StepName: the
+// run's name, as the solver knows it) and the spool, when the file is out of reach and may be
+// intact (the step stays recorded).
 Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& record,
                     const compress::FieldSpec& field, void* raw, compress::CompressPool* pool,
-                    const Checksums& sums);
+                    const Checksums& sums, const std::string& step_name);
 
 // The same checks without keeping the bytes (the recovery scrub); uses its own buffers.
 Status VerifySnapshot(DiskTier& disk, const v1::SnapshotRecord& record,
                       const compress::FieldSpec& field, compress::CompressPool* pool,
-                      const Checksums& sums);
+                      const Checksums& sums, const std::string& step_name);
 
 }  // namespace adjsnap

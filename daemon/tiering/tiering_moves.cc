@@ -282,7 +282,7 @@ bool Tiering::StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent, b
   s_.io_->Submit(
       [this, record = r, gen = snap.generation, field = FieldOf(run.record.spec()),
        block = std::move(block->block), fresh = std::move(fresh), stored = std::move(stored),
-       shared]() mutable {
+       shared, name = StepName(run.record, r.step())]() mutable {
         int64_t started = NowNs();
         // A population that fails answers the fetches that wait RESOURCE_EXHAUSTED; the step
         // stays where it is (FinishRead loses a step only on DATA_LOSS).
@@ -291,7 +291,7 @@ bool Tiering::StartRead(StoreIndex& ix, Run& run, Snapshot& snap, bool urgent, b
           s = stored ? DecodeSnapshot(record, field, stored->data(), block->data(),
                                       s_.compress_.get(), s_.checksums_)
                      : ReadSnapshot(*s_.disk_, record, field, block->data(), s_.compress_.get(),
-                                    s_.checksums_);
+                                    s_.checksums_, name);
         }
         stored.reset();
         FinishRead(record.run_id(), record.step(), gen, std::move(block), s, started, shared);

@@ -68,9 +68,11 @@ void Tiering::StartScrub(StoreIndex& ix, uint64_t run_id, uint64_t step,
   // from solvers.
   s_.io_->Submit(
       [this, record = snap.record, gen = snap.generation,
-       field = FieldOf(ix.runs.at(run_id).record.spec()), done = std::move(done)] {
+       field = FieldOf(ix.runs.at(run_id).record.spec()),
+       name = StepName(ix.runs.at(run_id).record, snap.record.step()), done = std::move(done)] {
         StoreIndex& ix = ix_;  // later, on an I/O thread
-        Status s = VerifySnapshot(*s_.disk_, record, field, s_.compress_.get(), s_.checksums_);
+        Status s =
+            VerifySnapshot(*s_.disk_, record, field, s_.compress_.get(), s_.checksums_, name);
         {
           IndexLock lock(ix);
           ++ix.tiering.scrubbed;
