@@ -151,6 +151,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
 
   // The worker runs before the session opens: adjsnapd connects to it while answering.
   ADJSNAP_ASSIGN_OR_RETURN(impl->loop, ucx::WorkerLoop::Create("libadjsnap"));
+  impl->ucx_takes_cuda = detail::UcxTakesCuda(impl->loop->context());
   ADJSNAP_RETURN_IF_ERROR(ucx::SetDefaultAmHandler(impl->loop->worker(), &Impl::OnUnknownId,
                                                  impl.get()));
   ADJSNAP_RETURN_IF_ERROR(
@@ -308,17 +309,7 @@ Result<FetchHandle> Client::FetchDeviceAsync(uint64_t run_id, uint64_t step, voi
   if (auto pooled = impl_->FetchFromPool(run_id, step, device_data, bytes, stream)) {
     return *pooled;
   }
-  if (impl_->mapped) {
-    return impl_->StartFetch(run_id, step, device_data, bytes, /*device=*/true, stream);
-  }
-  // No mapped tier: through host memory, done before returning.
-  std::vector<char> staging(bytes);
-  ADJSNAP_RETURN_IF_ERROR(impl_->StartFetch(run_id, step, staging.data(), bytes, false, nullptr)
-                            .Wait());
-  ADJSNAP_RETURN_IF_ERROR(detail::CopyHostToDevice(device_data, staging.data(), bytes, stream));
-  auto done = std::make_shared<detail::OpState>();
-  done->Complete(Status::Ok());
-  return FetchHandle(done);
+  return impl_->FetchDeviceFromDaemon(run_id, step, device_data, bytes, stream);
 }
 
 Status Client::Fetch(uint64_t run_id, uint64_t step, void* data, size_t bytes) {

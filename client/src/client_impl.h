@@ -13,7 +13,7 @@
 //                       ReconnectInBackground, the episodes (ReconnectEpisode, ReconnectOnce).
 //   device_tier.cc      the GPU pool: GpuUsable, EnsurePool, Pool, the recorder thread
 //                       (FlushRecords, HoldOnDaemon), PushToPool/FetchFromPool/Evict,
-//                       PushDeviceToDaemon.
+//                       PushDeviceToDaemon, FetchDeviceFromDaemon.
 //   client.cc           the rest of the public API (handles, Push/Fetch and their device
 //                       forms), Connect, ~Impl (the teardown order), CheckPush.
 //
@@ -62,6 +62,7 @@
 #include "adjsnap/v1/control.grpc.pb.h"
 #include "adjsnap/wire.h"
 #include "task_thread.h"
+#include "ucx_memory.h"
 
 namespace adjsnap {
 namespace detail {
@@ -116,7 +117,9 @@ struct Client::Impl {
     uint64_t run_id = 0;     // kReserve: what to commit once copied
     uint64_t step = 0;
     void* stream = nullptr;  // device pushes and fetches: the caller's CUDA stream
-    bool device = false;     // `buffer` is GPU memory: the copy engine moves the bytes
+    // `buffer` is GPU memory: the copy engine moves the bytes (mapped path), or UCX takes it as
+    // CUDA memory (copied path, ucx_memory.h).
+    bool device = false;
   };
 
   std::string socket_path;
@@ -153,6 +156,9 @@ struct Client::Impl {
   std::string data_plane_address;  // adjsnapd's packed UCX worker address
   std::atomic<uint64_t> next_request{1};
   std::unique_ptr<ucx::WorkerLoop> loop;
+  // The loop's UCX takes CUDA memory (ucx_memory.h): on the copied path, device pushes and
+  // fetches hand the solver's buffer to UCX rather than stage it in host memory. Set by Connect.
+  bool ucx_takes_cuda = false;
   // Loop-thread state. A session's link to adjsnapd: its session socket (mapped clients), or its
   // UCX endpoint (the copied path).
   std::unique_ptr<MessageSocket> link;
@@ -223,8 +229,13 @@ struct Client::Impl {
   // are pinned: any thread (the loop, or the pinning thread when it had to pin first).
   void EnqueueDeviceCopyIn(const Pending& p, uint64_t offset);
   void EnqueueDeviceCopyOut(const Pending& p, uint64_t offset, uint64_t lease);
+  // A device step to or from adjsnapd, not the pool: through the mapped tier; else over UCX,
+  // the device buffer handed to UCX where it takes CUDA memory (ucx_memory.h), or through host
+  // memory; on the copied path a push returns released and a fetch filled.
   Result<PushHandle> PushDeviceToDaemon(uint64_t run_id, uint64_t step, const void* device_data,
                                         size_t bytes, void* stream);
+  Result<FetchHandle> FetchDeviceFromDaemon(uint64_t run_id, uint64_t step, void* device_data,
+                                            size_t bytes, void* stream);
 
   // Riding through a restart of adjsnapd. When the data plane fails with UNAVAILABLE (the
   // endpoint died, or adjsnapd refused a push because it is stopping), a push not yet released
@@ -297,10 +308,11 @@ struct Client::Impl {
   static constexpr int kMaxReattachRuns = 4096;
   Status CreateEndpoint();
   void FailAll(const Status& s);
-  // Sends one request on the loop thread; `data` (copied push only) travels as AM data. An
-  // entry without state expects no Reply.
+  // Sends one request on the loop thread; `data` (copied push only) travels as AM data, handed
+  // to UCX as `memory` says (ucx_memory.h). An entry without state expects no Reply.
   void Send(std::shared_ptr<const void> header, size_t header_bytes, uint64_t request_id,
-            wire::AmId op, Pending pending_entry, const void* data, size_t data_bytes);
+            wire::AmId op, Pending pending_entry, const void* data, size_t data_bytes,
+            detail::UcxBuffer memory = detail::UcxBuffer::kHost);
   // Loop thread: sends a header-only request of type T built from `fields`.
   template <typename T>
   void SendHeader(wire::AmId op, T fields, Pending entry) {

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "client_impl.h"
+#include "device_copy.h"
 
 namespace adjsnap {
 
@@ -139,7 +140,11 @@ void Client::Impl::HandleReply(const wire::Reply& reply, void* data, size_t leng
     return;
   }
   if (length < p.bytes) p.state->frame_bytes = length;  // a chunk frame (an nvCOMP run)
-  if (!rndv) {  // eager: data are here already
+  if (!rndv) {  // eager: data are here already, in host memory
+    if (p.device) {  // a device buffer UCX takes (ucx_memory.h): a small step, copied up now
+      p.state->Complete(detail::CopyHostToDevice(p.buffer, data, length, p.stream));
+      return;
+    }
     std::memcpy(p.buffer, data, length);
     p.state->Complete(Status::Ok());
     return;
@@ -148,6 +153,7 @@ void Client::Impl::HandleReply(const wire::Reply& reply, void* data, size_t leng
   ucp_request_param_t rp = ucx::RecvDataParam([state](ucs_status_t s, size_t) {
     state->Complete(ucx::FromUcs(s, "receiving the snapshot"));
   });
+  detail::SetUcxMemoryType(p.device ? detail::UcxBuffer::kCuda : detail::UcxBuffer::kHost, &rp);
   ucx::Track(ucp_am_recv_data_nbx(loop->worker(), data, p.buffer, length, &rp), rp);
 }
 
@@ -159,7 +165,7 @@ Status Client::Impl::CreateEndpoint() {
 
 void Client::Impl::Send(std::shared_ptr<const void> header, size_t header_bytes,
                         uint64_t request_id, wire::AmId op, Pending entry, const void* data,
-                        size_t data_bytes) {
+                        size_t data_bytes, detail::UcxBuffer memory) {
   auto state = entry.state;
   if (!ep_error.ok() || (ep == nullptr && !link)) {
     if (state) state->Complete(ep_error.ok() ? Status::Unavailable("not connected to adjsnapd")
@@ -194,6 +200,7 @@ void Client::Impl::Send(std::shared_ptr<const void> header, size_t header_bytes,
   });
   p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY;
+  detail::SetUcxMemoryType(memory, &p);
   // The header must stay valid until the send completes; the callback holds it.
   ucx::Track(ucp_am_send_nbx(ep, op, header.get(), header_bytes, data, data_bytes, &p), p);
 }
@@ -273,11 +280,14 @@ void Client::Impl::PushAttempt(std::shared_ptr<detail::OpState> outer, uint64_t 
     });
     return;
   }
-  loop->Post([this, state, run_id, step, data, bytes] {
+  // Copied path: a device push here is a buffer UCX takes as CUDA memory (PushDeviceToDaemon).
+  auto memory = device ? detail::UcxBuffer::kCuda : detail::UcxBuffer::kHost;
+  loop->Post([this, state, run_id, step, data, bytes, memory] {
     uint64_t id = next_request++;
     auto header = std::make_shared<wire::PushRequest>(wire::PushRequest{
         wire::MakeHeader(wire::kPush, token, id), run_id, step, bytes, /*copy_ns=*/0});
-    Send(header, sizeof *header, id, wire::kPush, Pending{Kind::kPush, state}, data, bytes);
+    Send(header, sizeof *header, id, wire::kPush, Pending{Kind::kPush, state}, data, bytes,
+         memory);
   });
 }
 
@@ -328,7 +338,9 @@ void Client::Impl::FetchAttempt(std::shared_ptr<detail::OpState> outer, uint64_t
       SendHeader(wire::kFetchMapped, fetch,
                  Pending{Kind::kFetchMapped, state, data, bytes, 0, 0, stream, device});
     } else {
-      SendHeader(wire::kFetch, fetch, Pending{Kind::kFetch, state, data, bytes});
+      // A device fetch here is a buffer UCX takes as CUDA memory (FetchDeviceFromDaemon).
+      SendHeader(wire::kFetch, fetch,
+                 Pending{Kind::kFetch, state, data, bytes, 0, 0, stream, device});
     }
   });
 }

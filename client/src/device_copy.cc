@@ -55,6 +55,10 @@ Status DeviceAllocate(uint64_t bytes, void** device) {
 
 void DeviceRelease(void* device) { Engine().DeviceRelease(device); }
 
+Status SynchronizeStream(void* stream, const char* what) {
+  return Engine().Synchronize(stream, what);
+}
+
 Status CopyDeviceToHost(void* host, const void* device, size_t bytes, void* stream) {
   CopyEngine& engine = Engine();
   ADJSNAP_RETURN_IF_ERROR(

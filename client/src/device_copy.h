@@ -43,6 +43,9 @@ Status DeviceFreeMemory(uint64_t* free_bytes);
 Status DeviceAllocate(uint64_t bytes, void** device);
 void DeviceRelease(void* device);
 
+// Waits for what `stream` holds (`what` names the operation in an error).
+Status SynchronizeStream(void* stream, const char* what);
+
 // The same, waiting for the copy (through pageable memory: the path without a mapped tier).
 Status CopyDeviceToHost(void* host, const void* device, size_t bytes, void* stream);
 Status CopyHostToDevice(void* device, const void* host, size_t bytes, void* stream);

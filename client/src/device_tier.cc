@@ -178,12 +178,43 @@ Result<PushHandle> Client::Impl::PushDeviceToDaemon(uint64_t run_id, uint64_t st
   if (mapped) {
     return StartPush(run_id, step, device_data, bytes, /*device=*/true, stream);
   }
-  // No mapped tier: through host memory, and released before returning.
+  if (detail::ChooseUcxBuffer(device_data, ucx_takes_cuda) == detail::UcxBuffer::kCuda) {
+    // UCX reads the solver's buffer as CUDA memory: no copy here. It may read once the work
+    // already on the stream is done; released before returning, as through host memory.
+    ADJSNAP_RETURN_IF_ERROR(detail::SynchronizeStream(stream, "device push"));
+    PushHandle h = StartPush(run_id, step, device_data, bytes, /*device=*/true, stream);
+    ADJSNAP_RETURN_IF_ERROR(h.WaitReleased());
+    return h;
+  }
+  // No mapped tier and a UCX without CUDA: through host memory, released before returning.
   std::vector<char> staging(bytes);
   ADJSNAP_RETURN_IF_ERROR(detail::CopyDeviceToHost(staging.data(), device_data, bytes, stream));
   PushHandle h = StartPush(run_id, step, staging.data(), bytes, false, nullptr);
   ADJSNAP_RETURN_IF_ERROR(h.WaitReleased());
   return h;
+}
+
+Result<FetchHandle> Client::Impl::FetchDeviceFromDaemon(uint64_t run_id, uint64_t step,
+                                                       void* device_data, size_t bytes,
+                                                       void* stream) {
+  if (mapped) {
+    return StartFetch(run_id, step, device_data, bytes, /*device=*/true, stream);
+  }
+  if (detail::ChooseUcxBuffer(device_data, ucx_takes_cuda) == detail::UcxBuffer::kCuda) {
+    // UCX writes the solver's buffer as CUDA memory: no copy here. It may write once the work
+    // already on the stream is done; filled before returning, as through host memory.
+    ADJSNAP_RETURN_IF_ERROR(detail::SynchronizeStream(stream, "device fetch"));
+    FetchHandle h = StartFetch(run_id, step, device_data, bytes, /*device=*/true, stream);
+    ADJSNAP_RETURN_IF_ERROR(h.Wait());
+    return h;
+  }
+  // No mapped tier and a UCX without CUDA: through host memory, filled before returning.
+  std::vector<char> staging(bytes);
+  ADJSNAP_RETURN_IF_ERROR(StartFetch(run_id, step, staging.data(), bytes, false, nullptr).Wait());
+  ADJSNAP_RETURN_IF_ERROR(detail::CopyHostToDevice(device_data, staging.data(), bytes, stream));
+  auto done = std::make_shared<detail::OpState>();
+  done->Complete(Status::Ok());
+  return FetchHandle(done);
 }
 
 }  // namespace adjsnap

@@ -4,7 +4,8 @@
 // crash the process that unpacks it (UCX 1.13 asserts or segfaults on many one-byte
 // mutations). adjsnapd therefore unpacks every client address first in a throwaway process (this
 // binary, re-executed with kCheckUcxAddressFlag), which creates an endpoint to it with the
-// daemon's UCX configuration; only an address that survives is unpacked by the daemon.
+// daemon's UCX configuration (less UCX's memory hooks, which it does not need: address_check.cc);
+// only an address that survives is unpacked by the daemon.
 #pragma once
 
 #include <chrono>

@@ -72,7 +72,8 @@ void Track(ucs_status_ptr_t request, const ucp_request_param_t& param);
 // are loopback only, below), with shared-memory peer-failure detection on
 // (UCX_MM_ERROR_HANDLING=y), and so opens no TCP port: UCX's tcp transport parses what any
 // local user sends to its port before adjsnapd can vet it (docs/operations.md, "Ports").
-// `transports()` says what was chosen and by whom.
+// `transports()` says what was chosen and by whom. Messages over 8 KiB go by rendezvous unless
+// the environment says otherwise (UCX_RNDV_THRESH=8K; ucx.cc says why).
 class WorkerLoop {
  public:
   static constexpr int kDefaultIdlePollMs = 100;

@@ -121,7 +121,12 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
   // to master); shared memory with peer-failure detection, which adjsnapd's endpoints ask for
   // (without it UCX picks tcp for them), checked every second rather than UCX's 20 s, so that a
   // killed client's pushes in flight give back their room (and a client learns its daemon died)
-  // within about two seconds; and network transports, if chosen, on loopback.
+  // within about two seconds; network transports, if chosen, on loopback; and rendezvous for
+  // every message over 8 KiB, as UCX 1.13 chose by itself (8256 bytes over shared memory): a
+  // copied push then lands straight in its tier block and is released once it did, and one
+  // that waits for room stays in the client's buffer. UCX 1.22 sends active messages of up to
+  // 566 KiB eagerly over shared memory (UCX_PROTO_INFO=y shows it): such a push would be
+  // released at once and, while it waits, held in adjsnapd's heap, outside every budget.
   std::string transports;
   struct Default {
     const char* name;
@@ -129,7 +134,7 @@ Result<std::unique_ptr<WorkerLoop>> WorkerLoop::Create(const std::string& name) 
   };
   for (Default d :
        {Default{"TLS", "^tcp"}, Default{"MM_ERROR_HANDLING", "y"}, Default{"KEEPALIVE_INTERVAL", "1s"},
-        Default{"NET_DEVICES", "lo"}}) {
+        Default{"NET_DEVICES", "lo"}, Default{"RNDV_THRESH", "8K"}}) {
     std::string env = std::string("UCX_") + d.name;
     const char* chosen = Chosen(env.c_str());
     if (chosen == nullptr) {

@@ -84,8 +84,8 @@ skip_reason() {
         echo "systemd is not PID 1 here: ServiceTest (tests/integration) verifies the unit with systemd-analyze" ;;&
     sudo\ *)
       ((isolated)) || echo "needs root, to change /usr, /etc and /var in a namespace of its own" ;;
-    *libucx-cu13*|*build-ucx*|UCX_PC=*)
-      echo "a second build against PyPI's UCX, outside CI's time (docs/operations.md says which tests passed against it)" ;;
+    *libucx-cu13*|*build-ucx*|*build-deps/ucx*|*ADJSNAP_UCX_ROOT*)
+      echo "a second build against PyPI's UCX, outside CI's time (docs/install.md, \"UCX\", says which tests passed against it)" ;;
     *--remote\ node*)
       echo "another node: RemoteAdminTest (tests/integration) runs adjsnap --remote over mutual TLS on loopback" ;;
     *bench/*)

@@ -285,8 +285,10 @@ class Client {
   // mapped, the GPU's copy engine moves the bytes straight to or from daemon tier memory
   // (registered with cudaHostRegister on first use): no CPU copy; a push is *released* and a
   // fetch complete when the copy on the stream finished. Without the mapping (another uid,
-  // ADJSNAP_DATA_PATH=ucx) the bytes go through host memory and the call returns once released
-  // (push) or filled (fetch). FAILED_PRECONDITION from a libadjsnap built without CUDA.
+  // ADJSNAP_DATA_PATH=ucx) the bytes go over UCX, which takes the device buffer itself where it
+  // is CUDA-aware (the libucx-cu13 wheel's UCX, on a node with the NVIDIA driver), else through
+  // host memory; the call returns once released (push) or filled (fetch).
+  // FAILED_PRECONDITION from a libadjsnap built without CUDA.
   Result<PushHandle> PushDevice(uint64_t run_id, uint64_t step, const void* device_data,
                                 size_t bytes, void* stream = nullptr);
   Result<FetchHandle> FetchDeviceAsync(uint64_t run_id, uint64_t step, void* device_data,
