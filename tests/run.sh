@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs adjsnapd's whole test suite on a fresh machine: installs the Debian dependencies (and
-# nvCOMP's wheel from PyPI); checks .clang-tidy's naming rules (tests/lint/naming.sh, in the
+# nvCOMP's and UCX 1.22's wheels from PyPI); checks .clang-tidy's naming rules (tests/lint/naming.sh, in the
 # background); builds and runs every test; runs the shell lines of the docs as written on the
 # installed tree (tests/docs/run_shell_blocks.sh; python.md's install the Python package in a
 # venv from PyPI: pybind11, scikit-build-core, pytest, pytest-timeout, pyrevolve, Devito, and
@@ -11,8 +11,8 @@
 # deploy/slurm on a real single-node Slurm, an MPI job across a 3-node Slurm in network
 # namespaces (tests/cluster) and the shared spool class on a real GlusterFS volume; then
 # rebuilds everything with clang, AddressSanitizer + UndefinedBehaviorSanitizer and
-# -Werror=thread-safety (the locking contracts in the code hold), runs the C++ tests again (not
-# the one-thread schedule suites),
+# -Werror=thread-safety (the locking contracts in the code hold), against UCX 1.22 from PyPI,
+# runs the C++ tests again (not the one-thread schedule suites),
 # and runs each libFuzzer target (tests/fuzz) for 6 s over its corpus; with ADJSNAP_TSAN_PASS=1,
 # builds the daemon's, store's, data plane's and client's suites with ThreadSanitizer and runs
 # them (10 CPU-minutes of build, and 6 minutes of tests on 2 busy cores: not in CI's default
@@ -35,6 +35,12 @@ build-deps/nvcomp/bin/pip install -q "nvidia-libnvcomp-cu13>=6,<7"
 ADJSNAP_NVCOMP_ROOT=$(build-deps/nvcomp/bin/python -c \
   "import nvidia.libnvcomp as m; print(m.__path__[0])")
 export ADJSNAP_NVCOMP_ROOT
+# UCX 1.22 with its CUDA transports, from PyPI's libucx-cu13, also into a venv of its own
+# (docs/install.md, "UCX"): the sanitizer tree below builds against it, so the C++ suites run
+# against both UCX builds, Debian's in the first pass and this one there.
+[[ -x build-deps/ucx/bin/pip ]] || python3 -m venv build-deps/ucx
+build-deps/ucx/bin/pip install -q "libucx-cu13>=1.22,<1.23"
+ucx_wheel=$(build-deps/ucx/bin/python -c "import libucx, os; print(os.path.dirname(libucx.__file__))")
 
 jobs=$(nproc)
 # client_test's schedule suites: plans computed on one thread, left out of the sanitizer passes.
@@ -67,6 +73,7 @@ run_pass() {  # run_pass BUILD_DIR [cmake args...]: configures (when given argum
 # awaited at the end.
 CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DADJSNAP_SANITIZE=address,undefined -DADJSNAP_FUZZ=ON -DADJSNAP_WITH_CUDA=OFF \
+  -DADJSNAP_UCX_ROOT="$ucx_wheel" \
   -DCMAKE_CXX_FLAGS=-Werror=thread-safety \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
   > build-clang.configure.log 2>&1 || { cat build-clang.configure.log; exit 1; }
@@ -144,7 +151,8 @@ else
 fi
 if [[ "${ADJSNAP_SANITIZE_PASS:-1}" != 0 ]]; then
   echo "== [$(elapsed)] adjsnap tests built by clang with -Werror=thread-safety, under AddressSanitizer +"
-  echo "   UndefinedBehaviorSanitizer; then each libFuzzer target (tests/fuzz) for 6 s"
+  echo "   UndefinedBehaviorSanitizer, against UCX 1.22 from PyPI (libucx-cu13); then each libFuzzer"
+  echo "   target (tests/fuzz) for 6 s"
   # UCX's memory hooks patch malloc/mmap, which the sanitizer runtime owns.
   export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no
   export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1
@@ -158,6 +166,11 @@ if [[ "${ADJSNAP_SANITIZE_PASS:-1}" != 0 ]]; then
   # Left out as well: client_test's schedule suites, which compute plans on one thread in
   # code the first pass ran (pure arithmetic, no memory shared with another thread).
   ctest_exclude="^(InstalledPackage|InstalledService|Docs|$schedules)\\." run_pass build-clang
+  # What those tests ran against: the wheel's UCX, found through the binaries' RUNPATH.
+  for bin in build-clang/daemon/adjsnapd build-clang/client/libadjsnap.so.0; do
+    ldd "$bin" | grep -q "$ucx_wheel/lib/libucp.so" ||
+      { echo "$bin does not load the wheel's UCX:"; ldd "$bin" | grep -i ucx; exit 1; }
+  done
   unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
   bash tests/fuzz/run.sh build-clang --seconds 6
 fi

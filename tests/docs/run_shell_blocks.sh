@@ -85,7 +85,7 @@ skip_reason() {
     sudo\ *)
       ((isolated)) || echo "needs root, to change /usr, /etc and /var in a namespace of its own" ;;
     *libucx-cu13*|*build-ucx*|*build-deps/ucx*|*ADJSNAP_UCX_ROOT*)
-      echo "a second build against PyPI's UCX, outside CI's time (docs/install.md, \"UCX\", says which tests passed against it)" ;;
+      echo "a build against PyPI's UCX: CI's sanitizer tree is one (tests/run.sh), and the C++ suites run against it there" ;;
     *--remote\ node*)
       echo "another node: RemoteAdminTest (tests/integration) runs adjsnap --remote over mutual TLS on loopback" ;;
     *bench/*)
