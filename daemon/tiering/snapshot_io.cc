@@ -62,16 +62,16 @@ Status ReadSnapshot(DiskTier& disk, const v1::SnapshotRecord& r, const compress:
                     void* raw, compress::CompressPool* pool, const Checksums& sums,
                     const std::string& step_name) {
   if (r.codec() == v1::CODEC_NONE) {
-    ADJSNAP_RETURN_IF_ERROR(
-        NameTheStep(step_name, disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.raw_bytes())));
+    ADJSNAP_RETURN_IF_ERROR(NameTheStep(
+        step_name, disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.raw_bytes())));
     if (r.checksum_state() == v1::CHECKSUM_RECORDED) {
       return sums.Verify(raw, r.raw_bytes(), r.checksum(), "bytes");
     }
     return Status::Ok();
   }
   if (IsFramed(r)) {  // served as stored: read into the step's block, checked, never decoded
-    ADJSNAP_RETURN_IF_ERROR(
-        NameTheStep(step_name, disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.stored_bytes())));
+    ADJSNAP_RETURN_IF_ERROR(NameTheStep(
+        step_name, disk.Read(r.spool(), r.run_id(), r.disk_name(), raw, r.stored_bytes())));
     return sums.Verify(raw, r.stored_bytes(), r.stored_checksum(), "framed bytes");
   }
   AlignedPtr packed = Scratch(r.stored_bytes());

@@ -125,7 +125,8 @@ def self_test() -> int:
             print("self-test: expected only the store's call into the client, got:\n  " +
                   "\n  ".join(found or ["nothing"]), file=sys.stderr)
             return 1
-    print("self-test: the planted daemon -> client call was caught, the config -> floor call was not")
+    print("self-test: the planted daemon -> client call was caught, "
+          "the config -> floor call was not")
     return 0
 
 
